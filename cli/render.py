@@ -1,0 +1,119 @@
+"""How results look: findings, diffs and summaries. Diagnostics go to stderr; findings, diffs and
+machine output to stdout, uncoloured when stdout is not a terminal or NO_COLOR is set."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from typing import Iterable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gradfix.codemods.engine import FileReport
+from gradfix.codemods.rule import Finding, Rule
+
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+_DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
+
+
+def _stdout() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def coloured_stdout() -> bool:
+    return _stdout().is_terminal and not _stdout().no_color
+
+
+def print_diff(diff: str) -> None:
+    if not coloured_stdout():
+        sys.stdout.write(diff)
+        sys.stdout.flush()
+        return
+    console = _stdout()
+    for line in diff.splitlines():
+        style = next((s for prefix, s in _DIFF_STYLES if line.startswith(prefix)), "")
+        console.print(Text(line, style=style))
+
+
+def print_findings(findings: Iterable[Finding]) -> None:
+    if not coloured_stdout():
+        sys.stdout.writelines(finding.render() + "\n" for finding in findings)
+        sys.stdout.flush()
+        return
+    console = _stdout()
+    for finding in findings:
+        text = Text()
+        text.append(f"{finding.path}:{finding.line}:{finding.column}:", style="bold")
+        text.append(f" {finding.code}", style="bold red")
+        text.append(f" {finding.message}")
+        if finding.fix is not None:
+            text.append(f" [{finding.fix.value} fix]", style="dim")
+        console.print(text)
+
+
+def print_findings_json(findings: Iterable[Finding]) -> None:
+    records = [
+        {
+            "path": f.path,
+            "line": f.line,
+            "column": f.column,
+            "code": f.code,
+            "message": f.message,
+            "fix": None if f.fix is None else f.fix.value,
+            "related_lines": list(f.related_lines),
+        }
+        for f in findings
+    ]
+    sys.stdout.write(json.dumps(records, indent=2) + "\n")
+
+
+def print_errors(reports: Sequence[FileReport], extra: Sequence[str] = ()) -> None:
+    for message in [*extra, *(m for r in reports for m in [*r.errors, *r.internal_errors])]:
+        stderr.print(Text("error: ", style="bold red") + Text(message))
+
+
+def fix_summary(reports: Sequence[FileReport], diff: bool) -> str:
+    fixed = Counter(f.code for r in reports for f in r.fixed)
+    changed = sum(r.changed for r in reports)
+    remaining = sum(len(r.findings) for r in reports)
+    verb = "Would fix" if diff else "Fixed"
+    parts = [f"{verb} {sum(fixed.values())} finding(s) in {changed} file(s)"]
+    if fixed:
+        parts[0] += " (" + ", ".join(f"{code}: {n}" for code, n in sorted(fixed.items())) + ")"
+    parts.append(f"{remaining} finding(s) left unfixed" if remaining else "nothing left to fix")
+    return "; ".join(parts) + "."
+
+
+def check_summary(reports: Sequence[FileReport]) -> str:
+    findings = [f for r in reports for f in r.findings]
+    if not findings:
+        return f"No findings in {len(reports)} file(s)."
+    fixable = sum(f.fix is not None for f in findings)
+    return f"Found {len(findings)} finding(s) in {sum(bool(r.findings) for r in reports)} file(s); {fixable} can be fixed with `gradfix fix`."
+
+
+def rules_table(rules: Sequence[type[Rule]]) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for column in ("code", "name", "fix", "summary"):
+        table.add_column(column)
+    for rule in rules:
+        table.add_row(rule.CODE, rule.NAME, rule.FIX.value if rule.FIX else "report", rule.SUMMARY)
+    return table
+
+
+def print_table(table: Table) -> None:
+    _stdout().print(table)
+
+
+def explanation(rule: type[Rule]) -> str:
+    return (
+        f"{rule.CODE} {rule.NAME}: {rule.SUMMARY}\n\n{rule.documentation()}\n\n"
+        f"Before:\n\n{_indent(rule.EXAMPLE_BEFORE)}\nAfter:\n\n{_indent(rule.EXAMPLE_AFTER)}"
+    )
+
+
+def _indent(code: str) -> str:
+    return "".join("    " + line if line.strip() else line for line in code.splitlines(keepends=True))

@@ -1,0 +1,1 @@
+"""The rules, the analysis they share, and the engine that runs them over files."""

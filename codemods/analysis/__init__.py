@@ -1,0 +1,135 @@
+"""The analysis every rule shares, computed once per file.
+
+``FileAnalysis`` wraps one parsed module with the LibCST metadata the rules use (positions and
+parents), what its names mean in torch terms, and the dataflow facts: backward sites, loops and the
+values that cross them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Sequence
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from .assignments import assigned_names, read_names, target_names
+from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
+from .torch_names import TorchNames, collect_torch_names, dotted_name
+from .values import NONE, TENSOR, UNKNOWN, Carried, ListOf, Origin, Structure, TupleOf, Value
+
+__all__ = [
+    "BackwardSite",
+    "Block",
+    "Carried",
+    "FileAnalysis",
+    "ListOf",
+    "Loop",
+    "NONE",
+    "Origin",
+    "Scope",
+    "Structure",
+    "TENSOR",
+    "TupleOf",
+    "UNKNOWN",
+    "Value",
+    "assigned_names",
+    "dotted_name",
+    "expand",
+    "read_names",
+    "target_names",
+]
+
+_GRADIENT_METHODS = {"step", "zero_grad", "unscale_", "clip_grad_norm_", "clip_grad_value_", "backward"}
+
+
+@dataclass(frozen=True)
+class Block:
+    """A statement list that edits can change: a module body or an indented block."""
+
+    owner: cst.CSTNode  # the Module or IndentedBlock
+    statements: Sequence[cst.BaseStatement]
+
+    def index(self, statement: cst.CSTNode) -> int:
+        return next(i for i, s in enumerate(self.statements) if s is statement)
+
+
+class FileAnalysis:
+    def __init__(self, wrapper: MetadataWrapper) -> None:
+        self.module = wrapper.module
+        self._positions = wrapper.resolve(PositionProvider)
+        self._parents = wrapper.resolve(ParentNodeProvider)
+        self.names: TorchNames = collect_torch_names(self.module)
+        self._dataflow = DataflowAnalysis(self.module, self.names)
+
+    @classmethod
+    def of_module(cls, module: cst.Module) -> "FileAnalysis":
+        return cls(MetadataWrapper(module, unsafe_skip_copy=True))
+
+    # facts -----------------------------------------------------------------------------------
+    @cached_property
+    def backward_sites(self) -> list[BackwardSite]:
+        return sorted(self._dataflow.backward_sites.values(), key=lambda site: self.start(site.call))
+
+    @property
+    def loops(self) -> list[Loop]:
+        return list(self._dataflow.loops.values())
+
+    def loops_around(self, statement: cst.CSTNode) -> tuple[Loop, ...]:
+        """The loops (innermost first) a statement runs in, within its own function."""
+        return self._dataflow.statement_loops.get(statement, ())
+
+    # positions and structure -----------------------------------------------------------------
+    def range(self, node: cst.CSTNode) -> CodeRange:
+        return self._positions[node]
+
+    def start(self, node: cst.CSTNode) -> tuple[int, int]:
+        position = self._positions[node].start
+        return position.line, position.column
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self._positions[node].start.line
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(node)
+
+    def block_of(self, statement: cst.CSTNode) -> Block | None:
+        """The editable statement list that directly holds ``statement``."""
+        owner = self._parents.get(statement)
+        if isinstance(owner, (cst.Module, cst.IndentedBlock)) and isinstance(statement, cst.BaseStatement):
+            return Block(owner, owner.body)
+        return None
+
+    def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement | None:
+        """The statement line or compound statement that contains ``node``."""
+        while node is not None and not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            node = self._parents.get(node)
+        return node
+
+    def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+        while inner is not None:
+            if inner is outer:
+                return True
+            inner = self._parents.get(inner)
+        return False
+
+    # effects ---------------------------------------------------------------------------------
+    @staticmethod
+    def gradient_effects(node: cst.CSTNode) -> set[str]:
+        """What in ``node`` reads or changes gradients: optimizer steps, zeroing, clipping,
+        backward calls, ``.grad`` access."""
+        effects = set()
+        for call in m.findall(node, m.Call(func=m.Attribute())):
+            method = call.func.attr.value
+            if method in _GRADIENT_METHODS:
+                effects.add(method)
+        for call in m.findall(node, m.Call(func=m.Name())):
+            if call.func.value in ("clip_grad_norm_", "clip_grad_value_"):
+                effects.add(call.func.value)
+        if m.findall(node, m.Attribute(attr=m.Name("grad"))):
+            effects.add("grad")
+        if m.findall(node, m.Call(func=m.Attribute(attr=m.Name("grad"), value=m.Attribute(attr=m.Name("autograd"))))):
+            effects.add("backward")
+        return effects

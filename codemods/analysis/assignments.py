@@ -1,0 +1,152 @@
+"""Which names a piece of code writes and reads.
+
+Names are dotted paths: ``x``, ``self.hidden``, ``model.state``. Writing ``a[i] = v``, ``a += v`` or
+calling a mutating method like ``a.append(v)`` / ``a.add_(v)`` counts as writing ``a``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from .torch_names import dotted_name
+
+APPENDING_METHODS = {"append", "extend", "insert"}
+# In-place tensor methods end in "_"; these two only flip autograd bookkeeping.
+BOOKKEEPING_METHODS = {"detach_", "requires_grad_"}
+
+
+def _is_no_grad_block(node: cst.With) -> bool:
+    return any(
+        m.matches(item.item, m.Call(func=m.Attribute(attr=m.Name("no_grad")) | m.Name("no_grad")))
+        for item in node.items
+    )
+
+
+def is_inplace_method(name: str) -> bool:
+    return name.endswith("_") and not name.startswith("_")
+
+
+def target_names(target: cst.BaseExpression) -> list[str]:
+    """Names bound by an assignment target, with tuple unpacking flattened."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in target_names(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    if isinstance(target, cst.Subscript):
+        name = dotted_name(target.value)
+        return [name] if name else []
+    name = dotted_name(target)
+    return [name] if name else []
+
+
+class _Writes(cst.CSTVisitor):
+    def __init__(self, rebinding_only: bool) -> None:
+        self.names: set[str] = set()
+        self.rebinding_only = rebinding_only
+        self._no_grad_depth = 0
+
+    def visit_With(self, node: cst.With) -> None:
+        self._no_grad_depth += _is_no_grad_block(node)
+
+    def leave_With(self, original_node: cst.With) -> None:
+        self._no_grad_depth -= _is_no_grad_block(original_node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.names.update(target_names(node.target))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self.names.update(target_names(node.target))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        # Under no_grad, `w -= lr * w.grad` updates a parameter in place: the name keeps its object.
+        if not (self.rebinding_only and self._no_grad_depth):
+            self.names.update(target_names(node.target))
+
+    def visit_For(self, node: cst.For) -> None:
+        self.names.update(target_names(node.target))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.names.update(target_names(node.asname.name))
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.names.update(target_names(node.target))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not self.rebinding_only and isinstance(func, cst.Attribute) and (
+            func.attr.value in APPENDING_METHODS or is_inplace_method(func.attr.value)
+        ):
+            name = dotted_name(func.value)
+            if name:
+                self.names.add(name)
+
+
+def assigned_names(node: cst.CSTNode, rebinding_only: bool = False) -> set[str]:
+    """Every name written anywhere inside ``node`` (not inside nested functions or classes).
+    With ``rebinding_only``, only writes that bind a name to another object: not ``a.append(v)``,
+    ``a.add_(v)`` or an augmented assignment under ``torch.no_grad()``."""
+    visitor = _Writes(rebinding_only)
+    node.visit(visitor)
+    return visitor.names
+
+
+class _Reads(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        name = dotted_name(node)
+        if name is None:
+            return True
+        parts = name.split(".")
+        self.names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        _visit_target_reads(node.target, self)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        _visit_target_reads(node.target, self)
+        if node.value is not None:
+            node.value.visit(self)
+        return False
+
+
+def _visit_target_reads(target: cst.BaseExpression, visitor: _Reads) -> None:
+    """Targets read only what they index into: ``a[i] = v`` reads ``a`` and ``i``."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            _visit_target_reads(element.value, visitor)
+    elif isinstance(target, cst.Subscript):
+        target.value.visit(visitor)
+        for element in target.slice:
+            element.visit(visitor)
+    elif isinstance(target, cst.Attribute) and dotted_name(target) is None:
+        target.value.visit(visitor)
+
+
+def read_names(node: cst.CSTNode) -> set[str]:
+    """Every name read inside ``node``, each dotted prefix included (``self.h`` reads ``self``)."""
+    visitor = _Reads()
+    node.visit(visitor)
+    return visitor.names

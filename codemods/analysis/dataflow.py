@@ -1,0 +1,690 @@
+"""Which values carry an autograd graph, where it was built, and what crosses loop boundaries.
+
+An abstract interpreter walks every scope (the module body and each function body) once, statement
+by statement, keeping an environment of ``Value``s. Branches are joined; a loop body is walked until
+its head values stop changing (two or three passes), so the values that reach an iteration from the
+previous one are known. Methods of ``nn.Module`` subclasses are walked the same way with one call as
+the "iteration": attributes stored on ``self`` are what one call hands to the next.
+
+The interpreter records the facts the rules need: every backward site with the value it backwards
+and its enclosing loops, every loop with the values entering it and leaving an iteration, and the
+loops each statement sits in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence, Union
+
+import libcst as cst
+
+from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, target_names
+from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
+from .values import (
+    EMPTY,
+    LEAF,
+    NONE,
+    NOTHING,
+    TENSOR,
+    UNKNOWN,
+    Carried,
+    ListOf,
+    Origin,
+    Source,
+    Structure,
+    TupleOf,
+    Value,
+    combine,
+)
+
+Env = dict[str, Value]
+LoopNode = Union[cst.For, cst.While, cst.FunctionDef]
+
+_MAX_PASSES = 4
+_DETACHING_METHODS = {"detach", "item", "tolist", "numpy", "size", "dim", "numel", "nelement", "data_ptr", "ndimension"}
+_NON_GRAPH_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "ndim"}
+_NON_GRAPH_BUILTINS = {"float", "int", "bool", "str", "len", "print", "range", "repr", "format", "isinstance", "id", "hash", "round"}
+_CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
+_REDUCING_BUILTINS = {"sum", "max", "min"}
+_CREATION_FUNCTIONS = {
+    "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
+    "logspace", "eye", "tensor", "as_tensor", "from_numpy", "zeros_like", "ones_like", "empty_like",
+    "full_like", "rand_like", "randn_like", "randint_like", "manual_seed",
+}
+_NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
+_BACKWARD_FUNCTIONS = {"torch.autograd.backward", "torch.autograd.grad"}
+
+
+@dataclass(eq=False)
+class Scope:
+    node: Union[cst.Module, cst.FunctionDef]
+    class_name: str | None = None
+    in_module_class: bool = False  # a method of an nn.Module other than __init__: walked as repeated calls
+
+
+@dataclass(eq=False)
+class Loop:
+    """A ``for``/``while`` loop, or a method of an nn.Module whose calls act as iterations."""
+
+    node: LoopNode
+    parent: "Loop | None"
+    scope: Scope
+    carried_names: frozenset[str]
+    entry: Env = field(default_factory=dict)  # values before the first iteration
+    back_edge: Env = field(default_factory=dict)  # values at the end of an iteration
+    returned: Value = NOTHING  # for methods: what a call returns
+
+    @property
+    def is_call(self) -> bool:
+        return isinstance(self.node, cst.FunctionDef)
+
+    @property
+    def body(self) -> cst.BaseSuite:
+        return self.node.body
+
+    def encloses(self, other: "Loop | None") -> bool:
+        while other is not None:
+            if other is self:
+                return True
+            other = other.parent
+        return False
+
+
+@dataclass(eq=False)
+class BackwardSite:
+    """A call that runs backward: ``t.backward()``, ``torch.autograd.backward(t)`` or ``.grad(t, …)``."""
+
+    call: cst.Call
+    statement: cst.CSTNode  # the statement line the call is in
+    api: str  # "Tensor.backward", "torch.autograd.backward" or "torch.autograd.grad"
+    receiver: cst.BaseExpression | None  # the backwarded tensor expression
+    value: Value
+    loops: tuple[Loop, ...]  # innermost first
+    scope: Scope
+
+    @property
+    def is_whole_statement(self) -> bool:
+        """True for a statement line that is just this call."""
+        return (
+            isinstance(self.statement, cst.SimpleStatementLine)
+            and len(self.statement.body) == 1
+            and isinstance(self.statement.body[0], cst.Expr)
+            and self.statement.body[0].value is self.call
+        )
+
+    def keyword(self, name: str) -> cst.Arg | None:
+        return next((arg for arg in self.call.args if arg.keyword and arg.keyword.value == name), None)
+
+
+class _Terminated(Exception):
+    """Control left the current block (return, break, continue or raise)."""
+
+
+@dataclass
+class _Frame:
+    loop: Loop | None
+    continues: list[Env] = field(default_factory=list)
+    breaks: list[Env] = field(default_factory=list)
+    returns: list[Env] = field(default_factory=list)
+    returned: list[Value] = field(default_factory=list)
+
+
+def join_envs(envs: Sequence[Env | None]) -> Env | None:
+    live = [env for env in envs if env is not None]
+    if not live:
+        return None
+    joined = dict(live[0])
+    for env in live[1:]:
+        for name, value in env.items():
+            joined[name] = joined[name].join(value) if name in joined else value
+    return joined
+
+
+class DataflowAnalysis:
+    """Runs the interpreter over a whole module and keeps what it found."""
+
+    def __init__(self, module: cst.Module, names: TorchNames) -> None:
+        self.names = names
+        self.backward_sites: dict[cst.Call, BackwardSite] = {}
+        self.loops: dict[LoopNode, Loop] = {}
+        self.statement_loops: dict[cst.CSTNode, tuple[Loop, ...]] = {}
+        self.forward_results: dict[str, Structure] = {}  # what calling a local nn.Module returns
+        self._scope = Scope(module)
+        self._loops: list[Loop] = []
+        self._frames: list[_Frame] = []
+        self._statement: cst.CSTNode = module
+        self._no_grad = 0
+        self._run_scope(Scope(module), module.body, {})
+
+    # scopes ----------------------------------------------------------------------------------
+    def _run_scope(self, scope: Scope, body: Sequence[cst.CSTNode], env: Env) -> Env | None:
+        """Walks one scope; returns the environment at its end (None for a method walked as
+        repeated calls, or when the end is unreachable)."""
+        saved = (self._scope, self._loops, self._frames, self._no_grad)
+        self._scope, self._loops, self._frames = scope, [], [_Frame(None)]
+        if isinstance(scope.node, cst.FunctionDef) and any(
+            self.names.qualify(_decorator_callee(d)) in _NO_GRAD_CONTEXTS for d in scope.node.decorators
+        ):
+            self._no_grad = 1
+        try:
+            if isinstance(scope.node, cst.FunctionDef) and scope.in_module_class:
+                self._run_loop(scope.node, env, iteration=lambda head: self._exec_body(scope.node.body, head))
+                return None
+            return self._exec_block(body, env)
+        finally:
+            self._scope, self._loops, self._frames, self._no_grad = saved
+
+    def _define_function(self, node: cst.FunctionDef, class_name: str | None = None, env: Env | None = None) -> Env | None:
+        # Calls of a module's methods act as iterations; construction happens once.
+        called_repeatedly = class_name in self.names.module_classes and node.name.value != "__init__"
+        end = self._run_scope(Scope(node, class_name, called_repeatedly), node.body.body, dict(env or {}))
+        if called_repeatedly and node.name.value == "forward":
+            self.forward_results[class_name] = self.loops[node].returned.structure
+        return end
+
+    def _define_class(self, node: cst.ClassDef) -> None:
+        """Methods start from the attributes ``__init__`` leaves on the instance."""
+        methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
+        constructor = next((f for f in methods if f.name.value == "__init__"), None)
+        constructed: Env = {}
+        if constructor is not None:
+            end = self._define_function(constructor, node.name.value) or {}
+            constructed = {name: value for name, value in end.items() if name.startswith("self.")}
+        for statement in node.body.body:
+            if isinstance(statement, cst.FunctionDef) and statement is not constructor:
+                self._define_function(statement, node.name.value, constructed)
+            elif isinstance(statement, cst.ClassDef):
+                self._define_class(statement)
+
+    # blocks and statements -------------------------------------------------------------------
+    def _exec_body(self, suite: cst.BaseSuite, env: Env) -> Env | None:
+        return self._exec_block(suite.body, env)
+
+    def _exec_block(self, statements: Sequence[cst.CSTNode], env: Env | None) -> Env | None:
+        for statement in statements:
+            if env is None:
+                break
+            try:
+                env = self._exec_statement(statement, env)
+            except _Terminated:
+                env = None
+        return env
+
+    def _exec_statement(self, statement: cst.CSTNode, env: Env) -> Env | None:
+        if isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self._statement = statement
+            self.statement_loops[statement] = tuple(reversed(self._loops))
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                self._statement = statement
+                env = self._exec_small(small, env)
+            return env
+        if isinstance(statement, cst.BaseSmallStatement):
+            return self._exec_small(statement, env)
+        if isinstance(statement, cst.If):
+            self._eval(statement.test, env)
+            then_start, else_start = _narrowed(statement.test, env)
+            then_env = self._exec_body(statement.body, then_start)
+            if statement.orelse is None:
+                else_env: Env | None = else_start
+            elif isinstance(statement.orelse, cst.If):
+                else_env = self._exec_statement(statement.orelse, else_start)
+            else:
+                else_env = self._exec_body(statement.orelse.body, else_start)
+            return join_envs([then_env, else_env])
+        if isinstance(statement, cst.For):
+            items = self._eval(statement.iter, env)
+            element = _element_of(items)
+
+            def iteration(head: Env) -> Env | None:
+                self._assign(statement.target, element, head)
+                return self._exec_body(statement.body, head)
+
+            after = self._run_loop(statement, env, iteration)
+            return self._exec_else(statement, after)
+        if isinstance(statement, cst.While):
+
+            def iteration(head: Env) -> Env | None:
+                self._eval(statement.test, head)
+                return self._exec_body(statement.body, head)
+
+            after = self._run_loop(statement, env, iteration)
+            return self._exec_else(statement, after)
+        if isinstance(statement, cst.With):
+            no_grad = any(self._is_no_grad(item.item) for item in statement.items)
+            for item in statement.items:
+                self._eval(item.item, env)
+                if item.asname is not None:
+                    self._assign(item.asname.name, NOTHING, env)
+            self._no_grad += no_grad
+            try:
+                return self._exec_body(statement.body, env)
+            finally:
+                self._no_grad -= no_grad
+        if isinstance(statement, cst.Try):
+            body_env = self._exec_body(statement.body, dict(env))
+            handler_start = join_envs([env, body_env]) or env
+            ends = [self._exec_body(handler.body, dict(handler_start)) for handler in statement.handlers]
+            if statement.orelse is not None and body_env is not None:
+                body_env = self._exec_body(statement.orelse.body, body_env)
+            joined = join_envs([body_env, *ends])
+            if statement.finalbody is not None:
+                return self._exec_body(statement.finalbody.body, joined if joined is not None else dict(env))
+            return joined
+        if isinstance(statement, cst.FunctionDef):
+            env[statement.name.value] = NOTHING
+            self._define_function(statement)
+            return env
+        if isinstance(statement, cst.ClassDef):
+            env[statement.name.value] = NOTHING
+            self._define_class(statement)
+            return env
+        if isinstance(statement, cst.Match):
+            self._eval(statement.subject, env)
+            return join_envs([env, *(self._exec_body(case.body, dict(env)) for case in statement.cases)])
+        return env
+
+    def _exec_else(self, statement: Union[cst.For, cst.While], env: Env | None) -> Env | None:
+        if statement.orelse is None or env is None:
+            return env
+        return self._exec_body(statement.orelse.body, env)
+
+    def _exec_small(self, small: cst.BaseSmallStatement, env: Env) -> Env:
+        if isinstance(small, cst.Assign):
+            value = self._eval(small.value, env)
+            for target in small.targets:
+                self._assign(target.target, value, env, small.value)
+        elif isinstance(small, cst.AnnAssign):
+            if small.value is not None:
+                self._assign(small.target, self._eval(small.value, env), env, small.value)
+        elif isinstance(small, cst.AugAssign):
+            value = combine(
+                [self._eval(small.target, env), self._eval(small.value, env)], self._origin(small)
+            )
+            self._assign(small.target, value, env)
+        elif isinstance(small, cst.Expr):
+            self._eval(small.value, env)
+        elif isinstance(small, cst.Return):
+            frame = next(f for f in reversed(self._frames) if f.loop is None or f.loop.is_call)
+            if small.value is not None:
+                frame.returned.append(self._eval(small.value, env))
+            frame.returns.append(env)
+            raise _Terminated
+        elif isinstance(small, cst.Raise):
+            raise _Terminated
+        elif isinstance(small, (cst.Break, cst.Continue)):
+            frame = next((f for f in reversed(self._frames) if f.loop is not None and not f.loop.is_call), None)
+            if frame is not None:
+                (frame.breaks if isinstance(small, cst.Break) else frame.continues).append(env)
+            raise _Terminated
+        elif isinstance(small, cst.Del):
+            for name in target_names(small.target):
+                env.pop(name, None)
+        return env
+
+    # loops -----------------------------------------------------------------------------------
+    def _run_loop(self, node: LoopNode, env: Env, iteration) -> Env | None:
+        loop = self.loops.get(node)
+        if loop is None:
+            carried = assigned_names(node.body)
+            if isinstance(node, cst.FunctionDef):
+                # Across calls only what is kept on the instance survives.
+                self_name = node.params.params[0].name.value if node.params.params else "self"
+                carried = {name for name in carried if name.startswith(self_name + ".")}
+            elif isinstance(node, cst.For):
+                carried |= set(target_names(node.target))
+            parent = self._loops[-1] if self._loops else None
+            loop = Loop(node, parent, self._scope, frozenset(carried))
+            self.loops[node] = loop
+        entry = {name: env[name] for name in loop.carried_names if name in env}
+        back_edge: Env = {}
+        frame = _Frame(loop)
+        for _ in range(_MAX_PASSES):
+            head = dict(env)
+            for name in loop.carried_names:
+                start = join_envs([{name: v} for v in (entry.get(name), back_edge.get(name)) if v is not None])
+                if start is None:
+                    continue
+                value = start[name]
+                head[name] = Value(
+                    graph=value.graph,
+                    origins=frozenset({Carried(loop, name)}) if value.graph else frozenset(),
+                    structure=value.structure,
+                    may_be_none=value.may_be_none,
+                )
+            frame = _Frame(loop)
+            self._frames.append(frame)
+            self._loops.append(loop)
+            try:
+                end = iteration(head)
+            finally:
+                self._loops.pop()
+                self._frames.pop()
+            ends = join_envs([end, *frame.continues, *frame.returns]) or {}
+            new_back_edge = {name: ends[name] for name in loop.carried_names if name in ends}
+            converged = _same_graphs(new_back_edge, back_edge)
+            back_edge = new_back_edge
+            if converged:
+                break
+        loop.entry, loop.back_edge = entry, back_edge
+        returned_structure = _join_structures(v.structure for v in frame.returned) if frame.returned else UNKNOWN
+        loop.returned = _union(frame.returned, returned_structure)
+        return join_envs([env, end, *frame.breaks])
+
+    # assignments -----------------------------------------------------------------------------
+    def _assign(
+        self,
+        target: cst.BaseExpression,
+        value: Value,
+        env: Env,
+        source: cst.BaseExpression | None = None,
+    ) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            elements = [e.value for e in target.elements]
+            sources: list[cst.BaseExpression | None] = [None] * len(elements)
+            if isinstance(source, (cst.Tuple, cst.List)) and len(source.elements) == len(elements):
+                sources = [e.value for e in source.elements]
+                values = [self._eval(s, env) for s in sources]
+            else:
+                items = value.structure.items if isinstance(value.structure, TupleOf) else ()
+                values = [
+                    Value(value.graph, value.origins, items[i] if len(items) == len(elements) else UNKNOWN)
+                    for i in range(len(elements))
+                ]
+            for element, element_value, element_source in zip(elements, values, sources):
+                self._assign(element, element_value, env, element_source)
+            return
+        if isinstance(target, cst.StarredElement):
+            self._assign(target.value, Value(value.graph, value.origins, ListOf(UNKNOWN)), env)
+            return
+        if isinstance(target, cst.Subscript):
+            name = dotted_name(target.value)
+            if name is not None:
+                env[name] = combine([env.get(name, NOTHING), value], self._origin(target), env.get(name, NOTHING).structure)
+            return
+        name = dotted_name(target)
+        if name is None:
+            return
+        for key in [k for k in env if k.startswith(name + ".")]:
+            del env[key]
+        env[name] = value
+
+    # expressions -----------------------------------------------------------------------------
+    def _origin(self, node: cst.CSTNode) -> Origin | None:
+        return None if self._no_grad else Origin(node, self._statement)
+
+    def _eval(self, node: cst.BaseExpression, env: Env) -> Value:
+        value = self._eval_expression(node, env)
+        return value.without_graph() if self._no_grad and value.graph else value
+
+    def _eval_all(self, nodes, env: Env) -> list[Value]:
+        return [self._eval(node, env) for node in nodes]
+
+    def _eval_expression(self, node: cst.BaseExpression, env: Env) -> Value:
+        if isinstance(node, cst.Name):
+            if node.value == "None":
+                return Value(structure=NONE)
+            return env.get(node.value, NOTHING)
+        if isinstance(node, cst.Attribute):
+            return self._eval_attribute(node, env)
+        if isinstance(node, cst.Call):
+            return self._eval_call(node, env)
+        if isinstance(node, cst.BinaryOperation):
+            return combine(self._eval_all([node.left, node.right], env), self._origin(node))
+        if isinstance(node, cst.UnaryOperation):
+            operand = self._eval(node.expression, env)
+            return NOTHING if isinstance(node.operator, cst.Not) else combine([operand], self._origin(node))
+        if isinstance(node, cst.BooleanOperation):
+            return self._eval(node.left, env).join(self._eval(node.right, env))
+        if isinstance(node, cst.Comparison):
+            self._eval(node.left, env)
+            self._eval_all([c.comparator for c in node.comparisons], env)
+            return NOTHING
+        if isinstance(node, cst.IfExp):
+            self._eval(node.test, env)
+            return self._eval(node.body, env).join(self._eval(node.orelse, env))
+        if isinstance(node, cst.Subscript):
+            base = self._eval(node.value, env)
+            for element in node.slice:
+                if isinstance(element.slice, cst.Index):
+                    self._eval(element.slice.value, env)
+            if base.structure is TENSOR:
+                return combine([base], self._origin(node))
+            return Value(base.graph, base.origins, _element_of(base).structure)
+        if isinstance(node, (cst.Tuple, cst.List)):
+            values = self._eval_all([e.value for e in node.elements], env)
+            structure: Structure = (
+                TupleOf(tuple(v.structure for v in values))
+                if isinstance(node, cst.Tuple)
+                else ListOf(_join_structures(v.structure for v in values))
+            )
+            return _union(values, structure)
+        if isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+            return self._eval_comprehension(node, env)
+        if isinstance(node, cst.Dict):
+            return _union(
+                self._eval_all([e.value for e in node.elements if isinstance(e, cst.DictElement)], env), UNKNOWN
+            )
+        if isinstance(node, (cst.StarredElement, cst.Await)):
+            return self._eval(node.value if isinstance(node, cst.StarredElement) else node.expression, env)
+        if isinstance(node, cst.NamedExpr):
+            value = self._eval(node.value, env)
+            self._assign(node.target, value, env)
+            return value
+        if isinstance(node, (cst.FormattedString, cst.Lambda)):
+            return NOTHING
+        return NOTHING
+
+    def _eval_attribute(self, node: cst.Attribute, env: Env) -> Value:
+        name = dotted_name(node)
+        if name is not None and name in env:
+            return env[name]
+        if node.attr.value in _NON_GRAPH_ATTRIBUTES:
+            self._eval(node.value, env)
+            return NOTHING
+        if self.names.is_parameter(node, self._scope.class_name):
+            return LEAF
+        if self.names.module(node.value, self._scope.class_name) is not None:
+            return NOTHING
+        base = self._eval(node.value, env)
+        return Value(base.graph, base.origins, TENSOR if base.structure is TENSOR else UNKNOWN)
+
+    def _eval_call(self, node: cst.Call, env: Env) -> Value:
+        func = node.func
+        arguments = [arg.value for arg in node.args]
+        class_name = self._scope.class_name
+        qualified = self.names.qualify(func) or ""
+
+        if qualified in _BACKWARD_FUNCTIONS:
+            values = self._eval_all(arguments, env)
+            self._record_backward(node, qualified, arguments[0] if arguments else None, values[0] if values else NOTHING)
+            return NOTHING
+
+        called_module = self.names.module(func, class_name)
+        if called_module is not None:
+            return self._module_call(called_module, node, arguments, env)
+
+        if isinstance(func, cst.Attribute) and not self.names.is_torch(func.value):
+            method = func.attr.value
+            if method == "backward":
+                receiver = self._eval(func.value, env)
+                self._eval_all(arguments, env)
+                self._record_backward(node, "Tensor.backward", func.value, receiver)
+                return NOTHING
+            module = self.names.module(func.value, class_name)
+            if module is not None:
+                self._eval_all(arguments, env)
+                return NOTHING if method != "forward" else self._module_call(module, node, arguments, env)
+            receiver = self._eval(func.value, env)
+            values = self._eval_all(arguments, env)
+            target = dotted_name(func.value)
+            if method in _DETACHING_METHODS:
+                return Value(structure=TENSOR if method == "detach" else UNKNOWN)
+            if method in BOOKKEEPING_METHODS:
+                value = LEAF if method == "requires_grad_" else Value(structure=TENSOR)
+                if target is not None:
+                    env[target] = value
+                return value
+            if method in APPENDING_METHODS and target is not None:
+                item = values[-1] if values else NOTHING
+                if method == "extend":
+                    item = _element_of(item)
+                stored = env.get(target, NOTHING)
+                item_structure = stored.structure.item if isinstance(stored.structure, ListOf) else item.structure
+                env[target] = _union([stored, item], ListOf(item_structure.join(item.structure)))
+                return NOTHING
+            result = combine([receiver, *values], self._origin(node), receiver.structure if receiver.structure is TENSOR else UNKNOWN)
+            if is_inplace_method(method) and target is not None:
+                env[target] = result
+            return result
+
+        values = self._eval_all(arguments, env)
+        if creates_parameter(self.names, node):
+            return LEAF
+        if self.names.module_class(func) is not None:
+            return NOTHING
+        if qualified.startswith("torch."):
+            return self._torch_call(node, qualified, values)
+        if isinstance(func, cst.Name):
+            if func.value in self.names.detaching_functions or func.value in _NON_GRAPH_BUILTINS:
+                return NOTHING
+            if func.value in _CONTAINER_BUILTINS:
+                element = _element_of(values[0]) if values else NOTHING
+                structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN
+                return Value(element.graph, element.origins, structure)
+        # An unknown function of graph-carrying values (a loss function, a helper) is differentiable
+        # in all code we have seen; passing a module in makes its result depend on parameters.
+        module_arguments = [self.names.module(a, class_name) for a in arguments]
+        if any(m is not None and m.trainable for m in module_arguments):
+            values.append(LEAF)
+        self._eval(func, env)
+        return combine(values, self._origin(node), UNKNOWN)
+
+    def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
+        values = self._eval_all(arguments, env)
+        if module.trainable:
+            values = [*values, LEAF]
+        result = self.forward_results.get(module.class_name, UNKNOWN) if module.is_local else module.call_result
+        return combine(values, self._origin(node), result)
+
+    def _torch_call(self, node: cst.Call, qualified: str, values: list[Value]) -> Value:
+        if qualified.rsplit(".", 1)[-1] in _CREATION_FUNCTIONS:
+            return Value(structure=TENSOR)
+        return combine(values, self._origin(node))
+
+    def _eval_comprehension(self, node, env: Env) -> Value:
+        inner = dict(env)
+        for clause in _comprehension_clauses(node.for_in):
+            self._assign(clause.target, _element_of(self._eval(clause.iter, inner)), inner)
+        element = self._eval(node.elt, inner)
+        structure: Structure = ListOf(element.structure)
+        return Value(element.graph, element.origins, structure)
+
+    def _is_no_grad(self, node: cst.BaseExpression) -> bool:
+        if not isinstance(node, cst.Call):
+            return False
+        name = self.names.qualify(node.func)
+        if name in _NO_GRAD_CONTEXTS:
+            return True
+        return (
+            name == "torch.set_grad_enabled"
+            and bool(node.args)
+            and isinstance(node.args[0].value, cst.Name)
+            and node.args[0].value.value == "False"
+        )
+
+    def _record_backward(self, call: cst.Call, api: str, receiver: cst.BaseExpression | None, value: Value) -> None:
+        self.backward_sites[call] = BackwardSite(
+            call=call,
+            statement=self._statement,
+            api=api,
+            receiver=receiver,
+            value=value,
+            loops=tuple(reversed(self._loops)),
+            scope=self._scope,
+        )
+
+
+def _decorator_callee(decorator: cst.Decorator) -> cst.BaseExpression:
+    node = decorator.decorator
+    return node.func if isinstance(node, cst.Call) else node
+
+
+def _comprehension_clauses(clause: cst.CompFor | None) -> Iterator[cst.CompFor]:
+    while clause is not None:
+        yield clause
+        clause = clause.inner_for_in
+
+
+def _narrowed(test: cst.BaseExpression, env: Env) -> tuple[Env, Env]:
+    """The environments at the start of an ``if``'s two branches: after ``x is None`` /
+    ``x is not None``, ``x`` holds None on one side."""
+    then_env, else_env = dict(env), dict(env)
+    if (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].comparator, cst.Name)
+        and test.comparisons[0].comparator.value == "None"
+    ):
+        name = dotted_name(test.left)
+        operator = test.comparisons[0].operator
+        if name is not None and isinstance(operator, (cst.Is, cst.IsNot)):
+            none_side = then_env if isinstance(operator, cst.Is) else else_env
+            none_side[name] = Value(structure=NONE)
+    return then_env, else_env
+
+
+def _element_of(value: Value) -> Value:
+    """What iterating over ``value`` yields."""
+    structure = value.structure
+    if isinstance(structure, ListOf):
+        item = structure.item
+    elif isinstance(structure, TupleOf):
+        item = _join_structures(structure.items)
+    else:
+        item = TENSOR if structure is TENSOR else UNKNOWN
+    return Value(value.graph, value.origins, item)
+
+
+def _join_structures(structures) -> Structure:
+    structures = list(structures)
+    if not structures:
+        return EMPTY
+    result = structures[0]
+    for structure in structures[1:]:
+        result = result.join(structure)
+    return result
+
+
+def _union(values: Sequence[Value], structure: Structure) -> Value:
+    return Value(
+        graph=any(v.graph for v in values),
+        origins=frozenset().union(*(v.origins for v in values)) if values else frozenset(),
+        structure=structure,
+    )
+
+
+def _same_graphs(a: Env, b: Env) -> bool:
+    return a.keys() == b.keys() and all(a[k].graph == b[k].graph and a[k].origins == b[k].origins for k in a)
+
+
+def expand(origins: frozenset[Source], within: Loop | None) -> frozenset[Source]:
+    """``origins`` with the ``Carried`` markers of loops nested inside ``within`` (of every loop when
+    ``within`` is None) replaced by what they stand for: what entered that loop and what one of its
+    iterations left behind. Markers of ``within`` itself and of outer loops are kept."""
+    result: set[Source] = set()
+    pending = list(origins)
+    seen: set[Source] = set()
+    while pending:
+        source = pending.pop()
+        if source in seen:
+            continue
+        seen.add(source)
+        result.add(source)
+        if isinstance(source, Carried) and source.loop is not within and (
+            within is None or within.encloses(source.loop)
+        ):
+            for env in (source.loop.entry, source.loop.back_edge):
+                if source.name in env:
+                    pending.extend(env[source.name].origins)
+    return frozenset(result)

@@ -1,0 +1,272 @@
+"""What the file's names mean in terms of torch: import aliases, module classes and instances,
+optimizers, and functions that return detached values.
+
+This is a cheap syntactic pass (no qualified-name metadata): it reads imports and assignments once
+and resolves dotted names like ``F.mse_loss`` to ``torch.nn.functional.mse_loss``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+
+from .values import TENSOR, UNKNOWN, Structure, TupleOf
+
+# nn modules whose call adds no parameters: their output carries graph only if their input does.
+_PARAMETERLESS_SUFFIXES = ("Loss",)
+_PARAMETERLESS = {
+    "ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Tanh", "Sigmoid",
+    "Hardtanh", "Hardsigmoid", "Hardswish", "Softplus", "Softsign", "Softmax", "LogSoftmax",
+    "Softmin", "Threshold", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+    "Identity", "Flatten", "Unflatten", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d",
+    "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Upsample", "PixelShuffle",
+    "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad2d", "CosineSimilarity",
+    "PairwiseDistance",
+}
+
+# What calling a recurrent module returns, so tuple state can be detached element by element.
+_RECURRENT_RESULTS: dict[str, Structure] = {
+    "LSTM": TupleOf((TENSOR, TupleOf((TENSOR, TENSOR)))),
+    "GRU": TupleOf((TENSOR, TENSOR)),
+    "RNN": TupleOf((TENSOR, TENSOR)),
+    "LSTMCell": TupleOf((TENSOR, TENSOR)),
+    "GRUCell": TENSOR,
+    "RNNCell": TENSOR,
+}
+
+# Methods that mark a receiver as an nn.Module wherever they are called on it.
+_MODULE_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "modules", "children"}
+# Methods that return the module they are called on.
+_MODULE_RETURNING = {"to", "cuda", "cpu", "double", "float", "half", "train", "eval", "requires_grad_"}
+
+
+def dotted_name(node: cst.CSTNode) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted_name(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """A name bound to an nn.Module instance."""
+
+    class_name: str  # the class's short name, e.g. "LSTM", or "" when unknown
+    is_local: bool = False  # a class defined in the same file
+
+    @property
+    def trainable(self) -> bool:
+        return not (self.class_name in _PARAMETERLESS or self.class_name.endswith(_PARAMETERLESS_SUFFIXES))
+
+    @property
+    def call_result(self) -> Structure:
+        """What calling a torch.nn module of this class returns."""
+        if self.class_name in _RECURRENT_RESULTS:
+            return _RECURRENT_RESULTS[self.class_name]
+        return TENSOR if self.class_name else UNKNOWN
+
+
+@dataclass
+class TorchNames:
+    aliases: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
+    module_classes: set[str] = field(default_factory=set)  # local nn.Module subclasses
+    modules: dict[str, ModuleInfo] = field(default_factory=dict)  # dotted name -> module
+    self_modules: dict[str, dict[str, ModuleInfo]] = field(default_factory=dict)  # class -> attr -> module
+    self_parameters: dict[str, set[str]] = field(default_factory=dict)  # class -> attrs holding parameters
+    optimizers: set[str] = field(default_factory=set)
+    detaching_functions: set[str] = field(default_factory=set)
+
+    def qualify(self, node: cst.CSTNode) -> str | None:
+        """The qualified name of a dotted expression, following import aliases."""
+        name = dotted_name(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        if head in self.aliases:
+            head = self.aliases[head]
+        return f"{head}.{rest}" if rest else head
+
+    def is_torch(self, node: cst.CSTNode) -> bool:
+        name = self.qualify(node)
+        return name is not None and name.split(".")[0] == "torch"
+
+    def module_class(self, callee: cst.CSTNode) -> str | None:
+        """If calling ``callee`` constructs an nn.Module, the class's short name."""
+        name = self.qualify(callee)
+        if name is None:
+            return None
+        if name in self.module_classes:
+            return name
+        if name.startswith("torch.nn.") and name.count(".") == 2 and name[9:10].isupper() and name != "torch.nn.Parameter":
+            return name.rsplit(".", 1)[1]
+        return None
+
+    def is_parameter(self, node: cst.Attribute, class_name: str | None) -> bool:
+        """``self.w`` set from ``nn.Parameter`` in the class, or ``<module>.weight`` / ``.bias``."""
+        name = dotted_name(node)
+        if name is not None and class_name and name.startswith("self.") and name.count(".") == 1:
+            return name[5:] in self.self_parameters.get(class_name, set())
+        return self.module(node.value, class_name) is not None and node.attr.value.startswith(("weight", "bias"))
+
+    def module(self, node: cst.CSTNode, class_name: str | None) -> ModuleInfo | None:
+        """The module an expression names (``model``, ``self.encoder``, ``self.layers[i]``), if any."""
+        if isinstance(node, cst.Subscript):
+            container = self.module(node.value, class_name)
+            return None if container is None else ModuleInfo("")
+        name = dotted_name(node)
+        if name is None:
+            return None
+        if name in self.modules:
+            return self.modules[name]
+        if class_name and name.startswith("self."):
+            return self.self_modules.get(class_name, {}).get(name[5:])
+        return None
+
+
+class _TorchNamesCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names = TorchNames()
+        self._classes: list[str] = []
+        self._functions: list[cst.FunctionDef] = []
+        self._aliases: list[tuple[str | None, str, str]] = []  # (class, target, module name) to resolve
+
+    # imports ---------------------------------------------------------------------------------
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.names.aliases[alias.asname.name.value] = full
+            else:
+                head = full.split(".")[0]
+                self.names.aliases[head] = head
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is None or node.relative or isinstance(node.names, cst.ImportStar):
+            return
+        base = dotted_name(node.module)
+        for alias in node.names:
+            imported = dotted_name(alias.name)
+            if base is None or imported is None:
+                continue
+            local = imported
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self.names.aliases[local] = f"{base}.{imported}"
+
+    # classes and functions -------------------------------------------------------------------
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        for base in node.bases:
+            name = self.names.qualify(base.value) or ""
+            if name in ("torch.nn.Module",) or name in self.names.module_classes:
+                self.names.module_classes.add(node.name.value)
+        self._classes.append(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._classes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.append(node)
+        for param in node.params.params:
+            annotation = param.annotation
+            if annotation is not None and self.names.qualify(annotation.annotation) == "torch.nn.Module":
+                self.names.modules[param.name.value] = ModuleInfo("")
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._functions.pop()
+        detaches = m.findall(
+            original_node.body,
+            m.Call(func=m.Attribute(attr=m.Name("detach") | m.Name("detach_"))),
+        )
+        if detaches and not self._classes:
+            self.names.detaching_functions.add(original_node.name.value)
+
+    # instances -------------------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind(node.target, node.value)
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        name = dotted_name(target)
+        if name is None:
+            return
+        module = self._constructed_module(value)
+        current_class = self._classes[-1] if self._classes else None
+        if module is None and isinstance(value, cst.Name):
+            self._aliases.append((current_class, name, value.value))
+        if module is not None:
+            if name.startswith("self.") and self._classes:
+                self.names.self_modules.setdefault(self._classes[-1], {})[name[5:]] = module
+            else:
+                self.names.modules[name] = module
+        elif isinstance(value, cst.Call) and (self.names.qualify(value.func) or "").startswith("torch.optim."):
+            self.names.optimizers.add(name)
+        elif name.startswith("self.") and self._classes and creates_parameter(self.names, value):
+            self.names.self_parameters.setdefault(self._classes[-1], set()).add(name[5:])
+
+    def _constructed_module(self, value: cst.BaseExpression) -> ModuleInfo | None:
+        if not isinstance(value, cst.Call):
+            return None
+        func = value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_RETURNING:
+            inner = func.value
+            if isinstance(inner, cst.Call):
+                return self._constructed_module(inner)
+            known = self.names.module(inner, self._classes[-1] if self._classes else None)
+            return known
+        class_name = self.names.module_class(func)
+        if class_name is None:
+            return None
+        return ModuleInfo(class_name, is_local=class_name in self.names.module_classes)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
+            name = dotted_name(func.value)
+            if name is None:
+                return
+            if name.startswith("self.") and name.count(".") == 1 and self._classes:
+                self.names.self_modules.setdefault(self._classes[-1], {}).setdefault(name[5:], ModuleInfo(""))
+            elif not name.startswith("self."):
+                self.names.modules.setdefault(name, ModuleInfo(""))
+
+    def resolve_aliases(self) -> None:
+        """``self.model = model`` where ``model`` turned out to be a module."""
+        for class_name, target, source in self._aliases:
+            module = self.names.modules.get(source)
+            if module is None:
+                continue
+            if target.startswith("self.") and class_name:
+                self.names.self_modules.setdefault(class_name, {}).setdefault(target[5:], module)
+            else:
+                self.names.modules.setdefault(target, module)
+
+
+def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
+    """``nn.Parameter(...)`` or a tensor factory called with ``requires_grad=True``."""
+    if not isinstance(value, cst.Call):
+        return False
+    if names.qualify(value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+        return True
+    return any(
+        arg.keyword is not None and arg.keyword.value == "requires_grad" and m.matches(arg.value, m.Name("True"))
+        for arg in value.args
+    )
+
+
+def collect_torch_names(module: cst.Module) -> TorchNames:
+    collector = _TorchNamesCollector()
+    module.visit(collector)
+    collector.resolve_aliases()
+    return collector.names

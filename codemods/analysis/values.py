@@ -1,0 +1,135 @@
+"""The abstract values the dataflow analysis computes for names and expressions.
+
+A ``Value`` answers three questions about what a name holds at one point of a program:
+
+* does it carry an autograd graph (``graph``)?
+* which places built the interior nodes of that graph (``origins``)? Leaf parameters build none,
+  so two losses that only share parameters share no origin, while two heads on one encoder output
+  share the encoder call.
+* what shape of container is it (``structure``): a tensor, a tuple of them, a list of them, ``None``
+  or unknown? The rewrites need it to write a correct ``.detach()``.
+
+A loop's head is where values from before the loop meet values from the previous iteration. Names
+assigned in a loop get a ``Carried`` origin there, standing for "whatever this name held when the
+iteration started", so a rule can tell a graph built in this iteration from one carried into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Union
+
+import libcst as cst
+
+if TYPE_CHECKING:
+    from .dataflow import Loop
+
+
+@dataclass(frozen=True, eq=False)
+class Origin:
+    """An expression that creates interior autograd nodes, and the statement it belongs to."""
+
+    node: cst.CSTNode
+    statement: cst.CSTNode
+
+
+@dataclass(frozen=True)
+class Carried:
+    """The value ``name`` had when an iteration of ``loop`` started."""
+
+    loop: "Loop"
+    name: str
+
+
+Source = Union[Origin, Carried]
+
+
+class Structure:
+    """The container shape of a value; subclasses are the known shapes."""
+
+    def join(self, other: "Structure") -> "Structure":
+        if other is EMPTY:
+            return self
+        if self is EMPTY:
+            return other
+        return self if self == other else UNKNOWN
+
+
+@dataclass(frozen=True)
+class _Named(Structure):
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+TENSOR = _Named("tensor")
+EMPTY = _Named("empty")  # the items of an empty list literal: whatever is appended later
+UNKNOWN = _Named("unknown")
+NONE = _Named("None")
+
+
+@dataclass(frozen=True)
+class TupleOf(Structure):
+    items: tuple[Structure, ...]
+
+    def join(self, other: Structure) -> Structure:
+        if other is EMPTY:
+            return self
+        if isinstance(other, TupleOf) and len(other.items) == len(self.items):
+            return TupleOf(tuple(a.join(b) for a, b in zip(self.items, other.items)))
+        return UNKNOWN
+
+
+@dataclass(frozen=True)
+class ListOf(Structure):
+    item: Structure
+
+    def join(self, other: Structure) -> Structure:
+        if other is EMPTY:
+            return self
+        if isinstance(other, ListOf):
+            return ListOf(self.item.join(other.item))
+        return UNKNOWN
+
+
+@dataclass(frozen=True)
+class Value:
+    graph: bool = False
+    origins: frozenset[Source] = field(default_factory=frozenset)
+    structure: Structure = UNKNOWN
+    may_be_none: bool = False
+
+    def join(self, other: "Value") -> "Value":
+        """What a name may hold where two paths meet."""
+        structures = [v.structure for v in (self, other) if v.structure is not NONE]
+        structure = structures[0] if structures else NONE
+        for extra in structures[1:]:
+            structure = structure.join(extra)
+        return Value(
+            graph=self.graph or other.graph,
+            origins=self.origins | other.origins,
+            structure=structure,
+            may_be_none=self.may_be_none
+            or other.may_be_none
+            or NONE in (self.structure, other.structure),
+        )
+
+    def without_graph(self) -> "Value":
+        return Value(structure=self.structure, may_be_none=self.may_be_none)
+
+
+NOTHING = Value()
+LEAF = Value(graph=True, structure=TENSOR)
+
+
+def combine(values: Iterable[Value], created_by: Origin | None, structure: Structure = TENSOR) -> Value:
+    """The value of an operation on ``values``: it carries graph when any input does, and then the
+    operation itself is a new interior node."""
+    values = list(values)
+    if not any(v.graph for v in values):
+        return Value(structure=structure)
+    origins = frozenset().union(*(v.origins for v in values))
+    if created_by is not None:
+        origins |= {created_by}
+    return Value(graph=True, origins=origins, structure=structure)

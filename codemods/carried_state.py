@@ -1,0 +1,264 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+import libcst.matchers as m
+
+from .analysis import (
+    NONE,
+    TENSOR,
+    UNKNOWN,
+    BackwardSite,
+    Carried,
+    ListOf,
+    Loop,
+    Origin,
+    Structure,
+    TupleOf,
+    Value,
+    assigned_names,
+    dotted_name,
+    expand,
+    target_names,
+)
+from .edits import Fix
+from .rule import FixKind, Rule, Violation
+
+
+class CarriedState(Rule):
+    """
+    State that carries an autograd graph crosses from one training iteration into the next.
+
+    A recurrent hidden state (``hidden``, an LSTM's ``(h, c)``), an unrolled estimate
+    (``Yest = Yest + w * x``), a list of stored states or an attribute a module keeps on ``self``
+    between calls is updated through differentiable operations in one iteration and used by the
+    next iteration's loss. That loss's backward walks back into the previous iteration's graph,
+    which the previous backward already freed: ``RuntimeError: Trying to backward through the
+    graph a second time``. With ``retain_graph=True`` it runs, but every step backpropagates
+    through all earlier steps: the time and memory of each step grow without bound.
+
+    The fix is truncated backpropagation through time: detach the state where an iteration
+    starts (``hidden = hidden.detach()``, element by element for tuples and lists, guarded when
+    the state starts as ``None``). For state a module keeps on ``self``, the value is detached
+    where it is stored for the next call. The values the program computes stay the same; the
+    gradients stop at the iteration boundary instead of reaching into freed graphs. This changes
+    the maths on purpose: it is what training a recurrent model step by step means.
+
+    gradfix only reports when it cannot tell the state's structure (a namedtuple, a dataclass, a
+    dict, the result of an unknown function) or when the state has no value before the loop.
+    """
+
+    CODE = "GF004"
+    NAME = "carried_state"
+    SUMMARY = "state carries its graph across training iterations"
+    FIX = FixKind.SAFE
+    EXAMPLE_BEFORE = """\
+hidden = (torch.zeros(1, batch, size), torch.zeros(1, batch, size))
+for inputs, targets in loader:
+    output, hidden = lstm(inputs, hidden)
+    loss = criterion(head(output), targets)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    EXAMPLE_AFTER = """\
+hidden = (torch.zeros(1, batch, size), torch.zeros(1, batch, size))
+for inputs, targets in loader:
+    hidden = tuple(h.detach() for h in hidden)
+    output, hidden = lstm(inputs, hidden)
+    loss = criterion(head(output), targets)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+    def violations(self) -> Iterator[Violation]:
+        yield from self._loop_violations()
+        yield from self._stored_on_self_violations()
+
+    # state carried by a loop ------------------------------------------------------------------
+    def _loop_violations(self) -> Iterator[Violation]:
+        carried: dict[Loop, dict[str, BackwardSite]] = {}
+        for site in self.analysis.backward_sites:
+            taken: set[str] = set()
+            for loop in site.loops:
+                if loop.is_call:
+                    continue
+                for name in sorted(loop.carried_names - taken):
+                    if _reaches_freed_graph(site, loop, name):
+                        carried.setdefault(loop, {}).setdefault(name, site)
+                        taken.add(name)
+        for loop, sites in carried.items():
+            updates = _first_assignments(loop.node.body, set(sites))
+            names = sorted(sites, key=lambda n: updates[n][1] if n in updates else (0, 0))
+            shown = ", ".join(f"`{n}`" for n in names)
+            first_update = updates[names[0]][0] if names[0] in updates else loop.node
+            yield self.violation(
+                first_update,
+                f"{shown} {'carry' if len(names) > 1 else 'carries'} the graph of the previous iteration "
+                f"of the loop at line {self.analysis.line(loop.node)} into the next backward; "
+                f"detach {'them' if len(names) > 1 else 'it'} where the iteration starts",
+                self._loop_fix(loop, names),
+                related=(loop.node, *(site.call for site in sites.values())),
+            )
+
+    def _loop_fix(self, loop: Loop, names: list[str]) -> Fix | None:
+        body = loop.node.body
+        if not isinstance(body, cst.IndentedBlock):
+            return None
+        statements = []
+        for name in names:
+            if name not in loop.entry:
+                return None  # no value before the first iteration to detach
+            statement = _detach_statement(name, loop.entry[name], loop.back_edge[name])
+            if statement is None:
+                return None
+            statements.append(statement)
+        return Fix(safe=True, insert_before=((body.body[0], tuple(statements)),))
+
+    # state a module keeps on self between calls -------------------------------------------
+    def _stored_on_self_violations(self) -> Iterator[Violation]:
+        for method in self.analysis.loops:
+            if not method.is_call:
+                continue
+            for name in sorted(method.carried_names):
+                stored = method.back_edge.get(name)
+                if stored is None or not any(isinstance(o, Origin) for o in stored.origins):
+                    continue
+                marker = Carried(method, name)
+                if marker not in expand(method.returned.origins, method) | expand(stored.origins, method):
+                    continue
+                if self._written_elsewhere(method, name):
+                    continue  # another method resets or detaches it: the user manages the state
+                stores = _stores(method.node, name)
+                yield self.violation(
+                    stores[0] if stores else method.node,
+                    f"`{name}` keeps this call's graph for the next call of `{method.node.name.value}`; "
+                    "detach it where it is stored",
+                    self._store_fix(method, name, stores, stored),
+                    related=(method.node,),
+                )
+
+    def _written_elsewhere(self, method: Loop, name: str) -> bool:
+        attribute = name.split(".", 1)[1]
+        for function in m.findall(self.analysis.module, m.FunctionDef()):
+            if function is method.node or function.name.value == "__init__":
+                continue
+            if any(n.split(".")[-1] == attribute and "." in n for n in assigned_names(function)):
+                return True
+        return False
+
+    def _store_fix(self, method: Loop, name: str, stores: list[cst.CSTNode], stored: Value) -> Fix | None:
+        if not stores or not all(_is_single_assignment(s) for s in stores):
+            return None
+        replace, insert_after = [], []
+        for store in stores:
+            if self._read_after(method, name, store):
+                return None  # detaching at the store would cut this call's own gradient
+            assign = store.body[0]
+            target = assign.targets[0].target
+            if dotted_name(target) == name:
+                value = _detached(_as_operand(assign.value), stored.structure)
+                if value is None:
+                    return None
+                replace.append((store, store.with_changes(body=[assign.with_changes(value=value)])))
+            else:
+                statement = _detach_statement(name, stored, stored)
+                if statement is None:
+                    return None
+                insert_after.append((store, (statement,)))
+        return Fix(safe=True, replace=tuple(replace), insert_after=tuple(insert_after))
+
+    def _read_after(self, method: Loop, name: str, store: cst.CSTNode) -> bool:
+        end = self.analysis.range(store).end
+        for node in m.findall(method.node.body, m.Attribute()):
+            if dotted_name(node) == name and self.analysis.start(node) > (end.line, end.column):
+                return True
+        return False
+
+
+def _reaches_freed_graph(site: BackwardSite, loop: Loop, name: str) -> bool:
+    """Whether the loss backwarded at ``site`` reads ``name`` as the previous iteration left it,
+    and that value holds graph the previous iteration's backward already walked."""
+    loss = expand(site.value.origins, loop)
+    if Carried(loop, name) not in loss:
+        return False
+    left_behind = loop.back_edge.get(name)
+    if left_behind is None or not left_behind.graph:
+        return False
+    walked = {o for o in loss if isinstance(o, Origin)}
+    return any(isinstance(o, Origin) and o in walked for o in expand(left_behind.origins, loop))
+
+
+def _first_assignments(body: cst.CSTNode, names: set[str]) -> dict[str, tuple[cst.CSTNode, tuple[int, int]]]:
+    """For each name, the first statement in ``body`` that assigns it, and an order key."""
+    found: dict[str, tuple[cst.CSTNode, tuple[int, int]]] = {}
+    for number, statement in enumerate(m.findall(body, m.SimpleStatementLine())):
+        ordered: list[str] = []
+        for small in statement.body:
+            if isinstance(small, cst.Assign):
+                ordered += [n for t in small.targets for n in target_names(t.target)]
+            ordered += sorted(assigned_names(small) - set(ordered))
+        for index, name in enumerate(ordered):
+            if name in names and name not in found:
+                found[name] = (statement, (number, index))
+    return found
+
+
+def _stores(function: cst.FunctionDef, name: str) -> list[cst.CSTNode]:
+    return [s for s in m.findall(function.body, m.SimpleStatementLine()) if name in assigned_names(s)]
+
+
+def _is_single_assignment(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Assign)
+        and len(statement.body[0].targets) == 1
+    )
+
+
+def _state_structure(entry: Value, left_behind: Value) -> Structure | None:
+    """The structure a state keeps across iterations, if the code shows one consistently."""
+    known = [v.structure for v in (entry, left_behind) if v.structure not in (UNKNOWN, NONE)]
+    if not known:
+        return None
+    structure = known[0] if len(known) == 1 else known[0].join(known[1])
+    return None if structure is UNKNOWN else structure
+
+
+def _detach_statement(name: str, entry: Value, left_behind: Value) -> cst.BaseStatement | None:
+    structure = _state_structure(entry, left_behind)
+    value = None if structure is None else _detached(cst.parse_expression(name), structure)
+    if value is None:
+        return None
+    code = f"{name} = {cst.Module([]).code_for_node(value)}\n"
+    if entry.may_be_none or entry.structure is NONE or left_behind.may_be_none:
+        return cst.parse_statement(f"if {name} is not None:\n    {code}")
+    return cst.parse_statement(code)
+
+
+_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
+
+def _as_operand(expression: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(expression, _ATOMIC) or expression.lpar:
+        return expression
+    return expression.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _detached(expression: cst.BaseExpression, structure: Structure) -> cst.BaseExpression | None:
+    """``expression`` with every tensor in it detached, for the structures gradfix can write."""
+    code = cst.Module([]).code_for_node(expression)
+    if structure is TENSOR:
+        return cst.parse_expression(f"{code}.detach()")
+    if isinstance(structure, ListOf) and structure.item is TENSOR:
+        return cst.parse_expression(f"[s.detach() for s in {code}]")
+    if isinstance(structure, TupleOf) and structure.items:
+        items = set(structure.items)
+        if items == {TENSOR}:
+            return cst.parse_expression(f"tuple(h.detach() for h in {code})")
+        if len(items) == 1 and isinstance(structure.items[0], TupleOf) and set(structure.items[0].items) == {TENSOR}:
+            return cst.parse_expression(f"tuple(tuple(h.detach() for h in layer) for layer in {code})")
+    return None

@@ -1,0 +1,275 @@
+"""Files in, findings and rewritten sources out. The library API behind the CLI; it never prints.
+
+Data flows one way: paths → files → one parse per file → one analysis → every selected rule →
+violations → fixes applied (re-parsed, repeated until nothing more applies) → a ``FileReport``.
+Writing files is left to the caller, through ``write_atomically``.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import os
+import re
+import subprocess
+import tempfile
+import tokenize
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import libcst as cst
+
+from .analysis import FileAnalysis
+from .edits import apply_fixes, compatible
+from .rule import Finding, FixKind, Rule, Violation
+
+# Text that a file must contain to possibly hold a bug gradfix knows; others are never parsed.
+PREFILTER = (b"backward", b"autograd")
+EXCLUDED_DIRECTORIES = {
+    ".git", ".hg", ".svn", ".bzr", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+    ".tox", ".nox", ".venv", "venv", ".eggs", "build", "dist", "node_modules", "site-packages",
+    "__pypackages__", ".ipynb_checkpoints",
+}
+MAX_FIX_ROUNDS = 5
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+
+
+class FixMode(enum.Enum):
+    NONE = "none"
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+    def allows(self, kind: FixKind | None) -> bool:
+        if kind is None or self is FixMode.NONE:
+            return False
+        return self is FixMode.UNSAFE or kind is FixKind.SAFE
+
+
+@dataclass
+class FileReport:
+    path: str
+    findings: list[Finding] = field(default_factory=list)  # what is left (after fixing, if fixing)
+    fixed: list[Finding] = field(default_factory=list)
+    original: bytes | None = None
+    rewritten: bytes | None = None  # set only when fixes changed the file
+    errors: list[str] = field(default_factory=list)  # bad input: the file could not be checked
+    internal_errors: list[str] = field(default_factory=list)  # a fix gradfix made was wrong
+
+    @property
+    def changed(self) -> bool:
+        return self.rewritten is not None
+
+
+# files -----------------------------------------------------------------------------------------
+@dataclass
+class FileSet:
+    files: list[Path]
+    errors: list[str]
+
+
+def collect_files(paths: Sequence[str | Path]) -> FileSet:
+    """The Python files under ``paths``. Folders are walked, skipping virtualenvs, build output,
+    VCS folders and what git ignores; a file named explicitly is always taken."""
+    files: list[Path] = []
+    errors: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            walked = list(_walk(path))
+            ignored = _git_ignored(path, walked)
+            files += [f for f in walked if f not in ignored]
+        elif path.exists():
+            files.append(path)
+        else:
+            errors.append(f"{path}: no such file or directory")
+    unique = list(dict.fromkeys(files))
+    return FileSet(unique, errors)
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for directory, subdirectories, filenames in os.walk(root):
+        subdirectories[:] = sorted(
+            d
+            for d in subdirectories
+            if d not in EXCLUDED_DIRECTORIES
+            and not d.endswith(".egg-info")
+            and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
+        )
+        for filename in sorted(filenames):
+            if filename.endswith(".py"):
+                yield Path(directory, filename)
+
+
+def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
+    if not files:
+        return set()
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(root), "check-ignore", "--stdin", "-z"],
+            input=b"\0".join(str(f.resolve()).encode() for f in files),
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    if result.returncode not in (0, 1):  # 128: not a git work tree
+        return set()
+    ignored = {Path(p.decode()) for p in result.stdout.split(b"\0") if p}
+    return {f for f in files if f.resolve() in ignored}
+
+
+def write_atomically(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that it is, at every moment, either old or new."""
+    path = Path(path)
+    mode = path.stat().st_mode
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".gradfix")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode & 0o7777)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+# one file --------------------------------------------------------------------------------------
+def check_file(path: str | Path, rules: Sequence[type[Rule]], mode: FixMode = FixMode.NONE) -> FileReport:
+    report = FileReport(str(path))
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        report.errors.append(f"{path}: cannot read: {error.strerror or error}")
+        return report
+    return check_source(data, rules, mode, str(path))
+
+
+def check_source(data: bytes, rules: Sequence[type[Rule]], mode: FixMode = FixMode.NONE, path: str = "<string>") -> FileReport:
+    report = FileReport(path, original=data)
+    problem = _undecodable(data)
+    if problem:
+        report.errors.append(f"{path}: {problem}")
+        return report
+    if not any(marker in data for marker in PREFILTER):
+        return report
+    try:
+        module = cst.parse_module(data)
+    except cst.ParserSyntaxError as error:
+        report.errors.append(f"{path}:{error.raw_line}: cannot parse: {error.message}")
+        return report
+    except (RecursionError, MemoryError) as error:
+        report.errors.append(f"{path}: cannot parse: {type(error).__name__}")
+        return report
+
+    violations = _violations(module, rules)
+    for _ in range(MAX_FIX_ROUNDS):
+        applicable = [v for v in violations if mode.allows(v.finding.fix)]
+        if not applicable:
+            break
+        chosen = compatible(v.fix for v in applicable)
+        try:
+            rewritten = cst.parse_module(apply_fixes(module, chosen).bytes)
+            compile(rewritten.code, path, "exec", dont_inherit=True)
+        except (cst.ParserSyntaxError, SyntaxError, ValueError) as error:
+            report.internal_errors.append(
+                f"{path}: internal error: a fix produced code that does not parse ({error}); the file was left as it was"
+            )
+            break
+        report.fixed += [v.finding for v in applicable if v.fix in chosen]
+        module = rewritten
+        violations = _violations(module, rules)
+    report.findings = [replace(v.finding, path=path) for v in violations]
+    report.fixed = [replace(f, path=path) for f in report.fixed]
+    if report.fixed and module.bytes != data:
+        report.rewritten = module.bytes
+    return report
+
+
+def _undecodable(data: bytes) -> str | None:
+    if b"\0" in data:
+        return "binary file (contains NUL bytes), skipped"
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError) as error:
+        return f"cannot decode: {error}"
+    return None
+
+
+def _violations(module: cst.Module, rules: Sequence[type[Rule]]) -> list[Violation]:
+    analysis = FileAnalysis.of_module(module)
+    suppressions = _suppressions(module.code)
+    found = []
+    for rule in rules:
+        for violation in rule(analysis).violations():
+            codes = suppressions.get(violation.finding.line)
+            if codes is not None and (not codes or violation.finding.code in codes):
+                continue
+            found.append(violation)
+    return sorted(found, key=lambda v: (v.finding.line, v.finding.column, v.finding.code))
+
+
+def _suppressions(code: str) -> dict[int, set[str]]:
+    """``# noqa`` (every code) or ``# noqa: GF001, GF002`` per line."""
+    suppressions = {}
+    for number, line in enumerate(code.splitlines(), start=1):
+        if "noqa" not in line:
+            continue
+        match = _NOQA.search(line)
+        if match:
+            codes = match.group("codes")
+            suppressions[number] = set(re.split(r"[\s,]+", codes.upper())) if codes else set()
+    return suppressions
+
+
+# many files ------------------------------------------------------------------------------------
+def check_files(
+    files: Sequence[Path],
+    rules: Sequence[type[Rule]],
+    mode: FixMode = FixMode.NONE,
+    jobs: int | None = None,
+) -> Iterator[FileReport]:
+    """Reports for ``files``, in order, computed on ``jobs`` processes (all cores by default)."""
+    jobs = jobs or os.cpu_count() or 1
+    if jobs == 1 or len(files) < 2 * jobs:
+        for path in files:
+            yield check_file(path, rules, mode)
+        return
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
+        chunk = max(1, min(32, len(files) // (jobs * 4)))
+        try:
+            yield from pool.map(_check_file_job, [(path, rules, mode) for path in files], chunksize=chunk)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode]) -> FileReport:
+    return check_file(*job)
+
+
+def unified_diff(report: FileReport) -> str:
+    """A ``git apply``-able diff of a report's rewrite."""
+    import difflib
+
+    before = _decoded(report.original or b"")
+    after = _decoded(report.rewritten or b"")
+    name = report.path
+    lines = list(difflib.unified_diff(before, after, f"a/{name}", f"b/{name}"))
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def _decoded(data: bytes) -> list[str]:
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding).splitlines(keepends=True)
+
+
+def iter_findings(reports: Iterable[FileReport]) -> Iterator[Finding]:
+    for report in reports:
+        yield from report.findings

@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import libcst as cst
+
+from .analysis import BackwardSite, Loop, Origin, assigned_names, expand, read_names
+from .edits import Fix
+from .rule import FixKind, Rule, Violation
+
+
+class ForwardOutsideLoop(Rule):
+    """
+    The forward pass (or the loss) is computed once before the training loop and backwarded on
+    every iteration inside it.
+
+    The first iteration's backward frees the graph that the forward pass built; the second
+    iteration backwards through the same, freed graph and raises ``RuntimeError: Trying to
+    backward through the graph a second time``. With ``retain_graph=True`` it runs, but every
+    iteration uses the prediction of the initial parameters: the model does not learn what the
+    code says it learns.
+
+    The fix moves the statements that build that graph (the chain of graph-carrying assignments
+    that depend on the model or on parameters; not the data, not the modules) to the top of the
+    innermost loop that contains the backward, so each iteration runs its own forward pass.
+
+    gradfix only reports, without moving anything, when the move could change what the program
+    means: when a moved statement's inputs are reassigned in the loop or on the way to it, when its
+    results are read outside the loop, or when it is not a plain assignment.
+    """
+
+    CODE = "GF003"
+    NAME = "forward_outside_loop"
+    SUMMARY = "the forward pass is computed before the loop that backwards it"
+    FIX = FixKind.SAFE
+    EXAMPLE_BEFORE = """\
+prediction = model(x)
+for epoch in range(epochs):
+    loss = criterion(prediction, y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    EXAMPLE_AFTER = """\
+for epoch in range(epochs):
+    prediction = model(x)
+    loss = criterion(prediction, y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+    def violations(self) -> Iterator[Violation]:
+        seen: set[tuple[int, frozenset[int]]] = set()
+        for site in self.analysis.backward_sites:
+            loop = next((loop for loop in site.loops if not loop.is_call), None)
+            if loop is None or loop is not site.loops[0]:
+                continue
+            hoisted = self._hoisted_statements(site, loop)
+            key = (id(loop), frozenset(map(id, hoisted)))
+            if not hoisted or key in seen:
+                continue
+            seen.add(key)
+            names = sorted({n for s in hoisted for n in assigned_names(s)})
+            shown = ", ".join(f"`{n}`" for n in names) or "a value"
+            yield self.violation(
+                hoisted[0],
+                f"{shown} {'are' if len(names) > 1 else 'is'} computed once before the loop at line {self.analysis.line(loop.node)} but "
+                f"backwarded inside it (line {self.analysis.line(site.call)}); compute it in the loop",
+                self._fix(hoisted, loop),
+                related=(loop.node, site.call),
+            )
+
+    def _hoisted_statements(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
+        """Statements outside ``loop`` that built part of the graph ``site`` backwards."""
+        statements = {
+            source.statement
+            for source in expand(site.value.origins, loop)
+            if isinstance(source, Origin) and loop not in self.analysis.loops_around(source.statement)
+            and not self.analysis.contains(loop.node, source.statement)
+        }
+        return sorted(statements, key=self.analysis.start)
+
+    def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop) -> Fix | None:
+        body = loop.node.body
+        if not isinstance(body, cst.IndentedBlock) or not all(_is_plain_assignment(s) for s in hoisted):
+            return None
+        defined: set[str] = set()
+        for statement in hoisted:
+            block = self.analysis.block_of(statement)
+            container = next((s for s in block.statements if self.analysis.contains(s, loop.node)), None)
+            if container is None or block.index(statement) > block.index(container):
+                return None  # the loop is not after the statement in an enclosing block
+            on_the_way = [*block.statements[block.index(statement) + 1 : block.index(container)], container]
+            rebound = set().union(*(assigned_names(s, rebinding_only=True) for s in on_the_way))
+            inputs = read_names(statement.body[0].value) - defined
+            if inputs & rebound:
+                return None
+            defined |= assigned_names(statement)
+        if self._read_elsewhere(defined, hoisted, loop):
+            return None
+        return Fix(safe=True, move=tuple((statement, body.body[0]) for statement in hoisted))
+
+    def _read_elsewhere(self, names: set[str], hoisted: Sequence[cst.CSTNode], loop: Loop) -> bool:
+        """Whether any of ``names`` is used in the loop's scope outside the loop body (other than
+        by the moved statements)."""
+        uses = _NameUses(names)
+        for statement in loop.scope.node.body.body if isinstance(loop.scope.node, cst.FunctionDef) else loop.scope.node.body:
+            statement.visit(uses)
+        return any(
+            not self.analysis.contains(loop.node.body, node) and not any(self.analysis.contains(s, node) for s in hoisted)
+            for node in uses.found
+        )
+
+
+class _NameUses(cst.CSTVisitor):
+    """Uses of some names in one scope, not looking into nested functions and classes."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.found: list[cst.Name] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.names:
+            self.found.append(node)
+
+
+def _is_plain_assignment(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Assign)
+        and len(statement.body[0].targets) == 1
+    )

@@ -1,0 +1,76 @@
+"""What a rule is: a class with declared metadata that reads a ``FileAnalysis`` and reports
+violations, each with the fix that removes it when the rule can prove one."""
+
+from __future__ import annotations
+
+import enum
+import textwrap
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterator
+
+import libcst as cst
+
+from .analysis import FileAnalysis
+from .edits import Fix
+
+
+class FixKind(str, enum.Enum):
+    SAFE = "safe"  # keeps what the program computes, or only removes the error
+    UNSAFE = "unsafe"  # changes the maths; applied only with --unsafe-fixes
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem at one place, as users see it."""
+
+    code: str
+    line: int
+    column: int
+    message: str
+    fix: FixKind | None = None  # the kind of fix on offer, if any
+    related_lines: tuple[int, ...] = ()  # other lines involved (the other backward, the loop, …)
+    path: str = ""
+
+    def render(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}: {self.code} {self.message}"
+
+
+@dataclass(frozen=True)
+class Violation:
+    finding: Finding
+    fix: Fix | None = None
+
+
+class Rule:
+    """Base class of every rule. Subclasses set the metadata below, explain the bug and its fix in
+    their docstring (``gradfix explain`` prints it), and implement ``violations``."""
+
+    CODE: ClassVar[str]
+    NAME: ClassVar[str]  # the module name; also the fixture folder under tests/fixtures/
+    SUMMARY: ClassVar[str]
+    FIX: ClassVar[FixKind | None]  # the best fix the rule offers; None if it only reports
+    KEEPS_GRADIENTS: ClassVar[bool] = False  # a fix gives the same gradients as retain_graph=True
+    EXAMPLE_BEFORE: ClassVar[str]
+    EXAMPLE_AFTER: ClassVar[str]
+
+    def __init__(self, analysis: FileAnalysis) -> None:
+        self.analysis = analysis
+
+    def violations(self) -> Iterator[Violation]:
+        raise NotImplementedError
+
+    def violation(
+        self,
+        node: cst.CSTNode,
+        message: str,
+        fix: Fix | None = None,
+        related: tuple[cst.CSTNode, ...] = (),
+    ) -> Violation:
+        line, column = self.analysis.start(node)
+        kind = None if fix is None else (FixKind.SAFE if fix.safe else FixKind.UNSAFE)
+        related_lines = tuple(sorted({self.analysis.line(n) for n in related} - {line}))
+        return Violation(Finding(self.CODE, line, column + 1, message, kind, related_lines), fix)
+
+    @classmethod
+    def documentation(cls) -> str:
+        return textwrap.dedent(cls.__doc__ or "").strip()

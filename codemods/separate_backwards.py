@@ -1,0 +1,173 @@
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import libcst as cst
+
+from .analysis import BackwardSite, Block, Origin, assigned_names, expand, read_names
+from .edits import Fix
+from .rule import FixKind, Rule, Violation
+
+_STEPPING = {"step", "zero_grad"}
+
+
+class SeparateBackwards(Rule):
+    """
+    Two or more losses that share part of one autograd graph are each backwarded on their own.
+
+    Typical shape: one encoder output feeds two heads, or one model call returns two outputs, and
+    each loss calls ``.backward()``. The first call frees the shared part of the graph, so the
+    second raises ``RuntimeError: Trying to backward through the graph a second time``. Passing
+    ``retain_graph=True`` to the first call hides the error and keeps the graph in memory.
+
+    The fix backwards the sum once: ``(loss_a + loss_b).backward()``. Gradients accumulate
+    additively, so this gives exactly the gradients of the separate calls (the tests check it
+    against the ``retain_graph=True`` run), with one walk over the graph and nothing retained.
+
+    When an optimizer steps or zeroes gradients between the two backwards, the program meant two
+    updates; the merge makes them one update on the summed gradient. That rewrite, which also
+    removes the ``step()`` / ``zero_grad()`` calls between the backwards, is offered as an unsafe
+    fix. When code between the backwards reads or clips ``.grad``, or when different optimizers
+    take turns (a GAN's discriminator and generator steps), gradfix only reports.
+    """
+
+    CODE = "GF002"
+    NAME = "separate_backwards"
+    SUMMARY = "losses that share a graph are backwarded separately"
+    FIX = FixKind.SAFE
+    KEEPS_GRADIENTS = True
+    EXAMPLE_BEFORE = """\
+for x, y_reg, y_cls in loader:
+    features = encoder(x)
+    loss_reg = mse(regression_head(features), y_reg)
+    loss_cls = cross_entropy(class_head(features), y_cls)
+    optimizer.zero_grad()
+    loss_reg.backward(retain_graph=True)
+    loss_cls.backward()
+    optimizer.step()
+"""
+    EXAMPLE_AFTER = """\
+for x, y_reg, y_cls in loader:
+    features = encoder(x)
+    loss_reg = mse(regression_head(features), y_reg)
+    loss_cls = cross_entropy(class_head(features), y_cls)
+    optimizer.zero_grad()
+    (loss_reg + loss_cls).backward()
+    optimizer.step()
+"""
+
+    def violations(self) -> Iterator[Violation]:
+        for group, block in self._groups():
+            first, last = group[0], group[-1]
+            names = " and ".join(f"`{cst.Module([]).code_for_node(site.receiver)}`" for site in group)
+            shared = min(self._shared_origins(group), key=self.analysis.line)
+            yield self.violation(
+                first.call,
+                f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded "
+                f"separately; backward their sum once",
+                self._fix(group, block),
+                related=tuple(site.call for site in group[1:]),
+            )
+
+    def _groups(self) -> Iterator[tuple[list[BackwardSite], Block]]:
+        """Runs of backward statements in one block whose graphs overlap."""
+        by_block: dict[int, tuple[Block, list[BackwardSite]]] = {}
+        for site in self.analysis.backward_sites:
+            block = self.analysis.block_of(site.statement)
+            if site.api == "Tensor.backward" and site.is_whole_statement and block is not None and site.value.graph:
+                by_block.setdefault(id(block.owner), (block, []))[1].append(site)
+        for block, sites in by_block.values():
+            group: list[BackwardSite] = []
+            for site in sites:
+                if group and self._joins(group, site, block):
+                    group.append(site)
+                    continue
+                if len(group) > 1:
+                    yield group, block
+                group = [site]
+            if len(group) > 1:
+                yield group, block
+
+    def _joins(self, group: list[BackwardSite], site: BackwardSite, block: Block) -> bool:
+        if any(_same_code(member.receiver, site.receiver) for member in group):
+            return False  # the same tensor twice is GF001's
+        between = self._between(block, group[-1], site)
+        if any("backward" in self.analysis.gradient_effects(s) for s in between):
+            return False
+        return bool(self._shared_origins([*group, site]))
+
+    def _shared_origins(self, group: list[BackwardSite]) -> set[cst.CSTNode]:
+        """Statements whose graph nodes the last site shares with an earlier one."""
+        within = group[0].loops[0] if group[0].loops else None
+        graphs = [{o for o in expand(site.value.origins, within) if isinstance(o, Origin)} for site in group]
+        shared = set()
+        for earlier in graphs[:-1]:
+            shared |= {o.statement for o in earlier & graphs[-1]}
+        return shared
+
+    def _between(self, block: Block, first: BackwardSite, second: BackwardSite) -> Sequence[cst.BaseStatement]:
+        return block.statements[block.index(first.statement) + 1 : block.index(second.statement)]
+
+    def _fix(self, group: list[BackwardSite], block: Block) -> Fix | None:
+        earlier, last = group[:-1], group[-1]
+        if any(arg.keyword is None or arg.keyword.value != "retain_graph" for site in earlier for arg in site.call.args):
+            return None
+        between = self._between(block, group[0], last)
+        stepping = []
+        for statement in between:
+            if statement in [site.statement for site in group]:
+                continue
+            effects = self.analysis.gradient_effects(statement)
+            if not effects:
+                continue
+            if effects <= _STEPPING and _is_single_call(statement):
+                stepping.append(statement)
+            else:
+                return None
+        if len({cst.Module([]).code_for_node(s.body[0].value.func.value) for s in stepping}) > 1:
+            return None  # several optimizers take turns (a GAN, actor-critic): merging is not the fix
+        for site in earlier:
+            after_site = block.statements[block.index(site.statement) + 1 : block.index(last.statement)]
+            if read_names(site.receiver) & set().union(*(assigned_names(s) for s in after_site)):
+                return None  # the receiver would mean another tensor at the merged call
+        total = _parenthesized(_sum([site.receiver for site in group]))
+        merged_call = last.call.with_changes(func=last.call.func.with_changes(value=total))
+        merged = last.statement.with_changes(body=[last.statement.body[0].with_changes(value=merged_call)])
+        return Fix(
+            safe=not stepping,
+            remove=(*(site.statement for site in earlier), *stepping),
+            replace=((last.statement, merged),),
+        )
+
+
+def _same_code(a: cst.CSTNode | None, b: cst.CSTNode | None) -> bool:
+    return a is not None and b is not None and a.deep_equals(b)
+
+
+def _is_single_call(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.Call)
+    )
+
+
+_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
+
+def _operand(expression: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(expression, _ATOMIC) or expression.lpar:
+        return expression
+    return _parenthesized(expression)
+
+
+def _parenthesized(expression: cst.BaseExpression) -> cst.BaseExpression:
+    return expression.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _sum(operands: list[cst.BaseExpression]) -> cst.BaseExpression:
+    total = _operand(operands[0])
+    for operand in operands[1:]:
+        total = cst.BinaryOperation(left=total, operator=cst.Add(), right=_operand(operand))
+    return total

@@ -1,0 +1,3 @@
+from gradfix.cli.app import main
+
+main()
