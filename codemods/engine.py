@@ -7,6 +7,8 @@ Writing files is left to the caller, through ``write_atomically``.
 
 from __future__ import annotations
 
+import ast
+import difflib
 import enum
 import io
 import os
@@ -161,7 +163,7 @@ def check_source(data: bytes, rules: Sequence[type[Rule]], mode: FixMode = FixMo
     try:
         module = cst.parse_module(data)
     except cst.ParserSyntaxError as error:
-        report.errors.append(f"{path}:{error.raw_line}: cannot parse: {error.message}")
+        report.errors.append(f"{path}:{_syntax_error(data, error)}")
         return report
     except (RecursionError, MemoryError) as error:
         report.errors.append(f"{path}: cannot parse: {type(error).__name__}")
@@ -189,6 +191,15 @@ def check_source(data: bytes, rules: Sequence[type[Rule]], mode: FixMode = FixMo
     if report.fixed and module.bytes != data:
         report.rewritten = module.bytes
     return report
+
+
+def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:
+    """``line: cannot parse: why``; Python's own parser words it best and places it exactly."""
+    try:
+        ast.parse(data)
+    except SyntaxError as python_error:
+        return f"{python_error.lineno}: cannot parse: {python_error.msg}"
+    return f"{error.raw_line}: cannot parse: {error.message}"
 
 
 def _undecodable(data: bytes) -> str | None:
@@ -256,8 +267,6 @@ def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode]) -> FileRepo
 
 def unified_diff(report: FileReport) -> str:
     """A ``git apply``-able diff of a report's rewrite."""
-    import difflib
-
     before = _decoded(report.original or b"")
     after = _decoded(report.rewritten or b"")
     name = report.path
@@ -268,8 +277,3 @@ def unified_diff(report: FileReport) -> str:
 def _decoded(data: bytes) -> list[str]:
     encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     return data.decode(encoding).splitlines(keepends=True)
-
-
-def iter_findings(reports: Iterable[FileReport]) -> Iterator[Finding]:
-    for report in reports:
-        yield from report.findings

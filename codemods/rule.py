@@ -50,6 +50,7 @@ class Rule:
     SUMMARY: ClassVar[str]
     FIX: ClassVar[FixKind | None]  # the best fix the rule offers; None if it only reports
     KEEPS_GRADIENTS: ClassVar[bool] = False  # a fix gives the same gradients as retain_graph=True
+    SYMPTOM: ClassVar[str] = "Trying to backward through the graph a second time"  # what the bug raises
     EXAMPLE_BEFORE: ClassVar[str]
     EXAMPLE_AFTER: ClassVar[str]
 

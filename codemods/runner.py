@@ -1,0 +1,323 @@
+"""Running Python scripts in isolated children: the only place gradfix executes code.
+
+Importing torch costs seconds, so scripts do not start from a fresh interpreter: a fork server
+process imports torch once (and runs no torch op, so forking it is safe), and each script runs in
+a child forked from it, with its own working
+directory, environment, time limit and memory limit, its output captured. A child that hangs is
+killed; one that crashes is reported; neither can take the caller down.
+
+Inside the child, ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped to count
+backward calls per line, to stop the script cleanly after a number of successful steps, and, on
+request, to force ``retain_graph=True``. Gradients seen at every optimizer step and the final
+parameters can be recorded for comparing two programs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import resource
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+@dataclass(frozen=True)
+class RunOptions:
+    args: tuple[str, ...] = ()
+    timeout: float = 60.0
+    memory_limit: int | None = 4 << 30  # bytes of address space on top of what torch has mapped
+    max_steps: int | None = None  # stop after this many successful backward calls
+    retain_graph: bool = False  # force retain_graph=True on every backward
+    record_gradients: bool = False
+    detect_anomaly: bool = False
+    cwd: str | None = None  # default: a fresh, empty temporary folder
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Frame:
+    line: int
+    code: str
+
+
+@dataclass
+class RunResult:
+    status: str  # "ok", "error", "stopped" (step limit reached), "timeout", "crashed"
+    error_type: str = ""
+    error_message: str = ""
+    traceback: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    backward_calls: int = 0  # successful ones
+    backward_calls_by_line: dict[int, int] = field(default_factory=dict)  # all calls from the script
+    failing_frames: list[Frame] = field(default_factory=list)  # script frames of the error, outermost first
+    forward_frames: list[Frame] = field(default_factory=list)  # anomaly mode: where the failing node was made
+    gradients: list[tuple[str, list[float]]] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status in ("ok", "stopped")
+
+    def describe(self) -> str:
+        if self.status == "error":
+            return f"{self.error_type}: {self.error_message}"
+        return {
+            "ok": "ran to the end",
+            "stopped": f"stopped after {self.backward_calls} backward call(s)",
+            "timeout": "did not finish in time (killed)",
+            "crashed": "crashed: " + self.error_message,
+        }[self.status]
+
+
+class ScriptRunner:
+    """Runs scripts in children forked from one warm server process that has imported torch.
+
+    Use as a context manager, or call ``close()``; the server starts on the first run."""
+
+    def __init__(self) -> None:
+        self._server: subprocess.Popen | None = None
+
+    def __enter__(self) -> "ScriptRunner":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stdin.close()
+            self._server.wait(10)
+            self._server = None
+
+    def _started_server(self) -> subprocess.Popen:
+        if self._server is None or self._server.poll() is not None:
+            self._server = subprocess.Popen(
+                [sys.executable, "-c", "from gradfix.codemods.runner import serve; serve()"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                bufsize=0,
+            )
+        return self._server
+
+    def run(self, script: str | Path, options: RunOptions = RunOptions()) -> RunResult:
+        server = self._started_server()
+        with tempfile.TemporaryDirectory(prefix="gradfix-run-") as scratch:
+            result_path = os.path.join(scratch, "result.pickle")
+            workdir = options.cwd or os.path.join(scratch, "cwd")
+            os.makedirs(workdir, exist_ok=True)
+            _send(server.stdin, (str(Path(script).resolve()), options, workdir, result_path))
+            pid = _receive(server.stdout)
+            timed_out = not _readable(server.stdout, options.timeout)
+            if timed_out:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            status = _receive(server.stdout)
+            if timed_out:
+                return RunResult("timeout")
+            if os.path.exists(result_path):
+                with open(result_path, "rb") as handle:
+                    return pickle.load(handle)
+            if os.WIFSIGNALED(status):
+                return RunResult("crashed", error_message=f"killed by signal {os.WTERMSIG(status)}")
+            return RunResult("crashed", error_message=f"exit code {os.waitstatus_to_exitcode(status)}")
+
+
+def serve() -> None:
+    """The fork server: import torch once, then fork a child for every request on stdin."""
+    requests = os.fdopen(os.dup(0), "rb", buffering=0)
+    replies = os.fdopen(os.dup(1), "wb", buffering=0)
+    null = os.open(os.devnull, os.O_RDWR)
+    for descriptor in (0, 1):
+        os.dup2(null, descriptor)  # stray output must not corrupt the protocol
+
+    # The point of this process: children start with torch imported. Building an optimizer
+    # imports torch._dynamo lazily, which costs more than torch itself.
+    import torch._dynamo  # noqa: F401
+    import torch.nn  # noqa: F401
+    import torch.optim  # noqa: F401
+
+    while True:
+        try:
+            request = _receive(requests)
+        except EOFError:
+            return
+        pid = os.fork()
+        if pid == 0:
+            try:
+                requests.close()
+                replies.close()
+                _child_main(*request)
+            finally:
+                os._exit(0)
+        _send(replies, pid)
+        _, status = os.waitpid(pid, 0)
+        _send(replies, status)
+
+
+def _send(stream, value: Any) -> None:
+    data = pickle.dumps(value)
+    stream.write(struct.pack("!Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream) -> Any:
+    header = _read_exactly(stream, 8)
+    return pickle.loads(_read_exactly(stream, struct.unpack("!Q", header)[0]))
+
+
+def _read_exactly(stream, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = stream.read(size)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _readable(stream, timeout: float) -> bool:
+    return bool(select.select([stream], [], [], timeout)[0])
+
+
+class _StepLimitReached(BaseException):
+    """Raised inside the child to stop a script after enough training steps."""
+
+
+def _child_main(script: str, options: RunOptions, workdir: str, result_path: str) -> None:
+    stdout_file = tempfile.TemporaryFile()
+    stderr_file = tempfile.TemporaryFile()
+    os.dup2(stdout_file.fileno(), 1)
+    os.dup2(stderr_file.fileno(), 2)
+    if options.memory_limit is not None:
+        mapped = _mapped_bytes()
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + options.memory_limit, mapped + options.memory_limit))
+    os.chdir(workdir)
+    os.environ.update(dict(options.env))
+    sys.argv = [script, *options.args]
+    sys.path.insert(0, os.path.dirname(script))
+
+    import runpy
+    import warnings
+
+    import torch
+
+    result = RunResult("ok")
+    anomaly_reports: list[str] = []
+
+    def script_frames(frames) -> list[Frame]:
+        return [Frame(f.lineno, (f.line or "").strip()) for f in frames if f.filename == script]
+
+    original_backward = torch.autograd.backward
+
+    def backward(*args: Any, **kwargs: Any):
+        caller = script_frames(traceback.extract_stack()[:-1])
+        if caller:
+            line = caller[-1].line
+            result.backward_calls_by_line[line] = result.backward_calls_by_line.get(line, 0) + 1
+        if options.retain_graph:
+            kwargs["retain_graph"] = True
+            args = args[:2]  # retain_graph, when given positionally, is the third argument
+        returned = original_backward(*args, **kwargs)
+        result.backward_calls += 1
+        if options.max_steps is not None and result.backward_calls >= options.max_steps:
+            raise _StepLimitReached
+        return returned
+
+    torch.autograd.backward = backward
+    if options.record_gradients:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        register_optimizer_step_pre_hook(
+            lambda optimizer, args, kwargs: result.gradients.extend(_optimizer_gradients(optimizer))
+        )
+    if options.detect_anomaly:
+        torch.autograd.set_detect_anomaly(True)
+        warnings.showwarning = lambda message, *rest: anomaly_reports.append(str(message))
+
+    try:
+        namespace = runpy.run_path(script, run_name="__main__")
+        if options.record_gradients:
+            result.gradients += _final_state(namespace)
+    except _StepLimitReached:
+        result.status = "stopped"
+    except SystemExit as exit_:
+        if exit_.code not in (None, 0):
+            result.status, result.error_type, result.error_message = "error", "SystemExit", str(exit_.code)
+    except BaseException as error:  # the script's own failure is the result
+        result.status = "error"
+        result.error_type = type(error).__name__
+        result.error_message = str(error)
+        result.traceback = "".join(traceback.format_exception(error))
+        result.failing_frames = script_frames(traceback.extract_tb(error.__traceback__))
+        result.forward_frames = _forward_frames(anomaly_reports, script)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    result.stdout = _read(stdout_file)
+    result.stderr = _read(stderr_file)
+    with open(result_path, "wb") as handle:
+        pickle.dump(result, handle)
+
+
+def _mapped_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[0]) * resource.getpagesize()
+
+
+def _read(handle) -> str:
+    handle.seek(0)
+    return handle.read().decode("utf-8", "replace")
+
+
+def _forward_frames(reports: list[str], script: str) -> list[Frame]:
+    """Script lines in anomaly mode's "Traceback of forward call that caused the error"."""
+    frames = []
+    for report in reports:
+        if "forward call that caused the error" not in report:
+            continue
+        lines = report.splitlines()
+        for index, line in enumerate(lines):
+            stripped = line.strip()
+            if stripped.startswith(f'File "{script}", line '):
+                number = int(stripped.split(", line ")[1].split(",")[0])
+                code = lines[index + 1].strip() if index + 1 < len(lines) else ""
+                frames.append(Frame(number, code))
+    return frames
+
+
+def _optimizer_gradients(optimizer) -> list[tuple[str, list[float]]]:
+    step = []
+    for group_index, group in enumerate(optimizer.param_groups):
+        for index, parameter in enumerate(group["params"]):
+            grad = parameter.grad
+            label = f"step gradient {group_index}.{index}"
+            step.append((label, [] if grad is None else grad.detach().flatten().tolist()))
+    return step
+
+
+def _final_state(namespace: dict) -> list[tuple[str, list[float]]]:
+    """Values and gradients of the parameters reachable from the script's globals."""
+    import torch
+
+    state = []
+    for name, value in sorted(namespace.items(), key=lambda item: item[0]):
+        if isinstance(value, torch.nn.Module):
+            tensors = [(f"{name}.{p}", t) for p, t in value.named_parameters()]
+        elif isinstance(value, torch.Tensor) and value.requires_grad and value.is_leaf:
+            tensors = [(name, value)]
+        else:
+            continue
+        for label, tensor in tensors:
+            state.append((f"{label} value", tensor.detach().flatten().tolist()))
+            if tensor.grad is not None:
+                state.append((f"{label} grad", tensor.grad.detach().flatten().tolist()))
+    return state

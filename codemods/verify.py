@@ -1,0 +1,201 @@
+"""Proving rewrites by running them: the checks behind ``gradfix verify`` and the test suite.
+
+A fixture folder is ``<rule name>/<case>/`` holding one of:
+
+* ``before.py`` and ``after.py``: ``before.py`` shows the bug (raises the rule's error), the rule
+  rewrites it into exactly ``after.py``, which runs; rewriting ``after.py`` changes nothing; and when
+  the rule keeps the maths, ``after.py`` gives the gradients ``before.py`` gives with
+  ``retain_graph=True`` on every backward. Cases named ``unsafe_*`` use the rule's unsafe fixes.
+* ``ok.py``: correct code that looks like the bug; the rule leaves it alone, and it runs.
+* ``reported.py``: the bug in a shape the rule cannot prove a rewrite for; it raises, and the rule
+  reports it without changing the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from .engine import FileReport, FixMode, check_source, unified_diff
+from .registry import all_rules
+from .rule import Rule
+from .runner import RunOptions, RunResult, ScriptRunner
+
+GRADIENT_TOLERANCE = 1e-6
+KINDS = ("before.py", "ok.py", "reported.py")
+
+
+@dataclass(frozen=True)
+class FixtureCase:
+    rule: type[Rule]
+    directory: Path
+    kind: str  # "pair", "ok" or "reported"
+
+    @property
+    def name(self) -> str:
+        return f"{self.rule.NAME}/{self.directory.name}"
+
+    @property
+    def unsafe(self) -> bool:
+        return self.directory.name.startswith("unsafe_")
+
+    @property
+    def mode(self) -> FixMode:
+        return FixMode.UNSAFE if self.unsafe else FixMode.SAFE
+
+    def file(self, name: str) -> Path:
+        return self.directory / name
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    case: FixtureCase
+    check: str
+    passed: bool
+    detail: str
+
+
+class BadFixture(ValueError):
+    pass
+
+
+def discover(roots: Iterable[str | Path]) -> list[FixtureCase]:
+    """Fixture cases under ``roots``: a folder of rule folders, a rule folder or a case folder."""
+    rules = {rule.NAME: rule for rule in all_rules()}
+    cases = []
+    for root in map(Path, roots):
+        if not root.is_dir():
+            raise BadFixture(f"{root}: not a folder")
+        for marker in sorted(p for kind in KINDS for p in [*root.glob(kind), *root.glob(f"*/{kind}"), *root.glob(f"*/*/{kind}")]):
+            directory = marker.parent
+            rule = rules.get(directory.parent.name)
+            if rule is None:
+                raise BadFixture(f"{directory}: its parent folder names no rule (one of {', '.join(sorted(rules))})")
+            kind = {"before.py": "pair", "ok.py": "ok", "reported.py": "reported"}[marker.name]
+            if kind == "pair" and not (directory / "after.py").is_file():
+                raise BadFixture(f"{directory}: before.py has no after.py beside it")
+            cases.append(FixtureCase(rule, directory, kind))
+    return sorted(set(cases), key=lambda c: (c.rule.CODE, str(c.directory)))
+
+
+# checks -----------------------------------------------------------------------------------------
+Outcome = tuple[bool, str]  # passed, and what was seen
+Check = Callable[[FixtureCase, "RunCache"], Outcome]
+
+
+class RunCache:
+    """Runs each script, as it is now, once per set of options."""
+
+    def __init__(self, runner: ScriptRunner) -> None:
+        self.runner = runner
+        self._results: dict[tuple[Path, str, RunOptions], RunResult] = {}
+
+    def run(self, script: Path, options: RunOptions = RunOptions()) -> RunResult:
+        key = (script.resolve(), hashlib.sha256(script.read_bytes()).hexdigest(), options)
+        if key not in self._results:
+            self._results[key] = self.runner.run(script, options)
+        return self._results[key]
+
+
+def _rewrite(case: FixtureCase, name: str) -> FileReport:
+    return check_source(case.file(name).read_bytes(), [case.rule], case.mode, str(case.file(name)))
+
+
+def check_rewrite(case: FixtureCase, _: RunCache) -> Outcome:
+    report = _rewrite(case, "before.py")
+    expected = case.file("after.py").read_bytes()
+    produced = report.rewritten or report.original
+    if produced == expected:
+        return True, "before.py is rewritten into after.py"
+    problems = "; ".join(report.errors + report.internal_errors)
+    difference = FileReport(str(case.file("after.py")), original=expected, rewritten=produced)
+    return False, problems or "the rewrite differs from after.py:\n" + unified_diff(difference)
+
+
+def check_idempotent(case: FixtureCase, _: RunCache) -> Outcome:
+    report = _rewrite(case, "after.py")
+    return (False, "rewriting after.py changes it again") if report.changed else (True, "after.py is left as it is")
+
+
+def _check_untouched(name: str) -> Check:
+    def check(case: FixtureCase, _: RunCache) -> Outcome:
+        report = _rewrite(case, name)
+        if report.changed or report.errors:
+            return False, f"{name} was changed" if report.changed else "; ".join(report.errors)
+        if case.kind == "ok" and report.findings:
+            return False, "findings on correct code: " + "; ".join(f.render() for f in report.findings)
+        if case.kind == "reported" and not report.findings:
+            return False, f"{case.rule.CODE} did not report the bug"
+        return True, f"{name} is left as it is" + (" and reported" if report.findings else "")
+
+    return check
+
+
+def _check_fails(name: str) -> Check:
+    def check(case: FixtureCase, runs: RunCache) -> Outcome:
+        result = runs.run(case.file(name))
+        return result.status == "error" and case.rule.SYMPTOM in result.error_message, f"{name}: {result.describe()}"
+
+    return check
+
+
+def _check_runs(name: str) -> Check:
+    def check(case: FixtureCase, runs: RunCache) -> Outcome:
+        result = runs.run(case.file(name))
+        return result.status == "ok", f"{name}: {result.describe()}"
+
+    return check
+
+
+def check_gradients(case: FixtureCase, runs: RunCache) -> Outcome:
+    retained = runs.run(case.file("before.py"), RunOptions(retain_graph=True, record_gradients=True))
+    fixed = runs.run(case.file("after.py"), RunOptions(record_gradients=True))
+    for label, result in (("before.py with retain_graph=True", retained), ("after.py", fixed)):
+        if result.status != "ok":
+            return False, f"{label}: {result.describe()}"
+    if not fixed.gradients:
+        return False, "no gradients or parameters were recorded to compare"
+    difference = compare_gradients(retained.gradients, fixed.gradients)
+    if difference:
+        return False, difference
+    return True, f"{len(fixed.gradients)} recorded tensors match to {GRADIENT_TOLERANCE}"
+
+
+def compare_gradients(expected: list[tuple[str, list[float]]], actual: list[tuple[str, list[float]]]) -> str | None:
+    """None when the two recordings match, else what differs first."""
+    if [label for label, _ in expected] != [label for label, _ in actual]:
+        return f"different tensors recorded: {len(expected)} vs {len(actual)}"
+    for index, ((label, a), (_, b)) in enumerate(zip(expected, actual)):
+        if len(a) != len(b):
+            return f"{label} (#{index}): sizes {len(a)} and {len(b)}"
+        worst = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+        if worst > GRADIENT_TOLERANCE:
+            return f"{label} (#{index}): differs by {worst:.3g}"
+    return None
+
+
+def checks_for(case: FixtureCase) -> list[tuple[str, Check]]:
+    if case.kind == "pair":
+        checks = [
+            ("rewrite", check_rewrite),
+            ("idempotent", check_idempotent),
+            ("before fails", _check_fails("before.py")),
+            ("after runs", _check_runs("after.py")),
+        ]
+        if case.rule.KEEPS_GRADIENTS and not case.unsafe:
+            checks.append(("gradients", check_gradients))
+        return checks
+    name = f"{case.kind}.py"
+    checks = [("untouched", _check_untouched(name))]
+    checks.append(("runs", _check_runs(name)) if case.kind == "ok" else ("fails", _check_fails(name)))
+    return checks
+
+
+def verify(cases: Iterable[FixtureCase], runner: ScriptRunner) -> Iterator[CheckResult]:
+    runs = RunCache(runner)
+    for case in cases:
+        for name, check in checks_for(case):
+            passed, detail = check(case, runs)
+            yield CheckResult(case, name, passed, detail)
