@@ -54,6 +54,7 @@ class CarriedState(Rule):
     SUMMARY = "state carries its graph across training iterations"
     FIX = FixKind.SAFE
     EXAMPLE_BEFORE = """\
+lstm = nn.LSTM(8, size)
 hidden = (torch.zeros(1, batch, size), torch.zeros(1, batch, size))
 for inputs, targets in loader:
     output, hidden = lstm(inputs, hidden)
@@ -63,6 +64,7 @@ for inputs, targets in loader:
     optimizer.step()
 """
     EXAMPLE_AFTER = """\
+lstm = nn.LSTM(8, size)
 hidden = (torch.zeros(1, batch, size), torch.zeros(1, batch, size))
 for inputs, targets in loader:
     hidden = tuple(h.detach() for h in hidden)

@@ -34,6 +34,7 @@ class ForwardOutsideLoop(Rule):
     SUMMARY = "the forward pass is computed before the loop that backwards it"
     FIX = FixKind.SAFE
     EXAMPLE_BEFORE = """\
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
 prediction = model(x)
 for epoch in range(epochs):
     loss = criterion(prediction, y)
@@ -42,6 +43,7 @@ for epoch in range(epochs):
     optimizer.step()
 """
     EXAMPLE_AFTER = """\
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
 for epoch in range(epochs):
     prediction = model(x)
     loss = criterion(prediction, y)

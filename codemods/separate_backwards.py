@@ -37,6 +37,9 @@ class SeparateBackwards(Rule):
     FIX = FixKind.SAFE
     KEEPS_GRADIENTS = True
     EXAMPLE_BEFORE = """\
+encoder = nn.Sequential(nn.Linear(10, 32), nn.Tanh())
+regression_head = nn.Linear(32, 1)
+class_head = nn.Linear(32, 3)
 for x, y_reg, y_cls in loader:
     features = encoder(x)
     loss_reg = mse(regression_head(features), y_reg)
@@ -47,6 +50,9 @@ for x, y_reg, y_cls in loader:
     optimizer.step()
 """
     EXAMPLE_AFTER = """\
+encoder = nn.Sequential(nn.Linear(10, 32), nn.Tanh())
+regression_head = nn.Linear(32, 1)
+class_head = nn.Linear(32, 3)
 for x, y_reg, y_cls in loader:
     features = encoder(x)
     loss_reg = mse(regression_head(features), y_reg)

@@ -1,0 +1,263 @@
+"""The command-line contract: output formats and exit codes, including bad input."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from gradfix.cli.app import app
+
+from .conftest import FIXTURES
+
+DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
+CLEAN = (FIXTURES / "separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
+REPORTED = (FIXTURES / "forward_outside_loop" / "pred_printed_after_loop" / "reported.py").read_text()
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(app, [str(a) for a in args])
+
+    return invoke
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_check_reports_findings_and_exits_1(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    result = cli("check", script)
+    assert result.exit_code == 1
+    line = result.stdout.strip().splitlines()[0]
+    assert line.startswith(f"{script}:19:5: GF002 ")
+    assert script.read_text() == DOUBLE
+
+
+def test_check_clean_exits_0(cli, tmp_path):
+    result = cli("check", write(tmp_path / "ok.py", CLEAN))
+    assert result.exit_code == 0
+    assert result.stdout == ""
+
+
+def test_check_json_output(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    result = cli("check", "--output-format", "json", script)
+    assert result.exit_code == 1
+    records = json.loads(result.stdout)
+    assert [(r["code"], r["line"], r["fix"]) for r in records] == [("GF002", 19, "safe")]
+
+
+def test_fix_rewrites_in_place_and_exits_0(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    result = cli("fix", script)
+    assert result.exit_code == 0, result.output
+    assert script.read_text() == DOUBLE_FIXED
+    assert "Fixed 1 finding(s) in 1 file(s) (GF002: 1)" in result.stderr
+
+
+def test_fix_exits_1_when_findings_stay_unfixed(cli, tmp_path):
+    script = write(tmp_path / "train.py", REPORTED)
+    result = cli("fix", script)
+    assert result.exit_code == 1
+    assert "GF003" in result.stdout
+    assert script.read_text() == REPORTED
+
+
+def test_fix_diff_writes_nothing_and_exits_1(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    result = cli("fix", "--diff", script)
+    assert result.exit_code == 1
+    assert script.read_text() == DOUBLE
+    assert f"--- a/{script}" in result.stdout
+    assert "+    (loss_reg + loss_cls).backward()" in result.stdout
+    assert "\x1b[" not in result.stdout  # not a terminal: no colour
+
+
+def test_fix_diff_without_changes_exits_0(cli, tmp_path):
+    result = cli("fix", "--diff", write(tmp_path / "ok.py", CLEAN))
+    assert result.exit_code == 0
+    assert result.stdout == ""
+
+
+def test_diff_applies_with_git_apply(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    write(tmp_path / "pkg" / "train.py", DOUBLE)
+    diff = subprocess.run(
+        [sys.executable, "-m", "gradfix", "fix", "--diff", "pkg"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert diff.returncode == 1, diff.stderr
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "apply"], cwd=tmp_path, input=diff.stdout, text=True, check=True)
+    assert (tmp_path / "pkg" / "train.py").read_text() == DOUBLE_FIXED
+
+
+def test_unsafe_fixes_need_the_flag(cli, tmp_path):
+    case = FIXTURES / "separate_backwards" / "unsafe_step_between_module_level"
+    script = write(tmp_path / "train.py", (case / "before.py").read_text())
+    assert cli("fix", script).exit_code == 1
+    assert script.read_text() == (case / "before.py").read_text()
+    assert cli("fix", "--unsafe-fixes", script).exit_code == 0
+    assert script.read_text() == (case / "after.py").read_text()
+
+
+def test_select_and_ignore(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    assert cli("check", "--select", "GF001,GF003", script).exit_code == 0
+    assert cli("check", "--select", "GF00", script).exit_code == 1
+    assert cli("check", "--ignore", "GF002", script).exit_code == 0
+
+
+def test_unknown_rule_code_is_a_usage_error(cli, tmp_path):
+    result = cli("check", "--select", "XX9", write(tmp_path / "ok.py", CLEAN))
+    assert result.exit_code == 2
+    assert "unknown rule" in result.stderr
+
+
+def test_noqa_suppresses_a_finding(cli, tmp_path):
+    text = DOUBLE.replace("    loss_reg.backward()\n", "    loss_reg.backward()  # noqa: GF002\n")
+    assert text != DOUBLE
+    assert cli("check", write(tmp_path / "train.py", text)).exit_code == 0
+    other = DOUBLE.replace("    loss_reg.backward()\n", "    loss_reg.backward()  # noqa: GF001\n")
+    assert cli("check", write(tmp_path / "other.py", other)).exit_code == 1
+
+
+def test_syntax_error_is_reported_and_the_rest_still_checked(cli, tmp_path):
+    write(tmp_path / "a_broken.py", "loss.backward(\n")
+    write(tmp_path / "b_train.py", DOUBLE)
+    result = cli("check", tmp_path)
+    assert result.exit_code == 2
+    assert f"{tmp_path / 'a_broken.py'}:1: cannot parse: '(' was never closed" in result.stderr
+    assert "GF002" in result.stdout
+    assert "Traceback" not in result.output
+
+
+def test_fix_leaves_a_broken_file_alone_and_fixes_the_others(cli, tmp_path):
+    broken = write(tmp_path / "a_broken.py", "def f(:\n    loss.backward()\n")
+    good = write(tmp_path / "b_train.py", DOUBLE)
+    result = cli("fix", tmp_path)
+    assert result.exit_code == 2
+    assert broken.read_text() == "def f(:\n    loss.backward()\n"
+    assert good.read_text() == DOUBLE_FIXED
+
+
+def test_binary_and_undecodable_files(cli, tmp_path):
+    binary = tmp_path / "blob.py"
+    binary.write_bytes(b"\x00\x01backward\x00")
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(b"x = '\xe9'  # backward\n")
+    result = cli("check", binary, latin)
+    assert result.exit_code == 2
+    assert f"{binary}: binary file" in result.stderr
+    assert f"{latin}: cannot decode" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_missing_path(cli, tmp_path):
+    result = cli("check", tmp_path / "nope.py")
+    assert result.exit_code == 2
+    assert "no such file or directory" in result.stderr
+
+
+def test_unreadable_file(cli, tmp_path, monkeypatch):
+    script = write(tmp_path / "train.py", DOUBLE)
+
+    def refuse(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(type(script), "read_bytes", refuse)
+    result = cli("check", script)
+    assert result.exit_code == 2
+    assert f"{script}: cannot read: Permission denied" in result.stderr
+
+
+def test_encoding_bom_line_endings_and_mode_are_kept(cli, tmp_path):
+    text = "# -*- coding: latin-1 -*-\n# caf\xe9\n" + DOUBLE
+    script = tmp_path / "train.py"
+    script.write_bytes(text.replace("\n", "\r\n").encode("latin-1"))
+    script.chmod(0o751)
+    assert cli("fix", script).exit_code == 0
+    expected = ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + DOUBLE_FIXED).replace("\n", "\r\n").encode("latin-1")
+    assert script.read_bytes() == expected
+    assert script.stat().st_mode & 0o777 == 0o751
+
+    bom = tmp_path / "bom.py"
+    bom.write_bytes(b"\xef\xbb\xbf" + DOUBLE.encode())
+    assert cli("fix", bom).exit_code == 0
+    assert bom.read_bytes() == b"\xef\xbb\xbf" + DOUBLE_FIXED.encode()
+
+
+def test_a_file_without_fixes_is_never_written(cli, tmp_path):
+    # LibCST does not reproduce trailing whitespace-only lines without a final newline exactly.
+    script = tmp_path / "odd.py"
+    script.write_bytes(CLEAN.encode() + b"\n   \n  ")
+    before = script.stat().st_mtime_ns
+    assert cli("fix", script).exit_code == 0
+    assert script.read_bytes() == CLEAN.encode() + b"\n   \n  "
+    assert script.stat().st_mtime_ns == before
+
+
+def test_folders_skip_virtualenvs_build_output_and_gitignored_files(cli, tmp_path):
+    write(tmp_path / "src" / "train.py", DOUBLE)
+    write(tmp_path / ".venv" / "lib" / "train.py", DOUBLE)
+    write(tmp_path / "env" / "pyvenv.cfg", "home = /usr\n")
+    write(tmp_path / "env" / "lib" / "train.py", DOUBLE)
+    write(tmp_path / "build" / "train.py", DOUBLE)
+    write(tmp_path / "generated" / "train.py", DOUBLE)
+    write(tmp_path / ".gitignore", "generated/\n")
+    if shutil.which("git"):
+        subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    result = cli("check", tmp_path)
+    paths = {line.split(":")[0] for line in result.stdout.splitlines()}
+    expected = {str(tmp_path / "src" / "train.py")}
+    if shutil.which("git") is None:
+        expected.add(str(tmp_path / "generated" / "train.py"))
+    assert paths == expected
+    # A file named explicitly is always checked.
+    assert cli("check", tmp_path / "build" / "train.py").exit_code == 1
+
+
+def test_many_files_in_parallel_match_one_process(cli, tmp_path):
+    for index in range(12):
+        write(tmp_path / f"train_{index:02}.py", DOUBLE if index % 3 else CLEAN)
+    serial = cli("check", "--jobs", "1", tmp_path)
+    parallel = cli("check", "--jobs", "2", tmp_path)
+    assert serial.exit_code == parallel.exit_code == 1
+    assert serial.stdout == parallel.stdout
+    assert len(serial.stdout.splitlines()) == 8
+
+
+def test_rules_and_explain(cli):
+    listing = cli("rules")
+    assert listing.exit_code == 0
+    for code in ("GF001", "GF002", "GF003", "GF004"):
+        assert code in listing.stdout
+    explained = cli("explain", "GF002")
+    assert explained.exit_code == 0
+    assert "(loss_reg + loss_cls).backward()" in explained.stdout
+    assert "Trying to backward through the graph a second time" in explained.stdout
+    assert cli("explain", "GF999").exit_code == 2
+
+
+def test_version(cli):
+    from gradfix import __version__
+
+    result = cli("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"gradfix {__version__}"
+
+
+def test_python_dash_m_and_no_arguments():
+    result = subprocess.run([sys.executable, "-m", "gradfix"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "Usage" in result.stdout + result.stderr

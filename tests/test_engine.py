@@ -1,0 +1,77 @@
+"""The engine's guarantees: files are old or new, never half-written; a bad rewrite is never written."""
+
+from typing import Iterator
+
+import libcst as cst
+import pytest
+
+from gradfix.codemods import engine
+from gradfix.codemods.edits import Fix
+from gradfix.codemods.engine import FixMode, check_source
+from gradfix.codemods.registry import all_rules
+from gradfix.codemods.rule import FixKind, Rule, Violation
+
+
+class _BreaksCode(Rule):
+    """A deliberately wrong rule: replaces every backward statement with `return`."""
+
+    CODE = "XX001"
+    NAME = "breaks_code"
+    SUMMARY = "test rule"
+    FIX = FixKind.SAFE
+    EXAMPLE_BEFORE = EXAMPLE_AFTER = ""
+
+    def violations(self) -> Iterator[Violation]:
+        for site in self.analysis.backward_sites:
+            broken = cst.parse_statement("return\n")
+            yield self.violation(site.call, "bad", Fix(safe=True, replace=((site.statement, broken),)))
+
+
+def test_a_rewrite_that_does_not_compile_is_dropped_as_an_internal_error():
+    source = b"import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\n"
+    report = check_source(source, [_BreaksCode], FixMode.SAFE, "train.py")
+    assert report.rewritten is None
+    assert report.internal_errors and "does not parse" in report.internal_errors[0]
+
+
+def test_write_atomically_replaces_the_whole_file(tmp_path):
+    target = tmp_path / "train.py"
+    target.write_bytes(b"old\n")
+    engine.write_atomically(target, b"new\n")
+    assert target.read_bytes() == b"new\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
+def test_an_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    target = tmp_path / "train.py"
+    target.write_bytes(b"old\n")
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        engine.write_atomically(target, b"new\n")
+    assert target.read_bytes() == b"old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
+def test_files_without_backward_are_not_parsed(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("parsed a file the prefilter should have skipped")
+
+    monkeypatch.setattr(engine.cst, "parse_module", fail)
+    report = check_source(b"import torch\nx = torch.ones(3)\n", all_rules(), FixMode.SAFE)
+    assert report.findings == [] and report.errors == []
+
+
+def test_fixes_repeat_until_nothing_more_applies():
+    # Merging the backwards (GF002) leaves one backward; nothing else is left to fix.
+    source = (
+        b"import torch\nimport torch.nn as nn\nnet = nn.Linear(2, 2)\nh = net(torch.ones(1, 2))\n"
+        b"a = h.sum()\nb = h.mean()\na.backward()\nb.backward()\nb.backward()\n"
+    )
+    report = check_source(source, all_rules(), FixMode.SAFE)
+    assert sorted(f.code for f in report.fixed) == ["GF001", "GF002"]
+    assert report.rewritten.decode().endswith("(a + b).backward()\n")
+    assert report.findings == []

@@ -1,0 +1,24 @@
+"""Every fixture folder, every check: generated from tests/fixtures/<rule>/<case>/."""
+
+import pytest
+
+from gradfix.codemods.verify import checks_for, discover
+
+from .conftest import FIXTURES
+
+CASES = discover([FIXTURES])
+CHECKS = [(case, name, check) for case in CASES for name, check in checks_for(case)]
+
+
+@pytest.mark.parametrize(("case", "name", "check"), CHECKS, ids=[f"{c.name}::{n}" for c, n, _ in CHECKS])
+def test_fixture(case, name, check, runs):
+    passed, detail = check(case, runs)
+    assert passed, detail
+
+
+def test_every_rule_has_fixtures_of_every_kind():
+    from gradfix.codemods.registry import all_rules
+
+    for rule in all_rules():
+        kinds = {case.kind for case in CASES if case.rule is rule}
+        assert {"pair", "ok"} <= kinds, f"{rule.CODE} lacks fixture kinds: {kinds}"
