@@ -1,13 +1,15 @@
 """The ``gradfix`` command line. Parses options, calls the library, renders; no analysis here.
 
-Exit codes: 0 clean, 1 findings (``check``) or changes pending / findings left (``fix``),
-2 usage errors, bad input or internal errors.
+Exit codes: 0 clean, 1 findings (``check``), changes pending / findings left (``fix``), failed
+checks (``verify``) or an error found (``diagnose``); 2 usage errors, bad input or internal errors.
 """
 
 from __future__ import annotations
 
 import enum
+import importlib.util
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -17,7 +19,13 @@ from typing_extensions import Annotated
 from gradfix import __version__
 from gradfix.codemods import engine
 from gradfix.codemods.engine import FileReport, FixMode
+from gradfix.codemods.diagnose import diagnose as run_diagnosis
+from gradfix.codemods.diagnose import fix_and_rerun
+from gradfix.codemods.rule import FixKind
 from gradfix.codemods.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
+from gradfix.codemods.runner import RunOptions, ScriptRunner
+from gradfix.codemods.verify import BadFixture, discover
+from gradfix.codemods.verify import verify as verify_cases
 
 from . import render
 
@@ -168,6 +176,86 @@ def explain(code: Annotated[str, typer.Argument(help="A rule code (GF001) or nam
         render.stderr.print(f"error: unknown rule: {code} (see `gradfix rules`)")
         raise typer.Exit(EXIT_ERROR)
     typer.echo(render.explanation(rule))
+
+
+def _require_torch() -> None:
+    if importlib.util.find_spec("torch") is None:
+        render.stderr.print("error: this command runs code and needs PyTorch installed (pip install torch)")
+        raise typer.Exit(EXIT_ERROR)
+
+
+@app.command()
+def verify(
+    folders: Annotated[List[str], typer.Argument(help="Fixture folders: <rule>/<case>/ with before.py+after.py, ok.py or reported.py.", show_default=False)],
+    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="How results are printed.")] = OutputFormat.text,
+) -> None:
+    """Run fixture folders: before.py must fail, the rule must turn it into after.py, after.py must
+    run (with equal gradients where the rule keeps the maths); ok.py must be left alone and run.
+    Exit 1 if any check fails."""
+    _require_torch()
+    try:
+        cases = discover(folders)
+    except BadFixture as error:
+        render.stderr.print(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR)
+    if not cases:
+        render.stderr.print(f"error: no fixtures under {', '.join(folders)}")
+        raise typer.Exit(EXIT_ERROR)
+    with ScriptRunner() as runner:
+        results = list(verify_cases(cases, runner))
+    if output_format is OutputFormat.json:
+        render.print_verify_json(results)
+    else:
+        render.print_table(render.verify_table(results))
+    failed = sum(not r.passed for r in results)
+    render.stderr.print(f"{len(results) - failed} passed, {failed} failed ({len(cases)} fixture case(s))")
+    raise typer.Exit(EXIT_FINDINGS if failed else EXIT_CLEAN)
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+def diagnose(
+    script: Annotated[Path, typer.Argument(help="The training script to run.", show_default=False)],
+    args: Annotated[Optional[List[str]], typer.Argument(help="Arguments for the script, after --.", show_default=False)] = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Stop after this many successful backward calls.")] = 5,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the script is stopped.")] = 60,
+    memory_limit: Annotated[int, typer.Option("--memory-limit", min=64, help="MiB the script may allocate.")] = 4096,
+    fix: Annotated[bool, typer.Option("--fix", help="Apply the matching rule's rewrite and run again to confirm.")] = False,
+    unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix: also apply a fix that changes the maths.")] = False,
+    show_output: Annotated[bool, typer.Option("--show-output", help="Show what the script printed.")] = False,
+) -> None:
+    """Run a training script for a few steps with autograd anomaly detection; when it fails with
+    'backward through the graph a second time', say which lines and which rule, and show the fix.
+    Exit 0 when no error shows (or --fix removed it), 1 when it does."""
+    _require_torch()
+    if not script.is_file():
+        render.stderr.print(f"error: {script}: no such file")
+        raise typer.Exit(EXIT_ERROR)
+    report = engine.check_file(script, all_rules())
+    if report.errors:
+        render.print_errors([report])
+        raise typer.Exit(EXIT_ERROR)
+    options = RunOptions(args=tuple(args or ()), timeout=timeout, memory_limit=memory_limit << 20, max_steps=steps, cwd=str(script.resolve().parent))
+    with ScriptRunner() as runner:
+        diagnosis = run_diagnosis(script, runner, options)
+        render.print_diagnosis(diagnosis, show_output)
+        if not diagnosis.second_backward:
+            raise typer.Exit(EXIT_CLEAN if diagnosis.run.succeeded else EXIT_FINDINGS)
+        if diagnosis.fix is None:
+            raise typer.Exit(EXIT_FINDINGS)
+        unsafe = diagnosis.finding.fix is FixKind.UNSAFE
+        if not fix or (unsafe and not unsafe_fixes):
+            flags = "--fix --unsafe-fixes" if unsafe else "--fix"
+            render.stderr.print(
+                ("This fix changes the maths (unsafe). " if unsafe else "")
+                + f"Run `gradfix diagnose {flags} {script}` to apply it and check again."
+            )
+            raise typer.Exit(EXIT_FINDINGS)
+        again = fix_and_rerun(diagnosis, runner, options)
+    if again.succeeded:
+        render.stderr.print(f"fixed {script}: {again.backward_calls} step(s) now run without error ({again.describe()})")
+        raise typer.Exit(EXIT_CLEAN)
+    render.stderr.print(f"applied the fix to {script}, but it still fails: {again.describe()}")
+    raise typer.Exit(EXIT_FINDINGS)
 
 
 def main() -> None:

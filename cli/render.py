@@ -12,8 +12,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gradfix.codemods.engine import FileReport
+from gradfix.codemods.diagnose import Diagnosis
+from gradfix.codemods.engine import FileReport, unified_diff
 from gradfix.codemods.rule import Finding, Rule
+from gradfix.codemods.verify import CheckResult
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
@@ -117,3 +119,56 @@ def explanation(rule: type[Rule]) -> str:
 
 def _indent(code: str) -> str:
     return "".join("    " + line if line.strip() else line for line in code.splitlines(keepends=True))
+
+
+def verify_table(results: Sequence[CheckResult]) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for column in ("case", "check", "result", "detail"):
+        table.add_column(column, overflow="fold")
+    for result in results:
+        mark = Text("pass", style="green") if result.passed else Text("FAIL", style="bold red")
+        table.add_row(result.case.name, result.check, mark, result.detail)
+    return table
+
+
+def print_verify_json(results: Sequence[CheckResult]) -> None:
+    records = [
+        {"case": str(r.case.directory), "rule": r.case.rule.CODE, "check": r.check, "passed": r.passed, "detail": r.detail}
+        for r in results
+    ]
+    sys.stdout.write(json.dumps(records, indent=2) + "\n")
+
+
+def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
+    console = _stdout()
+    run = diagnosis.run
+    if show_output and (run.stdout or run.stderr):
+        console.print(Text("script output:", style="bold"))
+        console.print(Text(run.stdout + run.stderr))
+    if not diagnosis.second_backward:
+        if run.succeeded:
+            console.print(f"no error in {run.backward_calls} step(s) ({run.describe()})")
+        else:
+            console.print(Text(f"{diagnosis.script}: {run.describe()}", style="bold"))
+            if run.status == "error" and not show_output and run.traceback:
+                console.print(Text(run.traceback.rstrip()))
+        return
+    console.print(Text(f"{diagnosis.script}: RuntimeError: {diagnosis.run.error_message.split('.')[0]}", style="bold red"))
+    if diagnosis.failing is not None:
+        nth = diagnosis.failing_call_number
+        console.print(f"  failed at  line {diagnosis.failing.line}: {diagnosis.failing.code}   (call {nth} of this line: iteration {nth})")
+    if diagnosis.graph is not None:
+        console.print(f"  graph from line {diagnosis.graph.line}: {diagnosis.graph.code}")
+    if diagnosis.relation:
+        console.print(f"  why: {diagnosis.relation}")
+    if diagnosis.finding is None:
+        console.print("  No gradfix rule matches this shape. Look at the two lines above: the value built at the")
+        console.print("  second one must be rebuilt, or detached, before the backward at the first one.")
+        return
+    finding = diagnosis.finding
+    console.print(f"  rule: {finding.code} {diagnosis.rule.NAME}: {finding.message}")
+    if diagnosis.fix is None:
+        console.print("  gradfix reports this shape but cannot prove a rewrite for it.")
+        return
+    console.print("  fix:")
+    print_diff(unified_diff(diagnosis.fix))

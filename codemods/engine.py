@@ -269,7 +269,7 @@ def unified_diff(report: FileReport) -> str:
     """A ``git apply``-able diff of a report's rewrite."""
     before = _decoded(report.original or b"")
     after = _decoded(report.rewritten or b"")
-    name = report.path
+    name = report.path.lstrip("/")
     lines = list(difflib.unified_diff(before, after, f"a/{name}", f"b/{name}"))
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 

@@ -64,16 +64,22 @@ for x, y_reg, y_cls in loader:
 
     def violations(self) -> Iterator[Violation]:
         for group, block in self._groups():
-            first, last = group[0], group[-1]
             names = " and ".join(f"`{cst.Module([]).code_for_node(site.receiver)}`" for site in group)
             shared = min(self._shared_origins(group), key=self.analysis.line)
-            yield self.violation(
-                first.call,
-                f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded "
-                f"separately; backward their sum once",
-                self._fix(group, block),
-                related=tuple(site.call for site in group[1:]),
-            )
+            message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
+            if len(self._stepped_optimizers(group, block)) > 1:
+                message += "optimizers take turns between them, so detach the shared value for the first loss"
+            else:
+                message += "backward their sum once"
+            yield self.violation(group[0].call, message, self._fix(group, block), related=tuple(s.call for s in group[1:]))
+
+    def _stepped_optimizers(self, group: list[BackwardSite], block: Block) -> set[str]:
+        between = self._between(block, group[0], group[-1])
+        return {
+            cst.Module([]).code_for_node(s.body[0].value.func.value)
+            for s in between
+            if _is_single_call(s) and self.analysis.gradient_effects(s) & _STEPPING
+        }
 
     def _groups(self) -> Iterator[tuple[list[BackwardSite], Block]]:
         """Runs of backward statements in one block whose graphs overlap."""
@@ -130,7 +136,7 @@ for x, y_reg, y_cls in loader:
                 stepping.append(statement)
             else:
                 return None
-        if len({cst.Module([]).code_for_node(s.body[0].value.func.value) for s in stepping}) > 1:
+        if len(self._stepped_optimizers(group, block)) > 1:
             return None  # several optimizers take turns (a GAN, actor-critic): merging is not the fix
         for site in earlier:
             after_site = block.statements[block.index(site.statement) + 1 : block.index(last.statement)]

@@ -1,0 +1,170 @@
+"""Diagnosing a user's training script: run it a few steps with anomaly detection, and when the
+"backward through the graph a second time" error happens, say where and why, and which rule fixes it.
+
+The run gives two lines: the ``.backward()`` that failed (from the error's traceback, with how many
+times that line had run) and the line that built the graph that was already freed (from anomaly
+mode's traceback of the forward call). The static analysis of the same file tells how they relate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+import libcst.matchers as m
+
+from .analysis import FileAnalysis
+from .engine import FileReport, FixMode, check_source, write_atomically
+from .registry import all_rules
+from .rule import Finding, Rule
+from .runner import Frame, RunOptions, RunResult, ScriptRunner
+
+SECOND_BACKWARD = "Trying to backward through the graph a second time"
+
+
+@dataclass
+class Diagnosis:
+    script: Path
+    run: RunResult
+    failing: Frame | None = None  # the backward call that raised
+    failing_call_number: int = 0  # how many times that line had called backward, the failing call included
+    graph: Frame | None = None  # where the freed graph was built
+    relation: str = ""  # how the two lines relate, in plain words
+    finding: Finding | None = None  # the rule's finding that matches
+    fix: FileReport | None = None  # that rule's rewrite of the script, when it has one
+
+    @property
+    def second_backward(self) -> bool:
+        return self.run.status == "error" and SECOND_BACKWARD in self.run.error_message
+
+    @property
+    def rule(self) -> type[Rule] | None:
+        return next((r for r in all_rules() if self.finding and r.CODE == self.finding.code), None)
+
+
+def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnosis:
+    """Run ``script`` with anomaly detection within ``options``' bounds, and explain its failure."""
+    run = runner.run(script, RunOptions(**{**options.__dict__, "detect_anomaly": True}))
+    diagnosis = Diagnosis(script, run)
+    if not diagnosis.second_backward:
+        return diagnosis
+    diagnosis.failing = run.failing_frames[-1] if run.failing_frames else None
+    diagnosis.graph = run.forward_frames[-1] if run.forward_frames else None
+    if diagnosis.failing is not None:
+        diagnosis.failing_call_number = run.backward_calls_by_line.get(diagnosis.failing.line, 1)
+    source = script.read_bytes()
+    try:
+        analysis = FileAnalysis.of_module(cst.parse_module(source))
+    except cst.ParserSyntaxError:
+        return diagnosis
+    diagnosis.relation = _relation(analysis, diagnosis)
+    diagnosis.finding = _matching_finding(source, str(script), diagnosis, analysis)
+    if diagnosis.finding is not None and diagnosis.finding.fix is not None:
+        rule = diagnosis.rule
+        mode = FixMode.UNSAFE if diagnosis.finding.fix.value == "unsafe" else FixMode.SAFE
+        report = check_source(source, [rule], mode, str(script))
+        diagnosis.fix = report if report.changed else None
+    return diagnosis
+
+
+def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions) -> RunResult:
+    """Write the matching rule's rewrite to the script and run it again within the same bounds."""
+    write_atomically(diagnosis.script, diagnosis.fix.rewritten)
+    return runner.run(diagnosis.script, RunOptions(**{**options.__dict__, "detect_anomaly": False}))
+
+
+def _matching_finding(source: bytes, path: str, diagnosis: Diagnosis, analysis: FileAnalysis) -> Finding | None:
+    """The finding that names the failing backward or the line that built the freed graph; failing
+    that, one in the function that built the graph (state a module keeps between calls)."""
+    lines = {frame.line for frame in (diagnosis.failing, diagnosis.graph) if frame is not None}
+    findings = check_source(source, all_rules(), FixMode.NONE, path).findings
+
+    def rank(finding: Finding) -> tuple:
+        named = len(lines & {finding.line, *finding.related_lines})
+        return (-named, finding.fix is None, finding.line)
+
+    named = sorted((f for f in findings if lines & {f.line, *f.related_lines}), key=rank)
+    if named:
+        return named[0]
+    function = _function_at(analysis, diagnosis.graph.line) if diagnosis.graph else None
+    if function is None:
+        return None
+    lines_of_function = analysis.range(function)
+    nearby = [f for f in findings if lines_of_function.start.line <= f.line <= lines_of_function.end.line]
+    return min(nearby, key=rank, default=None)
+
+
+def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
+    failing, graph = diagnosis.failing, diagnosis.graph
+    backward_statement = _statement_at(analysis, failing.line) if failing else None
+    graph_statement = _statement_at(analysis, graph.line) if graph else None
+    if backward_statement is None or graph_statement is None:
+        return ""
+    earlier_iteration = diagnosis.failing_call_number > 1
+    graph_function = _function_at(analysis, graph.line)
+    if graph_function is not _function_at(analysis, failing.line):
+        name = graph_function.name.value if graph_function else "the module body"
+        if earlier_iteration:
+            return (
+                f"the graph was built in `{name}` during an earlier call and kept for the next call "
+                f"(state carried between calls); the previous backward had already freed it"
+            )
+        return f"the graph was built in `{name}`, and an earlier backward in this step already freed it"
+    loops = [loop for loop in analysis.loops_around(backward_statement) if not loop.is_call]
+    if loops and not analysis.contains(loops[0].node, graph_statement):
+        return (
+            f"the graph was built once, before the loop at line {analysis.line(loops[0].node)}, "
+            f"and the loop backwards through it on every iteration"
+        )
+    if earlier_iteration:
+        loop_line = analysis.line(loops[0].node) if loops else failing.line
+        return (
+            f"a value built in the previous iteration of the loop at line {loop_line} was carried into "
+            f"this one; the previous iteration's backward had already freed its graph"
+        )
+    earlier = _earlier_backward(analysis, backward_statement)
+    if earlier is None:
+        return "an earlier backward in this step already freed this graph"
+    if earlier.receiver is not None and _site_at(analysis, backward_statement) is not None and earlier.receiver.deep_equals(
+        _site_at(analysis, backward_statement).receiver
+    ):
+        return f"the same tensor was already backwarded at line {analysis.line(earlier.call)}"
+    return (
+        f"the backward at line {analysis.line(earlier.call)} already walked (and freed) this graph: "
+        f"the two losses share it"
+    )
+
+
+def _site_at(analysis: FileAnalysis, statement: cst.CSTNode):
+    return next((site for site in analysis.backward_sites if site.statement is statement), None)
+
+
+def _earlier_backward(analysis: FileAnalysis, statement: cst.CSTNode):
+    """The closest backward before ``statement`` in the same function."""
+    function = _function_at(analysis, analysis.line(statement))
+    earlier = [
+        site
+        for site in analysis.backward_sites
+        if analysis.start(site.call) < analysis.start(statement)
+        and _function_at(analysis, analysis.line(site.call)) is function
+    ]
+    return earlier[-1] if earlier else None
+
+
+def _function_at(analysis: FileAnalysis, line: int) -> cst.FunctionDef | None:
+    """The innermost function whose body holds ``line``."""
+    inner = None
+    for function in m.findall(analysis.module, m.FunctionDef()):
+        code_range = analysis.range(function)
+        if code_range.start.line <= line <= code_range.end.line:
+            inner = function
+    return inner
+
+
+def _statement_at(analysis: FileAnalysis, line: int) -> cst.CSTNode | None:
+    for statement in m.findall(analysis.module, m.SimpleStatementLine()):
+        code_range = analysis.range(statement)
+        if code_range.start.line <= line <= code_range.end.line:
+            return statement
+    return None

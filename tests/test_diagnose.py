@@ -1,0 +1,122 @@
+"""`gradfix diagnose` on the shared cases and on every fixture: the right lines, the right rule, and
+with --fix a script that then runs clean."""
+
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from gradfix.cli.app import app
+from gradfix.codemods.diagnose import diagnose, fix_and_rerun
+from gradfix.codemods.runner import RunOptions
+from gradfix.codemods.verify import discover
+
+from .conftest import FIXTURES, SHARED_CASES
+
+BOUNDS = RunOptions(max_steps=5, timeout=60)
+PAIRS = [case for case in discover([FIXTURES]) if case.kind == "pair"]
+OKS = [case for case in discover([FIXTURES]) if case.kind == "ok"]
+
+# script: (line of the failing backward, line that built the freed graph, rule, how they relate)
+SHARED = {
+    "double_backward.py": (17, 15, "GF001", "same tensor was already backwarded at line 16"),
+    "shared_trunk_two_losses.py": (20, 15, "GF002", "the two losses share it"),
+    "hoisted_forward.py": (17, 13, "GF003", "built once, before the loop at line 14"),
+    "unrolled_buffer.py": (15, 13, "GF004", "previous iteration of the loop at line 11"),
+    "stored_hidden_states.py": (32, 19, "GF004", "built in `forward` during an earlier call"),
+    "gan_without_detach.py": (24, 15, "GF002", "the two losses share it"),
+}
+
+
+@pytest.mark.skipif(not SHARED_CASES.is_dir(), reason="../shared/cases is not beside this checkout")
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_shared_raising_cases_name_the_lines_and_rule(name, runs, tmp_path):
+    script = tmp_path / name
+    shutil.copy(SHARED_CASES / "raises" / name, script)
+    diagnosis = diagnose(script, runs.runner, BOUNDS)
+    failing, graph, code, relation = SHARED[name]
+    assert diagnosis.second_backward
+    assert (diagnosis.failing.line, diagnosis.graph.line, diagnosis.finding.code) == (failing, graph, code)
+    assert relation in diagnosis.relation
+    if name == "gan_without_detach.py":
+        assert diagnosis.fix is None  # optimizers take turns: reported, not rewritten
+        return
+    assert fix_and_rerun(diagnosis, runs.runner, BOUNDS).succeeded
+
+
+@pytest.mark.parametrize("case", PAIRS, ids=lambda c: c.name)
+def test_every_fixture_is_diagnosed_as_its_rule_and_fixed(case, runs, tmp_path):
+    script = tmp_path / "before.py"
+    shutil.copy(case.file("before.py"), script)
+    diagnosis = diagnose(script, runs.runner, BOUNDS)
+    assert diagnosis.second_backward, diagnosis.run.describe()
+    assert diagnosis.finding is not None and diagnosis.finding.code == case.rule.CODE
+    assert diagnosis.failing.code.endswith(".backward()") or "backward(" in diagnosis.failing.code
+    rerun = fix_and_rerun(diagnosis, runs.runner, BOUNDS)
+    assert rerun.succeeded, rerun.describe()
+    assert script.read_bytes() == case.file("after.py").read_bytes()
+
+
+@pytest.mark.parametrize("case", OKS, ids=lambda c: c.name)
+def test_correct_fixtures_show_no_error(case, runs):
+    diagnosis = diagnose(case.file("ok.py"), runs.runner, BOUNDS)
+    assert not diagnosis.second_backward and diagnosis.run.succeeded, diagnosis.run.describe()
+
+
+@pytest.fixture
+def cli():
+    return lambda *args: CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_cli_diagnose_fix_confirms_the_error_is_gone(cli, tmp_path):
+    script = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "forward_outside_loop" / "loss_hoisted" / "before.py", script)
+    shown = cli("diagnose", script)
+    assert shown.exit_code == 1
+    assert "rule: GF003" in shown.stdout and "+    loss = criterion(model(x), y)" in shown.stdout
+    assert "retain_graph" not in shown.output
+    fixed = cli("diagnose", "--fix", script)
+    assert fixed.exit_code == 0, fixed.output
+    assert "now run without error" in fixed.stderr
+    assert script.read_bytes() == (FIXTURES / "forward_outside_loop" / "loss_hoisted" / "after.py").read_bytes()
+
+
+def test_cli_diagnose_reports_no_error_in_n_steps(cli):
+    result = cli("diagnose", "--steps", "2", FIXTURES / "carried_state" / "ok_truncated_bptt_tuple" / "ok.py")
+    assert result.exit_code == 0
+    assert "no error in 2 step(s)" in result.stdout
+
+
+def test_cli_diagnose_passes_arguments_and_survives_hangs_and_crashes(cli, tmp_path):
+    script = tmp_path / "args.py"
+    script.write_text("import sys\nif sys.argv[1:] != ['--epochs', '3']:\n    raise SystemExit('bad arguments')\n")
+    assert cli("diagnose", script, "--", "--epochs", "3").exit_code == 0
+    hang = tmp_path / "hang.py"
+    hang.write_text("while True:\n    pass\n")
+    result = cli("diagnose", "--timeout", "1", hang)
+    assert result.exit_code == 1 and "did not finish in time" in result.stdout
+    crash = tmp_path / "crash.py"
+    crash.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    result = cli("diagnose", crash)
+    assert result.exit_code == 1 and "crashed: killed by signal 11" in result.stdout
+
+
+def test_cli_diagnose_bad_input(cli, tmp_path):
+    assert cli("diagnose", tmp_path / "missing.py").exit_code == 2
+    broken = tmp_path / "broken.py"
+    broken.write_text("loss.backward(\n")
+    result = cli("diagnose", broken)
+    assert result.exit_code == 2 and "cannot parse" in result.stderr
+
+
+def test_cli_verify_passes_on_the_fixtures_and_fails_on_a_wrong_one(cli, tmp_path):
+    result = cli("verify", FIXTURES / "duplicate_backward")
+    assert result.exit_code == 0, result.output
+    assert " 0 failed" in result.stderr
+    wrong = tmp_path / "duplicate_backward" / "wrong"
+    shutil.copytree(FIXTURES / "duplicate_backward" / "for_loop", wrong)
+    (wrong / "after.py").write_text((wrong / "before.py").read_text())
+    result = cli("verify", "--output-format", "json", tmp_path)
+    assert result.exit_code == 1
+    assert '"passed": false' in result.stdout
+    assert cli("verify", tmp_path / "nothing").exit_code == 2
