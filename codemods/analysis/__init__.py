@@ -59,8 +59,9 @@ class Block:
 class FileAnalysis:
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.module = wrapper.module
-        self._positions = wrapper.resolve(PositionProvider)
-        self._parents = wrapper.resolve(ParentNodeProvider)
+        metadata = wrapper.resolve_many([PositionProvider, ParentNodeProvider])  # one traversal for both
+        self._positions = metadata[PositionProvider]
+        self._parents = metadata[ParentNodeProvider]
         self.names: TorchNames = collect_torch_names(self.module)
         self._dataflow = DataflowAnalysis(self.module, self.names)
 
