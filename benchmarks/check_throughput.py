@@ -49,7 +49,7 @@ def main() -> None:
         parse = timed(lambda: [cst.parse_module(f.read_bytes()) for f in torch_files])
         print(f"bare LibCST parse of those:  {len(torch_files) / parse:8.1f} files/s")
         for jobs in (1, os.cpu_count() or 1):
-            seconds = timed(lambda: list(check_files(files, rules, FixMode.NONE, jobs)))
+            seconds = timed(lambda jobs=jobs: list(check_files(files, rules, FixMode.NONE, jobs)))
             print(f"check, --jobs {jobs}:            {len(files) / seconds:8.1f} files/s ({seconds:.2f} s, "
                   f"{seconds / parse:.1f}x the bare parse)")
         seconds = timed(lambda: list(check_files(files, rules, FixMode.SAFE, os.cpu_count())))

@@ -83,7 +83,7 @@ def _run(paths: list[str], select, ignore, mode: FixMode, jobs: Optional[int]) -
         rules = select_rules(_split(select), _split(ignore))
     except UnknownRuleError as error:
         render.stderr.print(f"error: unknown rule code or prefix: {error}")
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(EXIT_ERROR) from None
     files = engine.collect_files(paths)
     results = engine.check_files(files.files, rules, mode, jobs)
     if render.stderr.is_terminal and len(files.files) >= _PROGRESS_MIN_FILES:
@@ -123,7 +123,7 @@ def check(
         render.stderr.print(render.check_summary(reports))
     render.print_errors(reports, errors)
     if _has_errors(reports, errors):
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(EXIT_ERROR) from None
     raise typer.Exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
 
 
@@ -156,7 +156,7 @@ def fix(
     render.stderr.print(render.fix_summary(reports, diff))
     render.print_errors(reports, errors)
     if _has_errors(reports, errors):
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(EXIT_ERROR) from None
     pending = changed if diff else [f for r in reports for f in r.findings]
     raise typer.Exit(EXIT_FINDINGS if pending else EXIT_CLEAN)
 
@@ -174,14 +174,14 @@ def explain(code: Annotated[str, typer.Argument(help="A rule code (GF001) or nam
         rule = rule_by_code(code)
     except UnknownRuleError:
         render.stderr.print(f"error: unknown rule: {code} (see `gradfix rules`)")
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(EXIT_ERROR) from None
     typer.echo(render.explanation(rule))
 
 
 def _require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
         render.stderr.print("error: this command runs code and needs PyTorch installed (pip install torch)")
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(EXIT_ERROR) from None
 
 
 @app.command()
@@ -197,10 +197,10 @@ def verify(
         cases = discover(folders)
     except BadFixture as error:
         render.stderr.print(f"error: {error}")
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(EXIT_ERROR) from None
     if not cases:
         render.stderr.print(f"error: no fixtures under {', '.join(folders)}")
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(EXIT_ERROR) from None
     with ScriptRunner() as runner:
         results = list(verify_cases(cases, runner))
     if output_format is OutputFormat.json:
@@ -229,11 +229,11 @@ def diagnose(
     _require_torch()
     if not script.is_file():
         render.stderr.print(f"error: {script}: no such file")
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(EXIT_ERROR) from None
     report = engine.check_file(script, all_rules())
     if report.errors:
         render.print_errors([report])
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(EXIT_ERROR) from None
     options = RunOptions(args=tuple(args or ()), timeout=timeout, memory_limit=memory_limit << 20, max_steps=steps, cwd=str(script.resolve().parent))
     with ScriptRunner() as runner:
         diagnosis = run_diagnosis(script, runner, options)

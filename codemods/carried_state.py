@@ -17,9 +17,12 @@ from .analysis import (
     Structure,
     TupleOf,
     Value,
+    as_operand,
     assigned_names,
+    code_of,
     dotted_name,
     expand,
+    is_single_assignment,
     target_names,
 )
 from .edits import Fix
@@ -152,7 +155,7 @@ for inputs, targets in loader:
         return False
 
     def _store_fix(self, method: Loop, name: str, stores: list[cst.CSTNode], stored: Value) -> Fix | None:
-        if not stores or not all(_is_single_assignment(s) for s in stores):
+        if not stores or not all(is_single_assignment(s) for s in stores):
             return None
         replace, insert_after = [], []
         for store in stores:
@@ -161,7 +164,7 @@ for inputs, targets in loader:
             assign = store.body[0]
             target = assign.targets[0].target
             if dotted_name(target) == name:
-                value = _detached(_as_operand(assign.value), stored.structure)
+                value = _detached(as_operand(assign.value), stored.structure)
                 if value is None:
                     return None
                 replace.append((store, store.with_changes(body=[assign.with_changes(value=value)])))
@@ -212,15 +215,6 @@ def _stores(function: cst.FunctionDef, name: str) -> list[cst.CSTNode]:
     return [s for s in m.findall(function.body, m.SimpleStatementLine()) if name in assigned_names(s)]
 
 
-def _is_single_assignment(statement: cst.CSTNode) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Assign)
-        and len(statement.body[0].targets) == 1
-    )
-
-
 def _state_structure(entry: Value, left_behind: Value) -> Structure | None:
     """The structure a state keeps across iterations, if the code shows one consistently."""
     known = [v.structure for v in (entry, left_behind) if v.structure not in (UNKNOWN, NONE)]
@@ -235,24 +229,15 @@ def _detach_statement(name: str, entry: Value, left_behind: Value) -> cst.BaseSt
     value = None if structure is None else _detached(cst.parse_expression(name), structure)
     if value is None:
         return None
-    code = f"{name} = {cst.Module([]).code_for_node(value)}\n"
+    code = f"{name} = {code_of(value)}\n"
     if entry.may_be_none or entry.structure is NONE or left_behind.may_be_none:
         return cst.parse_statement(f"if {name} is not None:\n    {code}")
     return cst.parse_statement(code)
 
 
-_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
-
-
-def _as_operand(expression: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(expression, _ATOMIC) or expression.lpar:
-        return expression
-    return expression.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-
-
 def _detached(expression: cst.BaseExpression, structure: Structure) -> cst.BaseExpression | None:
     """``expression`` with every tensor in it detached, for the structures gradfix can write."""
-    code = cst.Module([]).code_for_node(expression)
+    code = code_of(expression)
     if structure is TENSOR:
         return cst.parse_expression(f"{code}.detach()")
     if isinstance(structure, ListOf) and structure.item is TENSOR:

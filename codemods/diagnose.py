@@ -8,7 +8,7 @@ mode's traceback of the forward call). The static analysis of the same file tell
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
 
 from .analysis import BackwardSite, assigned_names, dotted_name
 from .edits import Fix

@@ -4,7 +4,7 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from .analysis import BackwardSite, Loop, Origin, assigned_names, expand, read_names
+from .analysis import BackwardSite, Loop, Origin, assigned_names, expand, is_single_assignment, read_names
 from .edits import Fix
 from .rule import FixKind, Rule, Violation
 
@@ -85,7 +85,7 @@ for epoch in range(epochs):
 
     def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop) -> Fix | None:
         body = loop.node.body
-        if not isinstance(body, cst.IndentedBlock) or not all(_is_plain_assignment(s) for s in hoisted):
+        if not isinstance(body, cst.IndentedBlock) or not all(is_single_assignment(s) for s in hoisted):
             return None
         defined: set[str] = set()
         for statement in hoisted:
@@ -131,12 +131,3 @@ class _NameUses(cst.CSTVisitor):
     def visit_Name(self, node: cst.Name) -> None:
         if node.value in self.names:
             self.found.append(node)
-
-
-def _is_plain_assignment(statement: cst.CSTNode) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Assign)
-        and len(statement.body[0].targets) == 1
-    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 import libcst as cst

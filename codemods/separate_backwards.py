@@ -4,7 +4,18 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from .analysis import BackwardSite, Block, Origin, assigned_names, expand, read_names
+from .analysis import (
+    BackwardSite,
+    Block,
+    Origin,
+    as_operand,
+    assigned_names,
+    code_of,
+    expand,
+    is_single_call,
+    parenthesized,
+    read_names,
+)
 from .edits import Fix
 from .rule import FixKind, Rule, Violation
 
@@ -64,7 +75,7 @@ for x, y_reg, y_cls in loader:
 
     def violations(self) -> Iterator[Violation]:
         for group, block in self._groups():
-            names = " and ".join(f"`{cst.Module([]).code_for_node(site.receiver)}`" for site in group)
+            names = " and ".join(f"`{code_of(site.receiver)}`" for site in group)
             shared = min(self._shared_origins(group), key=self.analysis.line)
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
             if len(self._stepped_optimizers(group, block)) > 1:
@@ -76,9 +87,9 @@ for x, y_reg, y_cls in loader:
     def _stepped_optimizers(self, group: list[BackwardSite], block: Block) -> set[str]:
         between = self._between(block, group[0], group[-1])
         return {
-            cst.Module([]).code_for_node(s.body[0].value.func.value)
+            code_of(s.body[0].value.func.value)
             for s in between
-            if _is_single_call(s) and self.analysis.gradient_effects(s) & _STEPPING
+            if is_single_call(s) and self.analysis.gradient_effects(s) & _STEPPING
         }
 
     def _groups(self) -> Iterator[tuple[list[BackwardSite], Block]]:
@@ -132,7 +143,7 @@ for x, y_reg, y_cls in loader:
             effects = self.analysis.gradient_effects(statement)
             if not effects:
                 continue
-            if effects <= _STEPPING and _is_single_call(statement):
+            if effects <= _STEPPING and is_single_call(statement):
                 stepping.append(statement)
             else:
                 return None
@@ -142,7 +153,7 @@ for x, y_reg, y_cls in loader:
             after_site = block.statements[block.index(site.statement) + 1 : block.index(last.statement)]
             if read_names(site.receiver) & set().union(*(assigned_names(s) for s in after_site)):
                 return None  # the receiver would mean another tensor at the merged call
-        total = _parenthesized(_sum([site.receiver for site in group]))
+        total = parenthesized(_sum([site.receiver for site in group]))
         merged_call = last.call.with_changes(func=last.call.func.with_changes(value=total))
         merged = last.statement.with_changes(body=[last.statement.body[0].with_changes(value=merged_call)])
         return Fix(
@@ -156,30 +167,8 @@ def _same_code(a: cst.CSTNode | None, b: cst.CSTNode | None) -> bool:
     return a is not None and b is not None and a.deep_equals(b)
 
 
-def _is_single_call(statement: cst.BaseStatement) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, cst.Call)
-    )
-
-
-_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
-
-
-def _operand(expression: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(expression, _ATOMIC) or expression.lpar:
-        return expression
-    return _parenthesized(expression)
-
-
-def _parenthesized(expression: cst.BaseExpression) -> cst.BaseExpression:
-    return expression.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-
-
 def _sum(operands: list[cst.BaseExpression]) -> cst.BaseExpression:
-    total = _operand(operands[0])
+    total = as_operand(operands[0])
     for operand in operands[1:]:
-        total = cst.BinaryOperation(left=total, operator=cst.Add(), right=_operand(operand))
+        total = cst.BinaryOperation(left=total, operator=cst.Add(), right=as_operand(operand))
     return total

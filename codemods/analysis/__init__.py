@@ -17,6 +17,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, Posi
 
 from .assignments import assigned_names, read_names, target_names
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
+from .syntax import as_operand, code_of, is_single_assignment, is_single_call, parenthesized
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .values import NONE, TENSOR, UNKNOWN, Carried, ListOf, Origin, Structure, TupleOf, Value
 
@@ -35,9 +36,14 @@ __all__ = [
     "TupleOf",
     "UNKNOWN",
     "Value",
+    "as_operand",
     "assigned_names",
+    "code_of",
     "dotted_name",
     "expand",
+    "is_single_assignment",
+    "is_single_call",
+    "parenthesized",
     "read_names",
     "target_names",
 ]
