@@ -150,7 +150,7 @@ for inputs, targets in loader:
         for function in m.findall(self.analysis.module, m.FunctionDef()):
             if function is method.node or function.name.value == "__init__":
                 continue
-            if any(n.split(".")[-1] == attribute and "." in n for n in assigned_names(function)):
+            if any(n.split(".")[-1] == attribute and "." in n for n in assigned_names(function.body)):
                 return True
         return False
 

@@ -169,6 +169,19 @@ def check_source(data: bytes, rules: Sequence[type[Rule]], mode: FixMode = FixMo
         report.errors.append(f"{path}: cannot parse: {type(error).__name__}")
         return report
 
+    try:
+        _fix_until_stable(report, module, rules, mode, path)
+    except (RecursionError, MemoryError) as error:
+        report.errors.append(f"{path}: too deeply nested to analyse ({type(error).__name__})")
+    except Exception as error:  # a bug in gradfix must not stop the other files
+        report.internal_errors.append(f"{path}: internal error: {type(error).__name__}: {error}; the file was left as it was")
+        report.findings, report.fixed, report.rewritten = [], [], None
+    return report
+
+
+def _fix_until_stable(report: FileReport, module: cst.Module, rules: Sequence[type[Rule]], mode: FixMode, path: str) -> None:
+    """Apply compatible fixes, re-parse and re-analyse, until no applicable fix is left."""
+    data = report.original
     violations = _violations(module, rules)
     for _ in range(MAX_FIX_ROUNDS):
         applicable = [v for v in violations if mode.allows(v.finding.fix)]
@@ -190,7 +203,6 @@ def check_source(data: bytes, rules: Sequence[type[Rule]], mode: FixMode = FixMo
     report.fixed = [replace(f, path=path) for f in report.fixed]
     if report.fixed and module.bytes != data:
         report.rewritten = module.bytes
-    return report
 
 
 def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:

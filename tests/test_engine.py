@@ -34,6 +34,22 @@ def test_a_rewrite_that_does_not_compile_is_dropped_as_an_internal_error():
     assert report.internal_errors and "does not parse" in report.internal_errors[0]
 
 
+class _Crashes(_BreaksCode):
+    CODE = "XX002"
+
+    def violations(self) -> Iterator[Violation]:
+        raise ValueError("a bug in a rule")
+
+
+def test_a_crashing_rule_is_an_internal_error_for_that_file_only():
+    source = b"import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\n"
+    report = check_source(source, [_Crashes], FixMode.SAFE, "train.py")
+    assert report.rewritten is None and report.findings == []
+    assert report.internal_errors == [
+        "train.py: internal error: ValueError: a bug in a rule; the file was left as it was"
+    ]
+
+
 def test_write_atomically_replaces_the_whole_file(tmp_path):
     target = tmp_path / "train.py"
     target.write_bytes(b"old\n")
