@@ -10,11 +10,11 @@ import enum
 import importlib.util
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from typing_extensions import Annotated
+
 
 from gradfix import __version__
 from gradfix.codemods import engine
