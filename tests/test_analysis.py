@@ -1,0 +1,209 @@
+"""The shared analysis on its own: which names carry graph, where it was built, what loops carry."""
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from gradfix.codemods.analysis import TENSOR, Carried, FileAnalysis, ListOf, Origin, TupleOf, assigned_names, expand, read_names
+
+
+def analyse(code: str) -> FileAnalysis:
+    header = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+    return FileAnalysis.of_module(cst.parse_module(header + textwrap.dedent(code)))
+
+
+def backwarded(code: str):
+    """The value of the last backwarded tensor in ``code``."""
+    return analyse(code).backward_sites[-1].value
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "model(x)",
+        "model(x).sum()",
+        "F.mse_loss(model(x), y)",
+        "criterion(model(x), y)",
+        "torch.cat([model(x), x])",
+        "(model(x) * 2)[0]",
+        "w * x",
+        "x @ w",
+        "helper(model, x)",
+    ],
+)
+def test_graph_carrying_values(expression):
+    value = backwarded(
+        f"""
+        model = nn.Linear(2, 2)
+        criterion = nn.MSELoss()
+        w = torch.randn(2, 2, requires_grad=True)
+        x, y = torch.randn(2, 2), torch.randn(2, 2)
+        out = {expression}
+        out.backward()
+        """
+    )
+    assert value.graph and any(isinstance(o, Origin) for o in value.origins)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "model(x).detach()",
+        "model(x).item()",
+        "model(x).tolist()",
+        "model(x).data",
+        "torch.zeros(2, 2)",
+        "nn.ReLU()(x)",
+        "float(model(x).sum())",
+        "x * 2",
+    ],
+)
+def test_values_without_graph(expression):
+    value = backwarded(
+        f"""
+        model = nn.Linear(2, 2)
+        x = torch.randn(2, 2)
+        out = {expression}
+        out.backward()
+        """
+    )
+    assert not value.graph
+
+
+def test_no_grad_blocks_and_decorators_build_no_graph():
+    analysis = analyse(
+        """
+        model = nn.Linear(2, 2)
+        with torch.no_grad():
+            target = model(torch.ones(2))
+        target.backward()
+
+        @torch.no_grad()
+        def evaluate():
+            out = model(torch.ones(2))
+            out.backward()
+        """
+    )
+    assert [site.value.graph for site in analysis.backward_sites] == [False, False]
+
+
+def test_parameters_are_leaves_with_no_origin():
+    value = backwarded(
+        """
+        w = nn.Parameter(torch.ones(2))
+        w.backward()
+        """
+    )
+    assert value.graph and not value.origins
+
+
+def test_two_heads_share_the_encoder_origin_and_two_calls_share_nothing():
+    analysis = analyse(
+        """
+        encoder = nn.Linear(2, 2)
+        head_a = nn.Linear(2, 1)
+        head_b = nn.Linear(2, 1)
+        x = torch.ones(2)
+        features = encoder(x)
+        a = head_a(features).sum()
+        b = head_b(features).sum()
+        c = encoder(x).sum()
+        a.backward()
+        b.backward()
+        c.backward()
+        """
+    )
+    a, b, c = (set(site.value.origins) for site in analysis.backward_sites)
+    assert a & b and not (a & c) and not (b & c)
+
+
+def test_tuple_unpacking_and_recurrent_structures():
+    analysis = analyse(
+        """
+        lstm = nn.LSTM(2, 3)
+        hidden = (torch.zeros(1, 1, 3), torch.zeros(1, 1, 3))
+        for step in range(3):
+            output, hidden = lstm(torch.ones(4, 1, 2), hidden)
+            output.sum().backward()
+        """
+    )
+    loop = analysis.loops[0]
+    assert loop.entry["hidden"].structure == TupleOf((TENSOR, TENSOR))
+    assert loop.back_edge["hidden"].structure == TupleOf((TENSOR, TENSOR))
+    assert loop.back_edge["output"].structure is TENSOR
+
+
+def test_a_loop_marks_what_an_iteration_receives_from_the_previous_one():
+    analysis = analyse(
+        """
+        cell = nn.GRUCell(2, 2)
+        h = torch.zeros(1, 2)
+        states = []
+        for step in range(3):
+            h = cell(torch.ones(1, 2), h)
+            states.append(h)
+            h.sum().backward()
+        """
+    )
+    loop = analysis.loops[0]
+    site = analysis.backward_sites[0]
+    assert Carried(loop, "h") in site.value.origins
+    assert Carried(loop, "h") in loop.back_edge["h"].origins  # a recurrence
+    assert loop.back_edge["states"].structure == ListOf(TENSOR)
+    assert not loop.entry["h"].graph and loop.back_edge["h"].graph
+
+
+def test_detaching_at_the_top_of_the_loop_cuts_the_carried_graph():
+    analysis = analyse(
+        """
+        cell = nn.GRUCell(2, 2)
+        h = None
+        for step in range(3):
+            if h is not None:
+                h = h.detach()
+            h = cell(torch.ones(1, 2), h)
+            h.sum().backward()
+        """
+    )
+    loop, site = analysis.loops[0], analysis.backward_sites[0]
+    carried = {o for o in expand(site.value.origins, loop) if isinstance(o, Carried)}
+    assert Carried(loop, "h") not in carried
+
+
+def test_state_kept_on_self_between_calls():
+    analysis = analyse(
+        """
+        class Memory(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.cell = nn.GRUCell(2, 2)
+                self.state = torch.zeros(1, 2)
+
+            def forward(self, x):
+                self.state = self.cell(x, self.state)
+                return self.state * 2
+        """
+    )
+    forward = next(loop for loop in analysis.loops if loop.is_call)
+    assert forward.carried_names == {"self.state"}
+    assert Carried(forward, "self.state") in forward.returned.origins | forward.back_edge["self.state"].origins
+    assert not forward.entry["self.state"].graph  # __init__ stores a plain tensor
+
+
+def test_assigned_and_read_names():
+    statement = cst.parse_module("out, self.h = model(x, self.h); a[i] += 1; cache.append(out); w.add_(g)\n").body[0]
+    assert assigned_names(statement) == {"out", "self.h", "a", "cache", "w"}
+    assert assigned_names(statement, rebinding_only=True) == {"out", "self.h", "a"}
+    assert {"model", "x", "self", "self.h", "a", "i", "cache", "out", "g"} <= read_names(statement)
+    in_place = cst.parse_module("with torch.no_grad():\n    w -= lr * w.grad\n").body[0]
+    assert assigned_names(in_place, rebinding_only=True) == set()
+
+
+def test_gradient_effects():
+    effects = FileAnalysis.gradient_effects
+    assert effects(cst.parse_statement("optimizer.step()\n")) == {"step"}
+    assert effects(cst.parse_statement("model.zero_grad()\n")) == {"zero_grad"}
+    assert effects(cst.parse_statement("norm = w.grad.norm()\n")) == {"grad"}
+    assert effects(cst.parse_statement("clip_grad_norm_(params, 1.0)\n")) == {"clip_grad_norm_"}
+    assert effects(cst.parse_statement("print(loss.item())\n")) == set()
