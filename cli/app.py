@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from gradfix import __version__
 from gradfix.codemods import engine
+from gradfix.codemods.config import Config, ConfigError, find_config
 from gradfix.codemods.engine import FileReport, FixMode
 from gradfix.codemods.diagnose import diagnose as run_diagnosis
 from gradfix.codemods.diagnose import fix_and_rerun
@@ -78,9 +79,18 @@ def _split(values: Optional[List[str]]) -> list[str]:
     return [part for value in values or () for part in value.split(",") if part.strip()]
 
 
-def _run(paths: list[str], select, ignore, mode: FixMode, jobs: Optional[int]) -> tuple[list[FileReport], list[str]]:
+def _config(paths: list[str]) -> Config:
     try:
-        rules = select_rules(_split(select), _split(ignore))
+        return find_config(paths)
+    except ConfigError as error:
+        render.stderr.print(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+
+
+def _run(paths: list[str], select, ignore, mode: FixMode, jobs: Optional[int]) -> tuple[list[FileReport], list[str]]:
+    config = _config(paths)
+    try:
+        rules = select_rules(_split(select) or list(config.select), _split(ignore) or list(config.ignore))
     except UnknownRuleError as error:
         render.stderr.print(f"error: unknown rule code or prefix: {error}")
         raise typer.Exit(EXIT_ERROR) from None
@@ -132,14 +142,17 @@ def fix(
     paths: Paths,
     diff: Annotated[bool, typer.Option("--diff", help="Write nothing; print a unified diff of the fixes.")] = False,
     unsafe_fixes: Annotated[
-        bool, typer.Option("--unsafe-fixes", help="Also apply fixes that change what the program computes.")
-    ] = False,
+        Optional[bool],
+        typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that change what the program computes.", show_default=False),
+    ] = None,
     select: Select = None,
     ignore: Ignore = None,
     jobs: Jobs = None,
 ) -> None:
     """Apply fixes in place (or show them with --diff). Exit 1 if findings are left unfixed, or
     with --diff if there would be changes."""
+    if unsafe_fixes is None:
+        unsafe_fixes = _config(paths).unsafe_fixes
     mode = FixMode.UNSAFE if unsafe_fixes else FixMode.SAFE
     reports, errors = _run(paths, select, ignore, mode, jobs)
     changed = [r for r in reports if r.changed]

@@ -17,12 +17,12 @@ from gradfix.codemods.engine import FileReport, unified_diff
 from gradfix.codemods.rule import Finding, Rule
 from gradfix.codemods.verify import CheckResult
 
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
 
 
 def _stdout() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, markup=False)
 
 
 def coloured_stdout() -> bool:
@@ -155,8 +155,10 @@ def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
         return
     console.print(Text(f"{diagnosis.script}: RuntimeError: {diagnosis.run.error_message.split('.')[0]}", style="bold red"))
     if diagnosis.failing is not None:
-        nth = diagnosis.failing_call_number
-        console.print(f"  failed at  line {diagnosis.failing.line}: {diagnosis.failing.code}   (call {nth} of this line: iteration {nth})")
+        when = f"on its {_ordinal(diagnosis.failing_call_number)} call"
+        if diagnosis.loop_line is not None:
+            when += f", in the loop at line {diagnosis.loop_line}"
+        console.print(f"  failed at  line {diagnosis.failing.line}: {diagnosis.failing.code}   ({when})")
     if diagnosis.graph is not None:
         console.print(f"  graph from line {diagnosis.graph.line}: {diagnosis.graph.code}")
     if diagnosis.relation:
@@ -172,3 +174,8 @@ def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
         return
     console.print("  fix:")
     print_diff(unified_diff(diagnosis.fix))
+
+
+def _ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"

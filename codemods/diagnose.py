@@ -29,6 +29,7 @@ class Diagnosis:
     run: RunResult
     failing: Frame | None = None  # the backward call that raised
     failing_call_number: int = 0  # how many times that line had called backward, the failing call included
+    loop_line: int | None = None  # the innermost loop around the failing backward
     graph: Frame | None = None  # where the freed graph was built
     relation: str = ""  # how the two lines relate, in plain words
     finding: Finding | None = None  # the rule's finding that matches
@@ -58,6 +59,9 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnos
         analysis = FileAnalysis.of_module(cst.parse_module(source))
     except cst.ParserSyntaxError:
         return diagnosis
+    backward_statement = _statement_at(analysis, diagnosis.failing.line) if diagnosis.failing else None
+    loops = [loop for loop in analysis.loops_around(backward_statement) if not loop.is_call] if backward_statement else []
+    diagnosis.loop_line = analysis.line(loops[0].node) if loops else None
     diagnosis.relation = _relation(analysis, diagnosis)
     diagnosis.finding = _matching_finding(source, str(script), diagnosis, analysis)
     if diagnosis.finding is not None and diagnosis.finding.fix is not None:

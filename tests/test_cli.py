@@ -118,6 +118,26 @@ def test_select_and_ignore(cli, tmp_path):
     assert cli("check", "--ignore", "GF002", script).exit_code == 0
 
 
+def test_pyproject_configuration(cli, tmp_path):
+    script = write(tmp_path / "src" / "train.py", DOUBLE)
+    write(tmp_path / "pyproject.toml", '[project]\nname = "demo"\n\n[tool.gradfix]\nignore = ["GF002"]\n')
+    assert cli("check", script).exit_code == 0
+    assert cli("check", "--ignore", "GF001", script).exit_code == 1  # the command line wins
+
+    case = FIXTURES / "separate_backwards" / "unsafe_step_between_module_level"
+    unsafe = write(tmp_path / "src" / "unsafe.py", (case / "before.py").read_text())
+    write(tmp_path / "pyproject.toml", "[tool.gradfix]\nunsafe-fixes = true\n")
+    assert cli("fix", "--no-unsafe-fixes", unsafe).exit_code == 1
+    assert cli("fix", unsafe).exit_code == 0
+    assert unsafe.read_text() == (case / "after.py").read_text()
+
+    write(tmp_path / "pyproject.toml", '[tool.gradfix]\nselct = ["GF001"]\n')
+    result = cli("check", script)
+    assert result.exit_code == 2 and "unknown key [tool.gradfix] selct" in result.stderr
+    write(tmp_path / "pyproject.toml", "[tool.gradfix\n")
+    assert cli("check", script).exit_code == 2
+
+
 def test_unknown_rule_code_is_a_usage_error(cli, tmp_path):
     result = cli("check", "--select", "XX9", write(tmp_path / "ok.py", CLEAN))
     assert result.exit_code == 2
