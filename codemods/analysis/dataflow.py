@@ -154,7 +154,7 @@ class DataflowAnalysis:
         self._frames: list[_Frame] = []
         self._statement: cst.CSTNode = module
         self._no_grad = 0
-        self._run_scope(Scope(module), module.body, {})
+        self._run_scope(self._scope, module.body, {})
 
     # scopes ----------------------------------------------------------------------------------
     def _run_scope(self, scope: Scope, body: Sequence[cst.CSTNode], env: Env) -> Env | None:
@@ -162,10 +162,11 @@ class DataflowAnalysis:
         repeated calls, or when the end is unreachable)."""
         saved = (self._scope, self._loops, self._frames, self._no_grad)
         self._scope, self._loops, self._frames = scope, [], [_Frame(None)]
-        if isinstance(scope.node, cst.FunctionDef) and any(
-            self.names.qualify(_decorator_callee(d)) in _NO_GRAD_CONTEXTS for d in scope.node.decorators
-        ):
-            self._no_grad = 1
+        # A function's body runs where it is called, not under the blocks around its definition.
+        self._no_grad = int(
+            isinstance(scope.node, cst.FunctionDef)
+            and any(self.names.qualify(_decorator_callee(d)) in _NO_GRAD_CONTEXTS for d in scope.node.decorators)
+        )
         try:
             if isinstance(scope.node, cst.FunctionDef) and scope.in_module_class:
                 self._run_loop(scope.node, env, iteration=lambda head: self._exec_body(scope.node.body, head))
