@@ -185,15 +185,13 @@ for inputs, targets in loader:
 
 def _reaches_freed_graph(site: BackwardSite, loop: Loop, name: str) -> bool:
     """Whether the loss backwarded at ``site`` reads ``name`` as the previous iteration left it,
-    and that value holds graph the previous iteration's backward already walked."""
-    loss = expand(site.value.origins, loop)
-    if Carried(loop, name) not in loss:
-        return False
+    and that value holds graph a backward of the previous iteration already walked."""
     left_behind = loop.back_edge.get(name)
-    if left_behind is None or not left_behind.graph:
-        return False
-    walked = {o for o in loss if isinstance(o, Origin)}
-    return any(isinstance(o, Origin) and o in walked for o in expand(left_behind.origins, loop))
+    return (
+        left_behind is not None
+        and left_behind.freed
+        and Carried(loop, name) in expand(site.value.origins, loop)
+    )
 
 
 def _first_assignments(body: cst.CSTNode, names: set[str]) -> dict[str, tuple[cst.CSTNode, tuple[int, int]]]:

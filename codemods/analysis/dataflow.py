@@ -13,7 +13,7 @@ loops each statement sits in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator, Sequence, Union
 
 import libcst as cst
@@ -352,6 +352,7 @@ class DataflowAnalysis:
                     origins=frozenset({Carried(loop, name)}) if value.graph else frozenset(),
                     structure=value.structure,
                     may_be_none=value.may_be_none,
+                    freed=value.freed,
                 )
             frame = _Frame(loop)
             self._frames.append(frame)
@@ -498,7 +499,7 @@ class DataflowAnalysis:
 
         if qualified in _BACKWARD_FUNCTIONS:
             values = self._eval_all(arguments, env)
-            self._record_backward(node, qualified, arguments[0] if arguments else None, values[0] if values else NOTHING)
+            self._record_backward(node, qualified, arguments[0] if arguments else None, values[0] if values else NOTHING, env)
             return NOTHING
 
         called_module = self.names.module(func, class_name)
@@ -510,7 +511,7 @@ class DataflowAnalysis:
             if method == "backward":
                 receiver = self._eval(func.value, env)
                 self._eval_all(arguments, env)
-                self._record_backward(node, "Tensor.backward", func.value, receiver)
+                self._record_backward(node, "Tensor.backward", func.value, receiver, env)
                 return NOTHING
             module = self.names.module(func.value, class_name)
             if module is not None:
@@ -594,7 +595,13 @@ class DataflowAnalysis:
             and node.args[0].value.value == "False"
         )
 
-    def _record_backward(self, call: cst.Call, api: str, receiver: cst.BaseExpression | None, value: Value) -> None:
+    def _record_backward(
+        self, call: cst.Call, api: str, receiver: cst.BaseExpression | None, value: Value, env: Env
+    ) -> None:
+        walked = _graph_nodes(value)
+        for name, held in env.items():
+            if held.graph and not held.freed and walked & _graph_nodes(held):
+                env[name] = replace(held, freed=True)
         self.backward_sites[call] = BackwardSite(
             call=call,
             statement=self._statement,
@@ -662,11 +669,19 @@ def _union(values: Sequence[Value], structure: Structure) -> Value:
         graph=any(v.graph for v in values),
         origins=frozenset().union(*(v.origins for v in values)) if values else frozenset(),
         structure=structure,
+        freed=any(v.freed for v in values),
     )
 
 
+def _graph_nodes(value: Value) -> set[Origin]:
+    """Every place that built part of ``value``'s graph, through all loop heads."""
+    return {source for source in expand(value.origins, None) if isinstance(source, Origin)}
+
+
 def _same_graphs(a: Env, b: Env) -> bool:
-    return a.keys() == b.keys() and all(a[k].graph == b[k].graph and a[k].origins == b[k].origins for k in a)
+    return a.keys() == b.keys() and all(
+        (a[k].graph, a[k].origins, a[k].freed) == (b[k].graph, b[k].origins, b[k].freed) for k in a
+    )
 
 
 def expand(origins: frozenset[Source], within: Loop | None) -> frozenset[Source]:

@@ -9,6 +9,10 @@ A ``Value`` answers three questions about what a name holds at one point of a pr
 * what shape of container is it (``structure``): a tensor, a tuple of them, a list of them, ``None``
   or unknown? The rewrites need it to write a correct ``.detach()``.
 
+Once a backward has run, the values whose graph it walked are ``freed``: using them in another
+backward fails. Assigning a new value clears that, so the analysis can tell a state that crosses
+into the next iteration after its backward from one that is reset first.
+
 A loop's head is where values from before the loop meet values from the previous iteration. Names
 assigned in a loop get a ``Carried`` origin there, standing for "whatever this name held when the
 iteration started", so a rule can tell a graph built in this iteration from one carried into it.
@@ -99,6 +103,7 @@ class Value:
     origins: frozenset[Source] = field(default_factory=frozenset)
     structure: Structure = UNKNOWN
     may_be_none: bool = False
+    freed: bool = False  # a backward that already ran walked (and freed) part of its graph
 
     def join(self, other: "Value") -> "Value":
         """What a name may hold where two paths meet."""
@@ -113,6 +118,7 @@ class Value:
             may_be_none=self.may_be_none
             or other.may_be_none
             or NONE in (self.structure, other.structure),
+            freed=self.freed or other.freed,
         )
 
     def without_graph(self) -> "Value":
@@ -132,4 +138,4 @@ def combine(values: Iterable[Value], created_by: Origin | None, structure: Struc
     origins = frozenset().union(*(v.origins for v in values))
     if created_by is not None:
         origins |= {created_by}
-    return Value(graph=True, origins=origins, structure=structure)
+    return Value(graph=True, origins=origins, structure=structure, freed=any(v.freed for v in values))
