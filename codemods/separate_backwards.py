@@ -20,6 +20,7 @@ from .edits import Fix
 from .rule import FixKind, Rule, Violation
 
 _STEPPING = {"step", "zero_grad"}
+_READING_GRADIENTS = {"grad", "clip_grad_norm_", "clip_grad_value_", "unscale_"}
 
 
 class SeparateBackwards(Rule):
@@ -39,7 +40,9 @@ class SeparateBackwards(Rule):
     updates; the merge makes them one update on the summed gradient. That rewrite, which also
     removes the ``step()`` / ``zero_grad()`` calls between the backwards, is offered as an unsafe
     fix. When code between the backwards reads or clips ``.grad``, or when different optimizers
-    take turns (a GAN's discriminator and generator steps), gradfix only reports.
+    take turns (a GAN's discriminator and generator steps), gradfix only reports; and it says
+    nothing when the first call keeps its graph on purpose (``retain_graph=True``) so that the
+    code between can look at each loss's gradient on its own.
     """
 
     CODE = "GF002"
@@ -114,9 +117,11 @@ for x, y_reg, y_cls in loader:
     def _joins(self, group: list[BackwardSite], site: BackwardSite, block: Block) -> bool:
         if any(_same_code(member.receiver, site.receiver) for member in group):
             return False  # the same tensor twice is GF001's
-        between = self._between(block, group[-1], site)
-        if any("backward" in self.analysis.gradient_effects(s) for s in between):
+        effects = set().union(*(self.analysis.gradient_effects(s) for s in self._between(block, group[-1], site)))
+        if "backward" in effects:
             return False
+        if effects & _READING_GRADIENTS and group[-1].keyword("retain_graph") is not None:
+            return False  # each loss's gradient is wanted on its own (gradient surgery, inspection)
         return bool(self._shared_origins([*group, site]))
 
     def _shared_origins(self, group: list[BackwardSite]) -> set[cst.CSTNode]:

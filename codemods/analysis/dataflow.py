@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator, Sequence, Union
 
 import libcst as cst
+import libcst.matchers as m
 
 from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, target_names
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
@@ -178,7 +179,15 @@ class DataflowAnalysis:
     def _define_function(self, node: cst.FunctionDef, class_name: str | None = None, env: Env | None = None) -> Env | None:
         # Calls of a module's methods act as iterations; construction happens once.
         called_repeatedly = class_name in self.names.module_classes and node.name.value != "__init__"
-        end = self._run_scope(Scope(node, class_name, called_repeatedly), node.body.body, dict(env or {}))
+        start = dict(env or {})
+        # A parameter whose .grad the function reads is a tensor that requires grad.
+        with_gradients = {
+            dotted_name(a.value) for a in m.findall(node.body, m.Attribute(attr=m.Name("grad")))
+        }
+        for parameter in node.params.params:
+            if parameter.name.value in with_gradients:
+                start[parameter.name.value] = LEAF
+        end = self._run_scope(Scope(node, class_name, called_repeatedly), node.body.body, start)
         if called_repeatedly and node.name.value == "forward":
             self.forward_results[class_name] = self.loops[node].returned.structure
         return end
