@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from gradfix import __version__
 from gradfix.codemods import engine
 from gradfix.codemods.config import Config, ConfigError, find_config
-from gradfix.codemods.engine import FileReport, FixMode
+from gradfix.codemods.engine import FileReport, FixMode, SourceError
 from gradfix.codemods.diagnose import diagnose as run_diagnosis
 from gradfix.codemods.diagnose import fix_and_rerun
 from gradfix.codemods.rule import FixKind
@@ -133,7 +133,7 @@ def check(
         render.stderr.print(render.check_summary(reports))
     render.print_errors(reports, errors)
     if _has_errors(reports, errors):
-        raise typer.Exit(EXIT_ERROR) from None
+        raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
 
 
@@ -169,7 +169,7 @@ def fix(
     render.stderr.print(render.fix_summary(reports, diff))
     render.print_errors(reports, errors)
     if _has_errors(reports, errors):
-        raise typer.Exit(EXIT_ERROR) from None
+        raise typer.Exit(EXIT_ERROR)
     pending = changed if diff else [f for r in reports for f in r.findings]
     raise typer.Exit(EXIT_FINDINGS if pending else EXIT_CLEAN)
 
@@ -194,7 +194,7 @@ def explain(code: Annotated[str, typer.Argument(help="A rule code (GF001) or nam
 def _require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
         render.stderr.print("error: this command runs code and needs PyTorch installed (pip install torch)")
-        raise typer.Exit(EXIT_ERROR) from None
+        raise typer.Exit(EXIT_ERROR)
 
 
 @app.command()
@@ -213,7 +213,7 @@ def verify(
         raise typer.Exit(EXIT_ERROR) from None
     if not cases:
         render.stderr.print(f"error: no fixtures under {', '.join(folders)}")
-        raise typer.Exit(EXIT_ERROR) from None
+        raise typer.Exit(EXIT_ERROR)
     with ScriptRunner() as runner:
         results = list(verify_cases(cases, runner))
     if output_format is OutputFormat.json:
@@ -242,14 +242,14 @@ def diagnose(
     _require_torch()
     if not script.is_file():
         render.stderr.print(f"error: {script}: no such file")
-        raise typer.Exit(EXIT_ERROR) from None
-    report = engine.check_file(script, all_rules())
-    if report.errors:
-        render.print_errors([report])
-        raise typer.Exit(EXIT_ERROR) from None
+        raise typer.Exit(EXIT_ERROR)
     options = RunOptions(args=tuple(args or ()), timeout=timeout, memory_limit=memory_limit << 20, max_steps=steps, cwd=str(script.resolve().parent))
     with ScriptRunner() as runner:
-        diagnosis = run_diagnosis(script, runner, options)
+        try:
+            diagnosis = run_diagnosis(script, runner, options)
+        except SourceError as error:
+            render.print_errors([], [str(error)])
+            raise typer.Exit(EXIT_ERROR) from None
         render.print_diagnosis(diagnosis, show_output)
         if not diagnosis.second_backward:
             raise typer.Exit(EXIT_CLEAN if diagnosis.run.succeeded else EXIT_FINDINGS)

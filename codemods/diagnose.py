@@ -8,16 +8,15 @@ mode's traceback of the forward call). The static analysis of the same file tell
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import libcst as cst
-import libcst.matchers as m
 
 from .analysis import FileAnalysis
-from .engine import FileReport, FixMode, check_source, write_atomically
+from .engine import FileReport, FixMode, check_source, find_violations, parse_source, write_atomically
 from .registry import all_rules
-from .rule import Finding, Rule
+from .rule import Finding, FixKind, Rule
 from .runner import Frame, RunOptions, RunResult, ScriptRunner
 
 SECOND_BACKWARD = "Trying to backward through the graph a second time"
@@ -45,8 +44,11 @@ class Diagnosis:
 
 
 def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnosis:
-    """Run ``script`` with anomaly detection within ``options``' bounds, and explain its failure."""
-    run = runner.run(script, RunOptions(**{**options.__dict__, "detect_anomaly": True}))
+    """Run ``script`` with anomaly detection within ``options``' bounds, and explain its failure.
+    Raises ``SourceError`` before running anything when the script cannot be parsed."""
+    source = script.read_bytes()
+    analysis = FileAnalysis.of_module(parse_source(source, str(script)))
+    run = runner.run(script, replace(options, detect_anomaly=True))
     diagnosis = Diagnosis(script, run)
     if not diagnosis.second_backward:
         return diagnosis
@@ -54,20 +56,13 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnos
     diagnosis.graph = run.forward_frames[-1] if run.forward_frames else None
     if diagnosis.failing is not None:
         diagnosis.failing_call_number = run.backward_calls_by_line.get(diagnosis.failing.line, 1)
-    source = script.read_bytes()
-    try:
-        analysis = FileAnalysis.of_module(cst.parse_module(source))
-    except cst.ParserSyntaxError:
-        return diagnosis
-    backward_statement = _statement_at(analysis, diagnosis.failing.line) if diagnosis.failing else None
-    loops = [loop for loop in analysis.loops_around(backward_statement) if not loop.is_call] if backward_statement else []
-    diagnosis.loop_line = analysis.line(loops[0].node) if loops else None
+        loops = [loop for loop in analysis.loops_around(analysis.statement_at(diagnosis.failing.line)) if not loop.is_call]
+        diagnosis.loop_line = analysis.line(loops[0].node) if loops else None
     diagnosis.relation = _relation(analysis, diagnosis)
-    diagnosis.finding = _matching_finding(source, str(script), diagnosis, analysis)
+    diagnosis.finding = _matching_finding(analysis, str(script), diagnosis)
     if diagnosis.finding is not None and diagnosis.finding.fix is not None:
-        rule = diagnosis.rule
-        mode = FixMode.UNSAFE if diagnosis.finding.fix.value == "unsafe" else FixMode.SAFE
-        report = check_source(source, [rule], mode, str(script))
+        mode = FixMode.UNSAFE if diagnosis.finding.fix is FixKind.UNSAFE else FixMode.SAFE
+        report = check_source(source, [diagnosis.rule], mode, str(script))
         diagnosis.fix = report if report.changed else None
     return diagnosis
 
@@ -75,14 +70,14 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnos
 def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions) -> RunResult:
     """Write the matching rule's rewrite to the script and run it again within the same bounds."""
     write_atomically(diagnosis.script, diagnosis.fix.rewritten)
-    return runner.run(diagnosis.script, RunOptions(**{**options.__dict__, "detect_anomaly": False}))
+    return runner.run(diagnosis.script, replace(options, detect_anomaly=False))
 
 
-def _matching_finding(source: bytes, path: str, diagnosis: Diagnosis, analysis: FileAnalysis) -> Finding | None:
+def _matching_finding(analysis: FileAnalysis, path: str, diagnosis: Diagnosis) -> Finding | None:
     """The finding that names the failing backward or the line that built the freed graph; failing
     that, one in the function that built the graph (state a module keeps between calls)."""
     lines = {frame.line for frame in (diagnosis.failing, diagnosis.graph) if frame is not None}
-    findings = check_source(source, all_rules(), FixMode.NONE, path).findings
+    findings = [replace(v.finding, path=path) for v in find_violations(analysis, all_rules())]
 
     def rank(finding: Finding) -> tuple:
         named = len(lines & {finding.line, *finding.related_lines})
@@ -91,7 +86,7 @@ def _matching_finding(source: bytes, path: str, diagnosis: Diagnosis, analysis: 
     named = sorted((f for f in findings if lines & {f.line, *f.related_lines}), key=rank)
     if named:
         return named[0]
-    function = _function_at(analysis, diagnosis.graph.line) if diagnosis.graph else None
+    function = analysis.function_at(diagnosis.graph.line) if diagnosis.graph else None
     if function is None:
         return None
     lines_of_function = analysis.range(function)
@@ -101,13 +96,13 @@ def _matching_finding(source: bytes, path: str, diagnosis: Diagnosis, analysis: 
 
 def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
     failing, graph = diagnosis.failing, diagnosis.graph
-    backward_statement = _statement_at(analysis, failing.line) if failing else None
-    graph_statement = _statement_at(analysis, graph.line) if graph else None
+    backward_statement = analysis.statement_at(failing.line) if failing else None
+    graph_statement = analysis.statement_at(graph.line) if graph else None
     if backward_statement is None or graph_statement is None:
         return ""
     earlier_iteration = diagnosis.failing_call_number > 1
-    graph_function = _function_at(analysis, graph.line)
-    if graph_function is not _function_at(analysis, failing.line):
+    graph_function = analysis.function_at(graph.line)
+    if graph_function is not analysis.function_at(failing.line):
         name = graph_function.name.value if graph_function else "the module body"
         if earlier_iteration:
             return (
@@ -146,29 +141,11 @@ def _site_at(analysis: FileAnalysis, statement: cst.CSTNode):
 
 def _earlier_backward(analysis: FileAnalysis, statement: cst.CSTNode):
     """The closest backward before ``statement`` in the same function."""
-    function = _function_at(analysis, analysis.line(statement))
+    function = analysis.function_at(analysis.line(statement))
     earlier = [
         site
         for site in analysis.backward_sites
         if analysis.start(site.call) < analysis.start(statement)
-        and _function_at(analysis, analysis.line(site.call)) is function
+        and analysis.function_at(analysis.line(site.call)) is function
     ]
     return earlier[-1] if earlier else None
-
-
-def _function_at(analysis: FileAnalysis, line: int) -> cst.FunctionDef | None:
-    """The innermost function whose body holds ``line``."""
-    inner = None
-    for function in m.findall(analysis.module, m.FunctionDef()):
-        code_range = analysis.range(function)
-        if code_range.start.line <= line <= code_range.end.line:
-            inner = function
-    return inner
-
-
-def _statement_at(analysis: FileAnalysis, line: int) -> cst.CSTNode | None:
-    for statement in m.findall(analysis.module, m.SimpleStatementLine()):
-        code_range = analysis.range(statement)
-        if code_range.start.line <= line <= code_range.end.line:
-            return statement
-    return None

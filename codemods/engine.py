@@ -152,21 +152,30 @@ def check_file(path: str | Path, rules: Sequence[type[Rule]], mode: FixMode = Fi
     return check_source(data, rules, mode, str(path))
 
 
+class SourceError(ValueError):
+    """A file that cannot be checked: binary, undecodable or unparsable. The message names it."""
+
+
+def parse_source(data: bytes, path: str) -> cst.Module:
+    """Parse a file's bytes, or raise ``SourceError`` saying why it cannot be."""
+    _check_decodable(data, path)
+    try:
+        return cst.parse_module(data)
+    except cst.ParserSyntaxError as error:
+        raise SourceError(f"{path}:{_syntax_error(data, error)}") from None
+    except (RecursionError, MemoryError) as error:
+        raise SourceError(f"{path}: cannot parse: {type(error).__name__}") from None
+
+
 def check_source(data: bytes, rules: Sequence[type[Rule]], mode: FixMode = FixMode.NONE, path: str = "<string>") -> FileReport:
     report = FileReport(path, original=data)
-    problem = _undecodable(data)
-    if problem:
-        report.errors.append(f"{path}: {problem}")
-        return report
-    if not any(marker in data for marker in PREFILTER):
-        return report
     try:
-        module = cst.parse_module(data)
-    except cst.ParserSyntaxError as error:
-        report.errors.append(f"{path}:{_syntax_error(data, error)}")
-        return report
-    except (RecursionError, MemoryError) as error:
-        report.errors.append(f"{path}: cannot parse: {type(error).__name__}")
+        if not any(marker in data for marker in PREFILTER):
+            _check_decodable(data, path)
+            return report
+        module = parse_source(data, path)
+    except SourceError as error:
+        report.errors.append(str(error))
         return report
 
     try:
@@ -182,7 +191,7 @@ def check_source(data: bytes, rules: Sequence[type[Rule]], mode: FixMode = FixMo
 def _fix_until_stable(report: FileReport, module: cst.Module, rules: Sequence[type[Rule]], mode: FixMode, path: str) -> None:
     """Apply compatible fixes, re-parse and re-analyse, until no applicable fix is left."""
     data = report.original
-    violations = _violations(module, rules)
+    violations = find_violations(FileAnalysis.of_module(module), rules)
     for _ in range(MAX_FIX_ROUNDS):
         applicable = [v for v in violations if mode.allows(v.finding.fix)]
         if not applicable:
@@ -198,7 +207,7 @@ def _fix_until_stable(report: FileReport, module: cst.Module, rules: Sequence[ty
             break
         report.fixed += [v.finding for v in applicable if v.fix in chosen]
         module = rewritten
-        violations = _violations(module, rules)
+        violations = find_violations(FileAnalysis.of_module(module), rules)
     report.findings = [replace(v.finding, path=path) for v in violations]
     report.fixed = [replace(f, path=path) for f in report.fixed]
     if report.fixed and module.bytes != data:
@@ -214,20 +223,19 @@ def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:
     return f"{error.raw_line}: cannot parse: {error.message}"
 
 
-def _undecodable(data: bytes) -> str | None:
+def _check_decodable(data: bytes, path: str) -> None:
     if b"\0" in data:
-        return "binary file (contains NUL bytes), skipped"
+        raise SourceError(f"{path}: binary file (contains NUL bytes), skipped")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         data.decode(encoding)
     except (SyntaxError, LookupError, UnicodeDecodeError) as error:
-        return f"cannot decode: {error}"
-    return None
+        raise SourceError(f"{path}: cannot decode: {error}") from None
 
 
-def _violations(module: cst.Module, rules: Sequence[type[Rule]]) -> list[Violation]:
-    analysis = FileAnalysis.of_module(module)
-    suppressions = _suppressions(module.code)
+def find_violations(analysis: FileAnalysis, rules: Sequence[type[Rule]]) -> list[Violation]:
+    """What ``rules`` find in an analysed module, less what ``# noqa`` comments silence."""
+    suppressions = _suppressions(analysis.module.code)
     found = []
     for rule in rules:
         for violation in rule(analysis).violations():

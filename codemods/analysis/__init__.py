@@ -99,9 +99,6 @@ class FileAnalysis:
     def line(self, node: cst.CSTNode) -> int:
         return self._positions[node].start.line
 
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self._parents.get(node)
-
     def block_of(self, statement: cst.CSTNode) -> Block | None:
         """The editable statement list that directly holds ``statement``."""
         owner = self._parents.get(statement)
@@ -109,11 +106,25 @@ class FileAnalysis:
             return Block(owner, owner.body)
         return None
 
-    def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement | None:
-        """The statement line or compound statement that contains ``node``."""
-        while node is not None and not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            node = self._parents.get(node)
-        return node
+    def statement_at(self, line: int) -> cst.SimpleStatementLine | None:
+        """The statement line that spans source line ``line``."""
+        return next(
+            (s for s in self._simple_statements if self._positions[s].start.line <= line <= self._positions[s].end.line),
+            None,
+        )
+
+    def function_at(self, line: int) -> cst.FunctionDef | None:
+        """The innermost function whose definition spans source line ``line``."""
+        spanning = [f for f in self._functions if self._positions[f].start.line <= line <= self._positions[f].end.line]
+        return spanning[-1] if spanning else None
+
+    @cached_property
+    def _simple_statements(self) -> list[cst.SimpleStatementLine]:
+        return m.findall(self.module, m.SimpleStatementLine())
+
+    @cached_property
+    def _functions(self) -> list[cst.FunctionDef]:
+        return m.findall(self.module, m.FunctionDef())
 
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         while inner is not None:

@@ -1,5 +1,5 @@
 """What the file's names mean in terms of torch: import aliases, module classes and instances,
-optimizers, and functions that return detached values.
+parameters, and functions that return detached values.
 
 This is a cheap syntactic pass (no qualified-name metadata): it reads imports and assignments once
 and resolves dotted names like ``F.mse_loss`` to ``torch.nn.functional.mse_loss``.
@@ -79,7 +79,6 @@ class TorchNames:
     modules: dict[str, ModuleInfo] = field(default_factory=dict)  # dotted name -> module
     self_modules: dict[str, dict[str, ModuleInfo]] = field(default_factory=dict)  # class -> attr -> module
     self_parameters: dict[str, set[str]] = field(default_factory=dict)  # class -> attrs holding parameters
-    optimizers: set[str] = field(default_factory=set)
     detaching_functions: set[str] = field(default_factory=set)
 
     def qualify(self, node: cst.CSTNode) -> str | None:
@@ -133,7 +132,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def __init__(self) -> None:
         self.names = TorchNames()
         self._classes: list[str] = []
-        self._functions: list[cst.FunctionDef] = []
         self._aliases: list[tuple[str | None, str, str]] = []  # (class, target, module name) to resolve
 
     # imports ---------------------------------------------------------------------------------
@@ -173,14 +171,12 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._classes.pop()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._functions.append(node)
         for param in node.params.params:
             annotation = param.annotation
             if annotation is not None and self.names.qualify(annotation.annotation) == "torch.nn.Module":
                 self.names.modules[param.name.value] = ModuleInfo("")
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._functions.pop()
         detaches = m.findall(
             original_node.body,
             m.Call(func=m.Attribute(attr=m.Name("detach") | m.Name("detach_"))),
@@ -210,8 +206,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.self_modules.setdefault(self._classes[-1], {})[name[5:]] = module
             else:
                 self.names.modules[name] = module
-        elif isinstance(value, cst.Call) and (self.names.qualify(value.func) or "").startswith("torch.optim."):
-            self.names.optimizers.add(name)
         elif name.startswith("self.") and self._classes and creates_parameter(self.names, value):
             self.names.self_parameters.setdefault(self._classes[-1], set()).add(name[5:])
 
