@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gradfix.codemods.engine import FixMode, check_file
 from gradfix.codemods.registry import all_rules
-from gradfix.codemods.runner import RunOptions, ScriptRunner
+from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "examples").glob("*.py"))

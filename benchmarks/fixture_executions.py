@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from gradfix.codemods.runner import ScriptRunner
+from gradfix.codemods.execution.runner import ScriptRunner
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 

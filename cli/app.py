@@ -20,13 +20,13 @@ from gradfix import __version__
 from gradfix.codemods import engine
 from gradfix.codemods.config import Config, ConfigError, find_config
 from gradfix.codemods.engine import FileReport, FixMode, SourceError
-from gradfix.codemods.diagnose import diagnose as run_diagnosis
-from gradfix.codemods.diagnose import fix_and_rerun
+from gradfix.codemods.execution.diagnose import diagnose as run_diagnosis
+from gradfix.codemods.execution.diagnose import fix_and_rerun
 from gradfix.codemods.rule import FixKind
 from gradfix.codemods.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
-from gradfix.codemods.runner import RunOptions, ScriptRunner
-from gradfix.codemods.verify import BadFixture, discover
-from gradfix.codemods.verify import verify as verify_cases
+from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
+from gradfix.codemods.execution.verify import BadFixture, discover
+from gradfix.codemods.execution.verify import verify as verify_cases
 
 from . import render
 

@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gradfix.codemods.diagnose import Diagnosis
+from gradfix.codemods.execution.diagnose import Diagnosis
 from gradfix.codemods.engine import FileReport, unified_diff
 from gradfix.codemods.rule import Finding, Rule
-from gradfix.codemods.verify import CheckResult
+from gradfix.codemods.execution.verify import CheckResult
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))

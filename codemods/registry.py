@@ -1,4 +1,4 @@
-"""Finds the rules: every ``Rule`` subclass defined in a module of this package."""
+"""Finds the rules: every ``Rule`` subclass defined in a module of the ``rules`` package."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ class UnknownRuleError(ValueError):
 
 @lru_cache(maxsize=None)
 def all_rules() -> tuple[type[Rule], ...]:
-    package = importlib.import_module(__package__)
+    package = importlib.import_module(f"{__package__}.rules")
     found = []
     for info in pkgutil.iter_modules(package.__path__):
         if info.ispkg:
             continue
-        module = importlib.import_module(f"{__package__}.{info.name}")
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
         found += [
             cls
             for _, cls in inspect.getmembers(module, inspect.isclass)

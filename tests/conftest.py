@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from gradfix.codemods.runner import ScriptRunner
-from gradfix.codemods.verify import RunCache
+from gradfix.codemods.execution.runner import ScriptRunner
+from gradfix.codemods.execution.verify import RunCache
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_CASES = Path(__file__).resolve().parents[2] / "shared" / "cases"

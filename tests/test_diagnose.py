@@ -7,9 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gradfix.cli.app import app
-from gradfix.codemods.diagnose import diagnose, fix_and_rerun
-from gradfix.codemods.runner import RunOptions
-from gradfix.codemods.verify import discover
+from gradfix.codemods.execution.diagnose import diagnose, fix_and_rerun
+from gradfix.codemods.execution.runner import RunOptions
+from gradfix.codemods.execution.verify import discover
 
 from .conftest import FIXTURES, SHARED_CASES
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gradfix.codemods.verify import checks_for, discover
+from gradfix.codemods.execution.verify import checks_for, discover
 
 from .conftest import FIXTURES
 

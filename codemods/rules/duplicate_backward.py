@@ -3,9 +3,9 @@ from __future__ import annotations
 from typing import Iterator
 
 
-from .analysis import BackwardSite, assigned_names, dotted_name
-from .edits import Fix
-from .rule import FixKind, Rule, Violation
+from ..analysis import BackwardSite, assigned_names, dotted_name
+from ..edits import Fix
+from ..rule import FixKind, Rule, Violation
 
 
 class DuplicateBackward(Rule):

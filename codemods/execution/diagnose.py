@@ -13,10 +13,10 @@ from pathlib import Path
 
 import libcst as cst
 
-from .analysis import FileAnalysis
-from .engine import FileReport, FixMode, check_source, find_violations, parse_source, write_atomically
-from .registry import all_rules
-from .rule import Finding, FixKind, Rule
+from ..analysis import FileAnalysis
+from ..engine import FileReport, FixMode, check_source, find_violations, parse_source, write_atomically
+from ..registry import all_rules
+from ..rule import Finding, FixKind, Rule
 from .runner import Frame, RunOptions, RunResult, ScriptRunner
 
 SECOND_BACKWARD = "Trying to backward through the graph a second time"

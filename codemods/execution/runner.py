@@ -100,7 +100,7 @@ class ScriptRunner:
     def _started_server(self) -> subprocess.Popen:
         if self._server is None or self._server.poll() is not None:
             self._server = subprocess.Popen(
-                [sys.executable, "-c", "from gradfix.codemods.runner import serve; serve()"],
+                [sys.executable, "-c", "from gradfix.codemods.execution.runner import serve; serve()"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 bufsize=0,

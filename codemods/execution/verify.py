@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .engine import FileReport, FixMode, check_source, unified_diff
-from .registry import all_rules
-from .rule import Rule
+from ..engine import FileReport, FixMode, check_source, unified_diff
+from ..registry import all_rules
+from ..rule import Rule
 from .runner import RunOptions, RunResult, ScriptRunner
 
 GRADIENT_TOLERANCE = 1e-6

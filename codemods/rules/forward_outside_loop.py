@@ -4,9 +4,9 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from .analysis import BackwardSite, Loop, Origin, assigned_names, expand, is_single_assignment, read_names
-from .edits import Fix
-from .rule import FixKind, Rule, Violation
+from ..analysis import BackwardSite, Loop, Origin, assigned_names, expand, is_single_assignment, read_names
+from ..edits import Fix
+from ..rule import FixKind, Rule, Violation
 
 
 class ForwardOutsideLoop(Rule):

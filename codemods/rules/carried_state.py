@@ -5,7 +5,7 @@ from typing import Iterator
 import libcst as cst
 import libcst.matchers as m
 
-from .analysis import (
+from ..analysis import (
     NONE,
     TENSOR,
     UNKNOWN,
@@ -25,8 +25,8 @@ from .analysis import (
     is_single_assignment,
     target_names,
 )
-from .edits import Fix
-from .rule import FixKind, Rule, Violation
+from ..edits import Fix
+from ..rule import FixKind, Rule, Violation
 
 
 class CarriedState(Rule):

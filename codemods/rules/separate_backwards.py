@@ -4,7 +4,7 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from .analysis import (
+from ..analysis import (
     BackwardSite,
     Block,
     Origin,
@@ -16,8 +16,8 @@ from .analysis import (
     parenthesized,
     read_names,
 )
-from .edits import Fix
-from .rule import FixKind, Rule, Violation
+from ..edits import Fix
+from ..rule import FixKind, Rule, Violation
 
 _STEPPING = {"step", "zero_grad"}
 _READING_GRADIENTS = {"grad", "clip_grad_norm_", "clip_grad_value_", "unscale_"}
