@@ -28,6 +28,10 @@ class Fix:
     insert_after: tuple[tuple[cst.BaseStatement, tuple[cst.BaseStatement, ...]], ...] = ()
     replace: tuple[tuple[cst.BaseStatement, cst.BaseStatement], ...] = ()
 
+    def taken_away(self) -> list[cst.BaseStatement]:
+        """The statements this fix removes from where they were, or replaces."""
+        return [*self.remove, *(s for s, _ in self.move), *(s for s, _ in self.replace)]
+
     def touched(self) -> set[int]:
         """Identities of the statements this fix depends on; two fixes that share one conflict."""
         anchors = [*self.remove, *(s for pair in self.move for s in pair)]

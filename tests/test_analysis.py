@@ -5,6 +5,7 @@ import textwrap
 import libcst as cst
 import pytest
 
+from gradfix.codemods.analysis.optimizers import gradient_effects
 from gradfix.codemods.analysis import TENSOR, Carried, FileAnalysis, ListOf, Origin, TupleOf, assigned_names, expand, read_names
 
 
@@ -201,7 +202,7 @@ def test_assigned_and_read_names():
 
 
 def test_gradient_effects():
-    effects = FileAnalysis.gradient_effects
+    effects = gradient_effects
     assert effects(cst.parse_statement("optimizer.step()\n")) == {"step"}
     assert effects(cst.parse_statement("model.zero_grad()\n")) == {"zero_grad"}
     assert effects(cst.parse_statement("norm = w.grad.norm()\n")) == {"grad"}

@@ -9,20 +9,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from .assignments import assigned_names, read_names, target_names
-from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
+from .backward_api import BackwardApi, Tristate
+from .optimizers import gradient_effects, stepped_optimizers, updates_parameters
+from .dataflow import BackwardSite, DataflowAnalysis, FunctionSummary, Loop, Scope, expand
 from .syntax import as_operand, code_of, is_single_assignment, is_single_call, parenthesized
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .values import NONE, TENSOR, UNKNOWN, Carried, ListOf, Origin, Structure, TupleOf, Value
 
 __all__ = [
+    "BackwardApi",
     "BackwardSite",
+    "FunctionSummary",
+    "Tristate",
     "Block",
     "Carried",
     "FileAnalysis",
@@ -45,11 +50,10 @@ __all__ = [
     "is_single_call",
     "parenthesized",
     "read_names",
+    "stepped_optimizers",
+    "updates_parameters",
     "target_names",
 ]
-
-_GRADIENT_METHODS = {"step", "zero_grad", "unscale_", "clip_grad_norm_", "clip_grad_value_", "backward"}
-
 
 @dataclass(frozen=True)
 class Block:
@@ -79,6 +83,29 @@ class FileAnalysis:
     @cached_property
     def backward_sites(self) -> list[BackwardSite]:
         return sorted(self._dataflow.backward_sites.values(), key=lambda site: self.start(site.call))
+
+    def site_of(self, call: cst.Call) -> BackwardSite:
+        return self._dataflow.backward_sites[call]
+
+    def returned(self, function: cst.FunctionDef) -> Value | None:
+        """What a call of ``function`` returns."""
+        return self._dataflow.returned.get(function)
+
+    def trainer_hooks(self) -> Iterator[tuple[cst.FunctionDef, str]]:
+        """Methods whose result a trainer backwards (``training_step`` of a LightningModule under
+        automatic optimization, ``compute_loss`` of a Hugging Face Trainer), with their class."""
+        hooks = self.names.trainer_hooks
+        for cls in self._classes:
+            name = cls.name.value
+            if name not in hooks or name in self.names.manual_optimization:
+                continue
+            for statement in cls.body.body:
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == hooks[name]:
+                    yield statement, name
+
+    @cached_property
+    def _classes(self) -> list[cst.ClassDef]:
+        return m.findall(self.module, m.ClassDef())
 
     @property
     def loops(self) -> list[Loop]:
@@ -134,20 +161,10 @@ class FileAnalysis:
         return False
 
     # effects ---------------------------------------------------------------------------------
-    @staticmethod
-    def gradient_effects(node: cst.CSTNode) -> set[str]:
-        """What in ``node`` reads or changes gradients: optimizer steps, zeroing, clipping,
-        backward calls, ``.grad`` access."""
-        effects = set()
-        for call in m.findall(node, m.Call(func=m.Attribute())):
-            method = call.func.attr.value
-            if method in _GRADIENT_METHODS:
-                effects.add(method)
-        for call in m.findall(node, m.Call(func=m.Name())):
-            if call.func.value in ("clip_grad_norm_", "clip_grad_value_"):
-                effects.add(call.func.value)
-        if m.findall(node, m.Attribute(attr=m.Name("grad"))):
-            effects.add("grad")
-        if m.findall(node, m.Call(func=m.Attribute(attr=m.Name("grad"), value=m.Attribute(attr=m.Name("autograd"))))):
+    def gradient_effects(self, node: cst.CSTNode) -> set[str]:
+        """What in ``node`` reads or changes gradients (``optimizers.gradient_effects``), and
+        ``backward`` when a backward site is in it."""
+        effects = gradient_effects(node)
+        if any(self.contains(node, site.call) for site in self.backward_sites):
             effects.add("backward")
         return effects

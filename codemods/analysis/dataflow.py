@@ -19,6 +19,8 @@ from typing import Iterator, Sequence, Union
 import libcst as cst
 import libcst.matchers as m
 
+from . import backward_api
+from .backward_api import BackwardApi, Tristate
 from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, target_names
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
 from .values import (
@@ -53,7 +55,8 @@ _CREATION_FUNCTIONS = {
     "full_like", "rand_like", "randn_like", "randint_like", "manual_seed",
 }
 _NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
-_BACKWARD_FUNCTIONS = {"torch.autograd.backward", "torch.autograd.grad"}
+_SCALED_LOSS_CONTEXTS = {"apex.amp.scale_loss", "amp.scale_loss"}  # `with amp.scale_loss(loss, opt) as scaled:`
+_MAX_SUMMARY_ROUNDS = 3
 
 
 @dataclass(eq=False)
@@ -93,15 +96,21 @@ class Loop:
 
 @dataclass(eq=False)
 class BackwardSite:
-    """A call that runs backward: ``t.backward()``, ``torch.autograd.backward(t)`` or ``.grad(t, …)``."""
+    """A call that backwards a graph, in any of the shapes of ``backward_api``."""
 
     call: cst.Call
     statement: cst.CSTNode  # the statement line the call is in
-    api: str  # "Tensor.backward", "torch.autograd.backward" or "torch.autograd.grad"
-    receiver: cst.BaseExpression | None  # the backwarded tensor expression
-    value: Value
+    api: BackwardApi
+    tensors: tuple[cst.BaseExpression, ...]  # the backwarded tensor expressions
+    value: Value  # what they hold, joined
+    retain_graph: Tristate
     loops: tuple[Loop, ...]  # innermost first
     scope: Scope
+
+    @property
+    def tensor(self) -> cst.BaseExpression | None:
+        """The one backwarded tensor expression, when there is exactly one."""
+        return self.tensors[0] if len(self.tensors) == 1 else None
 
     @property
     def is_whole_statement(self) -> bool:
@@ -113,8 +122,26 @@ class BackwardSite:
             and self.statement.body[0].value is self.call
         )
 
-    def keyword(self, name: str) -> cst.Arg | None:
-        return next((arg for arg in self.call.args if arg.keyword and arg.keyword.value == name), None)
+    def with_tensor(self, tensor: cst.BaseExpression) -> cst.Call:
+        return backward_api.with_tensor(self.api, self.call, tensor)
+
+
+@dataclass(frozen=True)
+class FunctionSummary:
+    """What calling a function or method of the checked code does to graphs."""
+
+    name: str
+    parameters: tuple[str, ...]  # as callers pass them (``self`` left out of methods)
+    backwarded: tuple[BackwardSite, ...]  # backwards of a parameter, on every path through the body
+    returned: Value  # what a call returns; ``backwarded`` says it was already backwarded inside
+
+    @property
+    def has_effect(self) -> bool:
+        return bool(self.backwarded or self.returned.backwarded)
+
+    def backward_api(self, site: BackwardSite) -> BackwardApi:
+        name = site.tensor.value
+        return BackwardApi.of_function(self.name, self.parameters.index(name), name)
 
 
 class _Terminated(Exception):
@@ -146,10 +173,21 @@ class DataflowAnalysis:
 
     def __init__(self, module: cst.Module, names: TorchNames) -> None:
         self.names = names
+        # Function summaries, by function name or (class, method); a call met before the function's
+        # definition sees the summary of the previous round, so rounds repeat until they agree.
+        self.summaries: dict[object, FunctionSummary] = {}
+        for _ in range(_MAX_SUMMARY_ROUNDS):
+            known = {key for key, summary in self.summaries.items() if summary.has_effect}
+            self._run_module(module)
+            if {key for key, summary in self.summaries.items() if summary.has_effect} == known:
+                break
+
+    def _run_module(self, module: cst.Module) -> None:
         self.backward_sites: dict[cst.Call, BackwardSite] = {}
         self.loops: dict[LoopNode, Loop] = {}
         self.statement_loops: dict[cst.CSTNode, tuple[Loop, ...]] = {}
         self.forward_results: dict[str, Structure] = {}  # what calling a local nn.Module returns
+        self.returned: dict[cst.FunctionDef, Value] = {}
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._frames: list[_Frame] = []
@@ -171,8 +209,12 @@ class DataflowAnalysis:
         try:
             if isinstance(scope.node, cst.FunctionDef) and scope.in_module_class:
                 self._run_loop(scope.node, env, iteration=lambda head: self._exec_body(scope.node.body, head))
+                self.returned[scope.node] = self.loops[scope.node].returned
                 return None
-            return self._exec_block(body, env)
+            end = self._exec_block(body, env)
+            if isinstance(scope.node, cst.FunctionDef):
+                self.returned[scope.node] = _joined(self._frames[0].returned)
+            return end
         finally:
             self._scope, self._loops, self._frames, self._no_grad = saved
 
@@ -190,7 +232,29 @@ class DataflowAnalysis:
         end = self._run_scope(Scope(node, class_name, called_repeatedly), node.body.body, start)
         if called_repeatedly and node.name.value == "forward":
             self.forward_results[class_name] = self.loops[node].returned.structure
+        self._summarize(node, class_name)
         return end
+
+    def _summarize(self, node: cst.FunctionDef, class_name: str | None) -> None:
+        parameters = [p.name.value for p in node.params.params]
+        if class_name is not None and parameters:
+            parameters = parameters[1:]  # self
+        backwarded = tuple(
+            site
+            for site in self.backward_sites.values()
+            if site.scope.node is node
+            and isinstance(site.tensor, cst.Name)
+            and site.tensor.value in parameters
+            and not site.loops
+            and self._unconditional(site.statement, node)
+        )
+        name = node.name.value if class_name is None else f"{class_name}.{node.name.value}"
+        summary = FunctionSummary(name, tuple(parameters), backwarded, self.returned.get(node, NOTHING))
+        self.summaries[node.name.value if class_name is None else (class_name, node.name.value)] = summary
+
+    @staticmethod
+    def _unconditional(statement: cst.CSTNode, function: cst.FunctionDef) -> bool:
+        return any(s is statement for s in function.body.body)
 
     def _define_class(self, node: cst.ClassDef) -> None:
         """Methods start from the attributes ``__init__`` leaves on the instance."""
@@ -265,7 +329,7 @@ class DataflowAnalysis:
             for item in statement.items:
                 self._eval(item.item, env)
                 if item.asname is not None:
-                    self._assign(item.asname.name, NOTHING, env)
+                    self._assign(item.asname.name, self._context_value(item.item, env), env)
             self._no_grad += no_grad
             try:
                 return self._exec_body(statement.body, env)
@@ -293,6 +357,14 @@ class DataflowAnalysis:
             self._eval(statement.subject, env)
             return join_envs([env, *(self._exec_body(case.body, dict(env)) for case in statement.cases)])
         return env
+
+    def _context_value(self, item: cst.BaseExpression, env: Env) -> Value:
+        """What ``with item as name`` binds: apex's ``amp.scale_loss(loss, optimizer)`` yields the
+        scaled loss, whose graph is the loss's."""
+        if isinstance(item, cst.Call) and item.args and (self.names.qualify(item.func) or "") in _SCALED_LOSS_CONTEXTS:
+            loss = self._eval(item.args[0].value, env)
+            return replace(loss, backwarded=frozenset())
+        return NOTHING
 
     def _exec_else(self, statement: Union[cst.For, cst.While], env: Env | None) -> Env | None:
         if statement.orelse is None or env is None:
@@ -378,8 +450,7 @@ class DataflowAnalysis:
             if converged:
                 break
         loop.entry, loop.back_edge = entry, back_edge
-        returned_structure = _join_structures(v.structure for v in frame.returned) if frame.returned else UNKNOWN
-        loop.returned = _union(frame.returned, returned_structure)
+        loop.returned = _joined(frame.returned)
         return join_envs([env, end, *frame.breaks])
 
     # assignments -----------------------------------------------------------------------------
@@ -498,7 +569,7 @@ class DataflowAnalysis:
         if self.names.module(node.value, self._scope.class_name) is not None:
             return NOTHING
         base = self._eval(node.value, env)
-        return Value(base.graph, base.origins, TENSOR if base.structure is TENSOR else UNKNOWN)
+        return replace(base, structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
 
     def _eval_call(self, node: cst.Call, env: Env) -> Value:
         func = node.func
@@ -506,10 +577,14 @@ class DataflowAnalysis:
         class_name = self._scope.class_name
         qualified = self.names.qualify(func) or ""
 
-        if qualified in _BACKWARD_FUNCTIONS:
-            values = self._eval_all(arguments, env)
-            self._record_backward(node, qualified, arguments[0] if arguments else None, values[0] if values else NOTHING, env)
+        if qualified in backward_api.FUNCTION_APIS:
+            self._eval_all(arguments, env)
+            self._record_backward(node, backward_api.FUNCTION_APIS[qualified], env)
             return NOTHING
+
+        summary_result = self._call_summary(node, env)
+        if summary_result is not None:
+            return summary_result
 
         called_module = self.names.module(func, class_name)
         if called_module is not None:
@@ -517,11 +592,19 @@ class DataflowAnalysis:
 
         if isinstance(func, cst.Attribute) and not self.names.is_torch(func.value):
             method = func.attr.value
-            if method == "backward":
+            if method in ("backward", "manual_backward"):
                 receiver = self._eval(func.value, env)
                 self._eval_all(arguments, env)
-                self._record_backward(node, "Tensor.backward", func.value, receiver, env)
-                return NOTHING
+                api = backward_api.method_api(
+                    method,
+                    node,
+                    self.names.framework(func.value),
+                    receiver.graph,
+                    class_name in self.names.lightning_classes,
+                )
+                if api is not None:
+                    self._record_backward(node, api, env)
+                    return NOTHING
             module = self.names.module(func.value, class_name)
             if module is not None:
                 self._eval_all(arguments, env)
@@ -604,22 +687,64 @@ class DataflowAnalysis:
             and node.args[0].value.value == "False"
         )
 
-    def _record_backward(
-        self, call: cst.Call, api: str, receiver: cst.BaseExpression | None, value: Value, env: Env
-    ) -> None:
+    def _record_backward(self, call: cst.Call, api: BackwardApi, env: Env) -> None:
+        tensors = backward_api.backwarded_expressions(api, call)
+        values = [self._eval(tensor, env) for tensor in tensors]
+        value = _joined(values)
         walked = _graph_nodes(value)
         for name, held in env.items():
-            if held.graph and not held.freed and walked & _graph_nodes(held):
-                env[name] = replace(held, freed=True)
+            if held.graph and walked & _graph_nodes(held):
+                backwarded = held.backwarded | {call} if _graph_nodes(held) == walked else held.backwarded
+                env[name] = replace(held, freed=True, backwarded=backwarded)
+        for tensor, held in zip(tensors, values):
+            name = dotted_name(tensor)
+            if name is not None:  # known to be this very tensor even when its graph is not
+                env[name] = replace(env.get(name, held), freed=True, backwarded=env.get(name, held).backwarded | {call})
         self.backward_sites[call] = BackwardSite(
             call=call,
             statement=self._statement,
             api=api,
-            receiver=receiver,
+            tensors=tensors,
             value=value,
+            retain_graph=backward_api.retain_graph(api, call),
             loops=tuple(reversed(self._loops)),
             scope=self._scope,
         )
+
+    def _call_summary(self, call: cst.Call, env: Env) -> Value | None:
+        """A call of a function or method of this file whose summary backwards an argument or
+        returns a tensor it already backwarded: record the backward, return the result."""
+        summary = self._summary_of(call.func)
+        if summary is None or not summary.has_effect:
+            return None
+        values = self._eval_all([arg.value for arg in call.args], env)
+        self._eval(call.func, env)
+        for inner in summary.backwarded:
+            api = summary.backward_api(inner)
+            if backward_api.tensor_expression(api, call) is not None:
+                self._record_backward(call, api, env)
+        result = combine(values, self._origin(call), summary.returned.structure)
+        if summary.returned.backwarded:
+            result = replace(result, graph=True, freed=True, backwarded=summary.returned.backwarded)
+        return result
+
+    def _summary_of(self, func: cst.BaseExpression) -> FunctionSummary | None:
+        class_name = self._scope.class_name
+        if isinstance(func, cst.Name):
+            if func.value in self.names.local_classes:
+                return None
+            instance = self.names.instance_class(func, class_name)
+            if instance is not None:
+                return self.summaries.get((instance, "__call__")) or self.summaries.get((instance, "forward"))
+            return self.summaries.get(func.value)
+        if isinstance(func, cst.Attribute):
+            instance = self.names.instance_class(func.value, class_name)
+            if instance is not None:
+                return self.summaries.get((instance, func.attr.value))
+            instance = self.names.instance_class(func, class_name)
+            if instance is not None:
+                return self.summaries.get((instance, "__call__")) or self.summaries.get((instance, "forward"))
+        return None
 
 
 def _decorator_callee(decorator: cst.Decorator) -> cst.BaseExpression:
@@ -682,6 +807,16 @@ def _union(values: Sequence[Value], structure: Structure) -> Value:
     )
 
 
+def _joined(values: Sequence[Value]) -> Value:
+    """What one of ``values`` may be: NOTHING when there are none."""
+    if not values:
+        return NOTHING
+    result = values[0]
+    for value in values[1:]:
+        result = result.join(value)
+    return result
+
+
 def _graph_nodes(value: Value) -> set[Origin]:
     """Every place that built part of ``value``'s graph, through all loop heads."""
     return {source for source in expand(value.origins, None) if isinstance(source, Origin)}
@@ -689,7 +824,8 @@ def _graph_nodes(value: Value) -> set[Origin]:
 
 def _same_graphs(a: Env, b: Env) -> bool:
     return a.keys() == b.keys() and all(
-        (a[k].graph, a[k].origins, a[k].freed) == (b[k].graph, b[k].origins, b[k].freed) for k in a
+        (a[k].graph, a[k].origins, a[k].freed, a[k].backwarded) == (b[k].graph, b[k].origins, b[k].freed, b[k].backwarded)
+        for k in a
     )
 
 

@@ -37,6 +37,33 @@ _RECURRENT_RESULTS: dict[str, Structure] = {
     "RNNCell": TENSOR,
 }
 
+# Classes whose instances backward a tensor passed to them: ``accelerator.backward(loss)``.
+FRAMEWORK_CONSTRUCTORS = {
+    "accelerate.Accelerator": "accelerator",
+    "accelerate.accelerator.Accelerator": "accelerator",
+    "lightning.Fabric": "fabric",
+    "lightning.fabric.Fabric": "fabric",
+    "lightning.fabric.fabric.Fabric": "fabric",
+    "lightning_fabric.Fabric": "fabric",
+    "lightning_fabric.fabric.Fabric": "fabric",
+}
+# Functions returning a tuple whose first element is such an object.
+FRAMEWORK_TUPLE_CONSTRUCTORS = {"deepspeed.initialize": "deepspeed"}
+# Trainer base classes that backward what one of their subclass's methods returns.
+TRAINER_HOOKS = {
+    "pytorch_lightning.LightningModule": "training_step",
+    "pytorch_lightning.core.LightningModule": "training_step",
+    "pytorch_lightning.core.module.LightningModule": "training_step",
+    "lightning.LightningModule": "training_step",
+    "lightning.pytorch.LightningModule": "training_step",
+    "lightning.pytorch.core.LightningModule": "training_step",
+    "lightning.pytorch.core.module.LightningModule": "training_step",
+    "transformers.Trainer": "compute_loss",
+    "transformers.Seq2SeqTrainer": "compute_loss",
+    "transformers.trainer.Trainer": "compute_loss",
+}
+_LIGHTNING_HOOK = "training_step"
+
 # Methods that mark a receiver as an nn.Module wherever they are called on it.
 _MODULE_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "modules", "children"}
 # Methods that return the module they are called on.
@@ -80,6 +107,26 @@ class TorchNames:
     self_modules: dict[str, dict[str, ModuleInfo]] = field(default_factory=dict)  # class -> attr -> module
     self_parameters: dict[str, set[str]] = field(default_factory=dict)  # class -> attrs holding parameters
     detaching_functions: set[str] = field(default_factory=set)
+    frameworks: dict[str, str] = field(default_factory=dict)  # dotted name -> "accelerator", "fabric", …
+    local_classes: set[str] = field(default_factory=set)  # every class defined in the file
+    instances: dict[str, str] = field(default_factory=dict)  # dotted name -> local class it was built from
+    trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
+    lightning_classes: set[str] = field(default_factory=set)
+    manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
+
+    def framework(self, node: cst.CSTNode) -> str | None:
+        """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
+        name = dotted_name(node)
+        return None if name is None else self.frameworks.get(name)
+
+    def instance_class(self, node: cst.CSTNode, class_name: str | None) -> str | None:
+        """The local class of the object an expression names (``self`` inside that class)."""
+        name = dotted_name(node)
+        if name is None:
+            return None
+        if name == "self" and class_name:
+            return class_name
+        return self.instances.get(name)
 
     def qualify(self, node: cst.CSTNode) -> str | None:
         """The qualified name of a dotted expression, following import aliases."""
@@ -161,11 +208,20 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     # classes and functions -------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        class_name = node.name.value
+        self.names.local_classes.add(class_name)
         for base in node.bases:
             name = self.names.qualify(base.value) or ""
-            if name in ("torch.nn.Module",) or name in self.names.module_classes:
-                self.names.module_classes.add(node.name.value)
-        self._classes.append(node.name.value)
+            hook = TRAINER_HOOKS.get(name) or self.names.trainer_hooks.get(name)
+            if hook is not None:
+                self.names.trainer_hooks[class_name] = hook
+            if hook == _LIGHTNING_HOOK or name in self.names.lightning_classes:
+                self.names.lightning_classes.add(class_name)
+            if name in self.names.manual_optimization:
+                self.names.manual_optimization.add(class_name)
+            if name == "torch.nn.Module" or name in self.names.module_classes or class_name in self.names.lightning_classes:
+                self.names.module_classes.add(class_name)
+        self._classes.append(class_name)
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
         self._classes.pop()
@@ -173,8 +229,13 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         for param in node.params.params:
             annotation = param.annotation
-            if annotation is not None and self.names.qualify(annotation.annotation) == "torch.nn.Module":
+            if annotation is None:
+                continue
+            qualified = self.names.qualify(annotation.annotation)
+            if qualified == "torch.nn.Module":
                 self.names.modules[param.name.value] = ModuleInfo("")
+            elif qualified in FRAMEWORK_CONSTRUCTORS:
+                self.names.frameworks[param.name.value] = FRAMEWORK_CONSTRUCTORS[qualified]
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         detaches = m.findall(
@@ -188,6 +249,32 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             self._bind(target.target, node.value)
+            self._bind_framework(target.target, node.value)
+        if (
+            self._classes
+            and self._classes[-1] in self.names.lightning_classes
+            and any(dotted_name(t.target) in ("self.automatic_optimization", "automatic_optimization") for t in node.targets)
+            and m.matches(node.value, m.Name("False"))
+        ):
+            self.names.manual_optimization.add(self._classes[-1])
+
+    def _bind_framework(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        """``accelerator = Accelerator()``, ``engine, opt, _, _ = deepspeed.initialize(...)`` and
+        instances of the file's own classes."""
+        if not isinstance(value, cst.Call):
+            return
+        callee = self.names.qualify(value.func)
+        if isinstance(target, (cst.Tuple, cst.List)) and callee in FRAMEWORK_TUPLE_CONSTRUCTORS and target.elements:
+            target, kind = target.elements[0].value, FRAMEWORK_TUPLE_CONSTRUCTORS[callee]
+        else:
+            kind = FRAMEWORK_CONSTRUCTORS.get(callee or "")
+        name = dotted_name(target)
+        if name is None:
+            return
+        if kind is not None:
+            self.names.frameworks[name] = kind
+        elif callee in self.names.local_classes:
+            self.names.instances[name] = callee
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:

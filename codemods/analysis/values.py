@@ -10,7 +10,8 @@ A ``Value`` answers three questions about what a name holds at one point of a pr
   or unknown? The rewrites need it to write a correct ``.detach()``.
 
 Once a backward has run, the values whose graph it walked are ``freed``: using them in another
-backward fails. Assigning a new value clears that, so the analysis can tell a state that crosses
+backward fails. The tensor it backwarded itself also records the call (``backwarded``), on every path
+(a must-fact, so a duplicate backward can be removed). Assigning a new value clears that, so the analysis can tell a state that crosses
 into the next iteration after its backward from one that is reset first.
 
 A loop's head is where values from before the loop meet values from the previous iteration. Names
@@ -29,9 +30,10 @@ if TYPE_CHECKING:
     from .dataflow import Loop
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Origin:
-    """An expression that creates interior autograd nodes, and the statement it belongs to."""
+    """An expression that creates interior autograd nodes, and the statement it belongs to.
+    Nodes compare by identity, so the origins a loop body builds are equal from pass to pass."""
 
     node: cst.CSTNode
     statement: cst.CSTNode
@@ -104,6 +106,8 @@ class Value:
     structure: Structure = UNKNOWN
     may_be_none: bool = False
     freed: bool = False  # a backward that already ran walked (and freed) part of its graph
+    # The backward calls that already backwarded this very tensor on every path here.
+    backwarded: frozenset[cst.Call] = frozenset()
 
     def join(self, other: "Value") -> "Value":
         """What a name may hold where two paths meet."""
@@ -119,6 +123,7 @@ class Value:
             or other.may_be_none
             or NONE in (self.structure, other.structure),
             freed=self.freed or other.freed,
+            backwarded=self.backwarded & other.backwarded,
         )
 
     def without_graph(self) -> "Value":

@@ -125,8 +125,9 @@ def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
     earlier = _earlier_backward(analysis, backward_statement)
     if earlier is None:
         return "an earlier backward in this step already freed this graph"
-    if earlier.receiver is not None and _site_at(analysis, backward_statement) is not None and earlier.receiver.deep_equals(
-        _site_at(analysis, backward_statement).receiver
+    failing_site = _site_at(analysis, backward_statement)
+    if earlier.tensor is not None and failing_site is not None and failing_site.tensor is not None and earlier.tensor.deep_equals(
+        failing_site.tensor
     ):
         return f"the same tensor was already backwarded at line {analysis.line(earlier.call)}"
     return (

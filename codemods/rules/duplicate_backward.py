@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
 
-from ..analysis import BackwardSite, assigned_names, dotted_name
+from ..analysis import BackwardSite, code_of
+from ..analysis.backward_api import with_retained_graph
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
@@ -42,28 +44,71 @@ for batch, target in loader:
 """
 
     def violations(self) -> Iterator[Violation]:
-        seen: dict[tuple[int, str], BackwardSite] = {}
         for site in self.analysis.backward_sites:
-            name = dotted_name(site.receiver) if site.receiver is not None else None
-            block = self.analysis.block_of(site.statement)
-            if site.api != "Tensor.backward" or name is None or block is None or not site.is_whole_statement:
-                continue
-            key = (id(block.owner), name)
-            first = seen.get(key)
-            seen[key] = site
-            if first is None or self._reassigned_between(first, site, name):
-                continue
-            retained = first.keyword("retain_graph") is not None
-            yield self.violation(
-                site.call,
-                f"`{name}` is backwarded again (first at line {self.analysis.line(first.call)}); "
-                + ("the gradients are added twice" if retained else "its graph was freed by the first call"),
-                Fix(safe=not retained, remove=(site.statement,)),
-                related=(first.call,),
-            )
+            if site.value.backwarded:
+                first = min((self.analysis.site_of(call) for call in site.value.backwarded), key=self._order)
+                yield self._duplicate(first, site)
+        yield from self._backwarded_for_the_trainer()
 
-    def _reassigned_between(self, first: BackwardSite, second: BackwardSite, name: str) -> bool:
-        block = self.analysis.block_of(first.statement)
-        between = block.statements[block.index(first.statement) + 1 : block.index(second.statement)]
-        prefixes = {name} | {name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)}
-        return any(assigned_names(statement) & prefixes for statement in between)
+    def _order(self, site: BackwardSite) -> tuple[int, int]:
+        return self.analysis.start(site.call)
+
+    def _duplicate(self, first: BackwardSite, second: BackwardSite) -> Violation:
+        name = code_of(second.tensor) if second.tensor is not None else "the tensor"
+        where = f"line {self.analysis.line(first.call)}"
+        if first.scope is not second.scope and first.scope.node is not None:
+            where += f", inside `{_scope_name(first)}`"
+        retained = first.retain_graph
+        if not first.api.accumulates:
+            detail = f"`{first.api.name}` freed its graph; keep it there (retain_graph=True), it adds nothing to .grad"
+        elif retained:
+            detail = "the gradients are added twice"
+        else:
+            detail = "its graph was freed by the first call"
+        return self.violation(
+            second.call,
+            f"`{name}` is backwarded again (first at {where}); {detail}",
+            self._fix(first, second),
+            related=(first.call,),
+        )
+
+    def _fix(self, first: BackwardSite, second: BackwardSite) -> Fix | None:
+        if first.retain_graph is None:
+            return None  # gradfix cannot tell whether the first call keeps the graph
+        if not first.api.accumulates:
+            # A gradient check (autograd.grad) before the real backward: let it keep the graph.
+            if first.retain_graph or not second.api.accumulates or not _is_simple_statement(first.statement):
+                return None
+            kept = first.statement.deep_replace(first.call, with_retained_graph(first.api, first.call))
+            return Fix(safe=True, replace=((first.statement, kept),))
+        if not second.is_whole_statement or self.analysis.block_of(second.statement) is None:
+            return None
+        return Fix(safe=not first.retain_graph, remove=(second.statement,))
+
+    def _backwarded_for_the_trainer(self) -> Iterator[Violation]:
+        """A trainer (Lightning under automatic optimization, Hugging Face's ``Trainer``) backwards
+        what a hook returns: a backward of that tensor inside the hook is a second one."""
+        for hook, class_name in self.analysis.trainer_hooks():
+            returned = self.analysis.returned(hook)
+            if returned is None:
+                continue
+            for call in sorted(returned.backwarded, key=self.analysis.start):
+                site = self.analysis.site_of(call)
+                fix = None
+                if site.retain_graph is not None and site.is_whole_statement and self.analysis.block_of(site.statement):
+                    fix = Fix(safe=not site.retain_graph, remove=(site.statement,))
+                yield self.violation(
+                    site.call,
+                    f"`{class_name}.{hook.name.value}` returns a loss it already backwarded, and the trainer "
+                    "backwards what it returns; drop this backward",
+                    fix,
+                )
+
+
+def _scope_name(site: BackwardSite) -> str:
+    node = site.scope.node
+    return node.name.value if isinstance(node, cst.FunctionDef) else "the module body"
+
+
+def _is_simple_statement(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1

@@ -12,15 +12,14 @@ from ..analysis import (
     assigned_names,
     code_of,
     expand,
-    is_single_call,
-    parenthesized,
     read_names,
+    stepped_optimizers,
 )
+from ..analysis.backward_api import argument
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
-_STEPPING = {"step", "zero_grad"}
-_READING_GRADIENTS = {"grad", "clip_grad_norm_", "clip_grad_value_", "unscale_"}
+_READING_GRADIENTS = {"grad", "clip_grad_norm_", "clip_grad_value_", "unscale_", "clip_gradients"}
 
 
 class SeparateBackwards(Rule):
@@ -36,11 +35,15 @@ class SeparateBackwards(Rule):
     additively, so this gives exactly the gradients of the separate calls (the tests check it
     against the ``retain_graph=True`` run), with one walk over the graph and nothing retained.
 
+    It knows every way of backwarding (``accelerator.backward(loss)``, ``fabric.backward(loss)``,
+    ``self.manual_backward(loss)``, ``scaler.scale(loss).backward()``, ``torch.autograd.backward``)
+    and merges within one of them: ``accelerator.backward(loss_a + loss_b)``.
+
     When an optimizer steps or zeroes gradients between the two backwards, the program meant two
-    updates; the merge makes them one update on the summed gradient. That rewrite, which also
-    removes the ``step()`` / ``zero_grad()`` calls between the backwards, is offered as an unsafe
-    fix. When code between the backwards reads or clips ``.grad``, or when different optimizers
-    take turns (a GAN's discriminator and generator steps), gradfix only reports; and it says
+    updates, and when different optimizers take turns (a GAN's discriminator and generator steps,
+    actor-critic) each loss trains its own network: merging would remove an update, so gradfix
+    only reports (the fix there is to detach the shared value, or recompute it after the step).
+    It also only reports when code between the backwards reads or clips ``.grad``; and it says
     nothing when the first call keeps its graph on purpose (``retain_graph=True``) so that the
     code between can look at each loss's gradient on its own.
     """
@@ -78,29 +81,32 @@ for x, y_reg, y_cls in loader:
 
     def violations(self) -> Iterator[Violation]:
         for group, block in self._groups():
-            names = " and ".join(f"`{code_of(site.receiver)}`" for site in group)
+            names = " and ".join(f"`{code_of(site.tensor)}`" for site in group)
             shared = min(self._shared_origins(group), key=self.analysis.line)
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
-            if len(self._stepped_optimizers(group, block)) > 1:
+            between = self._between(block, group[0], group[-1])
+            optimizers = set().union(*(stepped_optimizers(s) for s in between))
+            if len(optimizers) > 1:
                 message += "optimizers take turns between them, so detach the shared value for the first loss"
+            elif any(self.analysis.gradient_effects(s) & {"step", "zero_grad"} for s in between):
+                message += "an optimizer steps between them, so recompute the shared value after the step"
             else:
                 message += "backward their sum once"
             yield self.violation(group[0].call, message, self._fix(group, block), related=tuple(s.call for s in group[1:]))
 
-    def _stepped_optimizers(self, group: list[BackwardSite], block: Block) -> set[str]:
-        between = self._between(block, group[0], group[-1])
-        return {
-            code_of(s.body[0].value.func.value)
-            for s in between
-            if is_single_call(s) and self.analysis.gradient_effects(s) & _STEPPING
-        }
-
     def _groups(self) -> Iterator[tuple[list[BackwardSite], Block]]:
-        """Runs of backward statements in one block whose graphs overlap."""
+        """Runs of backward statements of one API in one block whose graphs overlap."""
         by_block: dict[int, tuple[Block, list[BackwardSite]]] = {}
         for site in self.analysis.backward_sites:
             block = self.analysis.block_of(site.statement)
-            if site.api == "Tensor.backward" and site.is_whole_statement and block is not None and site.value.graph:
+            if (
+                site.api.accumulates
+                and site.tensor is not None
+                and site.is_whole_statement
+                and block is not None
+                and site.value.graph
+                and not site.value.backwarded
+            ):
                 by_block.setdefault(id(block.owner), (block, []))[1].append(site)
         for block, sites in by_block.values():
             group: list[BackwardSite] = []
@@ -115,12 +121,12 @@ for x, y_reg, y_cls in loader:
                 yield group, block
 
     def _joins(self, group: list[BackwardSite], site: BackwardSite, block: Block) -> bool:
-        if any(_same_code(member.receiver, site.receiver) for member in group):
+        if any(member.tensor.deep_equals(site.tensor) for member in group):
             return False  # the same tensor twice is GF001's
         effects = set().union(*(self.analysis.gradient_effects(s) for s in self._between(block, group[-1], site)))
         if "backward" in effects:
             return False
-        if effects & _READING_GRADIENTS and group[-1].keyword("retain_graph") is not None:
+        if effects & _READING_GRADIENTS and group[-1].retain_graph:
             return False  # each loss's gradient is wanted on its own (gradient surgery, inspection)
         return bool(self._shared_origins([*group, site]))
 
@@ -138,38 +144,23 @@ for x, y_reg, y_cls in loader:
 
     def _fix(self, group: list[BackwardSite], block: Block) -> Fix | None:
         earlier, last = group[:-1], group[-1]
-        if any(arg.keyword is None or arg.keyword.value != "retain_graph" for site in earlier for arg in site.call.args):
-            return None
-        between = self._between(block, group[0], last)
-        stepping = []
-        for statement in between:
-            if statement in [site.statement for site in group]:
-                continue
-            effects = self.analysis.gradient_effects(statement)
-            if not effects:
-                continue
-            if effects <= _STEPPING and is_single_call(statement):
-                stepping.append(statement)
-            else:
-                return None
-        if len(self._stepped_optimizers(group, block)) > 1:
-            return None  # several optimizers take turns (a GAN, actor-critic): merging is not the fix
+        if any(site.api != last.api for site in earlier):
+            return None  # one merged call must backward them all the same way
+        for site in earlier:
+            kept = {id(argument(site.call, site.api.retain_position, "retain_graph"))}
+            kept.add(id(argument(site.call, site.api.tensor_position, site.api.tensor_keyword)))
+            if any(id(arg) not in kept for arg in site.call.args) or site.retain_graph is None:
+                return None  # arguments other than the tensor and retain_graph would be lost
+        between = [s for s in self._between(block, group[0], last) if s not in [site.statement for site in group]]
+        if any(self.analysis.gradient_effects(statement) for statement in between):
+            return None  # an update, zeroing or gradient read between: the backwards mean two steps
         for site in earlier:
             after_site = block.statements[block.index(site.statement) + 1 : block.index(last.statement)]
-            if read_names(site.receiver) & set().union(*(assigned_names(s) for s in after_site)):
-                return None  # the receiver would mean another tensor at the merged call
-        total = parenthesized(_sum([site.receiver for site in group]))
-        merged_call = last.call.with_changes(func=last.call.func.with_changes(value=total))
+            if read_names(site.tensor) & set().union(*(assigned_names(s) for s in after_site)):
+                return None  # the tensor would mean another value at the merged call
+        merged_call = last.with_tensor(_sum([site.tensor for site in group]))
         merged = last.statement.with_changes(body=[last.statement.body[0].with_changes(value=merged_call)])
-        return Fix(
-            safe=not stepping,
-            remove=(*(site.statement for site in earlier), *stepping),
-            replace=((last.statement, merged),),
-        )
-
-
-def _same_code(a: cst.CSTNode | None, b: cst.CSTNode | None) -> bool:
-    return a is not None and b is not None and a.deep_equals(b)
+        return Fix(safe=True, remove=tuple(site.statement for site in earlier), replace=((last.statement, merged),))
 
 
 def _sum(operands: list[cst.BaseExpression]) -> cst.BaseExpression:

@@ -1,0 +1,55 @@
+"""What a statement does to gradients and parameters: optimizer updates, zeroing, clipping, reading
+``.grad``. Fixes consult it so that no edit ever removes or moves an optimizer update.
+
+Optimizers are found by what they do, not by their names: ``x.step()`` and ``x.zero_grad()`` on any
+object (a ``torch.optim`` optimizer, the one ``accelerator.prepare`` or ``fabric.setup`` returns, a
+LightningModule's ``self.optimizers()``, a DeepSpeed engine), ``scaler.step(optimizer)`` and
+``scaler.update()``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from .syntax import code_of
+
+UPDATING_METHODS = {"step", "zero_grad", "update"}  # update: GradScaler.update() after scaler.step(optimizer)
+READING_METHODS = {"unscale_", "clip_grad_norm_", "clip_grad_value_", "clip_gradients"}
+_CLIPPING_FUNCTIONS = {"clip_grad_norm_", "clip_grad_value_"}
+
+
+def gradient_effects(node: cst.CSTNode) -> set[str]:
+    """What in ``node`` changes parameters or reads or changes gradients: ``step``, ``zero_grad``,
+    ``update``, clipping and unscaling, ``grad`` (reading ``.grad``)."""
+    effects = set()
+    for call in m.findall(node, m.Call(func=m.Attribute())):
+        method = call.func.attr.value
+        if method in UPDATING_METHODS and not _is_dict_update(call) or method in READING_METHODS:
+            effects.add(method)
+    for call in m.findall(node, m.Call(func=m.Name())):
+        if call.func.value in _CLIPPING_FUNCTIONS:
+            effects.add(call.func.value)
+    if m.findall(node, m.Attribute(attr=m.Name("grad"))):
+        effects.add("grad")
+    return effects
+
+
+def updates_parameters(node: cst.CSTNode) -> bool:
+    """Whether ``node`` steps or zeroes an optimizer (or a scaler's step)."""
+    return bool(gradient_effects(node) & UPDATING_METHODS)
+
+
+def stepped_optimizers(node: cst.CSTNode) -> set[str]:
+    """The optimizers ``node`` steps, as written: ``opt_d`` for ``opt_d.step()`` and for
+    ``scaler.step(opt_d)``."""
+    stepped = set()
+    for call in m.findall(node, m.Call(func=m.Attribute(attr=m.Name("step")))):
+        receiver = call.args[0].value if call.args and call.args[0].keyword is None else call.func.value
+        stepped.add(code_of(receiver))
+    return stepped
+
+
+def _is_dict_update(call: cst.Call) -> bool:
+    """``metrics.update({...})`` / ``d.update(k=v)`` is a dict's, not a GradScaler's."""
+    return call.func.attr.value == "update" and bool(call.args)
