@@ -10,7 +10,7 @@ from typing import ClassVar, Iterator
 
 import libcst as cst
 
-from .analysis import FileAnalysis, updates_parameters
+from .analysis import FileAnalysis
 from .edits import Fix
 
 
@@ -68,7 +68,7 @@ class Rule:
         related: tuple[cst.CSTNode, ...] = (),
     ) -> Violation:
         line, column = self.analysis.start(node)
-        if fix is not None and any(updates_parameters(s) for s in fix.taken_away()):
+        if fix is not None and any(self.analysis.updates_parameters(s) for s in fix.taken_away()):
             fix, message = None, message + " (not rewritten: the fix would remove or move an optimizer update)"
         kind = None if fix is None else (FixKind.SAFE if fix.safe else FixKind.UNSAFE)
         related_lines = tuple(sorted({self.analysis.line(n) for n in related} - {line}))

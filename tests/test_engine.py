@@ -91,3 +91,36 @@ def test_fixes_repeat_until_nothing_more_applies():
     assert sorted(f.code for f in report.fixed) == ["GF001", "GF002"]
     assert report.rewritten.decode().endswith("(a + b).backward()\n")
     assert report.findings == []
+
+
+class _DropsRepeatUnsafely(Rule):
+    """Removes every backward statement but the first, as an unsafe fix."""
+
+    CODE = "XX003"
+    NAME = "drops_repeat"
+    SUMMARY = "test rule"
+    FIX = FixKind.UNSAFE
+    EXAMPLE_BEFORE = EXAMPLE_AFTER = ""
+
+    def violations(self) -> Iterator[Violation]:
+        for site in self.analysis.backward_sites[1:]:
+            yield self.violation(site.call, "repeat", Fix(safe=False, remove=(site.statement,)))
+
+
+def test_unsafe_fixes_apply_only_in_unsafe_mode():
+    source = b"import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\nloss.backward()\n"
+    safe = check_source(source, [_DropsRepeatUnsafely], FixMode.SAFE, "train.py")
+    assert safe.rewritten is None and [f.fix for f in safe.findings] == [FixKind.UNSAFE]
+    unsafe = check_source(source, [_DropsRepeatUnsafely], FixMode.UNSAFE, "train.py")
+    assert unsafe.rewritten == source[: -len(b"loss.backward()\n")] and unsafe.findings == []
+
+
+def test_no_fix_removes_an_optimizer_update():
+    source = (
+        b"import torch\nw = torch.ones(1, requires_grad=True)\nopt = torch.optim.SGD([w], lr=0.1)\n"
+        b"loss = (w * 2).sum()\nloss.backward()\nopt.step(); loss.backward()\n"
+    )
+    report = check_source(source, [_DropsRepeatUnsafely], FixMode.UNSAFE, "train.py")
+    assert report.rewritten is None
+    assert [f.fix for f in report.findings] == [None]
+    assert "would remove or move an optimizer update" in report.findings[0].message

@@ -167,4 +167,16 @@ class FileAnalysis:
         effects = gradient_effects(node)
         if any(self.contains(node, site.call) for site in self.backward_sites):
             effects.add("backward")
+        if self._calls_an_optimizer(node):
+            effects.add("step")  # first_step(), second_step(), a wrapper's own update methods
         return effects
+
+    def updates_parameters(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` steps or zeroes an optimizer (or calls any method of a known one)."""
+        return updates_parameters(node) or self._calls_an_optimizer(node)
+
+    def _calls_an_optimizer(self, node: cst.CSTNode) -> bool:
+        return any(
+            dotted_name(call.func.value) in self.names.optimizers
+            for call in m.findall(node, m.Call(func=m.Attribute()))
+        )

@@ -607,8 +607,13 @@ class DataflowAnalysis:
                     return NOTHING
             module = self.names.module(func.value, class_name)
             if module is not None:
-                self._eval_all(arguments, env)
-                return NOTHING if method != "forward" else self._module_call(module, node, arguments, env)
+                if method == "forward":
+                    return self._module_call(module, node, arguments, env)
+                values = self._eval_all(arguments, env)
+                summary = self.summaries.get((module.class_name, method)) if module.is_local else None
+                if summary is not None and summary.returned.graph:  # builds its result from parameters
+                    return combine([*values, LEAF], self._origin(node), summary.returned.structure)
+                return NOTHING
             receiver = self._eval(func.value, env)
             values = self._eval_all(arguments, env)
             target = dotted_name(func.value)

@@ -113,6 +113,8 @@ class TorchNames:
     trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
     lightning_classes: set[str] = field(default_factory=set)
     manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
+    optimizer_classes: set[str] = field(default_factory=set)  # local torch.optim.Optimizer subclasses
+    optimizers: set[str] = field(default_factory=set)  # dotted names bound to optimizers
 
     def framework(self, node: cst.CSTNode) -> str | None:
         """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
@@ -219,6 +221,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.lightning_classes.add(class_name)
             if name in self.names.manual_optimization:
                 self.names.manual_optimization.add(class_name)
+            if name in _OPTIMIZER_BASES or name in self.names.optimizer_classes:
+                self.names.optimizer_classes.add(class_name)
             if name == "torch.nn.Module" or name in self.names.module_classes or class_name in self.names.lightning_classes:
                 self.names.module_classes.add(class_name)
         self._classes.append(class_name)
@@ -264,6 +268,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if not isinstance(value, cst.Call):
             return
         callee = self.names.qualify(value.func)
+        self._bind_optimizers(target, value, callee or "")
         if isinstance(target, (cst.Tuple, cst.List)) and callee in FRAMEWORK_TUPLE_CONSTRUCTORS and target.elements:
             target, kind = target.elements[0].value, FRAMEWORK_TUPLE_CONSTRUCTORS[callee]
         else:
@@ -311,6 +316,21 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return None
         return ModuleInfo(class_name, is_local=class_name in self.names.module_classes)
 
+    def _bind_optimizers(self, target: cst.BaseExpression, value: cst.Call, callee: str) -> None:
+        """Optimizers by construction (``torch.optim.X(...)``, a local Optimizer subclass), by a
+        framework handing them back (``accelerator.prepare``, ``fabric.setup``, position for
+        position) and by a LightningModule's ``self.optimizers()``."""
+        elements = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+        method = value.func.attr.value if isinstance(value.func, cst.Attribute) else ""
+        if _is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == "optimizers":
+            chosen = elements
+        elif method in _HANDING_BACK:
+            passed = [dotted_name(arg.value) for arg in value.args if arg.keyword is None]
+            chosen = [e for e, p in zip(elements, passed) if p in self.names.optimizers]
+        else:
+            return
+        self.names.optimizers.update(name for name in map(dotted_name, chosen) if name is not None)
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
@@ -332,6 +352,16 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.self_modules.setdefault(class_name, {}).setdefault(target[5:], module)
             else:
                 self.names.modules.setdefault(target, module)
+
+
+_OPTIMIZER_BASES = {"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"}
+_HANDING_BACK = {"prepare", "setup", "setup_optimizers", "prepare_optimizer"}  # accelerator / fabric
+
+
+def _is_optimizer_class(qualified: str) -> bool:
+    """``torch.optim.SGD`` and friends (not ``torch.optim.lr_scheduler.*``)."""
+    parts = qualified.split(".")
+    return len(parts) == 3 and parts[:2] == ["torch", "optim"] and parts[2][:1].isupper()
 
 
 def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:

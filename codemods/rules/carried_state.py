@@ -91,7 +91,7 @@ for inputs, targets in loader:
                 if loop.is_call:
                     continue
                 for name in sorted(loop.carried_names - taken):
-                    if _reaches_freed_graph(site, loop, name):
+                    if _reaches_freed_graph(site, loop, name) and not _detached_in(loop.node.body, name):
                         carried.setdefault(loop, {}).setdefault(name, site)
                         taken.add(name)
         for loop, sites in carried.items():
@@ -192,6 +192,17 @@ def _reaches_freed_graph(site: BackwardSite, loop: Loop, name: str) -> bool:
         and left_behind.freed
         and Carried(loop, name) in expand(site.value.origins, loop)
     )
+
+
+def _detached_in(body: cst.CSTNode, name: str) -> bool:
+    """Whether the loop detaches ``name`` itself somewhere (``if it > 0: h = h.detach()``): the
+    author manages that state, on paths the analysis does not tell apart."""
+    for assign in m.findall(body, m.Assign()):
+        if any(name in target_names(t.target) for t in assign.targets) and m.findall(
+            assign.value, m.Call(func=m.Attribute(attr=m.Name("detach") | m.Name("detach_")))
+        ):
+            return True
+    return False
 
 
 def _first_assignments(body: cst.CSTNode, names: set[str]) -> dict[str, tuple[cst.CSTNode, tuple[int, int]]]:

@@ -19,8 +19,18 @@ class DuplicateBackward(Rule):
     ``retain_graph=True`` to the first call silences the error but keeps the graph alive and adds
     every gradient twice, which is never what a training step means.
 
-    The fix removes the repeated call. When the first call already passes ``retain_graph=True`` the
-    program ran, with doubled gradients; removing the repeat halves them, so that fix is unsafe.
+    The repeat is often hidden: a criterion or wrapper whose method already calls
+    ``loss.backward()``, a helper that backwards a loss and returns it to a loop that backwards it
+    again, ``accelerator.backward(loss)`` next to ``loss.backward()``, or a LightningModule's
+    ``training_step`` (automatic optimization) or a Hugging Face ``Trainer.compute_loss`` that
+    backwards the loss it returns, which the trainer then backwards itself. gradfix follows these
+    through function summaries of the checked file.
+
+    The fix removes the repeated call (the one in the hook, for trainers). When the first call is a
+    gradient check with ``torch.autograd.grad``, which adds nothing to ``.grad``, the fix lets that
+    check keep the graph (``retain_graph=True``) for the real backward. When the first call already
+    passes ``retain_graph=True`` on purpose, or gradfix cannot tell what it passes, nothing is
+    rewritten: the program runs, and the second backward is then deliberate.
     """
 
     CODE = "GF001"
@@ -47,7 +57,8 @@ for batch, target in loader:
         for site in self.analysis.backward_sites:
             if site.value.backwarded:
                 first = min((self.analysis.site_of(call) for call in site.value.backwarded), key=self._order)
-                yield self._duplicate(first, site)
+                if first.retain_graph is not True:  # a graph kept on purpose is backwarded again on purpose
+                    yield self._duplicate(first, site)
         yield from self._backwarded_for_the_trainer()
 
     def _order(self, site: BackwardSite) -> tuple[int, int]:
@@ -58,11 +69,8 @@ for batch, target in loader:
         where = f"line {self.analysis.line(first.call)}"
         if first.scope is not second.scope and first.scope.node is not None:
             where += f", inside `{_scope_name(first)}`"
-        retained = first.retain_graph
         if not first.api.accumulates:
             detail = f"`{first.api.name}` freed its graph; keep it there (retain_graph=True), it adds nothing to .grad"
-        elif retained:
-            detail = "the gradients are added twice"
         else:
             detail = "its graph was freed by the first call"
         return self.violation(
@@ -77,13 +85,15 @@ for batch, target in loader:
             return None  # gradfix cannot tell whether the first call keeps the graph
         if not first.api.accumulates:
             # A gradient check (autograd.grad) before the real backward: let it keep the graph.
-            if first.retain_graph or not second.api.accumulates or not _is_simple_statement(first.statement):
+            if not second.api.accumulates or not _is_simple_statement(first.statement):
                 return None
             kept = first.statement.deep_replace(first.call, with_retained_graph(first.api, first.call))
             return Fix(safe=True, replace=((first.statement, kept),))
+        if first.api != second.api:
+            return None  # backwarded two ways (scaled and plain, say): which one was meant is not clear
         if not second.is_whole_statement or self.analysis.block_of(second.statement) is None:
             return None
-        return Fix(safe=not first.retain_graph, remove=(second.statement,))
+        return Fix(safe=True, remove=(second.statement,))
 
     def _backwarded_for_the_trainer(self) -> Iterator[Violation]:
         """A trainer (Lightning under automatic optimization, Hugging Face's ``Trainer``) backwards
@@ -95,8 +105,8 @@ for batch, target in loader:
             for call in sorted(returned.backwarded, key=self.analysis.start):
                 site = self.analysis.site_of(call)
                 fix = None
-                if site.retain_graph is not None and site.is_whole_statement and self.analysis.block_of(site.statement):
-                    fix = Fix(safe=not site.retain_graph, remove=(site.statement,))
+                if site.retain_graph is False and site.is_whole_statement and self.analysis.block_of(site.statement):
+                    fix = Fix(safe=True, remove=(site.statement,))
                 yield self.violation(
                     site.call,
                     f"`{class_name}.{hook.name.value}` returns a loss it already backwarded, and the trainer "

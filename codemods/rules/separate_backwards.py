@@ -19,6 +19,7 @@ from ..analysis.backward_api import argument
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
+_UPDATING = {"step", "zero_grad", "update"}
 _READING_GRADIENTS = {"grad", "clip_grad_norm_", "clip_grad_value_", "unscale_", "clip_gradients"}
 
 
@@ -88,7 +89,7 @@ for x, y_reg, y_cls in loader:
             optimizers = set().union(*(stepped_optimizers(s) for s in between))
             if len(optimizers) > 1:
                 message += "optimizers take turns between them, so detach the shared value for the first loss"
-            elif any(self.analysis.gradient_effects(s) & {"step", "zero_grad"} for s in between):
+            elif any(self.analysis.gradient_effects(s) & _UPDATING for s in between):
                 message += "an optimizer steps between them, so recompute the shared value after the step"
             else:
                 message += "backward their sum once"
@@ -126,8 +127,8 @@ for x, y_reg, y_cls in loader:
         effects = set().union(*(self.analysis.gradient_effects(s) for s in self._between(block, group[-1], site)))
         if "backward" in effects:
             return False
-        if effects & _READING_GRADIENTS and group[-1].retain_graph:
-            return False  # each loss's gradient is wanted on its own (gradient surgery, inspection)
+        if effects & (_READING_GRADIENTS | _UPDATING) and group[-1].retain_graph:
+            return False  # the graph is kept on purpose: each loss's gradient is read, or trains, on its own
         return bool(self._shared_origins([*group, site]))
 
     def _shared_origins(self, group: list[BackwardSite]) -> set[cst.CSTNode]:

@@ -1,0 +1,36 @@
+"""Real code that trains correctly (../shared/corpus): gradfix proposes no rewrite there, even with
+unsafe fixes, has no internal error, and reports only the reviewed findings."""
+
+from pathlib import Path
+
+import pytest
+
+from gradfix.codemods.engine import FixMode, check_files, collect_files
+from gradfix.codemods.registry import all_rules
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+REVIEWED = Path(__file__).parent / "corpus_findings.txt"
+
+pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the real-code corpus is not at {CORPUS}")
+
+
+@pytest.fixture(scope="module")
+def reports():
+    files = collect_files([CORPUS]).files
+    assert files, "the corpus has no Python files"
+    return list(check_files(files, all_rules(), FixMode.UNSAFE))
+
+
+def test_no_rewrite_and_no_internal_error(reports):
+    assert [r.path for r in reports if r.changed] == []
+    assert [e for r in reports for e in r.internal_errors] == []
+
+
+def test_findings_are_the_reviewed_ones(reports):
+    found = sorted(
+        f"{Path(r.path).relative_to(CORPUS)}:{f.line}: {f.code}" for r in reports for f in r.findings
+    )
+    reviewed = sorted(
+        line for line in REVIEWED.read_text().splitlines() if line.strip() and not line.startswith("#")
+    )
+    assert found == reviewed
