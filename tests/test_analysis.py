@@ -208,3 +208,112 @@ def test_gradient_effects():
     assert effects(cst.parse_statement("norm = w.grad.norm()\n")) == {"grad"}
     assert effects(cst.parse_statement("clip_grad_norm_(params, 1.0)\n")) == {"clip_grad_norm_"}
     assert effects(cst.parse_statement("print(loss.item())\n")) == set()
+
+
+def site(code: str):
+    return analyse(code).backward_sites[-1]
+
+
+@pytest.mark.parametrize(
+    ("call", "retained"),
+    [
+        ("loss.backward()", False),
+        ("loss.backward(retain_graph=False)", False),
+        ("loss.backward(retain_graph=None)", False),
+        ("loss.backward(retain_graph=True)", True),
+        ("loss.backward(None, True)", True),
+        ("loss.backward(retain_graph=keep)", None),
+        ("loss.backward(create_graph=True)", True),
+        ("torch.autograd.grad(loss, params)", False),
+        ("torch.autograd.grad(outputs=loss, inputs=params, retain_graph=True)", True),
+        ("torch.autograd.grad(loss, params, None, True)", True),
+        ("accelerator.backward(loss, retain_graph=True)", True),
+        ("accelerator.backward(loss, **kwargs)", None),
+    ],
+)
+def test_retain_graph_is_read_in_three_states(call, retained):
+    backward = site(
+        f"""
+        model = nn.Linear(2, 1)
+        params = list(model.parameters())
+        loss = model(torch.ones(2)).sum()
+        {call}
+        """
+    )
+    assert backward.retain_graph is retained
+    assert [cst.Module([]).code_for_node(t) for t in backward.tensors] == ["loss"]
+
+
+@pytest.mark.parametrize(
+    ("call", "api"),
+    [
+        ("loss.backward()", "Tensor.backward"),
+        ("loss.backward(torch.ones_like(loss))", "Tensor.backward"),
+        ("scaler.scale(loss).backward()", "GradScaler.scale(...).backward"),
+        ("torch.autograd.backward(loss)", "torch.autograd.backward"),
+        ("torch.autograd.backward(tensors=[loss])", "torch.autograd.backward"),
+        ("torch.autograd.grad(outputs=loss, inputs=params)", "torch.autograd.grad"),
+        ("fabric.backward(loss)", "Fabric.backward"),
+        ("accelerator.backward(loss)", "Accelerator.backward"),
+        ("engine.backward(loss)", "DeepSpeedEngine.backward"),
+        ("optimizer.backward(loss)", "<wrapper>.backward"),
+    ],
+)
+def test_every_backward_api_names_the_backwarded_tensor(call, api):
+    backward = site(
+        f"""
+        from accelerate import Accelerator
+        from lightning.fabric import Fabric
+        import deepspeed
+        accelerator = Accelerator()
+        fabric = Fabric(accelerator="cpu")
+        model = nn.Linear(2, 1)
+        engine, optimizer, _, _ = deepspeed.initialize(model=model)
+        params = list(model.parameters())
+        loss = model(torch.ones(2)).sum()
+        {call}
+        """
+    )
+    assert backward.api.name == api
+    assert [cst.Module([]).code_for_node(t) for t in backward.tensors] == ["loss"]
+    assert backward.value.graph
+
+
+def test_a_helper_that_backwards_its_parameter_is_a_backward_site():
+    analysis = analyse(
+        """
+        def backward_and_log(loss):
+            loss.backward()
+            print(loss.item())
+
+        model = nn.Linear(2, 1)
+        for x in [torch.ones(2)]:
+            out = model(x).sum()
+            backward_and_log(out)
+        """
+    )
+    helper_call = analysis.backward_sites[-1]
+    assert helper_call.api.name == "backward_and_log()" and helper_call.tensor.value == "out"
+
+
+def test_nested_loops_reach_a_fixed_point(monkeypatch):
+    from gradfix.codemods.analysis import dataflow
+
+    passes = []
+    original = dataflow.DataflowAnalysis._exec_body
+    monkeypatch.setattr(
+        dataflow.DataflowAnalysis, "_exec_body", lambda self, suite, env: passes.append(1) or original(self, suite, env)
+    )
+    analyse(
+        """
+        model = nn.Linear(2, 2)
+        h = torch.zeros(2)
+        for epoch in range(2):
+            for batch in range(2):
+                for step in range(2):
+                    h = model(h)
+                    h.sum().backward()
+                    h = h.detach()
+        """
+    )
+    assert len(passes) <= 27  # three passes a loop at most, where identity-compared origins took 4 each

@@ -103,6 +103,11 @@ class FileAnalysis:
                 if isinstance(statement, cst.FunctionDef) and statement.name.value == hooks[name]:
                     yield statement, name
 
+    def class_body(self, name: str | None) -> Sequence[cst.BaseStatement]:
+        """The statements of the class called ``name`` (empty when there is none)."""
+        cls = next((c for c in self._classes if c.name.value == name), None)
+        return cls.body.body if cls is not None else ()
+
     @cached_property
     def _classes(self) -> list[cst.ClassDef]:
         return m.findall(self.module, m.ClassDef())

@@ -146,12 +146,19 @@ for inputs, targets in loader:
                 )
 
     def _written_elsewhere(self, method: Loop, name: str) -> bool:
+        """Whether another method of the same class, or code outside it (``model.hidden = None``),
+        writes the attribute; ``self.<attribute>`` in another class is another object's."""
         attribute = name.split(".", 1)[1]
+        own_methods = {
+            s for s in self.analysis.class_body(method.scope.class_name) if isinstance(s, cst.FunctionDef)
+        }
         for function in m.findall(self.analysis.module, m.FunctionDef()):
             if function is method.node or function.name.value == "__init__":
                 continue
-            if any(n.split(".")[-1] == attribute and "." in n for n in assigned_names(function.body)):
-                return True
+            for written in assigned_names(function.body):
+                owner, _, written_attribute = written.rpartition(".")
+                if written_attribute == attribute and owner and (owner != "self" or function in own_methods):
+                    return True
         return False
 
     def _store_fix(self, method: Loop, name: str, stores: list[cst.CSTNode], stored: Value) -> Fix | None:
