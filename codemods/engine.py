@@ -16,6 +16,7 @@ import re
 import subprocess
 import tempfile
 import tokenize
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
@@ -24,7 +25,7 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from .analysis import FileAnalysis
+from .analysis import ExportedSummary, FileAnalysis, ProjectSummaries, project_summaries
 from .edits import apply_fixes, compatible
 from .rule import Finding, FixKind, Rule, Violation
 
@@ -59,6 +60,8 @@ class FileReport:
     rewritten: bytes | None = None  # set only when fixes changed the file
     errors: list[str] = field(default_factory=list)  # bad input: the file could not be checked
     internal_errors: list[str] = field(default_factory=list)  # a fix gradfix made was wrong
+    exports: dict[str, ExportedSummary] = field(default_factory=dict)  # summaries other files may import
+    imports: set[str] = field(default_factory=set)  # dotted names the file imports
 
     @property
     def changed(self) -> bool:
@@ -142,14 +145,16 @@ def write_atomically(path: str | Path, data: bytes) -> None:
 
 
 # one file --------------------------------------------------------------------------------------
-def check_file(path: str | Path, rules: Sequence[type[Rule]], mode: FixMode = FixMode.NONE) -> FileReport:
+def check_file(
+    path: str | Path, rules: Sequence[type[Rule]], mode: FixMode = FixMode.NONE, project: ProjectSummaries | None = None
+) -> FileReport:
     report = FileReport(str(path))
     try:
         data = Path(path).read_bytes()
     except OSError as error:
         report.errors.append(f"{path}: cannot read: {error.strerror or error}")
         return report
-    return check_source(data, rules, mode, str(path))
+    return check_source(data, rules, mode, str(path), project)
 
 
 class SourceError(ValueError):
@@ -167,7 +172,15 @@ def parse_source(data: bytes, path: str) -> cst.Module:
         raise SourceError(f"{path}: cannot parse: {type(error).__name__}") from None
 
 
-def check_source(data: bytes, rules: Sequence[type[Rule]], mode: FixMode = FixMode.NONE, path: str = "<string>") -> FileReport:
+def check_source(
+    data: bytes,
+    rules: Sequence[type[Rule]],
+    mode: FixMode = FixMode.NONE,
+    path: str = "<string>",
+    project: ProjectSummaries | None = None,
+) -> FileReport:
+    """Findings (and, by ``mode``, fixes) for one file's bytes; ``project`` holds the summaries of
+    the other checked files' functions, for calls of them."""
     report = FileReport(path, original=data)
     try:
         if not any(marker in data for marker in PREFILTER):
@@ -179,7 +192,7 @@ def check_source(data: bytes, rules: Sequence[type[Rule]], mode: FixMode = FixMo
         return report
 
     try:
-        _fix_until_stable(report, module, rules, mode, path)
+        _fix_until_stable(report, module, rules, mode, path, project)
     except (RecursionError, MemoryError) as error:
         report.errors.append(f"{path}: too deeply nested to analyse ({type(error).__name__})")
     except Exception as error:  # a bug in gradfix must not stop the other files
@@ -188,10 +201,19 @@ def check_source(data: bytes, rules: Sequence[type[Rule]], mode: FixMode = FixMo
     return report
 
 
-def _fix_until_stable(report: FileReport, module: cst.Module, rules: Sequence[type[Rule]], mode: FixMode, path: str) -> None:
+def _fix_until_stable(
+    report: FileReport,
+    module: cst.Module,
+    rules: Sequence[type[Rule]],
+    mode: FixMode,
+    path: str,
+    project: ProjectSummaries | None,
+) -> None:
     """Apply compatible fixes, re-parse and re-analyse, until no applicable fix is left."""
     data = report.original
-    violations = find_violations(FileAnalysis.of_module(module), rules)
+    analysis = FileAnalysis.of_module(module, project)
+    report.exports, report.imports = analysis.exports(), analysis.imports()
+    violations = find_violations(analysis, rules)
     for _ in range(MAX_FIX_ROUNDS):
         applicable = [v for v in violations if mode.allows(v.finding.fix)]
         if not applicable:
@@ -199,7 +221,9 @@ def _fix_until_stable(report: FileReport, module: cst.Module, rules: Sequence[ty
         chosen = compatible(v.fix for v in applicable)
         try:
             rewritten = cst.parse_module(apply_fixes(module, chosen).bytes)
-            compile(rewritten.code, path, "exec", dont_inherit=True)
+            with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
+                warnings.simplefilter("ignore")
+                compile(rewritten.code, path, "exec", dont_inherit=True)
         except (cst.ParserSyntaxError, SyntaxError, ValueError) as error:
             report.internal_errors.append(
                 f"{path}: internal error: a fix produced code that does not parse ({error}); the file was left as it was"
@@ -207,7 +231,7 @@ def _fix_until_stable(report: FileReport, module: cst.Module, rules: Sequence[ty
             break
         report.fixed += [v.finding for v in applicable if v.fix in chosen]
         module = rewritten
-        violations = find_violations(FileAnalysis.of_module(module), rules)
+        violations = find_violations(FileAnalysis.of_module(module, project), rules)
     report.findings = [replace(v.finding, path=path) for v in violations]
     report.fixed = [replace(f, path=path) for f in report.fixed]
     if report.fixed and module.bytes != data:
@@ -265,23 +289,36 @@ def check_files(
     rules: Sequence[type[Rule]],
     mode: FixMode = FixMode.NONE,
     jobs: int | None = None,
-) -> Iterator[FileReport]:
-    """Reports for ``files``, in order, computed on ``jobs`` processes (all cores by default)."""
+) -> list[FileReport]:
+    """Reports for ``files``, in order, computed on ``jobs`` processes (all cores by default).
+
+    Every file is checked once; then the files that import a function of another checked file
+    whose summary matters (it backwards an argument, or returns a tensor it backwarded) are
+    checked again with those summaries."""
+    reports = _map_files(files, rules, mode, jobs, None)
+    project = project_summaries((report.path, report.exports) for report in reports if report.exports)
+    again = [i for i, report in enumerate(reports) if report.imports & project.keys()]
+    for index, report in zip(again, _map_files([files[i] for i in again], rules, mode, jobs, project)):
+        reports[index] = report
+    return reports
+
+
+def _map_files(
+    files: Sequence[Path], rules: Sequence[type[Rule]], mode: FixMode, jobs: int | None, project: ProjectSummaries | None
+) -> list[FileReport]:
     jobs = jobs or os.cpu_count() or 1
     if jobs == 1 or len(files) < 2 * jobs:
-        for path in files:
-            yield check_file(path, rules, mode)
-        return
+        return [check_file(path, rules, mode, project) for path in files]
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
         chunk = max(1, min(32, len(files) // (jobs * 4)))
         try:
-            yield from pool.map(_check_file_job, [(path, rules, mode) for path in files], chunksize=chunk)
+            return list(pool.map(_check_file_job, [(path, rules, mode, project) for path in files], chunksize=chunk))
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
 
 
-def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode]) -> FileReport:
+def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode, ProjectSummaries | None]) -> FileReport:
     return check_file(*job)
 
 

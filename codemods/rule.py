@@ -12,6 +12,7 @@ import libcst as cst
 
 from .analysis import FileAnalysis
 from .edits import Fix
+from .symptoms import SECOND_BACKWARD, Symptom
 
 
 class FixKind(str, enum.Enum):
@@ -50,7 +51,7 @@ class Rule:
     SUMMARY: ClassVar[str]
     FIX: ClassVar[FixKind | None]  # the best fix the rule offers; None if it only reports
     KEEPS_GRADIENTS: ClassVar[bool] = False  # a fix gives the same gradients as retain_graph=True
-    SYMPTOM: ClassVar[str] = "Trying to backward through the graph a second time"  # what the bug raises
+    SYMPTOM: ClassVar[Symptom] = SECOND_BACKWARD  # what a run of the buggy program shows
     EXAMPLE_BEFORE: ClassVar[str]
     EXAMPLE_AFTER: ClassVar[str]
 

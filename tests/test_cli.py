@@ -269,3 +269,27 @@ def test_python_dash_m_and_no_arguments():
     result = subprocess.run([sys.executable, "-m", "gradfix"], capture_output=True, text=True)
     assert result.returncode == 2
     assert "Usage" in result.stdout + result.stderr
+
+
+def test_summaries_cross_the_files_of_one_run(cli, tmp_path):
+    """A helper in one file backwards the loss it returns, a criterion in it backwards its own
+    loss; the training script in another file backwards both again."""
+    write(
+        tmp_path / "pkg" / "steps.py",
+        "import torch\n\n\ndef train_step(model, batch):\n    loss = model(batch).pow(2).mean()\n"
+        "    loss.backward()\n    return loss\n\n\nclass Criterion:\n    def __call__(self, output, target):\n"
+        "        loss = torch.nn.functional.mse_loss(output, target)\n        loss.backward()\n        return loss\n",
+    )
+    script = write(
+        tmp_path / "pkg" / "train.py",
+        "import torch\n\nfrom .steps import Criterion, train_step\n\nmodel = torch.nn.Linear(3, 1)\n"
+        "criterion = Criterion()\nfor batch in torch.randn(4, 2, 3):\n    loss = train_step(model, batch)\n"
+        "    loss.backward()\n    loss = criterion(model(batch), torch.zeros(2, 1))\n    loss.backward()\n",
+    )
+    result = cli("check", tmp_path)
+    assert result.exit_code == 1
+    assert "train.py:9:5: GF001 `loss` is backwarded again (first inside `train_step`, called at line 8)" in result.stdout
+    assert "train.py:11:5: GF001" in result.stdout
+    assert cli("fix", tmp_path).exit_code == 0
+    assert "loss.backward()" not in script.read_text()
+    assert cli("check", script).exit_code == 0  # alone, the file's imports resolve to nothing checked

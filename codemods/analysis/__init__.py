@@ -18,6 +18,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, Posi
 from .assignments import assigned_names, read_names, target_names
 from .backward_api import BackwardApi, Tristate
 from .optimizers import gradient_effects, stepped_optimizers, updates_parameters
+from .project import ExportedSummary, ProjectSummaries, module_names, project_summaries
 from .dataflow import BackwardSite, DataflowAnalysis, FunctionSummary, Loop, Scope, expand
 from .syntax import as_operand, code_of, is_single_assignment, is_single_call, parenthesized
 from .torch_names import TorchNames, collect_torch_names, dotted_name
@@ -26,7 +27,9 @@ from .values import NONE, TENSOR, UNKNOWN, Carried, ListOf, Origin, Structure, T
 __all__ = [
     "BackwardApi",
     "BackwardSite",
+    "ExportedSummary",
     "FunctionSummary",
+    "ProjectSummaries",
     "Tristate",
     "Block",
     "Carried",
@@ -49,6 +52,8 @@ __all__ = [
     "is_single_assignment",
     "is_single_call",
     "parenthesized",
+    "module_names",
+    "project_summaries",
     "read_names",
     "stepped_optimizers",
     "updates_parameters",
@@ -67,22 +72,40 @@ class Block:
 
 
 class FileAnalysis:
-    def __init__(self, wrapper: MetadataWrapper) -> None:
+    def __init__(self, wrapper: MetadataWrapper, imported: ProjectSummaries | None = None) -> None:
         self.module = wrapper.module
         metadata = wrapper.resolve_many([PositionProvider, ParentNodeProvider])  # one traversal for both
         self._positions = metadata[PositionProvider]
         self._parents = metadata[ParentNodeProvider]
         self.names: TorchNames = collect_torch_names(self.module)
-        self._dataflow = DataflowAnalysis(self.module, self.names)
+        self._dataflow = DataflowAnalysis(self.module, self.names, imported)
 
     @classmethod
-    def of_module(cls, module: cst.Module) -> "FileAnalysis":
-        return cls(MetadataWrapper(module, unsafe_skip_copy=True))
+    def of_module(cls, module: cst.Module, imported: ProjectSummaries | None = None) -> "FileAnalysis":
+        """``imported``: summaries of the other checked files' functions, by import path."""
+        return cls(MetadataWrapper(module, unsafe_skip_copy=True), imported)
+
+    def exports(self) -> dict[str, ExportedSummary]:
+        """This file's function summaries that other files may import."""
+        return self._dataflow.exports()
+
+    def imports(self) -> set[str]:
+        """The dotted names this file imports (what it could use from other checked files)."""
+        return set(self.names.aliases.values())
 
     # facts -----------------------------------------------------------------------------------
     @cached_property
     def backward_sites(self) -> list[BackwardSite]:
         return sorted(self._dataflow.backward_sites.values(), key=lambda site: self.start(site.call))
+
+    def graph_nodes(self, site: BackwardSite) -> set[Origin]:
+        """Every place that built part of the graph ``site`` backwards, through all loop heads."""
+        return {source for source in expand(site.value.origins, None) if isinstance(source, Origin)}
+
+    def escaped(self, scope: Scope) -> set[Origin]:
+        """Graph nodes that ``scope`` stores on objects, returns or hands to calls made for their
+        effect: code gradfix does not follow may backward them again."""
+        return self._dataflow.escaped.get(scope.node, set())
 
     def site_of(self, call: cst.Call) -> BackwardSite:
         return self._dataflow.backward_sites[call]

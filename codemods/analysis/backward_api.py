@@ -43,6 +43,9 @@ class BackwardApi:
     accumulates: bool = True  # writes into .grad (autograd.grad returns the gradients instead)
     retains_by_default: bool = False  # DeepSpeed's and Lightning's own defaults are False too
     scaled: bool = False  # ``scaler.scale(loss).backward()``: the tensor is the argument of scale()
+    # Does more than autograd per call (DeepSpeed: loss scaling, reduction at the accumulation
+    # boundary, ZeRO hooks): two calls that run are not one call on the sum.
+    keeps_books: bool = False
 
     @property
     def takes_tensor_argument(self) -> bool:
@@ -61,7 +64,7 @@ AUTOGRAD_GRAD = BackwardApi("torch.autograd.grad", 0, "outputs", retain_position
 ACCELERATE_BACKWARD = BackwardApi("Accelerator.backward", 0, "loss")
 FABRIC_BACKWARD = BackwardApi("Fabric.backward", 0, "tensor")
 LIGHTNING_MANUAL_BACKWARD = BackwardApi("LightningModule.manual_backward", 0, "loss")
-DEEPSPEED_BACKWARD = BackwardApi("DeepSpeedEngine.backward", 0, "loss", retain_position=1)
+DEEPSPEED_BACKWARD = BackwardApi("DeepSpeedEngine.backward", 0, "loss", retain_position=1, keeps_books=True)
 WRAPPER_BACKWARD = BackwardApi("<wrapper>.backward", 0, "loss")  # optimizer.backward(loss) and the like
 
 FUNCTION_APIS = {
@@ -78,12 +81,18 @@ _TENSOR_BACKWARD_KEYWORDS = {"gradient", "retain_graph", "create_graph", "inputs
 
 
 def method_api(
-    method: str, call: cst.Call, receiver_framework: str | None, receiver_has_graph: bool, in_lightning_module: bool
+    method: str,
+    call: cst.Call,
+    receiver_framework: str | None,
+    receiver_has_graph: bool,
+    in_lightning_module: bool,
+    receiver_is_module_import: bool,
 ) -> BackwardApi | None:
-    """The row for ``receiver.method(...)``, or None when the call backwards nothing."""
+    """The row for ``receiver.method(...)``, or None when the call backwards nothing (a compiled
+    extension's ``kernel.backward(grad, …)`` is a plain function of an imported module)."""
     if method == "manual_backward" and call.args:
         return LIGHTNING_MANUAL_BACKWARD if in_lightning_module or receiver_framework else WRAPPER_BACKWARD
-    if method != "backward":
+    if method != "backward" or receiver_is_module_import and not receiver_framework:
         return None
     if receiver_framework in FRAMEWORK_APIS:
         return FRAMEWORK_APIS[receiver_framework]

@@ -14,14 +14,15 @@ loops each statement sits in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Sequence, Union
+from typing import Iterator, Mapping, Sequence, Union
 
 import libcst as cst
 import libcst.matchers as m
 
 from . import backward_api
 from .backward_api import BackwardApi, Tristate
-from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, target_names
+from .project import ExportedSummary, ProjectSummaries
+from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, read_names, target_names
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
 from .values import (
     EMPTY,
@@ -143,6 +144,15 @@ class FunctionSummary:
         name = site.tensor.value
         return BackwardApi.of_function(self.name, self.parameters.index(name), name)
 
+    def exported(self, backward_sites: Mapping[cst.Call, BackwardSite]) -> ExportedSummary:
+        returned = [backward_sites[call] for call in self.returned.backwarded]
+        return ExportedSummary(
+            self.name,
+            self.parameters,
+            tuple((site.tensor.value, site.api, site.retain_graph) for site in self.backwarded),
+            (returned[0].api, returned[0].retain_graph) if returned else None,
+        )
+
 
 class _Terminated(Exception):
     """Control left the current block (return, break, continue or raise)."""
@@ -158,21 +168,25 @@ class _Frame:
 
 
 def join_envs(envs: Sequence[Env | None]) -> Env | None:
+    """Where paths meet; a name missing on one of them may be unbound there."""
     live = [env for env in envs if env is not None]
     if not live:
         return None
     joined = dict(live[0])
     for env in live[1:]:
         for name, value in env.items():
-            joined[name] = joined[name].join(value) if name in joined else value
+            joined[name] = joined[name].join(value) if name in joined else replace(value, unbound=True)
+        for name in joined.keys() - env.keys():
+            joined[name] = replace(joined[name], unbound=True)
     return joined
 
 
 class DataflowAnalysis:
     """Runs the interpreter over a whole module and keeps what it found."""
 
-    def __init__(self, module: cst.Module, names: TorchNames) -> None:
+    def __init__(self, module: cst.Module, names: TorchNames, imported: ProjectSummaries | None = None) -> None:
         self.names = names
+        self.imported = imported or {}
         # Function summaries, by function name or (class, method); a call met before the function's
         # definition sees the summary of the previous round, so rounds repeat until they agree.
         self.summaries: dict[object, FunctionSummary] = {}
@@ -188,6 +202,7 @@ class DataflowAnalysis:
         self.statement_loops: dict[cst.CSTNode, tuple[Loop, ...]] = {}
         self.forward_results: dict[str, Structure] = {}  # what calling a local nn.Module returns
         self.returned: dict[cst.FunctionDef, Value] = {}
+        self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._frames: list[_Frame] = []
@@ -296,19 +311,11 @@ class DataflowAnalysis:
         if isinstance(statement, cst.BaseSmallStatement):
             return self._exec_small(statement, env)
         if isinstance(statement, cst.If):
-            self._eval(statement.test, env)
-            then_start, else_start = _narrowed(statement.test, env)
-            then_env = self._exec_body(statement.body, then_start)
-            if statement.orelse is None:
-                else_env: Env | None = else_start
-            elif isinstance(statement.orelse, cst.If):
-                else_env = self._exec_statement(statement.orelse, else_start)
-            else:
-                else_env = self._exec_body(statement.orelse.body, else_start)
-            return join_envs([then_env, else_env])
+            return self._exec_if_chain(statement, env)
         if isinstance(statement, cst.For):
             items = self._eval(statement.iter, env)
-            element = _element_of(items)
+            # What a data loader or an unknown iterable yields is data; a list of losses yields graphs.
+            element = _element_of(items) if isinstance(items.structure, (ListOf, TupleOf)) else NOTHING
 
             def iteration(head: Env) -> Env | None:
                 self._assign(statement.target, element, head)
@@ -358,6 +365,33 @@ class DataflowAnalysis:
             return join_envs([env, *(self._exec_body(case.body, dict(env)) for case in statement.cases)])
         return env
 
+    def _exec_if_chain(self, statement: cst.If, env: Env) -> Env | None:
+        """``if``/``elif``/``else``. A chain of two or more tests with no ``else`` that assigns a name
+        in every branch is taken to be exhaustive for that name (``if mode == "a": loss = …`` /
+        ``elif mode == "b": loss = …``): the value from before the chain does not flow past it."""
+        branch_ends: list[Env | None] = []
+        bodies: list[cst.BaseSuite] = []
+        current: cst.If | None = statement
+        start = env
+        while current is not None:
+            self._eval(current.test, start)
+            then_start, start = _narrowed(current.test, start)
+            branch_ends.append(self._exec_body(current.body, then_start))
+            bodies.append(current.body)
+            orelse = current.orelse
+            current = orelse if isinstance(orelse, cst.If) else None
+            if isinstance(orelse, cst.Else):
+                branch_ends.append(self._exec_body(orelse.body, start))
+                return join_envs(branch_ends)
+        joined = join_envs([*branch_ends, start])
+        if joined is None or len(bodies) < 2:
+            return joined
+        for name in set.intersection(*(assigned_names(body, rebinding_only=True) for body in bodies)):
+            explicit = join_envs([{name: end[name]} for end in branch_ends if end is not None and name in end])
+            if explicit is not None:
+                joined[name] = explicit[name]
+        return joined
+
     def _context_value(self, item: cst.BaseExpression, env: Env) -> Value:
         """What ``with item as name`` binds: apex's ``amp.scale_loss(loss, optimizer)`` yields the
         scaled loss, whose graph is the loss's."""
@@ -386,10 +420,13 @@ class DataflowAnalysis:
             self._assign(small.target, value, env)
         elif isinstance(small, cst.Expr):
             self._eval(small.value, env)
+            if isinstance(small.value, cst.Call) and self._may_keep_its_arguments(small.value):
+                self._escape([self._eval(arg.value, env) for arg in small.value.args])
         elif isinstance(small, cst.Return):
             frame = next(f for f in reversed(self._frames) if f.loop is None or f.loop.is_call)
             if small.value is not None:
                 frame.returned.append(self._eval(small.value, env))
+                self._escape(frame.returned[-1:])
             frame.returns.append(env)
             raise _Terminated
         elif isinstance(small, cst.Raise):
@@ -434,6 +471,7 @@ class DataflowAnalysis:
                     structure=value.structure,
                     may_be_none=value.may_be_none,
                     freed=value.freed,
+                    unbound=value.unbound,
                 )
             frame = _Frame(loop)
             self._frames.append(frame)
@@ -489,6 +527,10 @@ class DataflowAnalysis:
             return
         for key in [k for k in env if k.startswith(name + ".")]:
             del env[key]
+        if self._names_an_object(target):
+            value = NOTHING  # model = DDP(model), engine, optimizer, … = deepspeed.initialize(…): not tensors
+        if "." in name:
+            self._escape([value])  # kept on an object: another call may backward it
         env[name] = value
 
     # expressions -----------------------------------------------------------------------------
@@ -532,7 +574,11 @@ class DataflowAnalysis:
                     self._eval(element.slice.value, env)
             if base.structure is TENSOR:
                 return combine([base], self._origin(node))
-            return Value(base.graph, base.origins, _element_of(base).structure)
+            element = _element_of(base)
+            if element.graph and self._loops and _indexed_by(node, self._loops[-1].carried_names):
+                # losses[i] in a loop over i: another element, with a graph of its own, every iteration
+                return Value(True, frozenset({Origin(node, self._statement)}) if self._origin(node) else frozenset(), element.structure)
+            return Value(base.graph, base.origins, element.structure)
         if isinstance(node, (cst.Tuple, cst.List)):
             values = self._eval_all([e.value for e in node.elements], env)
             structure: Structure = (
@@ -589,6 +635,8 @@ class DataflowAnalysis:
         called_module = self.names.module(func, class_name)
         if called_module is not None:
             return self._module_call(called_module, node, arguments, env)
+        if self.names.framework(func) == "deepspeed":  # the engine wraps the model: calling it is a forward
+            return combine([*self._eval_all(arguments, env), LEAF], self._origin(node), UNKNOWN)
 
         if isinstance(func, cst.Attribute) and not self.names.is_torch(func.value):
             method = func.attr.value
@@ -599,8 +647,9 @@ class DataflowAnalysis:
                     method,
                     node,
                     self.names.framework(func.value),
-                    receiver.graph,
+                    receiver.graph and not self._names_an_object(func.value),
                     class_name in self.names.lightning_classes,
+                    self.names.is_imported_module(func.value),
                 )
                 if api is not None:
                     self._record_backward(node, api, env)
@@ -679,6 +728,34 @@ class DataflowAnalysis:
         structure: Structure = ListOf(element.structure)
         return Value(element.graph, element.origins, structure)
 
+    def _escape(self, values: Sequence[Value]) -> None:
+        """Graphs handed to code gradfix does not follow, which may backward them later."""
+        for value in values:
+            if value.graph:
+                self.escaped.setdefault(self._scope.node, set()).update(_graph_nodes(value))
+
+    def _may_keep_its_arguments(self, call: cst.Call) -> bool:
+        """A call made for its effect (``hook(out)``, ``self.log_graph(loss)``), not a torch
+        function, a builtin that only reads, a module or a backward."""
+        func = call.func
+        if call in self.backward_sites or self.names.is_torch(func):
+            return False
+        if isinstance(func, cst.Name) and func.value in _NON_GRAPH_BUILTINS:
+            return False
+        if isinstance(func, cst.Attribute) and (
+            func.attr.value in APPENDING_METHODS or func.attr.value in _DETACHING_METHODS
+        ):
+            return False
+        return self.names.module(func, self._scope.class_name) is None
+
+    def _names_an_object(self, node: cst.BaseExpression) -> bool:
+        """A module, an optimizer or a framework object: never a graph, whatever it is built from."""
+        return (
+            self.names.module(node, self._scope.class_name) is not None
+            or self.names.framework(node) is not None
+            or dotted_name(node) in self.names.optimizers
+        )
+
     def _is_no_grad(self, node: cst.BaseExpression) -> bool:
         if not isinstance(node, cst.Call):
             return False
@@ -716,9 +793,20 @@ class DataflowAnalysis:
             scope=self._scope,
         )
 
+    def exports(self) -> dict[str, ExportedSummary]:
+        """The summaries other files may import: module-level functions and methods, with an effect."""
+        return {
+            key if isinstance(key, str) else ".".join(key): summary.exported(self.backward_sites)
+            for key, summary in self.summaries.items()
+            if summary.has_effect
+        }
+
     def _call_summary(self, call: cst.Call, env: Env) -> Value | None:
-        """A call of a function or method of this file whose summary backwards an argument or
-        returns a tensor it already backwarded: record the backward, return the result."""
+        """A call of a function or method of the checked code whose summary backwards an argument
+        or returns a tensor it already backwarded: record the backward, return the result."""
+        imported = self._imported_summary(call.func)
+        if imported is not None:
+            return self._call_imported(call, imported, env)
         summary = self._summary_of(call.func)
         if summary is None or not summary.has_effect:
             return None
@@ -732,6 +820,37 @@ class DataflowAnalysis:
         if summary.returned.backwarded:
             result = replace(result, graph=True, freed=True, backwarded=summary.returned.backwarded)
         return result
+
+    def _call_imported(self, call: cst.Call, summary: ExportedSummary, env: Env) -> Value:
+        """The same for a function of another checked file: a backward inside it has no site here,
+        so the call stands for it."""
+        values = self._eval_all([arg.value for arg in call.args], env)
+        for parameter, _, _ in summary.backwarded:
+            api = BackwardApi.of_function(summary.name, summary.parameters.index(parameter), parameter)
+            if backward_api.tensor_expression(api, call) is not None:
+                self._record_backward(call, api, env)
+        result = combine(values, self._origin(call), UNKNOWN)
+        if summary.returns_backwarded is None:
+            return result
+        api, retained = summary.returns_backwarded
+        self.backward_sites.setdefault(
+            call,
+            BackwardSite(call, self._statement, api, (), result, retained, tuple(reversed(self._loops)), self._scope),
+        )
+        return replace(result, graph=True, freed=True, backwarded=frozenset({call}))
+
+    def _imported_summary(self, func: cst.BaseExpression) -> ExportedSummary | None:
+        if not self.imported:
+            return None
+        qualified = self.names.qualify(func)
+        if qualified in self.imported:
+            return self.imported[qualified]
+        receiver, method = (func.value, func.attr.value) if isinstance(func, cst.Attribute) else (func, None)
+        built_from = self.names.constructed.get(dotted_name(receiver) or "")
+        if built_from is None:
+            return None
+        methods = [method] if method else ["__call__", "forward"]
+        return next((self.imported[f"{built_from}.{m}"] for m in methods if f"{built_from}.{m}" in self.imported), None)
 
     def _summary_of(self, func: cst.BaseExpression) -> FunctionSummary | None:
         class_name = self._scope.class_name
@@ -779,6 +898,12 @@ def _narrowed(test: cst.BaseExpression, env: Env) -> tuple[Env, Env]:
             none_side = then_env if isinstance(operator, cst.Is) else else_env
             none_side[name] = Value(structure=NONE)
     return then_env, else_env
+
+
+def _indexed_by(node: cst.Subscript, names: frozenset[str]) -> bool:
+    return any(
+        isinstance(element.slice, cst.Index) and read_names(element.slice.value) & names for element in node.slice
+    )
 
 
 def _element_of(value: Value) -> Value:

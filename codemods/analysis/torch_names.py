@@ -110,6 +110,7 @@ class TorchNames:
     frameworks: dict[str, str] = field(default_factory=dict)  # dotted name -> "accelerator", "fabric", …
     local_classes: set[str] = field(default_factory=set)  # every class defined in the file
     instances: dict[str, str] = field(default_factory=dict)  # dotted name -> local class it was built from
+    constructed: dict[str, str] = field(default_factory=dict)  # dotted name -> qualified callee it came from
     trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
     lightning_classes: set[str] = field(default_factory=set)
     manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
@@ -120,6 +121,10 @@ class TorchNames:
         """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
         name = dotted_name(node)
         return None if name is None else self.frameworks.get(name)
+
+    def is_imported_module(self, node: cst.CSTNode) -> bool:
+        """``kernels`` after ``import kernels`` (or ``from pkg import kernels``): a module object."""
+        return isinstance(node, cst.Name) and node.value in self.aliases
 
     def instance_class(self, node: cst.CSTNode, class_name: str | None) -> str | None:
         """The local class of the object an expression names (``self`` inside that class)."""
@@ -196,7 +201,16 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.aliases[head] = head
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.module is None or node.relative or isinstance(node.names, cst.ImportStar):
+        """``from a.b import c``; a relative import (``from .b import c``) keeps its dotted tail,
+        which is how other checked files are known (``analysis.project``)."""
+        if isinstance(node.names, cst.ImportStar):
+            return
+        if node.module is None:  # from . import utils
+            for alias in node.names:
+                imported = dotted_name(alias.name)
+                local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else imported
+                if imported is not None and local is not None:
+                    self.names.aliases[local] = imported
             return
         base = dotted_name(node.module)
         for alias in node.names:
@@ -270,12 +284,16 @@ class _TorchNamesCollector(cst.CSTVisitor):
         callee = self.names.qualify(value.func)
         self._bind_optimizers(target, value, callee or "")
         if isinstance(target, (cst.Tuple, cst.List)) and callee in FRAMEWORK_TUPLE_CONSTRUCTORS and target.elements:
+            if len(target.elements) > 1 and dotted_name(target.elements[1].value):
+                self.names.optimizers.add(dotted_name(target.elements[1].value))  # engine, optimizer, …
             target, kind = target.elements[0].value, FRAMEWORK_TUPLE_CONSTRUCTORS[callee]
         else:
             kind = FRAMEWORK_CONSTRUCTORS.get(callee or "")
         name = dotted_name(target)
         if name is None:
             return
+        if callee is not None:
+            self.names.constructed[name] = callee
         if kind is not None:
             self.names.frameworks[name] = kind
         elif callee in self.names.local_classes:

@@ -108,6 +108,7 @@ class Value:
     freed: bool = False  # a backward that already ran walked (and freed) part of its graph
     # The backward calls that already backwarded this very tensor on every path here.
     backwarded: frozenset[cst.Call] = frozenset()
+    unbound: bool = False  # on some path here the name was never assigned
 
     def join(self, other: "Value") -> "Value":
         """What a name may hold where two paths meet."""
@@ -124,6 +125,7 @@ class Value:
             or NONE in (self.structure, other.structure),
             freed=self.freed or other.freed,
             backwarded=self.backwarded & other.backwarded,
+            unbound=self.unbound or other.unbound,
         )
 
     def without_graph(self) -> "Value":

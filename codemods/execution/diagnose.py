@@ -75,7 +75,9 @@ def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOption
 
 def _matching_finding(analysis: FileAnalysis, path: str, diagnosis: Diagnosis) -> Finding | None:
     """The finding that names the failing backward or the line that built the freed graph; failing
-    that, one in the function that built the graph (state a module keeps between calls)."""
+    that, one in the function that built the graph (state a module keeps between calls); failing
+    that, when the backward that failed ran inside a framework (a trainer backwards what a hook
+    returned) and the file has a single finding, that one."""
     lines = {frame.line for frame in (diagnosis.failing, diagnosis.graph) if frame is not None}
     findings = [replace(v.finding, path=path) for v in find_violations(analysis, all_rules())]
 
@@ -88,7 +90,10 @@ def _matching_finding(analysis: FileAnalysis, path: str, diagnosis: Diagnosis) -
         return named[0]
     function = analysis.function_at(diagnosis.graph.line) if diagnosis.graph else None
     if function is None:
-        return None
+        failed_in_framework = diagnosis.failing is not None and _site_at(
+            analysis, analysis.statement_at(diagnosis.failing.line)
+        ) is None
+        return findings[0] if failed_in_framework and len(findings) == 1 else None
     lines_of_function = analysis.range(function)
     nearby = [f for f in findings if lines_of_function.start.line <= f.line <= lines_of_function.end.line]
     return min(nearby, key=rank, default=None)

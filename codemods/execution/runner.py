@@ -41,6 +41,7 @@ class RunOptions:
     max_steps: int | None = None  # stop after this many successful backward calls
     retain_graph: bool = False  # force retain_graph=True on every backward
     record_gradients: bool = False
+    measure_graphs: bool = False  # count live tensors holding a graph at every optimizer step
     detect_anomaly: bool = False
     cwd: str | None = None  # default: a fresh, empty temporary folder
     env: tuple[tuple[str, str], ...] = ()
@@ -65,6 +66,7 @@ class RunResult:
     failing_frames: list[Frame] = field(default_factory=list)  # script frames of the error, outermost first
     forward_frames: list[Frame] = field(default_factory=list)  # anomaly mode: where the failing node was made
     gradients: list[tuple[str, list[float]]] = field(default_factory=list)
+    live_graph_tensors: list[int] = field(default_factory=list)  # at each optimizer step, if measured
 
     @property
     def succeeded(self) -> bool:
@@ -248,6 +250,10 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
         register_optimizer_step_pre_hook(
             lambda optimizer, args, kwargs: result.gradients.extend(_optimizer_gradients(optimizer))
         )
+    if options.measure_graphs:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        register_optimizer_step_pre_hook(lambda *_: result.live_graph_tensors.append(_live_graph_tensors(torch)))
     if options.detect_anomaly:
         torch.autograd.set_detect_anomaly(True)
         warnings.showwarning = lambda message, *rest: anomaly_reports.append(str(message))
@@ -275,6 +281,14 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
     result.stderr = _read(stderr_file)
     with open(result_path, "wb") as handle:
         pickle.dump(result, handle)
+
+
+def _live_graph_tensors(torch) -> int:
+    """Tensors still alive that hold an autograd graph (memory a program keeps step after step)."""
+    import gc
+
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.grad_fn is not None)
 
 
 def _mapped_bytes() -> int:

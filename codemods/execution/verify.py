@@ -2,13 +2,14 @@
 
 A fixture folder is ``<rule name>/<case>/`` holding one of:
 
-* ``before.py`` and ``after.py``: ``before.py`` shows the bug (raises the rule's error), the rule
-  rewrites it into exactly ``after.py``, which runs; rewriting ``after.py`` changes nothing; and when
+* ``before.py`` and ``after.py``: ``before.py`` shows the bug (the rule's symptom: it raises the
+  error, or, for a silent bug, a measure of the run shows it), the rule rewrites it into exactly
+  ``after.py``, which runs without the symptom; rewriting ``after.py`` changes nothing; and when
   the rule keeps the maths, ``after.py`` gives the gradients ``before.py`` gives with
   ``retain_graph=True`` on every backward. Cases named ``unsafe_*`` use the rule's unsafe fixes.
 * ``ok.py``: correct code that looks like the bug; the rule leaves it alone, and it runs.
-* ``reported.py``: the bug in a shape the rule cannot prove a rewrite for; it raises, and the rule
-  reports it without changing the file.
+* ``reported.py``: the bug in a shape the rule cannot prove a rewrite for; it shows the symptom, and
+  the rule reports it without changing the file.
 """
 
 from __future__ import annotations
@@ -133,20 +134,27 @@ def _check_untouched(name: str) -> Check:
     return check
 
 
-def _check_fails(name: str) -> Check:
+def _options(case: FixtureCase) -> RunOptions:
+    return RunOptions(measure_graphs=case.rule.SYMPTOM.measures_graphs)
+
+
+def _check_shows_bug(name: str) -> Check:
     def check(case: FixtureCase, runs: RunCache) -> Outcome:
-        result = runs.run(case.file(name))
-        return result.status == "error" and case.rule.SYMPTOM in result.error_message, f"{name}: {result.describe()}"
+        shown, seen = case.rule.SYMPTOM.shown_by(runs.run(case.file(name), _options(case)))
+        return shown, f"{name} ({case.rule.SYMPTOM.description}): {seen}"
 
     return check
 
 
-def _check_runs(name: str) -> Check:
-    def check(case: FixtureCase, runs: RunCache) -> Outcome:
-        result = runs.run(case.file(name))
-        return result.status == "ok", f"{name}: {result.describe()}"
+def check_fixed(case: FixtureCase, runs: RunCache) -> Outcome:
+    before = runs.run(case.file("before.py"), _options(case))
+    gone, seen = case.rule.SYMPTOM.gone(before, runs.run(case.file("after.py"), _options(case)))
+    return gone, f"after.py: {seen}"
 
-    return check
+
+def check_correct(case: FixtureCase, runs: RunCache) -> Outcome:
+    absent, seen = case.rule.SYMPTOM.absent_from(runs.run(case.file("ok.py"), _options(case)))
+    return absent, f"ok.py: {seen}"
 
 
 def check_gradients(case: FixtureCase, runs: RunCache) -> Outcome:
@@ -181,15 +189,15 @@ def checks_for(case: FixtureCase) -> list[tuple[str, Check]]:
         checks = [
             ("rewrite", check_rewrite),
             ("idempotent", check_idempotent),
-            ("before fails", _check_fails("before.py")),
-            ("after runs", _check_runs("after.py")),
+            ("before shows the bug", _check_shows_bug("before.py")),
+            ("after is fixed", check_fixed),
         ]
         if case.rule.KEEPS_GRADIENTS and not case.unsafe:
             checks.append(("gradients", check_gradients))
         return checks
     name = f"{case.kind}.py"
     checks = [("untouched", _check_untouched(name))]
-    checks.append(("runs", _check_runs(name)) if case.kind == "ok" else ("fails", _check_fails(name)))
+    checks.append(("runs", check_correct) if case.kind == "ok" else ("shows the bug", _check_shows_bug(name)))
     return checks
 
 

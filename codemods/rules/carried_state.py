@@ -114,7 +114,7 @@ for inputs, targets in loader:
             return None
         statements = []
         for name in names:
-            if name not in loop.entry:
+            if name not in loop.entry or loop.entry[name].unbound:
                 return None  # no value before the first iteration to detach
             statement = _detach_statement(name, loop.entry[name], loop.back_edge[name])
             if statement is None:

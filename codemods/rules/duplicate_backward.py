@@ -3,8 +3,9 @@ from __future__ import annotations
 from typing import Iterator
 
 import libcst as cst
+import libcst.matchers as m
 
-from ..analysis import BackwardSite, code_of
+from ..analysis import BackwardSite, assigned_names, code_of
 from ..analysis.backward_api import with_retained_graph
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
@@ -66,8 +67,10 @@ for batch, target in loader:
 
     def _duplicate(self, first: BackwardSite, second: BackwardSite) -> Violation:
         name = code_of(second.tensor) if second.tensor is not None else "the tensor"
-        where = f"line {self.analysis.line(first.call)}"
-        if first.scope is not second.scope and first.scope.node is not None:
+        where = f"at line {self.analysis.line(first.call)}"
+        if not first.tensors:  # a call of another checked file's function that backwards inside
+            where = f"inside `{code_of(first.call.func)}`, called {where}"
+        elif first.scope is not second.scope:
             where += f", inside `{_scope_name(first)}`"
         if not first.api.accumulates:
             detail = f"`{first.api.name}` freed its graph; keep it there (retain_graph=True), it adds nothing to .grad"
@@ -75,7 +78,7 @@ for batch, target in loader:
             detail = "its graph was freed by the first call"
         return self.violation(
             second.call,
-            f"`{name}` is backwarded again (first at {where}); {detail}",
+            f"`{name}` is backwarded again (first {where}); {detail}",
             self._fix(first, second),
             related=(first.call,),
         )
@@ -99,13 +102,9 @@ for batch, target in loader:
         """A trainer (Lightning under automatic optimization, Hugging Face's ``Trainer``) backwards
         what a hook returns: a backward of that tensor inside the hook is a second one."""
         for hook, class_name in self.analysis.trainer_hooks():
-            returned = self.analysis.returned(hook)
-            if returned is None:
-                continue
-            for call in sorted(returned.backwarded, key=self.analysis.start):
-                site = self.analysis.site_of(call)
+            for site in self._returned_after_backward(hook):
                 fix = None
-                if site.retain_graph is False and site.is_whole_statement and self.analysis.block_of(site.statement):
+                if site.retain_graph is False and site.is_whole_statement:
                     fix = Fix(safe=True, remove=(site.statement,))
                 yield self.violation(
                     site.call,
@@ -114,10 +113,46 @@ for batch, target in loader:
                     fix,
                 )
 
+    def _returned_after_backward(self, hook: cst.FunctionDef) -> Iterator[BackwardSite]:
+        """Backwards in ``hook``'s own body of a tensor that every ``return`` hands back unchanged
+        (``return loss``, ``return {"loss": loss}``, ``return (loss, outputs) if … else loss``)."""
+        returns = m.findall(hook.body, m.Return())
+        returned = [_returned_tensor_names(r.value) for r in returns]
+        if not returns or any(not names for names in returned):
+            return
+        body = list(hook.body.body)
+        for site in self.analysis.backward_sites:
+            if site.scope.node is not hook or not isinstance(site.tensor, cst.Name) or site.statement not in body:
+                continue
+            name = site.tensor.value
+            later = body[body.index(site.statement) + 1 :]
+            if all(name in names for names in returned) and not any(name in assigned_names(s) for s in later):
+                yield site
+
 
 def _scope_name(site: BackwardSite) -> str:
     node = site.scope.node
     return node.name.value if isinstance(node, cst.FunctionDef) else "the module body"
+
+
+def _returned_tensor_names(value: cst.BaseExpression | None) -> set[str]:
+    """The names a returned expression hands to the trainer as its loss."""
+    if isinstance(value, cst.Name):
+        return {value.value}
+    if isinstance(value, cst.IfExp):
+        return _returned_tensor_names(value.body) & _returned_tensor_names(value.orelse) or (
+            _returned_tensor_names(value.body) | _returned_tensor_names(value.orelse)
+        )
+    if isinstance(value, cst.Tuple) and value.elements:
+        return _returned_tensor_names(value.elements[0].value)
+    if isinstance(value, cst.Dict):
+        return {
+            name
+            for element in value.elements
+            if isinstance(element, cst.DictElement) and m.matches(element.key, m.SimpleString('"loss"') | m.SimpleString("'loss'"))
+            for name in _returned_tensor_names(element.value)
+        }
+    return set()
 
 
 def _is_simple_statement(statement: cst.CSTNode) -> bool:

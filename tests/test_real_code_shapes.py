@@ -1,0 +1,102 @@
+"""Shapes met in real projects (pytorch-examples-like scripts, DeepSpeed examples, Accelerate's own
+tests) that train correctly: gradfix must not report them, let alone rewrite them."""
+
+import textwrap
+
+import pytest
+
+from gradfix.codemods.engine import FixMode, check_source
+from gradfix.codemods.registry import all_rules
+
+CORRECT = {
+    # An output mode chosen from a dict: the if/elif assigns the loss on every real path.
+    "loss_from_an_exhaustive_if_elif": """
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            for x, y in loader:
+                logits = model(x)
+                if output_mode == "classification":
+                    loss = torch.nn.functional.cross_entropy(logits, y)
+                elif output_mode == "regression":
+                    loss = torch.nn.functional.mse_loss(logits.view(-1), y.float())
+                loss = loss / accumulation
+                loss.backward()
+                optimizer.step()
+    """,
+    # A compiled extension's backward function is not autograd's.
+    "extension_kernel_backward": """
+        import softmax_kernels
+        inputs = torch.randn(4, 4, requires_grad=True)
+        out = torch.softmax(inputs, -1)
+        grad = torch.rand_like(out)
+        kernel_grad = softmax_kernels.backward(grad, out, 1.0)
+        out.backward(grad)
+    """,
+    # The engine and optimizer deepspeed.initialize returns are objects, not graphs.
+    "deepspeed_engine_and_wrapper_backward": """
+        import deepspeed
+        model = torch.nn.Linear(4, 2)
+        model = DDP(model)
+        model, optimizer, _, _ = deepspeed.initialize(args=args, model=model)
+        for step, (x, y) in enumerate(loader):
+            loss = model(x).sum()
+            if fp16:
+                optimizer.backward(loss)
+            else:
+                loss.backward()
+            optimizer.step()
+    """,
+    # A module wrapped by a helper that is given another module too.
+    "module_rebound_by_a_wrapper": """
+        model = torch.nn.Linear(2, 1)
+        teacher = torch.nn.Linear(2, 1)
+        model = compress(model, teacher)
+        for x in data:
+            loss = forward_loss(x, model)
+            loss.backward()
+    """,
+    # Losses collected in one loop, each backwarded once in another.
+    "list_of_losses_backwarded_one_by_one": """
+        model = torch.nn.Linear(2, 2)
+        losses = []
+        for x, y in batches:
+            losses.append(torch.nn.functional.mse_loss(model(x), y))
+        for i in range(len(losses)):
+            loss = losses[i]
+            loss.backward()
+    """,
+    # A loader built by a call that was given the model yields data, not graphs.
+    "loader_from_a_call_given_the_model": """
+        model = torch.nn.Linear(2, 2)
+        loader = make_loader(model=model, data=data)
+        start = load_checkpoint(directory, model)
+        for step, batch in enumerate(loader, start=start):
+            loss = model(batch).sum()
+            loss.backward()
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_correct_real_code_shapes_are_left_alone(name):
+    source = b"import torch\n" + textwrap.dedent(CORRECT[name]).encode()
+    report = check_source(source, all_rules(), FixMode.UNSAFE, f"{name}.py")
+    assert report.findings == [] and report.rewritten is None and report.internal_errors == []
+
+
+def test_a_carried_name_first_bound_inside_the_loop_is_not_detached_before_it_exists():
+    source = textwrap.dedent(
+        """
+        import torch
+        model = torch.nn.Linear(2, 2)
+        for epoch in range(2):
+            for x in data:
+                if reset:
+                    loss = model(x).sum()
+                loss = loss * 2
+                loss.backward()
+        """
+    ).encode()
+    report = check_source(source, all_rules(), FixMode.UNSAFE, "train.py")
+    assert report.rewritten is None and [f.code for f in report.findings] == ["GF004"]
