@@ -24,17 +24,22 @@ class Fix:
     safe: bool
     remove: tuple[cst.BaseStatement, ...] = ()  # comments go to the next remaining statement
     move: tuple[tuple[cst.BaseStatement, cst.BaseStatement], ...] = ()  # (statement, insert before)
+    move_after: tuple[tuple[cst.BaseStatement, cst.BaseStatement], ...] = ()  # (statement, insert after)
+    # An unsafe fix whose point is to run updates at another time (into the loop they were meant
+    # for): it may move, never remove, optimizer updates.
+    reschedules_updates: bool = False
     insert_before: tuple[tuple[cst.BaseStatement, tuple[cst.BaseStatement, ...]], ...] = ()
     insert_after: tuple[tuple[cst.BaseStatement, tuple[cst.BaseStatement, ...]], ...] = ()
     replace: tuple[tuple[cst.BaseStatement, cst.BaseStatement], ...] = ()
 
     def taken_away(self) -> list[cst.BaseStatement]:
-        """The statements this fix removes from where they were, or replaces."""
-        return [*self.remove, *(s for s, _ in self.move), *(s for s, _ in self.replace)]
+        """The statements this fix removes, replaces, or moves (unless it reschedules updates)."""
+        moved = [] if self.reschedules_updates and not self.safe else [*self.move, *self.move_after]
+        return [*self.remove, *(s for s, _ in moved), *(s for s, _ in self.replace)]
 
     def touched(self) -> set[int]:
         """Identities of the statements this fix depends on; two fixes that share one conflict."""
-        anchors = [*self.remove, *(s for pair in self.move for s in pair)]
+        anchors = [*self.remove, *(s for pair in (*self.move, *self.move_after) for s in pair)]
         anchors += [a for a, _ in (*self.insert_before, *self.insert_after, *self.replace)]
         return {id(a) for a in anchors}
 
@@ -62,6 +67,9 @@ class _ApplyFixes(cst.CSTTransformer):
             for statement, anchor in fix.move:
                 self._plan(statement).moved = True
                 self._plan(anchor).before.append(_without_blank_lines(statement))
+            for statement, anchor in fix.move_after:
+                self._plan(statement).moved = True
+                self._plan(anchor).after.append(_without_blank_lines(statement))
             for anchor, statements in fix.insert_before:
                 self._plan(anchor).before.extend(statements)
             for anchor, statements in fix.insert_after:

@@ -25,12 +25,13 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
+from .analysis.backward_api import SPELLINGS
 from .analysis import ExportedSummary, FileAnalysis, ProjectSummaries, project_summaries
 from .edits import apply_fixes, compatible
 from .rule import Finding, FixKind, Rule, Violation
 
 # Text that a file must contain to possibly hold a bug gradfix knows; others are never parsed.
-PREFILTER = (b"backward", b"autograd")
+PREFILTER = SPELLINGS
 EXCLUDED_DIRECTORIES = {
     ".git", ".hg", ".svn", ".bzr", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
     ".tox", ".nox", ".venv", "venv", ".eggs", "build", "dist", "node_modules", "site-packages",

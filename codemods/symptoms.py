@@ -2,7 +2,7 @@
 
 A rule declares its symptom; ``execution.verify`` runs a fixture's ``before.py`` and ``after.py`` and
 asks the symptom to judge the two runs. Most bugs raise an error. Silent ones do not: a graph kept
-alive for logging shows as a count of live graph tensors that grows with every optimizer step; a
+alive for logging shows as a count of live graph nodes that grows with every optimizer step; a
 backward placed after the batch loop shows as fewer backward calls than the fixed program makes.
 A symptom only reads a run's recorded facts; it never runs anything itself.
 """
@@ -19,7 +19,7 @@ class Run(Protocol):
     status: str
     error_message: str
     backward_calls: int
-    live_graph_tensors: list[int]
+    live_graph_nodes: list[int]
 
     def describe(self) -> str: ...
 
@@ -29,7 +29,7 @@ Judgement = tuple[bool, str]
 
 class Symptom:
     description: str
-    measures_graphs: bool = False  # the runner counts live graph tensors at every optimizer step
+    measures_graphs: bool = False  # the runner counts live graph nodes at every optimizer step
 
     def shown_by(self, run: Run) -> Judgement:
         """Whether a run of the buggy program shows the bug."""
@@ -61,24 +61,24 @@ SECOND_BACKWARD = RaisesError("Trying to backward through the graph a second tim
 
 @dataclass(frozen=True)
 class GraphsKeptAlive(Symptom):
-    """More graph tensors stay alive after every step: memory grows without bound."""
+    """More graph nodes stay alive after every step: memory grows without bound."""
 
-    description: str = "live graph tensors grow with every optimizer step"
+    description: str = "live graph nodes grow with every optimizer step"
     measures_graphs: bool = True
     min_steps: int = 3
 
     def shown_by(self, run: Run) -> Judgement:
-        counts = run.live_graph_tensors
+        counts = run.live_graph_nodes
         grows = run.status == "ok" and len(counts) >= self.min_steps and _increasing(counts[-self.min_steps :])
-        return grows, f"{run.describe()}; live graph tensors at each step: {_shown(counts)}"
+        return grows, f"{run.describe()}; live graph nodes at each step: {_shown(counts)}"
 
     def gone(self, before: Run, after: Run) -> Judgement:
         return self.absent_from(after)
 
     def absent_from(self, run: Run) -> Judgement:
-        counts = run.live_graph_tensors
+        counts = run.live_graph_nodes
         flat = run.status == "ok" and len(counts) >= self.min_steps and max(counts[1:]) <= counts[1]
-        return flat, f"{run.describe()}; live graph tensors at each step: {_shown(counts)}"
+        return flat, f"{run.describe()}; live graph nodes at each step: {_shown(counts)}"
 
 
 @dataclass(frozen=True)

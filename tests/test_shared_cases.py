@@ -6,13 +6,16 @@ import pytest
 from typer.testing import CliRunner
 
 from gradfix.cli.app import app
+from gradfix.codemods.execution.runner import RunOptions
+from gradfix.codemods.registry import rule_by_code
 
 from .conftest import SHARED_CASES
 
 pytestmark = pytest.mark.skipif(not SHARED_CASES.is_dir(), reason="../shared/cases is not beside this checkout")
 
-# Scripts a rule covers, and the rule; gan_without_detach needs a rule gradfix does not have yet.
+# Scripts a rule covers, and the rule.
 COVERED = {
+    "gan_without_detach.py": "GF005",
     "double_backward.py": "GF001",
     "shared_trunk_two_losses.py": "GF002",
     "hoisted_forward.py": "GF003",
@@ -44,3 +47,23 @@ def test_correct_case_is_left_byte_identical(script, tmp_path):
     result = CliRunner().invoke(app, ["fix", str(copy)])
     assert result.exit_code == 0
     assert copy.read_bytes() == script.read_bytes()
+
+
+# Silent bugs: the script runs; the rule's symptom (a measure of the run) shows it, and is gone after.
+SILENT = {"loss_kept_for_logging.py": "GF007", "backward_after_batch_loop.py": "GF008"}
+
+
+@pytest.mark.parametrize("name", sorted(SILENT))
+def test_silent_case_is_fixed_and_its_symptom_is_gone(name, tmp_path, runs):
+    script = tmp_path / name
+    shutil.copy(SHARED_CASES / "silent" / name, script)
+    symptom = rule_by_code(SILENT[name]).SYMPTOM
+    options = RunOptions(measure_graphs=symptom.measures_graphs)
+    before = runs.run(script, options)
+    shown, seen = symptom.shown_by(before)
+    assert shown, seen
+    result = CliRunner().invoke(app, ["fix", "--unsafe-fixes", str(script)])
+    assert result.exit_code == 0, result.output
+    assert f"{SILENT[name]}: 1" in result.stderr
+    gone, seen = symptom.gone(before, runs.run(script, options))
+    assert gone, seen

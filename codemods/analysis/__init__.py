@@ -18,21 +18,24 @@ from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, Posi
 from .assignments import assigned_names, read_names, target_names
 from .backward_api import BackwardApi, Tristate
 from .optimizers import gradient_effects, stepped_optimizers, updates_parameters
+from .gan import GanSteps, find_gan_steps
 from .project import ExportedSummary, ProjectSummaries, module_names, project_summaries
 from .dataflow import BackwardSite, DataflowAnalysis, FunctionSummary, Loop, Scope, expand
 from .syntax import as_operand, code_of, is_single_assignment, is_single_call, parenthesized
 from .torch_names import TorchNames, collect_torch_names, dotted_name
-from .values import NONE, TENSOR, UNKNOWN, Carried, ListOf, Origin, Structure, TupleOf, Value
+from .values import NONE, TENSOR, UNKNOWN, Carried, Element, ListOf, Origin, Structure, TupleOf, Value
 
 __all__ = [
     "BackwardApi",
     "BackwardSite",
     "ExportedSummary",
     "FunctionSummary",
+    "GanSteps",
     "ProjectSummaries",
     "Tristate",
     "Block",
     "Carried",
+    "Element",
     "FileAnalysis",
     "ListOf",
     "Loop",
@@ -100,12 +103,70 @@ class FileAnalysis:
 
     def graph_nodes(self, site: BackwardSite) -> set[Origin]:
         """Every place that built part of the graph ``site`` backwards, through all loop heads."""
-        return {source for source in expand(site.value.origins, None) if isinstance(source, Origin)}
+        return self.value_nodes(site.value)
+
+    @staticmethod
+    def value_nodes(value: Value) -> set[Origin]:
+        """Every place that built part of ``value``'s graph, through all loop heads."""
+        return {source for source in expand(value.origins, None) if isinstance(source, Origin)}
 
     def escaped(self, scope: Scope) -> set[Origin]:
         """Graph nodes that ``scope`` stores on objects, returns or hands to calls made for their
         effect: code gradfix does not follow may backward them again."""
         return self._dataflow.escaped.get(scope.node, set())
+
+    @cached_property
+    def gan_steps(self) -> list[GanSteps]:
+        """Pairs of backwards that are a GAN's discriminator and generator steps (``analysis.gan``)."""
+        return find_gan_steps(self)
+
+    def value_read(self, name: cst.Name) -> Value | None:
+        """What the name held where the program read it (None where the analysis never got)."""
+        return self._dataflow.read_values.get(name)
+
+    def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
+        """Statements outside ``loop`` that built part of the graph ``site`` backwards in it."""
+        statements = {
+            source.statement
+            for source in expand(site.value.origins, loop)
+            if isinstance(source, Origin)
+            and loop not in self.loops_around(source.statement)
+            and not self.contains(loop.node, source.statement)
+        }
+        return sorted(statements, key=self.start)
+
+    @cached_property
+    def trained_modules(self) -> set[str] | None:
+        """The modules some optimizer updates (``torch.optim.X(model.parameters())``, handed back
+        by ``accelerator.prepare`` / ``fabric.setup``); None when an optimizer's parameters are not
+        known, so no module can be said to stay untrained."""
+        names = self.names
+        if not names.optimizers or names.optimizers - names.optimized_modules.keys():
+            return None
+        return set().union(*names.optimized_modules.values())
+
+    def untrained_graph(self, statements: Sequence[cst.CSTNode]) -> bool:
+        """Whether ``statements`` build their graph only from modules no optimizer updates (a
+        teacher, a frozen feature extractor): what they compute is a constant of training."""
+        trained = self.trained_modules
+        if trained is None:
+            return False
+        modules = [
+            dotted_name(call.func)
+            for statement in statements
+            for call in m.findall(statement, m.Call())
+            if self.names.module(call.func, None) is not None
+        ]
+        return bool(modules) and not any(module in trained or module is None for module in modules)
+
+    def called_with_graph(self, scope: Scope) -> bool | None:
+        """Whether a call of the function ``scope`` in this file passes it a graph-carrying
+        argument; None when the file never calls it (its callers are not known)."""
+        node = scope.node
+        if not isinstance(node, cst.FunctionDef):
+            return False
+        name = node.name.value if scope.class_name is None else f"{scope.class_name}.{node.name.value}"
+        return self._dataflow.graph_arguments.get(name)
 
     def site_of(self, call: cst.Call) -> BackwardSite:
         return self._dataflow.backward_sites[call]
@@ -160,6 +221,14 @@ class FileAnalysis:
         if isinstance(owner, (cst.Module, cst.IndentedBlock)) and isinstance(statement, cst.BaseStatement):
             return Block(owner, owner.body)
         return None
+
+    def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+        """The statement line an expression is in (None inside a compound statement's header)."""
+        while node is not None and not isinstance(node, cst.SimpleStatementLine):
+            if isinstance(node, cst.BaseCompoundStatement):
+                return None
+            node = self._parents.get(node)
+        return node
 
     def statement_at(self, line: int) -> cst.SimpleStatementLine | None:
         """The statement line that spans source line ``line``."""

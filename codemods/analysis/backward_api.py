@@ -77,6 +77,9 @@ FRAMEWORK_APIS = {
     "fabric": FABRIC_BACKWARD,
     "deepspeed": DEEPSPEED_BACKWARD,
 }
+# Text a file must contain to backward anything in a way this table knows: every row's method or
+# function name contains "backward" or "autograd"; a trainer backwards what its hooks return.
+SPELLINGS = (b"backward", b"autograd", b"training_step", b"compute_loss")
 _TENSOR_BACKWARD_KEYWORDS = {"gradient", "retain_graph", "create_graph", "inputs"}
 
 

@@ -32,6 +32,7 @@ from .values import (
     TENSOR,
     UNKNOWN,
     Carried,
+    Element,
     ListOf,
     Origin,
     Source,
@@ -203,6 +204,8 @@ class DataflowAnalysis:
         self.forward_results: dict[str, Structure] = {}  # what calling a local nn.Module returns
         self.returned: dict[cst.FunctionDef, Value] = {}
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
+        self.read_values: dict[cst.Name, Value] = {}  # what each name read held (in a loop: its last pass)
+        self.graph_arguments: dict[str, bool] = {}  # function -> whether a call in this file passes it a graph
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._frames: list[_Frame] = []
@@ -314,8 +317,12 @@ class DataflowAnalysis:
             return self._exec_if_chain(statement, env)
         if isinstance(statement, cst.For):
             items = self._eval(statement.iter, env)
-            # What a data loader or an unknown iterable yields is data; a list of losses yields graphs.
-            element = _element_of(items) if isinstance(items.structure, (ListOf, TupleOf)) else NOTHING
+            # What a data loader or an unknown iterable yields is data; a list of losses, or the
+            # items of a dict of features, yields graphs.
+            known = isinstance(items.structure, (ListOf, TupleOf)) or m.matches(
+                statement.iter, m.Call(func=m.Attribute(attr=m.Name("items") | m.Name("values")))
+            )
+            element = _element_of(items) if known else NOTHING
 
             def iteration(head: Env) -> Env | None:
                 self._assign(statement.target, element, head)
@@ -548,7 +555,8 @@ class DataflowAnalysis:
         if isinstance(node, cst.Name):
             if node.value == "None":
                 return Value(structure=NONE)
-            return env.get(node.value, NOTHING)
+            self.read_values[node] = env.get(node.value, NOTHING)
+            return self.read_values[node]
         if isinstance(node, cst.Attribute):
             return self._eval_attribute(node, env)
         if isinstance(node, cst.Call):
@@ -575,9 +583,10 @@ class DataflowAnalysis:
             if base.structure is TENSOR:
                 return combine([base], self._origin(node))
             element = _element_of(base)
-            if element.graph and self._loops and _indexed_by(node, self._loops[-1].carried_names):
-                # losses[i] in a loop over i: another element, with a graph of its own, every iteration
-                return Value(True, frozenset({Origin(node, self._statement)}) if self._origin(node) else frozenset(), element.structure)
+            loop = self._loops[-1] if self._loops else None
+            if element.graph and loop is not None and not loop.is_call and _indexed_by(node, loop.carried_names):
+                picked = frozenset({Element(loop, node, base.origins)})
+                return Value(True, picked, element.structure, freed=base.freed)
             return Value(base.graph, base.origins, element.structure)
         if isinstance(node, (cst.Tuple, cst.List)):
             values = self._eval_all([e.value for e in node.elements], env)
@@ -710,7 +719,9 @@ class DataflowAnalysis:
 
     def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
         values = self._eval_all(arguments, env)
-        if module.trainable:
+        forward = self.summaries.get((module.class_name, "forward")) if module.is_local else None
+        # A local module adds its parameters' graph when its own forward does (not when it froze them).
+        if module.trainable and (forward is None or forward.returned.graph):
             values = [*values, LEAF]
         result = self.forward_results.get(module.class_name, UNKNOWN) if module.is_local else module.call_result
         return combine(values, self._origin(node), result)
@@ -808,9 +819,15 @@ class DataflowAnalysis:
         if imported is not None:
             return self._call_imported(call, imported, env)
         summary = self._summary_of(call.func)
-        if summary is None or not summary.has_effect:
+        if summary is None:
             return None
         values = self._eval_all([arg.value for arg in call.args], env)
+        self.graph_arguments[summary.name] = self.graph_arguments.get(summary.name, False) or any(v.graph for v in values)
+        if not summary.has_effect:
+            if not summary.returned.graph:
+                return None
+            # self.sample_G(n): a method that returns what it built from parameters
+            return combine([*values, LEAF], self._origin(call), summary.returned.structure)
         self._eval(call.func, env)
         for inner in summary.backwarded:
             api = summary.backward_api(inner)
@@ -972,6 +989,10 @@ def expand(origins: frozenset[Source], within: Loop | None) -> frozenset[Source]
             continue
         seen.add(source)
         result.add(source)
+        if isinstance(source, Element):
+            if source.loop is not within:
+                pending.extend(source.origins)
+            continue
         if isinstance(source, Carried) and source.loop is not within and (
             within is None or within.encloses(source.loop)
         ):

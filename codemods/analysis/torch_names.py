@@ -7,7 +7,7 @@ and resolves dotted names like ``F.mse_loss`` to ``torch.nn.functional.mse_loss`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 import libcst.matchers as m
@@ -86,10 +86,13 @@ class ModuleInfo:
 
     class_name: str  # the class's short name, e.g. "LSTM", or "" when unknown
     is_local: bool = False  # a class defined in the same file
+    frozen: bool = False  # its parameters were set not to require grad
 
     @property
     def trainable(self) -> bool:
-        return not (self.class_name in _PARAMETERLESS or self.class_name.endswith(_PARAMETERLESS_SUFFIXES))
+        return not (
+            self.frozen or self.class_name in _PARAMETERLESS or self.class_name.endswith(_PARAMETERLESS_SUFFIXES)
+        )
 
     @property
     def call_result(self) -> Structure:
@@ -116,6 +119,7 @@ class TorchNames:
     manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
     optimizer_classes: set[str] = field(default_factory=set)  # local torch.optim.Optimizer subclasses
     optimizers: set[str] = field(default_factory=set)  # dotted names bound to optimizers
+    optimized_modules: dict[str, set[str]] = field(default_factory=dict)  # optimizer -> modules it updates
 
     def framework(self, node: cst.CSTNode) -> str | None:
         """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
@@ -187,6 +191,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self.names = TorchNames()
         self._classes: list[str] = []
         self._aliases: list[tuple[str | None, str, str]] = []  # (class, target, module name) to resolve
+        self._frozen_names: set[str] = set()
+        self._frozen_classes: set[str] = set()
 
     # imports ---------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
@@ -342,15 +348,25 @@ class _TorchNamesCollector(cst.CSTVisitor):
         method = value.func.attr.value if isinstance(value.func, cst.Attribute) else ""
         if _is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == "optimizers":
             chosen = elements
+            modules = _optimized_modules(value.args[0].value) if value.args and method != "optimizers" else None
+            updated = {dotted_name(e): modules for e in chosen} if modules is not None else {}
         elif method in _HANDING_BACK:
             passed = [dotted_name(arg.value) for arg in value.args if arg.keyword is None]
             chosen = [e for e, p in zip(elements, passed) if p in self.names.optimizers]
+            updated = {
+                dotted_name(e): self.names.optimized_modules[p]
+                for e, p in zip(elements, passed)
+                if p in self.names.optimized_modules
+            }
         else:
             return
         self.names.optimizers.update(name for name in map(dotted_name, chosen) if name is not None)
+        self.names.optimized_modules.update((k, v) for k, v in updated.items() if k is not None)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("requires_grad_")), args=[m.Arg(value=m.Name("False"))])):
+            self._freeze(func.value)  # vgg.requires_grad_(False)
         if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
             name = dotted_name(func.value)
             if name is None:
@@ -360,8 +376,33 @@ class _TorchNamesCollector(cst.CSTVisitor):
             elif not name.startswith("self."):
                 self.names.modules.setdefault(name, ModuleInfo(""))
 
+    # frozen modules ----------------------------------------------------------------------------
+    def visit_For(self, node: cst.For) -> None:
+        """``for p in vgg.parameters(): p.requires_grad = False``."""
+        if not m.matches(node.iter, m.Call(func=m.Attribute(attr=m.Name("parameters")))) or not isinstance(node.target, cst.Name):
+            return
+        variable = node.target.value
+        for assign in m.findall(node.body, m.Assign(value=m.Name("False"))):
+            if any(dotted_name(t.target) == f"{variable}.requires_grad" for t in assign.targets):
+                self._freeze(node.iter.func.value)
+
+    def _freeze(self, owner: cst.BaseExpression) -> None:
+        name = dotted_name(owner)
+        if name == "self" and self._classes:
+            self._frozen_classes.add(self._classes[-1])
+        elif name is not None:
+            self._frozen_names.add(name)
+
     def resolve_aliases(self) -> None:
-        """``self.model = model`` where ``model`` turned out to be a module."""
+        """``self.model = model`` where ``model`` turned out to be a module; modules frozen by their
+        own constructor or after it are not trainable."""
+        for name, module in list(self.names.modules.items()):
+            if name in self._frozen_names or module.class_name in self._frozen_classes:
+                self.names.modules[name] = replace(module, frozen=True)
+        for attributes in self.names.self_modules.values():
+            for attribute, module in list(attributes.items()):
+                if module.class_name in self._frozen_classes or f"self.{attribute}" in self._frozen_names:
+                    attributes[attribute] = replace(module, frozen=True)
         for class_name, target, source in self._aliases:
             module = self.names.modules.get(source)
             if module is None:
@@ -374,6 +415,36 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
 _OPTIMIZER_BASES = {"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"}
 _HANDING_BACK = {"prepare", "setup", "setup_optimizers", "prepare_optimizer"}  # accelerator / fabric
+
+
+_PARAMETER_METHODS = m.Name("parameters") | m.Name("named_parameters")
+
+
+def _optimized_modules(params: cst.BaseExpression) -> set[str] | None:
+    """The modules whose parameters an optimizer's first argument holds: ``model.parameters()``,
+    ``[*a.parameters(), *b.parameters()]``, ``chain(a.parameters(), b.parameters())``, ``[x]`` (a
+    tensor, no module); None when it cannot be read (a list built elsewhere)."""
+    if m.matches(params, m.Call(func=m.Attribute(attr=_PARAMETER_METHODS))):
+        name = dotted_name(params.func.value)
+        return {name} if name else None
+    if isinstance(params, (cst.List, cst.Tuple)):
+        parts = [e.value for e in params.elements]
+    elif isinstance(params, cst.Call) and m.matches(params.func, m.Name("list") | m.Attribute(attr=m.Name("chain"))):
+        parts = [a.value for a in params.args]
+    else:
+        return None
+    modules: set[str] = set()
+    for part in parts:
+        if m.matches(part, m.Call(func=m.Attribute(attr=_PARAMETER_METHODS))):
+            found = _optimized_modules(part)
+            if found is None:
+                return None
+            modules |= found
+        elif isinstance(part, cst.Dict):
+            return None  # parameter groups
+        elif not isinstance(part, cst.Name):
+            return None  # ``model.weight``: part of some module, which one is not known here
+    return modules
 
 
 def _is_optimizer_class(qualified: str) -> bool:

@@ -47,7 +47,18 @@ class Carried:
     name: str
 
 
-Source = Union[Origin, Carried]
+@dataclass(frozen=True)
+class Element:
+    """An element picked from a container by a variable of ``loop`` (``losses[i]``): another
+    element, with a graph of its own, in every iteration of that loop; to any other loop, the
+    graph of the whole container (``origins``)."""
+
+    loop: "Loop"
+    node: cst.CSTNode
+    origins: frozenset
+
+
+Source = Union[Origin, Carried, Element]
 
 
 class Structure:

@@ -83,7 +83,7 @@ def _matching_finding(analysis: FileAnalysis, path: str, diagnosis: Diagnosis) -
 
     def rank(finding: Finding) -> tuple:
         named = len(lines & {finding.line, *finding.related_lines})
-        return (-named, finding.fix is None, finding.line)
+        return (finding.fix is None, -named, finding.line)  # a finding with a fix first
 
     named = sorted((f for f in findings if lines & {f.line, *f.related_lines}), key=rank)
     if named:

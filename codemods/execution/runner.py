@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRELOADED_FRAMEWORKS = ("accelerate", "pytorch_lightning", "lightning_fabric")
+PRELOADED_FRAMEWORKS = ("accelerate", "pytorch_lightning", "lightning_fabric", "transformers")
+MEASURED_STEPS = 8  # a scan of the heap costs a quarter of a second; growth shows in a few steps
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class RunOptions:
     max_steps: int | None = None  # stop after this many successful backward calls
     retain_graph: bool = False  # force retain_graph=True on every backward
     record_gradients: bool = False
-    measure_graphs: bool = False  # count live tensors holding a graph at every optimizer step
+    measure_graphs: bool = False  # count the graph nodes live tensors hold, at every optimizer step
     detect_anomaly: bool = False
     cwd: str | None = None  # default: a fresh, empty temporary folder
     env: tuple[tuple[str, str], ...] = ()
@@ -66,7 +67,7 @@ class RunResult:
     failing_frames: list[Frame] = field(default_factory=list)  # script frames of the error, outermost first
     forward_frames: list[Frame] = field(default_factory=list)  # anomaly mode: where the failing node was made
     gradients: list[tuple[str, list[float]]] = field(default_factory=list)
-    live_graph_tensors: list[int] = field(default_factory=list)  # at each optimizer step, if measured
+    live_graph_nodes: list[int] = field(default_factory=list)  # at each optimizer step, if measured
 
     @property
     def succeeded(self) -> bool:
@@ -253,7 +254,11 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
     if options.measure_graphs:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        register_optimizer_step_pre_hook(lambda *_: result.live_graph_tensors.append(_live_graph_tensors(torch)))
+        def measure(*_: Any) -> None:
+            if len(result.live_graph_nodes) < MEASURED_STEPS:
+                result.live_graph_nodes.append(_live_graph_nodes(torch))
+
+        register_optimizer_step_pre_hook(measure)
     if options.detect_anomaly:
         torch.autograd.set_detect_anomaly(True)
         warnings.showwarning = lambda message, *rest: anomaly_reports.append(str(message))
@@ -283,12 +288,20 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
         pickle.dump(result, handle)
 
 
-def _live_graph_tensors(torch) -> int:
-    """Tensors still alive that hold an autograd graph (memory a program keeps step after step)."""
+def _live_graph_nodes(torch) -> int:
+    """Autograd graph nodes still reachable from live tensors: the memory a program keeps from
+    step to step (a running ``total += loss`` holds one tensor but a graph that grows)."""
     import gc
 
-    gc.collect()
-    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.grad_fn is not None)
+    pending = [o.grad_fn for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+    seen = set()
+    while pending:
+        node = pending.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        pending.extend(next_node for next_node, _ in node.next_functions)
+    return len(seen)
 
 
 def _mapped_bytes() -> int:

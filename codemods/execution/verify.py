@@ -14,14 +14,16 @@ A fixture folder is ``<rule name>/<case>/`` holding one of:
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ..engine import FileReport, FixMode, check_source, unified_diff
 from ..registry import all_rules
-from ..rule import Rule
+from ..rule import FixKind, Rule
 from .runner import RunOptions, RunResult, ScriptRunner
 
 GRADIENT_TOLERANCE = 1e-6
@@ -40,7 +42,8 @@ class FixtureCase:
 
     @property
     def unsafe(self) -> bool:
-        return self.directory.name.startswith("unsafe_")
+        """Cases named ``unsafe_*``, and every case of a rule whose fixes are all unsafe."""
+        return self.directory.name.startswith("unsafe_") or self.rule.FIX is FixKind.UNSAFE
 
     @property
     def mode(self) -> FixMode:
@@ -48,6 +51,18 @@ class FixtureCase:
 
     def file(self, name: str) -> Path:
         return self.directory / name
+
+    def missing_modules(self) -> list[str]:
+        """Top-level modules the case's scripts import that are not installed here (DeepSpeed is
+        optional: its fixtures run where it is)."""
+        names = set()
+        for script in self.directory.glob("*.py"):
+            for node in ast.walk(ast.parse(script.read_bytes())):
+                if isinstance(node, ast.Import):
+                    names.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names.add(node.module.split(".")[0])
+        return sorted(name for name in names if importlib.util.find_spec(name) is None)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from ..analysis import BackwardSite, Loop, Origin, assigned_names, expand, is_single_assignment, read_names
+from ..analysis import Loop, assigned_names, is_single_assignment, read_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
@@ -58,10 +58,10 @@ for epoch in range(epochs):
             loop = next((loop for loop in site.loops if not loop.is_call), None)
             if loop is None or loop is not site.loops[0]:
                 continue
-            hoisted = self._hoisted_statements(site, loop)
+            hoisted = self.analysis.built_before_loop(site, loop)
             key = (id(loop), frozenset(map(id, hoisted)))
-            if not hoisted or key in seen:
-                continue
+            if not hoisted or key in seen or self.analysis.untrained_graph(hoisted):
+                continue  # (a constant of training, built by modules nothing trains, is GF006's)
             seen.add(key)
             names = sorted({n for s in hoisted for n in assigned_names(s)})
             shown = ", ".join(f"`{n}`" for n in names) or "a value"
@@ -72,16 +72,6 @@ for epoch in range(epochs):
                 self._fix(hoisted, loop),
                 related=(loop.node, site.call),
             )
-
-    def _hoisted_statements(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
-        """Statements outside ``loop`` that built part of the graph ``site`` backwards."""
-        statements = {
-            source.statement
-            for source in expand(site.value.origins, loop)
-            if isinstance(source, Origin) and loop not in self.analysis.loops_around(source.statement)
-            and not self.analysis.contains(loop.node, source.statement)
-        }
-        return sorted(statements, key=self.analysis.start)
 
     def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop) -> Fix | None:
         body = loop.node.body

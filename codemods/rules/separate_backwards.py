@@ -124,6 +124,8 @@ for x, y_reg, y_cls in loader:
     def _joins(self, group: list[BackwardSite], site: BackwardSite, block: Block) -> bool:
         if any(member.tensor.deep_equals(site.tensor) for member in group):
             return False  # the same tensor twice is GF001's
+        if any({member, site} == steps.sites for member in group for steps in self.analysis.gan_steps):
+            return False  # a GAN's two steps: GF005's
         if group[-1].retain_graph and group[-1].api.keeps_books:
             return False  # both calls run, and each does the framework's own bookkeeping
         effects = set().union(*(self.analysis.gradient_effects(s) for s in self._between(block, group[-1], site)))

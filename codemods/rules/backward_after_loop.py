@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from ..analysis.optimizers import gradient_effects
+from ..analysis import BackwardSite, Loop, assigned_names, code_of, read_names, target_names
+from ..edits import Fix
+from ..rule import FixKind, Rule, Violation
+from ..symptoms import LastBatchOnly
+
+
+class BackwardAfterLoop(Rule):
+    """
+    ``loss.backward()`` sits after the batch loop, so only the last batch trains.
+
+    The loop computes a new ``loss`` for every batch (or time step, or task) and overwrites the
+    previous one; the backward, one indentation level too far out, runs once after the loop, on
+    the last loss. Nothing fails: the model learns from one batch per epoch, and the other forward
+    passes are work for nothing.
+
+    The fix moves the backward to the end of the loop body, so every loss adds its gradient; the
+    optimizer step stays where it is, once after the loop, on the gradient of all of them
+    (gradient accumulation, as in REINFORCE over an episode or MAML over tasks). A ``zero_grad()``
+    between the loop and the backward moves to just before the loop, so it still clears the
+    gradients before they are accumulated. This changes the maths on purpose (every loss now
+    trains), so it is an unsafe fix, applied with ``--unsafe-fixes``; no optimizer call is removed,
+    and the step is never moved.
+
+    A loss that the loop accumulates (``total = total + loss``, a sequence model unrolled over time
+    steps) and backwards once afterwards is full-batch training, and is left alone. When an
+    optimizer step runs between the loop and the backward, gradfix only reports.
+    """
+
+    CODE = "GF008"
+    NAME = "backward_after_loop"
+    SUMMARY = "a backward after the batch loop trains the last batch only"
+    FIX = FixKind.UNSAFE
+    SYMPTOM = LastBatchOnly()
+    EXAMPLE_BEFORE = """\
+for x, y in loader:
+    output = model(x)
+    loss = criterion(output, y)
+optimizer.zero_grad()
+loss.backward()
+optimizer.step()
+"""
+    EXAMPLE_AFTER = """\
+optimizer.zero_grad()
+for x, y in loader:
+    output = model(x)
+    loss = criterion(output, y)
+    loss.backward()
+optimizer.step()
+"""
+
+    def violations(self) -> Iterator[Violation]:
+        for loop in self.analysis.loops:
+            if loop.is_call or not isinstance(loop.node.body, cst.IndentedBlock):
+                continue
+            block = self.analysis.block_of(loop.node)
+            if block is None:
+                continue
+            found = self._backward_after(loop, block.statements[block.index(loop.node) + 1 :])
+            if found is None:
+                continue
+            site, between = found
+            message = (
+                f"`{code_of(site.call)}` runs once, after the loop at line {self.analysis.line(loop.node)}, "
+                f"on the last value of `{site.tensor.value}`: only the last iteration trains; move it into the loop"
+            )
+            zeroing = [s for s in between if self._zeroes(s)]
+            if len(zeroing) != len(between):
+                fix = None  # an optimizer steps (or gradients are read) between the loop and the backward
+                message += " (not rewritten: the optimizer already steps before it)"
+            else:
+                fix = Fix(
+                    safe=False,
+                    move=tuple((s, loop.node) for s in zeroing),
+                    move_after=((site.statement, loop.node.body.body[-1]),),
+                    reschedules_updates=True,
+                )
+            yield self.violation(site.call, message, fix, related=(loop.node,))
+
+    def _backward_after(self, loop: Loop, following) -> tuple[BackwardSite, list[cst.BaseStatement]] | None:
+        """The backward that follows ``loop`` (past optimizer calls only) of a loss the loop
+        overwrites on every iteration, and the statements between."""
+        between: list[cst.BaseStatement] = []
+        for statement in following:
+            site = self._site_of_statement(statement)
+            if site is not None:
+                if isinstance(site.tensor, cst.Name) and self._overwritten_each_iteration(loop, site.tensor.value):
+                    return site, between
+                return None
+            if not self.analysis.updates_parameters(statement):
+                return None
+            between.append(statement)
+        return None
+
+    def _site_of_statement(self, statement: cst.CSTNode) -> BackwardSite | None:
+        return next(
+            (s for s in self.analysis.backward_sites if s.statement is statement and s.is_whole_statement and s.api.accumulates),
+            None,
+        )
+
+    @staticmethod
+    def _zeroes(statement: cst.CSTNode) -> bool:
+        return gradient_effects(statement) == {"zero_grad"}
+
+    @staticmethod
+    def _overwritten_each_iteration(loop: Loop, name: str) -> bool:
+        """``name`` is assigned afresh directly in the loop body (later ``name /= n`` on that fresh
+        value is fine): after the loop it holds the last iteration's value alone."""
+        fresh = False
+        for statement in loop.node.body.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                if name in assigned_names(statement):
+                    return False  # assigned under a condition or in a nested loop: maybe accumulated
+                continue
+            for small in statement.body:
+                if isinstance(small, cst.AugAssign) and name in target_names(small.target) and not fresh:
+                    return False  # accumulated across iterations
+                if isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets):
+                    if name in read_names(small.value) and not fresh:
+                        return False
+                    fresh = True
+        return fresh

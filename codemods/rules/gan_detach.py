@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from ..analysis import GanSteps, code_of, dotted_name
+from ..analysis.backward_api import argument
+from ..edits import Fix
+from ..rule import FixKind, Rule, Violation
+
+
+class GanDetach(Rule):
+    """
+    A GAN's discriminator step backwards through the generator's output without ``.detach()``.
+
+    ``fake = G(z)`` feeds the discriminator's loss (``D(fake)`` against zeros) and the generator's
+    loss (``D(fake)`` against ones). Backwarding the discriminator's loss walks into the generator
+    and frees its graph; the generator step then raises ``RuntimeError: Trying to backward through
+    the graph a second time`` (in either order of the two steps). ``retain_graph=True`` makes it
+    run, but the discriminator's loss then also writes gradients into the generator's parameters.
+
+    The fix is the one of the PyTorch DCGAN example: the discriminator sees ``fake.detach()`` where
+    it computes its own loss (its prediction, a gradient penalty), so its backward stops at the
+    generator's output; the generator step keeps ``D(fake)`` and trains through it. Both
+    optimizers step as before. When one prediction on ``fake`` is reused by both losses (a
+    relativistic GAN's ``pred_fake`` computed once), no single detach fixes it: gradfix reports, and
+    the fix is to compute the discriminator's prediction again for the generator step.
+    """
+
+    CODE = "GF005"
+    NAME = "gan_detach"
+    SUMMARY = "the discriminator step backwards through the generator's output"
+    FIX = FixKind.SAFE
+    EXAMPLE_BEFORE = """\
+generator = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
+discriminator = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 1))
+opt_g = torch.optim.Adam(generator.parameters())
+opt_d = torch.optim.Adam(discriminator.parameters())
+for real in loader:
+    fake = generator(torch.randn(len(real), 16))
+    opt_d.zero_grad()
+    d_loss = bce(discriminator(real), ones) + bce(discriminator(fake), zeros)
+    d_loss.backward()
+    opt_d.step()
+    opt_g.zero_grad()
+    g_loss = bce(discriminator(fake), ones)
+    g_loss.backward()
+    opt_g.step()
+"""
+    EXAMPLE_AFTER = """\
+generator = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
+discriminator = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 1))
+opt_g = torch.optim.Adam(generator.parameters())
+opt_d = torch.optim.Adam(discriminator.parameters())
+for real in loader:
+    fake = generator(torch.randn(len(real), 16))
+    opt_d.zero_grad()
+    d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
+    d_loss.backward()
+    opt_d.step()
+    opt_g.zero_grad()
+    g_loss = bce(discriminator(fake), ones)
+    g_loss.backward()
+    opt_g.step()
+"""
+
+    def violations(self) -> Iterator[Violation]:
+        for steps in self.analysis.gan_steps:
+            d_step = steps.discriminator_step
+            if d_step.retain_graph is not False or argument(d_step.call, None, "inputs") is not None:
+                continue  # the graph is kept, or the gradients confined, on purpose
+            message = (
+                f"`{code_of(d_step.tensor or d_step.call)}` (the discriminator step) backwards through "
+                f"`{steps.generator_output}`, the generator's output, which the generator step at line "
+                f"{self.analysis.line(steps.generator_step.call)} backwards too; "
+            )
+            if steps.reused:
+                message += (
+                    f"`{code_of(steps.reused[0])}` is used by both losses: compute it again for the "
+                    "generator step"
+                )
+            else:
+                message += f"give the discriminator `{steps.generator_output}.detach()`"
+            yield self.violation(
+                d_step.call, message, self._fix(steps), related=(steps.generator_step.call, *steps.consumers)
+            )
+
+    def _fix(self, steps: GanSteps) -> Fix | None:
+        if steps.reused or not steps.consumers:
+            return None
+        replacements: dict[cst.CSTNode, cst.CSTNode] = {}
+        for call in steps.consumers:
+            statement = self.analysis.statement_of(call)
+            if statement is None or self.analysis.block_of(statement) is None:
+                return None
+            detached_call = call.with_changes(
+                args=[
+                    arg.with_changes(value=_detached(arg.value))
+                    if dotted_name(arg.value) == steps.generator_output
+                    else arg
+                    for arg in call.args
+                ]
+            )
+            current = replacements.get(statement, statement)
+            replacements[statement] = current.deep_replace(_find(current, call), detached_call)
+        return Fix(safe=True, replace=tuple(replacements.items()))
+
+
+def _detached(value: cst.BaseExpression) -> cst.Call:
+    return cst.Call(func=cst.Attribute(value=value, attr=cst.Name("detach")))
+
+
+def _find(tree: cst.CSTNode, call: cst.Call) -> cst.CSTNode:
+    """``call`` in ``tree``, which may be a rewritten copy: by identity first, then by code."""
+    for node in _walk(tree):
+        if node is call:
+            return node
+    return next(node for node in _walk(tree) if isinstance(node, cst.Call) and node.deep_equals(call))
+
+
+def _walk(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        yield from _walk(child)

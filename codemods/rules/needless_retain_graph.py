@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from ..analysis import BackwardSite, Carried, Element, Origin, code_of, expand, read_names
+from ..analysis.backward_api import argument, flag
+from ..edits import Fix
+from ..rule import FixKind, Rule, Violation
+from ..symptoms import RunsCorrectly
+
+
+class NeedlessRetainGraph(Rule):
+    """
+    ``retain_graph=True`` keeps a graph that nothing backwards again.
+
+    ``retain_graph=True`` tells autograd to keep every tensor the graph saved after the backward,
+    so that a second backward can walk it. It is the usual answer to ``RuntimeError: Trying to
+    backward through the graph a second time``, and it often stays after the real cause is gone (or
+    was never there): then the graph of every step is held until its loss is dropped, for nothing.
+
+    gradfix removes the argument when no later backward reaches any part of that graph, no later
+    iteration of a loop carries it on or walks it again (a graph built before the loop), the graph
+    is not handed to code it does not follow (stored on an object, returned, passed to a call made
+    for its effect), and, inside a function, no caller in the file passes it a graph (or the graph
+    does not reach its parameters). The
+    gradients are the same; the memory is freed at the backward. With ``create_graph=True`` (a
+    double backward) the graph is needed and nothing is reported.
+    """
+
+    CODE = "GF009"
+    NAME = "needless_retain_graph"
+    SUMMARY = "retain_graph=True keeps a graph nothing backwards again"
+    FIX = FixKind.SAFE
+    KEEPS_GRADIENTS = True
+    SYMPTOM = RunsCorrectly()
+    EXAMPLE_BEFORE = """\
+model = nn.Linear(4, 1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward(retain_graph=True)
+    optimizer.step()
+"""
+    EXAMPLE_AFTER = """\
+model = nn.Linear(4, 1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+
+    def violations(self) -> Iterator[Violation]:
+        for site in self.analysis.backward_sites:
+            retained = argument(site.call, site.api.retain_position, "retain_graph")
+            if retained is None or site.retain_graph is not True or not self._needless(site):
+                continue
+            yield self.violation(
+                retained,
+                f"`retain_graph=True` keeps the graph of `{code_of(site.tensor)}`, but nothing backwards it again; "
+                "drop it to free that memory at the backward",
+                self._fix(site, retained),
+            )
+
+    def _needless(self, site: BackwardSite) -> bool:
+        if site.tensor is None or flag(site.api, site.call, "create_graph", _after(site.api.retain_position)) is not False:
+            return False
+        within = site.loops[0] if site.loops else None
+        nodes = self.analysis.graph_nodes(site)
+        if any(self._handed_to_next_iteration(loop, nodes) for loop in site.loops):
+            return False
+        if not nodes or nodes & self.analysis.escaped(site.scope):
+            return False
+        if any(isinstance(source, Element) for source in site.value.origins | expand(site.value.origins, within)):
+            return False  # an element of a container of graphs: what the elements share is not known
+        if within is not None and any(not self.analysis.contains(within.node, o.statement) for o in nodes):
+            return False  # built before the loop: every iteration backwards through it again
+        later = [o for o in self.analysis.backward_sites if self.analysis.start(o.call) > self.analysis.start(site.call)]
+        if any(self.analysis.graph_nodes(other) & nodes for other in later):
+            return False  # (an earlier one can reach it only through a graph kept across iterations)
+        return self.analysis.called_with_graph(site.scope) is False or not self._reaches_parameters(site, nodes)
+
+    def _handed_to_next_iteration(self, loop, nodes: set[Origin]) -> bool:
+        """Whether a name leaves an iteration holding part of this graph and a backward of the
+        next iteration reads it before it is assigned again."""
+        kept = {name for name, value in loop.back_edge.items() if value.graph and self.analysis.value_nodes(value) & nodes}
+        return any(
+            Carried(loop, name) in expand(other.value.origins, loop)
+            for other in self.analysis.backward_sites
+            if loop in other.loops
+            for name in kept
+        )
+
+    @staticmethod
+    def _reaches_parameters(site: BackwardSite, nodes: set[Origin]) -> bool:
+        """Whether the graph may extend into tensors a caller passed in (callers not seen, or one
+        passing a graph): the caller may backward that part again."""
+        function = site.scope.node
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        parameters = {p.name.value for p in function.params.params} - {"self", "cls"}
+        return any(read_names(node.statement) & parameters for node in nodes)
+
+    @staticmethod
+    def _fix(site: BackwardSite, retained: cst.Arg) -> Fix | None:
+        if retained.keyword is None or not isinstance(site.statement, cst.SimpleStatementLine):
+            return None  # a positional True: dropping it would shift the arguments after it
+        args = [arg for arg in site.call.args if arg is not retained]
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        call = site.call.with_changes(args=args)
+        return Fix(safe=True, replace=((site.statement, site.statement.deep_replace(site.call, call)),))
+
+
+def _after(position: int | None) -> int | None:
+    return None if position is None else position + 1
