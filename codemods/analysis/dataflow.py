@@ -14,6 +14,7 @@ loops each statement sits in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import reduce
 from typing import Iterator, Mapping, Sequence, Union
 
 import libcst as cst
@@ -936,13 +937,7 @@ def _element_of(value: Value) -> Value:
 
 
 def _join_structures(structures) -> Structure:
-    structures = list(structures)
-    if not structures:
-        return EMPTY
-    result = structures[0]
-    for structure in structures[1:]:
-        result = result.join(structure)
-    return result
+    return reduce(lambda joined, structure: joined.join(structure), structures, EMPTY)
 
 
 def _union(values: Sequence[Value], structure: Structure) -> Value:
@@ -956,12 +951,7 @@ def _union(values: Sequence[Value], structure: Structure) -> Value:
 
 def _joined(values: Sequence[Value]) -> Value:
     """What one of ``values`` may be: NOTHING when there are none."""
-    if not values:
-        return NOTHING
-    result = values[0]
-    for value in values[1:]:
-        result = result.join(value)
-    return result
+    return reduce(Value.join, values) if values else NOTHING
 
 
 def _graph_nodes(value: Value) -> set[Origin]:
