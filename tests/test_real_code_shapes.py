@@ -75,7 +75,58 @@ CORRECT = {
             loss = model(batch).sum()
             loss.backward()
     """,
+    # An epoch loop that calls train() and a scheduler: the loss train() returns is a number.
+    "epoch_losses_from_a_train_function": """
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+        losses = torch.empty(3)
+        for epoch in range(3):
+            this_loss = train(loader, model, optimizer)
+            losses[epoch] = this_loss
+            scheduler.step()
+    """,
+    # The generator's output reaches the first loss through a discriminator method, and the
+    # second loss through the encoder: the first backward's retain_graph=True is needed.
+    "retain_needed_through_a_module_method": """
+        generator, encoder, critic = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+        optimizer = torch.optim.Adam(generator.parameters())
+        for real in data:
+            fake = generator(real)
+            loss_ge = critic.compute_loss(fake, real)
+            loss_ge.backward(retain_graph=True)
+            optimizer.step()
+            loss_latent = encoder(fake).abs().mean()
+            loss_latent.backward()
+    """,
 }
+
+# Losses unpacked from one call, each trained by its own optimizer (soft actor-critic): whether
+# they share a graph is not known, so no backward may be dropped or merged.
+UNPACKED_LOSSES = """
+    policy, critic = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+    policy_optim = torch.optim.Adam(policy.parameters())
+    q_optim = torch.optim.Adam(critic.parameters())
+
+    def compute_losses(batch):
+        policy_loss = policy(batch).mean()
+        q_loss = torch.nn.functional.mse_loss(critic(batch), batch[:, :1])
+        return policy_loss, q_loss
+
+    policy_loss, q_loss = compute_losses(batch)
+    policy_optim.zero_grad()
+    policy_loss.backward()
+    policy_optim.step()
+    q_optim.zero_grad()
+    q_loss.backward()
+    q_optim.step()
+"""
+
+
+def test_losses_unpacked_from_one_call_are_never_rewritten():
+    source = b"import torch\n" + textwrap.dedent(UNPACKED_LOSSES).encode()
+    report = check_source(source, all_rules(), FixMode.UNSAFE, "sac.py")
+    assert report.rewritten is None and "GF001" not in [f.code for f in report.findings]
 
 
 @pytest.mark.parametrize("name", sorted(CORRECT))

@@ -672,7 +672,7 @@ class DataflowAnalysis:
                 summary = self.summaries.get((module.class_name, method)) if module.is_local else None
                 if summary is not None and summary.returned.graph:  # builds its result from parameters
                     return combine([*values, LEAF], self._origin(node), summary.returned.structure)
-                return NOTHING
+                return combine(values, self._origin(node), UNKNOWN)  # D.compute_loss(fake, …): from its inputs
             receiver = self._eval(func.value, env)
             values = self._eval_all(arguments, env)
             target = dotted_name(func.value)
@@ -788,7 +788,8 @@ class DataflowAnalysis:
         walked = _graph_nodes(value)
         for name, held in env.items():
             if held.graph and walked & _graph_nodes(held):
-                backwarded = held.backwarded | {call} if _graph_nodes(held) == walked else held.backwarded
+                # The very tensor (an alias holds the same value), not another that shares its graph.
+                backwarded = held.backwarded | {call} if any(held is v for v in values) else held.backwarded
                 env[name] = replace(held, freed=True, backwarded=backwarded)
         for tensor, held in zip(tensors, values):
             name = dotted_name(tensor)

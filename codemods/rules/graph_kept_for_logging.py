@@ -89,10 +89,12 @@ print(total_loss / len(loader))
 
     def _steps_training(self, loop: Loop) -> bool:
         """A loop whose iterations are training steps: an optimizer steps in it, or it is a trainer
-        hook (``training_step``) that the trainer calls once a step."""
+        hook (``training_step``) that the trainer calls once a step. An epoch loop that calls a
+        ``train()`` function is not: what it keeps once an epoch is whatever ``train`` returns."""
         if loop.is_call:
             return any(hook is loop.node for hook, _ in self.analysis.trainer_hooks())
-        return "step" in self.analysis.gradient_effects(loop.node.body)
+        effects = self.analysis.gradient_effects(loop.node.body)
+        return {"step", "backward"} <= effects  # (a scheduler's step alone is no training step)
 
     def _scalar_with_graph(self, loop: Loop, value: cst.Name) -> bool:
         """A graph-carrying loss or metric: assigned in the loop from a loss function, a criterion

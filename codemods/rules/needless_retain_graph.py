@@ -67,6 +67,8 @@ for x, y in loader:
     def _needless(self, site: BackwardSite) -> bool:
         if site.tensor is None or flag(site.api, site.call, "create_graph", _after(site.api.retain_position)) is not False:
             return False
+        if site.value.backwarded:
+            return False  # the same tensor backwarded again on purpose: its author keeps the flags
         within = site.loops[0] if site.loops else None
         nodes = self.analysis.graph_nodes(site)
         if any(self._handed_to_next_iteration(loop, nodes) for loop in site.loops):
