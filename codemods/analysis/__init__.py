@@ -171,10 +171,6 @@ class FileAnalysis:
     def site_of(self, call: cst.Call) -> BackwardSite:
         return self._dataflow.backward_sites[call]
 
-    def returned(self, function: cst.FunctionDef) -> Value | None:
-        """What a call of ``function`` returns."""
-        return self._dataflow.returned.get(function)
-
     def trainer_hooks(self) -> Iterator[tuple[cst.FunctionDef, str]]:
         """Methods whose result a trainer backwards (``training_step`` of a LightningModule under
         automatic optimization, ``compute_loss`` of a Hugging Face Trainer), with their class."""
