@@ -120,6 +120,10 @@ class FileAnalysis:
         """Pairs of backwards that are a GAN's discriminator and generator steps (``analysis.gan``)."""
         return find_gan_steps(self)
 
+    def value_assigned(self, expression: cst.BaseExpression) -> Value | None:
+        """What the right-hand side of an assignment evaluated to (None where never reached)."""
+        return self._dataflow.assigned_values.get(expression)
+
     def value_read(self, name: cst.Name) -> Value | None:
         """What the name held where the program read it (None where the analysis never got)."""
         return self._dataflow.read_values.get(name)

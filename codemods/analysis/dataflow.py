@@ -206,6 +206,7 @@ class DataflowAnalysis:
         self.returned: dict[cst.FunctionDef, Value] = {}
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
         self.read_values: dict[cst.Name, Value] = {}  # what each name read held (in a loop: its last pass)
+        self.assigned_values: dict[cst.BaseExpression, Value] = {}  # right-hand sides, as evaluated
         self.graph_arguments: dict[str, bool] = {}  # function -> whether a call in this file passes it a graph
         self._scope = Scope(module)
         self._loops: list[Loop] = []
@@ -416,6 +417,7 @@ class DataflowAnalysis:
     def _exec_small(self, small: cst.BaseSmallStatement, env: Env) -> Env:
         if isinstance(small, cst.Assign):
             value = self._eval(small.value, env)
+            self.assigned_values[small.value] = value
             for target in small.targets:
                 self._assign(target.target, value, env, small.value)
         elif isinstance(small, cst.AnnAssign):
