@@ -154,8 +154,8 @@ def backwarded_expressions(api: BackwardApi, call: cst.Call) -> tuple[cst.BaseEx
     return (tensor,)
 
 
-def flag(api: BackwardApi, call: cst.Call, name: str, position: int | None) -> Tristate:
-    """``retain_graph`` or ``create_graph`` as passed: True, False, or None when gradfix cannot tell."""
+def _flag(call: cst.Call, name: str, position: int | None) -> Tristate:
+    """A boolean argument as passed: True, False, or None when gradfix cannot tell."""
     arg = argument(call, position, name)
     if arg is None:
         if any(a.star for a in call.args):
@@ -167,13 +167,16 @@ def flag(api: BackwardApi, call: cst.Call, name: str, position: int | None) -> T
     return None
 
 
+def create_graph(api: BackwardApi, call: cst.Call) -> Tristate:
+    """Whether the call builds a graph of the gradients (a double backward follows)."""
+    return _flag(call, "create_graph", None if api.retain_position is None else api.retain_position + 1)
+
+
 def retain_graph(api: BackwardApi, call: cst.Call) -> Tristate:
     """Whether the call keeps the graph it walks. Its default is ``create_graph``."""
-    explicit = argument(call, api.retain_position, "retain_graph")
-    if explicit is not None:
-        return flag(api, call, "retain_graph", api.retain_position)
-    create_position = None if api.retain_position is None else api.retain_position + 1
-    created = flag(api, call, "create_graph", create_position)
+    if argument(call, api.retain_position, "retain_graph") is not None:
+        return _flag(call, "retain_graph", api.retain_position)
+    created = create_graph(api, call)
     return True if created else (None if created is None else api.retains_by_default)
 
 

@@ -107,6 +107,7 @@ class BackwardSite:
     tensors: tuple[cst.BaseExpression, ...]  # the backwarded tensor expressions
     value: Value  # what they hold, joined
     retain_graph: Tristate
+    create_graph: Tristate
     loops: tuple[Loop, ...]  # innermost first
     scope: Scope
 
@@ -804,6 +805,7 @@ class DataflowAnalysis:
             tensors=tensors,
             value=value,
             retain_graph=backward_api.retain_graph(api, call),
+            create_graph=backward_api.create_graph(api, call),
             loops=tuple(reversed(self._loops)),
             scope=self._scope,
         )
@@ -856,7 +858,7 @@ class DataflowAnalysis:
         api, retained = summary.returns_backwarded
         self.backward_sites.setdefault(
             call,
-            BackwardSite(call, self._statement, api, (), result, retained, tuple(reversed(self._loops)), self._scope),
+            BackwardSite(call, self._statement, api, (), result, retained, False, tuple(reversed(self._loops)), self._scope),
         )
         return replace(result, graph=True, freed=True, backwarded=frozenset({call}))
 

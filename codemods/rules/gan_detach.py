@@ -89,12 +89,12 @@ for real in loader:
     def _fix(self, steps: GanSteps) -> Fix | None:
         if steps.reused or not steps.consumers:
             return None
-        replacements: dict[cst.CSTNode, cst.CSTNode] = {}
+        detached: dict[cst.CSTNode, dict[cst.Call, cst.Call]] = {}
         for call in steps.consumers:
             statement = self.analysis.statement_of(call)
             if statement is None or self.analysis.block_of(statement) is None:
                 return None
-            detached_call = call.with_changes(
+            detached.setdefault(statement, {})[call] = call.with_changes(
                 args=[
                     arg.with_changes(value=_detached(arg.value))
                     if dotted_name(arg.value) == steps.generator_output
@@ -102,8 +102,7 @@ for real in loader:
                     for arg in call.args
                 ]
             )
-            current = replacements.get(statement, statement)
-            replacements[statement] = current.deep_replace(_find(current, call), detached_call)
+        replacements = {statement: statement.visit(_ReplaceCalls(calls)) for statement, calls in detached.items()}
         return Fix(safe=True, replace=tuple(replacements.items()))
 
 
@@ -111,15 +110,13 @@ def _detached(value: cst.BaseExpression) -> cst.Call:
     return cst.Call(func=cst.Attribute(value=value, attr=cst.Name("detach")))
 
 
-def _find(tree: cst.CSTNode, call: cst.Call) -> cst.CSTNode:
-    """``call`` in ``tree``, which may be a rewritten copy: by identity first, then by code."""
-    for node in _walk(tree):
-        if node is call:
-            return node
-    return next(node for node in _walk(tree) if isinstance(node, cst.Call) and node.deep_equals(call))
 
+class _ReplaceCalls(cst.CSTTransformer):
+    """Swaps calls of the original tree (by identity) for their rewrites, all in one pass."""
 
-def _walk(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        yield from _walk(child)
+    def __init__(self, replacements: dict[cst.Call, cst.Call]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        return self.replacements.get(original_node, updated_node)

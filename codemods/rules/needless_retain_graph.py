@@ -5,7 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis import BackwardSite, Carried, Element, Origin, code_of, expand, read_names
-from ..analysis.backward_api import argument, flag
+from ..analysis.backward_api import argument
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import RunsCorrectly
@@ -65,7 +65,7 @@ for x, y in loader:
             )
 
     def _needless(self, site: BackwardSite) -> bool:
-        if site.tensor is None or flag(site.api, site.call, "create_graph", _after(site.api.retain_position)) is not False:
+        if site.tensor is None or site.create_graph is not False:
             return False
         if site.value.backwarded:
             return False  # the same tensor backwarded again on purpose: its author keeps the flags
@@ -115,6 +115,3 @@ for x, y in loader:
         call = site.call.with_changes(args=args)
         return Fix(safe=True, replace=((site.statement, site.statement.deep_replace(site.call, call)),))
 
-
-def _after(position: int | None) -> int | None:
-    return None if position is None else position + 1
