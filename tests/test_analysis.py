@@ -317,3 +317,54 @@ def test_nested_loops_reach_a_fixed_point(monkeypatch):
         """
     )
     assert len(passes) <= 27  # three passes a loop at most, where identity-compared origins took 4 each
+
+
+@pytest.mark.parametrize(
+    ("optimized", "called", "untrained"),
+    [
+        ("teacher.parameters()", "student", True),
+        ("student.parameters()", "student", False),
+        ("model.decoder.parameters()", "model", False),  # model holds what is trained
+        ("[x]", "model", True),
+    ],
+)
+def test_a_module_is_trained_through_the_modules_that_hold_it(optimized, called, untrained):
+    analysis = analyse(
+        f"""
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = nn.Linear(2, 2)
+                self.decoder = nn.Linear(2, 2)
+
+        model = Net()
+        teacher = nn.Linear(2, 2)
+        student = nn.Linear(2, 2)
+        x = torch.zeros(2, requires_grad=True)
+        optimizer = torch.optim.SGD({optimized}, lr=0.1)
+        target = {called}(x)
+        """
+    )
+    statement = analysis.module.body[-1]
+    assert analysis.untrained_graph([statement]) is untrained
+
+
+def test_a_constructor_keeps_the_graphs_its_callers_pass_on_the_instance():
+    analysis = analyse(
+        """
+        class Target(nn.Module):
+            def __init__(self, feature, scale):
+                super().__init__()
+                self.target = feature * 2
+                self.scale = scale
+
+            def forward(self, x):
+                return F.mse_loss(x, self.target) * self.scale
+
+        teacher = nn.Linear(2, 2)
+        kept = Target(teacher(torch.ones(2)), scale=3.0)
+        """
+    )
+    forward = next(loop for loop in analysis.loops if loop.is_call and loop.node.name.value == "forward")
+    built = analysis.built_outside(forward.scope, [forward.returned])
+    assert [analysis.line(s) for s in built] == [8, 15]  # self.target = ..., and the caller's teacher(...)

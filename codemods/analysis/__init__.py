@@ -159,18 +159,69 @@ class FileAnalysis:
             dotted_name(call.func)
             for statement in statements
             for call in m.findall(statement, m.Call())
-            if self.names.module(call.func, None) is not None
+            if self.names.module(call.func, self.class_name_of(statement)) is not None
         ]
-        return bool(modules) and not any(module in trained or module is None for module in modules)
+        return bool(modules) and not any(self._may_train(module, trained) for module in modules)
+
+    @staticmethod
+    def _may_train(module: str | None, trained: set[str]) -> bool:
+        """Whether an optimizer may update ``module``: it trains the module, a module holding it
+        (``model`` holds ``model.encoder``) or one inside it; and, since ``self.model`` may be
+        the ``model`` some optimizer trains, any module named through ``self`` by an optimizer
+        that is not (or the other way round)."""
+        if module is None:
+            return True
+        on_self = module.split(".")[0] == "self"
+        return any(
+            t == module
+            or t.startswith(module + ".")
+            or module.startswith(t + ".")
+            or on_self != (t.split(".")[0] == "self")
+            for t in trained
+        )
 
     def called_with_graph(self, scope: Scope) -> bool | None:
         """Whether a call of the function ``scope`` in this file passes it a graph-carrying
         argument; None when the file never calls it (its callers are not known)."""
-        node = scope.node
-        if not isinstance(node, cst.FunctionDef):
+        if not isinstance(scope.node, cst.FunctionDef):
             return False
-        name = node.name.value if scope.class_name is None else f"{scope.class_name}.{node.name.value}"
-        return self._dataflow.graph_arguments.get(name)
+        return self._dataflow.graph_arguments.get(_function_name(scope))
+
+    def runs_every_step(self, scope: Scope) -> bool:
+        """Whether the function ``scope`` runs again and again with the same globals and the same
+        instance: a method of an nn.Module (each call is another step's forward), a trainer hook,
+        or a function or method this file calls in a loop."""
+        if not isinstance(scope.node, cst.FunctionDef):
+            return False
+        return scope.in_module_class or self.is_forward(scope) or _function_name(scope) in self._dataflow.repeated_functions
+
+    def is_forward(self, scope: Scope) -> bool:
+        """Whether ``scope`` is what calling a module runs (``forward``, ``__call__``) or a hook
+        whose result a trainer backwards."""
+        node = scope.node
+        if not isinstance(node, cst.FunctionDef) or scope.class_name is None:
+            return False
+        name = node.name.value
+        return name in ("forward", "__call__") or self.names.trainer_hooks.get(scope.class_name) == name
+
+    def built_outside(self, scope: Scope, values: Sequence[Value]) -> list[cst.CSTNode]:
+        """Statements outside the function ``scope`` that built part of the graphs of ``values``:
+        globals it reads, attributes its instance was constructed with."""
+        statements = {
+            source.statement
+            for value in values
+            for source in self.value_nodes(value)
+            if not self.contains(scope.node, source.statement)
+        }
+        return sorted(statements, key=self.start)
+
+    def constructed_every_step(self, class_name: str) -> bool:
+        """Whether some instance of the local class ``class_name`` is made in a loop that also
+        backwards: each step then has a fresh instance."""
+        training_loops = {loop for site in self.backward_sites for loop in site.loops if not loop.is_call}
+        return any(
+            set(loops) & training_loops for loops in self._dataflow.constructions.get(class_name, ())
+        )
 
     def site_of(self, call: cst.Call) -> BackwardSite:
         return self._dataflow.backward_sites[call]
@@ -191,6 +242,19 @@ class FileAnalysis:
         """The statements of the class called ``name`` (empty when there is none)."""
         cls = next((c for c in self._classes if c.name.value == name), None)
         return cls.body.body if cls is not None else ()
+
+    def class_name_of(self, node: cst.CSTNode) -> str | None:
+        """The name of the innermost class whose body holds ``node``."""
+        while node is not None and not isinstance(node, cst.ClassDef):
+            node = self._parents.get(node)
+        return node.name.value if node is not None else None
+
+    def constructor_of(self, name: str | None) -> cst.FunctionDef | None:
+        """The ``__init__`` of the class called ``name``, if it has one."""
+        return next(
+            (s for s in self.class_body(name) if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
+            None,
+        )
 
     @cached_property
     def _classes(self) -> list[cst.ClassDef]:
@@ -277,3 +341,9 @@ class FileAnalysis:
             dotted_name(call.func.value) in self.names.optimizers
             for call in m.findall(node, m.Call(func=m.Attribute()))
         )
+
+
+def _function_name(scope: Scope) -> str:
+    """How the dataflow names a function: ``f`` or ``Class.method``."""
+    name = scope.node.name.value
+    return name if scope.class_name is None else f"{scope.class_name}.{name}"

@@ -193,10 +193,22 @@ class DataflowAnalysis:
         # Function summaries, by function name or (class, method); a call met before the function's
         # definition sees the summary of the previous round, so rounds repeat until they agree.
         self.summaries: dict[object, FunctionSummary] = {}
+        # What each local class's constructor was called with, by parameter: ``__init__`` is walked
+        # with it, so the attributes it keeps carry the callers' graphs (seen a round late, as above).
+        self.constructor_arguments: dict[str, Env] = {}
+        self._constructor_parameters = {
+            cls.name.value: [p.name.value for p in init.params.params[1:]]
+            for cls in m.findall(module, m.ClassDef())
+            for init in cls.body.body
+            if isinstance(init, cst.FunctionDef) and init.name.value == "__init__" and init.params.params
+        }
         for _ in range(_MAX_SUMMARY_ROUNDS):
             known = {key for key, summary in self.summaries.items() if summary.has_effect}
+            arguments = {cls: _graph_facts(env) for cls, env in self.constructor_arguments.items()}
             self._run_module(module)
-            if {key for key, summary in self.summaries.items() if summary.has_effect} == known:
+            if {key for key, summary in self.summaries.items() if summary.has_effect} == known and arguments == {
+                cls: _graph_facts(env) for cls, env in self.constructor_arguments.items()
+            }:
                 break
 
     def _run_module(self, module: cst.Module) -> None:
@@ -209,6 +221,8 @@ class DataflowAnalysis:
         self.read_values: dict[cst.Name, Value] = {}  # what each name read held (in a loop: its last pass)
         self.assigned_values: dict[cst.BaseExpression, Value] = {}  # right-hand sides, as evaluated
         self.graph_arguments: dict[str, bool] = {}  # function -> whether a call in this file passes it a graph
+        self.repeated_functions: set[str] = set()  # functions and methods called in a loop of this file
+        self.constructions: dict[str, list[tuple[Loop, ...]]] = {}  # local class -> loops around each construction
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._frames: list[_Frame] = []
@@ -283,7 +297,8 @@ class DataflowAnalysis:
         constructor = next((f for f in methods if f.name.value == "__init__"), None)
         constructed: Env = {}
         if constructor is not None:
-            end = self._define_function(constructor, node.name.value) or {}
+            arguments = self.constructor_arguments.get(node.name.value, {})
+            end = self._define_function(constructor, node.name.value, arguments) or {}
             constructed = {name: value for name, value in end.items() if name.startswith("self.")}
         for statement in node.body.body:
             if isinstance(statement, cst.FunctionDef) and statement is not constructor:
@@ -364,7 +379,9 @@ class DataflowAnalysis:
             return joined
         if isinstance(statement, cst.FunctionDef):
             env[statement.name.value] = NOTHING
-            self._define_function(statement)
+            # A module-level function reads the graph-carrying globals defined before it.
+            is_global = isinstance(self._scope.node, cst.Module)
+            self._define_function(statement, env={k: v for k, v in env.items() if v.graph} if is_global else None)
             return env
         if isinstance(statement, cst.ClassDef):
             env[statement.name.value] = NOTHING
@@ -700,6 +717,10 @@ class DataflowAnalysis:
             return result
 
         values = self._eval_all(arguments, env)
+        if isinstance(func, cst.Name) and func.value in self.names.local_classes:
+            self._record_construction(func.value, node, values)
+            if func.value in self._constructor_parameters:
+                return NOTHING  # an object: what it keeps, its methods read from its ``__init__``
         if creates_parameter(self.names, node):
             return LEAF
         if self.names.module_class(func) is not None:
@@ -720,6 +741,20 @@ class DataflowAnalysis:
             values.append(LEAF)
         self._eval(func, env)
         return combine(values, self._origin(node), UNKNOWN)
+
+    def _record_construction(self, class_name: str, call: cst.Call, values: list[Value]) -> None:
+        self.constructions.setdefault(class_name, []).append(tuple(reversed(self._loops)))
+        parameters = self._constructor_parameters.get(class_name)
+        if parameters is None:
+            return
+        bound = dict(zip(parameters, (v for arg, v in zip(call.args, values) if arg.keyword is None and not arg.star)))
+        bound.update((arg.keyword.value, v) for arg, v in zip(call.args, values) if arg.keyword is not None)
+        known = self.constructor_arguments.setdefault(class_name, {})
+        for name, value in bound.items():
+            if name in parameters and value.graph:
+                # Carried markers name this round's loops: keep the places they stand for.
+                value = replace(value, origins=frozenset(_graph_nodes(value)), freed=False, backwarded=frozenset())
+                known[name] = known[name].join(value) if name in known else value
 
     def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
         values = self._eval_all(arguments, env)
@@ -828,6 +863,8 @@ class DataflowAnalysis:
         if summary is None:
             return None
         values = self._eval_all([arg.value for arg in call.args], env)
+        if self._loops:
+            self.repeated_functions.add(summary.name)
         self.graph_arguments[summary.name] = self.graph_arguments.get(summary.name, False) or any(v.graph for v in values)
         if not summary.has_effect:
             if not summary.returned.graph:
@@ -962,6 +999,10 @@ def _joined(values: Sequence[Value]) -> Value:
 def _graph_nodes(value: Value) -> set[Origin]:
     """Every place that built part of ``value``'s graph, through all loop heads."""
     return {source for source in expand(value.origins, None) if isinstance(source, Origin)}
+
+
+def _graph_facts(env: Env) -> dict[str, tuple]:
+    return {name: (value.graph, value.origins) for name, value in env.items()}
 
 
 def _same_graphs(a: Env, b: Env) -> bool:

@@ -261,6 +261,17 @@ class _TorchNamesCollector(cst.CSTVisitor):
             elif qualified in FRAMEWORK_CONSTRUCTORS:
                 self.names.frameworks[param.name.value] = FRAMEWORK_CONSTRUCTORS[qualified]
 
+    def visit_Return(self, node: cst.Return) -> None:
+        """A LightningModule's ``configure_optimizers`` returns optimizers it builds in place
+        (``return torch.optim.Adam(...)``, or in a list or dict): the trainer steps them."""
+        if not self._classes or self._classes[-1] not in self.names.lightning_classes or node.value is None:
+            return
+        for call in m.findall(node.value, m.Call()):
+            callee = self.names.qualify(call.func) or ""
+            if _is_optimizer_class(callee) or callee in self.names.optimizer_classes:
+                hook = cst.Attribute(cst.Name(self._classes[-1]), cst.Name("configure_optimizers"))
+                self._bind_optimizers(hook, call, callee)
+
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         detaches = m.findall(
             original_node.body,
@@ -348,7 +359,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         method = value.func.attr.value if isinstance(value.func, cst.Attribute) else ""
         if _is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == "optimizers":
             chosen = elements
-            modules = _optimized_modules(value.args[0].value) if value.args and method != "optimizers" else None
+            modules = self._optimized_modules(value.args[0].value) if value.args and method != "optimizers" else None
             updated = {dotted_name(e): modules for e in chosen} if modules is not None else {}
         elif method in _HANDING_BACK:
             passed = [dotted_name(arg.value) for arg in value.args if arg.keyword is None]
@@ -375,6 +386,38 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.self_modules.setdefault(self._classes[-1], {}).setdefault(name[5:], ModuleInfo(""))
             elif not name.startswith("self."):
                 self.names.modules.setdefault(name, ModuleInfo(""))
+
+    def _optimized_modules(self, params: cst.BaseExpression) -> set[str] | None:
+        """The modules whose parameters an optimizer's first argument holds: ``model.parameters()``,
+        ``[*a.parameters(), *b.parameters()]``, ``chain(a.parameters(), b.parameters())``, ``[x]``
+        or ``[self.image]`` (tensors, no module); None when it cannot be read (a list built
+        elsewhere)."""
+        if m.matches(params, m.Call(func=m.Attribute(attr=_PARAMETER_METHODS))):
+            name = dotted_name(params.func.value)
+            return {name} if name else None
+        if isinstance(params, (cst.List, cst.Tuple)):
+            parts = [e.value for e in params.elements]
+        elif isinstance(params, cst.Call) and m.matches(params.func, m.Name("list") | m.Attribute(attr=m.Name("chain"))):
+            parts = [a.value for a in params.args]
+        else:
+            return None
+        class_name = self._classes[-1] if self._classes else None
+        modules: set[str] = set()
+        for part in parts:
+            if m.matches(part, m.Call(func=m.Attribute(attr=_PARAMETER_METHODS))):
+                found = self._optimized_modules(part)
+                if found is None:
+                    return None
+                modules |= found
+            elif isinstance(part, cst.Dict):
+                return None  # parameter groups
+            elif not isinstance(part, cst.Name) and not (
+                isinstance(part, cst.Attribute)
+                and self.names.is_parameter(part, class_name)
+                and dotted_name(part.value) == "self"
+            ):
+                return None  # ``model.weight``: part of some module, which one is not known here
+        return modules
 
     # frozen modules ----------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
@@ -420,31 +463,6 @@ _HANDING_BACK = {"prepare", "setup", "setup_optimizers", "prepare_optimizer"}  #
 _PARAMETER_METHODS = m.Name("parameters") | m.Name("named_parameters")
 
 
-def _optimized_modules(params: cst.BaseExpression) -> set[str] | None:
-    """The modules whose parameters an optimizer's first argument holds: ``model.parameters()``,
-    ``[*a.parameters(), *b.parameters()]``, ``chain(a.parameters(), b.parameters())``, ``[x]`` (a
-    tensor, no module); None when it cannot be read (a list built elsewhere)."""
-    if m.matches(params, m.Call(func=m.Attribute(attr=_PARAMETER_METHODS))):
-        name = dotted_name(params.func.value)
-        return {name} if name else None
-    if isinstance(params, (cst.List, cst.Tuple)):
-        parts = [e.value for e in params.elements]
-    elif isinstance(params, cst.Call) and m.matches(params.func, m.Name("list") | m.Attribute(attr=m.Name("chain"))):
-        parts = [a.value for a in params.args]
-    else:
-        return None
-    modules: set[str] = set()
-    for part in parts:
-        if m.matches(part, m.Call(func=m.Attribute(attr=_PARAMETER_METHODS))):
-            found = _optimized_modules(part)
-            if found is None:
-                return None
-            modules |= found
-        elif isinstance(part, cst.Dict):
-            return None  # parameter groups
-        elif not isinstance(part, cst.Name):
-            return None  # ``model.weight``: part of some module, which one is not known here
-    return modules
 
 
 def _is_optimizer_class(qualified: str) -> bool:

@@ -78,7 +78,9 @@ def _matching_finding(analysis: FileAnalysis, path: str, diagnosis: Diagnosis) -
     that, one in the function that built the graph (state a module keeps between calls); failing
     that, when the backward that failed ran inside a framework (a trainer backwards what a hook
     returned) and the file has a single finding, that one."""
-    lines = {frame.line for frame in (diagnosis.failing, diagnosis.graph) if frame is not None}
+    # The whole stack that built the freed node: a helper's line, and the constructor that called it.
+    frames = [diagnosis.failing, *diagnosis.run.forward_frames]
+    lines = {frame.line for frame in frames if frame is not None}
     findings = [replace(v.finding, path=path) for v in find_violations(analysis, all_rules())]
 
     def rank(finding: Finding) -> tuple:

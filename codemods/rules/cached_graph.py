@@ -5,7 +5,7 @@ from typing import Iterator
 import libcst as cst
 import libcst.matchers as m
 
-from ..analysis import NONE, BackwardSite, ListOf, Loop, TupleOf, as_operand, assigned_names, code_of, read_names
+from ..analysis import NONE, BackwardSite, ListOf, Loop, Scope, TupleOf, Value, as_operand, assigned_names, code_of, read_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
@@ -16,17 +16,24 @@ class CachedGraph(Rule):
     backwards into it.
 
     A teacher's outputs for distillation, pseudo-labels from a labelling network, the features of a
-    reference image for style transfer or feature inversion: computed once, before the training
-    loop, by a module no optimizer updates, they still carry that module's autograd graph. The
-    first step's backward walks into it and frees it; the second raises ``RuntimeError: Trying to
-    backward through the graph a second time``. ``retain_graph=True`` makes it run while every step
-    also computes gradients for the frozen network, for nothing.
+    reference image for style transfer or feature inversion: computed once, by a module no optimizer
+    updates, they still carry that module's autograd graph. The first step's backward walks into it
+    and frees it; the second raises ``RuntimeError: Trying to backward through the graph a second
+    time``. ``retain_graph=True`` makes it run while every step also computes gradients for the
+    frozen network, for nothing.
+
+    "Once" is before the training loop, or outside the function every step runs: a global that a
+    step function reads, an attribute ``__init__`` sets that ``forward``, ``training_step`` or a
+    trainer's step method reads (the neural style tutorial's ``StyleLoss`` keeps
+    ``self.target = gram_matrix(target_feature).detach()`` for this reason), unless a fresh
+    instance is made in every step.
 
     The fix detaches the value where it is made (``target = teacher(x).detach()``): it is a constant
     of training, and its value is unchanged. gradfix tells a constant from a value that must train
     by the optimizers: only when every optimizer's parameters are known and none of them belongs to
-    the modules that built the value is it detached. A value built by a trained module is GF003's:
-    it must be computed again in every step.
+    the modules that built the value is it detached. A value built from parameters that train (an
+    ``exp`` of a parameter, a normalised learned adjacency kept by ``__init__``) must be computed
+    again in every step: that is reported, not rewritten, and so is a value gradfix cannot place.
     """
 
     CODE = "GF006"
@@ -62,6 +69,79 @@ for step in range(steps):
             for loop in site.loops:
                 if not loop.is_call:
                     yield from self._built_before(site, loop, seen)
+        for scope, values in self._step_functions():
+            yield from self._built_outside(scope, values, seen)
+
+    def _step_functions(self) -> Iterator[tuple[Scope, list[Value]]]:
+        """Functions that run once per step, with the graphs each call uses: what its backwards
+        walk, and for a module's forward (or a trainer hook) what a call returns or leaves on
+        ``self``."""
+        by_scope: dict[cst.CSTNode, tuple[Scope, list[Value]]] = {}
+        for site in self.analysis.backward_sites:
+            if self.analysis.runs_every_step(site.scope):
+                by_scope.setdefault(site.scope.node, (site.scope, []))[1].append(site.value)
+        for loop in self.analysis.loops:
+            if loop.is_call and self.analysis.is_forward(loop.scope):
+                kept = [value for name, value in loop.back_edge.items() if name.startswith("self.")]
+                by_scope.setdefault(loop.node, (loop.scope, []))[1].extend([loop.returned, *kept])
+        yield from by_scope.values()
+
+    def _built_outside(self, scope: Scope, values: list[Value], seen: set[int]) -> Iterator[Violation]:
+        """Globals and attributes set at construction that every call of ``scope`` reads and
+        backwards into again."""
+        built = self.analysis.built_outside(scope, values)
+        if not built:
+            return
+        function = scope.node
+        read = read_names(function.body)
+        cached = [
+            statement
+            for statement in built
+            if id(statement) not in seen
+            and assigned_names(statement) & read
+            and not self.analysis.loops_around(statement)
+            and self._made_once(statement, scope)
+        ]
+        constant = self.analysis.untrained_graph(built)
+        for statement in cached:
+            seen.add(id(statement))
+            shown = ", ".join(f"`{n}`" for n in sorted(assigned_names(statement) & read))
+            where = f"every call of `{function.name.value}` (line {self.analysis.line(function)})"
+            if constant:
+                message = (
+                    f"{shown} is built once by a network nothing trains, but keeps its graph; {where} "
+                    "backwards into it again: detach it where it is made"
+                )
+            elif self.analysis.trained_modules is not None:
+                message = (
+                    f"{shown} is built once from parameters that train, and keeps that graph; {where} "
+                    f"backwards into it again: compute it in `{function.name.value}` instead"
+                )
+            else:
+                message = (
+                    f"{shown} is built once and keeps its graph; {where} backwards into it again: detach "
+                    f"it where it is made if it is a constant, or compute it in `{function.name.value}` if "
+                    "it must train (gradfix cannot tell which: not every optimizer's parameters are known)"
+                )
+            yield self.violation(
+                statement,
+                message,
+                self._detach_fix(statement) if constant else None,
+                related=(function,),
+            )
+
+    def _made_once(self, statement: cst.CSTNode, scope: Scope) -> bool:
+        """A global (a statement of the module body), or an attribute the constructor of the
+        function's own class sets, when no instance of that class is made fresh in every step."""
+        block = self.analysis.block_of(statement)
+        if block is not None and isinstance(block.owner, cst.Module):
+            return True
+        constructor = self.analysis.constructor_of(scope.class_name)
+        return (
+            constructor is not None
+            and any(s is statement for s in constructor.body.body)
+            and not self.analysis.constructed_every_step(scope.class_name)
+        )
 
     def _detach_fix(self, statement: cst.CSTNode) -> Fix | None:
         """``x = expr`` / ``d[k] = expr`` → ``… = expr.detach()``; ``xs.append(expr)`` →
