@@ -238,7 +238,8 @@ def diagnose(
 ) -> None:
     """Run a training script for a few steps with autograd anomaly detection; when it fails with
     'backward through the graph a second time', say which lines and which rule, and show the fix.
-    Exit 0 when no error shows (or --fix removed it), 1 when it does."""
+    Silent bugs are measured in the same run: graphs kept alive step after step, a backward that
+    misses the loop's batches. Exit 0 when nothing shows (or --fix removed it), 1 when it does."""
     _require_torch()
     if not script.is_file():
         render.stderr.print(f"error: {script}: no such file")
@@ -251,7 +252,7 @@ def diagnose(
             render.print_errors([], [str(error)])
             raise typer.Exit(EXIT_ERROR) from None
         render.print_diagnosis(diagnosis, show_output)
-        if not diagnosis.second_backward:
+        if not diagnosis.found:
             raise typer.Exit(EXIT_CLEAN if diagnosis.run.succeeded else EXIT_FINDINGS)
         if diagnosis.fix is None:
             raise typer.Exit(EXIT_FINDINGS)
@@ -264,10 +265,11 @@ def diagnose(
             )
             raise typer.Exit(EXIT_FINDINGS)
         again = fix_and_rerun(diagnosis, runner, options)
-    if again.succeeded:
-        render.stderr.print(f"fixed {script}: {again.backward_calls} step(s) now run without error ({again.describe()})")
+    confirmed, detail = diagnosis.confirmed_by(again)
+    if confirmed:
+        render.stderr.print(f"fixed {script}: {detail}")
         raise typer.Exit(EXIT_CLEAN)
-    render.stderr.print(f"applied the fix to {script}, but it still fails: {again.describe()}")
+    render.stderr.print(f"applied the fix to {script}, but it is not confirmed: {detail}")
     raise typer.Exit(EXIT_FINDINGS)
 
 

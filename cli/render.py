@@ -145,7 +145,9 @@ def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
     if show_output and (run.stdout or run.stderr):
         console.print(Text("script output:", style="bold"))
         console.print(Text(run.stdout + run.stderr))
-    if not diagnosis.second_backward:
+    if diagnosis.symptom:
+        console.print(Text(f"{diagnosis.script}: runs, but {diagnosis.symptom}", style="bold red"))
+    elif not diagnosis.second_backward:
         if run.succeeded:
             console.print(f"no error in {run.backward_calls} step(s) ({run.describe()})")
         else:
@@ -153,7 +155,8 @@ def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
             if run.status == "error" and not show_output and run.traceback:
                 console.print(Text(run.traceback.rstrip()))
         return
-    console.print(Text(f"{diagnosis.script}: RuntimeError: {diagnosis.run.error_message.split('.')[0]}", style="bold red"))
+    else:
+        console.print(Text(f"{diagnosis.script}: RuntimeError: {diagnosis.run.error_message.split('.')[0]}", style="bold red"))
     if diagnosis.failing is not None:
         when = f"on its {_ordinal(diagnosis.failing_call_number)} call"
         if diagnosis.loop_line is not None:
@@ -164,6 +167,9 @@ def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
     if diagnosis.relation:
         console.print(f"  why: {diagnosis.relation}")
     if diagnosis.finding is None:
+        if diagnosis.symptom:
+            console.print("  No gradfix rule finds the cause: look for losses or outputs kept across steps.")
+            return
         console.print("  No gradfix rule matches this shape. Look at the two lines above: the value built at the")
         console.print("  second one must be rebuilt, or detached, before the backward at the first one.")
         return

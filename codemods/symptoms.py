@@ -69,7 +69,7 @@ class GraphsKeptAlive(Symptom):
 
     def shown_by(self, run: Run) -> Judgement:
         counts = run.live_graph_nodes
-        grows = run.status == "ok" and len(counts) >= self.min_steps and _increasing(counts[-self.min_steps :])
+        grows = _ran(run) and len(counts) >= self.min_steps and _increasing(counts[-self.min_steps :])
         return grows, f"{run.describe()}; live graph nodes at each step: {_shown(counts)}"
 
     def gone(self, before: Run, after: Run) -> Judgement:
@@ -77,7 +77,7 @@ class GraphsKeptAlive(Symptom):
 
     def absent_from(self, run: Run) -> Judgement:
         counts = run.live_graph_nodes
-        flat = run.status == "ok" and len(counts) >= self.min_steps and max(counts[1:]) <= counts[1]
+        flat = _ran(run) and len(counts) >= self.min_steps and max(counts[1:]) <= counts[1]
         return flat, f"{run.describe()}; live graph nodes at each step: {_shown(counts)}"
 
 
@@ -91,7 +91,10 @@ class LastBatchOnly(Symptom):
         return run.status == "ok", f"{run.describe()}; {run.backward_calls} backward call(s)"
 
     def gone(self, before: Run, after: Run) -> Judgement:
-        more = after.status == "ok" and after.backward_calls > before.backward_calls
+        # Under a step bound, reaching it where the buggy run ended first also backwards more.
+        more = _ran(after) and (
+            after.backward_calls > before.backward_calls or (after.status == "stopped" and before.status == "ok")
+        )
         return more, f"{after.describe()}; {before.backward_calls} backward call(s) before the fix, {after.backward_calls} after"
 
 
@@ -103,6 +106,11 @@ class RunsCorrectly(Symptom):
 
     def shown_by(self, run: Run) -> Judgement:
         return run.status == "ok", run.describe()
+
+
+def _ran(run: Run) -> bool:
+    """Ran without error, to its end or to the step bound it was given."""
+    return run.status in ("ok", "stopped")
 
 
 def _increasing(counts: Sequence[int]) -> bool:

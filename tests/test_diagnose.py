@@ -10,7 +10,7 @@ from gradfix.cli.app import app
 from gradfix.codemods.execution.diagnose import diagnose, fix_and_rerun
 from gradfix.codemods.execution.runner import RunOptions
 from gradfix.codemods.execution.verify import discover
-from gradfix.codemods.symptoms import SECOND_BACKWARD
+from gradfix.codemods.symptoms import SECOND_BACKWARD, GraphsKeptAlive, LastBatchOnly
 
 from .conftest import FIXTURES, SHARED_CASES
 
@@ -125,3 +125,44 @@ def test_cli_verify_passes_on_a_fixture_and_fails_on_a_wrong_one(cli, tmp_path):
     assert result.exit_code == 1
     assert '"passed": false' in result.stdout
     assert cli("verify", tmp_path / "nothing").exit_code == 2
+
+
+# Silent bugs raise nothing; diagnose measures them (graphs kept alive, batches a backward misses).
+SILENT_PAIRS = [
+    case
+    for case in discover([FIXTURES])
+    if case.kind == "pair" and isinstance(case.rule.SYMPTOM, (GraphsKeptAlive, LastBatchOnly))
+]
+
+
+@pytest.mark.parametrize("case", SILENT_PAIRS, ids=lambda c: c.name)
+def test_silent_fixtures_are_measured_matched_and_fixed(case, runs, tmp_path):
+    if case.missing_modules():
+        pytest.skip(f"{case.name} needs {', '.join(case.missing_modules())}, not installed here")
+    script = tmp_path / "before.py"
+    shutil.copy(case.file("before.py"), script)
+    diagnosis = diagnose(script, runs.runner, BOUNDS)
+    assert diagnosis.symptom and not diagnosis.second_backward, diagnosis.run.describe()
+    assert diagnosis.finding is not None and diagnosis.finding.code == case.rule.CODE
+    confirmed, detail = diagnosis.confirmed_by(fix_and_rerun(diagnosis, runs.runner, BOUNDS))
+    assert confirmed, detail
+    assert script.read_bytes() == case.file("after.py").read_bytes()
+
+
+def test_cli_diagnose_shows_a_silent_bug_with_exit_1(cli, tmp_path):
+    script = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "graph_kept_for_logging" / "accel_losses_list" / "before.py", script)
+    shown = cli("diagnose", script)
+    assert shown.exit_code == 1, shown.output
+    assert "runs, but live tensors keep more graph nodes at every optimizer step" in shown.stdout
+    assert "rule: GF007" in shown.stdout and "+    losses.append(loss.item())" in shown.stdout
+
+
+@pytest.mark.skipif(not SHARED_CASES.is_dir(), reason="../shared/cases is not beside this checkout")
+@pytest.mark.parametrize(("name", "code"), [("backward_after_batch_loop.py", "GF008"), ("loss_kept_for_logging.py", "GF007")])
+def test_shared_silent_cases_are_measured_and_matched(name, code, runs, tmp_path):
+    script = tmp_path / name
+    shutil.copy(SHARED_CASES / "silent" / name, script)
+    diagnosis = diagnose(script, runs.runner, BOUNDS)
+    assert diagnosis.symptom, diagnosis.run.describe()
+    assert diagnosis.finding is not None and diagnosis.finding.code == code

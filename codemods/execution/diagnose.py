@@ -4,6 +4,10 @@
 The run gives two lines: the ``.backward()`` that failed (from the error's traceback, with how many
 times that line had run) and the line that built the graph that was already freed (from anomaly
 mode's traceback of the forward call). The static analysis of the same file tells how they relate.
+
+Silent bugs raise nothing, so the same run measures them: graph nodes that live tensors keep at
+each optimizer step (growing: losses kept for logging, GF007), and how often a backward placed
+after a loop ran against the loop's iterations (fewer: only the last batch trains, GF008).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from ..analysis import FileAnalysis
 from ..engine import FileReport, FixMode, check_source, find_violations, parse_source, write_atomically
 from ..registry import all_rules
 from ..rule import Finding, FixKind, Rule
+from ..symptoms import GraphsKeptAlive, LastBatchOnly
 from .runner import Frame, RunOptions, RunResult, ScriptRunner
 
 SECOND_BACKWARD = "Trying to backward through the graph a second time"
@@ -33,10 +38,24 @@ class Diagnosis:
     relation: str = ""  # how the two lines relate, in plain words
     finding: Finding | None = None  # the rule's finding that matches
     fix: FileReport | None = None  # that rule's rewrite of the script, when it has one
+    symptom: str = ""  # what the run measured of a silent bug (no error raised)
 
     @property
     def second_backward(self) -> bool:
         return self.run.status == "error" and SECOND_BACKWARD in self.run.error_message
+
+    @property
+    def found(self) -> bool:
+        """Whether the run showed a bug: the error, or a silent bug's symptom."""
+        return self.second_backward or bool(self.symptom)
+
+    def confirmed_by(self, again: RunResult) -> tuple[bool, str]:
+        """Whether a run of the fixed script is free of what this diagnosis found."""
+        if self.symptom and self.rule is not None:
+            return self.rule.SYMPTOM.gone(self.run, again)
+        return again.succeeded, (
+            f"{again.backward_calls} step(s) now run without error ({again.describe()})" if again.succeeded else again.describe()
+        )
 
     @property
     def rule(self) -> type[Rule] | None:
@@ -44,22 +63,22 @@ class Diagnosis:
 
 
 def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnosis:
-    """Run ``script`` with anomaly detection within ``options``' bounds, and explain its failure.
-    Raises ``SourceError`` before running anything when the script cannot be parsed."""
+    """Run ``script`` with anomaly detection within ``options``' bounds, and explain its failure or
+    the silent bug it shows. Raises ``SourceError`` before running anything when the script cannot
+    be parsed."""
     source = script.read_bytes()
     analysis = FileAnalysis.of_module(parse_source(source, str(script)))
-    run = runner.run(script, replace(options, detect_anomaly=True))
+    findings = [replace(v.finding, path=str(script)) for v in find_violations(analysis, all_rules())]
+    last_batch = [f for f in findings if isinstance(_rule_of(f).SYMPTOM, LastBatchOnly)]
+    counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
+    run = runner.run(
+        script, replace(options, detect_anomaly=True, measure_graphs=True, count_lines=tuple(sorted(counted)))
+    )
     diagnosis = Diagnosis(script, run)
-    if not diagnosis.second_backward:
-        return diagnosis
-    diagnosis.failing = run.failing_frames[-1] if run.failing_frames else None
-    diagnosis.graph = run.forward_frames[-1] if run.forward_frames else None
-    if diagnosis.failing is not None:
-        diagnosis.failing_call_number = run.backward_calls_by_line.get(diagnosis.failing.line, 1)
-        loops = [loop for loop in analysis.loops_around(analysis.statement_at(diagnosis.failing.line)) if not loop.is_call]
-        diagnosis.loop_line = analysis.line(loops[0].node) if loops else None
-    diagnosis.relation = _relation(analysis, diagnosis)
-    diagnosis.finding = _matching_finding(analysis, str(script), diagnosis)
+    if diagnosis.second_backward:
+        _explain_error(analysis, findings, diagnosis)
+    elif run.succeeded:
+        _measure_silent_bugs(analysis, findings, last_batch, diagnosis)
     if diagnosis.finding is not None and diagnosis.finding.fix is not None:
         mode = FixMode.UNSAFE if diagnosis.finding.fix is FixKind.UNSAFE else FixMode.SAFE
         report = check_source(source, [diagnosis.rule], mode, str(script))
@@ -67,13 +86,68 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnos
     return diagnosis
 
 
+def _explain_error(analysis: FileAnalysis, findings: list[Finding], diagnosis: Diagnosis) -> None:
+    run = diagnosis.run
+    diagnosis.failing = run.failing_frames[-1] if run.failing_frames else None
+    diagnosis.graph = run.forward_frames[-1] if run.forward_frames else None
+    if diagnosis.failing is not None:
+        diagnosis.failing_call_number = run.backward_calls_by_line.get(diagnosis.failing.line, 1)
+        loops = [loop for loop in analysis.loops_around(analysis.statement_at(diagnosis.failing.line)) if not loop.is_call]
+        diagnosis.loop_line = analysis.line(loops[0].node) if loops else None
+    diagnosis.relation = _relation(analysis, diagnosis)
+    diagnosis.finding = _matching_finding(analysis, findings, diagnosis)
+
+
+def _measure_silent_bugs(
+    analysis: FileAnalysis, findings: list[Finding], last_batch: list[Finding], diagnosis: Diagnosis
+) -> None:
+    """A run without error: graphs that grow step after step, or a backward that ran fewer times
+    than the loop before it, each matched to the rule that finds its cause."""
+    run = diagnosis.run
+    grows, _ = GraphsKeptAlive().shown_by(run)
+    kept = [f for f in findings if isinstance(_rule_of(f).SYMPTOM, GraphsKeptAlive)]
+    if grows:
+        counts = ", ".join(map(str, run.live_graph_nodes))
+        diagnosis.symptom = f"live tensors keep more graph nodes at every optimizer step: {counts}"
+        diagnosis.finding = min(kept, key=_fixable_first, default=None)
+        return
+    for finding in sorted(last_batch, key=_fixable_first):
+        body_line = _loop_body_lines(analysis, finding)[0]
+        iterations, backwards = run.line_counts.get(body_line, 0), run.line_counts.get(finding.line, 0)
+        if backwards and iterations > backwards:
+            diagnosis.symptom = (
+                f"the loop body at line {body_line} ran {iterations} times, the backward at line "
+                f"{finding.line} ran {backwards}: {iterations - backwards} iterations never reached it"
+            )
+            diagnosis.finding = finding
+            return
+
+
+def _loop_body_lines(analysis: FileAnalysis, finding: Finding) -> list[int]:
+    """The first line of the body of each loop a finding names."""
+    return [
+        analysis.line(loop.node.body.body[0])
+        for loop in analysis.loops
+        if not loop.is_call and analysis.line(loop.node) in finding.related_lines
+    ]
+
+
+def _rule_of(finding: Finding) -> type[Rule]:
+    return next(rule for rule in all_rules() if rule.CODE == finding.code)
+
+
+def _fixable_first(finding: Finding) -> tuple:
+    return (finding.fix is None, finding.line)
+
+
 def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions) -> RunResult:
-    """Write the matching rule's rewrite to the script and run it again within the same bounds."""
+    """Write the matching rule's rewrite to the script and run it again within the same bounds,
+    measuring again what showed a silent bug."""
     write_atomically(diagnosis.script, diagnosis.fix.rewritten)
-    return runner.run(diagnosis.script, replace(options, detect_anomaly=False))
+    return runner.run(diagnosis.script, replace(options, detect_anomaly=False, measure_graphs=bool(diagnosis.symptom)))
 
 
-def _matching_finding(analysis: FileAnalysis, path: str, diagnosis: Diagnosis) -> Finding | None:
+def _matching_finding(analysis: FileAnalysis, findings: list[Finding], diagnosis: Diagnosis) -> Finding | None:
     """The finding that names the failing backward or the line that built the freed graph; failing
     that, one in the function that built the graph (state a module keeps between calls); failing
     that, when the backward that failed ran inside a framework (a trainer backwards what a hook
@@ -81,7 +155,6 @@ def _matching_finding(analysis: FileAnalysis, path: str, diagnosis: Diagnosis) -
     # The whole stack that built the freed node: a helper's line, and the constructor that called it.
     frames = [diagnosis.failing, *diagnosis.run.forward_frames]
     lines = {frame.line for frame in frames if frame is not None}
-    findings = [replace(v.finding, path=path) for v in find_violations(analysis, all_rules())]
 
     def rank(finding: Finding) -> tuple:
         named = len(lines & {finding.line, *finding.related_lines})

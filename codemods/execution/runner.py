@@ -44,6 +44,7 @@ class RunOptions:
     record_gradients: bool = False
     measure_graphs: bool = False  # count the graph nodes live tensors hold, at every optimizer step
     detect_anomaly: bool = False
+    count_lines: tuple[int, ...] = ()  # lines of the script whose executions are counted
     cwd: str | None = None  # default: a fresh, empty temporary folder
     env: tuple[tuple[str, str], ...] = ()
 
@@ -68,6 +69,7 @@ class RunResult:
     forward_frames: list[Frame] = field(default_factory=list)  # anomaly mode: where the failing node was made
     gradients: list[tuple[str, list[float]]] = field(default_factory=list)
     live_graph_nodes: list[int] = field(default_factory=list)  # at each optimizer step, if measured
+    line_counts: dict[int, int] = field(default_factory=dict)  # executions of the counted lines
 
     @property
     def succeeded(self) -> bool:
@@ -259,6 +261,8 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
                 result.live_graph_nodes.append(_live_graph_nodes(torch))
 
         register_optimizer_step_pre_hook(measure)
+    if options.count_lines:
+        _count_lines(script, set(options.count_lines), result.line_counts)
     if options.detect_anomaly:
         torch.autograd.set_detect_anomaly(True)
         warnings.showwarning = lambda message, *rest: anomaly_reports.append(str(message))
@@ -286,6 +290,20 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
     result.stderr = _read(stderr_file)
     with open(result_path, "wb") as handle:
         pickle.dump(result, handle)
+
+
+def _count_lines(script: str, lines: set[int], counts: dict[int, int]) -> None:
+    """Count executions of ``lines`` of the script; other files' frames are not traced."""
+
+    def in_script(frame, event, _):
+        if event == "line" and frame.f_lineno in lines:
+            counts[frame.f_lineno] = counts.get(frame.f_lineno, 0) + 1
+        return in_script
+
+    def calls(frame, event, _):
+        return in_script if frame.f_code.co_filename == script else None
+
+    sys.settrace(calls)
 
 
 def _live_graph_nodes(torch) -> int:
