@@ -9,8 +9,9 @@ from __future__ import annotations
 import enum
 import importlib.util
 import sys
+import time
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, List, NoReturn, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -22,6 +23,7 @@ from gradfix.codemods.config import Config, ConfigError, find_config
 from gradfix.codemods.engine import FileReport, FixMode, SourceError
 from gradfix.codemods.execution.diagnose import diagnose as run_diagnosis
 from gradfix.codemods.execution.diagnose import fix_and_rerun
+from gradfix.codemods.execution.repair import Repair, ScriptChanged, repair, write_chosen
 from gradfix.codemods.rule import FixKind
 from gradfix.codemods.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
 from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
@@ -39,6 +41,7 @@ app = typer.Typer(
 )
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+RUN_TIMEOUT = 60.0  # seconds one run of a script may take in `diagnose`
 _PROGRESS_MIN_FILES = 20
 
 
@@ -230,7 +233,9 @@ def diagnose(
     script: Annotated[Path, typer.Argument(help="The training script to run.", show_default=False)],
     args: Annotated[Optional[List[str]], typer.Argument(help="Arguments for the script, after --.", show_default=False)] = None,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Stop after this many successful backward calls.")] = 5,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the script is stopped.")] = 60,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="Seconds for the whole diagnosis and repair search (each run at most 60).")
+    ] = 120,
     memory_limit: Annotated[int, typer.Option("--memory-limit", min=64, help="MiB the script may allocate.")] = 4096,
     fix: Annotated[bool, typer.Option("--fix", help="Apply the matching rule's rewrite and run again to confirm.")] = False,
     unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix: also apply a fix that changes the maths.")] = False,
@@ -244,7 +249,14 @@ def diagnose(
     if not script.is_file():
         render.stderr.print(f"error: {script}: no such file")
         raise typer.Exit(EXIT_ERROR)
-    options = RunOptions(args=tuple(args or ()), timeout=timeout, memory_limit=memory_limit << 20, max_steps=steps, cwd=str(script.resolve().parent))
+    started = time.monotonic()
+    options = RunOptions(
+        args=tuple(args or ()),
+        timeout=min(timeout, RUN_TIMEOUT),
+        memory_limit=memory_limit << 20,
+        max_steps=steps,
+        cwd=str(script.resolve().parent),
+    )
     with ScriptRunner() as runner:
         try:
             diagnosis = run_diagnosis(script, runner, options)
@@ -255,7 +267,11 @@ def diagnose(
         if not diagnosis.found:
             raise typer.Exit(EXIT_CLEAN if diagnosis.run.succeeded else EXIT_FINDINGS)
         if diagnosis.fix is None:
-            raise typer.Exit(EXIT_FINDINGS)
+            if not diagnosis.second_backward:
+                raise typer.Exit(EXIT_FINDINGS)
+            searched = repair(diagnosis, runner, options, budget=timeout - (time.monotonic() - started))
+            render.print_repair(searched, script)
+            _apply_repair(searched, script, fix, unsafe_fixes)
         unsafe = diagnosis.finding.fix is FixKind.UNSAFE
         if not fix or (unsafe and not unsafe_fixes):
             flags = "--fix --unsafe-fixes" if unsafe else "--fix"
@@ -271,6 +287,28 @@ def diagnose(
         raise typer.Exit(EXIT_CLEAN)
     render.stderr.print(f"applied the fix to {script}, but it is not confirmed: {detail}")
     raise typer.Exit(EXIT_FINDINGS)
+
+
+def _apply_repair(searched: Repair, script: Path, fix: bool, unsafe_fixes: bool) -> NoReturn:
+    """Write the rewrite the search chose (when asked, and when the file is still as it was read)."""
+    chosen = searched.chosen
+    if chosen is None:
+        render.stderr.print(f"no candidate rewrite ran clean; {script} is unchanged")
+        raise typer.Exit(EXIT_FINDINGS)
+    if not fix or (not chosen.safe and not unsafe_fixes):
+        flags = "--fix" if chosen.safe else "--fix --unsafe-fixes"
+        render.stderr.print(
+            ("This rewrite changes the maths (unsafe). " if not chosen.safe else "")
+            + f"Run `gradfix diagnose {flags} {script}` to apply it."
+        )
+        raise typer.Exit(EXIT_FINDINGS)
+    try:
+        write_chosen(searched, script)
+    except ScriptChanged as error:
+        render.stderr.print(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    render.stderr.print(f"fixed {script}: {chosen.candidate.description} ({chosen.outcome()})")
+    raise typer.Exit(EXIT_CLEAN)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gradfix.codemods.execution.diagnose import Diagnosis
+from gradfix.codemods.execution.repair import Repair
 from gradfix.codemods.engine import FileReport, unified_diff
 from gradfix.codemods.rule import Finding, Rule
 from gradfix.codemods.execution.verify import CheckResult
@@ -180,6 +181,20 @@ def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
         return
     console.print("  fix:")
     print_diff(unified_diff(diagnosis.fix))
+
+
+def print_repair(searched: Repair, script) -> None:
+    """The candidates a repair search ran, one line each, and the diff of the one it chose."""
+    console = _stdout()
+    console.print(f"  no rule proves a rewrite; tried {len(searched.attempts)} candidate rewrite(s) at the blamed lines:")
+    chosen = searched.chosen
+    for attempt in searched.attempts:
+        mark = "chosen" if attempt is chosen else ("ok" if attempt.accepted else "failed")
+        console.print(Text(f"    [{mark}] {attempt.candidate.description}: {attempt.outcome()}"))
+    if chosen is None:
+        return
+    console.print(f"  chosen because {searched.why()}:")
+    print_diff(unified_diff(FileReport(str(script), original=searched.original, rewritten=chosen.candidate.source)))
 
 
 def _ordinal(number: int) -> str:

@@ -21,7 +21,7 @@ from .optimizers import gradient_effects, stepped_optimizers, updates_parameters
 from .gan import GanSteps, find_gan_steps
 from .project import ExportedSummary, ProjectSummaries, module_names, project_summaries
 from .dataflow import BackwardSite, DataflowAnalysis, FunctionSummary, Loop, Scope, expand
-from .syntax import as_operand, code_of, is_single_assignment, is_single_call, parenthesized
+from .syntax import as_operand, code_of, detached, detached_where_stored, is_single_assignment, is_single_call, parenthesized
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .values import NONE, TENSOR, UNKNOWN, Carried, Element, ListOf, Origin, Structure, TupleOf, Value
 
@@ -50,6 +50,8 @@ __all__ = [
     "as_operand",
     "assigned_names",
     "code_of",
+    "detached",
+    "detached_where_stored",
     "dotted_name",
     "expand",
     "is_single_assignment",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from .values import TENSOR, ListOf, Structure, TupleOf
+
 _ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 _EMPTY_MODULE = cst.Module([])
 
@@ -41,3 +43,43 @@ def as_operand(expression: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(expression, _ATOMIC) or expression.lpar:
         return expression
     return parenthesized(expression)
+
+
+def detached(expression: cst.BaseExpression, structure: Structure = TENSOR) -> cst.BaseExpression | None:
+    """``expression`` with every tensor in it detached, for the structures gradfix can write
+    (a tensor, a list of tensors, a tuple of tensors or of tuples of tensors); None otherwise."""
+    if structure is TENSOR:
+        return cst.Call(func=cst.Attribute(value=as_operand(expression), attr=cst.Name("detach")))
+    code = code_of(expression)
+    if isinstance(structure, ListOf) and structure.item is TENSOR:
+        return cst.parse_expression(f"[s.detach() for s in {code}]")
+    if isinstance(structure, TupleOf) and structure.items:
+        items = set(structure.items)
+        if items == {TENSOR}:
+            return cst.parse_expression(f"tuple(h.detach() for h in {code})")
+        if len(items) == 1 and isinstance(structure.items[0], TupleOf) and set(structure.items[0].items) == {TENSOR}:
+            return cst.parse_expression(f"tuple(tuple(h.detach() for h in layer) for layer in {code})")
+    return None
+
+
+def detached_where_stored(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine | None:
+    """``x = expr`` → ``x = expr.detach()``; ``xs.append(expr)`` → ``xs.append(expr.detach())``;
+    None for any other statement line."""
+    if len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+        return statement.with_changes(body=[small.with_changes(value=detached(small.value))])
+    if (
+        isinstance(small, cst.Expr)
+        and isinstance(small.value, cst.Call)
+        and isinstance(small.value.func, cst.Attribute)
+        and small.value.func.attr.value == "append"
+        and len(small.value.args) == 1
+        and small.value.args[0].keyword is None
+        and not small.value.args[0].star
+    ):
+        call = small.value
+        argument = call.args[0].with_changes(value=detached(call.args[0].value))
+        return statement.with_changes(body=[small.with_changes(value=call.with_changes(args=[argument]))])
+    return None

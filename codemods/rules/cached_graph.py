@@ -3,9 +3,8 @@ from __future__ import annotations
 from typing import Iterator
 
 import libcst as cst
-import libcst.matchers as m
 
-from ..analysis import NONE, BackwardSite, ListOf, Loop, Scope, TupleOf, Value, as_operand, assigned_names, code_of, read_names
+from ..analysis import NONE, BackwardSite, ListOf, Loop, Scope, TupleOf, Value, assigned_names, detached_where_stored, read_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
@@ -149,19 +148,14 @@ for step in range(steps):
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return None
         small = statement.body[0]
-        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        if isinstance(small, cst.Assign):
             value = self.analysis.value_assigned(small.value)
-            if value is None or isinstance(value.structure, (ListOf, TupleOf)) or value.structure is NONE:
+            if len(small.targets) != 1 or value is None or isinstance(value.structure, (ListOf, TupleOf)) or value.structure is NONE:
                 return None
-            replaced = small.with_changes(value=_detached(small.value))
-        elif isinstance(small, cst.Expr) and m.matches(
-            small.value, m.Call(func=m.Attribute(attr=m.Name("append")), args=[m.Arg(keyword=None)])
-        ):
-            call = small.value
-            replaced = small.with_changes(value=call.with_changes(args=[call.args[0].with_changes(value=_detached(call.args[0].value))]))
-        else:
+        elif not isinstance(small, cst.Expr):
             return None
-        return Fix(safe=True, replace=((statement, statement.with_changes(body=[replaced])),))
+        replaced = detached_where_stored(statement)
+        return None if replaced is None else Fix(safe=True, replace=((statement, replaced),))
 
     def _built_before(self, site: BackwardSite, loop: Loop, seen: set[int]) -> Iterator[Violation]:
         """Values built before ``loop`` (an epoch loop re-reads what the batch loop picks) by
@@ -184,6 +178,3 @@ for step in range(steps):
                 self._detach_fix(statement),
                 related=(loop.node, site.call),
             )
-
-def _detached(expression: cst.BaseExpression) -> cst.BaseExpression:
-    return cst.parse_expression(f"{code_of(as_operand(expression))}.detach()")

@@ -7,19 +7,16 @@ import libcst.matchers as m
 
 from ..analysis import (
     NONE,
-    TENSOR,
     UNKNOWN,
     BackwardSite,
     Carried,
-    ListOf,
     Loop,
     Origin,
     Structure,
-    TupleOf,
     Value,
-    as_operand,
     assigned_names,
     code_of,
+    detached,
     dotted_name,
     expand,
     is_single_assignment,
@@ -171,7 +168,7 @@ for inputs, targets in loader:
             assign = store.body[0]
             target = assign.targets[0].target
             if dotted_name(target) == name:
-                value = _detached(as_operand(assign.value), stored.structure)
+                value = detached(assign.value, stored.structure)
                 if value is None:
                     return None
                 replace.append((store, store.with_changes(body=[assign.with_changes(value=value)])))
@@ -242,7 +239,7 @@ def _state_structure(entry: Value, left_behind: Value) -> Structure | None:
 
 def _detach_statement(name: str, entry: Value, left_behind: Value) -> cst.BaseStatement | None:
     structure = _state_structure(entry, left_behind)
-    value = None if structure is None else _detached(cst.parse_expression(name), structure)
+    value = None if structure is None else detached(cst.parse_expression(name), structure)
     if value is None:
         return None
     code = f"{name} = {code_of(value)}\n"
@@ -251,17 +248,3 @@ def _detach_statement(name: str, entry: Value, left_behind: Value) -> cst.BaseSt
     return cst.parse_statement(code)
 
 
-def _detached(expression: cst.BaseExpression, structure: Structure) -> cst.BaseExpression | None:
-    """``expression`` with every tensor in it detached, for the structures gradfix can write."""
-    code = code_of(expression)
-    if structure is TENSOR:
-        return cst.parse_expression(f"{code}.detach()")
-    if isinstance(structure, ListOf) and structure.item is TENSOR:
-        return cst.parse_expression(f"[s.detach() for s in {code}]")
-    if isinstance(structure, TupleOf) and structure.items:
-        items = set(structure.items)
-        if items == {TENSOR}:
-            return cst.parse_expression(f"tuple(h.detach() for h in {code})")
-        if len(items) == 1 and isinstance(structure.items[0], TupleOf) and set(structure.items[0].items) == {TENSOR}:
-            return cst.parse_expression(f"tuple(tuple(h.detach() for h in layer) for layer in {code})")
-    return None

@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import GanSteps, code_of, dotted_name
+from ..analysis import GanSteps, code_of, detached, dotted_name
 from ..analysis.backward_api import argument
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
@@ -89,26 +89,21 @@ for real in loader:
     def _fix(self, steps: GanSteps) -> Fix | None:
         if steps.reused or not steps.consumers:
             return None
-        detached: dict[cst.CSTNode, dict[cst.Call, cst.Call]] = {}
+        rewritten: dict[cst.CSTNode, dict[cst.Call, cst.Call]] = {}
         for call in steps.consumers:
             statement = self.analysis.statement_of(call)
             if statement is None or self.analysis.block_of(statement) is None:
                 return None
-            detached.setdefault(statement, {})[call] = call.with_changes(
+            rewritten.setdefault(statement, {})[call] = call.with_changes(
                 args=[
-                    arg.with_changes(value=_detached(arg.value))
+                    arg.with_changes(value=detached(arg.value))
                     if dotted_name(arg.value) == steps.generator_output
                     else arg
                     for arg in call.args
                 ]
             )
-        replacements = {statement: statement.visit(_ReplaceCalls(calls)) for statement, calls in detached.items()}
+        replacements = {statement: statement.visit(_ReplaceCalls(calls)) for statement, calls in rewritten.items()}
         return Fix(safe=True, replace=tuple(replacements.items()))
-
-
-def _detached(value: cst.BaseExpression) -> cst.Call:
-    return cst.Call(func=cst.Attribute(value=value, attr=cst.Name("detach")))
-
 
 
 class _ReplaceCalls(cst.CSTTransformer):

@@ -1,0 +1,316 @@
+"""Execution-guided repair: when no rule can prove a rewrite, try the few rewrites the bug family
+allows at the lines the failing run blamed, run each, and keep the one the run proves.
+
+The diagnosis names two places: the backward that failed, and the forward lines (the whole stack)
+that built the graph it found freed. The candidates come from the vocabulary the rules use:
+
+* detach the value where it is stored (the blamed assignment or ``append``);
+* build it under ``torch.no_grad()``;
+* detach it where the loop around the failing backward starts (it is carried into the iteration);
+* compute it again in that loop (move the blamed statement to the top of the loop), or again just
+  before the failing backward (copy it, and what is computed from it, after whatever stepped);
+* merge the failing backward into the earlier one of the same step, or drop it as a repeat.
+
+Never ``retain_graph=True``. Each candidate is written beside the script (it may import its
+siblings), run under the diagnosis's bounds with gradients recorded, and removed. A candidate is
+accepted when it runs clean and every tensor that gets a gradient in the original run with
+``retain_graph=True`` still gets one (detaching a value that must train runs clean too). It is *safe* when the gradients it records equal those of the original
+run with ``retain_graph=True`` (to the verify tolerance): the maths is what the author wrote; any
+other accepted candidate changes the maths and is written only with ``--unsafe-fixes``. A merge or a
+dropped backward is accepted only when safe: a backward that another graph needs is never lost.
+Among accepted candidates the safe ones come first, then the smallest edit.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterator
+
+import libcst as cst
+import libcst.matchers as m
+
+from ..analysis import TENSOR, FileAnalysis, assigned_names, code_of, detached_where_stored, read_names
+from ..edits import Fix, apply_fixes
+from ..engine import write_atomically
+from .diagnose import Diagnosis
+from .runner import RunOptions, RunResult, ScriptRunner
+from .verify import compare_gradients
+
+
+@dataclass(frozen=True)
+class Candidate:
+    description: str  # what the rewrite does, and where
+    source: bytes
+    needs_equal_gradients: bool = False  # removes or merges a backward: only the same maths will do
+
+    def changed_lines(self, original: bytes) -> int:
+        before, after = (text.decode(errors="replace").splitlines() for text in (original, self.source))
+        diff = difflib.unified_diff(before, after, n=0, lineterm="")
+        return sum(1 for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
+
+
+@dataclass
+class Attempt:
+    candidate: Candidate
+    run: RunResult | None  # None when the time budget ran out before it could run
+    gradient_difference: str | None = None  # what differs from the retain_graph run, if anything
+
+    loses_gradients: bool = False  # some tensor that got a gradient in the retain_graph run gets none
+
+    @property
+    def accepted(self) -> bool:
+        if self.run is None or not self.run.succeeded or self.loses_gradients:
+            return False
+        return self.safe or not self.candidate.needs_equal_gradients
+
+    @property
+    def safe(self) -> bool:
+        return self.run is not None and self.run.succeeded and self.gradient_difference is None
+
+    def outcome(self) -> str:
+        if self.run is None:
+            return "not run: the time budget was spent"
+        if not self.run.succeeded:
+            return self.run.describe().split(". ")[0]
+        if self.gradient_difference is None:
+            return "runs clean; gradients equal the retain_graph=True run"
+        if self.loses_gradients or self.candidate.needs_equal_gradients:
+            return f"runs, but loses gradients the original computes ({self.gradient_difference})"
+        return f"runs clean; the maths changes ({self.gradient_difference})"
+
+
+@dataclass
+class Repair:
+    original: bytes
+    attempts: list[Attempt] = field(default_factory=list)
+    reference: RunResult | None = None  # the original with retain_graph=True, gradients recorded
+
+    @property
+    def chosen(self) -> Attempt | None:
+        accepted = [a for a in self.attempts if a.accepted]
+        return min(accepted, key=lambda a: (not a.safe, a.candidate.changed_lines(self.original)), default=None)
+
+    def why(self) -> str:
+        chosen = self.chosen
+        if chosen is None:
+            return "no candidate rewrite ran clean"
+        if chosen.safe:
+            return "it runs clean and its gradients equal those of the original run with retain_graph=True"
+        reason = "it runs clean, but its gradients differ from the retain_graph=True run: the maths changes"
+        if self.reference is None or not self.reference.succeeded:
+            reason = "it runs clean; the original does not run even with retain_graph=True, so gradients were not compared"
+        return reason
+
+
+class ScriptChanged(Exception):
+    """The script on disk is no longer what the search read: writing would lose an edit."""
+
+
+def write_chosen(searched: Repair, script: Path) -> None:
+    """Write the chosen rewrite over ``script`` atomically, only if the file is still what the
+    search read."""
+    if script.read_bytes() != searched.original:
+        raise ScriptChanged(f"{script} changed while gradfix ran; it was not written")
+    write_atomically(script, searched.chosen.candidate.source)
+
+
+def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budget: float = 120.0) -> Repair:
+    """Search the candidate rewrites for ``diagnosis`` (a second-backward error) within ``budget``
+    seconds in all; each run keeps the bounds of ``options``."""
+    deadline = time.monotonic() + budget
+    script = diagnosis.script
+    original = script.read_bytes()
+    result = Repair(original)
+    recording = replace(options, detect_anomaly=False, measure_graphs=False, count_lines=(), record_gradients=True)
+    result.reference = _run_bounded(runner, script, replace(recording, retain_graph=True), deadline)
+    reference_gradients = result.reference.gradients if result.reference and result.reference.succeeded else None
+    for candidate in candidates(diagnosis, original):
+        run = _run_candidate(runner, script, candidate, recording, deadline)
+        attempt = Attempt(candidate, run)
+        if run is not None and run.succeeded:
+            if reference_gradients is None:
+                attempt.gradient_difference = "no retain_graph=True run to compare with"
+            else:
+                attempt.gradient_difference = compare_gradients(reference_gradients, run.gradients)
+                attempt.loses_gradients = _shapes(run.gradients) != _shapes(reference_gradients)
+        result.attempts.append(attempt)
+    return result
+
+
+def _shapes(gradients: list[tuple[str, list[float]]]) -> list[tuple[str, int]]:
+    """Which tensors got gradients at each optimizer step, and how many values each."""
+    return [(label, len(values)) for label, values in gradients]
+
+
+def candidates(diagnosis: Diagnosis, original: bytes) -> list[Candidate]:
+    """Every distinct rewrite of the vocabulary at the places the run blamed, in order."""
+    module = cst.parse_module(original)
+    analysis = FileAnalysis.of_module(module)
+    found: dict[bytes, Candidate] = {}
+    for description, fix, needs_equal in _fixes(analysis, diagnosis):
+        if any(analysis.updates_parameters(s) for s in fix.taken_away()):
+            continue  # never remove or move an optimizer update
+        try:
+            source = apply_fixes(module, [fix]).code.encode()
+        except Exception:  # noqa: BLE001 - a candidate that cannot be written is not a candidate
+            continue
+        if source != original and source not in found:
+            found[source] = Candidate(description, source, needs_equal)
+    return list(found.values())
+
+
+def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, Fix, bool]]:
+    failing = analysis.statement_at(diagnosis.failing.line) if diagnosis.failing else None
+    loop = next((l for l in analysis.loops_around(failing) if not l.is_call), None) if failing else None
+    blamed: list[cst.SimpleStatementLine] = []
+    for frame in reversed(diagnosis.run.forward_frames):  # innermost first
+        statement = analysis.statement_at(frame.line)
+        if statement is not None and statement is not failing and all(statement is not b for b in blamed):
+            blamed.append(statement)
+    torch = next((alias for alias, name in analysis.names.aliases.items() if name == "torch"), None)
+    for statement in blamed:
+        line = analysis.line(statement)
+        stored = _detached_where_stored(analysis, statement)
+        if stored is not None:
+            yield f"detach the value where it is stored (line {line})", Fix(safe=False, replace=((statement, stored),)), False
+        if torch is not None:
+            guarded = cst.With(
+                items=[cst.WithItem(cst.parse_expression(f"{torch}.no_grad()"))],
+                body=cst.IndentedBlock([statement.with_changes(leading_lines=[])]),
+                leading_lines=statement.leading_lines,
+            )
+            yield f"build line {line} under {torch}.no_grad()", Fix(safe=False, replace=((statement, guarded),)), False
+        if loop is None or not isinstance(loop.node.body, cst.IndentedBlock):
+            continue
+        first = loop.node.body.body[0]
+        entering = loop.entry  # what the names hold when the loop starts
+        names = sorted(
+            n
+            for n in assigned_names(statement) & read_names(loop.node.body)
+            if n in entering and (entering[n].graph or entering[n].structure is TENSOR)
+        )
+        if names and first is not statement:
+            resets = tuple(cst.parse_statement(f"{n} = {n}.detach()") for n in names)
+            yield (
+                f"detach {', '.join(names)} where the loop at line {analysis.line(loop.node)} starts",
+                Fix(safe=False, insert_before=((first, resets),)),
+                False,
+            )
+        same_function = analysis.function_at(line) is analysis.function_at(analysis.line(loop.node))
+        if not analysis.contains(loop.node, statement) and same_function:
+            yield (
+                f"compute line {line} again in the loop at line {analysis.line(loop.node)}",
+                Fix(safe=False, move=((statement, first),)),
+                False,
+            )
+        recomputed = _recomputed_before(analysis, statement, failing)
+        if recomputed:
+            yield (
+                f"compute line {line} again before the backward at line {analysis.line(failing)}",
+                Fix(safe=False, insert_before=((failing, recomputed),)),
+                False,
+            )
+    yield from _backward_fixes(analysis, failing)
+
+
+def _recomputed_before(
+    analysis: FileAnalysis, statement: cst.SimpleStatementLine, failing: cst.CSTNode | None
+) -> tuple[cst.BaseStatement, ...]:
+    """Copies of ``statement`` and of the statements after it, up to the failing backward in the
+    same block, that compute from what it assigns what that backward reads: the graph built again
+    after whatever stepped or freed it in between (SAM's second forward). Nothing that draws new
+    data (random tensors, the next batch) is copied: the copy must compute the same thing."""
+    block = analysis.block_of(statement)
+    if failing is None or block is None or all(failing is not s for s in block.statements):
+        return ()
+    start, end = block.index(statement), block.index(failing)
+    if start >= end:
+        return ()
+    tainted = set(assigned_names(statement))
+    computed = [statement]
+    for later in block.statements[start + 1 : end]:
+        assigned = assigned_names(later)
+        if assigned and read_names(later) & tainted and not analysis.gradient_effects(later):
+            tainted |= assigned
+            computed.append(later)
+    needed = read_names(failing)
+    copies: list[cst.BaseStatement] = []
+    for candidate in reversed(computed):
+        if assigned_names(candidate) & needed:
+            needed |= read_names(candidate)
+            copies.insert(0, candidate)
+    if not copies or copies[0] is not statement or any(_draws_data(analysis, c) for c in copies):
+        return ()
+    return tuple(c.with_changes(leading_lines=[]) for c in copies)
+
+
+def _draws_data(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
+    """Whether running ``statement`` again would draw other data: a random tensor, ``next(...)``."""
+    for call in m.findall(statement, m.Call()):
+        name = analysis.names.qualify(call.func) or ""
+        if name.rsplit(".", 1)[-1] in _DRAWING_FUNCTIONS or name == "next":
+            return True
+    return False
+
+
+_DRAWING_FUNCTIONS = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "bernoulli", "multinomial", "next"}
+
+
+def _backward_fixes(analysis: FileAnalysis, failing: cst.CSTNode | None) -> Iterator[tuple[str, Fix, bool]]:
+    """Merge the failing backward into the closest earlier one of the same block, or drop it."""
+    site = next((s for s in analysis.backward_sites if s.statement is failing and s.is_whole_statement), None)
+    block = analysis.block_of(failing) if failing is not None else None
+    if site is None or block is None or site.tensor is None:
+        return
+    index = block.index(failing)
+    for earlier_statement in reversed(block.statements[:index]):
+        if analysis.updates_parameters(earlier_statement):
+            return  # an optimizer steps between: merging would change what it steps on
+        earlier = next((s for s in analysis.backward_sites if s.statement is earlier_statement and s.is_whole_statement), None)
+        if earlier is None or earlier.tensor is None:
+            continue
+        line = analysis.line(failing)
+        if earlier.tensor.deep_equals(site.tensor):
+            yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), True
+            return
+        total = cst.parse_expression(f"{code_of(earlier.tensor)} + {code_of(site.tensor)}")
+        merged = earlier_statement.with_changes(body=[cst.Expr(earlier.with_tensor(total))])
+        yield (
+            f"merge the backward at line {line} into the one at line {analysis.line(earlier_statement)}",
+            Fix(safe=False, replace=((earlier_statement, merged),), remove=(failing,)),
+            True,
+        )
+        return
+
+
+def _detached_where_stored(analysis: FileAnalysis, statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine | None:
+    """The blamed statement with what it stores detached; not for what the analysis knows holds
+    no graph (a module, an object)."""
+    small = statement.body[0] if len(statement.body) == 1 else None
+    if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+        value = analysis.value_assigned(small.value)
+        if value is not None and not value.graph:
+            return None
+    return detached_where_stored(statement)
+
+
+def _run_bounded(runner: ScriptRunner, script: Path, options: RunOptions, deadline: float) -> RunResult | None:
+    remaining = deadline - time.monotonic()
+    if remaining < 1:
+        return None
+    return runner.run(script, replace(options, timeout=min(options.timeout, remaining)))
+
+
+def _run_candidate(
+    runner: ScriptRunner, script: Path, candidate: Candidate, options: RunOptions, deadline: float
+) -> RunResult | None:
+    """Run ``candidate`` from a file beside the script (its sibling imports resolve), then remove it."""
+    trial = script.with_name(f".{script.stem}.gradfix-candidate.py")
+    trial.write_bytes(candidate.source)
+    try:
+        return _run_bounded(runner, trial, options, deadline)
+    finally:
+        trial.unlink(missing_ok=True)

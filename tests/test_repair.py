@@ -1,0 +1,106 @@
+"""`diagnose` with a repair search: where the static rules only report, candidate rewrites at the
+blamed lines are run, and the one the run proves is kept."""
+
+import shutil
+
+import libcst as cst
+import pytest
+
+from gradfix.codemods.execution.diagnose import diagnose
+from gradfix.codemods.execution.repair import ScriptChanged, candidates, repair, write_chosen
+from gradfix.codemods.execution.runner import RunOptions
+
+from .conftest import FIXTURES
+
+BOUNDS = RunOptions(max_steps=5, timeout=60)
+
+
+def searched(name: str, runs, tmp_path):
+    script = tmp_path / "train.py"
+    shutil.copy(name, script)
+    diagnosis = diagnose(script, runs.runner, BOUNDS)
+    assert diagnosis.second_backward and diagnosis.fix is None, "a shape the rules only report"
+    return script, diagnosis, repair(diagnosis, runs.runner, BOUNDS)
+
+
+def test_sam_second_pass_gets_its_second_forward(runs, tmp_path):
+    script, diagnosis, result = searched(
+        FIXTURES / "separate_backwards" / "reported_report_sam_reused_output" / "reported.py", runs, tmp_path
+    )
+    chosen = result.chosen
+    assert chosen is not None and "again before the backward" in chosen.candidate.description
+    assert not chosen.safe  # the second backward now sees the perturbed weights: the maths SAM means
+    write_chosen(result, script)
+    fixed = script.read_text()
+    assert "optimizer.first_step(zero_grad=True)\n    output = model(images)\n" in fixed
+    assert "retain_graph" not in fixed
+    assert runs.runner.run(script, BOUNDS).succeeded
+    assert all(a.candidate.source != result.original for a in result.attempts)
+
+
+def test_value_cached_in_init_is_detached_with_the_same_gradients(runs, tmp_path):
+    script, _, result = searched(
+        FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path
+    )
+    chosen = result.chosen
+    assert chosen is not None and chosen.safe, [a.outcome() for a in result.attempts]
+    assert chosen.candidate.description == "detach the value where it is stored (line 23)"
+    assert "torch.log(torch.tensor(length_scale)))).detach()" in chosen.candidate.source.decode()
+
+
+def test_no_candidate_works_and_nothing_is_written(runs, tmp_path):
+    script, _, result = searched(
+        FIXTURES / "separate_backwards" / "reported_zero_grad_between" / "reported.py", runs, tmp_path
+    )
+    assert result.attempts and all(not a.accepted for a in result.attempts)
+    assert result.chosen is None and result.why() == "no candidate rewrite ran clean"
+    assert script.read_bytes() == result.original
+    assert not [p for p in tmp_path.iterdir() if p.name != "train.py"], "no candidate file is left behind"
+
+
+def test_a_detach_that_stops_a_parameter_training_is_refused(runs, tmp_path):
+    _, _, result = searched(
+        FIXTURES / "separate_backwards" / "reported_step_between_loader_loop" / "reported.py", runs, tmp_path
+    )
+    detaching = [a for a in result.attempts if a.candidate.description.startswith("detach the value")]
+    assert detaching and all(a.loses_gradients and not a.accepted for a in detaching)
+
+
+def test_writing_refuses_a_script_edited_during_the_search(runs, tmp_path):
+    script, _, result = searched(
+        FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path
+    )
+    script.write_text(script.read_text() + "# edited meanwhile\n")
+    with pytest.raises(ScriptChanged):
+        write_chosen(result, script)
+    assert script.read_text().endswith("# edited meanwhile\n")
+
+
+def test_candidates_never_touch_optimizer_updates_nor_retain_graphs(runs, tmp_path):
+    script = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "separate_backwards" / "reported_step_between_module_level" / "reported.py", script)
+    diagnosis = diagnose(script, runs.runner, BOUNDS)
+    original = script.read_bytes()
+    steps = [line for line in original.decode().splitlines() if ".step(" in line or "zero_grad" in line]
+    found = candidates(diagnosis, original)
+    assert found
+    for candidate in found:
+        source = candidate.source.decode()
+        cst.parse_module(source)
+        assert "retain_graph" not in source
+        assert [line for line in source.splitlines() if ".step(" in line or "zero_grad" in line] == steps
+
+
+def test_cli_diagnose_fix_writes_the_proven_rewrite_and_says_why(tmp_path):
+    from typer.testing import CliRunner
+
+    from gradfix.cli.app import app
+
+    script = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", script)
+    result = CliRunner().invoke(app, ["diagnose", "--fix", str(script)])
+    assert result.exit_code == 0, result.output
+    assert "[chosen] detach the value where it is stored (line 23)" in result.stdout
+    assert "chosen because it runs clean and its gradients equal" in result.stdout
+    assert "[failed]" in result.stdout  # the candidates that did not work, one line each
+    assert ").detach()\n" in script.read_text()
