@@ -23,7 +23,7 @@ from gradfix.codemods.config import Config, ConfigError, find_config
 from gradfix.codemods.engine import FileReport, FixMode, SourceError
 from gradfix.codemods.execution.diagnose import diagnose as run_diagnosis
 from gradfix.codemods.execution.diagnose import fix_and_rerun
-from gradfix.codemods.execution.repair import Repair, ScriptChanged, repair, write_chosen
+from gradfix.codemods.execution.repair import Repair, repair, write_chosen
 from gradfix.codemods.rule import FixKind
 from gradfix.codemods.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
 from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
@@ -164,7 +164,9 @@ def fix(
             render.print_diff(engine.unified_diff(report))
         else:
             try:
-                engine.write_atomically(report.path, report.rewritten)
+                engine.write_atomically(report.path, report.rewritten, expected=report.original)
+            except engine.FileChanged as error:
+                errors.append(str(error))
             except OSError as error:
                 errors.append(f"{report.path}: cannot write: {error.strerror or error}")
     if not diff:
@@ -304,7 +306,7 @@ def _apply_repair(searched: Repair, script: Path, fix: bool, unsafe_fixes: bool)
         raise typer.Exit(EXIT_FINDINGS)
     try:
         write_chosen(searched, script)
-    except ScriptChanged as error:
+    except engine.FileChanged as error:
         render.stderr.print(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
     render.stderr.print(f"fixed {script}: {chosen.candidate.description} ({chosen.outcome()})")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -32,7 +33,7 @@ class Config:
 
 def find_config(paths: Sequence[str | Path]) -> Config:
     """The ``[tool.gradfix]`` table of the first ``pyproject.toml`` above the first path."""
-    start = Path(paths[0]).resolve() if paths else Path.cwd()
+    start = Path(os.path.abspath(paths[0])) if paths else Path.cwd()  # a symlink loop must not raise here
     for folder in [start, *start.parents]:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():

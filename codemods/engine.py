@@ -8,10 +8,13 @@ Writing files is left to the caller, through ``write_atomically``.
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import enum
 import io
+import errno
 import os
+import stat
 import re
 import subprocess
 import tempfile
@@ -83,16 +86,33 @@ def collect_files(paths: Sequence[str | Path]) -> FileSet:
     errors: list[str] = []
     for raw in paths:
         path = Path(raw)
+        problem = _unreadable_kind(path)
         if path.is_dir():
-            walked = list(_walk(path))
+            walked = [f for f in _walk(path) if _unreadable_kind(f) != "not a regular file"]
+            errors += [f"{f}: {_unreadable_kind(f)}" for f in walked if _unreadable_kind(f)]
+            walked = [f for f in walked if not _unreadable_kind(f)]
             ignored = _git_ignored(path, walked)
             files += [f for f in walked if f not in ignored]
-        elif path.exists():
-            files.append(path)
+        elif problem:
+            errors.append(f"{path}: {problem}")
         else:
-            errors.append(f"{path}: no such file or directory")
+            files.append(path)
     unique = list(dict.fromkeys(files))
     return FileSet(unique, errors)
+
+
+def _unreadable_kind(path: Path) -> str:
+    """Why ``path`` cannot be checked as a file ("" when it can): a FIFO or a device would block
+    the read, a symlink loop or a dangling link has nothing to read."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "symlink loop"
+        return "no such file or directory" if error.errno == errno.ENOENT else f"cannot read: {error.strerror}"
+    if stat.S_ISDIR(mode):
+        return ""
+    return "" if stat.S_ISREG(mode) else "not a regular file"
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -115,7 +135,9 @@ def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
     try:
         result = subprocess.run(
             ["git", "-C", str(root), "check-ignore", "--stdin", "-z"],
-            input=b"\0".join(str(f.resolve()).encode() for f in files),
+            # The paths as walked, not their targets: a link to outside the work tree would make
+            # git refuse the whole list.
+            input=b"\0".join(os.fsencode(os.path.abspath(f)) for f in files),
             capture_output=True,
             timeout=60,
         )
@@ -123,22 +145,36 @@ def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
         return set()
     if result.returncode not in (0, 1):  # 128: not a git work tree
         return set()
-    ignored = {Path(p.decode()) for p in result.stdout.split(b"\0") if p}
-    return {f for f in files if f.resolve() in ignored}
+    ignored = {os.fsdecode(p) for p in result.stdout.split(b"\0") if p}
+    return {f for f in files if os.path.abspath(f) in ignored}
 
 
-def write_atomically(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that it is, at every moment, either old or new."""
-    path = Path(path)
-    mode = path.stat().st_mode
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".gradfix")
+class FileChanged(Exception):
+    """The file on disk is no longer what gradfix read: writing would lose someone's edit."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(f"{path}: changed since gradfix read it; not written")
+
+
+def write_atomically(path: str | Path, data: bytes, expected: bytes | None = None) -> None:
+    """Replace ``path`` with ``data`` so that it is, at every moment, either old or new. A symlink
+    is written through (its target is replaced); owner, group and mode are kept where the process
+    may. With ``expected``, raise ``FileChanged`` instead of writing when the file no longer holds
+    those bytes just before the replace."""
+    target = Path(os.path.realpath(path))
+    status = target.stat()
+    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".gradfix")
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temporary, mode & 0o7777)
-        os.replace(temporary, path)
+        os.chmod(temporary, status.st_mode & 0o7777)
+        with contextlib.suppress(PermissionError):
+            os.chown(temporary, status.st_uid, status.st_gid)
+        if expected is not None and target.read_bytes() != expected:
+            raise FileChanged(path)
+        os.replace(temporary, target)
     except BaseException:
         if os.path.exists(temporary):
             os.unlink(temporary)

@@ -1,6 +1,7 @@
 """The command-line contract: output formats and exit codes, including bad input."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -293,3 +294,31 @@ def test_summaries_cross_the_files_of_one_run(cli, tmp_path):
     assert cli("fix", tmp_path).exit_code == 0
     assert "loss.backward()" not in script.read_text()
     assert cli("check", script).exit_code == 0  # alone, the file's imports resolve to nothing checked
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to check .gitignore handling")
+def test_a_symlink_to_outside_the_repository_keeps_gitignore_honoured(cli, tmp_path):
+    repository, outside = tmp_path / "repo", tmp_path / "elsewhere"
+    write(repository / "src" / "train.py", DOUBLE)
+    write(repository / "generated" / "train.py", DOUBLE)
+    write(repository / ".gitignore", "generated/\n")
+    write(outside / "helper.py", CLEAN)
+    (repository / "src" / "helper.py").symlink_to(outside / "helper.py")
+    subprocess.run(["git", "init", "-q"], cwd=repository, check=True)
+    result = cli("check", repository)
+    assert {line.split(":")[0] for line in result.stdout.splitlines()} == {str(repository / "src" / "train.py")}
+
+
+def test_fifos_and_symlink_loops_are_one_clear_line_and_exit_2(cli, tmp_path):
+    write(tmp_path / "train.py", DOUBLE)
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "loop_a.py").symlink_to(tmp_path / "loop_b.py")
+    (tmp_path / "loop_b.py").symlink_to(tmp_path / "loop_a.py")
+    for path, problem in ((tmp_path / "pipe.py", "not a regular file"), (tmp_path / "loop_a.py", "symlink loop")):
+        result = cli("check", path)
+        assert result.exit_code == 2 and f"{path}: {problem}" in result.stderr
+        assert "Traceback" not in result.output
+    walked = cli("check", tmp_path)  # a walk skips the FIFO, names each loop, checks the rest
+    assert walked.exit_code == 2
+    assert str(tmp_path / "train.py") in walked.stdout
+    assert "pipe.py" not in walked.output and "loop_b.py: symlink loop" in walked.stderr

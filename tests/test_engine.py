@@ -7,7 +7,7 @@ import pytest
 
 from gradfix.codemods import engine
 from gradfix.codemods.edits import Fix
-from gradfix.codemods.engine import FixMode, check_source
+from gradfix.codemods.engine import FileChanged, FixMode, check_source, write_atomically
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.rule import FixKind, Rule, Violation
 
@@ -124,3 +124,23 @@ def test_no_fix_removes_an_optimizer_update():
     assert report.rewritten is None
     assert [f.fix for f in report.findings] == [None]
     assert "would remove or move an optimizer update" in report.findings[0].message
+
+
+def test_writing_through_a_symlink_fixes_its_target_and_keeps_the_link(tmp_path):
+    target = tmp_path / "real" / "train.py"
+    target.parent.mkdir()
+    target.write_bytes(b"old\n")
+    link = tmp_path / "train.py"
+    link.symlink_to(target)
+    write_atomically(link, b"new\n", expected=b"old\n")
+    assert link.is_symlink() and target.read_bytes() == b"new\n"
+    assert [p.name for p in target.parent.iterdir()] == ["train.py"]  # no temporary left behind
+
+
+def test_a_file_edited_after_it_was_read_is_not_written(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_bytes(b"edited meanwhile\n")
+    with pytest.raises(FileChanged):
+        write_atomically(script, b"fixed\n", expected=b"as read\n")
+    assert script.read_bytes() == b"edited meanwhile\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]

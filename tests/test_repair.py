@@ -7,7 +7,8 @@ import libcst as cst
 import pytest
 
 from gradfix.codemods.execution.diagnose import diagnose
-from gradfix.codemods.execution.repair import ScriptChanged, candidates, repair, write_chosen
+from gradfix.codemods.engine import FileChanged
+from gradfix.codemods.execution.repair import candidates, repair, write_chosen
 from gradfix.codemods.execution.runner import RunOptions
 
 from .conftest import FIXTURES
@@ -71,7 +72,7 @@ def test_writing_refuses_a_script_edited_during_the_search(runs, tmp_path):
         FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path
     )
     script.write_text(script.read_text() + "# edited meanwhile\n")
-    with pytest.raises(ScriptChanged):
+    with pytest.raises(FileChanged):
         write_chosen(result, script)
     assert script.read_text().endswith("# edited meanwhile\n")
 

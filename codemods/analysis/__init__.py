@@ -23,7 +23,7 @@ from .project import ExportedSummary, ProjectSummaries, module_names, project_su
 from .dataflow import BackwardSite, DataflowAnalysis, FunctionSummary, Loop, Scope, expand
 from .syntax import as_operand, code_of, detached, detached_where_stored, is_single_assignment, is_single_call, parenthesized
 from .torch_names import TorchNames, collect_torch_names, dotted_name
-from .values import NONE, TENSOR, UNKNOWN, Carried, Element, ListOf, Origin, Structure, TupleOf, Value
+from .values import NONE, NUMBER, TENSOR, UNKNOWN, Carried, Element, ListOf, Origin, Structure, TupleOf, Value
 
 __all__ = [
     "BackwardApi",
@@ -40,6 +40,7 @@ __all__ = [
     "ListOf",
     "Loop",
     "NONE",
+    "NUMBER",
     "Origin",
     "Scope",
     "Structure",

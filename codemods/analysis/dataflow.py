@@ -30,6 +30,7 @@ from .values import (
     LEAF,
     NONE,
     NOTHING,
+    NUMBER,
     TENSOR,
     UNKNOWN,
     Carried,
@@ -580,6 +581,8 @@ class DataflowAnalysis:
             return self.read_values[node]
         if isinstance(node, cst.Attribute):
             return self._eval_attribute(node, env)
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return Value(structure=NUMBER)
         if isinstance(node, cst.Call):
             return self._eval_call(node, env)
         if isinstance(node, cst.BinaryOperation):

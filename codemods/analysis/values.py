@@ -84,6 +84,7 @@ TENSOR = _Named("tensor")
 EMPTY = _Named("empty")  # the items of an empty list literal: whatever is appended later
 UNKNOWN = _Named("unknown")
 NONE = _Named("None")
+NUMBER = _Named("number")  # a Python int or float literal: no .detach()
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,10 @@ The run gives two lines: the ``.backward()`` that failed (from the error's trace
 times that line had run) and the line that built the graph that was already freed (from anomaly
 mode's traceback of the forward call). The static analysis of the same file tells how they relate.
 
-Silent bugs raise nothing, so the same run measures them: graph nodes that live tensors keep at
-each optimizer step (growing: losses kept for logging, GF007), and how often a backward placed
-after a loop ran against the loop's iterations (fewer: only the last batch trains, GF008).
+Silent bugs raise nothing, so a run that does not fail is measured: how often a backward placed
+after a loop ran against the loop's iterations (fewer: only the last batch trains, GF008), and, in
+a second run, the graph nodes that live tensors keep at each optimizer step (growing: losses kept
+for logging, GF007).
 """
 
 from __future__ import annotations
@@ -71,13 +72,15 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnos
     findings = [replace(v.finding, path=str(script)) for v in find_violations(analysis, all_rules())]
     last_batch = [f for f in findings if isinstance(_rule_of(f).SYMPTOM, LastBatchOnly)]
     counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
-    run = runner.run(
-        script, replace(options, detect_anomaly=True, measure_graphs=True, count_lines=tuple(sorted(counted)))
-    )
+    run = runner.run(script, replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted))))
     diagnosis = Diagnosis(script, run)
     if diagnosis.second_backward:
         _explain_error(analysis, findings, diagnosis)
     elif run.succeeded:
+        # Counting live graph nodes scans the heap at every step: only a run that did not fail
+        # can show a silent bug, so only then is it run again, measured.
+        measured = runner.run(script, replace(options, measure_graphs=True))
+        diagnosis.run = replace(run, live_graph_nodes=measured.live_graph_nodes) if measured.succeeded else run
         _measure_silent_bugs(analysis, findings, last_batch, diagnosis)
     if diagnosis.finding is not None and diagnosis.finding.fix is not None:
         mode = FixMode.UNSAFE if diagnosis.finding.fix is FixKind.UNSAFE else FixMode.SAFE
@@ -143,7 +146,7 @@ def _fixable_first(finding: Finding) -> tuple:
 def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions) -> RunResult:
     """Write the matching rule's rewrite to the script and run it again within the same bounds,
     measuring again what showed a silent bug."""
-    write_atomically(diagnosis.script, diagnosis.fix.rewritten)
+    write_atomically(diagnosis.script, diagnosis.fix.rewritten, expected=diagnosis.fix.original)
     return runner.run(diagnosis.script, replace(options, detect_anomaly=False, measure_graphs=bool(diagnosis.symptom)))
 
 

@@ -9,15 +9,17 @@ that built the graph it found freed. The candidates come from the vocabulary the
 * detach it where the loop around the failing backward starts (it is carried into the iteration);
 * compute it again in that loop (move the blamed statement to the top of the loop), or again just
   before the failing backward (copy it, and what is computed from it, after whatever stepped);
-* merge the failing backward into the earlier one of the same step, or drop it as a repeat.
+* drop one of two backwards of the same tensor (a helper or ``training_step`` that backwarded what
+  it returned), or merge the failing backward into the earlier one of the same step.
 
 Never ``retain_graph=True``. Each candidate is written beside the script (it may import its
 siblings), run under the diagnosis's bounds with gradients recorded, and removed. A candidate is
 accepted when it runs clean and every tensor that gets a gradient in the original run with
 ``retain_graph=True`` still gets one (detaching a value that must train runs clean too). It is *safe* when the gradients it records equal those of the original
 run with ``retain_graph=True`` (to the verify tolerance): the maths is what the author wrote; any
-other accepted candidate changes the maths and is written only with ``--unsafe-fixes``. A merge or a
-dropped backward is accepted only when safe: a backward that another graph needs is never lost.
+other accepted candidate changes the maths and is written only with ``--unsafe-fixes``. A merge is
+accepted only when safe: a backward that another graph needs is never lost (a dropped backward of
+the same tensor loses none).
 Among accepted candidates the safe ones come first, then the smallest edit.
 """
 
@@ -34,7 +36,7 @@ import libcst.matchers as m
 
 from ..analysis import TENSOR, FileAnalysis, assigned_names, code_of, detached_where_stored, read_names
 from ..edits import Fix, apply_fixes
-from ..engine import write_atomically
+from ..engine import parse_source, write_atomically
 from .diagnose import Diagnosis
 from .runner import RunOptions, RunResult, ScriptRunner
 from .verify import compare_gradients
@@ -105,16 +107,10 @@ class Repair:
         return reason
 
 
-class ScriptChanged(Exception):
-    """The script on disk is no longer what the search read: writing would lose an edit."""
-
-
 def write_chosen(searched: Repair, script: Path) -> None:
     """Write the chosen rewrite over ``script`` atomically, only if the file is still what the
-    search read."""
-    if script.read_bytes() != searched.original:
-        raise ScriptChanged(f"{script} changed while gradfix ran; it was not written")
-    write_atomically(script, searched.chosen.candidate.source)
+    search read (``engine.FileChanged`` otherwise)."""
+    write_atomically(script, searched.chosen.candidate.source, expected=searched.original)
 
 
 def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budget: float = 120.0) -> Repair:
@@ -147,16 +143,17 @@ def _shapes(gradients: list[tuple[str, list[float]]]) -> list[tuple[str, int]]:
 
 def candidates(diagnosis: Diagnosis, original: bytes) -> list[Candidate]:
     """Every distinct rewrite of the vocabulary at the places the run blamed, in order."""
-    module = cst.parse_module(original)
+    module = parse_source(original, str(diagnosis.script))
     analysis = FileAnalysis.of_module(module)
     found: dict[bytes, Candidate] = {}
     for description, fix, needs_equal in _fixes(analysis, diagnosis):
         if any(analysis.updates_parameters(s) for s in fix.taken_away()):
             continue  # never remove or move an optimizer update
         try:
-            source = apply_fixes(module, [fix]).code.encode()
-        except Exception:  # noqa: BLE001 - a candidate that cannot be written is not a candidate
-            continue
+            source = apply_fixes(module, [fix]).bytes
+            cst.parse_module(source)
+        except (cst.CSTValidationError, cst.ParserSyntaxError):
+            continue  # a rewrite that is not valid Python is not a candidate
         if source != original and source not in found:
             found[source] = Candidate(description, source, needs_equal)
     return list(found.values())
@@ -260,21 +257,30 @@ _DRAWING_FUNCTIONS = {"rand", "randn", "randint", "randperm", "rand_like", "rand
 
 
 def _backward_fixes(analysis: FileAnalysis, failing: cst.CSTNode | None) -> Iterator[tuple[str, Fix, bool]]:
-    """Merge the failing backward into the closest earlier one of the same block, or drop it."""
+    """Drop one of two backwards of the same tensor (the earlier one, wherever it is, or the
+    failing one); or merge the failing backward into the closest earlier one of its block."""
     site = next((s for s in analysis.backward_sites if s.statement is failing and s.is_whole_statement), None)
-    block = analysis.block_of(failing) if failing is not None else None
-    if site is None or block is None or site.tensor is None:
+    if site is None:
         return
-    index = block.index(failing)
-    for earlier_statement in reversed(block.statements[:index]):
+    line = analysis.line(failing)
+    repeated = [analysis.site_of(call) for call in site.value.backwarded if call is not site.call]
+    for earlier in repeated:  # a helper or training_step backwarded what it returned
+        if earlier.is_whole_statement:
+            yield f"drop the earlier backward at line {analysis.line(earlier.statement)}", Fix(safe=False, remove=(earlier.statement,)), False
+    if repeated:
+        yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), False
+    block = analysis.block_of(failing)
+    if block is None or site.tensor is None:
+        return
+    for earlier_statement in reversed(block.statements[: block.index(failing)]):
         if analysis.updates_parameters(earlier_statement):
             return  # an optimizer steps between: merging would change what it steps on
         earlier = next((s for s in analysis.backward_sites if s.statement is earlier_statement and s.is_whole_statement), None)
         if earlier is None or earlier.tensor is None:
             continue
-        line = analysis.line(failing)
         if earlier.tensor.deep_equals(site.tensor):
-            yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), True
+            if not repeated:
+                yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), False
             return
         total = cst.parse_expression(f"{code_of(earlier.tensor)} + {code_of(site.tensor)}")
         merged = earlier_statement.with_changes(body=[cst.Expr(earlier.with_tensor(total))])

@@ -7,6 +7,7 @@ import libcst.matchers as m
 
 from ..analysis import (
     NONE,
+    NUMBER,
     UNKNOWN,
     BackwardSite,
     Carried,
@@ -96,28 +97,33 @@ for inputs, targets in loader:
             names = sorted(sites, key=lambda n: updates[n][1] if n in updates else (0, 0))
             shown = ", ".join(f"`{n}`" for n in names)
             first_update = updates[names[0]][0] if names[0] in updates else loop.node
+            fix, unfixable = self._loop_fix(loop, names)
             yield self.violation(
                 first_update,
                 f"{shown} {'carry' if len(names) > 1 else 'carries'} the graph of the previous iteration "
                 f"of the loop at line {self.analysis.line(loop.node)} into the next backward; "
-                f"detach {'them' if len(names) > 1 else 'it'} where the iteration starts",
-                self._loop_fix(loop, names),
+                f"detach {'them' if len(names) > 1 else 'it'} where the iteration starts"
+                + (f" (not rewritten: {unfixable})" if unfixable else ""),
+                fix,
                 related=(loop.node, *(site.call for site in sites.values())),
             )
 
-    def _loop_fix(self, loop: Loop, names: list[str]) -> Fix | None:
+    def _loop_fix(self, loop: Loop, names: list[str]) -> tuple[Fix | None, str]:
+        """The detaches at the top of the loop, or why gradfix cannot write them."""
         body = loop.node.body
         if not isinstance(body, cst.IndentedBlock):
-            return None
+            return None, "the loop body is on one line"
         statements = []
         for name in names:
             if name not in loop.entry or loop.entry[name].unbound:
-                return None  # no value before the first iteration to detach
+                return None, f"`{name}` has no value before the first iteration"
+            if loop.entry[name].structure is NUMBER:
+                return None, f"`{name}` starts as a number, which has no .detach()"
             statement = _detach_statement(name, loop.entry[name], loop.back_edge[name])
             if statement is None:
-                return None
+                return None, f"gradfix cannot tell what `{name}` holds (a namedtuple, a dataclass, …)"
             statements.append(statement)
-        return Fix(safe=True, insert_before=((body.body[0], tuple(statements)),))
+        return Fix(safe=True, insert_before=((body.body[0], tuple(statements)),)), ""
 
     # state a module keeps on self between calls -------------------------------------------
     def _stored_on_self_violations(self) -> Iterator[Violation]:
