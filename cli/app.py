@@ -34,6 +34,7 @@ from . import render
 
 app = typer.Typer(
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     rich_markup_mode=None,
     help="Find and fix the PyTorch training-loop bugs behind "
@@ -92,10 +93,14 @@ def _config(paths: list[str]) -> Config:
 
 def _run(paths: list[str], select, ignore, mode: FixMode, jobs: Optional[int]) -> tuple[list[FileReport], list[str]]:
     config = _config(paths)
+    if select is not None and not _split(select):
+        render.stderr.print("error: --select names no rule (give codes or prefixes such as GF001 or GF00)")
+        raise typer.Exit(EXIT_ERROR)
     try:
         rules = select_rules(_split(select) or list(config.select), _split(ignore) or list(config.ignore))
     except UnknownRuleError as error:
-        render.stderr.print(f"error: unknown rule code or prefix: {error}")
+        valid = ", ".join(rule.CODE for rule in all_rules())
+        render.stderr.print(f"error: unknown rule code or prefix: {error} (the rules are {valid})")
         raise typer.Exit(EXIT_ERROR) from None
     files = engine.collect_files(paths)
     results = engine.check_files(files.files, rules, mode, jobs)

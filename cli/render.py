@@ -15,7 +15,7 @@ from rich.text import Text
 from gradfix.codemods.execution.diagnose import Diagnosis
 from gradfix.codemods.execution.repair import Repair
 from gradfix.codemods.engine import FileReport, unified_diff
-from gradfix.codemods.rule import Finding, Rule
+from gradfix.codemods.rule import Finding, FixKind, Rule
 from gradfix.codemods.execution.verify import CheckResult
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
@@ -94,8 +94,12 @@ def check_summary(reports: Sequence[FileReport]) -> str:
     findings = [f for r in reports for f in r.findings]
     if not findings:
         return f"No findings in {len(reports)} file(s)."
-    fixable = sum(f.fix is not None for f in findings)
-    return f"Found {len(findings)} finding(s) in {sum(bool(r.findings) for r in reports)} file(s); {fixable} can be fixed with `gradfix fix`."
+    safe = sum(f.fix is FixKind.SAFE for f in findings)
+    unsafe = sum(f.fix is FixKind.UNSAFE for f in findings)
+    summary = f"Found {len(findings)} finding(s) in {sum(bool(r.findings) for r in reports)} file(s); {safe} can be fixed with `gradfix fix`"
+    if unsafe:
+        summary += f", {unsafe} more with `gradfix fix --unsafe-fixes`"
+    return summary + "."
 
 
 def rules_table(rules: Sequence[type[Rule]]) -> Table:

@@ -311,7 +311,7 @@ def _suppressions(code: str) -> dict[int, set[str]]:
     """``# noqa`` (every code) or ``# noqa: GF001, GF002`` per line."""
     suppressions = {}
     for number, line in enumerate(code.splitlines(), start=1):
-        if "noqa" not in line:
+        if "noqa" not in line.lower():
             continue
         match = _NOQA.search(line)
         if match:

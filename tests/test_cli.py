@@ -322,3 +322,25 @@ def test_fifos_and_symlink_loops_are_one_clear_line_and_exit_2(cli, tmp_path):
     assert walked.exit_code == 2
     assert str(tmp_path / "train.py") in walked.stdout
     assert "pipe.py" not in walked.output and "loop_b.py: symlink loop" in walked.stderr
+
+
+def test_noqa_in_upper_case_suppresses_too(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE.replace("    loss_reg.backward()\n", "    loss_reg.backward()  # NOQA: GF002\n"))
+    assert cli("check", script).exit_code == 0
+
+
+def test_check_counts_unsafe_fixes_apart_from_safe_ones(cli, tmp_path):
+    after_loop = (FIXTURES / "backward_after_loop" / "accel_backward_after_batch_loop" / "before.py").read_text()
+    script = write(tmp_path / "train.py", after_loop)
+    result = cli("check", script)
+    assert result.exit_code == 1
+    assert "0 can be fixed with `gradfix fix`, 1 more with `gradfix fix --unsafe-fixes`." in result.stderr
+
+
+def test_help_short_option_empty_select_and_unknown_codes(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    assert cli("-h").exit_code == 0 and cli("check", "-h").exit_code == 0
+    empty = cli("check", "--select", "", script)
+    assert empty.exit_code == 2 and "--select names no rule" in empty.stderr
+    unknown = cli("check", "--select", "GF999", script)
+    assert unknown.exit_code == 2 and "GF001, GF002" in unknown.stderr

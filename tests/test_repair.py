@@ -105,3 +105,27 @@ def test_cli_diagnose_fix_writes_the_proven_rewrite_and_says_why(tmp_path):
     assert "chosen because it runs clean and its gradients equal" in result.stdout
     assert "[failed]" in result.stdout  # the candidates that did not work, one line each
     assert ").detach()\n" in script.read_text()
+
+
+def test_a_detach_is_refused_when_no_reference_run_can_judge_it(runs, tmp_path):
+    # SRGAN: optimizerD.step() changes D in place between the backwards, so even retain_graph=True
+    # fails; detaching D's score on the fake runs clean but would stop D learning from fakes.
+    _, _, result = searched(
+        FIXTURES / "gan_detach" / "reported_srgan_generator_loss_reuses_d_step_score" / "reported.py", runs, tmp_path
+    )
+    assert result.reference is not None and not result.reference.succeeded
+    detaching = [a for a in result.attempts if a.candidate.description.startswith("detach the value")]
+    assert detaching and all(a.run.succeeded and not a.accepted for a in detaching)
+    assert result.chosen is None
+
+
+def test_a_backward_inside_training_step_is_dropped_for_the_scaled_one(runs, tmp_path):
+    _, _, result = searched(
+        FIXTURES / "duplicate_backward" / "reported_report_step_backward_then_scaled_backward" / "reported.py",
+        runs,
+        tmp_path,
+    )
+    chosen = result.chosen
+    assert chosen is not None and chosen.candidate.description == "drop the earlier backward at line 16"
+    assert "    loss.backward()\n    return loss" not in chosen.candidate.source.decode()
+    assert "scaler.scale(loss).backward()" in chosen.candidate.source.decode()

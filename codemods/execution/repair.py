@@ -13,19 +13,23 @@ that built the graph it found freed. The candidates come from the vocabulary the
   it returned), or merge the failing backward into the earlier one of the same step.
 
 Never ``retain_graph=True``. Each candidate is written beside the script (it may import its
-siblings), run under the diagnosis's bounds with gradients recorded, and removed. A candidate is
-accepted when it runs clean and every tensor that gets a gradient in the original run with
-``retain_graph=True`` still gets one (detaching a value that must train runs clean too). It is *safe* when the gradients it records equal those of the original
-run with ``retain_graph=True`` (to the verify tolerance): the maths is what the author wrote; any
-other accepted candidate changes the maths and is written only with ``--unsafe-fixes``. A merge is
-accepted only when safe: a backward that another graph needs is never lost (a dropped backward of
-the same tensor loses none).
+siblings), run under the diagnosis's bounds with gradients recorded, and removed. The original also
+runs once with ``retain_graph=True``: that run is the reference, compared over the optimizer steps
+both runs reached. A candidate is accepted when it runs clean and every tensor that gets a gradient
+in the reference still gets one (detaching a value that must train runs clean too). It is *safe*
+when its gradients equal the reference's (to the verify tolerance): the maths is what the author
+wrote; any other accepted candidate changes the maths and is written only with ``--unsafe-fixes``.
+A merge is accepted only when safe. Without a reference (the original fails even with
+``retain_graph=True``, e.g. an optimizer changed the weights in place between the backwards) only
+a rewrite that keeps every graph can be accepted: computing again, or dropping a repeated backward
+of the same tensor; a detach that cannot be judged is refused.
 Among accepted candidates the safe ones come first, then the smallest edit.
 """
 
 from __future__ import annotations
 
 import difflib
+import enum
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,11 +46,19 @@ from .runner import RunOptions, RunResult, ScriptRunner
 from .verify import compare_gradients
 
 
+class Kind(enum.Enum):
+    """How a rewrite treats the graphs, which decides what a run must show to accept it."""
+
+    CUTS = "cuts a graph"  # detach, no_grad: accepted only if the gradients show nothing is lost
+    KEEPS = "keeps every graph"  # computes again, drops a repeated backward of the same tensor
+    MERGES = "merges backwards"  # only the same gradients will do
+
+
 @dataclass(frozen=True)
 class Candidate:
     description: str  # what the rewrite does, and where
     source: bytes
-    needs_equal_gradients: bool = False  # removes or merges a backward: only the same maths will do
+    kind: Kind
 
     def changed_lines(self, original: bytes) -> int:
         before, after = (text.decode(errors="replace").splitlines() for text in (original, self.source))
@@ -58,29 +70,37 @@ class Candidate:
 class Attempt:
     candidate: Candidate
     run: RunResult | None  # None when the time budget ran out before it could run
-    gradient_difference: str | None = None  # what differs from the retain_graph run, if anything
-
-    loses_gradients: bool = False  # some tensor that got a gradient in the retain_graph run gets none
+    compared: bool = False  # there was a retain_graph=True run to compare gradients with
+    gradient_difference: str | None = None  # what differs from it, over the steps both reached
+    loses_gradients: bool = False  # some tensor that got a gradient there gets none here
 
     @property
     def accepted(self) -> bool:
         if self.run is None or not self.run.succeeded or self.loses_gradients:
             return False
-        return self.safe or not self.candidate.needs_equal_gradients
+        if not self.compared:
+            return self.candidate.kind is Kind.KEEPS
+        return self.safe or self.candidate.kind is not Kind.MERGES
 
     @property
     def safe(self) -> bool:
-        return self.run is not None and self.run.succeeded and self.gradient_difference is None
+        return self.run is not None and self.run.succeeded and self.compared and self.gradient_difference is None
 
     def outcome(self) -> str:
         if self.run is None:
             return "not run: the time budget was spent"
         if not self.run.succeeded:
             return self.run.describe().split(". ")[0]
+        if not self.compared:
+            if self.candidate.kind is Kind.KEEPS:
+                return "runs clean; it keeps every graph (no retain_graph=True run to compare gradients with)"
+            return f"runs, but it {self.candidate.kind.value} and there is no retain_graph=True run to show no gradient is lost"
         if self.gradient_difference is None:
             return "runs clean; gradients equal the retain_graph=True run"
-        if self.loses_gradients or self.candidate.needs_equal_gradients:
+        if self.loses_gradients:
             return f"runs, but loses gradients the original computes ({self.gradient_difference})"
+        if self.candidate.kind is Kind.MERGES:
+            return f"runs, but a merge must keep the gradients ({self.gradient_difference})"
         return f"runs clean; the maths changes ({self.gradient_difference})"
 
 
@@ -101,10 +121,12 @@ class Repair:
             return "no candidate rewrite ran clean"
         if chosen.safe:
             return "it runs clean and its gradients equal those of the original run with retain_graph=True"
-        reason = "it runs clean, but its gradients differ from the retain_graph=True run: the maths changes"
-        if self.reference is None or not self.reference.succeeded:
-            reason = "it runs clean; the original does not run even with retain_graph=True, so gradients were not compared"
-        return reason
+        if not chosen.compared:
+            return (
+                "it runs clean and keeps every graph; the original does not run even with "
+                "retain_graph=True, so gradients were not compared and the maths may change"
+            )
+        return "it runs clean and keeps every gradient, but their values differ from the retain_graph=True run: the maths changes"
 
 
 def write_chosen(searched: Repair, script: Path) -> None:
@@ -126,12 +148,14 @@ def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budg
     for candidate in candidates(diagnosis, original):
         run = _run_candidate(runner, script, candidate, recording, deadline)
         attempt = Attempt(candidate, run)
-        if run is not None and run.succeeded:
-            if reference_gradients is None:
-                attempt.gradient_difference = "no retain_graph=True run to compare with"
-            else:
-                attempt.gradient_difference = compare_gradients(reference_gradients, run.gradients)
-                attempt.loses_gradients = _shapes(run.gradients) != _shapes(reference_gradients)
+        if run is not None and run.succeeded and reference_gradients:
+            # A step bound counts backward calls: runs that backward more or less often per step
+            # reach different steps, so compare the steps both reached.
+            common = min(len(reference_gradients), len(run.gradients))
+            expected, actual = reference_gradients[:common], run.gradients[:common]
+            attempt.compared = True
+            attempt.gradient_difference = compare_gradients(expected, actual) if common else "no optimizer step recorded"
+            attempt.loses_gradients = not common or _shapes(actual) != _shapes(expected)
         result.attempts.append(attempt)
     return result
 
@@ -146,7 +170,7 @@ def candidates(diagnosis: Diagnosis, original: bytes) -> list[Candidate]:
     module = parse_source(original, str(diagnosis.script))
     analysis = FileAnalysis.of_module(module)
     found: dict[bytes, Candidate] = {}
-    for description, fix, needs_equal in _fixes(analysis, diagnosis):
+    for description, fix, kind in _fixes(analysis, diagnosis):
         if any(analysis.updates_parameters(s) for s in fix.taken_away()):
             continue  # never remove or move an optimizer update
         try:
@@ -155,11 +179,11 @@ def candidates(diagnosis: Diagnosis, original: bytes) -> list[Candidate]:
         except (cst.CSTValidationError, cst.ParserSyntaxError):
             continue  # a rewrite that is not valid Python is not a candidate
         if source != original and source not in found:
-            found[source] = Candidate(description, source, needs_equal)
+            found[source] = Candidate(description, source, kind)
     return list(found.values())
 
 
-def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, Fix, bool]]:
+def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, Fix, Kind]]:
     failing = analysis.statement_at(diagnosis.failing.line) if diagnosis.failing else None
     loop = next((l for l in analysis.loops_around(failing) if not l.is_call), None) if failing else None
     blamed: list[cst.SimpleStatementLine] = []
@@ -172,14 +196,14 @@ def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, 
         line = analysis.line(statement)
         stored = _detached_where_stored(analysis, statement)
         if stored is not None:
-            yield f"detach the value where it is stored (line {line})", Fix(safe=False, replace=((statement, stored),)), False
+            yield f"detach the value where it is stored (line {line})", Fix(safe=False, replace=((statement, stored),)), Kind.CUTS
         if torch is not None:
             guarded = cst.With(
                 items=[cst.WithItem(cst.parse_expression(f"{torch}.no_grad()"))],
                 body=cst.IndentedBlock([statement.with_changes(leading_lines=[])]),
                 leading_lines=statement.leading_lines,
             )
-            yield f"build line {line} under {torch}.no_grad()", Fix(safe=False, replace=((statement, guarded),)), False
+            yield f"build line {line} under {torch}.no_grad()", Fix(safe=False, replace=((statement, guarded),)), Kind.CUTS
         if loop is None or not isinstance(loop.node.body, cst.IndentedBlock):
             continue
         first = loop.node.body.body[0]
@@ -194,21 +218,21 @@ def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, 
             yield (
                 f"detach {', '.join(names)} where the loop at line {analysis.line(loop.node)} starts",
                 Fix(safe=False, insert_before=((first, resets),)),
-                False,
+                Kind.CUTS,
             )
         same_function = analysis.function_at(line) is analysis.function_at(analysis.line(loop.node))
         if not analysis.contains(loop.node, statement) and same_function:
             yield (
                 f"compute line {line} again in the loop at line {analysis.line(loop.node)}",
                 Fix(safe=False, move=((statement, first),)),
-                False,
+                Kind.KEEPS,
             )
         recomputed = _recomputed_before(analysis, statement, failing)
         if recomputed:
             yield (
                 f"compute line {line} again before the backward at line {analysis.line(failing)}",
                 Fix(safe=False, insert_before=((failing, recomputed),)),
-                False,
+                Kind.KEEPS,
             )
     yield from _backward_fixes(analysis, failing)
 
@@ -256,7 +280,7 @@ def _draws_data(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
 _DRAWING_FUNCTIONS = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "bernoulli", "multinomial", "next"}
 
 
-def _backward_fixes(analysis: FileAnalysis, failing: cst.CSTNode | None) -> Iterator[tuple[str, Fix, bool]]:
+def _backward_fixes(analysis: FileAnalysis, failing: cst.CSTNode | None) -> Iterator[tuple[str, Fix, Kind]]:
     """Drop one of two backwards of the same tensor (the earlier one, wherever it is, or the
     failing one); or merge the failing backward into the closest earlier one of its block."""
     site = next((s for s in analysis.backward_sites if s.statement is failing and s.is_whole_statement), None)
@@ -266,9 +290,9 @@ def _backward_fixes(analysis: FileAnalysis, failing: cst.CSTNode | None) -> Iter
     repeated = [analysis.site_of(call) for call in site.value.backwarded if call is not site.call]
     for earlier in repeated:  # a helper or training_step backwarded what it returned
         if earlier.is_whole_statement:
-            yield f"drop the earlier backward at line {analysis.line(earlier.statement)}", Fix(safe=False, remove=(earlier.statement,)), False
+            yield f"drop the earlier backward at line {analysis.line(earlier.statement)}", Fix(safe=False, remove=(earlier.statement,)), Kind.KEEPS
     if repeated:
-        yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), False
+        yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), Kind.KEEPS
     block = analysis.block_of(failing)
     if block is None or site.tensor is None:
         return
@@ -280,14 +304,14 @@ def _backward_fixes(analysis: FileAnalysis, failing: cst.CSTNode | None) -> Iter
             continue
         if earlier.tensor.deep_equals(site.tensor):
             if not repeated:
-                yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), False
+                yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), Kind.KEEPS
             return
         total = cst.parse_expression(f"{code_of(earlier.tensor)} + {code_of(site.tensor)}")
         merged = earlier_statement.with_changes(body=[cst.Expr(earlier.with_tensor(total))])
         yield (
             f"merge the backward at line {line} into the one at line {analysis.line(earlier_statement)}",
             Fix(safe=False, replace=((earlier_statement, merged),), remove=(failing,)),
-            True,
+            Kind.MERGES,
         )
         return
 
