@@ -187,8 +187,13 @@ def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, 
     failing = analysis.statement_at(diagnosis.failing.line) if diagnosis.failing else None
     loop = next((l for l in analysis.loops_around(failing) if not l.is_call), None) if failing else None
     blamed: list[cst.SimpleStatementLine] = []
-    for frame in reversed(diagnosis.run.forward_frames):  # innermost first
-        statement = analysis.statement_at(frame.line)
+    # Innermost first. A framework may swallow anomaly mode's forward trace (Lightning does): then
+    # the statements that last assigned what the failing backward reads stand in for it.
+    lines = [frame.line for frame in reversed(diagnosis.run.forward_frames)]
+    if not lines and failing is not None:
+        lines = [analysis.line(s) for s in _last_assignments(analysis, failing)]
+    for line in lines:
+        statement = analysis.statement_at(line)
         if statement is not None and statement is not failing and all(statement is not b for b in blamed):
             blamed.append(statement)
     torch = next((alias for alias, name in analysis.names.aliases.items() if name == "torch"), None)
@@ -204,6 +209,13 @@ def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, 
                 leading_lines=statement.leading_lines,
             )
             yield f"build line {line} under {torch}.no_grad()", Fix(safe=False, replace=((statement, guarded),)), Kind.CUTS
+        recomputed = _recomputed_before(analysis, statement, failing)
+        if recomputed:
+            yield (
+                f"compute line {line} again before the backward at line {analysis.line(failing)}",
+                Fix(safe=False, insert_before=((failing, recomputed),)),
+                Kind.KEEPS,
+            )
         if loop is None or not isinstance(loop.node.body, cst.IndentedBlock):
             continue
         first = loop.node.body.body[0]
@@ -227,14 +239,21 @@ def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, 
                 Fix(safe=False, move=((statement, first),)),
                 Kind.KEEPS,
             )
-        recomputed = _recomputed_before(analysis, statement, failing)
-        if recomputed:
-            yield (
-                f"compute line {line} again before the backward at line {analysis.line(failing)}",
-                Fix(safe=False, insert_before=((failing, recomputed),)),
-                Kind.KEEPS,
-            )
     yield from _backward_fixes(analysis, failing)
+
+
+def _last_assignments(analysis: FileAnalysis, failing: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements of the failing backward's block that last assigned each name it reads."""
+    block = analysis.block_of(failing)
+    if block is None:
+        return []
+    wanted = set(read_names(failing))
+    found = []
+    for earlier in reversed(block.statements[: block.index(failing)]):
+        if assigned_names(earlier) & wanted:
+            wanted -= assigned_names(earlier)
+            found.append(earlier)
+    return found
 
 
 def _recomputed_before(
