@@ -247,6 +247,10 @@ def diagnose(
     fix: Annotated[bool, typer.Option("--fix", help="Apply the matching rule's rewrite and run again to confirm.")] = False,
     unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix: also apply a fix that changes the maths.")] = False,
     show_output: Annotated[bool, typer.Option("--show-output", help="Show what the script printed.")] = False,
+    pass_env: Annotated[
+        Optional[List[str]],
+        typer.Option("--pass-env", help="Keep this environment variable although its name looks like a secret (repeatable).", show_default=False),
+    ] = None,
 ) -> None:
     """Run a training script for a few steps with autograd anomaly detection; when it fails with
     'backward through the graph a second time', say which lines and which rule, and show the fix.
@@ -263,6 +267,7 @@ def diagnose(
         memory_limit=memory_limit << 20,
         max_steps=steps,
         cwd=str(script.resolve().parent),
+        pass_env=tuple(pass_env or ()),
     )
     with ScriptRunner() as runner:
         try:

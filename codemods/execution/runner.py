@@ -47,6 +47,7 @@ class RunOptions:
     count_lines: tuple[int, ...] = ()  # lines of the script whose executions are counted
     cwd: str | None = None  # default: a fresh, empty temporary folder
     env: tuple[tuple[str, str], ...] = ()
+    pass_env: tuple[str, ...] = ()  # variables kept although their names look like secrets
 
 
 @dataclass
@@ -126,8 +127,7 @@ class ScriptRunner:
             pid = _receive(server.stdout)
             timed_out = not _readable(server.stdout, options.timeout)
             if timed_out:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+                _kill_group(pid)
             status = _receive(server.stdout)
             if timed_out:
                 return RunResult("timeout")
@@ -166,6 +166,7 @@ def serve() -> None:
         pid = os.fork()
         if pid == 0:
             try:
+                os.setsid()  # its own session and process group: whatever it spawns dies with it
                 requests.close()
                 replies.close()
                 _child_main(*request)
@@ -173,7 +174,13 @@ def serve() -> None:
                 os._exit(0)
         _send(replies, pid)
         _, status = os.waitpid(pid, 0)
+        _kill_group(pid)  # what the script left running in the background
         _send(replies, status)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _send(stream, value: Any) -> None:
@@ -215,6 +222,8 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
         mapped = _mapped_bytes()
         resource.setrlimit(resource.RLIMIT_AS, (mapped + options.memory_limit, mapped + options.memory_limit))
     os.chdir(workdir)
+    for name in [n for n in os.environ if _looks_secret(n) and n not in options.pass_env]:
+        del os.environ[name]
     os.environ.update(dict(options.env))
     sys.argv = [script, *options.args]
     sys.path.insert(0, os.path.dirname(script))
@@ -290,6 +299,15 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
     result.stderr = _read(stderr_file)
     with open(result_path, "wb") as handle:
         pickle.dump(result, handle)
+
+
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+
+
+def _looks_secret(name: str) -> bool:
+    """``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``: the script never needs them to
+    show a training bug, and it is somebody else's code."""
+    return any(word in name.upper() for word in _SECRET_WORDS)
 
 
 def _count_lines(script: str, lines: set[int], counts: dict[int, int]) -> None:

@@ -1,0 +1,58 @@
+"""What the runner contains: the process group it kills, the secrets it keeps from the script."""
+
+import os
+import time
+
+import pytest
+
+from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
+
+SPAWNS = """\
+import subprocess, sys, time
+child = subprocess.Popen(["sleep", "300"])
+open("child.pid", "w").write(str(child.pid))
+if sys.argv[1:] == ["hang"]:
+    time.sleep(300)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ")[1][0] != "Z"  # a zombie waits for init to reap it
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def runner_with_secrets():
+    saved = dict(os.environ)
+    os.environ.update(GITHUB_TOKEN="ghp_x", AWS_SECRET_ACCESS_KEY="aws_x", WANDB_API_KEY="w_x", KEPT_TOKEN="kept")
+    try:
+        with ScriptRunner() as runner:
+            runner.run(os.devnull)  # the server starts with this environment
+            yield runner
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_the_script_does_not_see_secrets_unless_passed(runner_with_secrets, tmp_path):
+    script = tmp_path / "env.py"
+    script.write_text("import os\nprint(sorted(k for k in os.environ if k.endswith(('TOKEN', 'KEY'))))\n")
+    result = runner_with_secrets.run(script, RunOptions(pass_env=("KEPT_TOKEN",)))
+    assert result.status == "ok", result.describe()
+    assert result.stdout.strip() == "['KEPT_TOKEN']"
+
+
+@pytest.mark.parametrize("how", ["ends", "hang"])
+def test_nothing_the_script_spawned_outlives_its_run(runner_with_secrets, tmp_path, how):
+    script = tmp_path / "spawns.py"
+    script.write_text(SPAWNS)
+    result = runner_with_secrets.run(script, RunOptions(args=(how,), timeout=3, cwd=str(tmp_path)))
+    assert result.status == ("timeout" if how == "hang" else "ok"), result.describe()
+    pid = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid)
