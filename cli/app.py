@@ -211,6 +211,7 @@ def _require_torch() -> None:
 def verify(
     folders: Annotated[List[str], typer.Argument(help="Fixture folders: <rule>/<case>/ with before.py+after.py, ok.py or reported.py.", show_default=False)],
     output_format: Annotated[OutputFormat, typer.Option("--output-format", help="How results are printed.")] = OutputFormat.text,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds each run of a fixture script may take.")] = RunOptions.timeout,
 ) -> None:
     """Run fixture folders: before.py must fail, the rule must turn it into after.py, after.py must
     run (with equal gradients where the rule keeps the maths); ok.py must be left alone and run.
@@ -225,7 +226,7 @@ def verify(
         render.stderr.print(f"error: no fixtures under {', '.join(folders)}")
         raise typer.Exit(EXIT_ERROR)
     with ScriptRunner() as runner:
-        results = list(verify_cases(cases, runner))
+        results = list(verify_cases(cases, runner, timeout))
     if output_format is OutputFormat.json:
         render.print_verify_json(results)
     else:

@@ -56,3 +56,27 @@ def test_nothing_the_script_spawned_outlives_its_run(runner_with_secrets, tmp_pa
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(pid)
+
+
+def test_a_script_that_leaves_with_os_exit_still_has_its_run_recorded(runs, tmp_path):
+    script = tmp_path / "leaves.py"
+    script.write_text("import os\nprint('trained')\nos._exit(0)\n")
+    result = runs.runner.run(script)
+    assert result.status == "ok" and result.stdout == "trained\n", result.describe()
+    script.write_text("import os\nos._exit(3)\n")
+    failed = runs.runner.run(script)
+    assert failed.status == "error" and failed.error_message == "os._exit(3)"
+
+
+def test_verify_takes_a_timeout(tmp_path):
+    from typer.testing import CliRunner
+
+    from gradfix.cli.app import app
+
+    case = tmp_path / "cached_graph" / "ok_hangs"
+    case.mkdir(parents=True)
+    (case / "ok.py").write_text("import time\ntime.sleep(30)\n")
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["verify", "--timeout", "2", str(case)])
+    assert result.exit_code == 1 and "did not finish in time" in result.stdout
+    assert time.monotonic() - started < 25

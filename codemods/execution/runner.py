@@ -276,6 +276,24 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
         torch.autograd.set_detect_anomaly(True)
         warnings.showwarning = lambda message, *rest: anomaly_reports.append(str(message))
 
+    def record() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        result.stdout = _read(stdout_file)
+        result.stderr = _read(stderr_file)
+        with open(result_path, "wb") as handle:
+            pickle.dump(result, handle)
+
+    leave_now = os._exit
+
+    def exit_recorded(code: int = 0) -> None:
+        """``os._exit`` skips every cleanup: record what the run showed before leaving."""
+        if code != 0:
+            result.status, result.error_type, result.error_message = "error", "SystemExit", f"os._exit({code})"
+        record()
+        leave_now(code)
+
+    os._exit = exit_recorded
     try:
         namespace = runpy.run_path(script, run_name="__main__")
         if options.record_gradients:
@@ -293,12 +311,8 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
         result.failing_frames = script_frames(traceback.extract_tb(error.__traceback__))
         result.forward_frames = _forward_frames(anomaly_reports, script)
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    result.stdout = _read(stdout_file)
-    result.stderr = _read(stderr_file)
-    with open(result_path, "wb") as handle:
-        pickle.dump(result, handle)
+        os._exit = leave_now
+    record()
 
 
 _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -102,13 +102,15 @@ Check = Callable[[FixtureCase, "RunCache"], Outcome]
 
 
 class RunCache:
-    """Runs each script, as it is now, once per set of options."""
+    """Runs each script, as it is now, once per set of options, each run within ``timeout`` seconds."""
 
-    def __init__(self, runner: ScriptRunner) -> None:
+    def __init__(self, runner: ScriptRunner, timeout: float = RunOptions.timeout) -> None:
         self.runner = runner
+        self.timeout = timeout
         self._results: dict[tuple[Path, str, RunOptions], RunResult] = {}
 
     def run(self, script: Path, options: RunOptions = RunOptions()) -> RunResult:
+        options = replace(options, timeout=self.timeout)
         key = (script.resolve(), hashlib.sha256(script.read_bytes()).hexdigest(), options)
         if key not in self._results:
             self._results[key] = self.runner.run(script, options)
@@ -216,8 +218,8 @@ def checks_for(case: FixtureCase) -> list[tuple[str, Check]]:
     return checks
 
 
-def verify(cases: Iterable[FixtureCase], runner: ScriptRunner) -> Iterator[CheckResult]:
-    runs = RunCache(runner)
+def verify(cases: Iterable[FixtureCase], runner: ScriptRunner, timeout: float = RunOptions.timeout) -> Iterator[CheckResult]:
+    runs = RunCache(runner, timeout)
     for case in cases:
         for name, check in checks_for(case):
             passed, detail = check(case, runs)
