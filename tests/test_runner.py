@@ -1,5 +1,6 @@
 """What the runner contains: the process group it kills, the secrets it keeps from the script."""
 
+import importlib.util
 import os
 import time
 
@@ -80,3 +81,15 @@ def test_verify_takes_a_timeout(tmp_path):
     result = CliRunner().invoke(app, ["verify", "--timeout", "2", str(case)])
     assert result.exit_code == 1 and "did not finish in time" in result.stdout
     assert time.monotonic() - started < 25
+
+
+@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None, reason="needs accelerate installed")
+def test_a_framework_is_imported_into_the_server_when_a_script_first_needs_it(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import sys\nprint('accelerate' in sys.modules)\n")
+    user = tmp_path / "user.py"
+    user.write_text("from accelerate import Accelerator\n")
+    with ScriptRunner() as runner:
+        assert runner.run(probe).stdout == "False\n"  # a plain torch script pays nothing for it
+        assert runner.run(user).status == "ok"
+        assert runner.run(probe).stdout == "True\n"  # later runs fork with it loaded

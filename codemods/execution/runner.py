@@ -18,6 +18,7 @@ import contextlib
 import importlib
 import os
 import pickle
+import re
 import resource
 import select
 import signal
@@ -153,16 +154,12 @@ def serve() -> None:
     import torch.nn  # noqa: F401
     import torch.optim  # noqa: F401
 
-    # Training frameworks cost seconds to import too; preload the ones that are installed.
-    for framework in PRELOADED_FRAMEWORKS:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(framework)
-
     while True:
         try:
             request = _receive(requests)
         except EOFError:
             return
+        _import_frameworks_of(request[0])
         pid = os.fork()
         if pid == 0:
             try:
@@ -176,6 +173,20 @@ def serve() -> None:
         _, status = os.waitpid(pid, 0)
         _kill_group(pid)  # what the script left running in the background
         _send(replies, status)
+
+
+def _import_frameworks_of(script: str) -> None:
+    """Training frameworks cost seconds to import: import the ones a script imports into the
+    server, once, so that this run and every later one forks with them loaded. A script that needs
+    none (most) starts without paying for them."""
+    try:
+        source = Path(script).read_text(errors="replace")
+    except OSError:
+        return
+    for framework in PRELOADED_FRAMEWORKS:
+        if framework not in sys.modules and re.search(rf"^\s*(?:import|from)\s+{framework}\b", source, re.MULTILINE):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(framework)
 
 
 def _kill_group(pid: int) -> None:
