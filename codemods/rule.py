@@ -33,7 +33,9 @@ class Finding:
     path: str = ""
 
     def render(self) -> str:
-        return f"{self.path}:{self.line}:{self.column}: {self.code} {self.message}"
+        """One line, the same with or without colour; ends with the kind of fix on offer."""
+        marker = f" [{self.fix.value} fix]" if self.fix is not None else ""
+        return f"{self.path}:{self.line}:{self.column}: {self.code} {self.message}{marker}"
 
 
 @dataclass(frozen=True)

@@ -344,3 +344,9 @@ def test_help_short_option_empty_select_and_unknown_codes(cli, tmp_path):
     assert empty.exit_code == 2 and "--select names no rule" in empty.stderr
     unknown = cli("check", "--select", "GF999", script)
     assert unknown.exit_code == 2 and "GF001, GF002" in unknown.stderr
+
+
+def test_piped_output_keeps_the_fix_marker(cli, tmp_path):
+    result = cli("check", write(tmp_path / "train.py", DOUBLE))
+    assert result.exit_code == 1
+    assert result.stdout.rstrip("\n").endswith("[safe fix]")  # CliRunner's stdout is not a terminal
