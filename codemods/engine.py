@@ -88,9 +88,13 @@ def collect_files(paths: Sequence[str | Path]) -> FileSet:
         path = Path(raw)
         problem = _unreadable_kind(path)
         if path.is_dir():
-            walked = [f for f in _walk(path) if _unreadable_kind(f) != "not a regular file"]
-            errors += [f"{f}: {_unreadable_kind(f)}" for f in walked if _unreadable_kind(f)]
-            walked = [f for f in walked if not _unreadable_kind(f)]
+            walked = []
+            for found in _walk(path):
+                kind = _unreadable_kind(found)
+                if not kind:
+                    walked.append(found)
+                elif kind != "not a regular file":  # a FIFO or device found by a walk is skipped
+                    errors.append(f"{found}: {kind}")
             ignored = _git_ignored(path, walked)
             files += [f for f in walked if f not in ignored]
         elif problem:

@@ -83,7 +83,7 @@ def test_candidates_never_touch_optimizer_updates_nor_retain_graphs(runs, tmp_pa
     diagnosis = diagnose(script, runs.runner, BOUNDS)
     original = script.read_bytes()
     steps = [line for line in original.decode().splitlines() if ".step(" in line or "zero_grad" in line]
-    found = candidates(diagnosis, original)
+    found = candidates(diagnosis)
     assert found
     for candidate in found:
         source = candidate.source.decode()

@@ -20,7 +20,7 @@ import libcst as cst
 
 from ..analysis import FileAnalysis
 from ..engine import FileReport, FixMode, check_source, find_violations, parse_source, write_atomically
-from ..registry import all_rules
+from ..registry import all_rules, rule_by_code
 from ..rule import Finding, FixKind, Rule
 from ..symptoms import GraphsKeptAlive, LastBatchOnly
 from .runner import Frame, RunOptions, RunResult, ScriptRunner
@@ -31,6 +31,8 @@ SECOND_BACKWARD = "Trying to backward through the graph a second time"
 @dataclass
 class Diagnosis:
     script: Path
+    source: bytes  # the script as it was read and analysed
+    analysis: FileAnalysis
     run: RunResult
     failing: Frame | None = None  # the backward call that raised
     failing_call_number: int = 0  # how many times that line had called backward, the failing call included
@@ -60,7 +62,7 @@ class Diagnosis:
 
     @property
     def rule(self) -> type[Rule] | None:
-        return next((r for r in all_rules() if self.finding and r.CODE == self.finding.code), None)
+        return rule_by_code(self.finding.code) if self.finding else None
 
 
 def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnosis:
@@ -70,10 +72,10 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnos
     source = script.read_bytes()
     analysis = FileAnalysis.of_module(parse_source(source, str(script)))
     findings = [replace(v.finding, path=str(script)) for v in find_violations(analysis, all_rules())]
-    last_batch = [f for f in findings if isinstance(_rule_of(f).SYMPTOM, LastBatchOnly)]
+    last_batch = [f for f in findings if isinstance(rule_by_code(f.code).SYMPTOM, LastBatchOnly)]
     counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
     run = runner.run(script, replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted))))
-    diagnosis = Diagnosis(script, run)
+    diagnosis = Diagnosis(script, source, analysis, run)
     if diagnosis.second_backward:
         _explain_error(analysis, findings, diagnosis)
     elif run.succeeded:
@@ -108,7 +110,7 @@ def _measure_silent_bugs(
     than the loop before it, each matched to the rule that finds its cause."""
     run = diagnosis.run
     grows, _ = GraphsKeptAlive().shown_by(run)
-    kept = [f for f in findings if isinstance(_rule_of(f).SYMPTOM, GraphsKeptAlive)]
+    kept = [f for f in findings if isinstance(rule_by_code(f.code).SYMPTOM, GraphsKeptAlive)]
     if grows:
         counts = ", ".join(map(str, run.live_graph_nodes))
         diagnosis.symptom = f"live tensors keep more graph nodes at every optimizer step: {counts}"
@@ -133,10 +135,6 @@ def _loop_body_lines(analysis: FileAnalysis, finding: Finding) -> list[int]:
         for loop in analysis.loops
         if not loop.is_call and analysis.line(loop.node) in finding.related_lines
     ]
-
-
-def _rule_of(finding: Finding) -> type[Rule]:
-    return next(rule for rule in all_rules() if rule.CODE == finding.code)
 
 
 def _fixable_first(finding: Finding) -> tuple:

@@ -40,7 +40,7 @@ import libcst.matchers as m
 
 from ..analysis import TENSOR, FileAnalysis, assigned_names, code_of, detached_where_stored, read_names
 from ..edits import Fix, apply_fixes
-from ..engine import parse_source, write_atomically
+from ..engine import write_atomically
 from .diagnose import Diagnosis
 from .runner import RunOptions, RunResult, ScriptRunner
 from .verify import compare_gradients
@@ -140,12 +140,12 @@ def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budg
     seconds in all; each run keeps the bounds of ``options``."""
     deadline = time.monotonic() + budget
     script = diagnosis.script
-    original = script.read_bytes()
+    original = diagnosis.source
     result = Repair(original)
     recording = replace(options, detect_anomaly=False, measure_graphs=False, count_lines=(), record_gradients=True)
     result.reference = _run_bounded(runner, script, replace(recording, retain_graph=True), deadline)
     reference_gradients = result.reference.gradients if result.reference and result.reference.succeeded else None
-    for candidate in candidates(diagnosis, original):
+    for candidate in candidates(diagnosis):
         run = _run_candidate(runner, script, candidate, recording, deadline)
         attempt = Attempt(candidate, run)
         if run is not None and run.succeeded and reference_gradients:
@@ -165,10 +165,10 @@ def _shapes(gradients: list[tuple[str, list[float]]]) -> list[tuple[str, int]]:
     return [(label, len(values)) for label, values in gradients]
 
 
-def candidates(diagnosis: Diagnosis, original: bytes) -> list[Candidate]:
+def candidates(diagnosis: Diagnosis) -> list[Candidate]:
     """Every distinct rewrite of the vocabulary at the places the run blamed, in order."""
-    module = parse_source(original, str(diagnosis.script))
-    analysis = FileAnalysis.of_module(module)
+    analysis, original = diagnosis.analysis, diagnosis.source
+    module = analysis.module
     found: dict[bytes, Candidate] = {}
     for description, fix, kind in _fixes(analysis, diagnosis):
         if any(analysis.updates_parameters(s) for s in fix.taken_away()):
