@@ -22,7 +22,8 @@ from gradfix.codemods import engine
 from gradfix.codemods.config import Config, ConfigError, find_config
 from gradfix.codemods.engine import FileReport, FixMode, SourceError
 from gradfix.codemods.execution.diagnose import diagnose as run_diagnosis
-from gradfix.codemods.execution.diagnose import fix_and_rerun
+from gradfix.codemods.execution.diagnose import Diagnosis, fix_and_rerun, notebook_as_script
+from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.execution.repair import Repair, repair, write_chosen
 from gradfix.codemods.rule import FixKind
 from gradfix.codemods.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
@@ -270,9 +271,31 @@ def diagnose(
         cwd=str(script.resolve().parent),
         pass_env=tuple(pass_env or ()),
     )
+    if not is_notebook(str(script)):
+        _diagnose_script(script, None, options, started, timeout, fix, unsafe_fixes, show_output)
+    try:
+        with notebook_as_script(script) as (runnable, notebook):
+            _diagnose_script(runnable, notebook, options, started, timeout, fix, unsafe_fixes, show_output)
+    except (NotebookError, engine.FileChanged) as error:
+        render.stderr.print(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+
+
+def _diagnose_script(
+    script: Path,
+    notebook: Optional[Notebook],
+    options: RunOptions,
+    started: float,
+    timeout: float,
+    fix: bool,
+    unsafe_fixes: bool,
+    show_output: bool,
+) -> NoReturn:
+    """Diagnose ``script`` (made from ``notebook``, if given) and exit with what it found."""
+    shown = Path(notebook.path) if notebook is not None else script
     with ScriptRunner() as runner:
         try:
-            diagnosis = run_diagnosis(script, runner, options)
+            diagnosis = run_diagnosis(script, runner, options, notebook)
         except SourceError as error:
             render.print_errors([], [str(error)])
             raise typer.Exit(EXIT_ERROR) from None
@@ -283,44 +306,44 @@ def diagnose(
             if not diagnosis.second_backward:
                 raise typer.Exit(EXIT_FINDINGS)
             searched = repair(diagnosis, runner, options, budget=timeout - (time.monotonic() - started))
-            render.print_repair(searched, script)
-            _apply_repair(searched, script, fix, unsafe_fixes)
+            render.print_repair(searched, diagnosis)
+            _apply_repair(searched, diagnosis, shown, fix, unsafe_fixes)
         unsafe = diagnosis.finding.fix is FixKind.UNSAFE
         if not fix or (unsafe and not unsafe_fixes):
             flags = "--fix --unsafe-fixes" if unsafe else "--fix"
             render.stderr.print(
                 ("This fix changes the maths (unsafe). " if unsafe else "")
-                + f"Run `gradfix diagnose {flags} {script}` to apply it and check again."
+                + f"Run `gradfix diagnose {flags} {shown}` to apply it and check again."
             )
             raise typer.Exit(EXIT_FINDINGS)
         again = fix_and_rerun(diagnosis, runner, options)
     confirmed, detail = diagnosis.confirmed_by(again)
     if confirmed:
-        render.stderr.print(f"fixed {script}: {detail}")
+        render.stderr.print(f"fixed {shown}: {detail}")
         raise typer.Exit(EXIT_CLEAN)
-    render.stderr.print(f"applied the fix to {script}, but it is not confirmed: {detail}")
+    render.stderr.print(f"applied the fix to {shown}, but it is not confirmed: {detail}")
     raise typer.Exit(EXIT_FINDINGS)
 
 
-def _apply_repair(searched: Repair, script: Path, fix: bool, unsafe_fixes: bool) -> NoReturn:
+def _apply_repair(searched: Repair, diagnosis: Diagnosis, shown: Path, fix: bool, unsafe_fixes: bool) -> NoReturn:
     """Write the rewrite the search chose (when asked, and when the file is still as it was read)."""
     chosen = searched.chosen
     if chosen is None:
-        render.stderr.print(f"no candidate rewrite ran clean; {script} is unchanged")
+        render.stderr.print(f"no candidate rewrite ran clean; {shown} is unchanged")
         raise typer.Exit(EXIT_FINDINGS)
     if not fix or (not chosen.safe and not unsafe_fixes):
         flags = "--fix" if chosen.safe else "--fix --unsafe-fixes"
         render.stderr.print(
             ("This rewrite changes the maths (unsafe). " if not chosen.safe else "")
-            + f"Run `gradfix diagnose {flags} {script}` to apply it."
+            + f"Run `gradfix diagnose {flags} {shown}` to apply it."
         )
         raise typer.Exit(EXIT_FINDINGS)
     try:
-        write_chosen(searched, script)
+        write_chosen(searched, diagnosis.script)
     except engine.FileChanged as error:
         render.stderr.print(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
-    render.stderr.print(f"fixed {script}: {chosen.candidate.description} ({chosen.outcome()})")
+    render.stderr.print(f"fixed {shown}: {diagnosis.describe(chosen.candidate.description)} ({chosen.outcome()})")
     raise typer.Exit(EXIT_CLEAN)
 
 

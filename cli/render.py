@@ -14,7 +14,7 @@ from rich.text import Text
 
 from gradfix.codemods.execution.diagnose import Diagnosis
 from gradfix.codemods.execution.repair import Repair
-from gradfix.codemods.engine import FileReport, unified_diff
+from gradfix.codemods.engine import FileReport
 from gradfix.codemods.rule import Finding, FixKind, Rule
 from gradfix.codemods.execution.verify import CheckResult
 
@@ -49,7 +49,7 @@ def print_findings(findings: Iterable[Finding]) -> None:
     console = _stdout()
     for finding in findings:
         text = Text()
-        text.append(f"{finding.path}:{finding.line}:{finding.column}:", style="bold")
+        text.append(f"{finding.location}:", style="bold")
         text.append(f" {finding.code}", style="bold red")
         text.append(f" {finding.message}")
         if finding.fix is not None:
@@ -61,6 +61,7 @@ def print_findings_json(findings: Iterable[Finding]) -> None:
     records = [
         {
             "path": f.path,
+            "cell": f.cell,
             "line": f.line,
             "column": f.column,
             "code": f.code,
@@ -147,30 +148,32 @@ def print_verify_json(results: Sequence[CheckResult]) -> None:
 def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
     console = _stdout()
     run = diagnosis.run
+    shown = diagnosis.notebook.path if diagnosis.notebook is not None else diagnosis.script
     if show_output and (run.stdout or run.stderr):
         console.print(Text("script output:", style="bold"))
         console.print(Text(run.stdout + run.stderr))
     if diagnosis.symptom:
-        console.print(Text(f"{diagnosis.script}: runs, but {diagnosis.symptom}", style="bold red"))
+        console.print(Text(f"{shown}: runs, but {diagnosis.describe(diagnosis.symptom)}", style="bold red"))
     elif not diagnosis.second_backward:
         if run.succeeded:
             console.print(f"no error in {run.backward_calls} step(s) ({run.describe()})")
         else:
-            console.print(Text(f"{diagnosis.script}: {run.describe()}", style="bold"))
+            console.print(Text(f"{shown}: {run.describe()}", style="bold"))
             if run.status == "error" and not show_output and run.traceback:
                 console.print(Text(run.traceback.rstrip()))
         return
     else:
-        console.print(Text(f"{diagnosis.script}: RuntimeError: {diagnosis.run.error_message.split('.')[0]}", style="bold red"))
+        console.print(Text(f"{shown}: RuntimeError: {diagnosis.run.error_message.split('.')[0]}", style="bold red"))
     if diagnosis.failing is not None:
         when = f"on its {_ordinal(diagnosis.failing_call_number)} call"
         if diagnosis.loop_line is not None:
-            when += f", in the loop at line {diagnosis.loop_line}"
-        console.print(f"  failed at  line {diagnosis.failing.line}: {diagnosis.failing.code}   ({when})")
+            when += f", in the loop at {diagnosis.describe(f'line {diagnosis.loop_line}')}"
+        where = diagnosis.describe(f"line {diagnosis.failing.line}")
+        console.print(f"  failed at  {where}: {diagnosis.failing.code}   ({when})")
     if diagnosis.graph is not None:
-        console.print(f"  graph from line {diagnosis.graph.line}: {diagnosis.graph.code}")
+        console.print(f"  graph from {diagnosis.describe(f'line {diagnosis.graph.line}')}: {diagnosis.graph.code}")
     if diagnosis.relation:
-        console.print(f"  why: {diagnosis.relation}")
+        console.print(f"  why: {diagnosis.describe(diagnosis.relation)}")
     if diagnosis.finding is None:
         if diagnosis.symptom:
             console.print("  No gradfix rule finds the cause: look for losses or outputs kept across steps.")
@@ -179,26 +182,26 @@ def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
         console.print("  second one must be rebuilt, or detached, before the backward at the first one.")
         return
     finding = diagnosis.finding
-    console.print(f"  rule: {finding.code} {diagnosis.rule.NAME}: {finding.message}")
+    console.print(f"  rule: {finding.code} {diagnosis.rule.NAME}: {diagnosis.describe(finding.message)}")
     if diagnosis.fix is None:
         console.print("  gradfix reports this shape but cannot prove a rewrite for it.")
         return
     console.print("  fix:")
-    print_diff(unified_diff(diagnosis.fix))
+    print_diff(diagnosis.diff(diagnosis.fix.rewritten))
 
 
-def print_repair(searched: Repair, script) -> None:
+def print_repair(searched: Repair, diagnosis: Diagnosis) -> None:
     """The candidates a repair search ran, one line each, and the diff of the one it chose."""
     console = _stdout()
     console.print(f"  no rule proves a rewrite; tried {len(searched.attempts)} candidate rewrite(s) at the blamed lines:")
     chosen = searched.chosen
     for attempt in searched.attempts:
         mark = "chosen" if attempt is chosen else ("ok" if attempt.accepted else "failed")
-        console.print(Text(f"    [{mark}] {attempt.candidate.description}: {attempt.outcome()}"))
+        console.print(Text(f"    [{mark}] {diagnosis.describe(attempt.candidate.description)}: {attempt.outcome()}"))
     if chosen is None:
         return
     console.print(f"  chosen because {searched.why()}:")
-    print_diff(unified_diff(FileReport(str(script), original=searched.original, rewritten=chosen.candidate.source)))
+    print_diff(diagnosis.diff(chosen.candidate.source))
 
 
 def _ordinal(number: int) -> str:

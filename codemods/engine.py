@@ -31,6 +31,7 @@ import libcst as cst
 from .analysis.backward_api import SPELLINGS
 from .analysis import ExportedSummary, FileAnalysis, ProjectSummaries, project_summaries
 from .edits import apply_fixes, compatible
+from .notebook import Notebook, NotebookError, is_notebook
 from .rule import Finding, FixKind, Rule, Violation
 
 # Text that a file must contain to possibly hold a bug gradfix knows; others are never parsed.
@@ -129,7 +130,7 @@ def _walk(root: Path) -> Iterator[Path]:
             and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
         )
         for filename in sorted(filenames):
-            if filename.endswith(".py"):
+            if filename.endswith(".py") or is_notebook(filename):
                 yield Path(directory, filename)
 
 
@@ -222,6 +223,14 @@ def check_source(
 ) -> FileReport:
     """Findings (and, by ``mode``, fixes) for one file's bytes; ``project`` holds the summaries of
     the other checked files' functions, for calls of them."""
+    if is_notebook(path):
+        return _check_notebook(data, rules, mode, path, project)
+    return _check_python(data, rules, mode, path, project)
+
+
+def _check_python(
+    data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str, project: ProjectSummaries | None
+) -> FileReport:
     report = FileReport(path, original=data)
     try:
         if not any(marker in data for marker in PREFILTER):
@@ -240,6 +249,52 @@ def check_source(
         report.internal_errors.append(f"{path}: internal error: {type(error).__name__}: {error}; the file was left as it was")
         report.findings, report.fixed, report.rewritten = [], [], None
     return report
+
+
+def _check_notebook(
+    data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str, project: ProjectSummaries | None
+) -> FileReport:
+    """A notebook is checked as the Python source of its code cells; findings are placed by cell
+    and a rewrite goes back into the cells it changed."""
+    report = FileReport(path, original=data)
+    if not any(marker in data for marker in PREFILTER):
+        return report
+    try:
+        notebook = Notebook(data, path)
+    except NotebookError as error:
+        report.errors.append(str(error))
+        return report
+    if not notebook.is_python:
+        return report
+    checked = _check_python(notebook.source, rules, mode, path, project)
+    report.errors = [_error_in_cells(notebook, error) for error in checked.errors]
+    report.internal_errors = checked.internal_errors
+    report.exports, report.imports = checked.exports, checked.imports
+    report.findings = [_in_cells(notebook, finding) for finding in checked.findings]
+    report.fixed = [_in_cells(notebook, finding) for finding in checked.fixed]
+    if checked.rewritten is not None:
+        try:
+            report.rewritten = notebook.with_source(checked.rewritten)
+        except NotebookError as error:
+            report.errors.append(str(error))
+            report.findings, report.fixed = report.findings + report.fixed, []
+    return report
+
+
+def _error_in_cells(notebook: Notebook, error: str) -> str:
+    """``path:line: why`` of the cells' source as ``path:cell N:line: why``."""
+    prefix = notebook.path + ":"
+    line, _, why = error.removeprefix(prefix).partition(":")
+    if not error.startswith(prefix) or not line.isdigit():
+        return error
+    place = notebook.locate(int(line))
+    return f"{prefix}cell {place.cell}:{place.line}:{why}"
+
+
+def _in_cells(notebook: Notebook, finding: Finding) -> Finding:
+    place = notebook.locate(finding.line)
+    related = tuple(notebook.locate(line).line for line in finding.related_lines)
+    return replace(finding, cell=place.cell, line=place.line, message=notebook.describe(finding.message), related_lines=related)
 
 
 def _fix_until_stable(
@@ -365,9 +420,11 @@ def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode, ProjectSumma
 
 def unified_diff(report: FileReport) -> str:
     """A ``git apply``-able diff of a report's rewrite."""
+    name = report.path.lstrip("/")
+    if is_notebook(report.path):
+        return Notebook(report.original or b"", report.path).cell_diffs(report.rewritten or b"", name)
     before = _decoded(report.original or b"")
     after = _decoded(report.rewritten or b"")
-    name = report.path.lstrip("/")
     lines = list(difflib.unified_diff(before, after, f"a/{name}", f"b/{name}"))
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 

@@ -31,11 +31,18 @@ class Finding:
     fix: FixKind | None = None  # the kind of fix on offer, if any
     related_lines: tuple[int, ...] = ()  # other lines involved (the other backward, the loop, …)
     path: str = ""
+    cell: int | None = None  # in a notebook, the cell that ``line`` counts in
+
+    @property
+    def location(self) -> str:
+        """``path:line:column``, or ``path:cell N:line:column`` in a notebook."""
+        cell = "" if self.cell is None else f"cell {self.cell}:"
+        return f"{self.path}:{cell}{self.line}:{self.column}"
 
     def render(self) -> str:
         """One line, the same with or without colour; ends with the kind of fix on offer."""
         marker = f" [{self.fix.value} fix]" if self.fix is not None else ""
-        return f"{self.path}:{self.line}:{self.column}: {self.code} {self.message}{marker}"
+        return f"{self.location}: {self.code} {self.message}{marker}"
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,16 @@ for logging, GF007).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
 import libcst as cst
 
 from ..analysis import FileAnalysis
-from ..engine import FileReport, FixMode, check_source, find_violations, parse_source, write_atomically
+from ..engine import FileReport, FixMode, check_source, find_violations, parse_source, unified_diff, write_atomically
+from ..notebook import Notebook
 from ..registry import all_rules, rule_by_code
 from ..rule import Finding, FixKind, Rule
 from ..symptoms import GraphsKeptAlive, LastBatchOnly
@@ -42,6 +45,17 @@ class Diagnosis:
     finding: Finding | None = None  # the rule's finding that matches
     fix: FileReport | None = None  # that rule's rewrite of the script, when it has one
     symptom: str = ""  # what the run measured of a silent bug (no error raised)
+    notebook: Notebook | None = None  # when ``script`` runs a notebook's code cells
+
+    def describe(self, text: str) -> str:
+        """``text`` with its ``line N`` as users find them: in a notebook, ``cell C, line L``."""
+        return text if self.notebook is None else self.notebook.describe(text)
+
+    def diff(self, rewritten: bytes) -> str:
+        """The diff from the script as read to ``rewritten``: of the notebook's cells for a notebook."""
+        if self.notebook is None:
+            return unified_diff(FileReport(str(self.script), original=self.source, rewritten=rewritten))
+        return self.notebook.cell_diffs(self.notebook.with_source(rewritten), self.notebook.path)
 
     @property
     def second_backward(self) -> bool:
@@ -65,17 +79,37 @@ class Diagnosis:
         return rule_by_code(self.finding.code) if self.finding else None
 
 
-def diagnose(script: Path, runner: ScriptRunner, options: RunOptions) -> Diagnosis:
+@contextlib.contextmanager
+def notebook_as_script(path: Path) -> Iterator[tuple[Path, Notebook]]:
+    """A notebook's code cells as a script beside it (relative paths and sibling imports work the
+    same), for ``diagnose`` and its fixes to run and rewrite; what they write to the script goes
+    back into the notebook's cells when the block ends, if the notebook is still as it was read.
+    Raises ``NotebookError`` for a file that is not a notebook."""
+    original = path.read_bytes()
+    notebook = Notebook(original, str(path))
+    script = path.with_name(f".{path.stem}.gradfix-notebook.py")
+    script.write_bytes(notebook.source)
+    try:
+        yield script, notebook
+    finally:
+        # The block may end by an exception that carries its exit code: a fix written is kept anyway.
+        rewritten = script.read_bytes()
+        script.unlink(missing_ok=True)
+        if rewritten != notebook.source:
+            write_atomically(path, notebook.with_source(rewritten), expected=original)
+
+
+def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: Notebook | None = None) -> Diagnosis:
     """Run ``script`` with anomaly detection within ``options``' bounds, and explain its failure or
     the silent bug it shows. Raises ``SourceError`` before running anything when the script cannot
-    be parsed."""
+    be parsed. ``notebook`` is the notebook ``script`` was made from, if any."""
     source = script.read_bytes()
     analysis = FileAnalysis.of_module(parse_source(source, str(script)))
     findings = [replace(v.finding, path=str(script)) for v in find_violations(analysis, all_rules())]
     last_batch = [f for f in findings if isinstance(rule_by_code(f.code).SYMPTOM, LastBatchOnly)]
     counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
     run = runner.run(script, replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted))))
-    diagnosis = Diagnosis(script, source, analysis, run)
+    diagnosis = Diagnosis(script, source, analysis, run, notebook=notebook)
     if diagnosis.second_backward:
         _explain_error(analysis, findings, diagnosis)
     elif run.succeeded:

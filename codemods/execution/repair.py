@@ -144,20 +144,32 @@ def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budg
     result = Repair(original)
     recording = replace(options, detect_anomaly=False, measure_graphs=False, count_lines=(), record_gradients=True)
     result.reference = _run_bounded(runner, script, replace(recording, retain_graph=True), deadline)
-    reference_gradients = result.reference.gradients if result.reference and result.reference.succeeded else None
+    reference = result.reference if result.reference and result.reference.succeeded else None
+    reference_gradients = _compared_gradients(reference, reference) if reference else None
     for candidate in candidates(diagnosis):
         run = _run_candidate(runner, script, candidate, recording, deadline)
         attempt = Attempt(candidate, run)
         if run is not None and run.succeeded and reference_gradients:
             # A step bound counts backward calls: runs that backward more or less often per step
             # reach different steps, so compare the steps both reached.
-            common = min(len(reference_gradients), len(run.gradients))
-            expected, actual = reference_gradients[:common], run.gradients[:common]
+            gradients = _compared_gradients(run, reference)
+            common = min(len(reference_gradients), len(gradients))
+            expected, actual = reference_gradients[:common], gradients[:common]
             attempt.compared = True
             attempt.gradient_difference = compare_gradients(expected, actual) if common else "no optimizer step recorded"
             attempt.loses_gradients = not common or _shapes(actual) != _shapes(expected)
         result.attempts.append(attempt)
     return result
+
+
+def _compared_gradients(run: RunResult, reference: RunResult) -> list[tuple[str, list[float]]]:
+    """The gradients of ``run`` that are compared with the reference run's: at each optimizer
+    step; without an optimizer, after each backward, of the tensors the reference run updated
+    (a gradient nothing applies is not one the rewrite must keep)."""
+    if reference.gradients:
+        return run.gradients
+    updated = reference.updated_leaves
+    return [(label, values) for label, values in run.backward_gradients if label.split(": ", 1)[1] in updated]
 
 
 def _shapes(gradients: list[tuple[str, list[float]]]) -> list[tuple[str, int]]:

@@ -69,7 +69,11 @@ class RunResult:
     backward_calls_by_line: dict[int, int] = field(default_factory=dict)  # all calls from the script
     failing_frames: list[Frame] = field(default_factory=list)  # script frames of the error, outermost first
     forward_frames: list[Frame] = field(default_factory=list)  # anomaly mode: where the failing node was made
-    gradients: list[tuple[str, list[float]]] = field(default_factory=list)
+    gradients: list[tuple[str, list[float]]] = field(default_factory=list)  # at each optimizer step
+    # After each backward, the gradients of the tensors the script's globals name, and which of
+    # them the script updated: a script that steps its parameters by hand has no optimizer step.
+    backward_gradients: list[tuple[str, list[float]]] = field(default_factory=list)
+    updated_leaves: set[str] = field(default_factory=set)
     live_graph_nodes: list[int] = field(default_factory=list)  # at each optimizer step, if measured
     line_counts: dict[int, int] = field(default_factory=dict)  # executions of the counted lines
 
@@ -251,6 +255,7 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
         return [Frame(f.lineno, (f.line or "").strip()) for f in frames if f.filename == script]
 
     original_backward = torch.autograd.backward
+    first_versions: dict[str, int] = {}
 
     def backward(*args: Any, **kwargs: Any):
         caller = script_frames(traceback.extract_stack()[:-1])
@@ -261,6 +266,8 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
             kwargs["retain_graph"] = True
             args = args[:2]  # retain_graph, when given positionally, is the third argument
         returned = original_backward(*args, **kwargs)
+        if options.record_gradients and not result.gradients:  # no optimizer has stepped
+            _record_named_gradients(result, first_versions)
         result.backward_calls += 1
         if options.max_steps is not None and result.backward_calls >= options.max_steps:
             raise _StepLimitReached
@@ -403,18 +410,35 @@ def _optimizer_gradients(optimizer) -> list[tuple[str, list[float]]]:
 
 def _final_state(namespace: dict) -> list[tuple[str, list[float]]]:
     """Values and gradients of the parameters reachable from the script's globals."""
+    state = []
+    for label, tensor in _named_leaves(namespace):
+        state.append((f"{label} value", tensor.detach().flatten().tolist()))
+        if tensor.grad is not None:
+            state.append((f"{label} grad", tensor.grad.detach().flatten().tolist()))
+    return state
+
+
+def _record_named_gradients(result: RunResult, first_versions: dict[str, int]) -> None:
+    """The gradients the named leaves hold after a backward; a leaf whose version moved since it
+    was first seen was updated in place (by hand or by an optimizer)."""
+    main = sys.modules.get("__main__")  # runpy's module of the running script
+    for label, tensor in _named_leaves(vars(main) if main is not None else {}):
+        version = first_versions.setdefault(label, tensor._version)
+        if tensor._version != version:
+            result.updated_leaves.add(label)
+        if tensor.grad is not None:
+            result.backward_gradients.append((f"backward {result.backward_calls + 1}: {label}", tensor.grad.detach().flatten().tolist()))
+
+
+def _named_leaves(namespace: dict) -> list[tuple[str, Any]]:
+    """The tensors that take gradients named by ``namespace``: its leaf tensors, and its modules'
+    parameters, each labelled by the name that reaches it."""
     import torch
 
-    state = []
+    leaves = []
     for name, value in sorted(namespace.items(), key=lambda item: item[0]):
         if isinstance(value, torch.nn.Module):
-            tensors = [(f"{name}.{p}", t) for p, t in value.named_parameters()]
+            leaves += [(f"{name}.{p}", t) for p, t in value.named_parameters()]
         elif isinstance(value, torch.Tensor) and value.requires_grad and value.is_leaf:
-            tensors = [(name, value)]
-        else:
-            continue
-        for label, tensor in tensors:
-            state.append((f"{label} value", tensor.detach().flatten().tolist()))
-            if tensor.grad is not None:
-                state.append((f"{label} grad", tensor.grad.detach().flatten().tolist()))
-    return state
+            leaves.append((name, value))
+    return leaves

@@ -1,0 +1,146 @@
+"""Notebooks: checked and fixed as the Python of their code cells, written back cell by cell."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gradfix.cli.app import app
+from gradfix.codemods import engine
+from gradfix.codemods.engine import FixMode, check_source
+from gradfix.codemods.notebook import Notebook, NotebookError
+from gradfix.codemods.registry import all_rules
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPORTED = Path(__file__).parent / "notebooks" / "reported_labels_built_from_trained_weights.ipynb"
+HOISTED = FIXTURES / "forward_outside_loop" / "loss_hoisted"
+OUTPUT = {"output_type": "stream", "name": "stdout", "text": ["0 0.93\n"]}
+
+
+def notebook_of(*cells: str, language: str = "python") -> bytes:
+    """A notebook as Jupyter writes it: a markdown cell first, then one code cell per text,
+    each with an output."""
+    document = {
+        "cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Training\n", "notes"]}]
+        + [
+            {"cell_type": "code", "execution_count": i, "metadata": {"tags": []}, "outputs": [OUTPUT],
+             "source": text.splitlines(keepends=True)}
+            for i, text in enumerate(cells, start=1)
+        ],
+        "metadata": {"kernelspec": {"name": "python3"}, "language_info": {"name": language}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    return (json.dumps(document, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
+
+
+def hoisted_notebook() -> bytes:
+    """The loss_hoisted fixture in three cells, with a magic and a shell line."""
+    setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
+    return notebook_of("%matplotlib inline\n!pip install torch\n" + setup, "loss = " + training.split("\nfor ")[0], "for " + training.split("\nfor ", 1)[1])
+
+
+def code_of(data: bytes) -> str:
+    cells = json.loads(data)["cells"]
+    return "".join("".join(c["source"]) + "\n" for c in cells if c["cell_type"] == "code")
+
+
+def test_magics_and_shell_lines_become_comments_and_come_back_unchanged():
+    data = notebook_of("%matplotlib inline\n!pip install torch\nfiles = !ls\nimport torch\nx = torch.ones(2)\nx?", "%%bash\necho hi")
+    notebook = Notebook(data, "nb.ipynb")
+    source = notebook.source.decode()
+    assert "\nimport torch\nx = torch.ones(2)\n" in source
+    for magic in ("%matplotlib inline", "!pip install torch", "files = !ls", "x?", "%%bash", "echo hi"):
+        assert f"# gradfix-magic: {magic}\n" in source
+    compile(source, "nb", "exec")
+    assert notebook.with_source(notebook.source) == data
+
+
+def test_findings_are_placed_by_cell_and_messages_name_cells():
+    report = check_source(hoisted_notebook(), all_rules(), path="train.ipynb")
+    [finding] = report.findings
+    assert (finding.code, finding.cell, finding.line) == ("GF003", 3, 1)
+    assert finding.render().startswith("train.ipynb:cell 3:1:1: GF003")
+    assert "before the loop at cell 4, line 1" in finding.message
+
+
+def test_a_fix_rewrites_only_the_cells_it_changes_and_keeps_outputs_and_metadata():
+    original = hoisted_notebook()
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    assert [f.code for f in report.fixed] == ["GF003"] and not report.findings
+    before, after = json.loads(original), json.loads(report.rewritten)
+    assert after["metadata"] == before["metadata"]
+    for old, new in zip(before["cells"], after["cells"]):
+        assert {k: v for k, v in old.items() if k != "source"} == {k: v for k, v in new.items() if k != "source"}
+    changed = [i for i, (old, new) in enumerate(zip(before["cells"], after["cells"])) if old["source"] != new["source"]]
+    assert changed == [2, 3]  # the loss leaves cell 3 for the loop in cell 4
+    assert "%matplotlib inline\n" in after["cells"][1]["source"]
+    expected = HOISTED.joinpath("after.py").read_text()
+    assert code_of(report.rewritten).replace("%matplotlib inline\n!pip install torch\n", "").split() == expected.split()
+
+
+def test_diff_names_the_cells_and_untouched_cells_keep_their_bytes():
+    original = hoisted_notebook()
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    diff = engine.unified_diff(report)
+    assert "--- a/train.ipynb:cell 3\n+++ b/train.ipynb:cell 3\n" in diff
+    assert "+    loss = criterion(model(x), y)\n" in diff
+    assert "matplotlib" not in diff  # cell 2 did not change
+    first_cell = original.split(b'"# Training\\n"')[0]
+    assert report.rewritten.startswith(first_cell)
+
+
+def test_a_rewrite_that_crosses_a_cell_boundary_is_refused():
+    notebook = Notebook(hoisted_notebook(), "train.ipynb")
+    without_marker = b"\n".join(line for line in notebook.source.split(b"\n") if not line.startswith(b"pass  # gradfix-cell 3"))
+    with pytest.raises(NotebookError, match="across cells"):
+        notebook.with_source(without_marker)
+
+
+def test_cli_walks_notebooks_and_fixes_them(tmp_path):
+    (tmp_path / "train.ipynb").write_bytes(hoisted_notebook())
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    (tmp_path / ".ipynb_checkpoints" / "train-checkpoint.ipynb").write_bytes(hoisted_notebook())
+    checked = CliRunner().invoke(app, ["check", str(tmp_path)])
+    assert checked.exit_code == 1
+    assert f"{tmp_path / 'train.ipynb'}:cell 3:1:1: GF003" in checked.stdout
+    assert "checkpoint" not in checked.stdout
+    fixed = CliRunner().invoke(app, ["fix", str(tmp_path / "train.ipynb")])
+    assert fixed.exit_code == 0, fixed.output
+    assert json.loads((tmp_path / "train.ipynb").read_bytes())["cells"][3]["source"][1] == "    loss = criterion(model(x), y)\n"
+
+
+def test_bad_and_foreign_notebooks(tmp_path):
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text('{"cells": [ {"source": "loss.backward()"')
+    result = CliRunner().invoke(app, ["check", str(broken)])
+    assert result.exit_code == 2 and "broken.ipynb: not a Jupyter notebook" in result.stderr
+    r_notebook = tmp_path / "analysis.ipynb"
+    r_notebook.write_bytes(notebook_of("loss <- backward(model)\nloss.backward()", language="R"))
+    result = CliRunner().invoke(app, ["check", str(r_notebook)])
+    assert result.exit_code == 0 and "No findings" in result.stderr
+
+
+def test_diagnose_fix_repairs_a_reported_notebook_in_its_cells(tmp_path):
+    notebook = tmp_path / "fc.ipynb"
+    shutil.copy(REPORTED, notebook)
+    result = CliRunner().invoke(app, ["diagnose", "--fix", str(notebook)])
+    assert result.exit_code == 0, result.output
+    assert "graph from cell 3, line 7: Y = torch.mm(X, true_W) + true_b" in result.stdout
+    assert "fixed" in result.stderr and "gradients equal the retain_graph=True run" in result.stderr
+    before, after = json.loads(REPORTED.read_bytes()), json.loads(notebook.read_bytes())
+    changed = [(i, new["source"]) for i, (old, new) in enumerate(zip(before["cells"], after["cells"])) if old != new]
+    assert len(changed) == 1 and changed[0][0] == 2
+    assert changed[0][1][-1] in ("Y = (torch.mm(X, true_W) + true_b).detach()", "with torch.no_grad():\n")
+    assert after["cells"][5]["outputs"] == before["cells"][5]["outputs"]
+    assert [p.name for p in tmp_path.iterdir()] == ["fc.ipynb"]  # the script it ran is gone
+
+
+def test_a_syntax_error_is_placed_by_cell(tmp_path):
+    broken = tmp_path / "broken.ipynb"
+    broken.write_bytes(notebook_of("import torch", "for step in range(3):\n    loss.backward(\n"))
+    result = CliRunner().invoke(app, ["check", str(broken)])
+    assert result.exit_code == 2
+    assert f"{broken}:cell 3:2: cannot parse: '(' was never closed" in result.stderr
