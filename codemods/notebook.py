@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import copy
 import difflib
+import io
 import json
 import re
+import tokenize
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +25,8 @@ CELL_MARKER = "pass  # gradfix-cell "
 MAGIC_MARKER = "# gradfix-magic: "
 # Cell magics whose body is still Python that runs; any other cell magic makes the cell not Python.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "autoreload"}
-# `%magic`, `!shell`, `?name`, `name?`, and `files = !ls`; a line that compiles is Python after all.
-_MAGIC_LINE = re.compile(r"^\s*[%!?]|\?\s*$|^\s*[\w.\[\], ]+=\s*[%!]")
+# `%magic`, `!shell`, `?name`, `name?`, and `files = !ls`, where a statement starts.
+_MAGIC_LINE = re.compile(r"^\s*[%!]|^\s*\?{1,2}[\w.]|^\s*[\w.]+\?{1,2}\s*$|^\s*[\w.\[\], ]+=\s*[%!]")
 _LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 _LAYOUTS = ({"indent": 1, "ensure_ascii": False}, {"indent": 2, "ensure_ascii": False},
             {"indent": 1, "ensure_ascii": True}, {"indent": 2, "ensure_ascii": True},
@@ -132,13 +134,23 @@ def _masked(source: str) -> list[str]:
         magic = (lines[0][2:].split() or [""])[0]
         body = lines[1:] if magic in PYTHON_CELL_MAGICS else [_mask(line) for line in lines[1:]]
         return [_mask(lines[0]), *body]
-    return [_mask(line) if _MAGIC_LINE.search(line) and not _is_python(line) else line for line in lines]
+    return [_mask(line) if _is_magic(line, lines[:number]) else line for number, line in enumerate(lines)]
 
 
-def _is_python(line: str) -> bool:
+def _is_magic(line: str, before: list[str]) -> bool:
+    """Whether ``line`` is IPython syntax: it looks like it, does not compile, and starts a
+    statement (it is not inside brackets or a string that lines ``before`` opened)."""
+    if not _MAGIC_LINE.search(line):
+        return False
     try:
         compile(line.strip(), "<cell>", "exec")
+        return False
     except SyntaxError:
+        pass
+    try:
+        for _ in tokenize.generate_tokens(io.StringIO("".join(before)).readline):
+            pass
+    except (tokenize.TokenError, SyntaxError):  # an unclosed bracket or string: the line continues it
         return False
     return True
 

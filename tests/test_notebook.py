@@ -144,3 +144,13 @@ def test_a_syntax_error_is_placed_by_cell(tmp_path):
     result = CliRunner().invoke(app, ["check", str(broken)])
     assert result.exit_code == 2
     assert f"{broken}:cell 3:2: cannot parse: '(' was never closed" in result.stderr
+
+
+def test_a_real_course_notebook_keeps_every_batch_graph_in_its_epoch_loss():
+    real = Path(__file__).parent / "notebooks" / "real_train_loss_summed_as_tensors.ipynb"
+    report = check_source(real.read_bytes(), all_rules(), FixMode.SAFE, "course.ipynb")
+    [fixed] = report.fixed
+    assert (fixed.code, fixed.cell, fixed.line) == ("GF007", 4, 17)
+    cells = json.loads(report.rewritten)["cells"]
+    assert cells[3]["source"][16] == "        train_loss += loss.item()\n"
+    assert cells[4]["source"][0] == "%%time\n"

@@ -55,7 +55,7 @@ class Diagnosis:
         """The diff from the script as read to ``rewritten``: of the notebook's cells for a notebook."""
         if self.notebook is None:
             return unified_diff(FileReport(str(self.script), original=self.source, rewritten=rewritten))
-        return self.notebook.cell_diffs(self.notebook.with_source(rewritten), self.notebook.path)
+        return self.notebook.cell_diffs(self.notebook.with_source(rewritten), self.notebook.path.lstrip("/"))
 
     @property
     def second_backward(self) -> bool:
