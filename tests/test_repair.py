@@ -107,16 +107,29 @@ def test_cli_diagnose_fix_writes_the_proven_rewrite_and_says_why(tmp_path):
     assert ").detach()\n" in script.read_text()
 
 
-def test_a_detach_is_refused_when_no_reference_run_can_judge_it(runs, tmp_path):
+def test_srgan_generator_step_computes_its_fake_and_score_again_and_no_detach_is_judged(runs, tmp_path):
     # SRGAN: optimizerD.step() changes D in place between the backwards, so even retain_graph=True
-    # fails; detaching D's score on the fake runs clean but would stop D learning from fakes.
-    _, _, result = searched(
+    # fails; detaching D's score on the fake runs clean but would stop D learning from fakes, and
+    # nothing can show it does not. Computing G's output and D's score again after D's step can.
+    script, _, result = searched(
         FIXTURES / "gan_detach" / "reported_srgan_generator_loss_reuses_d_step_score" / "reported.py", runs, tmp_path
     )
     assert result.reference is not None and not result.reference.succeeded
     detaching = [a for a in result.attempts if a.candidate.description.startswith("detach the value")]
     assert detaching and all(a.run.succeeded and not a.accepted for a in detaching)
-    assert result.chosen is None
+    chosen = result.chosen
+    assert chosen is not None and chosen.candidate.description == "compute line 64 again before the backward at line 74"
+    assert not chosen.safe  # the generator now sees the updated discriminator: what the SRGAN authors did
+    write_chosen(result, script)
+    assert (
+        "        netG.zero_grad()\n"
+        "        fake_img = netG(z)\n"
+        "        fake_out = netD(fake_img).mean()\n"
+        "        g_loss = generator_criterion(fake_out, fake_img, real_img)\n"
+        "        g_loss.backward()\n"
+    ) in script.read_text()
+    assert "optimizerD.step()" in script.read_text()
+    assert runs.runner.run(script, BOUNDS).succeeded
 
 
 def test_a_backward_inside_training_step_is_dropped_for_the_scaled_one(runs, tmp_path):

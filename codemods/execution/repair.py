@@ -221,11 +221,11 @@ def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, 
                 leading_lines=statement.leading_lines,
             )
             yield f"build line {line} under {torch}.no_grad()", Fix(safe=False, replace=((statement, guarded),)), Kind.CUTS
-        recomputed = _recomputed_before(analysis, statement, failing)
+        anchor, recomputed = _recomputed_before(analysis, statement, failing)
         if recomputed:
             yield (
                 f"compute line {line} again before the backward at line {analysis.line(failing)}",
-                Fix(safe=False, insert_before=((failing, recomputed),)),
+                Fix(safe=False, insert_before=((anchor, recomputed),)),
                 Kind.KEEPS,
             )
         if loop is None or not isinstance(loop.node.body, cst.IndentedBlock):
@@ -270,17 +270,19 @@ def _last_assignments(analysis: FileAnalysis, failing: cst.CSTNode) -> list[cst.
 
 def _recomputed_before(
     analysis: FileAnalysis, statement: cst.SimpleStatementLine, failing: cst.CSTNode | None
-) -> tuple[cst.BaseStatement, ...]:
-    """Copies of ``statement`` and of the statements after it, up to the failing backward in the
-    same block, that compute from what it assigns what that backward reads: the graph built again
-    after whatever stepped or freed it in between (SAM's second forward). Nothing that draws new
-    data (random tensors, the next batch) is copied: the copy must compute the same thing."""
+) -> tuple[cst.CSTNode | None, tuple[cst.BaseStatement, ...]]:
+    """Where to insert, and copies of, ``statement`` and the statements after it, up to the
+    failing backward in the same block, that compute from what it assigns what that backward
+    reads: the graph built again after whatever stepped or freed it in between (SAM's second
+    forward). They go after the last statement that backwards, steps or zeroes in between; the
+    ones already after it need no copy. Nothing that draws new data (random tensors, the next
+    batch) is copied: the copy must compute the same thing."""
     block = analysis.block_of(statement)
     if failing is None or block is None or all(failing is not s for s in block.statements):
-        return ()
+        return None, ()
     start, end = block.index(statement), block.index(failing)
     if start >= end:
-        return ()
+        return None, ()
     tainted = set(assigned_names(statement))
     computed = [statement]
     for later in block.statements[start + 1 : end]:
@@ -294,9 +296,41 @@ def _recomputed_before(
         if assigned_names(candidate) & needed:
             needed |= read_names(candidate)
             copies.insert(0, candidate)
-    if not copies or copies[0] is not statement or any(_draws_data(analysis, c) for c in copies):
-        return ()
-    return tuple(c.with_changes(leading_lines=[]) for c in copies)
+    if not copies or copies[0] is not statement:
+        return None, ()
+    between = block.statements[start:end]
+    stepped = max((i for i, s in enumerate(between) if analysis.gradient_effects(s)), default=None)
+    anchor = failing
+    if stepped is not None:
+        anchor = between[stepped + 1] if stepped + 1 < len(between) else failing
+        copies = [c for c in copies if between.index(c) < stepped]
+    copies = _freed_inputs(analysis, block.statements[:start], between, copies) + copies
+    if not copies or any(_draws_data(analysis, c) for c in copies):
+        return None, ()
+    return anchor, tuple(c.with_changes(leading_lines=[]) for c in copies)
+
+
+def _freed_inputs(
+    analysis: FileAnalysis, before: list[cst.BaseStatement], between: list[cst.BaseStatement], copies: list[cst.BaseStatement]
+) -> list[cst.BaseStatement]:
+    """The statements of ``before`` whose graph the copies read after a backward in ``between``
+    freed it (a GAN's ``fake = G(z)``, backwarded through by the discriminator's loss): they
+    must be computed again too, or the copies build on a freed graph."""
+    if not any("backward" in analysis.gradient_effects(s) for s in between):
+        return []
+    needed = set().union(*(read_names(c) for c in copies)) - set().union(*(assigned_names(c) for c in copies))
+    found: list[cst.BaseStatement] = []
+    for earlier in reversed(before):
+        assigned = assigned_names(earlier) & needed
+        if not assigned or not isinstance(earlier, cst.SimpleStatementLine) or len(earlier.body) != 1:
+            continue
+        small = earlier.body[0]
+        value = analysis.value_assigned(small.value) if isinstance(small, cst.Assign) else None
+        if value is None or not value.graph:
+            break  # what the copies need is not a graph this step built: nothing more to compute again
+        needed = (needed - assigned) | read_names(earlier)
+        found.insert(0, earlier)
+    return found
 
 
 def _draws_data(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
