@@ -343,7 +343,8 @@ def _apply_repair(searched: Repair, diagnosis: Diagnosis, shown: Path, fix: bool
     except engine.FileChanged as error:
         render.stderr.print(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
-    render.stderr.print(f"fixed {shown}: {diagnosis.describe(chosen.candidate.description)} ({chosen.outcome()})")
+    fixed = chosen.candidate.module or shown
+    render.stderr.print(f"fixed {fixed}: {diagnosis.describe(chosen.candidate.description)} ({chosen.outcome()})")
     raise typer.Exit(EXIT_CLEAN)
 
 

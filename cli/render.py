@@ -14,7 +14,7 @@ from rich.text import Text
 
 from gradfix.codemods.execution.diagnose import Diagnosis
 from gradfix.codemods.execution.repair import Repair
-from gradfix.codemods.engine import FileReport
+from gradfix.codemods.engine import FileReport, unified_diff
 from gradfix.codemods.rule import Finding, FixKind, Rule
 from gradfix.codemods.execution.verify import CheckResult
 
@@ -201,7 +201,11 @@ def print_repair(searched: Repair, diagnosis: Diagnosis) -> None:
     if chosen is None:
         return
     console.print(f"  chosen because {searched.why()}:")
-    print_diff(diagnosis.diff(chosen.candidate.source))
+    candidate = chosen.candidate
+    if candidate.module is None:
+        print_diff(diagnosis.diff(candidate.source))
+    else:
+        print_diff(unified_diff(FileReport(str(candidate.module), original=candidate.module_original, rewritten=candidate.source)))
 
 
 def _ordinal(number: int) -> str:

@@ -142,3 +142,27 @@ def test_a_backward_inside_training_step_is_dropped_for_the_scaled_one(runs, tmp
     assert chosen is not None and chosen.candidate.description == "drop the earlier backward at line 16"
     assert "    loss.backward()\n    return loss" not in chosen.candidate.source.decode()
     assert "scaler.scale(loss).backward()" in chosen.candidate.source.decode()
+
+
+def test_a_graph_built_in_a_sibling_module_is_detached_in_that_module(runs, tmp_path):
+    # The neural style tutorial as users lay it out: the losses in their own module beside the script.
+    tutorial = (FIXTURES / "cached_graph" / "tutorial_style_loss_target_in_init" / "before.py").read_text()
+    head, rest = tutorial.split("class ContentLoss", 1)
+    losses, script_rest = ("class ContentLoss" + rest).split("def get_style_model_and_losses", 1)
+    module = tmp_path / "style_losses.py"
+    module.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n" + losses)
+    script = tmp_path / "train.py"
+    script.write_text(head + "from style_losses import ContentLoss, StyleLoss\n\n\ndef get_style_model_and_losses" + script_rest)
+    original_script = script.read_bytes()
+    diagnosis = diagnose(script, runs.runner, BOUNDS)
+    assert [f.path for f in diagnosis.run.forward_frames if f.path] == [str(module)] * 2
+    result = repair(diagnosis, runs.runner, BOUNDS)
+    chosen = result.chosen
+    assert chosen is not None and chosen.safe, [a.outcome() for a in result.attempts]
+    assert chosen.candidate.module == module
+    assert chosen.candidate.description == "detach the value where it is stored (style_losses.py line 26)"
+    write_chosen(result, script)
+    assert "        self.target = gram_matrix(target_feature).detach()\n" in module.read_text()
+    assert script.read_bytes() == original_script
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["style_losses.py", "train.py"]
+    assert runs.runner.run(script, BOUNDS).succeeded

@@ -128,7 +128,7 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
 def _explain_error(analysis: FileAnalysis, findings: list[Finding], diagnosis: Diagnosis) -> None:
     run = diagnosis.run
     diagnosis.failing = run.failing_frames[-1] if run.failing_frames else None
-    diagnosis.graph = run.forward_frames[-1] if run.forward_frames else None
+    diagnosis.graph = next((f for f in reversed(run.forward_frames) if not f.path), None)
     if diagnosis.failing is not None:
         diagnosis.failing_call_number = run.backward_calls_by_line.get(diagnosis.failing.line, 1)
         loops = [loop for loop in analysis.loops_around(analysis.statement_at(diagnosis.failing.line)) if not loop.is_call]
@@ -188,7 +188,7 @@ def _matching_finding(analysis: FileAnalysis, findings: list[Finding], diagnosis
     that, when the backward that failed ran inside a framework (a trainer backwards what a hook
     returned) and the file has a single finding, that one."""
     # The whole stack that built the freed node: a helper's line, and the constructor that called it.
-    frames = [diagnosis.failing, *diagnosis.run.forward_frames]
+    frames = [diagnosis.failing, *(f for f in diagnosis.run.forward_frames if not f.path)]
     lines = {frame.line for frame in frames if frame is not None}
 
     def rank(finding: Finding) -> tuple:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,7 +41,7 @@ import libcst.matchers as m
 
 from ..analysis import TENSOR, FileAnalysis, assigned_names, code_of, detached_where_stored, read_names
 from ..edits import Fix, apply_fixes
-from ..engine import write_atomically
+from ..engine import SourceError, parse_source, write_atomically
 from .diagnose import Diagnosis
 from .runner import RunOptions, RunResult, ScriptRunner
 from .verify import compare_gradients
@@ -59,8 +60,12 @@ class Candidate:
     description: str  # what the rewrite does, and where
     source: bytes
     kind: Kind
+    module: Path | None = None  # the module beside the script it rewrites; None: the script
+    module_original: bytes = b""  # that module as it was read
 
     def changed_lines(self, original: bytes) -> int:
+        """Lines changed from ``original`` (the script), or from the module it rewrites."""
+        original = self.module_original if self.module is not None else original
         before, after = (text.decode(errors="replace").splitlines() for text in (original, self.source))
         diff = difflib.unified_diff(before, after, n=0, lineterm="")
         return sum(1 for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
@@ -130,9 +135,13 @@ class Repair:
 
 
 def write_chosen(searched: Repair, script: Path) -> None:
-    """Write the chosen rewrite over ``script`` atomically, only if the file is still what the
-    search read (``engine.FileChanged`` otherwise)."""
-    write_atomically(script, searched.chosen.candidate.source, expected=searched.original)
+    """Write the chosen rewrite over ``script`` (or the module beside it that it rewrites)
+    atomically, only if the file is still what the search read (``engine.FileChanged`` otherwise)."""
+    candidate = searched.chosen.candidate
+    if candidate.module is not None:
+        write_atomically(candidate.module, candidate.source, expected=candidate.module_original)
+    else:
+        write_atomically(script, candidate.source, expected=searched.original)
 
 
 def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budget: float = 120.0) -> Repair:
@@ -178,21 +187,50 @@ def _shapes(gradients: list[tuple[str, list[float]]]) -> list[tuple[str, int]]:
 
 
 def candidates(diagnosis: Diagnosis) -> list[Candidate]:
-    """Every distinct rewrite of the vocabulary at the places the run blamed, in order."""
-    analysis, original = diagnosis.analysis, diagnosis.source
-    module = analysis.module
+    """Every distinct rewrite of the vocabulary at the places the run blamed, in order: in the
+    script, then in the modules beside it where the freed graph was built."""
+    found = _rewrites(diagnosis.analysis, _fixes(diagnosis.analysis, diagnosis))
+    for path, analysis in _blamed_modules(diagnosis):
+        fixes = _module_fixes(analysis, path, [f.line for f in diagnosis.run.forward_frames if f.path == str(path)])
+        found += [
+            Candidate(c.description, c.source, c.kind, path, analysis.module.bytes) for c in _rewrites(analysis, fixes)
+        ]
+    return found
+
+
+def _rewrites(analysis: FileAnalysis, fixes: Iterator[tuple[str, Fix, Kind]]) -> list[Candidate]:
     found: dict[bytes, Candidate] = {}
-    for description, fix, kind in _fixes(analysis, diagnosis):
+    for description, fix, kind in fixes:
         if any(analysis.updates_parameters(s) for s in fix.taken_away()):
             continue  # never remove or move an optimizer update
         try:
-            source = apply_fixes(module, [fix]).bytes
+            source = apply_fixes(analysis.module, [fix]).bytes
             cst.parse_module(source)
         except (cst.CSTValidationError, cst.ParserSyntaxError):
             continue  # a rewrite that is not valid Python is not a candidate
-        if source != original and source not in found:
+        if source != analysis.module.bytes and source not in found:
             found[source] = Candidate(description, source, kind)
     return list(found.values())
+
+
+def _blamed_modules(diagnosis: Diagnosis) -> Iterator[tuple[Path, FileAnalysis]]:
+    """The modules beside the script where the run saw the freed graph built, analysed."""
+    for name in dict.fromkeys(f.path for f in reversed(diagnosis.run.forward_frames) if f.path):
+        path = Path(name)
+        try:
+            yield path, FileAnalysis.of_module(parse_source(path.read_bytes(), name))
+        except (OSError, SourceError):
+            continue  # a module that cannot be read or parsed gets no candidate
+
+
+def _module_fixes(analysis: FileAnalysis, path: Path, lines: list[int]) -> Iterator[tuple[str, Fix, Kind]]:
+    """Detach, or build under no_grad, what the blamed lines of a module store."""
+    for line in dict.fromkeys(reversed(lines)):  # innermost first
+        statement = analysis.statement_at(line)
+        if isinstance(statement, cst.SimpleStatementLine):
+            # What the module's own analysis cannot tell (a parameter's value), the run has shown:
+            # a graph was built here.
+            yield from _cutting_fixes(analysis, statement, detached_where_stored(statement), f"{path.name} line {line}")
 
 
 def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, Fix, Kind]]:
@@ -208,19 +246,9 @@ def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, 
         statement = analysis.statement_at(line)
         if statement is not None and statement is not failing and all(statement is not b for b in blamed):
             blamed.append(statement)
-    torch = next((alias for alias, name in analysis.names.aliases.items() if name == "torch"), None)
     for statement in blamed:
         line = analysis.line(statement)
-        stored = _detached_where_stored(analysis, statement)
-        if stored is not None:
-            yield f"detach the value where it is stored (line {line})", Fix(safe=False, replace=((statement, stored),)), Kind.CUTS
-        if torch is not None:
-            guarded = cst.With(
-                items=[cst.WithItem(cst.parse_expression(f"{torch}.no_grad()"))],
-                body=cst.IndentedBlock([statement.with_changes(leading_lines=[])]),
-                leading_lines=statement.leading_lines,
-            )
-            yield f"build line {line} under {torch}.no_grad()", Fix(safe=False, replace=((statement, guarded),)), Kind.CUTS
+        yield from _cutting_fixes(analysis, statement, _detached_where_stored(analysis, statement), f"line {line}")
         anchor, recomputed = _recomputed_before(analysis, statement, failing)
         if recomputed:
             yield (
@@ -252,6 +280,23 @@ def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, 
                 Kind.KEEPS,
             )
     yield from _backward_fixes(analysis, failing)
+
+
+def _cutting_fixes(
+    analysis: FileAnalysis, statement: cst.SimpleStatementLine, stored: cst.SimpleStatementLine | None, place: str
+) -> Iterator[tuple[str, Fix, Kind]]:
+    """Replace ``statement`` by ``stored`` (it, detaching what it stores); build it under
+    ``torch.no_grad()``."""
+    if stored is not None:
+        yield f"detach the value where it is stored ({place})", Fix(safe=False, replace=((statement, stored),)), Kind.CUTS
+    torch = next((alias for alias, name in analysis.names.aliases.items() if name == "torch"), None)
+    if torch is not None:
+        guarded = cst.With(
+            items=[cst.WithItem(cst.parse_expression(f"{torch}.no_grad()"))],
+            body=cst.IndentedBlock([statement.with_changes(leading_lines=[])]),
+            leading_lines=statement.leading_lines,
+        )
+        yield f"build {place} under {torch}.no_grad()", Fix(safe=False, replace=((statement, guarded),)), Kind.CUTS
 
 
 def _last_assignments(analysis: FileAnalysis, failing: cst.CSTNode) -> list[cst.CSTNode]:
@@ -402,7 +447,12 @@ def _run_bounded(runner: ScriptRunner, script: Path, options: RunOptions, deadli
 def _run_candidate(
     runner: ScriptRunner, script: Path, candidate: Candidate, options: RunOptions, deadline: float
 ) -> RunResult | None:
-    """Run ``candidate`` from a file beside the script (its sibling imports resolve), then remove it."""
+    """Run ``candidate`` from a file beside the script (its sibling imports resolve), then remove
+    it; a rewritten module runs from a hidden folder beside the script that shadows the original."""
+    if candidate.module is not None:
+        with tempfile.TemporaryDirectory(prefix=f".{script.stem}.gradfix-overlay-", dir=script.parent) as overlay:
+            Path(overlay, candidate.module.name).write_bytes(candidate.source)
+            return _run_bounded(runner, script, replace(options, overlay=overlay), deadline)
     trial = script.with_name(f".{script.stem}.gradfix-candidate.py")
     trial.write_bytes(candidate.source)
     try:

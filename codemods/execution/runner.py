@@ -49,12 +49,14 @@ class RunOptions:
     cwd: str | None = None  # default: a fresh, empty temporary folder
     env: tuple[tuple[str, str], ...] = ()
     pass_env: tuple[str, ...] = ()  # variables kept although their names look like secrets
+    overlay: str | None = None  # a folder whose modules shadow the script folder's (a rewritten sibling)
 
 
 @dataclass
 class Frame:
     line: int
     code: str
+    path: str = ""  # the file, when it is a module beside the script rather than the script
 
 
 @dataclass
@@ -242,6 +244,8 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
     os.environ.update(dict(options.env))
     sys.argv = [script, *options.args]
     sys.path.insert(0, os.path.dirname(script))
+    if options.overlay:
+        sys.path.insert(0, options.overlay)
 
     import runpy
     import warnings
@@ -383,19 +387,23 @@ def _read(handle) -> str:
 
 
 def _forward_frames(reports: list[str], script: str) -> list[Frame]:
-    """Script lines in anomaly mode's "Traceback of forward call that caused the error"."""
+    """The lines of the script and of the modules beside it in anomaly mode's "Traceback of
+    forward call that caused the error"."""
+    folder = os.path.dirname(script)
     frames = []
     for report in reports:
         if "forward call that caused the error" not in report:
             continue
         lines = report.splitlines()
         for index, line in enumerate(lines):
-            stripped = line.strip()
-            if stripped.startswith(f'File "{script}", line '):
-                number = int(stripped.split(", line ")[1].split(",")[0])
+            found = _FRAME_LINE.match(line.strip())
+            if found and os.path.dirname(found["file"]) == folder:
                 code = lines[index + 1].strip() if index + 1 < len(lines) else ""
-                frames.append(Frame(number, code))
+                frames.append(Frame(int(found["line"]), code, "" if found["file"] == script else found["file"]))
     return frames
+
+
+_FRAME_LINE = re.compile(r'File "(?P<file>[^"]+\.py)", line (?P<line>\d+)')
 
 
 def _optimizer_gradients(optimizer) -> list[tuple[str, list[float]]]:
