@@ -249,6 +249,9 @@ def diagnose(
     fix: Annotated[bool, typer.Option("--fix", help="Apply the matching rule's rewrite and run again to confirm.")] = False,
     unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix: also apply a fix that changes the maths.")] = False,
     show_output: Annotated[bool, typer.Option("--show-output", help="Show what the script printed.")] = False,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", min=1, help="Candidate rewrites the repair search runs at once, each on a warm runner of its own.")
+    ] = 1,
     pass_env: Annotated[
         Optional[List[str]],
         typer.Option("--pass-env", help="Keep this environment variable although its name looks like a secret (repeatable).", show_default=False),
@@ -272,10 +275,10 @@ def diagnose(
         pass_env=tuple(pass_env or ()),
     )
     if not is_notebook(str(script)):
-        _diagnose_script(script, None, options, started, timeout, fix, unsafe_fixes, show_output)
+        _diagnose_script(script, None, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
     try:
         with notebook_as_script(script) as (runnable, notebook):
-            _diagnose_script(runnable, notebook, options, started, timeout, fix, unsafe_fixes, show_output)
+            _diagnose_script(runnable, notebook, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
     except (NotebookError, engine.FileChanged) as error:
         render.stderr.print(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
@@ -290,6 +293,7 @@ def _diagnose_script(
     fix: bool,
     unsafe_fixes: bool,
     show_output: bool,
+    jobs: int,
 ) -> NoReturn:
     """Diagnose ``script`` (made from ``notebook``, if given) and exit with what it found."""
     shown = Path(notebook.path) if notebook is not None else script
@@ -305,7 +309,7 @@ def _diagnose_script(
         if diagnosis.fix is None:
             if not diagnosis.second_backward:
                 raise typer.Exit(EXIT_FINDINGS)
-            searched = repair(diagnosis, runner, options, budget=timeout - (time.monotonic() - started))
+            searched = repair(diagnosis, runner, options, budget=timeout - (time.monotonic() - started), jobs=jobs)
             render.print_repair(searched, diagnosis)
             _apply_repair(searched, diagnosis, shown, fix, unsafe_fixes)
         unsafe = diagnosis.finding.fix is FixKind.UNSAFE

@@ -166,3 +166,13 @@ def test_a_graph_built_in_a_sibling_module_is_detached_in_that_module(runs, tmp_
     assert script.read_bytes() == original_script
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["style_losses.py", "train.py"]
     assert runs.runner.run(script, BOUNDS).succeeded
+
+
+def test_side_by_side_runs_reach_the_same_outcomes(runs, tmp_path):
+    script, diagnosis, one_at_a_time = searched(
+        FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path
+    )
+    side_by_side = repair(diagnosis, runs.runner, BOUNDS, jobs=2)
+    assert [a.outcome() for a in side_by_side.attempts] == [a.outcome() for a in one_at_a_time.attempts]
+    assert side_by_side.chosen.candidate == one_at_a_time.chosen.candidate
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]

@@ -28,10 +28,14 @@ Among accepted candidates the safe ones come first, then the smallest edit.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import enum
+import os
+import queue
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
@@ -144,19 +148,40 @@ def write_chosen(searched: Repair, script: Path) -> None:
         write_atomically(script, candidate.source, expected=searched.original)
 
 
-def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budget: float = 120.0) -> Repair:
+def repair(
+    diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budget: float = 120.0, jobs: int = 1
+) -> Repair:
     """Search the candidate rewrites for ``diagnosis`` (a second-backward error) within ``budget``
-    seconds in all; each run keeps the bounds of ``options``."""
+    seconds in all; each run keeps the bounds of ``options``. With ``jobs`` above 1, that many
+    runs go at once, the others on twins of ``runner`` (forked, so warm at once), closed when
+    the search ends."""
     deadline = time.monotonic() + budget
     script = diagnosis.script
-    original = diagnosis.source
-    result = Repair(original)
+    result = Repair(diagnosis.source)
     recording = replace(options, detect_anomaly=False, measure_graphs=False, count_lines=(), record_gradients=True)
-    result.reference = _run_bounded(runner, script, replace(recording, retain_graph=True), deadline)
+    if jobs > 1:
+        recording = replace(recording, threads=max(1, (os.cpu_count() or 1) // jobs))
+    found = candidates(diagnosis)
+    with contextlib.ExitStack() as extra_runners:
+        idle: queue.SimpleQueue[ScriptRunner] = queue.SimpleQueue()
+        idle.put(runner)
+        for _ in range(min(jobs, len(found) + 1) - 1):
+            idle.put(extra_runners.enter_context(runner.twin()))
+
+        def run(candidate: Candidate | None) -> RunResult | None:
+            free = idle.get()
+            try:
+                if candidate is None:  # the original, keeping every graph: the reference
+                    return _run_bounded(free, script, replace(recording, retain_graph=True), deadline)
+                return _run_candidate(free, script, candidate, recording, deadline)
+            finally:
+                idle.put(free)
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            result.reference, *runs = pool.map(run, [None, *found])
     reference = result.reference if result.reference and result.reference.succeeded else None
     reference_gradients = _compared_gradients(reference, reference) if reference else None
-    for candidate in candidates(diagnosis):
-        run = _run_candidate(runner, script, candidate, recording, deadline)
+    for candidate, run in zip(found, runs):
         attempt = Attempt(candidate, run)
         if run is not None and run.succeeded and reference_gradients:
             # A step bound counts backward calls: runs that backward more or less often per step
@@ -453,9 +478,7 @@ def _run_candidate(
         with tempfile.TemporaryDirectory(prefix=f".{script.stem}.gradfix-overlay-", dir=script.parent) as overlay:
             Path(overlay, candidate.module.name).write_bytes(candidate.source)
             return _run_bounded(runner, script, replace(options, overlay=overlay), deadline)
-    trial = script.with_name(f".{script.stem}.gradfix-candidate.py")
-    trial.write_bytes(candidate.source)
-    try:
-        return _run_bounded(runner, trial, options, deadline)
-    finally:
-        trial.unlink(missing_ok=True)
+    with tempfile.NamedTemporaryFile(prefix=f".{script.stem}.gradfix-candidate-", suffix=".py", dir=script.parent) as trial:
+        trial.write(candidate.source)
+        trial.flush()
+        return _run_bounded(runner, Path(trial.name), options, deadline)

@@ -50,6 +50,7 @@ class RunOptions:
     env: tuple[tuple[str, str], ...] = ()
     pass_env: tuple[str, ...] = ()  # variables kept although their names look like secrets
     overlay: str | None = None  # a folder whose modules shadow the script folder's (a rewritten sibling)
+    threads: int | None = None  # torch's intra-op threads (runs side by side must not oversubscribe)
 
 
 @dataclass
@@ -100,7 +101,7 @@ class ScriptRunner:
     Use as a context manager, or call ``close()``; the server starts on the first run."""
 
     def __init__(self) -> None:
-        self._server: subprocess.Popen | None = None
+        self._server: subprocess.Popen | _TwinServer | None = None
 
     def __enter__(self) -> "ScriptRunner":
         return self
@@ -114,7 +115,22 @@ class ScriptRunner:
             self._server.wait(10)
             self._server = None
 
-    def _started_server(self) -> subprocess.Popen:
+    def twin(self) -> "ScriptRunner":
+        """Another runner whose server is forked from this one's, warm at once (frameworks this
+        one imported included): for runs side by side. Close it like any runner."""
+        server = self._started_server()
+        twin = ScriptRunner()
+        with tempfile.TemporaryDirectory(prefix="gradfix-twin-") as scratch:
+            requests, replies = os.path.join(scratch, "requests"), os.path.join(scratch, "replies")
+            os.mkfifo(requests)
+            os.mkfifo(replies)
+            _send(server.stdin, (_TWIN, requests, replies))
+            pid = _receive(server.stdout)
+            # Opened in the order the twin opens them, each open waiting for the other end.
+            twin._server = _TwinServer(open(requests, "wb", buffering=0), open(replies, "rb", buffering=0), pid)
+        return twin
+
+    def _started_server(self) -> subprocess.Popen | _TwinServer:
         if self._server is None or self._server.poll() is not None:
             self._server = subprocess.Popen(
                 [sys.executable, "-c", "from gradfix.codemods.execution.runner import serve; serve()"],
@@ -160,11 +176,18 @@ def serve() -> None:
     import torch.nn  # noqa: F401
     import torch.optim  # noqa: F401
 
+    _serve(requests, replies)
+
+
+def _serve(requests, replies) -> None:
     while True:
         try:
             request = _receive(requests)
         except EOFError:
             return
+        if request[0] == _TWIN:
+            _send(replies, _forked_twin(*request[1:]))
+            continue
         _import_frameworks_of(request[0])
         pid = os.fork()
         if pid == 0:
@@ -179,6 +202,40 @@ def serve() -> None:
         _, status = os.waitpid(pid, 0)
         _kill_group(pid)  # what the script left running in the background
         _send(replies, status)
+
+
+_TWIN = "\0twin"  # a request for a forked copy of the server; no script path starts with NUL
+
+
+class _TwinServer:
+    """The end of a forked server's pipes, with the calls ``ScriptRunner`` makes of a ``Popen``."""
+
+    def __init__(self, stdin, stdout, pid: int) -> None:
+        self.stdin, self.stdout, self.pid = stdin, stdout, pid
+
+    def poll(self) -> int | None:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return 0
+        return None
+
+    def wait(self, timeout: float) -> None:
+        """Nothing to wait for: with its requests closed the twin leaves at once, and the server
+        it was forked from reaps it when that one is closed."""
+        self.stdout.close()
+
+
+def _forked_twin(requests_path: str, replies_path: str) -> int:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            requests = open(requests_path, "rb", buffering=0)
+            replies = open(replies_path, "wb", buffering=0)
+            _serve(requests, replies)
+        finally:
+            os._exit(0)
+    return pid
 
 
 def _import_frameworks_of(script: str) -> None:
@@ -252,6 +309,8 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
 
     import torch
 
+    if options.threads:
+        torch.set_num_threads(options.threads)
     result = RunResult("ok")
     anomaly_reports: list[str] = []
 
