@@ -176,3 +176,36 @@ def test_side_by_side_runs_reach_the_same_outcomes(runs, tmp_path):
     assert [a.outcome() for a in side_by_side.attempts] == [a.outcome() for a in one_at_a_time.attempts]
     assert side_by_side.chosen.candidate == one_at_a_time.chosen.candidate
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+def test_a_bank_cleared_only_on_sync_is_cleared_every_micro_batch(runs, tmp_path):
+    script, _, result = searched(
+        FIXTURES / "carried_state" / "reported_accel_reference_bank_cleared_on_sync" / "reported.py", runs, tmp_path
+    )
+    chosen = result.chosen
+    assert chosen is not None and not chosen.safe, [a.outcome() for a in result.attempts]
+    assert chosen.candidate.description == (
+        "clear net.reference_net.bank, net.denoiser.bank in every iteration, not only when line 75 holds"
+    )
+    write_chosen(result, script)
+    assert (
+        "    net.reference_net.bank.clear()\n"
+        "    net.denoiser.bank.clear()\n"
+        "\n"
+        "    if accelerator.sync_gradients:\n"
+        "        global_step += 1\n"
+    ) in script.read_text()
+    assert runs.runner.run(script, BOUNDS).succeeded
+
+
+def test_a_namedtuple_state_whose_detach_would_freeze_the_input_weights_is_left_alone(runs, tmp_path):
+    # The rebuilt LIF cell feeds its input only into the state the next batch reads: detaching
+    # that state (rebuilt from its parts) runs, but the input weights then never get a gradient.
+    script, _, result = searched(
+        FIXTURES / "carried_state" / "reported_report_lif_namedtuple_state" / "reported.py", runs, tmp_path
+    )
+    rebuilt = next(a for a in result.attempts if a.candidate.description.startswith("detach the parts of state"))
+    assert rebuilt.run.succeeded and rebuilt.loses_gradients and not rebuilt.accepted
+    assert "state = type(state)(*(part.detach() for part in state))" in rebuilt.candidate.source.decode()
+    assert result.chosen is None
+    assert script.read_bytes() == result.original

@@ -297,6 +297,15 @@ def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, 
                 Fix(safe=False, insert_before=((first, resets),)),
                 Kind.CUTS,
             )
+        carried = sorted(
+            n
+            for n in assigned_names(statement, rebinding_only=True) & read_names(statement)
+            if "." not in n and n in entering and entering[n].structure is not TENSOR
+        )
+        if carried and analysis.contains(loop.node, statement):
+            # A structure of the user's own (a NamedTuple state): rebuilt from its detached parts.
+            parts = tuple(cst.parse_statement(f"{n} = type({n})(*(part.detach() for part in {n}))") for n in carried)
+            yield f"detach the parts of {', '.join(carried)} after line {line} stores it", Fix(safe=False, insert_after=((statement, parts),)), Kind.CUTS
         same_function = analysis.function_at(line) is analysis.function_at(analysis.line(loop.node))
         if not analysis.contains(loop.node, statement) and same_function:
             yield (
@@ -304,7 +313,33 @@ def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, 
                 Fix(safe=False, move=((statement, first),)),
                 Kind.KEEPS,
             )
+    if loop is not None:
+        yield from _reset_every_iteration(analysis, loop.node)
     yield from _backward_fixes(analysis, failing)
+
+
+def _reset_every_iteration(analysis: FileAnalysis, loop: cst.CSTNode) -> Iterator[tuple[str, Fix, Kind]]:
+    """Containers the loop around the failing backward clears only under a condition (``if
+    accelerator.sync_gradients:``, every N steps), cleared every iteration instead, just before
+    that ``if``: no iteration then reads what an earlier one stored (a feature bank, a buffer)."""
+    for branch in m.findall(loop, m.If()):
+        if not isinstance(branch.body, cst.IndentedBlock) or analysis.block_of(branch) is None:
+            continue
+        resets = [s for s in branch.body.body if _clears(s)]
+        if resets and len(resets) < len(branch.body.body):
+            names = ", ".join(code_of(s.body[0].value.func.value) for s in resets)
+            yield (
+                f"clear {names} in every iteration, not only when line {analysis.line(branch)} holds",
+                Fix(safe=False, move=tuple((reset, branch) for reset in resets)),
+                Kind.KEEPS,
+            )
+
+
+def _clears(statement: cst.BaseStatement) -> bool:
+    """Whether ``statement`` is ``x.clear()``."""
+    return m.matches(
+        statement, m.SimpleStatementLine(body=[m.Expr(value=m.Call(func=m.Attribute(attr=m.Name("clear")), args=[]))])
+    )
 
 
 def _cutting_fixes(
