@@ -14,3 +14,28 @@ def runs():
     """Scripts run in children of one warm process that imported torch once."""
     with ScriptRunner() as runner:
         yield RunCache(runner)
+
+
+class _Lent:
+    """The session's warm runner, lent to a command that would start and close its own."""
+
+    def __init__(self, runner: ScriptRunner) -> None:
+        self.runner = runner
+
+    def __enter__(self) -> ScriptRunner:
+        return self.runner
+
+    def __exit__(self, *exc_info) -> None:
+        """The runner stays open for the tests after this one."""
+
+
+@pytest.fixture
+def warm_cli(runs, monkeypatch):
+    """``gradfix`` as the command line runs it, on the session's warm runner: a cold start costs
+    seconds, and one test (test_diagnose's) already pays it to show the command starts its own."""
+    from typer.testing import CliRunner
+
+    from gradfix.cli import app as cli_app
+
+    monkeypatch.setattr(cli_app, "ScriptRunner", lambda: _Lent(runs.runner))
+    return lambda *args: CliRunner().invoke(cli_app.app, [str(a) for a in args])

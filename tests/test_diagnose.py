@@ -70,10 +70,10 @@ def cli():
     return lambda *args: CliRunner().invoke(app, [str(a) for a in args])
 
 
-def test_cli_diagnose_fix_confirms_the_error_is_gone(cli, tmp_path):
+def test_cli_diagnose_fix_confirms_the_error_is_gone(cli, warm_cli, tmp_path):
     script = tmp_path / "train.py"
     shutil.copy(FIXTURES / "forward_outside_loop" / "loss_hoisted" / "before.py", script)
-    shown = cli("diagnose", script)
+    shown = warm_cli("diagnose", script)
     assert shown.exit_code == 1
     assert "rule: GF003" in shown.stdout and "+    loss = criterion(model(x), y)" in shown.stdout
     assert "retain_graph" not in shown.output
@@ -83,23 +83,23 @@ def test_cli_diagnose_fix_confirms_the_error_is_gone(cli, tmp_path):
     assert script.read_bytes() == (FIXTURES / "forward_outside_loop" / "loss_hoisted" / "after.py").read_bytes()
 
 
-def test_cli_diagnose_reports_no_error_in_n_steps(cli):
-    result = cli("diagnose", "--steps", "2", FIXTURES / "carried_state" / "ok_truncated_bptt_tuple" / "ok.py")
+def test_cli_diagnose_reports_no_error_in_n_steps(warm_cli):
+    result = warm_cli("diagnose", "--steps", "2", FIXTURES / "carried_state" / "ok_truncated_bptt_tuple" / "ok.py")
     assert result.exit_code == 0
     assert "no error in 2 step(s)" in result.stdout
 
 
-def test_cli_diagnose_passes_arguments_and_survives_hangs_and_crashes(cli, tmp_path):
+def test_cli_diagnose_passes_arguments_and_survives_hangs_and_crashes(warm_cli, tmp_path):
     script = tmp_path / "args.py"
     script.write_text("import sys\nif sys.argv[1:] != ['--epochs', '3']:\n    raise SystemExit('bad arguments')\n")
-    assert cli("diagnose", script, "--", "--epochs", "3").exit_code == 0
+    assert warm_cli("diagnose", script, "--", "--epochs", "3").exit_code == 0
     hang = tmp_path / "hang.py"
     hang.write_text("while True:\n    pass\n")
-    result = cli("diagnose", "--timeout", "1", hang)
+    result = warm_cli("diagnose", "--timeout", "1", hang)
     assert result.exit_code == 1 and "did not finish in time" in result.stdout
     crash = tmp_path / "crash.py"
     crash.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
-    result = cli("diagnose", crash)
+    result = warm_cli("diagnose", crash)
     assert result.exit_code == 1 and "crashed: killed by signal 11" in result.stdout
 
 
@@ -111,20 +111,20 @@ def test_cli_diagnose_bad_input(cli, tmp_path):
     assert result.exit_code == 2 and "cannot parse" in result.stderr
 
 
-def test_cli_verify_passes_on_a_fixture_and_fails_on_a_wrong_one(cli, tmp_path):
+def test_cli_verify_passes_on_a_fixture_and_fails_on_a_wrong_one(warm_cli, tmp_path):
     # One case is enough here: test_fixtures runs every check on every fixture.
     right = tmp_path / "right" / "duplicate_backward" / "for_loop"
     shutil.copytree(FIXTURES / "duplicate_backward" / "for_loop", right)
-    result = cli("verify", right.parent)
+    result = warm_cli("verify", right.parent)
     assert result.exit_code == 0, result.output
     assert " 0 failed" in result.stderr
     wrong = tmp_path / "wrong" / "duplicate_backward" / "wrong"
     shutil.copytree(FIXTURES / "duplicate_backward" / "for_loop", wrong)
     (wrong / "after.py").write_text((wrong / "before.py").read_text())
-    result = cli("verify", "--output-format", "json", wrong.parent)
+    result = warm_cli("verify", "--output-format", "json", wrong.parent)
     assert result.exit_code == 1
     assert '"passed": false' in result.stdout
-    assert cli("verify", tmp_path / "nothing").exit_code == 2
+    assert warm_cli("verify", tmp_path / "nothing").exit_code == 2
 
 
 # Silent bugs raise nothing; diagnose measures them (graphs kept alive, batches a backward misses).
@@ -149,10 +149,10 @@ def test_silent_fixtures_are_measured_matched_and_fixed(case, runs, tmp_path):
     assert script.read_bytes() == case.file("after.py").read_bytes()
 
 
-def test_cli_diagnose_shows_a_silent_bug_with_exit_1(cli, tmp_path):
+def test_cli_diagnose_shows_a_silent_bug_with_exit_1(warm_cli, tmp_path):
     script = tmp_path / "train.py"
     shutil.copy(FIXTURES / "graph_kept_for_logging" / "accel_losses_list" / "before.py", script)
-    shown = cli("diagnose", script)
+    shown = warm_cli("diagnose", script)
     assert shown.exit_code == 1, shown.output
     assert "runs, but live tensors keep more graph nodes at every optimizer step" in shown.stdout
     assert "rule: GF007" in shown.stdout and "+    losses.append(loss.item())" in shown.stdout

@@ -123,10 +123,10 @@ def test_bad_and_foreign_notebooks(tmp_path):
     assert result.exit_code == 0 and "No findings" in result.stderr
 
 
-def test_diagnose_fix_repairs_a_reported_notebook_in_its_cells(tmp_path):
+def test_diagnose_fix_repairs_a_reported_notebook_in_its_cells(warm_cli, tmp_path):
     notebook = tmp_path / "fc.ipynb"
     shutil.copy(REPORTED, notebook)
-    result = CliRunner().invoke(app, ["diagnose", "--fix", str(notebook)])
+    result = warm_cli("diagnose", "--fix", notebook)
     assert result.exit_code == 0, result.output
     assert "graph from cell 3, line 7: Y = torch.mm(X, true_W) + true_b" in result.stdout
     assert "fixed" in result.stderr and "gradients equal the retain_graph=True run" in result.stderr

@@ -92,14 +92,10 @@ def test_candidates_never_touch_optimizer_updates_nor_retain_graphs(runs, tmp_pa
         assert [line for line in source.splitlines() if ".step(" in line or "zero_grad" in line] == steps
 
 
-def test_cli_diagnose_fix_writes_the_proven_rewrite_and_says_why(tmp_path):
-    from typer.testing import CliRunner
-
-    from gradfix.cli.app import app
-
+def test_cli_diagnose_fix_writes_the_proven_rewrite_and_says_why(warm_cli, tmp_path):
     script = tmp_path / "train.py"
     shutil.copy(FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", script)
-    result = CliRunner().invoke(app, ["diagnose", "--fix", str(script)])
+    result = warm_cli("diagnose", "--fix", script)
     assert result.exit_code == 0, result.output
     assert "[chosen] detach the value where it is stored (line 23)" in result.stdout
     assert "chosen because it runs clean and its gradients equal" in result.stdout
@@ -209,3 +205,15 @@ def test_a_namedtuple_state_whose_detach_would_freeze_the_input_weights_is_left_
     assert "state = type(state)(*(part.detach() for part in state))" in rebuilt.candidate.source.decode()
     assert result.chosen is None
     assert script.read_bytes() == result.original
+
+
+def test_cli_says_when_no_candidate_works_exits_1_and_writes_nothing(warm_cli, tmp_path):
+    script = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "separate_backwards" / "reported_zero_grad_between" / "reported.py", script)
+    original = script.read_bytes()
+    result = warm_cli("diagnose", "--fix", "--unsafe-fixes", script)
+    assert result.exit_code == 1, result.output
+    assert f"no candidate rewrite ran clean; {script} is unchanged" in result.stderr
+    assert "[chosen]" not in result.stdout and "[failed]" in result.stdout
+    assert script.read_bytes() == original
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
