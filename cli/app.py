@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 import importlib.util
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, List, NoReturn, Optional
@@ -173,8 +172,10 @@ def fix(
                 engine.write_atomically(report.path, report.rewritten, expected=report.original)
             except engine.FileChanged as error:
                 errors.append(str(error))
+                _not_written(report)
             except OSError as error:
                 errors.append(f"{report.path}: cannot write: {error.strerror or error}")
+                _not_written(report)
     if not diff:
         render.print_findings(f for r in reports for f in r.findings)
     render.stderr.print(render.fix_summary(reports, diff))
@@ -183,6 +184,11 @@ def fix(
         raise typer.Exit(EXIT_ERROR)
     pending = changed if diff else [f for r in reports for f in r.findings]
     raise typer.Exit(EXIT_FINDINGS if pending else EXIT_CLEAN)
+
+
+def _not_written(report: FileReport) -> None:
+    """A rewrite that could not be written fixed nothing: its findings are still there."""
+    report.findings, report.fixed, report.rewritten = report.fixed + report.findings, [], None
 
 
 @app.command()
@@ -352,9 +358,6 @@ def _apply_repair(searched: Repair, diagnosis: Diagnosis, shown: Path, fix: bool
     raise typer.Exit(EXIT_CLEAN)
 
 
-def main() -> None:
-    try:
-        app(prog_name="gradfix")
-    except KeyboardInterrupt:
-        render.stderr.print("interrupted")
-        sys.exit(130)
+def run() -> None:
+    """Run the command line; ``gradfix.cli.main`` wraps it with signal handling."""
+    app(prog_name="gradfix")

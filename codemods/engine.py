@@ -16,7 +16,9 @@ import errno
 import os
 import stat
 import re
+import signal
 import subprocess
+import sys
 import tempfile
 import tokenize
 import warnings
@@ -90,7 +92,7 @@ def collect_files(paths: Sequence[str | Path]) -> FileSet:
         problem = _unreadable_kind(path)
         if path.is_dir():
             walked = []
-            for found in _walk(path):
+            for found in _walk(path, errors):
                 kind = _unreadable_kind(found)
                 if not kind:
                     walked.append(found)
@@ -120,8 +122,13 @@ def _unreadable_kind(path: Path) -> str:
     return "" if stat.S_ISREG(mode) else "not a regular file"
 
 
-def _walk(root: Path) -> Iterator[Path]:
-    for directory, subdirectories, filenames in os.walk(root):
+def _walk(root: Path, errors: list[str]) -> Iterator[Path]:
+    """The Python files and notebooks under ``root``; a folder that cannot be read is an error."""
+
+    def unreadable(error: OSError) -> None:
+        errors.append(f"{error.filename}: cannot read: {error.strerror or error}")
+
+    for directory, subdirectories, filenames in os.walk(root, onerror=unreadable):
         subdirectories[:] = sorted(
             d
             for d in subdirectories
@@ -164,8 +171,9 @@ class FileChanged(Exception):
 def write_atomically(path: str | Path, data: bytes, expected: bytes | None = None) -> None:
     """Replace ``path`` with ``data`` so that it is, at every moment, either old or new. A symlink
     is written through (its target is replaced); owner, group and mode are kept where the process
-    may. With ``expected``, raise ``FileChanged`` instead of writing when the file no longer holds
-    those bytes just before the replace."""
+    may. A file with several hard links is updated in place, so that every name sees the fix,
+    with signals held off until it is whole. With ``expected``, raise ``FileChanged`` instead of
+    writing when the file no longer holds those bytes just before the replace."""
     target = Path(os.path.realpath(path))
     status = target.stat()
     descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".gradfix")
@@ -179,11 +187,29 @@ def write_atomically(path: str | Path, data: bytes, expected: bytes | None = Non
             os.chown(temporary, status.st_uid, status.st_gid)
         if expected is not None and target.read_bytes() != expected:
             raise FileChanged(path)
-        os.replace(temporary, target)
+        if status.st_nlink > 1:
+            _overwrite_in_place(target, data)
+            os.unlink(temporary)
+        else:
+            os.replace(temporary, target)
     except BaseException:
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+
+
+def _overwrite_in_place(target: Path, data: bytes) -> None:
+    """Write ``data`` over ``target``'s own inode (its other hard links see it); Ctrl-C and SIGTERM
+    wait until the file is whole."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        with open(target, "r+b") as handle:
+            handle.write(data)
+            handle.truncate()
+            handle.flush()
+            os.fsync(handle.fileno())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 # one file --------------------------------------------------------------------------------------
@@ -310,6 +336,11 @@ def _fix_until_stable(
     analysis = FileAnalysis.of_module(module, project)
     report.exports, report.imports = analysis.exports(), analysis.imports()
     violations = find_violations(analysis, rules)
+    if violations and (error := _compile_error(data, path)):
+        # LibCST parses more than this Python compiles (3.12 syntax, `continue` outside a loop):
+        # such a file is not gradfix's to judge, and any rewrite of it would look like gradfix's fault.
+        report.errors.append(f"{path}:{error.lineno}: does not compile on Python {sys.version_info.major}.{sys.version_info.minor}: {error.msg}")
+        return
     for _ in range(MAX_FIX_ROUNDS):
         applicable = [v for v in violations if mode.allows(v.finding.fix)]
         if not applicable:
@@ -317,9 +348,8 @@ def _fix_until_stable(
         chosen = compatible(v.fix for v in applicable)
         try:
             rewritten = cst.parse_module(apply_fixes(module, chosen).bytes)
-            with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
-                warnings.simplefilter("ignore")
-                compile(rewritten.code, path, "exec", dont_inherit=True)
+            if error := _compile_error(rewritten.bytes, path):
+                raise error
         except (cst.ParserSyntaxError, SyntaxError, ValueError) as error:
             report.internal_errors.append(
                 f"{path}: internal error: a fix produced code that does not parse ({error}); the file was left as it was"
@@ -332,6 +362,16 @@ def _fix_until_stable(
     report.fixed = [replace(f, path=path) for f in report.fixed]
     if report.fixed and module.bytes != data:
         report.rewritten = module.bytes
+
+
+def _compile_error(data: bytes, path: str) -> SyntaxError | None:
+    try:
+        with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
+            warnings.simplefilter("ignore")
+            compile(data, path, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return error
+    return None
 
 
 def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:

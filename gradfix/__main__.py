@@ -1,3 +1,3 @@
-from gradfix.cli.app import main
+from gradfix.cli import main
 
 main()

@@ -190,6 +190,49 @@ def test_unreadable_file(cli, tmp_path, monkeypatch):
     assert f"{script}: cannot read: Permission denied" in result.stderr
 
 
+def test_an_unreadable_subfolder_is_an_error_and_the_rest_is_checked(cli, tmp_path, monkeypatch):
+    write(tmp_path / "train.py", DOUBLE)
+    locked = tmp_path / "locked"
+    write(locked / "other.py", DOUBLE)
+    scan = os.scandir
+
+    def refuse_locked(path="."):
+        if os.fspath(path) == str(locked):
+            raise PermissionError(13, "Permission denied", str(locked))
+        return scan(path)
+
+    monkeypatch.setattr(os, "scandir", refuse_locked)
+    result = cli("check", tmp_path)
+    assert result.exit_code == 2
+    assert f"{locked}: cannot read: Permission denied" in result.stderr
+    assert "train.py:" in result.stdout and "other.py" not in result.stdout
+
+
+def test_a_write_that_fails_is_not_counted_as_fixed(cli, tmp_path, monkeypatch):
+    script = write(tmp_path / "train.py", DOUBLE)
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("gradfix.codemods.engine.write_atomically", full)
+    result = cli("fix", script)
+    assert result.exit_code == 2
+    assert "Fixed 0 finding(s) in 0 file(s)" in result.stderr
+    assert f"{script}: cannot write: No space left on device" in result.stderr
+    assert f"{script}:" in result.stdout and "GF002" in result.stdout  # the finding is still there
+    assert script.read_text() == DOUBLE
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="`type` statements compile from Python 3.12 on")
+def test_code_this_python_cannot_compile_is_bad_input_not_an_internal_error(cli, tmp_path):
+    newer = write(tmp_path / "train.py", "type Batch = list[int]\n" + DOUBLE)
+    result = cli("fix", newer)
+    assert result.exit_code == 2
+    assert f"{newer}:1: does not compile on Python 3.11: invalid syntax" in result.stderr
+    assert "internal error" not in result.output
+    assert newer.read_text().endswith(DOUBLE)
+
+
 def test_encoding_bom_line_endings_and_mode_are_kept(cli, tmp_path):
     text = "# -*- coding: latin-1 -*-\n# caf\xe9\n" + DOUBLE
     script = tmp_path / "train.py"

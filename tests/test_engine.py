@@ -1,5 +1,6 @@
 """The engine's guarantees: files are old or new, never half-written; a bad rewrite is never written."""
 
+import os
 from typing import Iterator
 
 import libcst as cst
@@ -70,6 +71,36 @@ def test_an_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path, mon
         engine.write_atomically(target, b"new\n")
     assert target.read_bytes() == b"old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
+def test_a_sigterm_during_a_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    from gradfix.cli import Terminated
+
+    target = tmp_path / "train.py"
+    target.write_bytes(b"old\n")
+
+    def terminated(*args):
+        raise Terminated
+
+    monkeypatch.setattr(engine.os, "replace", terminated)
+    with pytest.raises(Terminated):
+        engine.write_atomically(target, b"new\n")
+    assert target.read_bytes() == b"old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
+def test_a_hard_linked_file_is_updated_in_place_for_every_name(tmp_path):
+    target = tmp_path / "train.py"
+    target.write_bytes(b"old\n")
+    other = tmp_path / "copy_of_train.py"
+    os.link(target, other)
+    inode = target.stat().st_ino
+    engine.write_atomically(target, b"new, longer\n", expected=b"old\n")
+    assert other.read_bytes() == target.read_bytes() == b"new, longer\n"
+    assert target.stat().st_ino == inode and target.stat().st_nlink == 2
+    engine.write_atomically(other, b"n\n")
+    assert target.read_bytes() == b"n\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy_of_train.py", "train.py"]
 
 
 def test_files_without_backward_are_not_parsed(monkeypatch):

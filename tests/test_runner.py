@@ -93,3 +93,56 @@ def test_a_framework_is_imported_into_the_server_when_a_script_first_needs_it(tm
         assert runner.run(probe).stdout == "False\n"  # a plain torch script pays nothing for it
         assert runner.run(user).status == "ok"
         assert runner.run(probe).stdout == "True\n"  # later runs fork with it loaded
+
+
+def test_a_server_that_dies_during_a_run_is_a_crash_and_takes_the_script_along(runs, tmp_path):
+    import threading
+
+    script = tmp_path / "hang.py"
+    script.write_text("import os, time\nopen('script.pid', 'w').write(str(os.getpid()))\ntime.sleep(300)\n")
+    marker = tmp_path / "script.pid"
+    twin = runs.runner.twin()  # a server of its own to kill, forked from the warm one
+
+    def kill_the_server_once_the_script_runs():
+        while not (marker.exists() and marker.read_text()):
+            time.sleep(0.05)
+        os.kill(twin._server.pid, 9)
+
+    killer = threading.Thread(target=kill_the_server_once_the_script_runs)
+    killer.start()
+    result = twin.run(script, RunOptions(timeout=30, cwd=str(tmp_path)))
+    killer.join()
+    twin.close()
+    assert result.status == "crashed" and "runner process died" in result.error_message
+    pid = int(marker.read_text())
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid)
+
+
+@pytest.mark.parametrize(("signal_number", "status", "said"), [(15, 143, "terminated"), (2, 130, "interrupted")])
+def test_a_signal_ends_gradfix_with_one_line_and_kills_the_script(tmp_path, signal_number, status, said):
+    import subprocess
+    import sys
+
+    script = tmp_path / "hang.py"
+    script.write_text("import os, time\nopen('script.pid', 'w').write(str(os.getpid()))\ntime.sleep(300)\n")
+    command = subprocess.Popen(
+        [sys.executable, "-m", "gradfix", "diagnose", "--timeout", "60", str(script)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    marker = tmp_path / "script.pid"
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(command.pid, signal_number)
+    _, stderr = command.communicate(timeout=30)
+    assert command.returncode == status, stderr
+    assert stderr.strip().splitlines()[-1] == f"gradfix: {said}"
+    assert "Traceback" not in stderr
+    pid = int(marker.read_text())
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid)

@@ -146,12 +146,25 @@ class ScriptRunner:
             result_path = os.path.join(scratch, "result.pickle")
             workdir = options.cwd or os.path.join(scratch, "cwd")
             os.makedirs(workdir, exist_ok=True)
-            _send(server.stdin, (str(Path(script).resolve()), options, workdir, result_path))
-            pid = _receive(server.stdout)
-            timed_out = not _readable(server.stdout, options.timeout)
+            try:
+                _send(server.stdin, (str(Path(script).resolve()), options, workdir, result_path))
+                pid = _receive(server.stdout)
+            except (EOFError, BrokenPipeError):
+                self._server = None  # the next run starts a new one
+                return RunResult("crashed", error_message="gradfix's runner process died (out of memory, or killed)")
+            try:
+                timed_out = not _readable(server.stdout, options.timeout)
+            except BaseException:  # Ctrl-C, SIGTERM: the script goes with gradfix
+                _kill_group(pid)
+                raise
             if timed_out:
                 _kill_group(pid)
-            status = _receive(server.stdout)
+            try:
+                status = _receive(server.stdout)
+            except EOFError:
+                _kill_group(pid)
+                self._server = None
+                return RunResult("crashed", error_message="gradfix's runner process died while the script ran")
             if timed_out:
                 return RunResult("timeout")
             if os.path.exists(result_path):
@@ -164,6 +177,8 @@ class ScriptRunner:
 
 def serve() -> None:
     """The fork server: import torch once, then fork a child for every request on stdin."""
+    # Ctrl-C reaches the whole terminal process group: gradfix decides what stops, not the server.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     requests = os.fdopen(os.dup(0), "rb", buffering=0)
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     null = os.open(os.devnull, os.O_RDWR)
@@ -193,6 +208,7 @@ def _serve(requests, replies) -> None:
         if pid == 0:
             try:
                 os.setsid()  # its own session and process group: whatever it spawns dies with it
+                signal.signal(signal.SIGINT, signal.default_int_handler)
                 requests.close()
                 replies.close()
                 _child_main(*request)
