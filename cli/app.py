@@ -6,11 +6,12 @@ checks (``verify``) or an error found (``diagnose``); 2 usage errors, bad input 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib.util
 import time
 from pathlib import Path
-from typing import Annotated, List, NoReturn, Optional
+from typing import Annotated, Callable, Iterator, List, NoReturn, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -18,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from gradfix import __version__
 from gradfix.codemods import engine
-from gradfix.codemods.config import Config, ConfigError, find_config
+from gradfix.codemods.config import Config, ConfigError, configs_for
 from gradfix.codemods.engine import FileReport, FixMode, SourceError
 from gradfix.codemods.execution.diagnose import diagnose as run_diagnosis
 from gradfix.codemods.execution.diagnose import Diagnosis, fix_and_rerun, notebook_as_script
@@ -83,38 +84,59 @@ def _split(values: Optional[List[str]]) -> list[str]:
     return [part for value in values or () for part in value.split(",") if part.strip()]
 
 
-def _config(paths: list[str]) -> Config:
-    try:
-        return find_config(paths)
-    except ConfigError as error:
-        render.stderr.print(f"error: {error}")
-        raise typer.Exit(EXIT_ERROR) from None
-
-
-def _run(paths: list[str], select, ignore, mode: FixMode, jobs: Optional[int]) -> tuple[list[FileReport], list[str]]:
-    config = _config(paths)
+def _run(
+    paths: list[str], select, ignore, jobs: Optional[int], fixing: bool = False, unsafe_fixes: Optional[bool] = None
+) -> tuple[list[FileReport], list[str]]:
+    """Check (or fix) the files under ``paths``, each with the settings of its own configuration
+    and the command line's on top; reports in the order of the files."""
     if select is not None and not _split(select):
         render.stderr.print("error: --select names no rule (give codes or prefixes such as GF001 or GF00)")
         raise typer.Exit(EXIT_ERROR)
+    files = engine.collect_files(paths)
+    for notice in files.notices:
+        render.stderr.print(f"warning: {notice}")
+    groups: dict[Config, list[int]] = {}
     try:
-        rules = select_rules(_split(select) or list(config.select), _split(ignore) or list(config.ignore))
+        for index, config in enumerate(configs_for(files.files)):
+            groups.setdefault(config, []).append(index)
+    except ConfigError as error:
+        render.stderr.print(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    reports: list[FileReport | None] = [None] * len(files.files)
+    with _progress(len(files.files)) as advance:
+        for config, indexes in groups.items():
+            rules = _rules(config, select, ignore)
+            fixes_unsafe = config.unsafe_fixes if unsafe_fixes is None else unsafe_fixes
+            mode = FixMode.NONE if not fixing else FixMode.UNSAFE if fixes_unsafe else FixMode.SAFE
+            for index, report in zip(indexes, engine.check_files([files.files[i] for i in indexes], rules, mode, jobs)):
+                reports[index] = report
+                advance()
+    return reports, files.errors
+
+
+def _rules(config: Config, select, ignore) -> tuple[type, ...]:
+    """``--select`` replaces the configuration's selection and ignores; ``--ignore`` adds to them."""
+    try:
+        if select is not None:
+            return select_rules(_split(select), _split(ignore))
+        return select_rules(list(config.select), [*config.ignore, *_split(ignore)])
     except UnknownRuleError as error:
         valid = ", ".join(rule.CODE for rule in all_rules())
-        render.stderr.print(f"error: unknown rule code or prefix: {error} (the rules are {valid})")
+        where = f" (settings read from {config.path})" if config.path else ""
+        render.stderr.print(f"error: unknown rule code or prefix: {error} (the rules are {valid}){where}")
         raise typer.Exit(EXIT_ERROR) from None
-    files = engine.collect_files(paths)
-    results = engine.check_files(files.files, rules, mode, jobs)
-    if render.stderr.is_terminal and len(files.files) >= _PROGRESS_MIN_FILES:
-        columns = (TextColumn("checking"), BarColumn(), MofNCompleteColumn())
-        with Progress(*columns, console=render.stderr, transient=True) as progress:
-            task = progress.add_task("files", total=len(files.files))
-            reports = []
-            for report in results:
-                reports.append(report)
-                progress.advance(task)
-    else:
-        reports = list(results)
-    return reports, files.errors
+
+
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr for a run over many files, when stderr is a terminal."""
+    if not render.stderr.is_terminal or total < _PROGRESS_MIN_FILES:
+        yield lambda: None
+        return
+    columns = (TextColumn("checking"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=render.stderr, transient=True) as progress:
+        task = progress.add_task("files", total=total)
+        yield lambda: progress.advance(task)
 
 
 def _has_errors(reports: list[FileReport], errors: list[str]) -> bool:
@@ -132,7 +154,7 @@ def check(
     ] = OutputFormat.text,
 ) -> None:
     """Report findings as `path:line:col: CODE message`. Exit 1 if there are any."""
-    reports, errors = _run(paths, select, ignore, FixMode.NONE, jobs)
+    reports, errors = _run(paths, select, ignore, jobs)
     findings = [f for r in reports for f in r.findings]
     if output_format is OutputFormat.json:
         render.print_findings_json(findings)
@@ -159,10 +181,7 @@ def fix(
 ) -> None:
     """Apply fixes in place (or show them with --diff). Exit 1 if findings are left unfixed, or
     with --diff if there would be changes."""
-    if unsafe_fixes is None:
-        unsafe_fixes = _config(paths).unsafe_fixes
-    mode = FixMode.UNSAFE if unsafe_fixes else FixMode.SAFE
-    reports, errors = _run(paths, select, ignore, mode, jobs)
+    reports, errors = _run(paths, select, ignore, jobs, fixing=True, unsafe_fixes=unsafe_fixes)
     changed = [r for r in reports if r.changed]
     for report in changed:
         if diff:

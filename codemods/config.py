@@ -1,18 +1,20 @@
-"""``[tool.gradfix]`` in the nearest ``pyproject.toml``: defaults for the command-line options.
+"""``[tool.gradfix]`` in ``pyproject.toml``: defaults for the command-line options.
 
     [tool.gradfix]
     select = ["GF00"]          # rule codes or prefixes
     ignore = ["GF004"]
     unsafe-fixes = false
 
-Options given on the command line win over the file.
+Each file takes the table of the nearest ``pyproject.toml`` above it that has one (as ruff does), so
+results never depend on the order of the paths. The command line wins: ``--select`` replaces the
+file's selection and its ignores, ``--ignore`` adds to them, ``--[no-]unsafe-fixes`` replaces.
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass
-import os
 from pathlib import Path
 from typing import Sequence
 
@@ -28,27 +30,44 @@ class Config:
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     unsafe_fixes: bool = False
-    path: Path | None = None
+    path: Path | None = None  # the pyproject.toml it came from; None: no file has a table
+
+
+def configs_for(paths: Sequence[str | Path]) -> list[Config]:
+    """The settings of each file (or folder) of ``paths``; each ``pyproject.toml`` is read once.
+    Raises ``ConfigError`` naming the file."""
+    known: dict[Path, Config] = {}
+    return [_config_in(_folder_of(path), known) for path in paths]
 
 
 def find_config(paths: Sequence[str | Path]) -> Config:
-    """The ``[tool.gradfix]`` table of the first ``pyproject.toml`` above the first path."""
-    start = Path(os.path.abspath(paths[0])) if paths else Path.cwd()  # a symlink loop must not raise here
-    for folder in [start, *start.parents]:
+    """The settings of the first of ``paths`` (the current folder when there is none)."""
+    return configs_for([paths[0] if paths else Path.cwd()])[0]
+
+
+def _folder_of(path: str | Path) -> Path:
+    start = Path(os.path.abspath(path))  # not resolved: a symlink loop must not raise here
+    return start if start.is_dir() else start.parent
+
+
+def _config_in(folder: Path, known: dict[Path, Config]) -> Config:
+    if folder not in known:
         candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            return _load(candidate)
-    return Config()
+        found = _load(candidate) if candidate.is_file() else None
+        if found is None:
+            found = Config() if folder.parent == folder else _config_in(folder.parent, known)
+        known[folder] = found
+    return known[folder]
 
 
-def _load(path: Path) -> Config:
+def _load(path: Path) -> Config | None:
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"{path}: cannot read the configuration: {error}") from None
     table = document.get("tool", {}).get("gradfix")
     if table is None:
-        return Config()
+        return None
     for key, value in table.items():
         expected = _KEYS.get(key)
         if expected is None:

@@ -80,6 +80,7 @@ class FileReport:
 class FileSet:
     files: list[Path]
     errors: list[str]
+    notices: list[str] = field(default_factory=list)  # worth saying, not errors (a folder with nothing to check)
 
 
 def collect_files(paths: Sequence[str | Path]) -> FileSet:
@@ -87,6 +88,7 @@ def collect_files(paths: Sequence[str | Path]) -> FileSet:
     VCS folders and what git ignores; a file named explicitly is always taken."""
     files: list[Path] = []
     errors: list[str] = []
+    notices: list[str] = []
     for raw in paths:
         path = Path(raw)
         problem = _unreadable_kind(path)
@@ -99,13 +101,16 @@ def collect_files(paths: Sequence[str | Path]) -> FileSet:
                 elif kind != "not a regular file":  # a FIFO or device found by a walk is skipped
                     errors.append(f"{found}: {kind}")
             ignored = _git_ignored(path, walked)
-            files += [f for f in walked if f not in ignored]
+            kept = [f for f in walked if f not in ignored]
+            if not kept:
+                notices.append(f"{path}: no Python file or notebook to check")
+            files += kept
         elif problem:
             errors.append(f"{path}: {problem}")
         else:
             files.append(path)
     unique = list(dict.fromkeys(files))
-    return FileSet(unique, errors)
+    return FileSet(unique, errors, notices)
 
 
 def _unreadable_kind(path: Path) -> str:
@@ -142,6 +147,8 @@ def _walk(root: Path, errors: list[str]) -> Iterator[Path]:
 
 
 def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
+    """The files under ``root`` that git ignores; none when ``root`` itself is ignored, because
+    a folder named on the command line is checked whatever git says of it."""
     if not files:
         return set()
     try:
@@ -149,7 +156,7 @@ def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
             ["git", "-C", str(root), "check-ignore", "--stdin", "-z"],
             # The paths as walked, not their targets: a link to outside the work tree would make
             # git refuse the whole list.
-            input=b"\0".join(os.fsencode(os.path.abspath(f)) for f in files),
+            input=b"\0".join(os.fsencode(os.path.abspath(f)) for f in [root, *files]),
             capture_output=True,
             timeout=60,
         )
@@ -158,6 +165,8 @@ def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
     if result.returncode not in (0, 1):  # 128: not a git work tree
         return set()
     ignored = {os.fsdecode(p) for p in result.stdout.split(b"\0") if p}
+    if os.path.abspath(root) in ignored:
+        return set()
     return {f for f in files if os.path.abspath(f) in ignored}
 
 

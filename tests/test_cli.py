@@ -115,7 +115,8 @@ def test_pyproject_configuration(cli, tmp_path):
     script = write(tmp_path / "src" / "train.py", DOUBLE)
     write(tmp_path / "pyproject.toml", '[project]\nname = "demo"\n\n[tool.gradfix]\nignore = ["GF002"]\n')
     assert cli("check", script).exit_code == 0
-    assert cli("check", "--ignore", "GF001", script).exit_code == 1  # the command line wins
+    assert cli("check", "--ignore", "GF001", script).exit_code == 0  # --ignore adds to the file's
+    assert cli("check", "--select", "GF002", script).exit_code == 1  # --select replaces the file's choice
 
     write(tmp_path / "pyproject.toml", "[tool.gradfix]\nunsafe-fixes = true\n")
     assert find_config([script]).unsafe_fixes is True
@@ -125,6 +126,28 @@ def test_pyproject_configuration(cli, tmp_path):
     assert result.exit_code == 2 and "unknown key [tool.gradfix] selct" in result.stderr
     write(tmp_path / "pyproject.toml", "[tool.gradfix\n")
     assert cli("check", script).exit_code == 2
+
+
+def test_each_file_takes_its_nearest_configuration_whatever_the_order_of_paths(cli, tmp_path):
+    top = write(tmp_path / "train.py", DOUBLE)
+    nested = write(tmp_path / "sub" / "train.py", DOUBLE)
+    write(tmp_path / "sub" / "pyproject.toml", '[tool.gradfix]\nignore = ["GF002"]\n')
+    write(tmp_path / "pyproject.toml", '[project]\nname = "no gradfix table here"\n')
+    forward, backward = cli("check", top, nested), cli("check", nested, top)
+    assert sorted(forward.stdout.splitlines()) == sorted(backward.stdout.splitlines())
+    assert forward.exit_code == backward.exit_code == 1
+    assert f"{top}:" in forward.stdout and f"{nested}:" not in forward.stdout
+    assert cli("check", tmp_path).stdout == forward.stdout
+
+
+def test_a_folder_git_ignores_is_checked_when_named_and_an_empty_walk_says_so(cli, tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    write(tmp_path / ".gitignore", "generated/\n")
+    script = write(tmp_path / "generated" / "train.py", DOUBLE)
+    named = cli("check", tmp_path / "generated")
+    assert named.exit_code == 1 and f"{script}:" in named.stdout
+    walked = cli("check", tmp_path)
+    assert walked.exit_code == 0 and f"warning: {tmp_path}: no Python file or notebook to check" in walked.stderr
 
 
 def test_unknown_rule_code_is_a_usage_error(cli, tmp_path):
