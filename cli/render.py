@@ -112,8 +112,15 @@ def rules_table(rules: Sequence[type[Rule]]) -> Table:
     return table
 
 
+PIPED_WIDTH = 1000  # a table piped to a file or another program is not wrapped to a terminal's width
+
+
 def print_table(table: Table) -> None:
-    _stdout().print(table)
+    console = _stdout()
+    if not console.is_terminal:
+        console = Console(highlight=False, markup=False, width=PIPED_WIDTH)
+        table.expand = False
+    console.print(table)
 
 
 def explanation(rule: type[Rule]) -> str:

@@ -469,13 +469,23 @@ def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode, ProjectSumma
 
 def unified_diff(report: FileReport) -> str:
     """A ``git apply``-able diff of a report's rewrite."""
-    name = report.path.lstrip("/")
+    name = _diff_name(report.path)
     if is_notebook(report.path):
         return Notebook(report.original or b"", report.path).cell_diffs(report.rewritten or b"", name)
     before = _decoded(report.original or b"")
     after = _decoded(report.rewritten or b"")
-    lines = list(difflib.unified_diff(before, after, f"a/{name}", f"b/{name}"))
+    # A name with a space ends with a tab, or `patch` reads only up to the space.
+    end = "\t" if " " in name else ""
+    lines = list(difflib.unified_diff(before, after, f"a/{name}{end}", f"b/{name}{end}"))
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def _diff_name(path: str) -> str:
+    """The path as a diff names it: relative to the current folder, so that `git apply` and
+    `patch -p1` take the diff from there; an absolute path elsewhere without its leading slash."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    return absolute.lstrip("/") if relative.startswith("..") else relative
 
 
 def _decoded(data: bytes) -> list[str]:

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from gradfix.cli.app import app
 from gradfix.codemods.config import find_config
+from gradfix.codemods.registry import all_rules
 
 from .conftest import FIXTURES
 
@@ -104,6 +105,18 @@ def test_diff_applies_with_git_apply(tmp_path):
     assert (tmp_path / "pkg" / "train.py").read_text() == DOUBLE_FIXED
 
 
+def test_diffs_of_absolute_paths_and_names_with_spaces_apply_from_the_project_root(cli, tmp_path, monkeypatch):
+    script = write(tmp_path / "my project" / "train step.py", DOUBLE)
+    monkeypatch.chdir(tmp_path)
+    diff = cli("fix", "--diff", script.resolve()).stdout
+    assert "--- a/my project/train step.py\t\n" in diff
+    tools = [["git", "apply", "-"], ["patch", "-p1", "--quiet"]]
+    for tool in [t for t in tools if shutil.which(t[0])]:
+        subprocess.run(tool, cwd=tmp_path, input=diff, text=True, check=True)
+        assert script.read_text() == DOUBLE_FIXED
+        script.write_text(DOUBLE)
+
+
 def test_select_and_ignore(cli, tmp_path):
     script = write(tmp_path / "train.py", DOUBLE)
     assert cli("check", "--select", "GF001,GF003", script).exit_code == 0
@@ -140,6 +153,7 @@ def test_each_file_takes_its_nearest_configuration_whatever_the_order_of_paths(c
     assert cli("check", tmp_path).stdout == forward.stdout
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to check .gitignore handling")
 def test_a_folder_git_ignores_is_checked_when_named_and_an_empty_walk_says_so(cli, tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     write(tmp_path / ".gitignore", "generated/\n")
@@ -416,3 +430,9 @@ def test_piped_output_keeps_the_fix_marker(cli, tmp_path):
     result = cli("check", write(tmp_path / "train.py", DOUBLE))
     assert result.exit_code == 1
     assert result.stdout.rstrip("\n").endswith("[safe fix]")  # CliRunner's stdout is not a terminal
+
+
+def test_tables_piped_are_not_wrapped(cli):
+    listed = cli("rules").stdout.splitlines()
+    assert any(line.startswith("GF002") and line.rstrip().endswith("losses that share a graph are backwarded separately") for line in listed)
+    assert len(listed) == 1 + len(all_rules())

@@ -103,6 +103,15 @@ def test_cli_diagnose_passes_arguments_and_survives_hangs_and_crashes(warm_cli, 
     assert result.exit_code == 1 and "crashed: killed by signal 11" in result.stdout
 
 
+def test_cli_diagnose_shows_the_scripts_traceback_without_gradfix_frames(warm_cli, tmp_path):
+    script = tmp_path / "boom.py"
+    script.write_text("def load():\n    raise ValueError('no data')\n\nload()\n")
+    result = warm_cli("diagnose", script)
+    assert result.exit_code == 1
+    assert "ValueError: no data" in result.stdout and f'File "{script}", line 4, in <module>' in result.stdout
+    assert "runner.py" not in result.stdout and "runpy" not in result.stdout
+
+
 def test_cli_diagnose_bad_input(cli, tmp_path):
     assert cli("diagnose", tmp_path / "missing.py").exit_code == 2
     broken = tmp_path / "broken.py"

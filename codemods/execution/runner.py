@@ -404,7 +404,7 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
         result.status = "error"
         result.error_type = type(error).__name__
         result.error_message = str(error)
-        result.traceback = "".join(traceback.format_exception(error))
+        result.traceback = "".join(traceback.format_exception(type(error), error, _from_script(error.__traceback__, script)))
         result.failing_frames = script_frames(traceback.extract_tb(error.__traceback__))
         result.forward_frames = _forward_frames(anomaly_reports, script)
     finally:
@@ -413,6 +413,14 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
 
 
 _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+
+
+def _from_script(frames, script: str):
+    """The traceback from the script's first frame on: the runner's own frames are not the user's."""
+    first = frames
+    while first is not None and first.tb_frame.f_code.co_filename != script:
+        first = first.tb_next
+    return first or frames
 
 
 def _looks_secret(name: str) -> bool:
