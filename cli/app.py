@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import importlib.util
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Callable, Iterator, List, NoReturn, Optional
@@ -62,6 +63,11 @@ Ignore = Annotated[
     typer.Option("--ignore", help="Skip these rule codes or prefixes (comma-separated, repeatable)."),
 ]
 Jobs = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Processes to use [default: all cores].")]
+StdinFilename = Annotated[
+    Optional[str],
+    typer.Option("--stdin-filename", help="With the path `-`: the name of the code read from stdin (for settings and messages).", show_default=False),
+]
+STDIN = "-"
 
 
 def _version(value: bool) -> None:
@@ -85,13 +91,32 @@ def _split(values: Optional[List[str]]) -> list[str]:
 
 
 def _run(
-    paths: list[str], select, ignore, jobs: Optional[int], fixing: bool = False, unsafe_fixes: Optional[bool] = None
+    paths: list[str],
+    select,
+    ignore,
+    jobs: Optional[int],
+    fixing: bool = False,
+    unsafe_fixes: Optional[bool] = None,
+    stdin_filename: Optional[str] = None,
 ) -> tuple[list[FileReport], list[str]]:
     """Check (or fix) the files under ``paths``, each with the settings of its own configuration
-    and the command line's on top; reports in the order of the files."""
+    and the command line's on top; reports in the order of the files. The path ``-`` is the code
+    on stdin, named ``stdin_filename``."""
     if select is not None and not _split(select):
         render.stderr.print("error: --select names no rule (give codes or prefixes such as GF001 or GF00)")
         raise typer.Exit(EXIT_ERROR)
+    if STDIN in paths:
+        if paths != [STDIN]:
+            render.stderr.print("error: `-` (stdin) cannot be given with other paths")
+            raise typer.Exit(EXIT_ERROR)
+        name = stdin_filename or STDIN
+        try:
+            config = configs_for([name if stdin_filename else Path.cwd()])[0]
+        except ConfigError as error:
+            render.stderr.print(f"error: {error}")
+            raise typer.Exit(EXIT_ERROR) from None
+        mode = _mode(config, fixing, unsafe_fixes)
+        return [engine.check_source(sys.stdin.buffer.read(), _rules(config, select, ignore), mode, name)], []
     files = engine.collect_files(paths)
     for notice in files.notices:
         render.stderr.print(f"warning: {notice}")
@@ -105,13 +130,17 @@ def _run(
     reports: list[FileReport | None] = [None] * len(files.files)
     with _progress(len(files.files)) as advance:
         for config, indexes in groups.items():
-            rules = _rules(config, select, ignore)
-            fixes_unsafe = config.unsafe_fixes if unsafe_fixes is None else unsafe_fixes
-            mode = FixMode.NONE if not fixing else FixMode.UNSAFE if fixes_unsafe else FixMode.SAFE
+            rules, mode = _rules(config, select, ignore), _mode(config, fixing, unsafe_fixes)
             for index, report in zip(indexes, engine.check_files([files.files[i] for i in indexes], rules, mode, jobs)):
                 reports[index] = report
                 advance()
     return reports, files.errors
+
+
+def _mode(config: Config, fixing: bool, unsafe_fixes: Optional[bool]) -> FixMode:
+    if not fixing:
+        return FixMode.NONE
+    return FixMode.UNSAFE if (config.unsafe_fixes if unsafe_fixes is None else unsafe_fixes) else FixMode.SAFE
 
 
 def _rules(config: Config, select, ignore) -> tuple[type, ...]:
@@ -152,9 +181,11 @@ def check(
     output_format: Annotated[
         OutputFormat, typer.Option("--output-format", help="How findings are printed.")
     ] = OutputFormat.text,
+    stdin_filename: StdinFilename = None,
 ) -> None:
-    """Report findings as `path:line:col: CODE message`. Exit 1 if there are any."""
-    reports, errors = _run(paths, select, ignore, jobs)
+    """Report findings as `path:line:col: CODE message`. Exit 1 if there are any. The path `-`
+    reads the code from stdin."""
+    reports, errors = _run(paths, select, ignore, jobs, stdin_filename=stdin_filename)
     findings = [f for r in reports for f in r.findings]
     if output_format is OutputFormat.json:
         render.print_findings_json(findings)
@@ -178,15 +209,22 @@ def fix(
     select: Select = None,
     ignore: Ignore = None,
     jobs: Jobs = None,
+    stdin_filename: StdinFilename = None,
 ) -> None:
     """Apply fixes in place (or show them with --diff). Exit 1 if findings are left unfixed, or
-    with --diff if there would be changes."""
-    reports, errors = _run(paths, select, ignore, jobs, fixing=True, unsafe_fixes=unsafe_fixes)
+    with --diff if there would be changes. The path `-` reads the code from stdin and writes the
+    fixed code to stdout (findings left go to stderr)."""
+    reports, errors = _run(paths, select, ignore, jobs, fixing=True, unsafe_fixes=unsafe_fixes, stdin_filename=stdin_filename)
     changed = [r for r in reports if r.changed]
+    from_stdin = paths == [STDIN]
+    if from_stdin and not diff:
+        [report] = reports
+        sys.stdout.buffer.write(report.rewritten or report.original or b"")
+        sys.stdout.flush()
     for report in changed:
         if diff:
             render.print_diff(engine.unified_diff(report))
-        else:
+        elif not from_stdin:
             try:
                 engine.write_atomically(report.path, report.rewritten, expected=report.original)
             except engine.FileChanged as error:
@@ -196,7 +234,7 @@ def fix(
                 errors.append(f"{report.path}: cannot write: {error.strerror or error}")
                 _not_written(report)
     if not diff:
-        render.print_findings(f for r in reports for f in r.findings)
+        render.print_findings((f for r in reports for f in r.findings), to_stderr=from_stdin)
     render.stderr.print(render.fix_summary(reports, diff))
     render.print_errors(reports, errors)
     if _has_errors(reports, errors):

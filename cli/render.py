@@ -41,12 +41,14 @@ def print_diff(diff: str) -> None:
         console.print(Text(line, style=style))
 
 
-def print_findings(findings: Iterable[Finding]) -> None:
-    if not coloured_stdout():
-        sys.stdout.writelines(finding.render() + "\n" for finding in findings)
-        sys.stdout.flush()
+def print_findings(findings: Iterable[Finding], to_stderr: bool = False) -> None:
+    """One line per finding, on stdout (on stderr when stdout carries code)."""
+    stream = sys.stderr if to_stderr else sys.stdout
+    if not (stderr.is_terminal if to_stderr else coloured_stdout()):
+        stream.writelines(finding.render() + "\n" for finding in findings)
+        stream.flush()
         return
-    console = _stdout()
+    console = stderr if to_stderr else _stdout()
     for finding in findings:
         text = Text()
         text.append(f"{finding.location}:", style="bold")

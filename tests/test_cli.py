@@ -436,3 +436,22 @@ def test_tables_piped_are_not_wrapped(cli):
     listed = cli("rules").stdout.splitlines()
     assert any(line.startswith("GF002") and line.rstrip().endswith("losses that share a graph are backwarded separately") for line in listed)
     assert len(listed) == 1 + len(all_rules())
+
+
+def test_stdin_is_checked_and_fixed_with_its_given_name_and_settings(tmp_path, monkeypatch):
+    runner = CliRunner()
+    write(tmp_path / "sub" / "pyproject.toml", '[tool.gradfix]\nignore = ["GF002"]\n')
+    monkeypatch.chdir(tmp_path)
+    checked = runner.invoke(app, ["check", "-", "--stdin-filename", "train.py"], input=DOUBLE)
+    assert checked.exit_code == 1 and checked.stdout.startswith("train.py:19:5: GF002")
+    quiet = runner.invoke(app, ["check", "-", "--stdin-filename", "sub/train.py"], input=DOUBLE)
+    assert quiet.exit_code == 0 and quiet.stdout == ""  # sub/'s settings ignore GF002
+    fixed = runner.invoke(app, ["fix", "-"], input=DOUBLE)
+    assert fixed.exit_code == 0 and fixed.stdout == DOUBLE_FIXED
+    left = runner.invoke(app, ["fix", "-", "--stdin-filename", "loop.py"], input=REPORTED)
+    assert left.exit_code == 1 and left.stdout == REPORTED  # nothing to fix: the code comes back as it was
+    assert "loop.py:" in left.stderr
+    diffed = runner.invoke(app, ["fix", "--diff", "-", "--stdin-filename", "train.py"], input=DOUBLE)
+    assert diffed.exit_code == 1 and diffed.stdout.startswith("--- a/train.py\n+++ b/train.py\n")
+    mixed = runner.invoke(app, ["check", "-", "train.py"], input=DOUBLE)
+    assert mixed.exit_code == 2 and "cannot be given with other paths" in mixed.stderr
