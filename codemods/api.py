@@ -1,0 +1,69 @@
+"""gradfix as a library: check or fix one module's source, no files, no processes.
+
+    >>> import gradfix
+    >>> result = gradfix.fix(source, path="train.py")
+    >>> result.source          # the fixed code (the same type as given: str or bytes)
+    >>> result.fixed           # the findings the fixes removed
+    >>> result.findings        # the findings left
+
+Bad input (a syntax error, a binary file) is not an exception: ``result.errors`` says why and the
+source comes back unchanged. A path ending in ``.ipynb`` reads the source as a notebook's JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, Sequence, TypeVar
+
+from .engine import FileReport, FixMode, check_source
+from .registry import select_rules
+from .rule import Finding
+
+Source = TypeVar("Source", str, bytes)
+
+
+@dataclass(frozen=True)
+class Result(Generic[Source]):
+    source: Source  # after the fixes (the input itself for ``check``)
+    findings: tuple[Finding, ...]  # what is left
+    fixed: tuple[Finding, ...] = ()
+    errors: tuple[str, ...] = ()  # why the source could not be checked, if it could not
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.fixed)
+
+
+def check(
+    source: Source, *, path: str = "<string>", select: Sequence[str] = (), ignore: Sequence[str] = ()
+) -> Result[Source]:
+    """The findings in ``source``, a module's code. ``select`` / ``ignore`` take rule codes or
+    prefixes (``UnknownRuleError`` for an unknown one)."""
+    return _result(source, _report(source, path, select, ignore, FixMode.NONE))
+
+
+def fix(
+    source: Source,
+    *,
+    path: str = "<string>",
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    unsafe_fixes: bool = False,
+) -> Result[Source]:
+    """``source`` with every fix applied that gradfix can prove (and, with ``unsafe_fixes``, the
+    ones that change the maths), with what was fixed and what is left."""
+    mode = FixMode.UNSAFE if unsafe_fixes else FixMode.SAFE
+    return _result(source, _report(source, path, select, ignore, mode))
+
+
+def _report(source: str | bytes, path: str, select: Sequence[str], ignore: Sequence[str], mode: FixMode) -> FileReport:
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    return check_source(data, select_rules(list(select), list(ignore)), mode, path)
+
+
+def _result(source: Source, report: FileReport) -> Result[Source]:
+    fixed_source = source
+    if report.rewritten is not None:
+        fixed_source = report.rewritten.decode("utf-8") if isinstance(source, str) else report.rewritten
+    errors = (*report.errors, *report.internal_errors)
+    return Result(fixed_source, tuple(report.findings), tuple(report.fixed), errors)

@@ -1,0 +1,42 @@
+"""The Python API: ``gradfix.check`` and ``gradfix.fix`` on source text or bytes."""
+
+import pytest
+
+import gradfix
+from gradfix.codemods.registry import UnknownRuleError
+
+from .conftest import FIXTURES
+
+SHARED = FIXTURES / "separate_backwards" / "shared_trunk_for_loop"
+UNSAFE = FIXTURES / "backward_after_loop"
+
+
+def test_check_lists_findings_and_leaves_the_source():
+    source = (SHARED / "before.py").read_text()
+    result = gradfix.check(source, path="train.py")
+    assert [(f.code, f.path, f.line) for f in result.findings] == [("GF002", "train.py", 19)]
+    assert result.source is source and not result.changed and not result.fixed and not result.errors
+
+
+def test_fix_returns_the_fixed_source_of_the_type_given():
+    text = gradfix.fix((SHARED / "before.py").read_text())
+    assert text.source == (SHARED / "after.py").read_text()
+    assert text.changed and [f.code for f in text.fixed] == ["GF002"] and not text.findings
+    data = gradfix.fix((SHARED / "before.py").read_bytes())
+    assert data.source == (SHARED / "after.py").read_bytes()
+
+
+def test_unsafe_fixes_only_when_asked_and_rules_by_code():
+    case = next(p for p in sorted(UNSAFE.iterdir()) if (p / "after.py").exists())
+    source = (case / "before.py").read_text()
+    assert not gradfix.fix(source).changed and gradfix.fix(source).findings
+    assert gradfix.fix(source, unsafe_fixes=True).source == (case / "after.py").read_text()
+    assert "GF008" not in {f.code for f in gradfix.check(source, ignore=["GF008"]).findings}
+    with pytest.raises(UnknownRuleError):
+        gradfix.check(source, select=["XX1"])
+
+
+def test_bad_input_is_an_error_in_the_result_not_an_exception():
+    result = gradfix.fix("loss.backward(\n", path="broken.py")
+    assert result.errors == ("broken.py:1: cannot parse: '(' was never closed",)
+    assert result.source == "loss.backward(\n" and not result.findings
