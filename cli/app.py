@@ -50,6 +50,7 @@ _PROGRESS_MIN_FILES = 20
 
 class OutputFormat(str, enum.Enum):
     text = "text"
+    concise = "concise"  # the finding lines only: no summary
     json = "json"
 
 
@@ -182,20 +183,25 @@ def check(
         OutputFormat, typer.Option("--output-format", help="How findings are printed.")
     ] = OutputFormat.text,
     stdin_filename: StdinFilename = None,
+    statistics: Annotated[bool, typer.Option("--statistics", help="Count the findings per rule instead of listing them.")] = False,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings (errors still exit 2).")] = False,
 ) -> None:
     """Report findings as `path:line:col: CODE message`. Exit 1 if there are any. The path `-`
     reads the code from stdin."""
     reports, errors = _run(paths, select, ignore, jobs, stdin_filename=stdin_filename)
     findings = [f for r in reports for f in r.findings]
-    if output_format is OutputFormat.json:
+    if statistics:
+        render.print_table(render.statistics_table(findings))
+    elif output_format is OutputFormat.json:
         render.print_findings_json(findings)
     else:
         render.print_findings(findings)
+    if output_format is OutputFormat.text:
         render.stderr.print(render.check_summary(reports))
     render.print_errors(reports, errors)
     if _has_errors(reports, errors):
         raise typer.Exit(EXIT_ERROR)
-    raise typer.Exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
+    raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 
 @app.command()
@@ -210,6 +216,10 @@ def fix(
     ignore: Ignore = None,
     jobs: Jobs = None,
     stdin_filename: StdinFilename = None,
+    show_fixes: Annotated[bool, typer.Option("--show-fixes", help="List each finding the fixes removed.")] = False,
+    exit_non_zero_on_fix: Annotated[
+        bool, typer.Option("--exit-non-zero-on-fix", help="Exit 1 when a file was changed, even if nothing is left to fix.")
+    ] = False,
 ) -> None:
     """Apply fixes in place (or show them with --diff). Exit 1 if findings are left unfixed, or
     with --diff if there would be changes. The path `-` reads the code from stdin and writes the
@@ -235,12 +245,15 @@ def fix(
                 _not_written(report)
     if not diff:
         render.print_findings((f for r in reports for f in r.findings), to_stderr=from_stdin)
+    if show_fixes:
+        render.print_fixed(f for r in reports for f in r.fixed)
     render.stderr.print(render.fix_summary(reports, diff))
     render.print_errors(reports, errors)
     if _has_errors(reports, errors):
         raise typer.Exit(EXIT_ERROR)
     pending = changed if diff else [f for r in reports for f in r.findings]
-    raise typer.Exit(EXIT_FINDINGS if pending else EXIT_CLEAN)
+    wrote = exit_non_zero_on_fix and any(r.changed for r in reports)
+    raise typer.Exit(EXIT_FINDINGS if pending or wrote else EXIT_CLEAN)
 
 
 def _not_written(report: FileReport) -> None:

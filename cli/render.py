@@ -15,6 +15,7 @@ from rich.text import Text
 from gradfix.codemods.execution.diagnose import Diagnosis
 from gradfix.codemods.execution.repair import Repair
 from gradfix.codemods.engine import FileReport, unified_diff
+from gradfix.codemods.registry import rule_by_code
 from gradfix.codemods.rule import Finding, FixKind, Rule
 from gradfix.codemods.execution.verify import CheckResult
 
@@ -103,6 +104,24 @@ def check_summary(reports: Sequence[FileReport]) -> str:
     if unsafe:
         summary += f", {unsafe} more with `gradfix fix --unsafe-fixes`"
     return summary + "."
+
+
+def statistics_table(findings: Sequence[Finding]) -> Table:
+    """How many findings each rule made, most first, and how many of them a fix is on offer for."""
+    table = Table(box=None, pad_edge=False)
+    for column in ("count", "code", "name", "fixable"):
+        table.add_column(column, justify="right" if column in ("count", "fixable") else "left")
+    counts = Counter(f.code for f in findings)
+    for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        fixable = sum(f.fix is not None for f in findings if f.code == code)
+        table.add_row(str(count), code, rule_by_code(code).NAME, str(fixable))
+    return table
+
+
+def print_fixed(findings: Iterable[Finding]) -> None:
+    """The findings the fixes removed, one line each, on stderr (stdout may carry code or a diff)."""
+    for finding in findings:
+        stderr.print(Text(f"fixed {finding.location}: {finding.code} {finding.message}"))
 
 
 def rules_table(rules: Sequence[type[Rule]]) -> Table:

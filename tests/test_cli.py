@@ -455,3 +455,23 @@ def test_stdin_is_checked_and_fixed_with_its_given_name_and_settings(tmp_path, m
     assert diffed.exit_code == 1 and diffed.stdout.startswith("--- a/train.py\n+++ b/train.py\n")
     mixed = runner.invoke(app, ["check", "-", "train.py"], input=DOUBLE)
     assert mixed.exit_code == 2 and "cannot be given with other paths" in mixed.stderr
+
+
+def test_statistics_concise_and_exit_zero(cli, tmp_path):
+    first = write(tmp_path / "a.py", DOUBLE)
+    write(tmp_path / "b.py", DOUBLE)
+    counted = cli("check", "--statistics", tmp_path)
+    assert counted.exit_code == 1
+    assert counted.stdout.split() == ["count", "code", "name", "fixable", "2", "GF002", "separate_backwards", "2"]
+    concise = cli("check", "--output-format", "concise", first)
+    assert concise.exit_code == 1 and concise.stdout.startswith(f"{first}:19:5: GF002") and concise.stderr == ""
+    assert cli("check", "--exit-zero", first).exit_code == 0
+    assert cli("check", "--exit-zero", write(tmp_path / "broken.py", "loss.backward(\n")).exit_code == 2
+
+
+def test_show_fixes_and_exit_non_zero_on_fix(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    shown = cli("fix", "--show-fixes", "--exit-non-zero-on-fix", script)
+    assert shown.exit_code == 1 and script.read_text() == DOUBLE_FIXED
+    assert f"fixed {script}:19:5: GF002" in shown.stderr
+    assert cli("fix", "--exit-non-zero-on-fix", script).exit_code == 0  # nothing changed this time
