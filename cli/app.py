@@ -217,6 +217,9 @@ def fix(
     jobs: Jobs = None,
     stdin_filename: StdinFilename = None,
     show_fixes: Annotated[bool, typer.Option("--show-fixes", help="List each finding the fixes removed.")] = False,
+    interactive: Annotated[
+        bool, typer.Option("--interactive", "-i", help="Show each rule's fix in each file and ask before applying it.")
+    ] = False,
     exit_non_zero_on_fix: Annotated[
         bool, typer.Option("--exit-non-zero-on-fix", help="Exit 1 when a file was changed, even if nothing is left to fix.")
     ] = False,
@@ -224,9 +227,14 @@ def fix(
     """Apply fixes in place (or show them with --diff). Exit 1 if findings are left unfixed, or
     with --diff if there would be changes. The path `-` reads the code from stdin and writes the
     fixed code to stdout (findings left go to stderr)."""
-    reports, errors = _run(paths, select, ignore, jobs, fixing=True, unsafe_fixes=unsafe_fixes, stdin_filename=stdin_filename)
-    changed = [r for r in reports if r.changed]
     from_stdin = paths == [STDIN]
+    if interactive and (diff or from_stdin):
+        render.stderr.print("error: --interactive writes files: it cannot go with --diff or stdin")
+        raise typer.Exit(EXIT_ERROR)
+    reports, errors = _run(paths, select, ignore, jobs, fixing=True, unsafe_fixes=unsafe_fixes, stdin_filename=stdin_filename)
+    if interactive:
+        _review(reports)
+    changed = [r for r in reports if r.changed]
     if from_stdin and not diff:
         [report] = reports
         sys.stdout.buffer.write(report.rewritten or report.original or b"")
@@ -254,6 +262,38 @@ def fix(
     pending = changed if diff else [f for r in reports for f in r.findings]
     wrote = exit_non_zero_on_fix and any(r.changed for r in reports)
     raise typer.Exit(EXIT_FINDINGS if pending or wrote else EXIT_CLEAN)
+
+
+def _review(reports: list[FileReport]) -> None:
+    """Ask, file by file and rule by rule, whether to apply the fix shown; keep in each report only
+    what was accepted. `a` accepts this and every later fix, `q` skips this and every later one."""
+    answer = ""
+    for report in (r for r in reports if r.changed):
+        current, accepted = report.original, set()
+        for code in dict.fromkeys(f.code for f in report.fixed):
+            rule = rule_by_code(code)
+            kinds = {f.fix for f in report.fixed if f.code == code}
+            mode = FixMode.UNSAFE if FixKind.UNSAFE in kinds else FixMode.SAFE
+            step = engine.check_source(current, [rule], mode, report.path)
+            if not step.changed:
+                continue
+            if answer not in ("a", "q"):
+                render.print_diff(engine.unified_diff(step))
+                answer = _ask(f"{report.path}: apply {code} {rule.NAME}? [y]es, [n]o, [a]ll, [q]uit")
+            if answer in ("y", "a"):
+                current = step.rewritten
+                accepted.add(code)
+        report.findings += [f for f in report.fixed if f.code not in accepted]
+        report.fixed = [f for f in report.fixed if f.code in accepted]
+        report.rewritten = current if current != report.original else None
+
+
+def _ask(question: str) -> str:
+    while True:
+        answer = typer.prompt(question, default="y", err=True).strip().lower()[:1]
+        if answer in ("y", "n", "a", "q"):
+            return answer
+        render.stderr.print("answer y, n, a or q")
 
 
 def _not_written(report: FileReport) -> None:

@@ -475,3 +475,18 @@ def test_show_fixes_and_exit_non_zero_on_fix(cli, tmp_path):
     assert shown.exit_code == 1 and script.read_text() == DOUBLE_FIXED
     assert f"fixed {script}:19:5: GF002" in shown.stderr
     assert cli("fix", "--exit-non-zero-on-fix", script).exit_code == 0  # nothing changed this time
+
+
+def test_interactive_fix_writes_only_what_is_accepted(tmp_path):
+    runner = CliRunner()
+    first = write(tmp_path / "a.py", DOUBLE)
+    second = write(tmp_path / "b.py", DOUBLE)
+    third = write(tmp_path / "c.py", DOUBLE)
+    reviewed = runner.invoke(app, ["fix", "--interactive", str(first), str(second), str(third)], input="n\ny\nq\n")
+    assert reviewed.exit_code == 1, reviewed.output  # a.py and c.py still have their finding
+    assert first.read_text() == DOUBLE and second.read_text() == DOUBLE_FIXED and third.read_text() == DOUBLE
+    assert reviewed.stdout.count("+++ b/") == 3  # each fix shown before its question
+    assert "Fixed 1 finding(s) in 1 file(s)" in reviewed.stderr
+    everything = runner.invoke(app, ["fix", "-i", str(first), str(third)], input="a\n")
+    assert everything.exit_code == 0 and first.read_text() == third.read_text() == DOUBLE_FIXED
+    assert runner.invoke(app, ["fix", "-i", "--diff", str(first)]).exit_code == 2
