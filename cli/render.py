@@ -200,6 +200,8 @@ def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
         console.print(f"  failed at  {where}: {diagnosis.failing.code}   ({when})")
     if diagnosis.graph is not None:
         console.print(f"  graph from {diagnosis.describe(f'line {diagnosis.graph.line}')}: {diagnosis.graph.code}")
+    if diagnosis.kept_in:
+        console.print(f"  kept in:   {diagnosis.kept_in}")
     if diagnosis.relation:
         console.print(f"  why: {diagnosis.describe(diagnosis.relation)}")
     if diagnosis.finding is None:

@@ -107,9 +107,10 @@ def test_srgan_generator_step_computes_its_fake_and_score_again_and_no_detach_is
     # SRGAN: optimizerD.step() changes D in place between the backwards, so even retain_graph=True
     # fails; detaching D's score on the fake runs clean but would stop D learning from fakes, and
     # nothing can show it does not. Computing G's output and D's score again after D's step can.
-    script, _, result = searched(
+    script, diagnosis, result = searched(
         FIXTURES / "gan_detach" / "reported_srgan_generator_loss_reuses_d_step_score" / "reported.py", runs, tmp_path
     )
+    assert diagnosis.kept_in == "`fake_out` (a global variable of the script)"
     assert result.reference is not None and not result.reference.succeeded
     detaching = [a for a in result.attempts if a.candidate.description.startswith("detach the value")]
     assert detaching and all(a.run.succeeded and not a.accepted for a in detaching)
@@ -152,6 +153,7 @@ def test_a_graph_built_in_a_sibling_module_is_detached_in_that_module(runs, tmp_
     original_script = script.read_bytes()
     diagnosis = diagnose(script, runs.runner, BOUNDS)
     assert [f.path for f in diagnosis.run.forward_frames if f.path] == [str(module)] * 2
+    assert diagnosis.kept_in == "`self.target` (an attribute of the object, kept between calls), in style_losses.py"
     result = repair(diagnosis, runs.runner, BOUNDS)
     chosen = result.chosen
     assert chosen is not None and chosen.safe, [a.outcome() for a in result.attempts]

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Iterator
 
 import libcst as cst
+import libcst.matchers as m
 
-from ..analysis import FileAnalysis
-from ..engine import FileReport, FixMode, check_source, find_violations, parse_source, unified_diff, write_atomically
+from ..analysis import FileAnalysis, code_of
+from ..engine import FileReport, FixMode, SourceError, check_source, find_violations, parse_source, unified_diff, write_atomically
 from ..notebook import Notebook
 from ..registry import all_rules, rule_by_code
 from ..rule import Finding, FixKind, Rule
@@ -42,6 +43,7 @@ class Diagnosis:
     loop_line: int | None = None  # the innermost loop around the failing backward
     graph: Frame | None = None  # where the freed graph was built
     relation: str = ""  # how the two lines relate, in plain words
+    kept_in: str = ""  # where the line that built the freed graph stores it, in plain words
     finding: Finding | None = None  # the rule's finding that matches
     fix: FileReport | None = None  # that rule's rewrite of the script, when it has one
     symptom: str = ""  # what the run measured of a silent bug (no error raised)
@@ -134,6 +136,8 @@ def _explain_error(analysis: FileAnalysis, findings: list[Finding], diagnosis: D
         loops = [loop for loop in analysis.loops_around(analysis.statement_at(diagnosis.failing.line)) if not loop.is_call]
         diagnosis.loop_line = analysis.line(loops[0].node) if loops else None
     diagnosis.relation = _relation(analysis, diagnosis)
+    # Innermost first: a helper's `return` stores nothing; the caller's line that keeps it does.
+    diagnosis.kept_in = next(filter(None, (_where_kept(analysis, frame) for frame in reversed(run.forward_frames))), "")
     diagnosis.finding = _matching_finding(analysis, findings, diagnosis)
 
 
@@ -207,6 +211,44 @@ def _matching_finding(analysis: FileAnalysis, findings: list[Finding], diagnosis
     lines_of_function = analysis.range(function)
     nearby = [f for f in findings if lines_of_function.start.line <= f.line <= lines_of_function.end.line]
     return min(nearby, key=rank, default=None)
+
+
+def _where_kept(analysis: FileAnalysis, innermost: Frame) -> str:
+    """Where a line that built the freed graph (in the script or a module beside it) stores it,
+    if it stores it."""
+    where = ""
+    if innermost.path:
+        try:
+            analysis = FileAnalysis.of_module(parse_source(Path(innermost.path).read_bytes(), innermost.path))
+        except (OSError, SourceError):
+            return ""
+        where = f", in {Path(innermost.path).name}"
+    statement = analysis.statement_at(innermost.line)
+    kept = _kept_in(analysis, statement) if isinstance(statement, cst.SimpleStatementLine) else ""
+    return kept + where if kept else ""
+
+
+def _kept_in(analysis: FileAnalysis, statement: cst.SimpleStatementLine) -> str:
+    """Where ``statement`` keeps what it computes: the first place it stores into."""
+    small = statement.body[0]
+    in_function = analysis.function_at(analysis.line(statement)) is not None
+    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else []
+    if isinstance(small, (cst.AugAssign, cst.AnnAssign)):
+        targets = [small.target]
+    call = small.value if isinstance(small, cst.Expr) else None
+    if isinstance(call, cst.Call) and m.matches(call.func, m.Attribute(attr=m.Name("append") | m.Name("extend") | m.Name("insert"))):
+        return f"`{code_of(call.func.value)}` (a list, kept as long as the list is)"
+    for target in targets:
+        if isinstance(target, cst.Attribute) and m.matches(target.value, m.Name("self")):
+            return f"`{code_of(target)}` (an attribute of the object, kept between calls)"
+        if isinstance(target, cst.Attribute):
+            return f"`{code_of(target)}` (an attribute of `{code_of(target.value)}`)"
+        if isinstance(target, cst.Subscript):
+            return f"`{code_of(target)}` (an item of a list or dict, kept as long as it is)"
+        if isinstance(target, (cst.Name, cst.Tuple, cst.List)):
+            scope = "a local variable of the function" if in_function else "a global variable of the script"
+            return f"`{code_of(target)}` ({scope})"
+    return ""
 
 
 def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
