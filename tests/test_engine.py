@@ -6,6 +6,7 @@ from typing import Iterator
 import libcst as cst
 import pytest
 
+from gradfix.cli import Terminated
 from gradfix.codemods import engine
 from gradfix.codemods.edits import Fix
 from gradfix.codemods.engine import FileChanged, FixMode, check_source, write_atomically
@@ -59,31 +60,16 @@ def test_write_atomically_replaces_the_whole_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
 
 
-def test_an_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, Terminated], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch, interruption):
     target = tmp_path / "train.py"
     target.write_bytes(b"old\n")
 
     def interrupted(*args):
-        raise KeyboardInterrupt
+        raise interruption
 
     monkeypatch.setattr(engine.os, "replace", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        engine.write_atomically(target, b"new\n")
-    assert target.read_bytes() == b"old\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
-
-
-def test_a_sigterm_during_a_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
-    from gradfix.cli import Terminated
-
-    target = tmp_path / "train.py"
-    target.write_bytes(b"old\n")
-
-    def terminated(*args):
-        raise Terminated
-
-    monkeypatch.setattr(engine.os, "replace", terminated)
-    with pytest.raises(Terminated):
+    with pytest.raises(interruption):
         engine.write_atomically(target, b"new\n")
     assert target.read_bytes() == b"old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
