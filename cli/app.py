@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,7 +33,8 @@ from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
 from gradfix.codemods.execution.verify import BadFixture, discover
 from gradfix.codemods.execution.verify import verify as verify_cases
 
-from . import render
+from . import formats, pull_request, render
+from .github_api import DEFAULT_API_URL, GitHub, GitHubError
 
 app = typer.Typer(
     add_completion=False,
@@ -52,6 +54,8 @@ class OutputFormat(str, enum.Enum):
     text = "text"
     concise = "concise"  # the finding lines only: no summary
     json = "json"
+    github = "github"  # workflow-command annotations, and a summary table in $GITHUB_STEP_SUMMARY
+    sarif = "sarif"  # SARIF 2.1.0, for code scanning
 
 
 Paths = Annotated[List[str], typer.Argument(help="Files or folders to check.", show_default=False)]
@@ -194,9 +198,15 @@ def check(
         render.print_table(render.statistics_table(findings))
     elif output_format is OutputFormat.json:
         render.print_findings_json(findings)
+    elif output_format is OutputFormat.github:
+        typer.echo("".join(formats.annotation(f) + "\n" for f in findings), nl=False)
+        formats.append_to_file_named_by("GITHUB_STEP_SUMMARY", formats.step_summary(reports))
+        formats.append_to_file_named_by("GITHUB_OUTPUT", formats.step_outputs({"findings": str(len(findings))}))
+    elif output_format is OutputFormat.sarif:
+        sys.stdout.write(formats.sarif_text(reports, errors))
     else:
         render.print_findings(findings)
-    if output_format is OutputFormat.text:
+    if output_format in (OutputFormat.text, OutputFormat.github):
         render.stderr.print(render.check_summary(reports))
     render.print_errors(reports, errors)
     if _has_errors(reports, errors):
@@ -299,6 +309,53 @@ def _ask(question: str) -> str:
 def _not_written(report: FileReport) -> None:
     """A rewrite that could not be written fixed nothing: its findings are still there."""
     report.findings, report.fixed, report.rewritten = report.fixed + report.findings, [], None
+
+
+@app.command()
+def pr(
+    paths: Annotated[Optional[List[str]], typer.Argument(help="Files or folders to fix [default: the whole checkout].", show_default=False)] = None,
+    unsafe_fixes: Annotated[
+        Optional[bool],
+        typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that change what the program computes.", show_default=False),
+    ] = None,
+    select: Select = None,
+    ignore: Ignore = None,
+    jobs: Jobs = None,
+    branch: Annotated[str, typer.Option("--branch", help="The branch the fixes are pushed to.")] = pull_request.DEFAULT_BRANCH,
+    base: Annotated[Optional[str], typer.Option("--base", help="The branch to fix [default: the branch checked out].", show_default=False)] = None,
+    remote: Annotated[str, typer.Option("--remote", help="The git remote to fetch from and push to.")] = "origin",
+    title: Annotated[str, typer.Option("--title", help="The pull request's title.")] = pull_request.DEFAULT_TITLE,
+    label: Annotated[Optional[List[str]], typer.Option("--label", help="Labels for the pull request (comma-separated, repeatable).", show_default=False)] = None,
+    draft: Annotated[bool, typer.Option("--draft", help="Open the pull request as a draft.")] = False,
+    author: Annotated[str, typer.Option("--author", help="The commit's author, as 'Name <email>'.")] = pull_request.DEFAULT_AUTHOR,
+    message: Annotated[Optional[str], typer.Option("--message", help="The commit message [default: the title].", show_default=False)] = None,
+    token_env: Annotated[str, typer.Option("--token-env", help="The environment variable that holds the GitHub token.")] = "GITHUB_TOKEN",
+    repository: Annotated[Optional[str], typer.Option("--repository", envvar="GITHUB_REPOSITORY", help="owner/name on GitHub.", show_default=False)] = None,
+    api_url: Annotated[str, typer.Option("--api-url", envvar="GITHUB_API_URL", help="The GitHub REST API (GitHub Enterprise: https://HOST/api/v3).")] = DEFAULT_API_URL,
+) -> None:
+    """Commit the fixes on a branch made from the base branch, push it and open (or update) one
+    pull request; close it and delete the branch when nothing is left to fix. Exit 1 while fixes
+    wait in the pull request or findings are left, 0 when nothing is left to fix."""
+    token = os.environ.get(token_env, "")
+    if not token:
+        render.stderr.print(f"error: no GitHub token: set {token_env} (or name another variable with --token-env)")
+        raise typer.Exit(EXIT_ERROR)
+    settings = pull_request.Settings(remote, base, branch, title, message, tuple(_split(label)), draft, author)
+    try:
+        github = GitHub(token, repository or "", api_url)
+        with pull_request.base_checkout(settings, token) as workspace:
+            reports, errors = _run(workspace.paths(paths or ["."]), select, ignore, jobs, fixing=True, unsafe_fixes=unsafe_fixes)
+            if _has_errors(reports, errors):
+                render.print_errors(reports, errors)
+                raise typer.Exit(EXIT_ERROR)
+            outcome = pull_request.publish(workspace, reports, github)
+    except (pull_request.GitError, GitHubError) as error:
+        render.stderr.print(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    render.print_findings(outcome.left)
+    formats.append_to_file_named_by("GITHUB_OUTPUT", formats.step_outputs(outcome.outputs()))
+    render.stderr.print(outcome.summary())
+    raise typer.Exit(EXIT_FINDINGS if outcome.pending else EXIT_CLEAN)
 
 
 @app.command()

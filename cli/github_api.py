@@ -1,0 +1,202 @@
+"""The few GitHub REST endpoints ``gradfix pr`` needs, over the standard library's HTTP client.
+
+Requests that fail on the server's side (5xx, a secondary rate limit, a dropped connection) are
+retried with exponential backoff, honouring ``Retry-After``; what retrying cannot mend (401, 403,
+404, 422) raises ``GitHubError`` with one line that says which permission or setting is missing.
+The token is sent in a header only and appears in no message.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Callable
+
+DEFAULT_API_URL = "https://api.github.com"
+API_VERSION = "2022-11-28"
+ATTEMPTS = 5
+FIRST_BACKOFF = 1.0  # seconds before the second attempt; doubled for each further one
+LONGEST_WAIT = 60.0  # a Retry-After longer than this is not waited for: the run would look hung
+TIMEOUT = 30.0
+
+PERMISSIONS_HINT = (
+    "the token needs `contents: write` and `pull-requests: write` (the workflow's `permissions:`), "
+    "and a repository's Settings > Actions > General must allow GitHub Actions to create pull requests"
+)
+
+
+class GitHubError(Exception):
+    """A request GitHub refused or never answered; the message is one line for the user."""
+
+
+class PullRequestExists(GitHubError):
+    """422: a pull request from the branch is open already (opened since we looked)."""
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    number: int
+    url: str
+    title: str
+    body: str
+    base: str
+    labels: frozenset[str]
+
+    @classmethod
+    def from_json(cls, data: dict) -> "PullRequest":
+        return cls(
+            number=data["number"],
+            url=data.get("html_url", ""),
+            title=data.get("title") or "",
+            body=data.get("body") or "",
+            base=data.get("base", {}).get("ref", ""),
+            labels=frozenset(label["name"] for label in data.get("labels", ())),
+        )
+
+
+class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect (a renamed repository) only on the API's own host, where the token may go."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            return None
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+class GitHub:
+    """One repository's pull requests, as ``owner/name`` on the API at ``api_url``."""
+
+    def __init__(
+        self,
+        token: str,
+        repository: str,
+        api_url: str = DEFAULT_API_URL,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        owner, _, name = repository.partition("/")
+        if not owner or not name or "/" in name:
+            raise GitHubError(f"the repository must be given as owner/name (GITHUB_REPOSITORY or --repository), not {repository!r}")
+        self.owner, self.repository = owner, repository
+        self.api_url = api_url.rstrip("/")
+        self._token = token
+        self._sleep = sleep
+        self._opener = urllib.request.build_opener(_SameHostRedirects)
+
+    # endpoints ---------------------------------------------------------------------------------
+    def open_pull_request(self, branch: str) -> PullRequest | None:
+        """The open pull request from ``branch`` of this repository, if there is one."""
+        query = urllib.parse.urlencode({"head": f"{self.owner}:{branch}", "state": "open"})
+        found = self.request("GET", f"/repos/{self.repository}/pulls?{query}")
+        return PullRequest.from_json(found[0]) if found else None
+
+    def create_pull_request(self, branch: str, base: str, title: str, body: str, draft: bool) -> PullRequest:
+        """Open a pull request; ``PullRequestExists`` when one from ``branch`` is already open."""
+        payload = {"title": title, "head": branch, "base": base, "body": body, "draft": draft}
+        try:
+            return PullRequest.from_json(self.request("POST", f"/repos/{self.repository}/pulls", payload))
+        except _Unprocessable as error:
+            if "already exists" in error.detail:
+                raise PullRequestExists(str(error)) from None
+            raise
+
+    def update_pull_request(self, number: int, **fields: str) -> PullRequest:
+        return PullRequest.from_json(self.request("PATCH", f"/repos/{self.repository}/pulls/{number}", fields))
+
+    def add_labels(self, number: int, labels: list[str]) -> None:
+        self.request("POST", f"/repos/{self.repository}/issues/{number}/labels", {"labels": labels})
+
+    # transport ---------------------------------------------------------------------------------
+    def request(self, method: str, path: str, payload: dict | None = None):
+        """The decoded JSON answer to one request, after the retries a transient failure earns."""
+        what = f"{method} {path.partition('?')[0]}"
+        attempt = 0
+        while True:
+            final = attempt + 1 >= ATTEMPTS
+            try:
+                with self._opener.open(self._prepare(method, path, payload), timeout=TIMEOUT) as response:
+                    data = response.read()
+                    return json.loads(data) if data else None
+            except urllib.error.HTTPError as error:
+                body = _json_body(error)
+                wait = _retry_delay(error.code, error.headers, body, attempt)
+                if wait is None or final:
+                    raise _error_for(error.code, what, body, self.api_url, self.repository) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+                if final:
+                    reason = getattr(error, "reason", error)
+                    raise GitHubError(f"cannot reach the GitHub API at {self.api_url} ({what}): {reason}") from None
+                wait = FIRST_BACKOFF * 2**attempt
+            self._sleep(wait)
+            attempt += 1
+
+    def _prepare(self, method: str, path: str, payload: dict | None) -> urllib.request.Request:
+        headers = {
+            "Accept": "application/vnd.github+json",
+            "Authorization": f"Bearer {self._token}",
+            "X-GitHub-Api-Version": API_VERSION,
+            "User-Agent": "gradfix",
+        }
+        data = None
+        if payload is not None:
+            data = json.dumps(payload).encode()
+            headers["Content-Type"] = "application/json"
+        return urllib.request.Request(self.api_url + path, data=data, headers=headers, method=method)
+
+
+class _Unprocessable(GitHubError):
+    """422: GitHub understood the request and refuses it; ``detail`` holds its reasons."""
+
+    def __init__(self, line: str, detail: str) -> None:
+        super().__init__(line)
+        self.detail = detail
+
+
+def _json_body(error: urllib.error.HTTPError) -> dict:
+    try:
+        decoded = json.loads(error.read() or b"{}")
+    except (ValueError, OSError):
+        return {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def _retry_delay(status: int, headers, body: dict, attempt: int) -> float | None:
+    """Seconds to wait before trying again, or None when trying again cannot help."""
+    retry_after = headers.get("Retry-After") if headers else None
+    rate_limited = status in (403, 429) and (
+        retry_after is not None
+        or (headers is not None and headers.get("X-RateLimit-Remaining") == "0")
+        or "rate limit" in str(body.get("message", "")).lower()
+    )
+    if status < 500 and not rate_limited:
+        return None
+    if retry_after is not None and retry_after.strip().isdigit():
+        wait = float(retry_after)
+    elif rate_limited and headers is not None and (reset := headers.get("X-RateLimit-Reset", "")).isdigit():
+        wait = max(0.0, int(reset) - time.time())
+    else:
+        wait = FIRST_BACKOFF * 2**attempt
+    return wait if wait <= LONGEST_WAIT else None
+
+
+def _error_for(status: int, what: str, body: dict, api_url: str, repository: str) -> GitHubError:
+    message = str(body.get("message", "")).strip() or "no message"
+    details = "; ".join(str(e.get("message") or e.get("code") or e) if isinstance(e, dict) else str(e) for e in body.get("errors", ()))
+    said = f"GitHub said: {message}" + (f" ({details})" if details else "")
+    if status == 401:
+        return GitHubError(f"{what}: 401 unauthorized: the token is missing, expired or revoked (set GITHUB_TOKEN or --token-env); {said}")
+    if status in (403, 429):
+        if "rate limit" in message.lower():
+            return GitHubError(f"{what}: {status} rate limited, and retrying did not help; run again later; {said}")
+        return GitHubError(f"{what}: {status} forbidden: {PERMISSIONS_HINT}; {said}")
+    if status == 404:
+        return GitHubError(
+            f"{what}: 404 not found: check that {repository!r} is the repository (GITHUB_REPOSITORY), that {api_url} is "
+            f"its API (GITHUB_API_URL), and that the token can see it; {said}"
+        )
+    if status == 422:
+        return _Unprocessable(f"{what}: 422 unprocessable: GitHub refused the request (is the base branch right?); {said}", f"{message} {details}")
+    return GitHubError(f"{what}: {status} from GitHub, still after {ATTEMPTS} attempts; {said}")
