@@ -1,0 +1,298 @@
+"""`gradfix pr` against a bare git repository on disk (the remote) and a fake GitHub API on
+127.0.0.1 that records every request; the GitHub client's retries and errors; the token's
+secrecy."""
+
+import base64
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from gradfix.cli import github_api
+from gradfix.cli.app import app
+from gradfix.cli.github_api import GitHub, GitHubError
+from gradfix.cli.pull_request import DEFAULT_BRANCH, Git, GitError, fingerprint_in
+
+from .conftest import FIXTURES
+from .fake_github import FakeGitHub, Scripted
+
+DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
+TWICE = (FIXTURES / "duplicate_backward" / "for_loop" / "before.py").read_text()
+TWICE_FIXED = (FIXTURES / "duplicate_backward" / "for_loop" / "after.py").read_text()
+REPOSITORY = "octo/net"
+TOKEN = "ghs_fake0token0that0must0never0show"
+PULLS = f"/repos/{REPOSITORY}/pulls"
+FIND_PULL = f"{PULLS}?head=octo%3Agradfix%2Ffixes&state=open"
+
+
+def git(directory, *args):
+    return subprocess.run(["git", *args], cwd=directory, check=True, capture_output=True, text=True).stdout.strip()
+
+
+class Project:
+    """A remote (a bare repository), the checkout `gradfix pr` runs in, and a second clone that
+    stands for the people who push to the base branch."""
+
+    def __init__(self, root):
+        self.remote, self.checkout, self.other = root / "remote.git", root / "checkout", root / "other"
+        git(root, "init", "--quiet", "--bare", "--initial-branch=main", str(self.remote))
+        git(root, "init", "--quiet", "--initial-branch=main", str(self.checkout))
+        git(self.checkout, "remote", "add", "origin", str(self.remote))
+        self.commit(self.checkout, {"train.py": DOUBLE, "README.md": "a project\n"}, "first")
+        git(root, "clone", "--quiet", str(self.remote), str(self.other))
+
+    def commit(self, clone, files, message):
+        for name, text in files.items():
+            (clone / name).write_text(text)
+        git(clone, "add", *files)
+        git(clone, "commit", "--quiet", "-m", message)
+        git(clone, "push", "--quiet", "origin", "main")
+        return git(clone, "rev-parse", "HEAD")
+
+    def push_to_base(self, files, message="base moves"):
+        git(self.other, "pull", "--quiet", "--ff-only")
+        return self.commit(self.other, files, message)
+
+    def remote_has(self, branch):
+        return bool(git(self.remote, "branch", "--list", branch))
+
+    def head(self, branch):
+        return git(self.remote, "rev-parse", f"refs/heads/{branch}")
+
+    def show(self, branch, path):
+        return git(self.remote, "show", f"{branch}:{path}") + "\n"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    for name, value in {"GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@example.test", "GIT_COMMITTER_NAME": "dev",
+                        "GIT_COMMITTER_EMAIL": "dev@example.test", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}.items():
+        monkeypatch.setenv(name, value)
+    made = Project(tmp_path)
+    monkeypatch.chdir(made.checkout)
+    return made
+
+
+@pytest.fixture
+def api(monkeypatch):
+    monkeypatch.setattr(github_api, "FIRST_BACKOFF", 0.01)
+    with FakeGitHub(REPOSITORY, TOKEN) as fake:
+        yield fake
+
+
+@pytest.fixture
+def pr(api, tmp_path):
+    """`gradfix pr` as a workflow runs it; returns the result and what it wrote to GITHUB_OUTPUT."""
+    outputs = tmp_path / "github_output"
+
+    def run(*args):
+        outputs.write_text("")
+        env = {"GITHUB_TOKEN": TOKEN, "GITHUB_REPOSITORY": REPOSITORY, "GITHUB_API_URL": api.url,
+               "GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": None}
+        result = CliRunner().invoke(app, ["pr", *map(str, args)], env=env)
+        assert TOKEN not in result.output + result.stderr + outputs.read_text()
+        run.outputs = outputs.read_text()
+        return result
+
+    return run
+
+
+def assert_leaves_checkout_alone(project):
+    assert git(project.checkout, "status", "--porcelain") == ""
+    assert (project.checkout / "train.py").read_text() == DOUBLE
+    assert len(git(project.checkout, "worktree", "list").splitlines()) == 1
+    assert TOKEN not in (project.checkout / ".git" / "config").read_text()
+
+
+def test_first_run_pushes_the_fixes_branch_and_opens_the_pull_request(project, api, pr):
+    result = pr("--label", "bug,gradfix", "--draft")
+    assert result.exit_code == 1, result.output
+    assert api.log() == [
+        f"GET {FIND_PULL}",
+        f'POST {PULLS} {{"title": "Fix PyTorch training-loop bugs found by gradfix", "head": "gradfix/fixes", "base": "main", "body": "<{len(api.pulls[1]["body"])} characters>", "draft": true}}',
+        f'POST /repos/{REPOSITORY}/issues/1/labels {{"labels": ["bug", "gradfix"]}}',
+    ]
+    assert all(r.authorization == f"Bearer {TOKEN}" for r in api.requests)
+    assert git(project.remote, "rev-parse", f"{DEFAULT_BRANCH}^") == project.head("main")
+    assert project.show(DEFAULT_BRANCH, "train.py") == DOUBLE_FIXED
+    body = api.pulls[1]["body"]
+    assert "| GF002 separate_backwards | `train.py:19:5` | safe: the same gradients as running with `retain_graph=True` |" in body
+    assert "<details><summary>train.py</summary>" in body and "+    (loss_reg + loss_cls).backward()" in body
+    assert fingerprint_in(body)
+    author = git(project.remote, "log", "-1", "--format=%an <%ae>|%s", DEFAULT_BRANCH)
+    assert author == "github-actions[bot] <41898282+github-actions[bot]@users.noreply.github.com>|Fix PyTorch training-loop bugs found by gradfix"
+    assert f"Opened pull request #1 ({api.pulls[1]['html_url']}): 1 fix(es) in 1 file(s) on gradfix/fixes." in result.stderr
+    assert "pull-request-number<<" in pr.outputs and "\n1\n" in pr.outputs and "\ntrain.py\n" in pr.outputs
+    assert_leaves_checkout_alone(project)
+
+
+def test_new_findings_on_the_base_update_the_branch_and_the_body(project, api, pr):
+    pr()
+    first_fixes = project.head(DEFAULT_BRANCH)
+    base = project.push_to_base({"second.py": TWICE})
+    api.requests.clear()
+    result = pr()
+    assert result.exit_code == 1, result.output
+    assert [(r.method, r.path) for r in api.requests] == [("GET", FIND_PULL), ("PATCH", f"{PULLS}/1")]
+    assert set(api.requests[1].body) == {"title", "body", "base"}
+    assert project.head(DEFAULT_BRANCH) != first_fixes
+    assert git(project.remote, "rev-parse", f"{DEFAULT_BRANCH}^") == base
+    assert project.show(DEFAULT_BRANCH, "second.py") == TWICE_FIXED
+    assert "GF001 duplicate_backward" in api.pulls[1]["body"] and "GF002 separate_backwards" in api.pulls[1]["body"]
+    assert "Updated pull request #1" in result.stderr
+
+
+def test_a_run_with_nothing_new_pushes_nothing_and_writes_nothing(project, api, pr):
+    pr("--label", "gradfix")
+    fixes = project.head(DEFAULT_BRANCH)
+    api.requests.clear()
+    result = pr("--label", "gradfix")
+    assert result.exit_code == 1, result.output
+    assert api.log() == [f"GET {FIND_PULL}"]
+    assert project.head(DEFAULT_BRANCH) == fixes
+    assert "Up to date: pull request #1" in result.stderr
+
+
+def test_when_the_base_fixes_the_code_the_pull_request_is_closed_and_the_branch_deleted(project, api, pr):
+    pr()
+    project.push_to_base({"train.py": DOUBLE_FIXED}, "fixed by hand")
+    api.requests.clear()
+    result = pr()
+    assert result.exit_code == 0, result.output
+    assert api.log() == [f"GET {FIND_PULL}", f'PATCH {PULLS}/1 {{"state": "closed"}}']
+    assert not project.remote_has(DEFAULT_BRANCH)
+    assert "No fix to make on main; closed pull request #1 and deleted gradfix/fixes." in result.stderr
+    assert "pull-request-number<<" in pr.outputs and "findings<<" in pr.outputs
+    api.requests.clear()
+    assert pr().exit_code == 0
+    assert api.log() == [f"GET {FIND_PULL}"]
+
+
+def test_a_moved_base_gets_a_branch_made_again_from_its_tip(project, api, pr):
+    pr()
+    moved = DOUBLE.replace("import torch\n", "import torch\n# a comment above the fix\n", 1)
+    assert moved != DOUBLE
+    base = project.push_to_base({"train.py": moved, "README.md": "a project, moved\n"})
+    api.requests.clear()
+    result = pr()
+    assert result.exit_code == 1, result.output
+    assert git(project.remote, "rev-list", "--count", f"main..{DEFAULT_BRANCH}") == "1"
+    assert git(project.remote, "rev-parse", f"{DEFAULT_BRANCH}^") == base
+    fixed = project.show(DEFAULT_BRANCH, "train.py")
+    assert fixed == DOUBLE_FIXED.replace("import torch\n", "import torch\n# a comment above the fix\n", 1)
+    assert git(project.remote, "diff", "--name-only", f"main..{DEFAULT_BRANCH}") == "train.py"
+    assert [(r.method, r.path) for r in api.requests] == [("GET", FIND_PULL), ("PATCH", f"{PULLS}/1")]  # the lines moved
+    assert_leaves_checkout_alone(project)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Scripted(500, {"message": "Server Error"}),
+        Scripted(403, {"message": "You have exceeded a secondary rate limit."}, {"Retry-After": "0"}),
+    ],
+    ids=["server-error", "secondary-rate-limit"],
+)
+def test_a_transient_failure_is_retried(project, api, pr, failure):
+    api.scripted.append(failure)
+    result = pr()
+    assert result.exit_code == 1, result.output
+    assert [(r.method, r.path) for r in api.requests] == [("GET", FIND_PULL), ("GET", FIND_PULL), ("POST", PULLS)]
+
+
+def test_a_forbidden_token_is_one_clear_line_and_nothing_is_pushed(project, api, pr):
+    api.scripted.append(Scripted(403, {"message": "Resource not accessible by integration"}))
+    result = pr()
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: GET /repos/octo/net/pulls: 403 forbidden: the token needs `contents: write` and `pull-requests: write`")
+    assert "Resource not accessible by integration" in line
+    assert not project.remote_has(DEFAULT_BRANCH)
+    assert len(api.requests) == 1
+
+
+def test_a_pull_request_that_already_exists_is_found_and_updated(project, api, pr):
+    api.open_pull(DEFAULT_BRANCH, "main")
+    api.scripted.append(Scripted(200, []))  # the list is behind: the pull request is not in it yet
+    result = pr()
+    assert result.exit_code == 1, result.output
+    assert [(r.method, r.path) for r in api.requests] == [("GET", FIND_PULL), ("POST", PULLS), ("GET", FIND_PULL), ("PATCH", f"{PULLS}/1")]
+    assert api.pulls[1]["title"] == "Fix PyTorch training-loop bugs found by gradfix"
+    assert "GF002 separate_backwards" in api.pulls[1]["body"]
+    assert "Updated pull request #1" in result.stderr
+
+
+def test_findings_no_fix_removes_are_listed_and_exit_1(project, api, pr):
+    reported = (FIXTURES / "forward_outside_loop" / "pred_printed_after_loop" / "reported.py").read_text()
+    project.push_to_base({"train.py": reported})
+    result = pr()
+    assert result.exit_code == 1
+    assert "train.py:" in result.stdout and "GF003" in result.stdout
+    assert api.log() == [f"GET {FIND_PULL}"]
+    assert "No fix to make on main; 1 finding(s) left to fix by hand." in result.stderr
+
+
+def test_usage_errors_exit_2(project, api, pr, monkeypatch, tmp_path):
+    assert "error: no GitHub token: set NOPE" in CliRunner().invoke(app, ["pr", "--token-env", "NOPE"], env={"NOPE": None}).stderr
+    result = pr("--base", "gradfix/fixes")
+    assert result.exit_code == 2 and "cannot be the base branch too" in result.stderr
+    result = pr("--base", "missing")
+    assert result.exit_code == 2 and "the base branch 'missing' is not on the remote 'origin'" in result.stderr
+    result = pr(tmp_path)
+    assert result.exit_code == 2 and "outside the git checkout" in result.stderr
+    result = pr("--author", "nobody")
+    assert result.exit_code == 2 and "--author must look like 'Name <email>'" in result.stderr
+    assert not project.remote_has(DEFAULT_BRANCH)
+    assert len(git(project.checkout, "worktree", "list").splitlines()) == 1
+
+
+# the GitHub client -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "status, message, expected",
+    [
+        (401, "Bad credentials", "401 unauthorized: the token is missing, expired or revoked"),
+        (404, "Not Found", "404 not found: check that 'octo/net' is the repository (GITHUB_REPOSITORY)"),
+        (422, "Validation Failed", "422 unprocessable: GitHub refused the request (is the base branch right?)"),
+        (502, "Bad Gateway", "502 from GitHub, still after 5 attempts"),
+    ],
+)
+def test_client_errors_are_one_line_that_says_what_to_check(api, status, message, expected):
+    api.scripted += [Scripted(status, {"message": message})] * 5
+    with pytest.raises(GitHubError) as raised:
+        GitHub(TOKEN, REPOSITORY, api.url, sleep=lambda seconds: None).update_pull_request(7, title="x")
+    text = str(raised.value)
+    assert expected in text and f"GitHub said: {message}" in text
+    assert "\n" not in text and TOKEN not in text
+    assert len(api.requests) == (5 if status >= 500 else 1)
+
+
+def test_client_waits_as_retry_after_says(api):
+    waits = []
+    api.scripted.append(Scripted(429, {"message": "slow down"}, {"Retry-After": "3"}))
+    GitHub(TOKEN, REPOSITORY, api.url, sleep=waits.append).open_pull_request("b")
+    assert waits == [3.0] and len(api.requests) == 2
+
+
+def test_an_unreachable_api_is_one_line(monkeypatch):
+    monkeypatch.setattr(github_api, "ATTEMPTS", 2)
+    with pytest.raises(GitHubError, match=r"^cannot reach the GitHub API at http://127.0.0.1:9 \(GET /repos/octo/net/pulls\)"):
+        GitHub(TOKEN, REPOSITORY, "http://127.0.0.1:9", sleep=lambda seconds: None).open_pull_request("b")
+
+
+# the token's secrecy ------------------------------------------------------------------------------
+def test_git_gets_the_token_from_its_environment_never_from_the_config(project):
+    remote = "https://github.example/octo/net.git"
+    headers = Git(project.checkout, TOKEN, remote)("config", "--null", "--get-all", "http.https://github.example/.extraheader")
+    encoded = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+    assert headers.split("\0") == ["", f"AUTHORIZATION: basic {encoded}", ""]  # a persisted header dropped, then ours
+    with pytest.raises(GitError, match="exit status 1"):  # no such key: a remote on disk gets no header
+        Git(project.checkout, TOKEN, str(project.remote))("config", "--get-regexp", "extraheader")
+    config = (project.checkout / ".git" / "config").read_text()
+    assert TOKEN not in config and encoded not in config
+
+
+def test_a_failing_git_command_hides_the_token(project):
+    with pytest.raises(GitError) as raised:
+        Git(project.checkout, TOKEN)("show", f"{TOKEN}:train.py")
+    assert TOKEN not in str(raised.value) and "***" in str(raised.value)
