@@ -3,9 +3,16 @@
 secrecy."""
 
 import base64
+import json
+import os
+import re
+import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from gradfix.cli import github_api
@@ -26,8 +33,14 @@ PULLS = f"/repos/{REPOSITORY}/pulls"
 FIND_PULL = f"{PULLS}?head=octo%3Agradfix%2Ffixes&state=open"
 
 
+# Git as the tests use it: no user or system configuration, a fixed identity for their commits.
+GIT_ENVIRONMENT = {"GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@example.test", "GIT_COMMITTER_NAME": "dev",
+                   "GIT_COMMITTER_EMAIL": "dev@example.test", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
 def git(directory, *args):
-    return subprocess.run(["git", *args], cwd=directory, check=True, capture_output=True, text=True).stdout.strip()
+    done = subprocess.run(["git", *args], cwd=directory, check=True, capture_output=True, text=True, env={**os.environ, **GIT_ENVIRONMENT})
+    return done.stdout.strip()
 
 
 class Project:
@@ -36,11 +49,24 @@ class Project:
 
     def __init__(self, root):
         self.remote, self.checkout, self.other = root / "remote.git", root / "checkout", root / "other"
-        git(root, "init", "--quiet", "--bare", "--initial-branch=main", str(self.remote))
-        git(root, "init", "--quiet", "--initial-branch=main", str(self.checkout))
-        git(self.checkout, "remote", "add", "origin", str(self.remote))
-        self.commit(self.checkout, {"train.py": DOUBLE, "README.md": "a project\n"}, "first")
-        git(root, "clone", "--quiet", str(self.remote), str(self.other))
+
+    @classmethod
+    def create(cls, root):
+        made = cls(root)
+        git(root, "init", "--quiet", "--bare", "--initial-branch=main", str(made.remote))
+        git(root, "init", "--quiet", "--initial-branch=main", str(made.checkout))
+        git(made.checkout, "remote", "add", "origin", str(made.remote))
+        made.commit(made.checkout, {"train.py": DOUBLE, "README.md": "a project\n"}, "first")
+        git(root, "clone", "--quiet", str(made.remote), str(made.other))
+        return made
+
+    def copy(self, root):
+        """The same repositories under ``root``, their remotes pointing at the copy."""
+        shutil.copytree(self.remote.parent, root, symlinks=True, dirs_exist_ok=True)
+        made = Project(root)
+        for clone in (made.checkout, made.other):
+            git(clone, "remote", "set-url", "origin", str(made.remote))
+        return made
 
     def commit(self, clone, files, message):
         for name, text in files.items():
@@ -64,12 +90,17 @@ class Project:
         return git(self.remote, "show", f"{branch}:{path}") + "\n"
 
 
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """Made once and copied for each test: a copy costs a fraction of the git commands."""
+    return Project.create(tmp_path_factory.mktemp("template"))
+
+
 @pytest.fixture
-def project(tmp_path, monkeypatch):
-    for name, value in {"GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@example.test", "GIT_COMMITTER_NAME": "dev",
-                        "GIT_COMMITTER_EMAIL": "dev@example.test", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}.items():
+def project(template, tmp_path, monkeypatch):
+    for name, value in GIT_ENVIRONMENT.items():
         monkeypatch.setenv(name, value)
-    made = Project(tmp_path)
+    made = template.copy(tmp_path / "project")
     monkeypatch.chdir(made.checkout)
     return made
 
@@ -296,3 +327,107 @@ def test_a_failing_git_command_hides_the_token(project):
     with pytest.raises(GitError) as raised:
         Git(project.checkout, TOKEN)("show", f"{TOKEN}:train.py")
     assert TOKEN not in str(raised.value) and "***" in str(raised.value)
+
+
+# the composite action --------------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
+EXAMPLE_WORKFLOW = ROOT / "docs" / "github-action-workflow.yml"
+EXPRESSION = re.compile(r"\$\{\{\s*([\w.-]+)\s*\}\}")
+
+
+def run_action(with_inputs, runner_temp, workspace, api, tmp_path):
+    """The action's run steps as a runner runs them: `${{ }}` only in `env:`, resolved from the
+    inputs; bash with -e -o pipefail; GITHUB_OUTPUT and GITHUB_STEP_SUMMARY files. The install
+    step is left out (it builds gradfix from this checkout: the tests run the gradfix installed)."""
+    outputs, summary = tmp_path / "github_output", tmp_path / "step_summary"
+    outputs.write_text("")
+    summary.write_text("")
+    github = {"github.token": TOKEN}
+    defaults = {name: EXPRESSION.sub(lambda m: github[m[1]], spec.get("default", "")) for name, spec in ACTION["inputs"].items()}
+    context = github | {f"inputs.{name}": value for name, value in (defaults | with_inputs).items()}
+    runs = []
+    for step in ACTION["runs"]["steps"][1:]:
+        env = {name: EXPRESSION.sub(lambda m: context[m[1]], value) for name, value in step.get("env", {}).items()}
+        env |= {"GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(runner_temp),
+                "GITHUB_ACTION_PATH": str(ROOT), "GITHUB_REPOSITORY": REPOSITORY, "GITHUB_API_URL": api.url}
+        script = tmp_path / "step.sh"
+        script.write_text(step["run"])
+        runs.append(subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=workspace,
+                                   env={**os.environ, **env}, capture_output=True, text=True, timeout=60))
+    written = read_step_outputs(outputs.read_text())
+    step_outputs = {name: EXPRESSION.sub(lambda m: written.get(m[1].removeprefix("steps.gradfix.outputs."), ""), spec["value"])
+                    for name, spec in ACTION["outputs"].items()}
+    return runs[-1], step_outputs, summary.read_text()
+
+
+def read_step_outputs(text):
+    """``name<<DELIMITER``, the value's lines, ``DELIMITER``: as the runner reads GITHUB_OUTPUT."""
+    return {name: value for name, _, value in re.findall(r"^([\w-]+)<<(\S+)\n(?:(.*?)\n)?\2$", text, re.M | re.S)}
+
+
+@pytest.fixture
+def runner_temp(tmp_path):
+    """$RUNNER_TEMP as the install step leaves it: a gradfix in gradfix-venv/bin (here, this one)."""
+    binaries = tmp_path / "runner_temp" / "gradfix-venv" / "bin"
+    binaries.mkdir(parents=True)
+    (binaries / "gradfix").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gradfix "$@"\n')
+    (binaries / "gradfix").chmod(0o755)
+    return binaries.parents[1]
+
+
+def test_the_action_in_pr_mode_opens_the_pull_request_and_sets_its_outputs(project, api, runner_temp, tmp_path):
+    done, outputs, _ = run_action({"mode": "pr", "labels": "bug", "draft": "true"}, runner_temp, project.checkout, api, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert outputs == {"findings": "1", "changed-files": "train.py", "pull-request-number": "1",
+                       "pull-request-url": api.pulls[1]["html_url"]}
+    assert [(r.method, r.path) for r in api.requests] == [("GET", FIND_PULL), ("POST", PULLS), ("POST", f"/repos/{REPOSITORY}/issues/1/labels")]
+    assert api.pulls[1]["draft"] is True and project.show(DEFAULT_BRANCH, "train.py") == DOUBLE_FIXED
+    assert TOKEN not in done.stdout + done.stderr
+
+
+def test_the_action_in_check_mode_annotates_and_fails_on_findings(project, api, runner_temp, tmp_path):
+    done, outputs, summary = run_action({"mode": "check", "paths": "train.py README.md"}, runner_temp, project.checkout, api, tmp_path)
+    assert done.returncode == 1
+    assert done.stdout.startswith("::error file=train.py,line=19,col=5,title=GF002 separate_backwards::")
+    assert outputs["findings"] == "1" and "| `train.py:19:5` | GF002 separate_backwards |" in summary
+    assert api.requests == []
+
+
+def test_the_action_in_fix_mode_writes_the_fixes_and_lists_the_files(project, api, runner_temp, tmp_path):
+    done, outputs, _ = run_action({"mode": "fix", "select": "GF002"}, runner_temp, project.checkout, api, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert outputs["changed-files"] == "train.py"
+    assert (project.checkout / "train.py").read_text() == DOUBLE_FIXED
+
+
+def test_the_action_keeps_expressions_out_of_its_scripts():
+    steps = ACTION["runs"]["steps"]
+    assert [s for s in steps if "uses" in s] == []
+    assert all("${{" not in step["run"] for step in steps)
+    assert all(EXPRESSION.fullmatch(value) for step in steps for value in step.get("env", {}).values())
+    assert "verify" not in (ROOT / "action.yml").read_text() and "diagnose" not in (ROOT / "action.yml").read_text()
+
+
+def test_zizmor_finds_nothing_in_the_action_and_the_example_workflow():
+    zizmor = shutil.which("zizmor")
+    if zizmor is None:
+        pytest.skip("zizmor is not installed (it is in the test extra: pip install -e '.[test]')")
+    done = subprocess.run([zizmor, "--offline", "--format", "json", str(ROOT / "action.yml"), str(EXAMPLE_WORKFLOW)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout) == []
+
+
+def test_the_example_workflow_is_least_privilege_pinned_and_in_the_readme():
+    text = EXAMPLE_WORKFLOW.read_text()
+    workflow = yaml.safe_load(text)
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as true
+    assert set(triggers) == {"push", "schedule", "workflow_dispatch"} and triggers["push"] == {"branches": ["main"]}
+    assert workflow["permissions"] == {}
+    [job] = workflow["jobs"].values()
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
+    for step in job["steps"]:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"])
+    readme = (ROOT / "README.md").read_text()
+    assert f"```yaml\n{text}```" in readme
