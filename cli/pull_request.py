@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import hashlib
 import os
 import re
@@ -77,8 +78,9 @@ class Git:
         self._environment = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **_header_config(remote_url, token)}
 
     def at(self, directory: Path) -> "Git":
-        other = Git(directory)
-        other._token, other._environment = self._token, self._environment
+        """The same git, token and header in another folder (a worktree)."""
+        other = copy.copy(self)
+        other.directory = directory
         return other
 
     def __call__(self, *args: str, environment: dict[str, str] | None = None) -> str:

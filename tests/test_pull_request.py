@@ -217,16 +217,8 @@ def test_a_moved_base_gets_a_branch_made_again_from_its_tip(project, api, pr):
     assert_leaves_checkout_alone(project)
 
 
-@pytest.mark.parametrize(
-    "failure",
-    [
-        Scripted(500, {"message": "Server Error"}),
-        Scripted(403, {"message": "You have exceeded a secondary rate limit."}, {"Retry-After": "0"}),
-    ],
-    ids=["server-error", "secondary-rate-limit"],
-)
-def test_a_transient_failure_is_retried(project, api, pr, failure):
-    api.scripted.append(failure)
+def test_a_server_error_is_retried(project, api, pr):
+    api.scripted.append(Scripted(500, {"message": "Server Error"}))
     result = pr()
     assert result.exit_code == 1, result.output
     assert [(r.method, r.path) for r in api.requests] == [("GET", FIND_PULL), ("GET", FIND_PULL), ("POST", PULLS)]
@@ -272,6 +264,8 @@ def test_usage_errors_exit_2(project, api, pr, monkeypatch, tmp_path):
     assert result.exit_code == 2 and "the base branch 'missing' is not on the remote 'origin'" in result.stderr
     result = pr(tmp_path)
     assert result.exit_code == 2 and "outside the git checkout" in result.stderr
+    result = CliRunner().invoke(app, ["pr"], env={"GITHUB_TOKEN": TOKEN, "GITHUB_REPOSITORY": None})
+    assert result.exit_code == 2 and "the repository must be given as owner/name (GITHUB_REPOSITORY or --repository)" in result.stderr
     result = pr("--author", "nobody")
     assert result.exit_code == 2 and "--author must look like 'Name <email>'" in result.stderr
     assert not project.remote_has(DEFAULT_BRANCH)
@@ -298,11 +292,27 @@ def test_client_errors_are_one_line_that_says_what_to_check(api, status, message
     assert len(api.requests) == (5 if status >= 500 else 1)
 
 
-def test_client_waits_as_retry_after_says(api):
+@pytest.mark.parametrize(
+    "limited",
+    [
+        Scripted(403, {"message": "You have exceeded a secondary rate limit."}, {"Retry-After": "3"}),
+        Scripted(429, {"message": "slow down"}, {"Retry-After": "3"}),
+    ],
+    ids=["secondary-rate-limit", "too-many-requests"],
+)
+def test_client_waits_as_retry_after_says(api, limited):
     waits = []
-    api.scripted.append(Scripted(429, {"message": "slow down"}, {"Retry-After": "3"}))
-    GitHub(TOKEN, REPOSITORY, api.url, sleep=waits.append).open_pull_request("b")
+    api.scripted.append(limited)
+    assert GitHub(TOKEN, REPOSITORY, api.url, sleep=waits.append).open_pull_request("b") is None
     assert waits == [3.0] and len(api.requests) == 2
+
+
+def test_client_waits_for_the_rate_limit_reset(api, monkeypatch):
+    waits = []
+    monkeypatch.setattr(github_api.time, "time", lambda: 1000.0)
+    api.scripted.append(Scripted(403, {"message": "API rate limit exceeded"}, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1004"}))
+    GitHub(TOKEN, REPOSITORY, api.url, sleep=waits.append).open_pull_request("b")
+    assert waits == [4.0]
 
 
 def test_an_unreachable_api_is_one_line(monkeypatch):
@@ -336,7 +346,7 @@ EXAMPLE_WORKFLOW = ROOT / "docs" / "github-action-workflow.yml"
 EXPRESSION = re.compile(r"\$\{\{\s*([\w.-]+)\s*\}\}")
 
 
-def run_action(with_inputs, runner_temp, workspace, api, tmp_path):
+def run_action(with_inputs, runner_temp, workspace, tmp_path, api_url="http://127.0.0.1:9", environment=None):
     """The action's run steps as a runner runs them: `${{ }}` only in `env:`, resolved from the
     inputs; bash with -e -o pipefail; GITHUB_OUTPUT and GITHUB_STEP_SUMMARY files. The install
     step is left out (it builds gradfix from this checkout: the tests run the gradfix installed)."""
@@ -350,7 +360,7 @@ def run_action(with_inputs, runner_temp, workspace, api, tmp_path):
     for step in ACTION["runs"]["steps"][1:]:
         env = {name: EXPRESSION.sub(lambda m: context[m[1]], value) for name, value in step.get("env", {}).items()}
         env |= {"GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(runner_temp),
-                "GITHUB_ACTION_PATH": str(ROOT), "GITHUB_REPOSITORY": REPOSITORY, "GITHUB_API_URL": api.url}
+                "GITHUB_ACTION_PATH": str(ROOT), "GITHUB_REPOSITORY": REPOSITORY, "GITHUB_API_URL": api_url, **(environment or {})}
         script = tmp_path / "step.sh"
         script.write_text(step["run"])
         runs.append(subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=workspace,
@@ -377,28 +387,65 @@ def runner_temp(tmp_path):
 
 
 def test_the_action_in_pr_mode_opens_the_pull_request_and_sets_its_outputs(project, api, runner_temp, tmp_path):
-    done, outputs, _ = run_action({"mode": "pr", "labels": "bug", "draft": "true"}, runner_temp, project.checkout, api, tmp_path)
+    project.push_to_base({"README.md": "history that a shallow checkout does not have\n"})
+    checkout = tmp_path / "shallow"  # as actions/checkout leaves it: one commit deep
+    git(tmp_path, "clone", "--quiet", "--depth=1", f"file://{project.remote}", str(checkout))
+    done, outputs, _ = run_action({"mode": "pr", "labels": "bug", "draft": "true"}, runner_temp, checkout, tmp_path, api.url)
     assert done.returncode == 0, done.stderr
     assert outputs == {"findings": "1", "changed-files": "train.py", "pull-request-number": "1",
                        "pull-request-url": api.pulls[1]["html_url"]}
     assert [(r.method, r.path) for r in api.requests] == [("GET", FIND_PULL), ("POST", PULLS), ("POST", f"/repos/{REPOSITORY}/issues/1/labels")]
     assert api.pulls[1]["draft"] is True and project.show(DEFAULT_BRANCH, "train.py") == DOUBLE_FIXED
+    assert git(project.remote, "rev-parse", f"{DEFAULT_BRANCH}^") == project.head("main")
+    assert git(checkout, "status", "--porcelain") == "" and git(checkout, "rev-parse", "--is-shallow-repository") == "true"
     assert TOKEN not in done.stdout + done.stderr
 
 
-def test_the_action_in_check_mode_annotates_and_fails_on_findings(project, api, runner_temp, tmp_path):
-    done, outputs, summary = run_action({"mode": "check", "paths": "train.py README.md"}, runner_temp, project.checkout, api, tmp_path)
-    assert done.returncode == 1
-    assert done.stdout.startswith("::error file=train.py,line=19,col=5,title=GF002 separate_backwards::")
-    assert outputs["findings"] == "1" and "| `train.py:19:5` | GF002 separate_backwards |" in summary
-    assert api.requests == []
-
-
-def test_the_action_in_fix_mode_writes_the_fixes_and_lists_the_files(project, api, runner_temp, tmp_path):
-    done, outputs, _ = run_action({"mode": "fix", "select": "GF002"}, runner_temp, project.checkout, api, tmp_path)
+def test_the_action_in_fix_mode_writes_the_fixes_and_lists_the_files(project, runner_temp, tmp_path):
+    done, outputs, _ = run_action({"mode": "fix", "select": "GF002"}, runner_temp, project.checkout, tmp_path)
     assert done.returncode == 0, done.stderr
     assert outputs["changed-files"] == "train.py"
     assert (project.checkout / "train.py").read_text() == DOUBLE_FIXED
+
+
+# A gradfix that records its arguments and exits with the status asked: the script's handling of
+# inputs and exit statuses, for every mode, without paying gradfix's start-up each time (the two
+# tests above run the real one).
+RECORDING_GRADFIX = '#!/bin/sh\nprintf "%s\\0" "$@" > "$RUNNER_TEMP/argv"\nexit "$RECORDED_STATUS"\n'
+
+
+@pytest.mark.parametrize(
+    "inputs, status, argv, step_status",
+    [
+        ({"mode": "check", "paths": "src  tests/x.py", "select": "GF002,GF003", "unsafe-fixes": "true"}, 1,
+         ["check", "--output-format", "github", "--select", "GF002,GF003", "--", "src", "tests/x.py"], 1),
+        ({"mode": "check"}, 0, ["check", "--output-format", "github", "--", "."], 0),
+        ({"mode": "fix", "ignore": "GF004", "unsafe-fixes": "true"}, 1, ["fix", "--ignore", "GF004", "--unsafe-fixes", "--", "."], 0),
+        ({"mode": "fix"}, 2, ["fix", "--", "."], 2),
+        ({"mode": "pr", "base": "dev", "title": "Fix `$(touch pwned)` \"now\"", "labels": "a,b", "draft": "true", "branch": "fixes"}, 1,
+         ["pr", "--branch", "fixes", "--token-env", "GRADFIX_TOKEN", "--base", "dev", "--title", "Fix `$(touch pwned)` \"now\"",
+          "--label", "a,b", "--draft", "--", "."], 0),
+        ({"mode": "pr"}, 2, ["pr", "--branch", "gradfix/fixes", "--token-env", "GRADFIX_TOKEN", "--", "."], 2),
+    ],
+    ids=["check-findings", "check-clean", "fix-left", "fix-error", "pr-pending", "pr-error"],
+)
+def test_the_action_script_turns_inputs_into_arguments_and_statuses(tmp_path, inputs, status, argv, step_status):
+    runner_temp = tmp_path / "runner_temp"
+    recorder = runner_temp / "gradfix-venv" / "bin" / "gradfix"
+    recorder.parent.mkdir(parents=True)
+    recorder.write_text(RECORDING_GRADFIX)
+    recorder.chmod(0o755)
+    workspace = tmp_path / "workspace"
+    git(tmp_path, "init", "--quiet", str(workspace))
+    done, _, _ = run_action(inputs, runner_temp, workspace, tmp_path, environment={"RECORDED_STATUS": str(status)})
+    assert done.returncode == step_status, done.stderr
+    assert (runner_temp / "argv").read_text().split("\0")[:-1] == argv
+    assert not (workspace / "pwned").exists()
+
+
+def test_the_action_refuses_an_unknown_mode(tmp_path):
+    done, _, _ = run_action({"mode": "deploy"}, tmp_path, tmp_path, tmp_path)
+    assert done.returncode == 2 and done.stderr == "gradfix: the mode input must be check, fix or pr\n"
 
 
 def test_the_action_keeps_expressions_out_of_its_scripts():
