@@ -345,9 +345,7 @@ def pr(
         github = GitHub(token, repository or "", api_url)
         with pull_request.base_checkout(settings, token) as workspace:
             reports, errors = _run(workspace.paths(paths or ["."]), select, ignore, jobs, fixing=True, unsafe_fixes=unsafe_fixes)
-            if _has_errors(reports, errors):
-                render.print_errors(reports, errors)
-                raise typer.Exit(EXIT_ERROR)
+            # As `fix` does, a file that cannot be checked does not hold back the other files' fixes.
             outcome = pull_request.publish(workspace, reports, github)
     except (pull_request.GitError, GitHubError) as error:
         render.stderr.print(f"error: {error}")
@@ -355,6 +353,9 @@ def pr(
     render.print_findings(outcome.left)
     formats.append_to_file_named_by("GITHUB_OUTPUT", formats.step_outputs(outcome.outputs()))
     render.stderr.print(outcome.summary())
+    render.print_errors(reports, errors)
+    if _has_errors(reports, errors):
+        raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_FINDINGS if outcome.pending else EXIT_CLEAN)
 
 

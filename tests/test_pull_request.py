@@ -256,6 +256,14 @@ def test_findings_no_fix_removes_are_listed_and_exit_1(project, api, pr):
     assert "No fix to make on main; 1 finding(s) left to fix by hand." in result.stderr
 
 
+def test_a_file_that_cannot_be_checked_does_not_hold_back_the_others_fixes(project, api, pr):
+    project.push_to_base({"broken.py": "def f(:\n    loss.backward()\n"})
+    result = pr()
+    assert result.exit_code == 2
+    assert "error: broken.py:1: cannot parse" in result.stderr and "Opened pull request #1" in result.stderr
+    assert project.show(DEFAULT_BRANCH, "train.py") == DOUBLE_FIXED
+
+
 def test_usage_errors_exit_2(project, api, pr, monkeypatch, tmp_path):
     assert "error: no GitHub token: set NOPE" in CliRunner().invoke(app, ["pr", "--token-env", "NOPE"], env={"NOPE": None}).stderr
     result = pr("--base", "gradfix/fixes")
