@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from gradfix.cli import formats
 from gradfix.cli.app import app
+from gradfix.codemods.engine import FileReport
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.rule import Finding, FixKind
 
@@ -88,7 +89,7 @@ def test_check_github_without_findings_is_clean(tmp_path):
 
 
 def test_a_markdown_cell_keeps_pipes_and_newlines_inside_it():
-    summary = formats.step_summary([type("Report", (), {"findings": [Finding("GF001", 1, 1, "a | b\nc", None, path="x|y.py")]})()])
+    summary = formats.step_summary([FileReport("x|y.py", findings=[Finding("GF001", 1, 1, "a | b\nc", None, path="x|y.py")])])
     [row] = [line for line in summary.splitlines() if line.startswith("| `")]
     assert row == r"| `x\|y.py:1:1` | GF001 duplicate_backward | a \| b c | by hand |"
     assert row.count(" | ") == 3  # four cells
