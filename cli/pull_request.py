@@ -133,7 +133,6 @@ class Workspace:
     branch_commit: str | None  # the fixes branch on the remote, if it exists
     source: Path  # the top of the checkout the command was run in
     invoked_in: Path  # the folder it was run in, which the paths given are relative to
-    root: Path  # the worktree
 
     def paths(self, given: Sequence[str]) -> list[str]:
         """The paths given (relative to where the command ran) as the same paths in the worktree."""
@@ -180,7 +179,7 @@ def base_checkout(settings: Settings, token: str | None) -> Iterator[Workspace]:
         git("worktree", "add", "--quiet", "--detach", str(root), heads[base])
         try:
             with contextlib.chdir(root):
-                yield Workspace(git.at(root), settings, base, heads[base], heads.get(settings.branch), source, invoked_in, root)
+                yield Workspace(git.at(root), settings, base, heads[base], heads.get(settings.branch), source, invoked_in)
         finally:
             git("worktree", "remove", "--force", str(root))
 
