@@ -131,6 +131,15 @@ class FileAnalysis:
         """What the name held where the program read it (None where the analysis never got)."""
         return self._dataflow.read_values.get(name)
 
+    def iterates_graph(self, loop: Loop) -> bool:
+        """Whether a ``for`` loop iterates over a value that carries a graph (``zip(inputs,
+        soft_targets)`` where a teacher built ``soft_targets`` before the loop). The dataflow reads
+        what an unknown iterable yields as data, so that graph is not among the targets' origins."""
+        if not isinstance(loop.node, cst.For):
+            return False
+        values = (self.value_read(name) for name in m.findall(loop.node.iter, m.Name()))
+        return any(value is not None and value.graph for value in values)
+
     def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
         """Statements outside ``loop`` that built part of the graph ``site`` backwards in it."""
         statements = {

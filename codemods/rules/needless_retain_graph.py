@@ -79,6 +79,8 @@ for x, y in loader:
             return False  # an element of a container of graphs: what the elements share is not known
         if within is not None and any(not self.analysis.contains(within.node, o.statement) for o in nodes):
             return False  # built before the loop: every iteration backwards through it again
+        if any(self.analysis.iterates_graph(loop) for loop in site.loops):
+            return False  # the loop hands out parts of a graph built before it, which every iteration walks
         later = [o for o in self.analysis.backward_sites if self.analysis.start(o.call) > self.analysis.start(site.call)]
         if any(self.analysis.graph_nodes(other) & nodes for other in later):
             return False  # (an earlier one can reach it only through a graph kept across iterations)

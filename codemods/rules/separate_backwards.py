@@ -46,7 +46,9 @@ class SeparateBackwards(Rule):
     only reports (the fix there is to detach the shared value, or recompute it after the step).
     It also only reports when code between the backwards reads or clips ``.grad``; and it says
     nothing when the first call keeps its graph on purpose (``retain_graph=True``) so that the
-    code between can look at each loss's gradient on its own.
+    code between can look at each loss's gradient on its own, or because code after the merged
+    call would backward part of that graph again (a target built before the loop, with its graph,
+    that every iteration walks).
     """
 
     CODE = "GF002"
@@ -82,6 +84,8 @@ for x, y_reg, y_cls in loader:
 
     def violations(self) -> Iterator[Violation]:
         for group, block in self._groups():
+            if any(self._kept_for_later(site, group[-1]) for site in group[:-1]):
+                continue  # the retained graph is needed later: merging would free it
             names = " and ".join(f"`{code_of(site.tensor)}`" for site in group)
             shared = min(self._shared_origins(group), key=self.analysis.line)
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
@@ -143,6 +147,21 @@ for x, y_reg, y_cls in loader:
         for earlier in graphs[:-1]:
             shared |= {o.statement for o in earlier & graphs[-1]}
         return shared
+
+    def _kept_for_later(self, site: BackwardSite, last: BackwardSite) -> bool:
+        """Whether ``retain_graph=True`` at ``site`` keeps graph nodes that ``last`` does not walk
+        and that are backwarded again after it: built before the loop (every iteration walks them
+        again) or reached by a later backward. The merged call, without it, would free them."""
+        if site.retain_graph is not True or last.retain_graph is True:
+            return False
+        if any(self.analysis.iterates_graph(loop) for loop in site.loops):
+            return True  # the analysis does not follow that graph into the loop's targets
+        kept = self.analysis.graph_nodes(site) - self.analysis.graph_nodes(last)
+        within = site.loops[0] if site.loops else None
+        if within is not None and any(not self.analysis.contains(within.node, node.statement) for node in kept):
+            return True
+        later = [other for other in self.analysis.backward_sites if self.analysis.start(other.call) > self.analysis.start(last.call)]
+        return any(self.analysis.graph_nodes(other) & kept for other in later)
 
     def _between(self, block: Block, first: BackwardSite, second: BackwardSite) -> Sequence[cst.BaseStatement]:
         return block.statements[block.index(first.statement) + 1 : block.index(second.statement)]
