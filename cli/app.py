@@ -197,7 +197,7 @@ def check(
     if statistics:
         render.print_table(render.statistics_table(findings))
     elif output_format is OutputFormat.json:
-        render.print_findings_json(findings)
+        render.print_findings_json(findings, reports, errors)
     elif output_format is OutputFormat.github:
         typer.echo("".join(formats.annotation(f) + "\n" for f in findings), nl=False)
         formats.append_to_file_named_by("GITHUB_STEP_SUMMARY", formats.step_summary(reports))

@@ -60,20 +60,34 @@ def print_findings(findings: Iterable[Finding], to_stderr: bool = False) -> None
         console.print(text)
 
 
-def print_findings_json(findings: Iterable[Finding]) -> None:
-    records = [
-        {
-            "path": f.path,
-            "cell": f.cell,
-            "line": f.line,
-            "column": f.column,
-            "code": f.code,
-            "message": f.message,
-            "fix": None if f.fix is None else f.fix.value,
-            "related_lines": list(f.related_lines),
-        }
-        for f in findings
+def finding_record(finding: Finding) -> dict:
+    """A finding as machine output carries it."""
+    return {
+        "path": finding.path,
+        "cell": finding.cell,
+        "line": finding.line,
+        "column": finding.column,
+        "end_line": finding.end_line,
+        "end_column": finding.end_column,
+        "code": finding.code,
+        "message": finding.message,
+        "fix": None if finding.fix is None else finding.fix.value,
+        "related_lines": list(finding.related_lines),
+    }
+
+
+def error_records(reports: Sequence[FileReport], errors: Sequence[str]) -> list[dict]:
+    """The files that could not be checked, as entries of machine output (``code`` ``"error"``);
+    ``errors`` (from collecting the files) read ``path: why``."""
+    records = [{"path": e.split(": ", 1)[0], "code": "error", "message": e} for e in errors]
+    return records + [
+        {"path": r.path, "code": "error", "message": message} for r in reports for message in [*r.errors, *r.internal_errors]
     ]
+
+
+def print_findings_json(findings: Iterable[Finding], reports: Sequence[FileReport] = (), errors: Sequence[str] = ()) -> None:
+    """The findings, then the files that could not be checked, as one JSON list."""
+    records = [*map(finding_record, findings), *error_records(reports, errors)]
     sys.stdout.write(json.dumps(records, indent=2) + "\n")
 
 

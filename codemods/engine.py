@@ -327,9 +327,12 @@ def _error_in_cells(notebook: Notebook, error: str) -> str:
 
 
 def _in_cells(notebook: Notebook, finding: Finding) -> Finding:
-    place = notebook.locate(finding.line)
+    place, end = notebook.locate(finding.line), notebook.locate(finding.end_line)
     related = tuple(notebook.locate(line).line for line in finding.related_lines)
-    return replace(finding, cell=place.cell, line=place.line, message=notebook.describe(finding.message), related_lines=related)
+    end_line = end.line if end.cell == place.cell else place.line
+    return replace(
+        finding, cell=place.cell, line=place.line, end_line=end_line, message=notebook.describe(finding.message), related_lines=related
+    )
 
 
 def _fix_until_stable(

@@ -32,6 +32,8 @@ class Finding:
     related_lines: tuple[int, ...] = ()  # other lines involved (the other backward, the loop, …)
     path: str = ""
     cell: int | None = None  # in a notebook, the cell that ``line`` counts in
+    end_line: int = 0  # where the flagged code ends (0: not known)
+    end_column: int = 0
 
     @property
     def location(self) -> str:
@@ -78,11 +80,13 @@ class Rule:
         related: tuple[cst.CSTNode, ...] = (),
     ) -> Violation:
         line, column = self.analysis.start(node)
+        end = self.analysis.range(node).end
         if fix is not None and any(self.analysis.updates_parameters(s) for s in fix.taken_away()):
             fix, message = None, message + " (not rewritten: the fix would remove or move an optimizer update)"
         kind = None if fix is None else (FixKind.SAFE if fix.safe else FixKind.UNSAFE)
         related_lines = tuple(sorted({self.analysis.line(n) for n in related} - {line}))
-        return Violation(Finding(self.CODE, line, column + 1, message, kind, related_lines), fix)
+        finding = Finding(self.CODE, line, column + 1, message, kind, related_lines, end_line=end.line, end_column=end.column + 1)
+        return Violation(finding, fix)
 
     @classmethod
     def documentation(cls) -> str:

@@ -58,6 +58,10 @@ def test_check_json_output(cli, tmp_path):
     assert result.exit_code == 1
     records = json.loads(result.stdout)
     assert [(r["code"], r["line"], r["fix"]) for r in records] == [("GF002", 19, "safe")]
+    assert (records[0]["column"], records[0]["end_line"], records[0]["end_column"]) == (5, 19, 24)  # end exclusive
+    broken = write(tmp_path / "broken.py", "loss.backward(\n")
+    both = json.loads(cli("check", "--output-format", "json", script, broken).stdout)
+    assert both[-1] == {"path": str(broken), "code": "error", "message": f"{broken}:1: cannot parse: '(' was never closed"}
 
 
 def test_fix_rewrites_in_place_and_exits_0(cli, tmp_path):
