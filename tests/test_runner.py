@@ -146,3 +146,12 @@ def test_a_signal_ends_gradfix_with_one_line_and_kills_the_script(tmp_path, sign
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(pid)
+
+
+def test_a_flood_of_output_is_kept_as_its_head_and_tail(runs, tmp_path):
+    script = tmp_path / "loud.py"
+    script.write_text("print('first line')\nfor i in range(300_000):\n    print('x' * 20)\nprint('last line')\n")
+    result = runs.runner.run(script, RunOptions(cwd=str(tmp_path)))
+    assert result.status == "ok"
+    assert result.stdout.startswith("first line\n") and result.stdout.endswith("last line\n")
+    assert len(result.stdout) < 1.1 * (1 << 20) and "bytes of output left out" in result.stdout

@@ -220,6 +220,7 @@ def _serve(requests, replies) -> None:
         _send(replies, status)
 
 
+OUTPUT_KEPT = 1 << 20  # bytes of a script's stdout, and of its stderr, a result keeps
 _TWIN = "\0twin"  # a request for a forked copy of the server; no script path starts with NUL
 
 
@@ -465,8 +466,16 @@ def _mapped_bytes() -> int:
 
 
 def _read(handle) -> str:
+    """What the script wrote: all of it up to ``OUTPUT_KEPT`` bytes, else the head and the tail."""
+    size = handle.seek(0, os.SEEK_END)
     handle.seek(0)
-    return handle.read().decode("utf-8", "replace")
+    if size <= OUTPUT_KEPT:
+        return handle.read().decode("utf-8", "replace")
+    head = handle.read(OUTPUT_KEPT // 2)
+    handle.seek(size - OUTPUT_KEPT // 2)
+    tail = handle.read()
+    left_out = f"\n[… {size - len(head) - len(tail)} bytes of output left out …]\n"
+    return head.decode("utf-8", "replace") + left_out + tail.decode("utf-8", "replace")
 
 
 def _forward_frames(reports: list[str], script: str) -> list[Frame]:
