@@ -1,19 +1,19 @@
 """The analysis every rule shares, computed once per file.
 
-``FileAnalysis`` wraps one parsed module with the LibCST metadata the rules use (positions and
-parents), what its names mean in torch terms, and the dataflow facts: backward sites, loops and the
-values that cross them.
+``FileAnalysis`` wraps one parsed module with its structure (parents and searches, from one walk:
+``tree``; positions, computed only when asked for), what its names mean in torch terms, and the
+dataflow facts: backward sites, loops and the values that cross them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from .assignments import assigned_names, read_names, target_names
 from .backward_api import BackwardApi, Tristate
@@ -23,6 +23,7 @@ from .project import ExportedSummary, ProjectSummaries, module_names, project_su
 from .dataflow import BackwardSite, DataflowAnalysis, FunctionSummary, Loop, Scope, expand
 from .syntax import as_operand, code_of, detached, detached_where_stored, is_single_assignment, is_single_call, parenthesized
 from .torch_names import TorchNames, collect_torch_names, dotted_name
+from .tree import SyntaxTree
 from .values import NONE, NUMBER, TENSOR, UNKNOWN, Carried, Element, ListOf, Origin, Structure, TupleOf, Value
 
 __all__ = [
@@ -78,18 +79,22 @@ class Block:
 
 
 class FileAnalysis:
-    def __init__(self, wrapper: MetadataWrapper, imported: ProjectSummaries | None = None) -> None:
-        self.module = wrapper.module
-        metadata = wrapper.resolve_many([PositionProvider, ParentNodeProvider])  # one traversal for both
-        self._positions = metadata[PositionProvider]
-        self._parents = metadata[ParentNodeProvider]
-        self.names: TorchNames = collect_torch_names(self.module)
-        self._dataflow = DataflowAnalysis(self.module, self.names, imported)
+    def __init__(self, module: cst.Module, imported: ProjectSummaries | None = None) -> None:
+        self.module = module
+        self.tree = SyntaxTree(module)
+        self.names: TorchNames = collect_torch_names(self.tree)
+        self._dataflow = DataflowAnalysis(module, self.names, imported, self.tree)
 
     @classmethod
     def of_module(cls, module: cst.Module, imported: ProjectSummaries | None = None) -> "FileAnalysis":
         """``imported``: summaries of the other checked files' functions, by import path."""
-        return cls(MetadataWrapper(module, unsafe_skip_copy=True), imported)
+        return cls(module, imported)
+
+    @cached_property
+    def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        # Rendering the module to place every node costs more than the rest of the analysis: only
+        # files with something to report or to order by place pay for it.
+        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
 
     def exports(self) -> dict[str, ExportedSummary]:
         """This file's function summaries that other files may import."""
@@ -102,7 +107,10 @@ class FileAnalysis:
     # facts -----------------------------------------------------------------------------------
     @cached_property
     def backward_sites(self) -> list[BackwardSite]:
-        return sorted(self._dataflow.backward_sites.values(), key=lambda site: self.start(site.call))
+        sites = list(self._dataflow.backward_sites.values())
+        if len(sites) < 2:  # nothing to order: no need to place nodes (see ``_positions``)
+            return sites
+        return sorted(sites, key=lambda site: self.start(site.call))
 
     def graph_nodes(self, site: BackwardSite) -> set[Origin]:
         """Every place that built part of the graph ``site`` backwards, through all loop heads."""
@@ -170,7 +178,7 @@ class FileAnalysis:
         modules = [
             dotted_name(call.func)
             for statement in statements
-            for call in m.findall(statement, m.Call())
+            for call in self.tree.findall(statement, m.Call())
             if self.names.module(call.func, self.class_name_of(statement)) is not None
         ]
         return bool(modules) and not any(self._may_train(module, trained) for module in modules)
@@ -258,7 +266,7 @@ class FileAnalysis:
     def class_name_of(self, node: cst.CSTNode) -> str | None:
         """The name of the innermost class whose body holds ``node``."""
         while node is not None and not isinstance(node, cst.ClassDef):
-            node = self._parents.get(node)
+            node = self.tree.parent(node)
         return node.name.value if node is not None else None
 
     def constructor_of(self, name: str | None) -> cst.FunctionDef | None:
@@ -270,7 +278,7 @@ class FileAnalysis:
 
     @cached_property
     def _classes(self) -> list[cst.ClassDef]:
-        return m.findall(self.module, m.ClassDef())
+        return self.tree.findall(self.module, m.ClassDef())
 
     @property
     def loops(self) -> list[Loop]:
@@ -293,7 +301,7 @@ class FileAnalysis:
 
     def block_of(self, statement: cst.CSTNode) -> Block | None:
         """The editable statement list that directly holds ``statement``."""
-        owner = self._parents.get(statement)
+        owner = self.tree.parent(statement)
         if isinstance(owner, (cst.Module, cst.IndentedBlock)) and isinstance(statement, cst.BaseStatement):
             return Block(owner, owner.body)
         return None
@@ -303,7 +311,7 @@ class FileAnalysis:
         while node is not None and not isinstance(node, cst.SimpleStatementLine):
             if isinstance(node, cst.BaseCompoundStatement):
                 return None
-            node = self._parents.get(node)
+            node = self.tree.parent(node)
         return node
 
     def statement_at(self, line: int) -> cst.SimpleStatementLine | None:
@@ -320,24 +328,20 @@ class FileAnalysis:
 
     @cached_property
     def _simple_statements(self) -> list[cst.SimpleStatementLine]:
-        return m.findall(self.module, m.SimpleStatementLine())
+        return self.tree.findall(self.module, m.SimpleStatementLine())
 
     @cached_property
     def _functions(self) -> list[cst.FunctionDef]:
-        return m.findall(self.module, m.FunctionDef())
+        return self.tree.findall(self.module, m.FunctionDef())
 
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
-        while inner is not None:
-            if inner is outer:
-                return True
-            inner = self._parents.get(inner)
-        return False
+        return self.tree.contains(outer, inner)
 
     # effects ---------------------------------------------------------------------------------
     def gradient_effects(self, node: cst.CSTNode) -> set[str]:
         """What in ``node`` reads or changes gradients (``optimizers.gradient_effects``), and
         ``backward`` when a backward site is in it."""
-        effects = gradient_effects(node)
+        effects = gradient_effects(node, self.tree.findall)
         if any(self.contains(node, site.call) for site in self.backward_sites):
             effects.add("backward")
         if self._calls_an_optimizer(node):
@@ -346,12 +350,12 @@ class FileAnalysis:
 
     def updates_parameters(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` steps or zeroes an optimizer (or calls any method of a known one)."""
-        return updates_parameters(node) or self._calls_an_optimizer(node)
+        return updates_parameters(node, self.tree.findall) or self._calls_an_optimizer(node)
 
     def _calls_an_optimizer(self, node: cst.CSTNode) -> bool:
         return any(
             dotted_name(call.func.value) in self.names.optimizers
-            for call in m.findall(node, m.Call(func=m.Attribute()))
+            for call in self.tree.findall(node, m.Call(func=m.Attribute()))
         )
 
 

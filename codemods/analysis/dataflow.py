@@ -25,6 +25,7 @@ from .backward_api import BackwardApi, Tristate
 from .project import ExportedSummary, ProjectSummaries
 from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, read_names, target_names
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
+from .tree import SyntaxTree
 from .values import (
     EMPTY,
     LEAF,
@@ -188,8 +189,9 @@ def join_envs(envs: Sequence[Env | None]) -> Env | None:
 class DataflowAnalysis:
     """Runs the interpreter over a whole module and keeps what it found."""
 
-    def __init__(self, module: cst.Module, names: TorchNames, imported: ProjectSummaries | None = None) -> None:
+    def __init__(self, module: cst.Module, names: TorchNames, imported: ProjectSummaries | None, tree: SyntaxTree) -> None:
         self.names = names
+        self._tree = tree
         self.imported = imported or {}
         # Function summaries, by function name or (class, method); a call met before the function's
         # definition sees the summary of the previous round, so rounds repeat until they agree.
@@ -199,7 +201,7 @@ class DataflowAnalysis:
         self.constructor_arguments: dict[str, Env] = {}
         self._constructor_parameters = {
             cls.name.value: [p.name.value for p in init.params.params[1:]]
-            for cls in m.findall(module, m.ClassDef())
+            for cls in tree.findall(module, m.ClassDef())
             for init in cls.body.body
             if isinstance(init, cst.FunctionDef) and init.name.value == "__init__" and init.params.params
         }
@@ -260,7 +262,7 @@ class DataflowAnalysis:
         start = dict(env or {})
         # A parameter whose .grad the function reads is a tensor that requires grad.
         with_gradients = {
-            dotted_name(a.value) for a in m.findall(node.body, m.Attribute(attr=m.Name("grad")))
+            dotted_name(a.value) for a in self._tree.findall(node.body, m.Attribute(attr=m.Name("grad")))
         }
         for parameter in node.params.params:
             if parameter.name.value in with_gradients:

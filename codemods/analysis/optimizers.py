@@ -9,35 +9,40 @@ LightningModule's ``self.optimizers()``, a DeepSpeed engine), ``scaler.step(opti
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 import libcst as cst
 import libcst.matchers as m
 
 from .syntax import code_of
+
+Findall = Callable[[cst.CSTNode, m.BaseMatcherNode], Sequence[cst.CSTNode]]
 
 UPDATING_METHODS = {"step", "zero_grad", "update"}  # update: GradScaler.update() after scaler.step(optimizer)
 READING_METHODS = {"unscale_", "clip_grad_norm_", "clip_grad_value_", "clip_gradients"}
 _CLIPPING_FUNCTIONS = {"clip_grad_norm_", "clip_grad_value_"}
 
 
-def gradient_effects(node: cst.CSTNode) -> set[str]:
+def gradient_effects(node: cst.CSTNode, findall: Findall = m.findall) -> set[str]:
     """What in ``node`` changes parameters or reads or changes gradients: ``step``, ``zero_grad``,
-    ``update``, clipping and unscaling, ``grad`` (reading ``.grad``)."""
+    ``update``, clipping and unscaling, ``grad`` (reading ``.grad``). ``findall``: the analysed
+    module's ``SyntaxTree.findall``, which answers without walking ``node`` again."""
     effects = set()
-    for call in m.findall(node, m.Call(func=m.Attribute())):
+    for call in findall(node, m.Call(func=m.Attribute())):
         method = call.func.attr.value
         if method in UPDATING_METHODS and not _is_dict_update(call) or method in READING_METHODS:
             effects.add(method)
-    for call in m.findall(node, m.Call(func=m.Name())):
+    for call in findall(node, m.Call(func=m.Name())):
         if call.func.value in _CLIPPING_FUNCTIONS:
             effects.add(call.func.value)
-    if m.findall(node, m.Attribute(attr=m.Name("grad"))):
+    if findall(node, m.Attribute(attr=m.Name("grad"))):
         effects.add("grad")
     return effects
 
 
-def updates_parameters(node: cst.CSTNode) -> bool:
+def updates_parameters(node: cst.CSTNode, findall: Findall = m.findall) -> bool:
     """Whether ``node`` steps or zeroes an optimizer (or a scaler's step)."""
-    return bool(gradient_effects(node) & UPDATING_METHODS)
+    return bool(gradient_effects(node, findall) & UPDATING_METHODS)
 
 
 def stepped_optimizers(node: cst.CSTNode) -> set[str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 import libcst.matchers as m
 
+from .tree import SyntaxTree
 from .values import TENSOR, UNKNOWN, Structure, TupleOf
 
 # nn modules whose call adds no parameters: their output carries graph only if their input does.
@@ -187,8 +188,9 @@ class TorchNames:
 
 
 class _TorchNamesCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
+    def __init__(self, tree: SyntaxTree) -> None:
         self.names = TorchNames()
+        self._tree = tree
         self._classes: list[str] = []
         self._aliases: list[tuple[str | None, str, str]] = []  # (class, target, module name) to resolve
         self._frozen_names: set[str] = set()
@@ -266,14 +268,14 @@ class _TorchNamesCollector(cst.CSTVisitor):
         (``return torch.optim.Adam(...)``, or in a list or dict): the trainer steps them."""
         if not self._classes or self._classes[-1] not in self.names.lightning_classes or node.value is None:
             return
-        for call in m.findall(node.value, m.Call()):
+        for call in self._tree.findall(node.value, m.Call()):
             callee = self.names.qualify(call.func) or ""
             if _is_optimizer_class(callee) or callee in self.names.optimizer_classes:
                 hook = cst.Attribute(cst.Name(self._classes[-1]), cst.Name("configure_optimizers"))
                 self._bind_optimizers(hook, call, callee)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        detaches = m.findall(
+        detaches = self._tree.findall(
             original_node.body,
             m.Call(func=m.Attribute(attr=m.Name("detach") | m.Name("detach_"))),
         )
@@ -425,7 +427,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if not m.matches(node.iter, m.Call(func=m.Attribute(attr=m.Name("parameters")))) or not isinstance(node.target, cst.Name):
             return
         variable = node.target.value
-        for assign in m.findall(node.body, m.Assign(value=m.Name("False"))):
+        for assign in self._tree.findall(node.body, m.Assign(value=m.Name("False"))):
             if any(dotted_name(t.target) == f"{variable}.requires_grad" for t in assign.targets):
                 self._freeze(node.iter.func.value)
 
@@ -483,8 +485,8 @@ def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
     )
 
 
-def collect_torch_names(module: cst.Module) -> TorchNames:
-    collector = _TorchNamesCollector()
-    module.visit(collector)
+def collect_torch_names(tree: SyntaxTree) -> TorchNames:
+    collector = _TorchNamesCollector(tree)
+    tree.replay(collector)
     collector.resolve_aliases()
     return collector.names

@@ -155,7 +155,7 @@ for inputs, targets in loader:
         own_methods = {
             s for s in self.analysis.class_body(method.scope.class_name) if isinstance(s, cst.FunctionDef)
         }
-        for function in m.findall(self.analysis.module, m.FunctionDef()):
+        for function in self.analysis.tree.findall(self.analysis.module, m.FunctionDef()):
             if function is method.node or function.name.value == "__init__":
                 continue
             for written in assigned_names(function.body):
@@ -187,7 +187,7 @@ for inputs, targets in loader:
 
     def _read_after(self, method: Loop, name: str, store: cst.CSTNode) -> bool:
         end = self.analysis.range(store).end
-        for node in m.findall(method.node.body, m.Attribute()):
+        for node in self.analysis.tree.findall(method.node.body, m.Attribute()):
             if dotted_name(node) == name and self.analysis.start(node) > (end.line, end.column):
                 return True
         return False

@@ -116,7 +116,7 @@ for batch, target in loader:
     def _returned_after_backward(self, hook: cst.FunctionDef) -> Iterator[BackwardSite]:
         """Backwards in ``hook``'s own body of a tensor that every ``return`` hands back unchanged
         (``return loss``, ``return {"loss": loss}``, ``return (loss, outputs) if … else loss``)."""
-        returns = m.findall(hook.body, m.Return())
+        returns = self.analysis.tree.findall(hook.body, m.Return())
         returned = [_returned_tensor_names(r.value) for r in returns]
         if not returns or any(not names for names in returned):
             return

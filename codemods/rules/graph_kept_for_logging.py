@@ -63,7 +63,7 @@ print(total_loss / len(loader))
             if not self._steps_training(loop):
                 continue  # its iterations are not training steps: what it keeps dies with the step
             trained = self._trained_losses(loop)
-            for statement in m.findall(loop.node.body, m.SimpleStatementLine()):
+            for statement in self.analysis.tree.findall(loop.node.body, m.SimpleStatementLine()):
                 if self.analysis.loops_around(statement)[:1] != (loop,) or len(statement.body) != 1:
                     continue
                 kept = _kept_value(statement.body[0])
@@ -104,7 +104,7 @@ print(total_loss / len(loader))
             return False
         if _scalar_name(value.value):
             return True
-        for assign in m.findall(loop.node.body, m.Assign()):
+        for assign in self.analysis.tree.findall(loop.node.body, m.Assign()):
             if any(dotted_name(t.target) == value.value for t in assign.targets):
                 return _looks_scalar(assign.value, self.analysis)
         return False
@@ -121,7 +121,7 @@ print(total_loss / len(loader))
         """Made before the loop (or kept on the module across calls), and not made anew inside it."""
         if store not in loop.entry and not (loop.is_call and store.startswith("self.")):
             return False
-        for assign in m.findall(loop.node.body, m.Assign()):
+        for assign in self.analysis.tree.findall(loop.node.body, m.Assign()):
             targets = {dotted_name(t.target) for t in assign.targets}
             if store in targets and store not in read_names(assign.value):
                 return False
@@ -140,7 +140,7 @@ print(total_loss / len(loader))
     def _used_as_tensor(self, loop: Loop, store: str, keeping: cst.CSTNode) -> bool:
         """Whether code elsewhere in the scope treats the kept values as tensors."""
         scope = loop.scope.node
-        for call in m.findall(scope, m.Call()):
+        for call in self.analysis.tree.findall(scope, m.Call()):
             if self.analysis.contains(keeping, call):
                 continue
             func = call.func
