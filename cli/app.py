@@ -21,7 +21,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from gradfix import __version__
 from gradfix.codemods import engine
-from gradfix.codemods.config import Config, ConfigError, configs_for
+from gradfix.codemods.cache import DEFAULT_FOLDER, ReportCache
+from gradfix.codemods.config import Config, ConfigError, configs_for, project_root
 from gradfix.codemods.engine import FileReport, FixMode, SourceError
 from gradfix.codemods.execution.diagnose import diagnose as run_diagnosis
 from gradfix.codemods.execution.diagnose import Diagnosis, fix_and_rerun, notebook_as_script
@@ -29,6 +30,7 @@ from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.execution.repair import Repair, repair, write_chosen
 from gradfix.codemods.rule import FixKind
 from gradfix.codemods.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
+from gradfix.codemods.shard import Shard
 from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
 from gradfix.codemods.execution.verify import BadFixture, discover
 from gradfix.codemods.execution.verify import verify as verify_cases
@@ -54,6 +56,7 @@ class OutputFormat(str, enum.Enum):
     text = "text"
     concise = "concise"  # the finding lines only: no summary
     json = "json"
+    json_lines = "json-lines"  # one JSON object a line, the records of `json`: shards' outputs concatenate
     github = "github"  # workflow-command annotations, and a summary table in $GITHUB_STEP_SUMMARY
     sarif = "sarif"  # SARIF 2.1.0, for code scanning
 
@@ -71,6 +74,20 @@ Jobs = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Proces
 StdinFilename = Annotated[
     Optional[str],
     typer.Option("--stdin-filename", help="With the path `-`: the name of the code read from stdin (for settings and messages).", show_default=False),
+]
+CacheDir = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--cache-dir",
+        envvar="GRADFIX_CACHE_DIR",
+        help=f"Where to keep the reports of unchanged files [default: {DEFAULT_FOLDER} at the project root].",
+        show_default=False,
+    ),
+]
+NoCache = Annotated[bool, typer.Option("--no-cache", envvar="GRADFIX_NO_CACHE", help="Check every file; neither read nor write the cache.")]
+ShardOption = Annotated[
+    Optional[str],
+    typer.Option("--shard", help="Check only part i of n of the files (1-based: 1/4 … 4/4), for a CI matrix.", show_default=False),
 ]
 STDIN = "-"
 
@@ -103,10 +120,12 @@ def _run(
     fixing: bool = False,
     unsafe_fixes: Optional[bool] = None,
     stdin_filename: Optional[str] = None,
+    cache: ReportCache | None = None,
+    shard: Shard | None = None,
 ) -> tuple[list[FileReport], list[str]]:
-    """Check (or fix) the files under ``paths``, each with the settings of its own configuration
-    and the command line's on top; reports in the order of the files. The path ``-`` is the code
-    on stdin, named ``stdin_filename``."""
+    """Check (or fix) the files under ``paths`` (those of ``shard``), each with the settings of its
+    own configuration and the command line's on top; reports in the order of the files. The path
+    ``-`` is the code on stdin, named ``stdin_filename``."""
     if select is not None and not _split(select):
         render.stderr.print("error: --select names no rule (give codes or prefixes such as GF001 or GF00)")
         raise typer.Exit(EXIT_ERROR)
@@ -125,6 +144,8 @@ def _run(
     files = engine.collect_files(paths)
     for notice in files.notices:
         render.stderr.print(f"warning: {notice}")
+    if shard is not None:
+        files.files = shard.select(files.files, project_root())
     groups: dict[Config, list[int]] = {}
     try:
         for index, config in enumerate(configs_for(files.files)):
@@ -136,7 +157,7 @@ def _run(
     with _progress(len(files.files)) as advance:
         for config, indexes in groups.items():
             rules, mode = _rules(config, select, ignore), _mode(config, fixing, unsafe_fixes)
-            for index, report in zip(indexes, engine.check_files([files.files[i] for i in indexes], rules, mode, jobs)):
+            for index, report in zip(indexes, engine.check_files([files.files[i] for i in indexes], rules, mode, jobs, cache)):
                 reports[index] = report
                 advance()
     return reports, files.errors
@@ -173,6 +194,22 @@ def _progress(total: int) -> Iterator[Callable[[], None]]:
         yield lambda: progress.advance(task)
 
 
+def _cache(cache_dir: Optional[Path], no_cache: bool) -> ReportCache | None:
+    if no_cache:
+        return None
+    return ReportCache(cache_dir or project_root() / DEFAULT_FOLDER)
+
+
+def _shard(text: Optional[str]) -> Shard | None:
+    if text is None:
+        return None
+    try:
+        return Shard.parse(text)
+    except ValueError as error:
+        render.stderr.print(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+
+
 def _has_errors(reports: list[FileReport], errors: list[str]) -> bool:
     return bool(errors) or any(r.errors or r.internal_errors for r in reports)
 
@@ -189,15 +226,22 @@ def check(
     stdin_filename: StdinFilename = None,
     statistics: Annotated[bool, typer.Option("--statistics", help="Count the findings per rule instead of listing them.")] = False,
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings (errors still exit 2).")] = False,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    shard: ShardOption = None,
 ) -> None:
     """Report findings as `path:line:col: CODE message`. Exit 1 if there are any. The path `-`
     reads the code from stdin."""
-    reports, errors = _run(paths, select, ignore, jobs, stdin_filename=stdin_filename)
+    reports, errors = _run(
+        paths, select, ignore, jobs, stdin_filename=stdin_filename, cache=_cache(cache_dir, no_cache), shard=_shard(shard)
+    )
     findings = [f for r in reports for f in r.findings]
     if statistics:
         render.print_table(render.statistics_table(findings))
     elif output_format is OutputFormat.json:
         render.print_findings_json(findings, reports, errors)
+    elif output_format is OutputFormat.json_lines:
+        render.print_findings_json_lines(findings, reports, errors)
     elif output_format is OutputFormat.github:
         typer.echo("".join(formats.annotation(f) + "\n" for f in findings), nl=False)
         formats.append_to_file_named_by("GITHUB_STEP_SUMMARY", formats.step_summary(reports))
@@ -233,6 +277,9 @@ def fix(
     exit_non_zero_on_fix: Annotated[
         bool, typer.Option("--exit-non-zero-on-fix", help="Exit 1 when a file was changed, even if nothing is left to fix.")
     ] = False,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    shard: ShardOption = None,
 ) -> None:
     """Apply fixes in place (or show them with --diff). Exit 1 if findings are left unfixed, or
     with --diff if there would be changes. The path `-` reads the code from stdin and writes the
@@ -241,7 +288,17 @@ def fix(
     if interactive and (diff or from_stdin):
         render.stderr.print("error: --interactive writes files: it cannot go with --diff or stdin")
         raise typer.Exit(EXIT_ERROR)
-    reports, errors = _run(paths, select, ignore, jobs, fixing=True, unsafe_fixes=unsafe_fixes, stdin_filename=stdin_filename)
+    reports, errors = _run(
+        paths,
+        select,
+        ignore,
+        jobs,
+        fixing=True,
+        unsafe_fixes=unsafe_fixes,
+        stdin_filename=stdin_filename,
+        cache=_cache(cache_dir, no_cache),
+        shard=_shard(shard),
+    )
     if interactive:
         _review(reports)
     changed = [r for r in reports if r.changed]

@@ -91,6 +91,12 @@ def print_findings_json(findings: Iterable[Finding], reports: Sequence[FileRepor
     sys.stdout.write(json.dumps(records, indent=2) + "\n")
 
 
+def print_findings_json_lines(findings: Iterable[Finding], reports: Sequence[FileReport] = (), errors: Sequence[str] = ()) -> None:
+    """The records of ``print_findings_json``, one JSON object a line (outputs concatenate)."""
+    records = [*map(finding_record, findings), *error_records(reports, errors)]
+    sys.stdout.writelines(json.dumps(record) + "\n" for record in records)
+
+
 def print_errors(reports: Sequence[FileReport], extra: Sequence[str] = ()) -> None:
     for message in [*extra, *(m for r in reports for m in [*r.errors, *r.internal_errors])]:
         stderr.print(Text("error: ", style="bold red") + Text(message))

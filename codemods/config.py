@@ -75,3 +75,11 @@ def _load(path: Path) -> Config | None:
         if not isinstance(value, expected) or (expected is list and not all(isinstance(v, str) for v in value)):
             raise ConfigError(f"{path}: [tool.gradfix] {key} must be {'a list of strings' if expected is list else 'true or false'}")
     return Config(tuple(table.get("select", ())), tuple(table.get("ignore", ())), table.get("unsafe-fixes", False), path)
+
+
+def project_root(start: str | Path | None = None) -> Path:
+    """The top of the work tree holding ``start`` (the current folder by default): the nearest
+    folder above it with a ``.git``, else ``start`` itself. The cache lives there, and shards name
+    files relative to it, so every job of a CI matrix splits the tree the same way."""
+    folder = Path(os.path.abspath(start or Path.cwd()))
+    return next((f for f in (folder, *folder.parents) if (f / ".git").exists()), folder)

@@ -26,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import libcst as cst
 
@@ -35,6 +35,9 @@ from .analysis import ExportedSummary, FileAnalysis, ProjectSummaries, project_s
 from .edits import apply_fixes, compatible
 from .notebook import Notebook, NotebookError, is_notebook
 from .rule import Finding, FixKind, Rule, Violation
+
+if TYPE_CHECKING:
+    from .cache import ReportCache
 
 # Text that a file must contain to possibly hold a bug gradfix knows; others are never parsed.
 PREFILTER = SPELLINGS
@@ -437,17 +440,45 @@ def check_files(
     rules: Sequence[type[Rule]],
     mode: FixMode = FixMode.NONE,
     jobs: int | None = None,
+    cache: ReportCache | None = None,
 ) -> list[FileReport]:
-    """Reports for ``files``, in order, computed on ``jobs`` processes (all cores by default).
+    """Reports for ``files``, in order, computed on ``jobs`` processes (all cores by default);
+    with ``cache``, reports of unchanged files are taken from it and new ones kept in it.
 
     Every file is checked once; then the files that import a function of another checked file
     whose summary matters (it backwards an argument, or returns a tensor it backwarded) are
     checked again with those summaries."""
-    reports = _map_files(files, rules, mode, jobs, None)
+    reports = _cached_map(files, rules, mode, jobs, None, cache)
     project = project_summaries((report.path, report.exports) for report in reports if report.exports)
     again = [i for i, report in enumerate(reports) if report.imports & project.keys()]
-    for index, report in zip(again, _map_files([files[i] for i in again], rules, mode, jobs, project)):
+    for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
         reports[index] = report
+    return reports
+
+
+def _cached_map(
+    files: Sequence[Path],
+    rules: Sequence[type[Rule]],
+    mode: FixMode,
+    jobs: int | None,
+    project: ProjectSummaries | None,
+    cache: ReportCache | None,
+) -> list[FileReport]:
+    if cache is None:
+        return _map_files(files, rules, mode, jobs, project)
+    reports: list[FileReport | None] = []
+    for path in files:
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            reports.append(None)  # checking it says why it cannot be read
+            continue
+        reports.append(cache.load(cache.key(path, data, rules, mode, project)))
+    missing = [i for i, report in enumerate(reports) if report is None]
+    for index, report in zip(missing, _map_files([files[i] for i in missing], rules, mode, jobs, project)):
+        reports[index] = report
+        if report.original is not None:  # keyed by the bytes the check read, even if the file changed since
+            cache.store(cache.key(files[index], report.original, rules, mode, project), report)
     return reports
 
 

@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,10 @@ from gradfix.codemods.execution.verify import RunCache
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_CASES = Path(__file__).resolve().parents[2] / "shared" / "cases"
+
+# Tests change gradfix's behaviour with monkeypatch, which no cache key can see, and must not leave
+# a .gradfix_cache in the repository; the cache's own tests turn it back on.
+os.environ["GRADFIX_NO_CACHE"] = "1"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,128 @@
+"""The cache of reports (``codemods.cache``), ``--shard`` and ``--output-format json-lines``."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gradfix.cli.app import app
+from gradfix.codemods import engine
+from gradfix.codemods.cache import ReportCache
+from gradfix.codemods.engine import FixMode, check_files
+from gradfix.codemods.registry import all_rules, select_rules
+from gradfix.codemods.shard import Shard
+
+from .conftest import FIXTURES
+
+DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+CLEAN = (FIXTURES / "separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
+STEPS = "def train_step(model, batch):\n    loss = model(batch).pow(2).mean()\n    loss.backward()\n    return loss\n"
+TRAIN = (
+    "import torch\n\nfrom .steps import train_step\n\nmodel = torch.nn.Linear(3, 1)\n"
+    "for batch in torch.randn(4, 2, 3):\n    loss = train_step(model, batch)\n    loss.backward()\n"
+)
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """The files each call of ``check_files`` really checked (the others came from the cache)."""
+    paths = []
+    check_file = engine.check_file
+
+    def counting(path, *args):
+        paths.append(path.name)
+        return check_file(path, *args)
+
+    monkeypatch.setattr(engine, "check_file", counting)
+    return paths
+
+
+def run(files, cache, rules=None, mode=FixMode.NONE):
+    return [(r.path, r.findings, r.rewritten, r.errors) for r in check_files(files, rules or all_rules(), mode, 1, cache)]
+
+
+def test_an_unchanged_file_is_served_and_a_changed_one_checked_again(tmp_path, checked):
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    first.write_text(DOUBLE)
+    second.write_text(CLEAN)
+    cache = ReportCache(tmp_path / "cache")
+    cold = run([first, second], cache)
+    assert checked == ["first.py", "second.py"] and cold[0][1]
+    assert run([first, second], cache) == cold
+    assert checked == ["first.py", "second.py"]
+    second.write_text(DOUBLE)
+    assert run([first, second], cache)[1][1]
+    assert checked == ["first.py", "second.py", "second.py"]
+
+
+def test_another_version_rule_selection_or_fix_mode_is_a_miss(tmp_path, checked):
+    script = tmp_path / "train.py"
+    script.write_text(DOUBLE)
+    folder = tmp_path / "cache"
+    run([script], ReportCache(folder))
+    run([script], ReportCache(folder, version="0.0.0-another"))
+    assert run([script], ReportCache(folder), rules=select_rules(["GF001"], [])) == [(str(script), [], None, [])]
+    fixed = run([script], ReportCache(folder), mode=FixMode.SAFE)
+    assert fixed[0][2] is not None
+    assert len(checked) == 4
+
+
+def test_a_file_is_checked_again_when_a_file_it_imports_changes(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    steps, train = tmp_path / "pkg" / "steps.py", tmp_path / "pkg" / "train.py"
+    steps.write_text(STEPS)
+    train.write_text(TRAIN)
+    cache = ReportCache(tmp_path / "cache")
+    assert [f.code for f in check_files([steps, train], all_rules(), FixMode.NONE, 1, cache)[1].findings] == ["GF001"]
+    steps.write_text(STEPS.replace("    loss.backward()\n", ""))  # the helper no longer backwards
+    assert check_files([steps, train], all_rules(), FixMode.NONE, 1, cache)[1].findings == []
+
+
+def test_a_corrupt_or_partial_entry_is_a_miss(tmp_path, checked):
+    script = tmp_path / "train.py"
+    script.write_text(DOUBLE)
+    cache = ReportCache(tmp_path / "cache")
+    cold = run([script], cache)
+    [entry] = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name != ".gitignore"]
+    entry.write_bytes(entry.read_bytes()[:20])
+    assert run([script], cache) == cold
+    assert checked == ["train.py", "train.py"]
+    assert (tmp_path / "cache" / ".gitignore").read_text() == "*\n"
+
+
+def test_the_settings_of_pyproject_are_part_of_the_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRADFIX_NO_CACHE")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(DOUBLE)
+    cli = CliRunner()
+    assert cli.invoke(app, ["check", "train.py"]).exit_code == 1
+    assert (tmp_path / ".gradfix_cache" / ".gitignore").is_file()
+    (tmp_path / "pyproject.toml").write_text('[tool.gradfix]\nignore = ["GF002"]\n')
+    assert cli.invoke(app, ["check", "train.py"]).exit_code == 0
+    assert cli.invoke(app, ["check", "train.py", "--no-cache", "--cache-dir", "elsewhere"]).exit_code == 0
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_shards_are_disjoint_and_cover_the_tree(tmp_path):
+    files = [tmp_path / f"package_{i % 7}" / f"module_{i}.py" for i in range(200)]
+    for count in (1, 2, 3, 8):
+        shards = [Shard(number, count).select(files, tmp_path) for number in range(1, count + 1)]
+        assert sorted(path for shard in shards for path in shard) == sorted(files)
+        assert all(shard for shard in shards)  # 200 files: every shard gets some
+    assert Shard.parse(" 2/4") == Shard(2, 4)
+    for wrong in ("0/4", "5/4", "2", "a/b"):
+        with pytest.raises(ValueError):
+            Shard.parse(wrong)
+
+
+def test_shards_of_the_command_line_merge_into_the_whole_json_lines(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for index in range(6):
+        (tmp_path / f"train_{index}.py").write_text(DOUBLE)
+    cli = CliRunner()
+    whole = cli.invoke(app, ["check", ".", "--output-format", "json"])
+    parts = [cli.invoke(app, ["check", ".", "--shard", f"{i}/3", "--output-format", "json-lines"]) for i in (1, 2, 3)]
+    records = [json.loads(line) for part in parts for line in part.stdout.splitlines()]
+    assert sorted(records, key=json.dumps) == sorted(json.loads(whole.stdout), key=json.dumps)
+    assert len(records) == 6
+    assert cli.invoke(app, ["check", ".", "--shard", "4/3"]).exit_code == 2
