@@ -71,6 +71,10 @@ Ignore = Annotated[
     typer.Option("--ignore", help="Skip these rule codes or prefixes (comma-separated, repeatable)."),
 ]
 Jobs = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Processes to use [default: all cores].")]
+UnsafeFixes = Annotated[
+    Optional[bool],
+    typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that change what the program computes.", show_default=False),
+]
 StdinFilename = Annotated[
     Optional[str],
     typer.Option("--stdin-filename", help="With the path `-`: the name of the code read from stdin (for settings and messages).", show_default=False),
@@ -262,10 +266,7 @@ def check(
 def fix(
     paths: Paths,
     diff: Annotated[bool, typer.Option("--diff", help="Write nothing; print a unified diff of the fixes.")] = False,
-    unsafe_fixes: Annotated[
-        Optional[bool],
-        typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that change what the program computes.", show_default=False),
-    ] = None,
+    unsafe_fixes: UnsafeFixes = None,
     select: Select = None,
     ignore: Ignore = None,
     jobs: Jobs = None,
@@ -371,10 +372,7 @@ def _not_written(report: FileReport) -> None:
 @app.command()
 def pr(
     paths: Annotated[Optional[List[str]], typer.Argument(help="Files or folders to fix [default: the whole checkout].", show_default=False)] = None,
-    unsafe_fixes: Annotated[
-        Optional[bool],
-        typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that change what the program computes.", show_default=False),
-    ] = None,
+    unsafe_fixes: UnsafeFixes = None,
     select: Select = None,
     ignore: Ignore = None,
     jobs: Jobs = None,

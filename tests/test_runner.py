@@ -25,6 +25,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def assert_gone(pid: int) -> None:
+    """The process ends within seconds (killing a group is not instant)."""
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid)
+
+
 @pytest.fixture(scope="module")
 def runner_with_secrets():
     saved = dict(os.environ)
@@ -53,10 +61,7 @@ def test_nothing_the_script_spawned_outlives_its_run(runner_with_secrets, tmp_pa
     result = runner_with_secrets.run(script, RunOptions(args=(how,), timeout=3, cwd=str(tmp_path)))
     assert result.status == ("timeout" if how == "hang" else "ok"), result.describe()
     pid = int((tmp_path / "child.pid").read_text())
-    deadline = time.monotonic() + 5
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(pid)
+    assert_gone(pid)
 
 
 def test_a_script_that_leaves_with_os_exit_still_has_its_run_recorded(runs, tmp_path):
@@ -115,10 +120,7 @@ def test_a_server_that_dies_during_a_run_is_a_crash_and_takes_the_script_along(r
     twin.close()
     assert result.status == "crashed" and "runner process died" in result.error_message
     pid = int(marker.read_text())
-    deadline = time.monotonic() + 5
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(pid)
+    assert_gone(pid)
 
 
 @pytest.mark.parametrize(("signal_number", "status", "said"), [(15, 143, "terminated"), (2, 130, "interrupted")])
@@ -142,10 +144,7 @@ def test_a_signal_ends_gradfix_with_one_line_and_kills_the_script(tmp_path, sign
     assert stderr.strip().splitlines()[-1] == f"gradfix: {said}"
     assert "Traceback" not in stderr
     pid = int(marker.read_text())
-    deadline = time.monotonic() + 5
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(pid)
+    assert_gone(pid)
 
 
 def test_a_flood_of_output_is_kept_as_its_head_and_tail(runs, tmp_path):
