@@ -1,0 +1,79 @@
+"""How long `gradfix check` takes on real trees, cold and with its cache, against parsing alone.
+
+For each tree (../shared/corpus when it exists, and every folder given), in one run: gradfix cold
+(an empty cache) and warm (the cache of the cold run, nothing changed) on JOBS processes; a bare
+LibCST parse and Python's `ast.parse` of the files gradfix parses (those that pass its prefilter),
+in this process; TorchFix, when the `torchfix` command is installed. Times are wall-clock seconds,
+with ratios to the bare LibCST parse; memory is the peak resident size of the largest process.
+Usage: python benchmarks/check_speed.py [--jobs N] [TREE...]
+"""
+
+import argparse
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import libcst as cst
+
+from gradfix.codemods.engine import PREFILTER, collect_files
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+
+def run(command: list[str]) -> tuple[float, float]:
+    """Seconds and peak memory (MB) of a command and the processes it waited for."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        sys.exit(f"{' '.join(command)} failed (exit {os.waitstatus_to_exitcode(status)})")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def timed(action) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def measure(tree: Path, jobs: int) -> None:
+    files = collect_files([tree]).files
+    sources = [path.read_bytes() for path in files]
+    parsed = [source for source in sources if any(marker in source for marker in PREFILTER)]
+    print(f"\n{tree}: {len(files)} files, {len(parsed)} pass the prefilter and are parsed")
+    libcst_parse = timed(lambda: [cst.parse_module(source) for source in parsed])
+    python_parse = timed(lambda: [ast.parse(source) for source in parsed])
+    rows = [("LibCST parse (1 process)", libcst_parse, None), ("ast.parse (1 process)", python_parse, None)]
+    with tempfile.TemporaryDirectory() as cache:
+        gradfix = [sys.executable, "-m", "gradfix", "check", "--jobs", str(jobs), "--cache-dir", cache, str(tree)]
+        rows.append((f"gradfix cold ({jobs} processes)", *run(gradfix)))
+        rows.append((f"gradfix warm ({jobs} processes)", *run(gradfix)))
+    if shutil.which("torchfix"):
+        rows.append(("TorchFix", *run(["torchfix", str(tree)])))
+    for name, seconds, memory in rows:
+        peak = f"  peak {memory:6.0f} MB" if memory is not None else ""
+        print(f"  {name:30} {seconds:7.2f} s  {seconds / libcst_parse:6.2f}x the LibCST parse{peak}")
+    if not shutil.which("torchfix"):
+        print("  TorchFix                       not installed")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("trees", nargs="*", type=Path)
+    options = parser.parse_args()
+    trees = ([CORPUS] if CORPUS.is_dir() else []) + options.trees
+    if not trees:
+        sys.exit(f"{CORPUS} is absent: name a tree to measure")
+    for tree in trees:
+        measure(tree, options.jobs)
+
+
+if __name__ == "__main__":
+    main()
