@@ -132,8 +132,12 @@ def _masked(source: str) -> list[str]:
     lines = source.splitlines(keepends=True)
     if lines and lines[0].startswith("%%"):
         magic = (lines[0][2:].split() or [""])[0]
-        body = lines[1:] if magic in PYTHON_CELL_MAGICS else [_mask(line) for line in lines[1:]]
+        body = _masked_magics(lines[1:]) if magic in PYTHON_CELL_MAGICS else [_mask(line) for line in lines[1:]]
         return [_mask(lines[0]), *body]
+    return _masked_magics(lines)
+
+
+def _masked_magics(lines: list[str]) -> list[str]:
     return [_mask(line) if _is_magic(line, lines[:number]) else line for number, line in enumerate(lines)]
 
 

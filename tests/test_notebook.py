@@ -58,6 +58,14 @@ def test_magics_and_shell_lines_become_comments_and_come_back_unchanged():
     assert notebook.with_source(notebook.source) == data
 
 
+def test_shell_lines_under_a_python_cell_magic_become_comments():
+    # The first cell of Lightning's examples/pytorch/bug_report/bug_report_model.ipynb.
+    data = notebook_of("%%capture\n! pip install -qU pytorch-lightning", "import torch")
+    source = Notebook(data, "nb.ipynb").source.decode()
+    assert "# gradfix-magic: ! pip install -qU pytorch-lightning\n" in source
+    compile(source, "nb", "exec")
+
+
 def test_findings_are_placed_by_cell_and_messages_name_cells():
     report = check_source(hoisted_notebook(), all_rules(), path="train.ipynb")
     [finding] = report.findings
