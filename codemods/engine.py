@@ -410,15 +410,15 @@ def _check_decodable(data: bytes, path: str) -> None:
 
 def find_violations(analysis: FileAnalysis, rules: Sequence[type[Rule]]) -> list[Violation]:
     """What ``rules`` find in an analysed module, less what ``# noqa`` comments silence."""
-    suppressions = _suppressions(analysis.module.code)
-    found = []
-    for rule in rules:
-        for violation in rule(analysis).violations():
-            codes = suppressions.get(violation.finding.line)
-            if codes is not None and (not codes or violation.finding.code in codes):
-                continue
-            found.append(violation)
+    found = [violation for rule in rules for violation in rule(analysis).violations()]
+    if found:  # rendering the module to read its comments costs as much as parsing it
+        suppressions = _suppressions(analysis.module.code)
+        found = [v for v in found if not _suppressed(v.finding, suppressions.get(v.finding.line))]
     return sorted(found, key=lambda v: (v.finding.line, v.finding.column, v.finding.code))
+
+
+def _suppressed(finding: Finding, codes: set[str] | None) -> bool:
+    return codes is not None and (not codes or finding.code in codes)
 
 
 def _suppressions(code: str) -> dict[int, set[str]]:

@@ -84,7 +84,7 @@ def _gan_steps(analysis: "FileAnalysis", first: BackwardSite, second: BackwardSi
 def _generator_outputs(analysis: "FileAnalysis", site: BackwardSite, shared: set[Origin]) -> Iterable[str]:
     """Names assigned a call's output that both graphs share (``fake = G(z)``,
     ``fake = self.sample(n)``)."""
-    for origin in sorted(shared, key=lambda o: analysis.start(o.node)):
+    for origin in sorted(shared, key=lambda o: analysis.order(o.node)):
         if not isinstance(origin.node, cst.Call) or not is_single_assignment(origin.statement):
             continue
         if origin.statement.body[0].value is not origin.node:

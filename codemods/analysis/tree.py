@@ -8,6 +8,10 @@ with the same nodes in the same order.
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
+import textwrap
 from bisect import bisect_left
 from typing import Sequence
 
@@ -15,16 +19,37 @@ import libcst as cst
 import libcst.matchers as m
 
 
+# Whitespace, newlines and comments: no question of the analysis or the rules is about them, and
+# they are more than half of a module's nodes. They are not in the tree (``findall`` of one of
+# them is answered by libcst).
+LAYOUT = frozenset({
+    cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Newline, cst.Comment,
+})
+
+
 class SyntaxTree:
     def __init__(self, module: cst.Module) -> None:
-        walk = _Walk()
-        module.visit(walk)
-        self._parents = walk.parents
-        self._nodes = walk.nodes  # in the order libcst visits them (each node before what it holds)
-        self._spans = walk.spans  # node -> (its index, one past the index of the last node it holds)
+        self._parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._nodes: list[cst.CSTNode] = []  # in the order libcst visits them (each node before what it holds)
+        self._spans: dict[cst.CSTNode, tuple[int, int]] = {}  # node -> (its index, one past its last descendant's)
+        self._walk(module)
         self._by_type: dict[type, list[int]] = {}
         for index, node in enumerate(self._nodes):
             self._by_type.setdefault(type(node), []).append(index)
+
+    def _walk(self, node: cst.CSTNode, parent: cst.CSTNode | None = None) -> None:
+        # Reads each node's fields instead of libcst's visit, which rebuilds every node it passes
+        # and so costs more than the rest of the analysis; the order is libcst's own.
+        index = len(self._nodes)
+        self._nodes.append(node)
+        if parent is not None:
+            self._parents[node] = parent
+        fields = _fields_in_visit_order(type(node))
+        children = node.children if fields is None else _children(node, fields)
+        for child in children:
+            if type(child) not in LAYOUT:
+                self._walk(child, node)
+        self._spans[node] = (index, len(self._nodes))
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self._parents.get(node)
@@ -36,12 +61,21 @@ class SyntaxTree:
             return inner is outer
         return outer_span[0] <= inner_span[0] < outer_span[1]
 
+    def order(self, node: cst.CSTNode) -> int:
+        """A key that sorts the module's nodes as they start in the source (a node before what it
+        holds), without placing them."""
+        return self._spans[node][0]
+
+    def follows(self, node: cst.CSTNode, earlier: cst.CSTNode) -> bool:
+        """Whether ``node`` starts after the end of ``earlier``."""
+        return self._spans[node][0] >= self._spans[earlier][1]
+
     def findall(self, root: cst.CSTNode, matcher: m.BaseMatcherNode) -> Sequence[cst.CSTNode]:
         """What ``libcst.matchers.findall(root, matcher)`` returns, for a matcher of one node type
         (``m.Call(...)``); a node that is not part of this module is walked by libcst."""
         span = self._spans.get(root)
         node_type = getattr(cst, type(matcher).__name__, None)
-        if span is None or not isinstance(node_type, type):
+        if span is None or not isinstance(node_type, type) or node_type in LAYOUT:
             return m.findall(root, matcher)
         indexes = self._by_type.get(node_type, [])
         first, end = bisect_left(indexes, span[0]), bisect_left(indexes, span[1])
@@ -52,7 +86,8 @@ class SyntaxTree:
 
     def replay(self, visitor: cst.CSTVisitor) -> None:
         """Run ``visitor`` over the module as ``module.visit(visitor)`` does (the same calls in the
-        same order, children skipped where ``on_visit`` says so) without walking it again."""
+        same order, children skipped where ``on_visit`` says so, layout nodes left out) without
+        walking it again."""
         leaving: list[tuple[int, cst.CSTNode]] = []  # (end of its span, node), innermost last
         index = 0
         while index < len(self._nodes):
@@ -66,21 +101,30 @@ class SyntaxTree:
             visitor.on_leave(leaving.pop()[1])
 
 
-class _Walk(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
-        self.nodes: list[cst.CSTNode] = []
-        self.spans: dict[cst.CSTNode, tuple[int, int]] = {}
-        self._open: list[cst.CSTNode] = []
+def _children(node: cst.CSTNode, fields: tuple[str, ...]) -> list[cst.CSTNode]:
+    children = []
+    for field in fields:
+        value = getattr(node, field)
+        if isinstance(value, cst.CSTNode):
+            children.append(value)
+        elif isinstance(value, (tuple, list)):
+            children += [child for child in value if isinstance(child, cst.CSTNode)]
+    return children
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self._open:
-            self.parents[node] = self._open[-1]
-        self.spans[node] = (len(self.nodes), len(self.nodes))
-        self.nodes.append(node)
-        self._open.append(node)
-        return True
 
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self._open.pop()
-        self.spans[original_node] = (self.spans[original_node][0], len(self.nodes))
+@functools.cache
+def _fields_in_visit_order(node_type: type[cst.CSTNode]) -> tuple[str, ...] | None:
+    """The fields of ``node_type`` that may hold nodes, in the order its
+    ``_visit_and_replace_children`` visits them (each ``visit_*(self, "field", ...)`` call names its
+    field); None where libcst's source cannot be read."""
+    try:
+        source = textwrap.dedent(inspect.getsource(node_type._visit_and_replace_children))
+    except (OSError, TypeError):
+        return None
+    calls = [
+        node for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.startswith("visit_")
+        and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+    ]
+    calls.sort(key=lambda call: (call.lineno, call.col_offset))
+    return tuple(dict.fromkeys(call.args[1].value for call in calls))

@@ -186,9 +186,8 @@ for inputs, targets in loader:
         return Fix(safe=True, replace=tuple(replace), insert_after=tuple(insert_after))
 
     def _read_after(self, method: Loop, name: str, store: cst.CSTNode) -> bool:
-        end = self.analysis.range(store).end
         for node in self.analysis.tree.findall(method.node.body, m.Attribute()):
-            if dotted_name(node) == name and self.analysis.start(node) > (end.line, end.column):
+            if dotted_name(node) == name and self.analysis.tree.follows(node, store):
                 return True
         return False
 

@@ -62,8 +62,8 @@ for batch, target in loader:
                     yield self._duplicate(first, site)
         yield from self._backwarded_for_the_trainer()
 
-    def _order(self, site: BackwardSite) -> tuple[int, int]:
-        return self.analysis.start(site.call)
+    def _order(self, site: BackwardSite) -> int:
+        return self.analysis.order(site.call)
 
     def _duplicate(self, first: BackwardSite, second: BackwardSite) -> Violation:
         name = code_of(second.tensor) if second.tensor is not None else "the tensor"
