@@ -1,11 +1,13 @@
 """The shared analysis on its own: which names carry graph, where it was built, what loops carry."""
 
 import textwrap
+from pathlib import Path
 
 import libcst as cst
 import pytest
 
 from gradfix.codemods.analysis.optimizers import gradient_effects
+from gradfix.codemods.analysis.tree import LAYOUT, SyntaxTree
 from gradfix.codemods.analysis import TENSOR, Carried, FileAnalysis, ListOf, Origin, TupleOf, assigned_names, expand, read_names
 
 
@@ -368,3 +370,46 @@ def test_a_constructor_keeps_the_graphs_its_callers_pass_on_the_instance():
     forward = next(loop for loop in analysis.loops if loop.is_call and loop.node.name.value == "forward")
     built = analysis.built_outside(forward.scope, [forward.returned])
     assert [analysis.line(s) for s in built] == [8, 15]  # self.target = ..., and the caller's teacher(...)
+
+
+class _VisitOrder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.nodes: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) not in LAYOUT:
+            self.nodes.append(node)
+        return True
+
+
+def test_the_syntax_tree_holds_the_nodes_libcst_visits_in_its_order_and_their_parents():
+    fixtures = sorted((Path(__file__).parent / "fixtures").rglob("*.py"))
+    sources = [path.read_text() for path in fixtures[::8]]
+    sources.append(textwrap.dedent('''
+        from . import (a as b, c)  # comment
+        from .. x import *
+        @decorator(f"{value!r:>{width}}", *args, **kwargs)
+        async def f(p, /, q: int = 1, *r, s, **t) -> list[int]:
+            global g
+            async with a as (b, c), d:
+                yield [x async for x in y if x]
+            lambda u, *v: (u, v)
+            match command:
+                case [Point(x=0, y=0), *rest] if rest: pass
+                case {"k": 1, **others} | str() as z: pass
+            try:
+                del a[1:2, ::3]
+            except* (E1, E2) as error:
+                raise X from error
+            finally:
+                w = (yield)
+            return await (not a) if b else c
+    '''))
+    for source in sources:
+        module = cst.parse_module(source)
+        tree, visited = SyntaxTree(module), _VisitOrder()
+        module.visit(visited)
+        assert len(tree._nodes) == len(visited.nodes)
+        assert all(ours is libcsts for ours, libcsts in zip(tree._nodes, visited.nodes))
+    for node in visited.nodes[1:]:  # of the last source, which has a node of most kinds
+        assert any(child is node for child in tree.parent(node).children)
