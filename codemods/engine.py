@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import libcst as cst
 
-from .analysis.backward_api import SPELLINGS
+from .analysis.backward_api import BACKWARD_TEXT
 from .analysis import ExportedSummary, FileAnalysis, ProjectSummaries, project_summaries
 from .edits import apply_fixes, compatible
 from .notebook import Notebook, NotebookError, is_notebook
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .cache import ReportCache
 
 # Text that a file must contain to possibly hold a bug gradfix knows; others are never parsed.
-PREFILTER = SPELLINGS
+PREFILTER = BACKWARD_TEXT
 EXCLUDED_DIRECTORIES = {
     ".git", ".hg", ".svn", ".bzr", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
     ".tox", ".nox", ".venv", "venv", ".eggs", "build", "dist", "node_modules", "site-packages",
@@ -271,7 +271,7 @@ def _check_python(
 ) -> FileReport:
     report = FileReport(path, original=data)
     try:
-        if not any(marker in data for marker in PREFILTER):
+        if not PREFILTER.search(data):
             _check_decodable(data, path)
             return report
         module = parse_source(data, path)
@@ -295,7 +295,7 @@ def _check_notebook(
     """A notebook is checked as the Python source of its code cells; findings are placed by cell
     and a rewrite goes back into the cells it changed."""
     report = FileReport(path, original=data)
-    if not any(marker in data for marker in PREFILTER):
+    if not PREFILTER.search(data):
         return report
     try:
         notebook = Notebook(data, path)

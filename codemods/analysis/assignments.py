@@ -10,6 +10,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .torch_names import dotted_name
+from .tree import SyntaxTree
 
 APPENDING_METHODS = {"append", "extend", "insert"}
 # In-place tensor methods end in "_"; these two only flip autograd bookkeeping.
@@ -93,12 +94,16 @@ class _Writes(cst.CSTVisitor):
                 self.names.add(name)
 
 
-def assigned_names(node: cst.CSTNode, rebinding_only: bool = False) -> set[str]:
+def assigned_names(node: cst.CSTNode, rebinding_only: bool = False, tree: SyntaxTree | None = None) -> set[str]:
     """Every name written anywhere inside ``node`` (not inside nested functions or classes).
     With ``rebinding_only``, only writes that bind a name to another object: not ``a.append(v)``,
-    ``a.add_(v)`` or an augmented assignment under ``torch.no_grad()``."""
+    ``a.add_(v)`` or an augmented assignment under ``torch.no_grad()``. ``tree``, the module's,
+    saves walking ``node`` again."""
     visitor = _Writes(rebinding_only)
-    node.visit(visitor)
+    if tree is None:
+        node.visit(visitor)
+    else:
+        tree.replay(visitor, node)
     return visitor.names
 
 

@@ -19,6 +19,7 @@ argument is a gradient, which training code passes only for non-scalar outputs i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -78,8 +79,9 @@ FRAMEWORK_APIS = {
     "deepspeed": DEEPSPEED_BACKWARD,
 }
 # Text a file must contain to backward anything in a way this table knows: every row's method or
-# function name contains "backward" or "autograd"; a trainer backwards what its hooks return.
-SPELLINGS = (b"backward", b"autograd", b"training_step", b"compute_loss")
+# function is called as ``…backward(`` or lives in ``autograd``; a trainer backwards what its hooks
+# return. ("backward" alone would also take every "backward compatibility" of a docstring.)
+BACKWARD_TEXT = re.compile(rb"backward\s*\(|autograd|training_step|compute_loss")
 _TENSOR_BACKWARD_KEYWORDS = {"gradient", "retain_graph", "create_graph", "inputs"}
 
 

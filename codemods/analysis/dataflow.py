@@ -416,7 +416,7 @@ class DataflowAnalysis:
         joined = join_envs([*branch_ends, start])
         if joined is None or len(bodies) < 2:
             return joined
-        for name in set.intersection(*(assigned_names(body, rebinding_only=True) for body in bodies)):
+        for name in set.intersection(*(assigned_names(body, rebinding_only=True, tree=self._tree) for body in bodies)):
             explicit = join_envs([{name: end[name]} for end in branch_ends if end is not None and name in end])
             if explicit is not None:
                 joined[name] = explicit[name]
@@ -476,7 +476,7 @@ class DataflowAnalysis:
     def _run_loop(self, node: LoopNode, env: Env, iteration) -> Env | None:
         loop = self.loops.get(node)
         if loop is None:
-            carried = assigned_names(node.body)
+            carried = assigned_names(node.body, tree=self._tree)
             if isinstance(node, cst.FunctionDef):
                 # Across calls only what is kept on the instance survives.
                 self_name = node.params.params[0].name.value if node.params.params else "self"

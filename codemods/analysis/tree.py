@@ -84,21 +84,72 @@ class SyntaxTree:
             return candidates
         return [node for node in candidates if m.matches(node, matcher)]
 
-    def replay(self, visitor: cst.CSTVisitor) -> None:
-        """Run ``visitor`` over the module as ``module.visit(visitor)`` does (the same calls in the
-        same order, children skipped where ``on_visit`` says so, layout nodes left out) without
-        walking it again."""
+    def replay(self, visitor: cst.CSTVisitor, root: cst.CSTNode | None = None) -> None:
+        """Run ``visitor`` over the module (or the subtree at ``root``) as ``root.visit(visitor)``
+        does (the same calls in the same order, children skipped where ``on_visit`` says so,
+        layout nodes left out) without walking it again."""
+        if root is not None and root not in self._spans:  # not part of this module (or layout)
+            root.visit(visitor)
+            return
+        first, end = self._spans[root] if root is not None else (0, len(self._nodes))
+        handlers = _Handlers(visitor)
         leaving: list[tuple[int, cst.CSTNode]] = []  # (end of its span, node), innermost last
-        index = 0
-        while index < len(self._nodes):
+        index = first
+        while index < end:
             node = self._nodes[index]
             while leaving and leaving[-1][0] <= index:
-                visitor.on_leave(leaving.pop()[1])
-            end = self._spans[node][1]
-            leaving.append((end, node))
-            index = index + 1 if visitor.on_visit(node) else end
+                handlers.leave(leaving.pop()[1])
+            span_end = self._spans[node][1]
+            if handlers.leaves(node):
+                leaving.append((span_end, node))
+            index = index + 1 if handlers.visit(node) else span_end
         while leaving:
-            visitor.on_leave(leaving.pop()[1])
+            handlers.leave(leaving.pop()[1])
+
+
+class _Handlers:
+    """A visitor's ``visit_<Type>`` and ``leave_<Type>`` methods, looked up once per node type; a
+    visitor that overrides ``on_visit`` or ``on_leave`` gets every call."""
+
+    def __init__(self, visitor: cst.CSTVisitor) -> None:
+        self._visitor = visitor
+        self._generic = type(visitor).on_visit is not cst.CSTVisitor.on_visit or type(visitor).on_leave is not cst.CSTVisitor.on_leave
+        self._visits: dict[type, object] = {}
+        self._leaves: dict[type, object] = {}
+
+    def _own(self, name: str) -> object:
+        """The visitor's method ``name``; None where it is libcst's empty one."""
+        if getattr(type(self._visitor), name, None) is getattr(cst.CSTVisitor, name, None):
+            return None
+        return getattr(self._visitor, name)
+
+    def visit(self, node: cst.CSTNode) -> bool:
+        if self._generic:
+            return self._visitor.on_visit(node)
+        node_type = type(node)
+        method = self._visits.get(node_type, _UNSEEN)
+        if method is _UNSEEN:
+            method = self._visits[node_type] = self._own(f"visit_{node_type.__name__}")
+        return method is None or method(node) is not False
+
+    def leaves(self, node: cst.CSTNode) -> bool:
+        """Whether leaving ``node`` calls anything."""
+        if self._generic:
+            return True
+        node_type = type(node)
+        method = self._leaves.get(node_type, _UNSEEN)
+        if method is _UNSEEN:
+            method = self._leaves[node_type] = self._own(f"leave_{node_type.__name__}")
+        return method is not None
+
+    def leave(self, node: cst.CSTNode) -> None:
+        if self._generic:
+            self._visitor.on_leave(node)
+        else:
+            self._leaves[type(node)](node)
+
+
+_UNSEEN = object()
 
 
 def _children(node: cst.CSTNode, fields: tuple[str, ...]) -> list[cst.CSTNode]:
