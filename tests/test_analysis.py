@@ -413,3 +413,38 @@ def test_the_syntax_tree_holds_the_nodes_libcst_visits_in_its_order_and_their_pa
         assert all(ours is libcsts for ours, libcsts in zip(tree._nodes, visited.nodes))
     for node in visited.nodes[1:]:  # of the last source, which has a node of most kinds
         assert any(child is node for child in tree.parent(node).children)
+
+
+class _Calls(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, cst.CSTNode]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.calls.append(("visit", node))
+        return node.name.value != "skipped"  # what a visitor's False skips, a replay skips
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.calls.append(("leave", original_node))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(("visit", node))
+
+    def leave_Attribute(self, original_node: cst.Attribute) -> None:
+        self.calls.append(("leave", original_node))
+
+
+def test_a_replay_makes_the_calls_of_a_visit_of_the_module_or_of_a_subtree():
+    module = cst.parse_module(textwrap.dedent('''
+        def skipped():
+            loss.backward()
+        def kept(model, x):
+            def inner():
+                return model.head(x)
+            return torch.sum(model(x).mean(dim=0))
+    '''))
+    tree = SyntaxTree(module)
+    for root in (module, module.body[1]):
+        replayed, visited = _Calls(), _Calls()
+        tree.replay(replayed, None if root is module else root)
+        root.visit(visited)
+        assert replayed.calls == visited.calls and len(visited.calls) > 6
