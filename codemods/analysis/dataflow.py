@@ -704,7 +704,7 @@ class DataflowAnalysis:
             if method in _DETACHING_METHODS:
                 return Value(structure=TENSOR if method == "detach" else UNKNOWN)
             if method in BOOKKEEPING_METHODS:
-                value = LEAF if method == "requires_grad_" else Value(structure=TENSOR)
+                value = LEAF if method == "requires_grad_" and not _turns_off(node) else Value(structure=TENSOR)
                 if target is not None:
                     env[target] = value
                 return value
@@ -963,6 +963,12 @@ def _narrowed(test: cst.BaseExpression, env: Env) -> tuple[Env, Env]:
             none_side = then_env if isinstance(operator, cst.Is) else else_env
             none_side[name] = Value(structure=NONE)
     return then_env, else_env
+
+
+def _turns_off(call: cst.Call) -> bool:
+    """``x.requires_grad_(False)`` (or ``requires_grad=False``): a frozen module or a constant, not a leaf."""
+    flag = next((arg.value for arg in call.args if arg.keyword is None or arg.keyword.value == "requires_grad"), None)
+    return isinstance(flag, cst.Name) and flag.value == "False"
 
 
 def _indexed_by(node: cst.Subscript, names: frozenset[str]) -> bool:
