@@ -69,3 +69,56 @@ def test_accelerator_and_fabric_backward_are_never_read_as_a_tensor_backwarded_t
     )
     report = _findings(code, FixMode.UNSAFE)
     assert report.findings == [] and report.rewritten is None
+
+
+_PRIOR_LOSS_LOOP = """
+model = nn.Linear(8, 8)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for batch in loader:
+    out = model(batch)
+    if {first}:
+        prior = out.pow(2).mean()
+    loss = out.mean()
+    if {second}:
+        loss = loss + prior
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "reported"),
+    [
+        ("args.with_prior", "args.with_prior", False),  # the same flag both times: always this step's
+        ("args.with_prior", "args.other_flag", True),  # another test may hold when the first did not
+        ("random.random() < 0.5", "random.random() < 0.5", True),  # a call answers anew each time
+        ("out.sum() > 0", "out.sum() > 0", True),  # reads what the loop writes
+    ],
+)
+def test_gf004_a_value_read_only_under_the_test_that_assigned_it_is_not_carried(first, second, reported):
+    report = _findings(_PRIOR_LOSS_LOOP.format(first=first, second=second), FixMode.NONE)
+    assert ("GF004" in [f.code for f in report.findings]) is reported
+
+
+@pytest.mark.parametrize(
+    "before_the_loop",
+    [
+        # diffusers' train_dreambooth_colossalai.py: an optimizer class built around the model
+        "optimizer = GeminiAdamOptimizer(unet, lr=1e-3)",
+        # diffusers' train_cm_ct_unconditional.py: a number from the model's configuration
+        "huber_c = 0.00054 * math.sqrt(unwrap_model(unet).config.in_channels)",
+    ],
+)
+def test_gf003_objects_and_numbers_made_from_a_model_before_the_loop_carry_no_graph(before_the_loop):
+    code = f"""import math
+unet = nn.Linear(4, 4)
+optimizer, huber_c = torch.optim.SGD(unet.parameters(), lr=0.1), 0.1
+{before_the_loop}
+for batch in loader:
+    pred = unet(batch)
+    loss = ((pred - batch) ** 2 + huber_c**2).mean()
+    optimizer.backward(loss)
+    optimizer.step()
+"""
+    report = _findings(code, FixMode.NONE)
+    assert [f.code for f in report.findings] == []

@@ -136,6 +136,37 @@ class FileAnalysis:
         """What the name held where the program read it (None where the analysis never got)."""
         return self._dataflow.read_values.get(name)
 
+    def read_only_where_assigned(self, loop: Loop, name: str) -> bool:
+        """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
+        earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
+        loop writes nothing the test reads (``if args.with_prior_preservation:`` twice): the test
+        answers the same both times, so what is read is always this iteration's value (or the read
+        follows the assignment in the branch that makes it)."""
+        if "." in name:
+            return False
+        body = loop.node.body
+        written = assigned_names(body, tree=self.tree)
+        assigning: dict[str, list[cst.If]] = {}
+        for branch in self.tree.findall(body, m.If()):
+            # (a call may answer differently each time: `if random.random() < p:`)
+            invariant = not self.tree.findall(branch.test, m.Call()) and not read_names(branch.test) & written
+            if invariant and _always_assigns(branch.body, name):
+                assigning.setdefault(code_of(branch.test), []).append(branch)
+        reads = [n for n in self.tree.findall(body, m.Name(value=name)) if n in self._dataflow.read_values]
+        return bool(assigning and reads) and all(self._guarded_like(read, assigning, loop.node) for read in reads)
+
+    def _guarded_like(self, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode) -> bool:
+        node = read
+        while (parent := self.tree.parent(node)) is not None and parent is not loop:
+            if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
+                branches = assigning.get(code_of(parent.test), ())
+                if any(self.tree.follows(parent, branch) for branch in branches):
+                    return True
+                if parent in branches and any(self.tree.follows(read, s) for s in _assignments(parent.body, read.value)):
+                    return True  # after the assignment, in the branch that makes it
+            node = parent
+        return False
+
     def iterates_graph(self, loop: Loop) -> bool:
         """Whether a ``for`` loop iterates over a value that carries a graph (``zip(inputs,
         soft_targets)`` where a teacher built ``soft_targets`` before the loop). The dataflow reads
@@ -364,3 +395,31 @@ def _function_name(scope: Scope) -> str:
     """How the dataflow names a function: ``f`` or ``Class.method``."""
     name = scope.node.name.value
     return name if scope.class_name is None else f"{scope.class_name}.{name}"
+
+
+def _assignments(block: cst.BaseSuite, name: str) -> list[cst.SimpleStatementLine]:
+    """The statements of ``block`` itself (not nested ones) that assign ``name``."""
+    return [
+        statement for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets)
+            for small in statement.body
+        )
+    ]
+
+
+def _always_assigns(block: cst.BaseSuite, name: str) -> bool:
+    """Whether every path through ``block`` assigns ``name`` (an if/else assigning it in both)."""
+    if _assignments(block, name):
+        return True
+    return any(
+        isinstance(statement, cst.If) and _always_assigns(statement.body, name) and _else_always_assigns(statement, name)
+        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
+    )
+
+
+def _else_always_assigns(statement: cst.If, name: str) -> bool:
+    orelse = statement.orelse
+    if isinstance(orelse, cst.If):
+        return _always_assigns(orelse.body, name) and _else_always_assigns(orelse, name)
+    return isinstance(orelse, cst.Else) and _always_assigns(orelse.body, name)

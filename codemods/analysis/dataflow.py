@@ -50,7 +50,10 @@ LoopNode = Union[cst.For, cst.While, cst.FunctionDef]
 
 _MAX_PASSES = 4
 _DETACHING_METHODS = {"detach", "item", "tolist", "numpy", "size", "dim", "numel", "nelement", "data_ptr", "ndimension"}
-_NON_GRAPH_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "ndim"}
+# (``config``: a Hugging Face model's configuration object.)
+_NON_GRAPH_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "ndim", "config"}
+# Libraries of plain numbers: what they return carries no graph (and a graph cannot enter numpy).
+_NUMBER_LIBRARIES = ("math.", "numpy.", "random.", "statistics.")
 _NON_GRAPH_BUILTINS = {"float", "int", "bool", "str", "len", "print", "range", "repr", "format", "isinstance", "id", "hash", "round"}
 _CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
 _REDUCING_BUILTINS = {"sum", "max", "min"}
@@ -732,6 +735,8 @@ class DataflowAnalysis:
             return NOTHING
         if qualified.startswith("torch."):
             return self._torch_call(node, qualified, values)
+        if qualified.startswith(_NUMBER_LIBRARIES):
+            return NOTHING
         if isinstance(func, cst.Name):
             if func.value in self.names.detaching_functions or func.value in _NON_GRAPH_BUILTINS:
                 return NOTHING
@@ -741,8 +746,9 @@ class DataflowAnalysis:
                 return Value(element.graph, element.origins, structure)
         # An unknown function of graph-carrying values (a loss function, a helper) is differentiable
         # in all code we have seen; passing a module in makes its result depend on parameters.
+        # A class built around a module (an optimizer, a wrapper) is an object, not such a result.
         module_arguments = [self.names.module(a, class_name) for a in arguments]
-        if any(m is not None and m.trainable for m in module_arguments):
+        if any(m is not None and m.trainable for m in module_arguments) and not _names_a_class(func):
             values.append(LEAF)
         self._eval(func, env)
         return combine(values, self._origin(node), UNKNOWN)
@@ -963,6 +969,12 @@ def _narrowed(test: cst.BaseExpression, env: Env) -> tuple[Env, Env]:
             none_side = then_env if isinstance(operator, cst.Is) else else_env
             none_side[name] = Value(structure=NONE)
     return then_env, else_env
+
+
+def _names_a_class(func: cst.BaseExpression) -> bool:
+    """``GeminiAdamOptimizer``, ``wrappers.EMA``: a CamelCase name, as Python's style names classes."""
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return name[:1].isupper() and any(c.islower() for c in name)
 
 
 def _turns_off(call: cst.Call) -> bool:

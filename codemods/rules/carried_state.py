@@ -89,7 +89,11 @@ for inputs, targets in loader:
                 if loop.is_call:
                     continue
                 for name in sorted(loop.carried_names - taken):
-                    if _reaches_freed_graph(site, loop, name) and not _detached_in(loop.node.body, name):
+                    if (
+                        _reaches_freed_graph(site, loop, name)
+                        and not _detached_in(loop.node.body, name)
+                        and not self.analysis.read_only_where_assigned(loop, name)
+                    ):
                         carried.setdefault(loop, {}).setdefault(name, site)
                         taken.add(name)
         for loop, sites in carried.items():
