@@ -20,7 +20,8 @@ from pathlib import Path
 
 import libcst as cst
 
-from gradfix.codemods.engine import PREFILTER, collect_files
+from gradfix.codemods.analysis.backward_api import may_backward
+from gradfix.codemods.engine import collect_files
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
@@ -45,7 +46,7 @@ def timed(action) -> float:
 def measure(tree: Path, jobs: int) -> None:
     files = collect_files([tree]).files
     sources = [path.read_bytes() for path in files]
-    parsed = [source for source in sources if PREFILTER.search(source)]
+    parsed = [source for source in sources if may_backward(source)]
     print(f"\n{tree}: {len(files)} files, {len(parsed)} pass the prefilter and are parsed")
     libcst_parse = timed(lambda: [cst.parse_module(source) for source in parsed])
     python_parse = timed(lambda: [ast.parse(source) for source in parsed])

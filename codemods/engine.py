@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import libcst as cst
 
-from .analysis.backward_api import BACKWARD_TEXT
+from .analysis.backward_api import may_backward
 from .analysis import ExportedSummary, FileAnalysis, ProjectSummaries, project_summaries
 from .edits import apply_fixes, compatible
 from .notebook import Notebook, NotebookError, is_notebook
@@ -39,8 +39,6 @@ from .rule import Finding, FixKind, Rule, Violation
 if TYPE_CHECKING:
     from .cache import ReportCache
 
-# Text that a file must contain to possibly hold a bug gradfix knows; others are never parsed.
-PREFILTER = BACKWARD_TEXT
 EXCLUDED_DIRECTORIES = {
     ".git", ".hg", ".svn", ".bzr", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
     ".tox", ".nox", ".venv", "venv", ".eggs", "build", "dist", "node_modules", "site-packages",
@@ -271,7 +269,7 @@ def _check_python(
 ) -> FileReport:
     report = FileReport(path, original=data)
     try:
-        if not PREFILTER.search(data):
+        if not may_backward(data):
             _check_decodable(data, path)
             return report
         module = parse_source(data, path)
@@ -295,7 +293,7 @@ def _check_notebook(
     """A notebook is checked as the Python source of its code cells; findings are placed by cell
     and a rewrite goes back into the cells it changed."""
     report = FileReport(path, original=data)
-    if not PREFILTER.search(data):
+    if not may_backward(data):
         return report
     try:
         notebook = Notebook(data, path)
@@ -472,6 +470,9 @@ def _cached_map(
             data = Path(path).read_bytes()
         except OSError:
             reports.append(None)  # checking it says why it cannot be read
+            continue
+        if not may_backward(data):  # never parsed: checking it costs less than reading an entry
+            reports.append(check_source(data, rules, mode, str(path), project))
             continue
         reports.append(cache.load(cache.key(path, data, rules, mode, project)))
     missing = [i for i, report in enumerate(reports) if report is None]

@@ -8,6 +8,7 @@ import pytest
 
 from gradfix.cli import Terminated
 from gradfix.codemods import engine
+from gradfix.codemods.analysis.backward_api import may_backward
 from gradfix.codemods.edits import Fix
 from gradfix.codemods.engine import FileChanged, FixMode, check_source, write_atomically
 from gradfix.codemods.registry import all_rules
@@ -161,3 +162,19 @@ def test_a_file_edited_after_it_was_read_is_not_written(tmp_path):
         write_atomically(script, b"fixed\n", expected=b"as read\n")
     assert script.read_bytes() == b"edited meanwhile\n"
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
+@pytest.mark.parametrize(
+    ("source", "parsed"),
+    [
+        (b'"""Kept for backward compatibility."""\nx = 1\n', False),
+        (b"loss.backward ()\n", True),
+        (b"accelerator.backward(\n    loss)\n", True),
+        (b"grads = torch.autograd.grad(y, x)\n", True),
+        (b"def training_step(self, batch, i):\n    return self(batch).sum()\n", True),
+    ],
+)
+def test_only_text_that_may_backward_is_parsed(source, parsed):
+    assert may_backward(source) is parsed
+    # What is not parsed cannot fail to parse.
+    assert bool(check_source(source + b"(", all_rules(), FixMode.NONE, "a.py").errors) is parsed
