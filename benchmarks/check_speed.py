@@ -18,10 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import libcst as cst
-
-from gradfix.codemods.analysis.backward_api import may_backward
-from gradfix.codemods.engine import collect_files
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
@@ -43,13 +39,28 @@ def timed(action) -> float:
     return time.perf_counter() - start
 
 
-def measure(tree: Path, jobs: int) -> None:
+def parse_times(tree: Path) -> None:
+    """Print the number of files gradfix checks and parses, and the seconds of a LibCST parse and
+    of an ``ast.parse`` of those it parses."""
+    import libcst as cst
+
+    from gradfix.codemods.analysis.backward_api import may_backward
+    from gradfix.codemods.engine import collect_files
+
     files = collect_files([tree]).files
-    sources = [path.read_bytes() for path in files]
-    parsed = [source for source in sources if may_backward(source)]
-    print(f"\n{tree}: {len(files)} files, {len(parsed)} pass the prefilter and are parsed")
+    parsed = [source for source in (path.read_bytes() for path in files) if may_backward(source)]
     libcst_parse = timed(lambda: [cst.parse_module(source) for source in parsed])
-    python_parse = timed(lambda: [ast.parse(source) for source in parsed])
+    print(len(files), len(parsed), libcst_parse, timed(lambda: [ast.parse(source) for source in parsed]))
+
+
+def measure(tree: Path, jobs: int) -> None:
+    # Everything runs in child processes of this small one (which imports neither LibCST nor
+    # gradfix): a child's peak memory counts the size of the process that forked it.
+    files, parsed, libcst_parse, python_parse = subprocess.run(
+        [sys.executable, __file__, "--parse-times", str(tree)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    libcst_parse, python_parse = float(libcst_parse), float(python_parse)
+    print(f"\n{tree}: {files} files, {parsed} pass the prefilter and are parsed")
     rows = [("LibCST parse (1 process)", libcst_parse, None), ("ast.parse (1 process)", python_parse, None)]
     with tempfile.TemporaryDirectory() as cache:
         gradfix = [sys.executable, "-m", "gradfix", "check", "--jobs", str(jobs), "--cache-dir", cache, str(tree)]
@@ -57,9 +68,11 @@ def measure(tree: Path, jobs: int) -> None:
         rows.append((f"gradfix warm ({jobs} processes)", *run(gradfix)))
     if shutil.which("torchfix"):
         rows.append(("TorchFix", *run(["torchfix", str(tree)])))
+    torchfix = next((seconds for name, seconds, _ in rows if name == "TorchFix"), None)
     for name, seconds, memory in rows:
         peak = f"  peak {memory:6.0f} MB" if memory is not None else ""
-        print(f"  {name:30} {seconds:7.2f} s  {seconds / libcst_parse:6.2f}x the LibCST parse{peak}")
+        faster = f"  TorchFix/this {torchfix / seconds:5.1f}x" if torchfix else ""
+        print(f"  {name:30} {seconds:7.2f} s  {seconds / libcst_parse:6.2f}x the LibCST parse{peak}{faster}")
     if not shutil.which("torchfix"):
         print("  TorchFix                       not installed")
 
@@ -67,8 +80,11 @@ def measure(tree: Path, jobs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--parse-times", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("trees", nargs="*", type=Path)
     options = parser.parse_args()
+    if options.parse_times:
+        return parse_times(options.parse_times)
     trees = ([CORPUS] if CORPUS.is_dir() else []) + options.trees
     if not trees:
         sys.exit(f"{CORPUS} is absent: name a tree to measure")

@@ -122,3 +122,28 @@ for batch in loader:
 """
     report = _findings(code, FixMode.NONE)
     assert [f.code for f in report.findings] == []
+
+
+@pytest.mark.parametrize(
+    ("step", "fixed"),
+    [
+        ("state = state * decay", False),  # issue 13: the detach would leave nothing that requires grad
+        ("state = cell(torch.randn(1, 2)) + state * decay", True),  # the cell's parameters are left
+    ],
+)
+def test_gf004_detaches_only_where_the_iteration_leaves_something_to_backward(step, fixed):
+    code = f"""cell = nn.Linear(2, 2)
+opt = torch.optim.SGD(cell.parameters(), lr=0.1)
+decay = 0.5
+state = cell(torch.randn(1, 2))
+for i in range(3):
+    {step}
+    state.sum().backward(retain_graph=True)
+    opt.step()
+    opt.zero_grad()
+"""
+    report = check_source(HEADER + code.encode(), select_rules(["GF004"]), FixMode.SAFE, "train.py")
+    assert [f.code for f in report.fixed + report.findings] == ["GF004"]
+    assert bool(report.fixed) is fixed
+    if not fixed:
+        assert "not rewritten: once detached, nothing the iteration computes would require grad" in report.findings[0].message

@@ -136,6 +136,30 @@ class FileAnalysis:
         """What the name held where the program read it (None where the analysis never got)."""
         return self._dataflow.read_values.get(name)
 
+    def builds_afresh(self, site: BackwardSite, loop: Loop) -> bool:
+        """Whether an iteration of ``loop`` may add to the graph ``site`` backwards a part of its
+        own, so that something is left to backward once the values carried in from the previous
+        iteration are detached. False only when every part the iteration adds is plainly made of
+        carried graphs and numbers: ``state = state * 0.5; state.sum().backward()``."""
+        for origin in self.graph_nodes(site):
+            if not self.contains(loop.node, origin.node):
+                continue
+            for call in self.tree.findall(origin.node, m.Call()):
+                if not isinstance(call.func, cst.Attribute) or not self._holds_graph(call.func.value):
+                    return True  # a function or a method of something else: it may read parameters
+            for name in self.tree.findall(origin.node, m.Name()):
+                read = self.value_read(name)
+                if read is None or name.value in ("True", "False", "None"):
+                    continue  # not a read: an attribute's or a keyword's name
+                if (read.graph and not read.origins) or (not read.graph and read.structure is not NUMBER):
+                    return True  # a tensor that may require grad (a leaf, a parameter, an argument)
+        return False
+
+    def _holds_graph(self, expression: cst.BaseExpression) -> bool:
+        return any(
+            (read := self.value_read(name)) is not None and read.graph for name in self.tree.findall(expression, m.Name())
+        )
+
     def read_only_where_assigned(self, loop: Loop, name: str) -> bool:
         """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
         earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the

@@ -102,6 +102,8 @@ for inputs, targets in loader:
             shown = ", ".join(f"`{n}`" for n in names)
             first_update = updates[names[0]][0] if names[0] in updates else loop.node
             fix, unfixable = self._loop_fix(loop, names)
+            if fix is not None and not all(self.analysis.builds_afresh(site, loop) for site in sites.values()):
+                fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
             yield self.violation(
                 first_update,
                 f"{shown} {'carry' if len(names) > 1 else 'carries'} the graph of the previous iteration "
