@@ -7,6 +7,7 @@ dataflow facts: backward sites, loops and the values that cross them.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterator, Mapping, Sequence
@@ -398,11 +399,23 @@ class FileAnalysis:
         """What in ``node`` reads or changes gradients (``optimizers.gradient_effects``), and
         ``backward`` when a backward site is in it."""
         effects = gradient_effects(node, self.tree.findall)
-        if any(self.contains(node, site.call) for site in self.backward_sites):
+        if self._holds_a_backward(node):
             effects.add("backward")
         if self._calls_an_optimizer(node):
             effects.add("step")  # first_step(), second_step(), a wrapper's own update methods
         return effects
+
+    def _holds_a_backward(self, node: cst.CSTNode) -> bool:
+        span = self.tree.span(node)
+        if span is None:
+            return any(self.contains(node, site.call) for site in self.backward_sites)
+        # Searched, not scanned: a long file asks this of every statement.
+        first = bisect_left(self._backward_orders, span[0])
+        return first < len(self._backward_orders) and self._backward_orders[first] < span[1]
+
+    @cached_property
+    def _backward_orders(self) -> list[int]:
+        return [self.order(site.call) for site in self.backward_sites]
 
     def updates_parameters(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` steps or zeroes an optimizer (or calls any method of a known one)."""

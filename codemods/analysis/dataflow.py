@@ -280,10 +280,12 @@ class DataflowAnalysis:
         parameters = [p.name.value for p in node.params.params]
         if class_name is not None and parameters:
             parameters = parameters[1:]  # self
+        sites = (self.backward_sites.get(call) for call in self._tree.findall(node, m.Call()))  # not all the file's
         backwarded = tuple(
             site
-            for site in self.backward_sites.values()
-            if site.scope.node is node
+            for site in sites
+            if site is not None
+            and site.scope.node is node
             and isinstance(site.tensor, cst.Name)
             and site.tensor.value in parameters
             and not site.loops

@@ -61,6 +61,11 @@ class SyntaxTree:
             return inner is outer
         return outer_span[0] <= inner_span[0] < outer_span[1]
 
+    def span(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        """The orders (``order``) of ``node`` and of what follows all it holds; None for a node
+        that is not part of this module."""
+        return self._spans.get(node)
+
     def order(self, node: cst.CSTNode) -> int:
         """A key that sorts the module's nodes as they start in the source (a node before what it
         holds), without placing them."""

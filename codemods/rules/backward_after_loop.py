@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Iterator
 
 import libcst as cst
@@ -100,9 +101,16 @@ optimizer.step()
 
     def _site_of_statement(self, statement: cst.CSTNode) -> BackwardSite | None:
         return next(
-            (s for s in self.analysis.backward_sites if s.statement is statement and s.is_whole_statement and s.api.accumulates),
+            (s for s in self._sites_by_statement.get(statement, ()) if s.is_whole_statement and s.api.accumulates),
             None,
         )
+
+    @cached_property
+    def _sites_by_statement(self) -> dict[cst.CSTNode, list[BackwardSite]]:
+        sites: dict[cst.CSTNode, list[BackwardSite]] = {}
+        for site in self.analysis.backward_sites:
+            sites.setdefault(site.statement, []).append(site)
+        return sites
 
     @staticmethod
     def _zeroes(statement: cst.CSTNode) -> bool:

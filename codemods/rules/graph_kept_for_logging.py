@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Iterator
 
 import libcst as cst
@@ -111,11 +112,15 @@ print(total_loss / len(loader))
 
     def _trained_losses(self, loop: Loop) -> set[str]:
         """Names of the tensors this loop backwards in its own body."""
-        return {
-            site.tensor.value
-            for site in self.analysis.backward_sites
-            if site.loops[:1] == (loop,) and isinstance(site.tensor, cst.Name)
-        }
+        return self._trained_losses_by_loop.get(loop, set())
+
+    @cached_property
+    def _trained_losses_by_loop(self) -> dict[Loop, set[str]]:
+        losses: dict[Loop, set[str]] = {}
+        for site in self.analysis.backward_sites:
+            if site.loops and isinstance(site.tensor, cst.Name):
+                losses.setdefault(site.loops[0], set()).add(site.tensor.value)
+        return losses
 
     def _outlives_iteration(self, loop: Loop, store: str) -> bool:
         """Made before the loop (or kept on the module across calls), and not made anew inside it."""
