@@ -134,13 +134,27 @@ print(total_loss / len(loader))
 
     def _backwarded_later(self, loop: Loop, store: str) -> bool:
         """Whether any backward's graph is built from the store (gradient accumulation)."""
+        backwarded_names, graph_statements = self._names_backwards_read
+        return store in backwarded_names or any(
+            not self.analysis.contains(loop.node, statement) for statement in graph_statements.get(store, ())
+        )
+
+    @cached_property
+    def _names_backwards_read(self) -> tuple[set[str], dict[str, list[cst.CSTNode]]]:
+        """The names the backwarded tensors read, and by name the statements of backwarded graphs
+        that read it: gathered once, not for each store."""
+        backwarded_names: set[str] = set()
+        graph_statements: dict[str, list[cst.CSTNode]] = {}
+        seen: set[cst.CSTNode] = set()
         for site in self.analysis.backward_sites:
-            if site.tensor is not None and store in read_names(site.tensor):
-                return True
-            statements = {o.statement for o in expand(site.value.origins, None) if isinstance(o, Origin)}
-            if any(store in read_names(s) and not self.analysis.contains(loop.node, s) for s in statements):
-                return True
-        return False
+            if site.tensor is not None:
+                backwarded_names |= read_names(site.tensor)
+            for origin in expand(site.value.origins, None):
+                if isinstance(origin, Origin) and origin.statement not in seen:
+                    seen.add(origin.statement)
+                    for name in read_names(origin.statement):
+                        graph_statements.setdefault(name, []).append(origin.statement)
+        return backwarded_names, graph_statements
 
     def _used_as_tensor(self, loop: Loop, store: str, keeping: cst.CSTNode) -> bool:
         """Whether code elsewhere in the scope treats the kept values as tensors."""
