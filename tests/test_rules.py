@@ -147,3 +147,29 @@ for i in range(3):
     assert bool(report.fixed) is fixed
     if not fixed:
         assert "not rewritten: once detached, nothing the iteration computes would require grad" in report.findings[0].message
+
+
+def test_gf004_says_why_a_state_the_call_returns_is_not_detached_where_stored():
+    code = """class Stateful(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.RNNCell(3, 4)
+        self.h = torch.zeros(2, 4)
+
+    def forward(self, x):
+        self.h = self.cell(x, self.h)
+        return self.h
+
+
+model = Stateful()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(2, 3)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    report = check_source(HEADER + code.encode(), select_rules(["GF004"]), FixMode.UNSAFE, "train.py")
+    [finding] = report.findings
+    assert not report.fixed
+    assert "(not rewritten: this call reads `self.h` after storing it" in finding.message

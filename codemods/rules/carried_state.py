@@ -146,11 +146,12 @@ for inputs, targets in loader:
                 if self._written_elsewhere(method, name):
                     continue  # another method resets or detaches it: the user manages the state
                 stores = _stores(method.node, name)
+                fix, unfixable = self._store_fix(method, name, stores, stored)
                 yield self.violation(
                     stores[0] if stores else method.node,
                     f"`{name}` keeps this call's graph for the next call of `{method.node.name.value}`; "
-                    "detach it where it is stored",
-                    self._store_fix(method, name, stores, stored),
+                    "detach it where it is stored" + (f" (not rewritten: {unfixable})" if unfixable else ""),
+                    fix,
                     related=(method.node,),
                 )
 
@@ -170,26 +171,31 @@ for inputs, targets in loader:
                     return True
         return False
 
-    def _store_fix(self, method: Loop, name: str, stores: list[cst.CSTNode], stored: Value) -> Fix | None:
+    def _store_fix(self, method: Loop, name: str, stores: list[cst.CSTNode], stored: Value) -> tuple[Fix | None, str]:
+        """The detaches where ``name`` is stored, or why gradfix cannot write them."""
         if not stores or not all(is_single_assignment(s) for s in stores):
-            return None
+            return None, f"`{name}` is not stored by plain assignments"
+        unknown = f"gradfix cannot tell what `{name}` holds (a namedtuple, a dataclass, …)"
         replace, insert_after = [], []
         for store in stores:
             if self._read_after(method, name, store):
-                return None  # detaching at the store would cut this call's own gradient
+                return None, (
+                    f"this call reads `{name}` after storing it, and a detach there would cut this call's "
+                    "own gradient; store a detached copy for the next call instead"
+                )
             assign = store.body[0]
             target = assign.targets[0].target
             if dotted_name(target) == name:
                 value = detached(assign.value, stored.structure)
                 if value is None:
-                    return None
+                    return None, unknown
                 replace.append((store, store.with_changes(body=[assign.with_changes(value=value)])))
             else:
                 statement = _detach_statement(name, stored, stored)
                 if statement is None:
-                    return None
+                    return None, unknown
                 insert_after.append((store, (statement,)))
-        return Fix(safe=True, replace=tuple(replace), insert_after=tuple(insert_after))
+        return Fix(safe=True, replace=tuple(replace), insert_after=tuple(insert_after)), ""
 
     def _read_after(self, method: Loop, name: str, store: cst.CSTNode) -> bool:
         for node in self.analysis.tree.findall(method.node.body, m.Attribute()):
