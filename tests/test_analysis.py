@@ -4,6 +4,7 @@ import textwrap
 from pathlib import Path
 
 import libcst as cst
+import libcst.matchers as m
 import pytest
 
 from gradfix.codemods.analysis.optimizers import gradient_effects
@@ -448,3 +449,21 @@ def test_a_replay_makes_the_calls_of_a_visit_of_the_module_or_of_a_subtree():
         tree.replay(replayed, None if root is module else root)
         root.visit(visited)
         assert replayed.calls == visited.calls and len(visited.calls) > 6
+
+
+def test_names_by_spelling_are_the_name_nodes_a_search_finds_under_a_node():
+    module = cst.parse_module(textwrap.dedent('''
+        pred = model(x)
+        def train(pred, loss):
+            for step in range(3):
+                loss = criterion(pred, y) + pred.mean()
+                loss.backward()
+            return loss
+        print(pred, loss)
+    '''))
+    tree = SyntaxTree(module)
+    for root in (module, module.body[1], module.body[1].body):
+        for spelled in ({"pred"}, {"loss", "pred"}, {"absent"}):
+            searched = [n for n in m.findall(root, m.Name()) if n.value in spelled]
+            assert tree.names(root, spelled) == searched
+    assert len(tree.names(module.body[1].body, {"pred"})) == 2

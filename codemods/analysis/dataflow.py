@@ -176,14 +176,21 @@ class _Frame:
 
 
 def join_envs(envs: Sequence[Env | None]) -> Env | None:
-    """Where paths meet; a name missing on one of them may be unbound there."""
+    """Where paths meet; a name missing on one of them may be unbound there. A name that holds the
+    very same value on every path keeps it (and with it, the names it is an alias of): most names
+    of a long script are untouched by any one loop or branch, and joining each would cost as much
+    as the rest of the analysis."""
     live = [env for env in envs if env is not None]
     if not live:
         return None
     joined = dict(live[0])
     for env in live[1:]:
         for name, value in env.items():
-            joined[name] = joined[name].join(value) if name in joined else replace(value, unbound=True)
+            held = joined.get(name)
+            if held is None:
+                joined[name] = replace(value, unbound=True)
+            elif held is not value or value.structure is NONE:  # (None joined with itself: may be None)
+                joined[name] = held.join(value)
         for name in joined.keys() - env.keys():
             joined[name] = replace(joined[name], unbound=True)
     return joined
@@ -208,6 +215,14 @@ class DataflowAnalysis:
             for init in cls.body.body
             if isinstance(init, cst.FunctionDef) and init.name.value == "__init__" and init.params.params
         }
+        # Every attribute chain the module names, under each of its prefixes (``model`` and
+        # ``model.rnn`` for ``model.rnn.hidden``): assigning ``model`` forgets what was known of the
+        # chains under it without scanning every name of the environment.
+        self._attributes_of: dict[str, list[str]] = {}
+        for attribute in dict.fromkeys(dotted_name(a) for a in tree.findall(module, m.Attribute())):
+            parts = attribute.split(".") if attribute is not None else ()
+            for end in range(1, len(parts)):
+                self._attributes_of.setdefault(".".join(parts[:end]), []).append(attribute)
         for _ in range(_MAX_SUMMARY_ROUNDS):
             known = {key for key, summary in self.summaries.items() if summary.has_effect}
             arguments = {cls: _graph_facts(env) for cls, env in self.constructor_arguments.items()}
@@ -389,7 +404,7 @@ class DataflowAnalysis:
             env[statement.name.value] = NOTHING
             # A module-level function reads the graph-carrying globals defined before it.
             is_global = isinstance(self._scope.node, cst.Module)
-            self._define_function(statement, env={k: v for k, v in env.items() if v.graph} if is_global else None)
+            self._define_function(statement, env=self._globals_read(statement, env) if is_global else None)
             return env
         if isinstance(statement, cst.ClassDef):
             env[statement.name.value] = NOTHING
@@ -399,6 +414,14 @@ class DataflowAnalysis:
             self._eval(statement.subject, env)
             return join_envs([env, *(self._exec_body(case.body, dict(env)) for case in statement.cases)])
         return env
+
+    def _globals_read(self, function: cst.FunctionDef, env: Env) -> Env:
+        """The graph-carrying globals of ``env`` that ``function`` names (a name, or an attribute
+        chain such as ``model.hidden``): looked up by what it names rather than copied whole, since
+        a long script has thousands of globals and hundreds of functions."""
+        named = [name.value for name in self._tree.findall(function, m.Name())]
+        named += [dotted_name(attribute) for attribute in self._tree.findall(function, m.Attribute())]
+        return {name: env[name] for name in dict.fromkeys(named) if name in env and env[name].graph}
 
     def _exec_if_chain(self, statement: cst.If, env: Env) -> Env | None:
         """``if``/``elif``/``else``. A chain of two or more tests with no ``else`` that assigns a name
@@ -492,7 +515,11 @@ class DataflowAnalysis:
             loop = Loop(node, parent, self._scope, frozenset(carried))
             self.loops[node] = loop
         entry = {name: env[name] for name in loop.carried_names if name in env}
-        back_edge: Env = {}
+        # A nested loop runs again at every pass of the loops around it: it starts from what its
+        # iterations left at its previous run, so it takes one pass when what enters it has not
+        # changed, not its two or three passes again (and each of its own nested loops theirs:
+        # the innermost body would be walked 2^depth times).
+        back_edge: Env = dict(loop.back_edge)
         frame = _Frame(loop)
         for _ in range(_MAX_PASSES):
             head = dict(env)
@@ -561,8 +588,8 @@ class DataflowAnalysis:
         name = dotted_name(target)
         if name is None:
             return
-        for key in [k for k in env if k.startswith(name + ".")]:
-            del env[key]
+        for key in self._attributes_of.get(name, ()):
+            env.pop(key, None)
         if self._names_an_object(target):
             value = NOTHING  # model = DDP(model), engine, optimizer, … = deepspeed.initialize(…): not tensors
         if "." in name:

@@ -13,7 +13,7 @@ import functools
 import inspect
 import textwrap
 from bisect import bisect_left
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import libcst as cst
 import libcst.matchers as m
@@ -88,6 +88,24 @@ class SyntaxTree:
         if type(matcher)() == matcher:  # no attribute to match: the type says it all
             return candidates
         return [node for node in candidates if m.matches(node, matcher)]
+
+    def names(self, root: cst.CSTNode, values: Iterable[str]) -> list[cst.Name]:
+        """The ``Name`` nodes under ``root`` (part of this module) spelled as one of ``values``, in
+        the order of the source: looked up by spelling, so a rule asking about a few names of a long
+        scope does not walk it."""
+        first, end = self._spans[root]
+        found = []
+        for value in set(values):
+            indexes = self._names_by_value.get(value, [])
+            found += indexes[bisect_left(indexes, first) : bisect_left(indexes, end)]
+        return [self._nodes[i] for i in sorted(found)]
+
+    @functools.cached_property
+    def _names_by_value(self) -> dict[str, list[int]]:
+        by_value: dict[str, list[int]] = {}
+        for index in self._by_type.get(cst.Name, []):
+            by_value.setdefault(self._nodes[index].value, []).append(index)
+        return by_value
 
     def replay(self, visitor: cst.CSTVisitor, root: cst.CSTNode | None = None) -> None:
         """Run ``visitor`` over the module (or the subtree at ``root``) as ``root.visit(visitor)``

@@ -95,29 +95,20 @@ for epoch in range(epochs):
 
     def _read_elsewhere(self, names: set[str], hoisted: Sequence[cst.CSTNode], loop: Loop) -> bool:
         """Whether any of ``names`` is used in the loop's scope outside the loop body (other than
-        by the moved statements)."""
-        uses = _NameUses(names)
-        for statement in loop.scope.node.body.body if isinstance(loop.scope.node, cst.FunctionDef) else loop.scope.node.body:
-            statement.visit(uses)
+        by the moved statements); nested functions and classes are other scopes."""
+        scope = loop.scope.node
+        tree = self.analysis.tree
         return any(
-            not self.analysis.contains(loop.node.body, node) and not any(self.analysis.contains(s, node) for s in hoisted)
-            for node in uses.found
+            not tree.contains(loop.node.body, node)
+            and not any(tree.contains(s, node) for s in hoisted)
+            and not self._in_nested_scope(node, scope)
+            for node in tree.names(scope.body if isinstance(scope, cst.FunctionDef) else scope, names)
         )
 
-
-class _NameUses(cst.CSTVisitor):
-    """Uses of some names in one scope, not looking into nested functions and classes."""
-
-    def __init__(self, names: set[str]) -> None:
-        self.names = names
-        self.found: list[cst.Name] = []
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+    def _in_nested_scope(self, node: cst.CSTNode, scope: cst.CSTNode) -> bool:
+        parent = self.analysis.tree.parent(node)
+        while parent is not None and parent is not scope:
+            if isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+                return True
+            parent = self.analysis.tree.parent(parent)
         return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value in self.names:
-            self.found.append(node)
