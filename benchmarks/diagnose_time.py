@@ -10,7 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gradfix.codemods.engine import FixMode, check_file
+from gradfix.codemods.checker import check_file
+from gradfix.codemods.engine import FixMode
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
 

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Callable, Iterator, List, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Iterator, List, NoReturn, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -24,19 +24,22 @@ from gradfix.codemods import engine
 from gradfix.codemods.cache import DEFAULT_FOLDER, ReportCache
 from gradfix.codemods.config import Config, ConfigError, configs_for, project_root
 from gradfix.codemods.engine import FileReport, FixMode, SourceError
-from gradfix.codemods.execution.diagnose import diagnose as run_diagnosis
-from gradfix.codemods.execution.diagnose import Diagnosis, fix_and_rerun, notebook_as_script
 from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
-from gradfix.codemods.execution.repair import Repair, repair, write_chosen
-from gradfix.codemods.rule import FixKind
+from gradfix.codemods.finding import FixKind
 from gradfix.codemods.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
 from gradfix.codemods.shard import Shard
 from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
-from gradfix.codemods.execution.verify import BadFixture, discover
-from gradfix.codemods.execution.verify import verify as verify_cases
 
 from . import formats, pull_request, render
 from .github_api import DEFAULT_API_URL, GitHub, GitHubError
+
+if TYPE_CHECKING:
+    from gradfix.codemods.execution.diagnose import Diagnosis
+    from gradfix.codemods.execution.repair import Repair
+
+# LibCST and the analysis are imported where a command needs them (the checker for code on stdin
+# and for reviewing fixes, the execution layer for verify and diagnose; the engine imports the
+# checker for the files the cache does not answer): `check` answered by the cache loads neither.
 
 app = typer.Typer(
     add_completion=False,
@@ -144,7 +147,9 @@ def _run(
             render.stderr.print(f"error: {error}")
             raise typer.Exit(EXIT_ERROR) from None
         mode = _mode(config, fixing, unsafe_fixes)
-        return [engine.check_source(sys.stdin.buffer.read(), _rules(config, select, ignore), mode, name)], []
+        from gradfix.codemods import checker
+
+        return [checker.check_source(sys.stdin.buffer.read(), _rules(config, select, ignore), mode, name)], []
     files = engine.collect_files(paths)
     for notice in files.notices:
         render.stderr.print(f"warning: {notice}")
@@ -335,6 +340,8 @@ def fix(
 def _review(reports: list[FileReport]) -> None:
     """Ask, file by file and rule by rule, whether to apply the fix shown; keep in each report only
     what was accepted. `a` accepts this and every later fix, `q` skips this and every later one."""
+    from gradfix.codemods import checker
+
     answer = ""
     for report in (r for r in reports if r.changed):
         current, accepted = report.original, set()
@@ -342,7 +349,7 @@ def _review(reports: list[FileReport]) -> None:
             rule = rule_by_code(code)
             kinds = {f.fix for f in report.fixed if f.code == code}
             mode = FixMode.UNSAFE if FixKind.UNSAFE in kinds else FixMode.SAFE
-            step = engine.check_source(current, [rule], mode, report.path)
+            step = checker.check_source(current, [rule], mode, report.path)
             if not step.changed:
                 continue
             if answer not in ("a", "q"):
@@ -446,6 +453,9 @@ def verify(
     """Run fixture folders: before.py must fail, the rule must turn it into after.py, after.py must
     run (with equal gradients where the rule keeps the maths); ok.py must be left alone and run.
     Exit 1 if any check fails."""
+    from gradfix.codemods.execution.verify import BadFixture, discover
+    from gradfix.codemods.execution.verify import verify as verify_cases
+
     _require_torch()
     try:
         cases = discover(folders)
@@ -503,6 +513,8 @@ def diagnose(
         cwd=str(script.resolve().parent),
         pass_env=tuple(pass_env or ()),
     )
+    from gradfix.codemods.execution.diagnose import notebook_as_script
+
     if not is_notebook(str(script)):
         _diagnose_script(script, None, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
     try:
@@ -525,6 +537,10 @@ def _diagnose_script(
     jobs: int,
 ) -> NoReturn:
     """Diagnose ``script`` (made from ``notebook``, if given) and exit with what it found."""
+    from gradfix.codemods.execution.diagnose import diagnose as run_diagnosis
+    from gradfix.codemods.execution.diagnose import fix_and_rerun
+    from gradfix.codemods.execution.repair import repair
+
     shown = Path(notebook.path) if notebook is not None else script
     with ScriptRunner() as runner:
         try:
@@ -560,6 +576,8 @@ def _diagnose_script(
 
 def _apply_repair(searched: Repair, diagnosis: Diagnosis, shown: Path, fix: bool, unsafe_fixes: bool) -> NoReturn:
     """Write the rewrite the search chose (when asked, and when the file is still as it was read)."""
+    from gradfix.codemods.execution.repair import write_chosen
+
     chosen = searched.chosen
     if chosen is None:
         render.stderr.print(f"no candidate rewrite ran clean; {shown} is unchanged")

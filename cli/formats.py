@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gradfix import __version__
-from gradfix.codemods import engine
 from gradfix.codemods.engine import FileReport, FixMode
 from gradfix.codemods.notebook import is_notebook
 from gradfix.codemods.registry import all_rules, rule_by_code
-from gradfix.codemods.rule import Finding, FixKind, Rule
+from gradfix.codemods.finding import Finding, FixKind
+from gradfix.codemods.rule import Rule
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -190,11 +190,13 @@ def _fixes_by_rule(report: FileReport) -> dict[str, dict]:
     notebook's fix rewrites cells inside its JSON, which is no text fix a reader can apply."""
     if report.original is None or is_notebook(report.path):
         return {}
+    from gradfix.codemods import checker  # (LibCST: only where a finding has a fix)
+
     fixes = {}
     for code in dict.fromkeys(f.code for f in report.findings if f.fix is not None):
         kinds = {f.fix for f in report.findings if f.code == code}
         mode = FixMode.UNSAFE if FixKind.UNSAFE in kinds else FixMode.SAFE
-        rewrite = engine.check_source(report.original, [rule_by_code(code)], mode, report.path)
+        rewrite = checker.check_source(report.original, [rule_by_code(code)], mode, report.path)
         if rewrite.changed:
             fixes[code] = _sarif_fix(report.path, code, mode, report.original, rewrite.rewritten)
     return fixes

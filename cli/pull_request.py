@@ -30,7 +30,7 @@ from typing import Iterator, Sequence
 from gradfix.codemods import engine
 from gradfix.codemods.engine import FileReport
 from gradfix.codemods.registry import rule_by_code
-from gradfix.codemods.rule import Finding, FixKind
+from gradfix.codemods.finding import Finding, FixKind
 
 from .github_api import GitHub, GitHubError, PullRequest, PullRequestExists
 from .formats import markdown_cell

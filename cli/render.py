@@ -6,18 +6,21 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gradfix.codemods.execution.diagnose import Diagnosis
-from gradfix.codemods.execution.repair import Repair
 from gradfix.codemods.engine import FileReport, unified_diff
 from gradfix.codemods.registry import rule_by_code
-from gradfix.codemods.rule import Finding, FixKind, Rule
-from gradfix.codemods.execution.verify import CheckResult
+from gradfix.codemods.finding import Finding, FixKind
+from gradfix.codemods.rule import Rule
+
+if TYPE_CHECKING:
+    from gradfix.codemods.execution.diagnose import Diagnosis
+    from gradfix.codemods.execution.repair import Repair
+    from gradfix.codemods.execution.verify import CheckResult
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))

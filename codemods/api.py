@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Sequence, TypeVar
 
-from .engine import FileReport, FixMode, check_source
+from .checker import check_source
+from .engine import FileReport, FixMode
 from .registry import select_rules
-from .rule import Finding
+from .finding import Finding
 
 Source = TypeVar("Source", str, bytes)
 

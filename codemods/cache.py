@@ -23,8 +23,9 @@ from typing import Sequence
 
 from gradfix import __version__
 
-from .analysis import ProjectSummaries
+from .analysis.project import ProjectSummaries
 from .engine import FileReport, FixMode
+from .registry import rule_codes
 from .rule import Rule
 
 DEFAULT_FOLDER = ".gradfix_cache"
@@ -40,7 +41,7 @@ class ReportCache:
         digest = hashlib.sha256()
         for part in (
             os.fsencode(str(path)),
-            ",".join(sorted(rule.CODE for rule in rules)).encode(),
+            ",".join(rule_codes(rules)).encode(),
             mode.value.encode(),
             repr(sorted(project.items()) if project else []).encode(),
             data,

@@ -2,50 +2,46 @@
 
 Data flows one way: paths → files → one parse per file → one analysis → every selected rule →
 violations → fixes applied (re-parsed, repeated until nothing more applies) → a ``FileReport``.
-Writing files is left to the caller, through ``write_atomically``.
+``checker`` checks one file; this module finds the files, answers unchanged ones from the cache and
+checks the others on several processes. Writing files is left to the caller, through
+``write_atomically``. Nothing here loads LibCST or the analysis: a run answered by the cache never
+pays for them.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import difflib
 import enum
-import io
 import errno
+import gc
+import io
 import os
-import stat
-import re
 import signal
+import stat
 import subprocess
-import sys
 import tempfile
 import tokenize
-import warnings
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-import libcst as cst
-
 from .analysis.backward_api import may_backward
-from .analysis import ExportedSummary, FileAnalysis, ProjectSummaries, project_summaries
-from .edits import apply_fixes, compatible
-from .notebook import Notebook, NotebookError, is_notebook
-from .rule import Finding, FixKind, Rule, Violation
+from .analysis.project import ExportedSummary, ProjectSummaries, project_summaries
+from .finding import Finding, FixKind
+from .notebook import Notebook, is_notebook
 
 if TYPE_CHECKING:
     from .cache import ReportCache
+    from .rule import Rule
 
 EXCLUDED_DIRECTORIES = {
     ".git", ".hg", ".svn", ".bzr", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
     ".tox", ".nox", ".venv", "venv", ".eggs", "build", "dist", "node_modules", "site-packages",
     "__pypackages__", ".ipynb_checkpoints",
 }
-MAX_FIX_ROUNDS = 5
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 
 
 class FixMode(enum.Enum):
@@ -222,181 +218,12 @@ def _overwrite_in_place(target: Path, data: bytes) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-# one file --------------------------------------------------------------------------------------
-def check_file(
-    path: str | Path, rules: Sequence[type[Rule]], mode: FixMode = FixMode.NONE, project: ProjectSummaries | None = None
-) -> FileReport:
-    report = FileReport(str(path))
-    try:
-        data = Path(path).read_bytes()
-    except OSError as error:
-        report.errors.append(f"{path}: cannot read: {error.strerror or error}")
-        return report
-    return check_source(data, rules, mode, str(path), project)
-
-
 class SourceError(ValueError):
     """A file that cannot be checked: binary, undecodable or unparsable. The message names it."""
 
 
-def parse_source(data: bytes, path: str) -> cst.Module:
-    """Parse a file's bytes, or raise ``SourceError`` saying why it cannot be."""
-    _check_decodable(data, path)
-    try:
-        return cst.parse_module(data)
-    except cst.ParserSyntaxError as error:
-        raise SourceError(f"{path}:{_syntax_error(data, error)}") from None
-    except (RecursionError, MemoryError) as error:
-        raise SourceError(f"{path}: cannot parse: {type(error).__name__}") from None
-
-
-def check_source(
-    data: bytes,
-    rules: Sequence[type[Rule]],
-    mode: FixMode = FixMode.NONE,
-    path: str = "<string>",
-    project: ProjectSummaries | None = None,
-) -> FileReport:
-    """Findings (and, by ``mode``, fixes) for one file's bytes; ``project`` holds the summaries of
-    the other checked files' functions, for calls of them."""
-    if is_notebook(path):
-        return _check_notebook(data, rules, mode, path, project)
-    return _check_python(data, rules, mode, path, project)
-
-
-def _check_python(
-    data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str, project: ProjectSummaries | None
-) -> FileReport:
-    report = FileReport(path, original=data)
-    try:
-        if not may_backward(data):
-            _check_decodable(data, path)
-            return report
-        module = parse_source(data, path)
-    except SourceError as error:
-        report.errors.append(str(error))
-        return report
-
-    try:
-        _fix_until_stable(report, module, rules, mode, path, project)
-    except (RecursionError, MemoryError) as error:
-        report.errors.append(f"{path}: too deeply nested to analyse ({type(error).__name__})")
-    except Exception as error:  # a bug in gradfix must not stop the other files
-        report.internal_errors.append(f"{path}: internal error: {type(error).__name__}: {error}; the file was left as it was")
-        report.findings, report.fixed, report.rewritten = [], [], None
-    return report
-
-
-def _check_notebook(
-    data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str, project: ProjectSummaries | None
-) -> FileReport:
-    """A notebook is checked as the Python source of its code cells; findings are placed by cell
-    and a rewrite goes back into the cells it changed."""
-    report = FileReport(path, original=data)
-    if not may_backward(data):
-        return report
-    try:
-        notebook = Notebook(data, path)
-    except NotebookError as error:
-        report.errors.append(str(error))
-        return report
-    if not notebook.is_python:
-        return report
-    checked = _check_python(notebook.source, rules, mode, path, project)
-    report.errors = [_error_in_cells(notebook, error) for error in checked.errors]
-    report.internal_errors = checked.internal_errors
-    report.exports, report.imports = checked.exports, checked.imports
-    report.findings = [_in_cells(notebook, finding) for finding in checked.findings]
-    report.fixed = [_in_cells(notebook, finding) for finding in checked.fixed]
-    if checked.rewritten is not None:
-        try:
-            report.rewritten = notebook.with_source(checked.rewritten)
-        except NotebookError as error:
-            report.errors.append(str(error))
-            report.findings, report.fixed = report.findings + report.fixed, []
-    return report
-
-
-def _error_in_cells(notebook: Notebook, error: str) -> str:
-    """``path:line: why`` of the cells' source as ``path:cell N:line: why``."""
-    prefix = notebook.path + ":"
-    line, _, why = error.removeprefix(prefix).partition(":")
-    if not error.startswith(prefix) or not line.isdigit():
-        return error
-    place = notebook.locate(int(line))
-    return f"{prefix}cell {place.cell}:{place.line}:{why}"
-
-
-def _in_cells(notebook: Notebook, finding: Finding) -> Finding:
-    place, end = notebook.locate(finding.line), notebook.locate(finding.end_line)
-    related = tuple(notebook.locate(line).line for line in finding.related_lines)
-    end_line = end.line if end.cell == place.cell else place.line
-    return replace(
-        finding, cell=place.cell, line=place.line, end_line=end_line, message=notebook.describe(finding.message), related_lines=related
-    )
-
-
-def _fix_until_stable(
-    report: FileReport,
-    module: cst.Module,
-    rules: Sequence[type[Rule]],
-    mode: FixMode,
-    path: str,
-    project: ProjectSummaries | None,
-) -> None:
-    """Apply compatible fixes, re-parse and re-analyse, until no applicable fix is left."""
-    data = report.original
-    analysis = FileAnalysis.of_module(module, project)
-    report.exports, report.imports = analysis.exports(), analysis.imports()
-    violations = find_violations(analysis, rules)
-    if violations and (error := _compile_error(data, path)):
-        # LibCST parses more than this Python compiles (3.12 syntax, `continue` outside a loop):
-        # such a file is not gradfix's to judge, and any rewrite of it would look like gradfix's fault.
-        report.errors.append(f"{path}:{error.lineno}: does not compile on Python {sys.version_info.major}.{sys.version_info.minor}: {error.msg}")
-        return
-    for _ in range(MAX_FIX_ROUNDS):
-        applicable = [v for v in violations if mode.allows(v.finding.fix)]
-        if not applicable:
-            break
-        chosen = compatible(v.fix for v in applicable)
-        try:
-            rewritten = cst.parse_module(apply_fixes(module, chosen).bytes)
-            if error := _compile_error(rewritten.bytes, path):
-                raise error
-        except (cst.ParserSyntaxError, SyntaxError, ValueError) as error:
-            report.internal_errors.append(
-                f"{path}: internal error: a fix produced code that does not parse ({error}); the file was left as it was"
-            )
-            break
-        report.fixed += [v.finding for v in applicable if v.fix in chosen]
-        module = rewritten
-        violations = find_violations(FileAnalysis.of_module(module, project), rules)
-    report.findings = [replace(v.finding, path=path) for v in violations]
-    report.fixed = [replace(f, path=path) for f in report.fixed]
-    if report.fixed and module.bytes != data:
-        report.rewritten = module.bytes
-
-
-def _compile_error(data: bytes, path: str) -> SyntaxError | None:
-    try:
-        with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
-            warnings.simplefilter("ignore")
-            compile(data, path, "exec", dont_inherit=True)
-    except SyntaxError as error:
-        return error
-    return None
-
-
-def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:
-    """``line: cannot parse: why``; Python's own parser words it best and places it exactly."""
-    try:
-        ast.parse(data)
-    except SyntaxError as python_error:
-        return f"{python_error.lineno}: cannot parse: {python_error.msg}"
-    return f"{error.raw_line}: cannot parse: {error.message}"
-
-
-def _check_decodable(data: bytes, path: str) -> None:
+def check_decodable(data: bytes, path: str) -> None:
+    """Raise ``SourceError`` for bytes that are not text in the encoding they declare."""
     if b"\0" in data:
         raise SourceError(f"{path}: binary file (contains NUL bytes), skipped")
     try:
@@ -406,30 +233,18 @@ def _check_decodable(data: bytes, path: str) -> None:
         raise SourceError(f"{path}: cannot decode: {error}") from None
 
 
-def find_violations(analysis: FileAnalysis, rules: Sequence[type[Rule]]) -> list[Violation]:
-    """What ``rules`` find in an analysed module, less what ``# noqa`` comments silence."""
-    found = [violation for rule in rules for violation in rule(analysis).violations()]
-    if found:  # rendering the module to read its comments costs as much as parsing it
-        suppressions = _suppressions(analysis.module.code)
-        found = [v for v in found if not _suppressed(v.finding, suppressions.get(v.finding.line))]
-    return sorted(found, key=lambda v: (v.finding.line, v.finding.column, v.finding.code))
-
-
-def _suppressed(finding: Finding, codes: set[str] | None) -> bool:
-    return codes is not None and (not codes or finding.code in codes)
-
-
-def _suppressions(code: str) -> dict[int, set[str]]:
-    """``# noqa`` (every code) or ``# noqa: GF001, GF002`` per line."""
-    suppressions = {}
-    for number, line in enumerate(code.splitlines(), start=1):
-        if "noqa" not in line.lower():
-            continue
-        match = _NOQA.search(line)
-        if match:
-            codes = match.group("codes")
-            suppressions[number] = set(re.split(r"[\s,]+", codes.upper())) if codes else set()
-    return suppressions
+def prefiltered_report(data: bytes, path: str) -> FileReport | None:
+    """The report of a file whose text cannot backward a graph (``may_backward``): nothing found,
+    or why a Python file cannot be read as text. None for a file that must be parsed."""
+    if may_backward(data):
+        return None
+    report = FileReport(path, original=data)
+    if not is_notebook(path):
+        try:
+            check_decodable(data, path)
+        except SourceError as error:
+            report.errors.append(str(error))
+    return report
 
 
 # many files ------------------------------------------------------------------------------------
@@ -446,12 +261,26 @@ def check_files(
     Every file is checked once; then the files that import a function of another checked file
     whose summary matters (it backwards an argument, or returns a tensor it backwarded) are
     checked again with those summaries."""
-    reports = _cached_map(files, rules, mode, jobs, None, cache)
-    project = project_summaries((report.path, report.exports) for report in reports if report.exports)
-    again = [i for i, report in enumerate(reports) if report.imports & project.keys()]
-    for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
-        reports[index] = report
+    with _young_objects_collected_rarely():
+        reports = _cached_map(files, rules, mode, jobs, None, cache)
+        project = project_summaries((report.path, report.exports) for report in reports if report.exports)
+        again = [i for i, report in enumerate(reports) if report.imports & project.keys()]
+        for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
+            reports[index] = report
     return reports
+
+
+@contextlib.contextmanager
+def _young_objects_collected_rarely() -> Iterator[None]:
+    """A syntax tree is hundreds of thousands of objects freed by reference counting; at Python's
+    default threshold (a collection every 700 allocations) the cycle collector scans each young
+    tree many times over, about a tenth of checking a tree. Worker processes inherit the setting."""
+    saved = gc.get_threshold()
+    gc.set_threshold(100_000, *saved[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
 
 
 def _cached_map(
@@ -471,8 +300,9 @@ def _cached_map(
         except OSError:
             reports.append(None)  # checking it says why it cannot be read
             continue
-        if not may_backward(data):  # never parsed: checking it costs less than reading an entry
-            reports.append(check_source(data, rules, mode, str(path), project))
+        skipped = prefiltered_report(data, str(path))
+        if skipped is not None:  # never parsed: checking it costs less than reading an entry
+            reports.append(skipped)
             continue
         reports.append(cache.load(cache.key(path, data, rules, mode, project)))
     missing = [i for i, report in enumerate(reports) if report is None]
@@ -486,7 +316,14 @@ def _cached_map(
 def _map_files(
     files: Sequence[Path], rules: Sequence[type[Rule]], mode: FixMode, jobs: int | None, project: ProjectSummaries | None
 ) -> list[FileReport]:
+    if not files:
+        return []
+    # LibCST and the analysis load here, in this process before it forks the workers, and only when
+    # some file is not answered by the cache.
+    from .checker import check_file
+
     jobs = jobs or os.cpu_count() or 1
+    rules = tuple(rules)  # a selection's rules are imported here too, once, not by each worker
     if jobs == 1 or len(files) < 2 * jobs:
         return [check_file(path, rules, mode, project) for path in files]
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
@@ -499,6 +336,8 @@ def _map_files(
 
 
 def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode, ProjectSummaries | None]) -> FileReport:
+    from .checker import check_file  # loaded by the process that forked this one
+
     return check_file(*job)
 
 

@@ -1,55 +1,100 @@
-"""Finds the rules: every ``Rule`` subclass defined in a module of the ``rules`` package."""
+"""The rules by code, and selections of them.
+
+A rule is found by its code in ``RULE_MODULES`` (its ``NAME``, the module of the ``rules`` package
+that defines it). A selection is checked and stands in the cache's keys by its codes alone, and its
+rules are imported when a file is first checked with them: a run that the cache answers imports
+neither the rules nor LibCST. ``tests/test_rules.py`` holds the table to the rule classes.
+"""
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from typing import Iterable, Sequence, overload
 
 from .rule import Rule
+
+RULE_MODULES = {
+    "GF001": "duplicate_backward",
+    "GF002": "separate_backwards",
+    "GF003": "forward_outside_loop",
+    "GF004": "carried_state",
+    "GF005": "gan_detach",
+    "GF006": "cached_graph",
+    "GF007": "graph_kept_for_logging",
+    "GF008": "backward_after_loop",
+    "GF009": "needless_retain_graph",
+}
 
 
 class UnknownRuleError(ValueError):
     pass
 
 
+class RuleSelection(Sequence[type[Rule]]):
+    """Rules chosen by code, in code order; their modules are imported on first use."""
+
+    def __init__(self, codes: Iterable[str]) -> None:
+        self.codes = tuple(sorted(set(codes)))
+
+    @cached_property
+    def _rules(self) -> tuple[type[Rule], ...]:
+        return tuple(_rule_class(code) for code in self.codes)
+
+    @overload
+    def __getitem__(self, index: int) -> type[Rule]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[type[Rule]]: ...
+    def __getitem__(self, index):
+        return self._rules[index]
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __repr__(self) -> str:
+        return f"RuleSelection({', '.join(self.codes)})"
+
+
+def rule_codes(rules: Sequence[type[Rule]]) -> tuple[str, ...]:
+    """The codes of ``rules``, sorted, without importing a selection's rules."""
+    return rules.codes if isinstance(rules, RuleSelection) else tuple(sorted(rule.CODE for rule in rules))
+
+
 @lru_cache(maxsize=None)
-def all_rules() -> tuple[type[Rule], ...]:
-    package = importlib.import_module(f"{__package__}.rules")
-    found = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.ispkg:
-            continue
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        found += [
-            cls
-            for _, cls in inspect.getmembers(module, inspect.isclass)
-            if issubclass(cls, Rule) and cls is not Rule and cls.__module__ == module.__name__
-        ]
-    return tuple(sorted(found, key=lambda cls: cls.CODE))
+def _rule_class(code: str) -> type[Rule]:
+    module = importlib.import_module(f"{__package__}.rules.{RULE_MODULES[code]}")
+    (rule,) = (
+        cls
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if issubclass(cls, Rule) and cls is not Rule and cls.__module__ == module.__name__
+    )
+    return rule
+
+
+def all_rules() -> RuleSelection:
+    return RuleSelection(RULE_MODULES)
 
 
 def rule_by_code(code: str) -> type[Rule]:
-    for rule in all_rules():
-        if rule.CODE == code.upper() or rule.NAME == code:
-            return rule
+    """The rule with this code (any case) or name."""
+    for known, name in RULE_MODULES.items():
+        if code.upper() == known or code == name:
+            return _rule_class(known)
     raise UnknownRuleError(code)
 
 
-def select_rules(select: list[str] | None = None, ignore: list[str] | None = None) -> tuple[type[Rule], ...]:
+def select_rules(select: list[str] | None = None, ignore: list[str] | None = None) -> RuleSelection:
     """The rules chosen by codes or code prefixes (``GF00`` selects GF001…GF009)."""
-    rules = all_rules()
-    codes = {rule.CODE for rule in rules}
 
     def matching(pattern: str) -> set[str]:
         pattern = pattern.strip().upper()
-        chosen = {code for code in codes if code.startswith(pattern)}
+        chosen = {code for code in RULE_MODULES if code.startswith(pattern)}
         if not pattern or not chosen:
             raise UnknownRuleError(pattern)
         return chosen
 
-    chosen = set(codes) if not select else set().union(*(matching(p) for p in select))
+    chosen = set(RULE_MODULES) if not select else set().union(*(matching(p) for p in select))
     for pattern in ignore or ():
         chosen -= matching(pattern)
-    return tuple(rule for rule in rules if rule.CODE in chosen)
+    return RuleSelection(chosen)

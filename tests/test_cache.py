@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gradfix.cli.app import app
-from gradfix.codemods import engine
+from gradfix.codemods import checker
 from gradfix.codemods.cache import ReportCache
 from gradfix.codemods.engine import FixMode, check_files
 from gradfix.codemods.registry import all_rules, select_rules
@@ -27,13 +27,13 @@ TRAIN = (
 def checked(monkeypatch):
     """The files each call of ``check_files`` really checked (the others came from the cache)."""
     paths = []
-    check_file = engine.check_file
+    check_file = checker.check_file
 
     def counting(path, *args):
         paths.append(path.name)
         return check_file(path, *args)
 
-    monkeypatch.setattr(engine, "check_file", counting)
+    monkeypatch.setattr(checker, "check_file", counting)
     return paths
 
 

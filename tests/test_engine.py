@@ -7,10 +7,11 @@ import libcst as cst
 import pytest
 
 from gradfix.cli import Terminated
-from gradfix.codemods import engine
+from gradfix.codemods import checker, engine
 from gradfix.codemods.analysis.backward_api import may_backward
 from gradfix.codemods.edits import Fix
-from gradfix.codemods.engine import FileChanged, FixMode, check_source, write_atomically
+from gradfix.codemods.checker import check_source
+from gradfix.codemods.engine import FileChanged, FixMode, write_atomically
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.rule import FixKind, Rule, Violation
 
@@ -94,7 +95,7 @@ def test_files_without_backward_are_not_parsed(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("parsed a file the prefilter should have skipped")
 
-    monkeypatch.setattr(engine.cst, "parse_module", fail)
+    monkeypatch.setattr(checker.cst, "parse_module", fail)
     report = check_source(b"import torch\nx = torch.ones(3)\n", all_rules(), FixMode.SAFE)
     assert report.findings == [] and report.errors == []
 

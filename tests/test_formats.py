@@ -13,7 +13,7 @@ from gradfix.cli import formats
 from gradfix.cli.app import app
 from gradfix.codemods.engine import FileReport
 from gradfix.codemods.registry import all_rules
-from gradfix.codemods.rule import Finding, FixKind
+from gradfix.codemods.finding import Finding, FixKind
 
 from .conftest import FIXTURES
 

@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 from gradfix.cli.app import app
 from gradfix.codemods import engine
-from gradfix.codemods.engine import FixMode, check_source
+from gradfix.codemods.checker import check_source
+from gradfix.codemods.engine import FixMode
 from gradfix.codemods.notebook import Notebook, NotebookError
 from gradfix.codemods.registry import all_rules
 

@@ -5,7 +5,8 @@ import textwrap
 
 import pytest
 
-from gradfix.codemods.engine import FixMode, check_source
+from gradfix.codemods.checker import check_source
+from gradfix.codemods.engine import FixMode
 from gradfix.codemods.registry import all_rules
 
 CORRECT = {

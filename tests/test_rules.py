@@ -1,9 +1,15 @@
 """Every rule's declared metadata and documentation example hold: `explain` shows what `fix` does."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from gradfix.codemods.engine import FixMode, check_source
-from gradfix.codemods.registry import all_rules, select_rules
+from gradfix.codemods.checker import check_source
+from gradfix.codemods.engine import FixMode
+from gradfix.codemods import rule as rule_module
+from gradfix.codemods.registry import RULE_MODULES, all_rules, rule_codes, select_rules
 
 RULES = all_rules()
 HEADER = b"import torch\nimport torch.nn as nn\n"
@@ -29,6 +35,21 @@ def test_codes_are_unique_and_prefix_selection_works():
     assert len(codes) == len(set(codes))
     assert [r.CODE for r in select_rules(["gf002"])] == ["GF002"]
     assert [r.CODE for r in select_rules(None, ["GF002"])] == [c for c in codes if c != "GF002"]
+
+
+def test_the_registry_names_every_rule_class_and_module_under_its_code():
+    package = Path(rule_module.__file__).parent / "rules"
+    modules = {path.stem for path in package.glob("*.py")} - {"__init__"}
+    assert set(RULE_MODULES.values()) == modules
+    assert {rule.CODE: rule.NAME for rule in RULES} == RULE_MODULES
+    assert rule_codes(select_rules(["GF00"], ["GF002"])) == rule_codes([r for r in RULES if r.CODE != "GF002"])
+
+
+def test_a_selection_imports_no_rule_until_used():
+    probe = "import sys; from gradfix.codemods.registry import select_rules; s = select_rules(['GF001']); "
+    probe += "print('libcst' in sys.modules, len(s)); s[0]; print('libcst' in sys.modules)"
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert shown == ["False", "1", "True"]
 
 
 def _findings(code: str, mode=FixMode.SAFE):

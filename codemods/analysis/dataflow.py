@@ -20,7 +20,7 @@ from typing import Iterator, Mapping, Sequence, Union
 import libcst as cst
 import libcst.matchers as m
 
-from . import backward_api
+from . import backward_api, backward_calls
 from .backward_api import BackwardApi, Tristate
 from .project import ExportedSummary, ProjectSummaries
 from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, read_names, target_names
@@ -132,7 +132,7 @@ class BackwardSite:
         )
 
     def with_tensor(self, tensor: cst.BaseExpression) -> cst.Call:
-        return backward_api.with_tensor(self.api, self.call, tensor)
+        return backward_calls.with_tensor(self.api, self.call, tensor)
 
 
 @dataclass(frozen=True)
@@ -710,7 +710,7 @@ class DataflowAnalysis:
             if method in ("backward", "manual_backward"):
                 receiver = self._eval(func.value, env)
                 self._eval_all(arguments, env)
-                api = backward_api.method_api(
+                api = backward_calls.method_api(
                     method,
                     node,
                     self.names.framework(func.value),
@@ -860,7 +860,7 @@ class DataflowAnalysis:
         )
 
     def _record_backward(self, call: cst.Call, api: BackwardApi, env: Env) -> None:
-        tensors = backward_api.backwarded_expressions(api, call)
+        tensors = backward_calls.backwarded_expressions(api, call)
         values = [self._eval(tensor, env) for tensor in tensors]
         value = _joined(values)
         walked = _graph_nodes(value)
@@ -879,8 +879,8 @@ class DataflowAnalysis:
             api=api,
             tensors=tensors,
             value=value,
-            retain_graph=backward_api.retain_graph(api, call),
-            create_graph=backward_api.create_graph(api, call),
+            retain_graph=backward_calls.retain_graph(api, call),
+            create_graph=backward_calls.create_graph(api, call),
             loops=tuple(reversed(self._loops)),
             scope=self._scope,
         )
@@ -914,7 +914,7 @@ class DataflowAnalysis:
         self._eval(call.func, env)
         for inner in summary.backwarded:
             api = summary.backward_api(inner)
-            if backward_api.tensor_expression(api, call) is not None:
+            if backward_calls.tensor_expression(api, call) is not None:
                 self._record_backward(call, api, env)
         result = combine(values, self._origin(call), summary.returned.structure)
         if summary.returned.backwarded:
@@ -927,7 +927,7 @@ class DataflowAnalysis:
         values = self._eval_all([arg.value for arg in call.args], env)
         for parameter, _, _ in summary.backwarded:
             api = BackwardApi.of_function(summary.name, summary.parameters.index(parameter), parameter)
-            if backward_api.tensor_expression(api, call) is not None:
+            if backward_calls.tensor_expression(api, call) is not None:
                 self._record_backward(call, api, env)
         result = combine(values, self._origin(call), UNKNOWN)
         if summary.returns_backwarded is None:

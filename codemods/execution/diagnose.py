@@ -22,7 +22,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..analysis import FileAnalysis, code_of
-from ..engine import FileReport, FixMode, SourceError, check_source, find_violations, parse_source, unified_diff, write_atomically
+from ..checker import check_source, find_violations, parse_source
+from ..engine import FileReport, FixMode, SourceError, unified_diff, write_atomically
 from ..notebook import Notebook
 from ..registry import all_rules, rule_by_code
 from ..rule import Finding, FixKind, Rule

@@ -45,7 +45,8 @@ import libcst.matchers as m
 
 from ..analysis import TENSOR, FileAnalysis, assigned_names, code_of, detached_where_stored, read_names
 from ..edits import Fix, apply_fixes
-from ..engine import SourceError, parse_source, write_atomically
+from ..checker import parse_source
+from ..engine import SourceError, write_atomically
 from .diagnose import Diagnosis
 from .runner import RunOptions, RunResult, ScriptRunner
 from .verify import compare_gradients

@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from ..engine import FileReport, FixMode, check_source, unified_diff
+from ..checker import check_source
+from ..engine import FileReport, FixMode, unified_diff
 from ..registry import all_rules
 from ..rule import FixKind, Rule
 from .runner import RunOptions, RunResult, ScriptRunner

@@ -6,7 +6,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..analysis import BackwardSite, assigned_names, code_of
-from ..analysis.backward_api import with_retained_graph
+from ..analysis.backward_calls import with_retained_graph
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 

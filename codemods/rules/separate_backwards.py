@@ -15,7 +15,7 @@ from ..analysis import (
     read_names,
     stepped_optimizers,
 )
-from ..analysis.backward_api import argument
+from ..analysis.backward_calls import argument
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 

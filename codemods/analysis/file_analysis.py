@@ -1,0 +1,417 @@
+"""``FileAnalysis``: one parsed module with its structure, torch names and dataflow facts, and
+the questions the rules ask of them."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterator, Mapping, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+from .assignments import assigned_names, read_names, target_names
+from .optimizers import gradient_effects, updates_parameters
+from .gan import GanSteps, find_gan_steps
+from .project import ExportedSummary, ProjectSummaries
+from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
+from .syntax import code_of
+from .torch_names import TorchNames, collect_torch_names, dotted_name
+from .tree import SyntaxTree
+from .values import NUMBER, Origin, Value
+
+
+@dataclass(frozen=True)
+class Block:
+    """A statement list that edits can change: a module body or an indented block."""
+
+    owner: cst.CSTNode  # the Module or IndentedBlock
+    statements: Sequence[cst.BaseStatement]
+
+    def index(self, statement: cst.CSTNode) -> int:
+        return next(i for i, s in enumerate(self.statements) if s is statement)
+
+
+class FileAnalysis:
+    def __init__(self, module: cst.Module, imported: ProjectSummaries | None = None) -> None:
+        self.module = module
+        self.tree = SyntaxTree(module)
+        self.names: TorchNames = collect_torch_names(self.tree)
+        self._dataflow = DataflowAnalysis(module, self.names, imported, self.tree)
+
+    @classmethod
+    def of_module(cls, module: cst.Module, imported: ProjectSummaries | None = None) -> "FileAnalysis":
+        """``imported``: summaries of the other checked files' functions, by import path."""
+        return cls(module, imported)
+
+    @cached_property
+    def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        # Rendering the module to place every node costs more than the rest of the analysis: only
+        # files with something to report or to order by place pay for it.
+        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+    def exports(self) -> dict[str, ExportedSummary]:
+        """This file's function summaries that other files may import."""
+        return self._dataflow.exports()
+
+    def imports(self) -> set[str]:
+        """The dotted names this file imports (what it could use from other checked files)."""
+        return set(self.names.aliases.values())
+
+    # facts -----------------------------------------------------------------------------------
+    @cached_property
+    def backward_sites(self) -> list[BackwardSite]:
+        return sorted(self._dataflow.backward_sites.values(), key=lambda site: self.order(site.call))
+
+    def graph_nodes(self, site: BackwardSite) -> set[Origin]:
+        """Every place that built part of the graph ``site`` backwards, through all loop heads."""
+        return self.value_nodes(site.value)
+
+    @staticmethod
+    def value_nodes(value: Value) -> set[Origin]:
+        """Every place that built part of ``value``'s graph, through all loop heads."""
+        return {source for source in expand(value.origins, None) if isinstance(source, Origin)}
+
+    def escaped(self, scope: Scope) -> set[Origin]:
+        """Graph nodes that ``scope`` stores on objects, returns or hands to calls made for their
+        effect: code gradfix does not follow may backward them again."""
+        return self._dataflow.escaped.get(scope.node, set())
+
+    @cached_property
+    def gan_steps(self) -> list[GanSteps]:
+        """Pairs of backwards that are a GAN's discriminator and generator steps (``analysis.gan``)."""
+        return find_gan_steps(self)
+
+    def value_assigned(self, expression: cst.BaseExpression) -> Value | None:
+        """What the right-hand side of an assignment evaluated to (None where never reached)."""
+        return self._dataflow.assigned_values.get(expression)
+
+    def value_read(self, name: cst.Name) -> Value | None:
+        """What the name held where the program read it (None where the analysis never got)."""
+        return self._dataflow.read_values.get(name)
+
+    def builds_afresh(self, site: BackwardSite, loop: Loop) -> bool:
+        """Whether an iteration of ``loop`` may add to the graph ``site`` backwards a part of its
+        own, so that something is left to backward once the values carried in from the previous
+        iteration are detached. False only when every part the iteration adds is plainly made of
+        carried graphs and numbers: ``state = state * 0.5; state.sum().backward()``."""
+        for origin in self.graph_nodes(site):
+            if not self.contains(loop.node, origin.node):
+                continue
+            for call in self.tree.findall(origin.node, m.Call()):
+                if not isinstance(call.func, cst.Attribute) or not self._holds_graph(call.func.value):
+                    return True  # a function or a method of something else: it may read parameters
+            for name in self.tree.findall(origin.node, m.Name()):
+                read = self.value_read(name)
+                if read is None or name.value in ("True", "False", "None"):
+                    continue  # not a read: an attribute's or a keyword's name
+                if (read.graph and not read.origins) or (not read.graph and read.structure is not NUMBER):
+                    return True  # a tensor that may require grad (a leaf, a parameter, an argument)
+        return False
+
+    def _holds_graph(self, expression: cst.BaseExpression) -> bool:
+        return any(
+            (read := self.value_read(name)) is not None and read.graph for name in self.tree.findall(expression, m.Name())
+        )
+
+    def read_only_where_assigned(self, loop: Loop, name: str) -> bool:
+        """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
+        earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
+        loop writes nothing the test reads (``if args.with_prior_preservation:`` twice): the test
+        answers the same both times, so what is read is always this iteration's value (or the read
+        follows the assignment in the branch that makes it)."""
+        if "." in name:
+            return False
+        body = loop.node.body
+        written = assigned_names(body, tree=self.tree)
+        assigning: dict[str, list[cst.If]] = {}
+        for branch in self.tree.findall(body, m.If()):
+            # (a call may answer differently each time: `if random.random() < p:`)
+            invariant = not self.tree.findall(branch.test, m.Call()) and not read_names(branch.test) & written
+            if invariant and _always_assigns(branch.body, name):
+                assigning.setdefault(code_of(branch.test), []).append(branch)
+        reads = [n for n in self.tree.findall(body, m.Name(value=name)) if n in self._dataflow.read_values]
+        return bool(assigning and reads) and all(self._guarded_like(read, assigning, loop.node) for read in reads)
+
+    def _guarded_like(self, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode) -> bool:
+        node = read
+        while (parent := self.tree.parent(node)) is not None and parent is not loop:
+            if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
+                branches = assigning.get(code_of(parent.test), ())
+                if any(self.tree.follows(parent, branch) for branch in branches):
+                    return True
+                if parent in branches and any(self.tree.follows(read, s) for s in _assignments(parent.body, read.value)):
+                    return True  # after the assignment, in the branch that makes it
+            node = parent
+        return False
+
+    def iterates_graph(self, loop: Loop) -> bool:
+        """Whether a ``for`` loop iterates over a value that carries a graph (``zip(inputs,
+        soft_targets)`` where a teacher built ``soft_targets`` before the loop). The dataflow reads
+        what an unknown iterable yields as data, so that graph is not among the targets' origins."""
+        if not isinstance(loop.node, cst.For):
+            return False
+        values = (self.value_read(name) for name in m.findall(loop.node.iter, m.Name()))
+        return any(value is not None and value.graph for value in values)
+
+    def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
+        """Statements outside ``loop`` that built part of the graph ``site`` backwards in it."""
+        statements = {
+            source.statement
+            for source in expand(site.value.origins, loop)
+            if isinstance(source, Origin)
+            and loop not in self.loops_around(source.statement)
+            and not self.contains(loop.node, source.statement)
+        }
+        return sorted(statements, key=self.start)
+
+    @cached_property
+    def trained_modules(self) -> set[str] | None:
+        """The modules some optimizer updates (``torch.optim.X(model.parameters())``, handed back
+        by ``accelerator.prepare`` / ``fabric.setup``); None when an optimizer's parameters are not
+        known, so no module can be said to stay untrained."""
+        names = self.names
+        if not names.optimizers or names.optimizers - names.optimized_modules.keys():
+            return None
+        return set().union(*names.optimized_modules.values())
+
+    def untrained_graph(self, statements: Sequence[cst.CSTNode]) -> bool:
+        """Whether ``statements`` build their graph only from modules no optimizer updates (a
+        teacher, a frozen feature extractor): what they compute is a constant of training."""
+        trained = self.trained_modules
+        if trained is None:
+            return False
+        modules = [
+            dotted_name(call.func)
+            for statement in statements
+            for call in self.tree.findall(statement, m.Call())
+            if self.names.module(call.func, self.class_name_of(statement)) is not None
+        ]
+        return bool(modules) and not any(self._may_train(module, trained) for module in modules)
+
+    @staticmethod
+    def _may_train(module: str | None, trained: set[str]) -> bool:
+        """Whether an optimizer may update ``module``: it trains the module, a module holding it
+        (``model`` holds ``model.encoder``) or one inside it; and, since ``self.model`` may be
+        the ``model`` some optimizer trains, any module named through ``self`` by an optimizer
+        that is not (or the other way round)."""
+        if module is None:
+            return True
+        on_self = module.split(".")[0] == "self"
+        return any(
+            t == module
+            or t.startswith(module + ".")
+            or module.startswith(t + ".")
+            or on_self != (t.split(".")[0] == "self")
+            for t in trained
+        )
+
+    def called_with_graph(self, scope: Scope) -> bool | None:
+        """Whether a call of the function ``scope`` in this file passes it a graph-carrying
+        argument; None when the file never calls it (its callers are not known)."""
+        if not isinstance(scope.node, cst.FunctionDef):
+            return False
+        return self._dataflow.graph_arguments.get(_function_name(scope))
+
+    def runs_every_step(self, scope: Scope) -> bool:
+        """Whether the function ``scope`` runs again and again with the same globals and the same
+        instance: a method of an nn.Module (each call is another step's forward), a trainer hook,
+        or a function or method this file calls in a loop."""
+        if not isinstance(scope.node, cst.FunctionDef):
+            return False
+        return scope.in_module_class or self.is_forward(scope) or _function_name(scope) in self._dataflow.repeated_functions
+
+    def is_forward(self, scope: Scope) -> bool:
+        """Whether ``scope`` is what calling a module runs (``forward``, ``__call__``) or a hook
+        whose result a trainer backwards."""
+        node = scope.node
+        if not isinstance(node, cst.FunctionDef) or scope.class_name is None:
+            return False
+        name = node.name.value
+        return name in ("forward", "__call__") or self.names.trainer_hooks.get(scope.class_name) == name
+
+    def built_outside(self, scope: Scope, values: Sequence[Value]) -> list[cst.CSTNode]:
+        """Statements outside the function ``scope`` that built part of the graphs of ``values``:
+        globals it reads, attributes its instance was constructed with."""
+        statements = {
+            source.statement
+            for value in values
+            for source in self.value_nodes(value)
+            if not self.contains(scope.node, source.statement)
+        }
+        return sorted(statements, key=self.start)
+
+    def constructed_every_step(self, class_name: str) -> bool:
+        """Whether some instance of the local class ``class_name`` is made in a loop that also
+        backwards: each step then has a fresh instance."""
+        training_loops = {loop for site in self.backward_sites for loop in site.loops if not loop.is_call}
+        return any(
+            set(loops) & training_loops for loops in self._dataflow.constructions.get(class_name, ())
+        )
+
+    def site_of(self, call: cst.Call) -> BackwardSite:
+        return self._dataflow.backward_sites[call]
+
+    def trainer_hooks(self) -> Iterator[tuple[cst.FunctionDef, str]]:
+        """Methods whose result a trainer backwards (``training_step`` of a LightningModule under
+        automatic optimization, ``compute_loss`` of a Hugging Face Trainer), with their class."""
+        hooks = self.names.trainer_hooks
+        for cls in self._classes:
+            name = cls.name.value
+            if name not in hooks or name in self.names.manual_optimization:
+                continue
+            for statement in cls.body.body:
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == hooks[name]:
+                    yield statement, name
+
+    def class_body(self, name: str | None) -> Sequence[cst.BaseStatement]:
+        """The statements of the class called ``name`` (empty when there is none)."""
+        cls = next((c for c in self._classes if c.name.value == name), None)
+        return cls.body.body if cls is not None else ()
+
+    def class_name_of(self, node: cst.CSTNode) -> str | None:
+        """The name of the innermost class whose body holds ``node``."""
+        while node is not None and not isinstance(node, cst.ClassDef):
+            node = self.tree.parent(node)
+        return node.name.value if node is not None else None
+
+    def constructor_of(self, name: str | None) -> cst.FunctionDef | None:
+        """The ``__init__`` of the class called ``name``, if it has one."""
+        return next(
+            (s for s in self.class_body(name) if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
+            None,
+        )
+
+    @cached_property
+    def _classes(self) -> list[cst.ClassDef]:
+        return self.tree.findall(self.module, m.ClassDef())
+
+    @property
+    def loops(self) -> list[Loop]:
+        return list(self._dataflow.loops.values())
+
+    def loops_around(self, statement: cst.CSTNode) -> tuple[Loop, ...]:
+        """The loops (innermost first) a statement runs in, within its own function."""
+        return self._dataflow.statement_loops.get(statement, ())
+
+    # positions and structure -----------------------------------------------------------------
+    def range(self, node: cst.CSTNode) -> CodeRange:
+        return self._positions[node]
+
+    def order(self, node: cst.CSTNode) -> int:
+        """Sorts nodes as they appear in the source; cheaper than ``start``, which places them."""
+        return self.tree.order(node)
+
+    def start(self, node: cst.CSTNode) -> tuple[int, int]:
+        position = self._positions[node].start
+        return position.line, position.column
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self._positions[node].start.line
+
+    def block_of(self, statement: cst.CSTNode) -> Block | None:
+        """The editable statement list that directly holds ``statement``."""
+        owner = self.tree.parent(statement)
+        if isinstance(owner, (cst.Module, cst.IndentedBlock)) and isinstance(statement, cst.BaseStatement):
+            return Block(owner, owner.body)
+        return None
+
+    def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+        """The statement line an expression is in (None inside a compound statement's header)."""
+        while node is not None and not isinstance(node, cst.SimpleStatementLine):
+            if isinstance(node, cst.BaseCompoundStatement):
+                return None
+            node = self.tree.parent(node)
+        return node
+
+    def statement_at(self, line: int) -> cst.SimpleStatementLine | None:
+        """The statement line that spans source line ``line``."""
+        return next(
+            (s for s in self._simple_statements if self._positions[s].start.line <= line <= self._positions[s].end.line),
+            None,
+        )
+
+    def function_at(self, line: int) -> cst.FunctionDef | None:
+        """The innermost function whose definition spans source line ``line``."""
+        spanning = [f for f in self._functions if self._positions[f].start.line <= line <= self._positions[f].end.line]
+        return spanning[-1] if spanning else None
+
+    @cached_property
+    def _simple_statements(self) -> list[cst.SimpleStatementLine]:
+        return self.tree.findall(self.module, m.SimpleStatementLine())
+
+    @cached_property
+    def _functions(self) -> list[cst.FunctionDef]:
+        return self.tree.findall(self.module, m.FunctionDef())
+
+    def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+        return self.tree.contains(outer, inner)
+
+    # effects ---------------------------------------------------------------------------------
+    def gradient_effects(self, node: cst.CSTNode) -> set[str]:
+        """What in ``node`` reads or changes gradients (``optimizers.gradient_effects``), and
+        ``backward`` when a backward site is in it."""
+        effects = gradient_effects(node, self.tree.findall)
+        if self._holds_a_backward(node):
+            effects.add("backward")
+        if self._calls_an_optimizer(node):
+            effects.add("step")  # first_step(), second_step(), a wrapper's own update methods
+        return effects
+
+    def _holds_a_backward(self, node: cst.CSTNode) -> bool:
+        span = self.tree.span(node)
+        if span is None:
+            return any(self.contains(node, site.call) for site in self.backward_sites)
+        # Searched, not scanned: a long file asks this of every statement.
+        first = bisect_left(self._backward_orders, span[0])
+        return first < len(self._backward_orders) and self._backward_orders[first] < span[1]
+
+    @cached_property
+    def _backward_orders(self) -> list[int]:
+        return [self.order(site.call) for site in self.backward_sites]
+
+    def updates_parameters(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` steps or zeroes an optimizer (or calls any method of a known one)."""
+        return updates_parameters(node, self.tree.findall) or self._calls_an_optimizer(node)
+
+    def _calls_an_optimizer(self, node: cst.CSTNode) -> bool:
+        return any(
+            dotted_name(call.func.value) in self.names.optimizers
+            for call in self.tree.findall(node, m.Call(func=m.Attribute()))
+        )
+
+
+def _function_name(scope: Scope) -> str:
+    """How the dataflow names a function: ``f`` or ``Class.method``."""
+    name = scope.node.name.value
+    return name if scope.class_name is None else f"{scope.class_name}.{name}"
+
+
+def _assignments(block: cst.BaseSuite, name: str) -> list[cst.SimpleStatementLine]:
+    """The statements of ``block`` itself (not nested ones) that assign ``name``."""
+    return [
+        statement for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets)
+            for small in statement.body
+        )
+    ]
+
+
+def _always_assigns(block: cst.BaseSuite, name: str) -> bool:
+    """Whether every path through ``block`` assigns ``name`` (an if/else assigning it in both)."""
+    if _assignments(block, name):
+        return True
+    return any(
+        isinstance(statement, cst.If) and _always_assigns(statement.body, name) and _else_always_assigns(statement, name)
+        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
+    )
+
+
+def _else_always_assigns(statement: cst.If, name: str) -> bool:
+    orelse = statement.orelse
+    if isinstance(orelse, cst.If):
+        return _always_assigns(orelse.body, name) and _else_always_assigns(orelse, name)
+    return isinstance(orelse, cst.Else) and _always_assigns(orelse.body, name)

@@ -1,0 +1,220 @@
+"""One file's check: parse it once, analyse it once, run every selected rule, and apply the fixes
+the mode allows (re-parsed, repeated until nothing more applies). The library API for one file;
+``engine`` runs it over many.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+import libcst as cst
+
+from .analysis import FileAnalysis, ProjectSummaries
+from .edits import apply_fixes, compatible
+from .engine import FileReport, FixMode, SourceError, check_decodable, prefiltered_report
+from .finding import Finding
+from .notebook import Notebook, NotebookError, is_notebook
+from .rule import Rule, Violation
+
+MAX_FIX_ROUNDS = 5
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+
+
+def check_file(
+    path: str | Path, rules: Sequence[type[Rule]], mode: FixMode = FixMode.NONE, project: ProjectSummaries | None = None
+) -> FileReport:
+    report = FileReport(str(path))
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        report.errors.append(f"{path}: cannot read: {error.strerror or error}")
+        return report
+    return check_source(data, rules, mode, str(path), project)
+
+
+def parse_source(data: bytes, path: str) -> cst.Module:
+    """Parse a file's bytes, or raise ``SourceError`` saying why it cannot be."""
+    check_decodable(data, path)
+    try:
+        return cst.parse_module(data)
+    except cst.ParserSyntaxError as error:
+        raise SourceError(f"{path}:{_syntax_error(data, error)}") from None
+    except (RecursionError, MemoryError) as error:
+        raise SourceError(f"{path}: cannot parse: {type(error).__name__}") from None
+
+
+def check_source(
+    data: bytes,
+    rules: Sequence[type[Rule]],
+    mode: FixMode = FixMode.NONE,
+    path: str = "<string>",
+    project: ProjectSummaries | None = None,
+) -> FileReport:
+    """Findings (and, by ``mode``, fixes) for one file's bytes; ``project`` holds the summaries of
+    the other checked files' functions, for calls of them."""
+    skipped = prefiltered_report(data, path)
+    if skipped is not None:
+        return skipped
+    if is_notebook(path):
+        return _check_notebook(data, rules, mode, path, project)
+    return _check_python(data, rules, mode, path, project)
+
+
+def _check_python(
+    data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str, project: ProjectSummaries | None
+) -> FileReport:
+    report = FileReport(path, original=data)
+    try:
+        module = parse_source(data, path)
+    except SourceError as error:
+        report.errors.append(str(error))
+        return report
+
+    try:
+        _fix_until_stable(report, module, rules, mode, path, project)
+    except (RecursionError, MemoryError) as error:
+        report.errors.append(f"{path}: too deeply nested to analyse ({type(error).__name__})")
+    except Exception as error:  # a bug in gradfix must not stop the other files
+        report.internal_errors.append(f"{path}: internal error: {type(error).__name__}: {error}; the file was left as it was")
+        report.findings, report.fixed, report.rewritten = [], [], None
+    return report
+
+
+def _check_notebook(
+    data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str, project: ProjectSummaries | None
+) -> FileReport:
+    """A notebook is checked as the Python source of its code cells; findings are placed by cell
+    and a rewrite goes back into the cells it changed."""
+    report = FileReport(path, original=data)
+    try:
+        notebook = Notebook(data, path)
+    except NotebookError as error:
+        report.errors.append(str(error))
+        return report
+    if not notebook.is_python:
+        return report
+    # (The JSON may mention a backward only in outputs or markdown.)
+    checked = prefiltered_report(notebook.source, path) or _check_python(notebook.source, rules, mode, path, project)
+    report.errors = [_error_in_cells(notebook, error) for error in checked.errors]
+    report.internal_errors = checked.internal_errors
+    report.exports, report.imports = checked.exports, checked.imports
+    report.findings = [_in_cells(notebook, finding) for finding in checked.findings]
+    report.fixed = [_in_cells(notebook, finding) for finding in checked.fixed]
+    if checked.rewritten is not None:
+        try:
+            report.rewritten = notebook.with_source(checked.rewritten)
+        except NotebookError as error:
+            report.errors.append(str(error))
+            report.findings, report.fixed = report.findings + report.fixed, []
+    return report
+
+
+def _error_in_cells(notebook: Notebook, error: str) -> str:
+    """``path:line: why`` of the cells' source as ``path:cell N:line: why``."""
+    prefix = notebook.path + ":"
+    line, _, why = error.removeprefix(prefix).partition(":")
+    if not error.startswith(prefix) or not line.isdigit():
+        return error
+    place = notebook.locate(int(line))
+    return f"{prefix}cell {place.cell}:{place.line}:{why}"
+
+
+def _in_cells(notebook: Notebook, finding: Finding) -> Finding:
+    place, end = notebook.locate(finding.line), notebook.locate(finding.end_line)
+    related = tuple(notebook.locate(line).line for line in finding.related_lines)
+    end_line = end.line if end.cell == place.cell else place.line
+    return replace(
+        finding, cell=place.cell, line=place.line, end_line=end_line, message=notebook.describe(finding.message), related_lines=related
+    )
+
+
+def _fix_until_stable(
+    report: FileReport,
+    module: cst.Module,
+    rules: Sequence[type[Rule]],
+    mode: FixMode,
+    path: str,
+    project: ProjectSummaries | None,
+) -> None:
+    """Apply compatible fixes, re-parse and re-analyse, until no applicable fix is left."""
+    data = report.original
+    analysis = FileAnalysis.of_module(module, project)
+    report.exports, report.imports = analysis.exports(), analysis.imports()
+    violations = find_violations(analysis, rules)
+    if violations and (error := _compile_error(data, path)):
+        # LibCST parses more than this Python compiles (3.12 syntax, `continue` outside a loop):
+        # such a file is not gradfix's to judge, and any rewrite of it would look like gradfix's fault.
+        report.errors.append(f"{path}:{error.lineno}: does not compile on Python {sys.version_info.major}.{sys.version_info.minor}: {error.msg}")
+        return
+    for _ in range(MAX_FIX_ROUNDS):
+        applicable = [v for v in violations if mode.allows(v.finding.fix)]
+        if not applicable:
+            break
+        chosen = compatible(v.fix for v in applicable)
+        try:
+            rewritten = cst.parse_module(apply_fixes(module, chosen).bytes)
+            if error := _compile_error(rewritten.bytes, path):
+                raise error
+        except (cst.ParserSyntaxError, SyntaxError, ValueError) as error:
+            report.internal_errors.append(
+                f"{path}: internal error: a fix produced code that does not parse ({error}); the file was left as it was"
+            )
+            break
+        report.fixed += [v.finding for v in applicable if v.fix in chosen]
+        module = rewritten
+        violations = find_violations(FileAnalysis.of_module(module, project), rules)
+    report.findings = [replace(v.finding, path=path) for v in violations]
+    report.fixed = [replace(f, path=path) for f in report.fixed]
+    if report.fixed and module.bytes != data:
+        report.rewritten = module.bytes
+
+
+def _compile_error(data: bytes, path: str) -> SyntaxError | None:
+    try:
+        with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
+            warnings.simplefilter("ignore")
+            compile(data, path, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return error
+    return None
+
+
+def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:
+    """``line: cannot parse: why``; Python's own parser words it best and places it exactly."""
+    try:
+        ast.parse(data)
+    except SyntaxError as python_error:
+        return f"{python_error.lineno}: cannot parse: {python_error.msg}"
+    return f"{error.raw_line}: cannot parse: {error.message}"
+
+
+def find_violations(analysis: FileAnalysis, rules: Sequence[type[Rule]]) -> list[Violation]:
+    """What ``rules`` find in an analysed module, less what ``# noqa`` comments silence."""
+    found = [violation for rule in rules for violation in rule(analysis).violations()]
+    if found:  # rendering the module to read its comments costs as much as parsing it
+        suppressions = _suppressions(analysis.module.code)
+        found = [v for v in found if not _suppressed(v.finding, suppressions.get(v.finding.line))]
+    return sorted(found, key=lambda v: (v.finding.line, v.finding.column, v.finding.code))
+
+
+def _suppressed(finding: Finding, codes: set[str] | None) -> bool:
+    return codes is not None and (not codes or finding.code in codes)
+
+
+def _suppressions(code: str) -> dict[int, set[str]]:
+    """``# noqa`` (every code) or ``# noqa: GF001, GF002`` per line."""
+    suppressions = {}
+    for number, line in enumerate(code.splitlines(), start=1):
+        if "noqa" not in line.lower():
+            continue
+        match = _NOQA.search(line)
+        if match:
+            codes = match.group("codes")
+            suppressions[number] = set(re.split(r"[\s,]+", codes.upper())) if codes else set()
+    return suppressions
