@@ -99,8 +99,10 @@ def _check_notebook(
         return report
     if not notebook.is_python:
         return report
-    # (The JSON may mention a backward only in outputs or markdown.)
-    checked = prefiltered_report(notebook.source, path) or _check_python(notebook.source, rules, mode, path, project)
+    # The JSON may mention a backward only in outputs or markdown: the cells' code is prefiltered too.
+    checked = prefiltered_report(notebook.source, path)
+    if checked is None:
+        checked = _check_python(notebook.source, rules, mode, path, project)
     report.errors = [_error_in_cells(notebook, error) for error in checked.errors]
     report.internal_errors = checked.internal_errors
     report.exports, report.imports = checked.exports, checked.imports

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from functools import cached_property, lru_cache
-from typing import Iterable, Sequence, overload
+from typing import Iterable, Sequence
 
 from .rule import Rule
 
@@ -42,11 +42,7 @@ class RuleSelection(Sequence[type[Rule]]):
     def _rules(self) -> tuple[type[Rule], ...]:
         return tuple(_rule_class(code) for code in self.codes)
 
-    @overload
-    def __getitem__(self, index: int) -> type[Rule]: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[type[Rule]]: ...
-    def __getitem__(self, index):
+    def __getitem__(self, index):  # (an int or a slice, as a tuple takes them)
         return self._rules[index]
 
     def __len__(self) -> int:
