@@ -467,3 +467,32 @@ def test_names_by_spelling_are_the_name_nodes_a_search_finds_under_a_node():
             searched = [n for n in m.findall(root, m.Name()) if n.value in spelled]
             assert tree.names(root, spelled) == searched
     assert len(tree.names(module.body[1].body, {"pred"})) == 2
+
+
+@pytest.mark.parametrize(
+    "matcher",
+    [
+        m.Attribute(attr=m.Name("grad")),
+        m.Call(func=m.Attribute(attr=m.Name("detach") | m.Name("detach_"))),
+        m.Call(func=m.Attribute()),
+        m.Call(func=m.Name()),
+        m.Assign(value=m.Name("False")),
+        m.Call(args=[m.Arg(value=m.Name("False"))]),  # a sequence: answered by libcst
+        m.Call(func=m.MatchIfTrue(lambda func: isinstance(func, cst.Name))),  # likewise
+    ],
+)
+def test_a_search_by_matcher_finds_what_libcst_finds(matcher):
+    module = cst.parse_module(textwrap.dedent('''
+        x.grad.zero_()
+        y = model(x).detach()
+        z = h.detach_().grad
+        frozen = False
+        vgg.requires_grad_(False)
+        def step(a):
+            a.grad = None
+            return f(g.detach(), False)
+    '''))
+    tree = SyntaxTree(module)
+    for root in (module, module.body[-1]):
+        assert tree.findall(root, matcher) == m.findall(root, matcher)
+    assert m.findall(module, matcher)

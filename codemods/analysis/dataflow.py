@@ -608,32 +608,33 @@ class DataflowAnalysis:
         return [self._eval(node, env) for node in nodes]
 
     def _eval_expression(self, node: cst.BaseExpression, env: Env) -> Value:
-        if isinstance(node, cst.Name):
+        node_type = type(node)  # exact types: see ``dotted_name``
+        if node_type is cst.Name:
             if node.value == "None":
                 return Value(structure=NONE)
             self.read_values[node] = env.get(node.value, NOTHING)
             return self.read_values[node]
-        if isinstance(node, cst.Attribute):
+        if node_type is cst.Attribute:
             return self._eval_attribute(node, env)
-        if isinstance(node, (cst.Integer, cst.Float)):
+        if node_type in (cst.Integer, cst.Float):
             return Value(structure=NUMBER)
-        if isinstance(node, cst.Call):
+        if node_type is cst.Call:
             return self._eval_call(node, env)
-        if isinstance(node, cst.BinaryOperation):
+        if node_type is cst.BinaryOperation:
             return combine(self._eval_all([node.left, node.right], env), self._origin(node))
-        if isinstance(node, cst.UnaryOperation):
+        if node_type is cst.UnaryOperation:
             operand = self._eval(node.expression, env)
             return NOTHING if isinstance(node.operator, cst.Not) else combine([operand], self._origin(node))
-        if isinstance(node, cst.BooleanOperation):
+        if node_type is cst.BooleanOperation:
             return self._eval(node.left, env).join(self._eval(node.right, env))
-        if isinstance(node, cst.Comparison):
+        if node_type is cst.Comparison:
             self._eval(node.left, env)
             self._eval_all([c.comparator for c in node.comparisons], env)
             return NOTHING
-        if isinstance(node, cst.IfExp):
+        if node_type is cst.IfExp:
             self._eval(node.test, env)
             return self._eval(node.body, env).join(self._eval(node.orelse, env))
-        if isinstance(node, cst.Subscript):
+        if node_type is cst.Subscript:
             base = self._eval(node.value, env)
             for element in node.slice:
                 if isinstance(element.slice, cst.Index):
@@ -646,7 +647,7 @@ class DataflowAnalysis:
                 picked = frozenset({Element(loop, node, base.origins)})
                 return Value(True, picked, element.structure, freed=base.freed)
             return Value(base.graph, base.origins, element.structure)
-        if isinstance(node, (cst.Tuple, cst.List)):
+        if node_type in (cst.Tuple, cst.List):
             values = self._eval_all([e.value for e in node.elements], env)
             structure: Structure = (
                 TupleOf(tuple(v.structure for v in values))
@@ -654,19 +655,19 @@ class DataflowAnalysis:
                 else ListOf(_join_structures(v.structure for v in values))
             )
             return _union(values, structure)
-        if isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        if node_type in (cst.ListComp, cst.GeneratorExp, cst.SetComp):
             return self._eval_comprehension(node, env)
-        if isinstance(node, cst.Dict):
+        if node_type is cst.Dict:
             return _union(
                 self._eval_all([e.value for e in node.elements if isinstance(e, cst.DictElement)], env), UNKNOWN
             )
-        if isinstance(node, (cst.StarredElement, cst.Await)):
+        if node_type in (cst.StarredElement, cst.Await):
             return self._eval(node.value if isinstance(node, cst.StarredElement) else node.expression, env)
-        if isinstance(node, cst.NamedExpr):
+        if node_type is cst.NamedExpr:
             value = self._eval(node.value, env)
             self._assign(node.target, value, env)
             return value
-        if isinstance(node, (cst.FormattedString, cst.Lambda)):
+        if node_type in (cst.FormattedString, cst.Lambda):
             return NOTHING
         return NOTHING
 

@@ -73,9 +73,12 @@ _MODULE_RETURNING = {"to", "cuda", "cpu", "double", "float", "half", "train", "e
 
 def dotted_name(node: cst.CSTNode) -> str | None:
     """``a.b.c`` for a chain of attributes on a name, else None."""
-    if isinstance(node, cst.Name):
+    # Exact types: a failed isinstance of a libcst class goes through ABCMeta, and this runs for
+    # nearly every expression the analysis reads.
+    node_type = type(node)
+    if node_type is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if node_type is cst.Attribute:
         base = dotted_name(node.value)
         return f"{base}.{node.attr.value}" if base else None
     return None
@@ -378,7 +381,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("requires_grad_")), args=[m.Arg(value=m.Name("False"))])):
+        if (
+            type(func) is cst.Attribute  # checked first: a matcher is slow to answer every call
+            and func.attr.value == "requires_grad_"
+            and m.matches(node, m.Call(args=[m.Arg(value=m.Name("False"))]))
+        ):
             self._freeze(func.value)  # vgg.requires_grad_(False)
         if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
             name = dotted_name(func.value)

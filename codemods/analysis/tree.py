@@ -9,11 +9,13 @@ with the same nodes in the same order.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import inspect
+import operator
 import textwrap
 from bisect import bisect_left
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import libcst as cst
 import libcst.matchers as m
@@ -28,35 +30,56 @@ LAYOUT = frozenset({
 
 
 class SyntaxTree:
+    # Nodes are known by their place in ``_nodes`` and looked up by ``id``: libcst defines a node's
+    # hash in Python, and hashing each node a few times cost a fifth of building the tree.
     def __init__(self, module: cst.Module) -> None:
-        self._parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self._nodes: list[cst.CSTNode] = []  # in the order libcst visits them (each node before what it holds)
-        self._spans: dict[cst.CSTNode, tuple[int, int]] = {}  # node -> (its index, one past its last descendant's)
-        self._walk(module)
+        self._ends: list[int] = []  # by index: one past the index of the node's last descendant
+        self._parents: list[int] = []  # by index: the parent's index (-1 for the module)
+        self._walk(module, -1)
+        self._indexes = {id(node): index for index, node in enumerate(self._nodes)}
         self._by_type: dict[type, list[int]] = {}
         for index, node in enumerate(self._nodes):
             self._by_type.setdefault(type(node), []).append(index)
 
-    def _walk(self, node: cst.CSTNode, parent: cst.CSTNode | None = None) -> None:
+    def _walk(self, node: cst.CSTNode, parent: int) -> None:
         # Reads each node's fields instead of libcst's visit, which rebuilds every node it passes
         # and so costs more than the rest of the analysis; the order is libcst's own.
-        index = len(self._nodes)
-        self._nodes.append(node)
-        if parent is not None:
-            self._parents[node] = parent
+        nodes = self._nodes
+        index = len(nodes)
+        nodes.append(node)
+        self._parents.append(parent)
+        self._ends.append(index + 1)
         fields = _fields_in_visit_order(type(node))
-        children = node.children if fields is None else _children(node, fields)
-        for child in children:
-            if type(child) not in LAYOUT:
-                self._walk(child, node)
-        self._spans[node] = (index, len(self._nodes))
+        if fields is None:  # libcst's own list, which costs more to build
+            for child in node.children:
+                if type(child) not in LAYOUT:
+                    self._walk(child, index)
+        else:
+            for field in fields:
+                value = getattr(node, field)
+                value_type = type(value)
+                if value_type is tuple or value_type is list:
+                    for child in value:
+                        if _is_walked(type(child)):
+                            self._walk(child, index)
+                elif _is_walked(value_type):
+                    self._walk(value, index)
+        self._ends[index] = len(nodes)
+
+    def _span(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        index = self._indexes.get(id(node))  # None for a node of another tree, or layout
+        return None if index is None else (index, self._ends[index])
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self._parents.get(node)
+        span = self._span(node)
+        if span is None or self._parents[span[0]] < 0:
+            return None
+        return self._nodes[self._parents[span[0]]]
 
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         """Whether ``inner`` is ``outer`` or under it."""
-        outer_span, inner_span = self._spans.get(outer), self._spans.get(inner)
+        outer_span, inner_span = self._span(outer), self._span(inner)
         if outer_span is None or inner_span is None:
             return inner is outer
         return outer_span[0] <= inner_span[0] < outer_span[1]
@@ -64,21 +87,27 @@ class SyntaxTree:
     def span(self, node: cst.CSTNode) -> tuple[int, int] | None:
         """The orders (``order``) of ``node`` and of what follows all it holds; None for a node
         that is not part of this module."""
-        return self._spans.get(node)
+        return self._span(node)
 
     def order(self, node: cst.CSTNode) -> int:
         """A key that sorts the module's nodes as they start in the source (a node before what it
         holds), without placing them."""
-        return self._spans[node][0]
+        return self._known_span(node)[0]
 
     def follows(self, node: cst.CSTNode, earlier: cst.CSTNode) -> bool:
         """Whether ``node`` starts after the end of ``earlier``."""
-        return self._spans[node][0] >= self._spans[earlier][1]
+        return self._known_span(node)[0] >= self._known_span(earlier)[1]
+
+    def _known_span(self, node: cst.CSTNode) -> tuple[int, int]:
+        span = self._span(node)
+        if span is None:
+            raise KeyError(node)
+        return span
 
     def findall(self, root: cst.CSTNode, matcher: m.BaseMatcherNode) -> Sequence[cst.CSTNode]:
         """What ``libcst.matchers.findall(root, matcher)`` returns, for a matcher of one node type
         (``m.Call(...)``); a node that is not part of this module is walked by libcst."""
-        span = self._spans.get(root)
+        span = self._span(root)
         node_type = getattr(cst, type(matcher).__name__, None)
         if span is None or not isinstance(node_type, type) or node_type in LAYOUT:
             return m.findall(root, matcher)
@@ -87,13 +116,18 @@ class SyntaxTree:
         candidates = [self._nodes[i] for i in indexes[first:end]]
         if type(matcher)() == matcher:  # no attribute to match: the type says it all
             return candidates
-        return [node for node in candidates if m.matches(node, matcher)]
+        try:
+            matches = _fields_matcher(matcher)
+        except TypeError:  # unhashable: it holds a list
+            matches = None
+        matches = matches or (lambda node: m.matches(node, matcher))
+        return [node for node in candidates if matches(node)]
 
     def names(self, root: cst.CSTNode, values: Iterable[str]) -> list[cst.Name]:
         """The ``Name`` nodes under ``root`` (part of this module) spelled as one of ``values``, in
         the order of the source: looked up by spelling, so a rule asking about a few names of a long
         scope does not walk it."""
-        first, end = self._spans[root]
+        first, end = self._known_span(root)
         found = []
         for value in set(values):
             indexes = self._names_by_value.get(value, [])
@@ -111,10 +145,11 @@ class SyntaxTree:
         """Run ``visitor`` over the module (or the subtree at ``root``) as ``root.visit(visitor)``
         does (the same calls in the same order, children skipped where ``on_visit`` says so,
         layout nodes left out) without walking it again."""
-        if root is not None and root not in self._spans:  # not part of this module (or layout)
+        span = (0, len(self._nodes)) if root is None else self._span(root)
+        if span is None:  # not part of this module (or layout)
             root.visit(visitor)
             return
-        first, end = self._spans[root] if root is not None else (0, len(self._nodes))
+        first, end = span
         handlers = _Handlers(visitor)
         leaving: list[tuple[int, cst.CSTNode]] = []  # (end of its span, node), innermost last
         index = first
@@ -122,7 +157,7 @@ class SyntaxTree:
             node = self._nodes[index]
             while leaving and leaving[-1][0] <= index:
                 handlers.leave(leaving.pop()[1])
-            span_end = self._spans[node][1]
+            span_end = self._ends[index]
             if handlers.leaves(node):
                 leaving.append((span_end, node))
             index = index + 1 if handlers.visit(node) else span_end
@@ -175,15 +210,52 @@ class _Handlers:
 _UNSEEN = object()
 
 
-def _children(node: cst.CSTNode, fields: tuple[str, ...]) -> list[cst.CSTNode]:
-    children = []
-    for field in fields:
-        value = getattr(node, field)
-        if isinstance(value, cst.CSTNode):
-            children.append(value)
-        elif isinstance(value, (tuple, list)):
-            children += [child for child in value if isinstance(child, cst.CSTNode)]
-    return children
+@functools.cache
+def _is_walked(value_type: type) -> bool:
+    """Whether a field's value of this type is a node of the tree: ``isinstance(value, cst.CSTNode)``
+    goes through ABCMeta for every field of every node, a table of types does not."""
+    return issubclass(value_type, cst.CSTNode) and value_type not in LAYOUT
+
+
+@functools.cache
+def _fields_matcher(matcher: m.BaseMatcherNode) -> Callable[[cst.CSTNode], bool] | None:
+    """A plain function answering ``m.matches(node, matcher)`` for a node of the matcher's type,
+    when the matcher is made only of node types, their alternatives (``|``) and literal values
+    (``m.Attribute(attr=m.Name("grad"))``); None for anything else (``MatchIfTrue``, sequences,
+    metadata), which libcst answers.
+    ``m.matches`` re-reads the matcher's dataclass fields on every call, which costs more than the
+    rest of a ``findall``."""
+    checks: list[tuple[str, Callable[[object], bool]]] = []
+    for field in dataclasses.fields(matcher):
+        desired = getattr(matcher, field.name)
+        if desired is m.DoNotCare() or field.name == "_metadata":
+            continue
+        if field.name == "metadata":
+            return None
+        if type(desired) in (str, int, bool):
+            checks.append((field.name, functools.partial(operator.eq, desired)))
+            continue
+        options = desired.options if isinstance(desired, m.OneOf) else (desired,)
+        alternatives = [_node_matcher(option) for option in options]
+        if None in alternatives:
+            return None
+        checks.append((field.name, functools.partial(_matches_any, alternatives)))
+
+    def matches(node: cst.CSTNode) -> bool:
+        return all(check(getattr(node, name)) for name, check in checks)
+
+    return matches
+
+
+def _node_matcher(matcher: object) -> tuple[type, Callable[[cst.CSTNode], bool]] | None:
+    """The node type a matcher of one node takes, and the test of its fields."""
+    node_type = getattr(cst, type(matcher).__name__, None) if isinstance(matcher, m.BaseMatcherNode) else None
+    fields_match = _fields_matcher(matcher) if isinstance(node_type, type) else None
+    return None if fields_match is None else (node_type, fields_match)
+
+
+def _matches_any(alternatives: list[tuple[type, Callable[[cst.CSTNode], bool]]], value: object) -> bool:
+    return any(type(value) is node_type and fields_match(value) for node_type, fields_match in alternatives)
 
 
 @functools.cache
