@@ -17,7 +17,7 @@ import libcst as cst
 
 from .analysis import FileAnalysis, ProjectSummaries
 from .edits import apply_fixes, compatible
-from .engine import FileReport, FixMode, SourceError, check_decodable, prefiltered_report
+from .engine import FileReport, FixMode, SourceError, check_decodable, prefiltered_report, young_objects_collected_rarely
 from .finding import Finding
 from .notebook import Notebook, NotebookError, is_notebook
 from .rule import Rule, Violation
@@ -61,9 +61,10 @@ def check_source(
     skipped = prefiltered_report(data, path)
     if skipped is not None:
         return skipped
-    if is_notebook(path):
-        return _check_notebook(data, rules, mode, path, project)
-    return _check_python(data, rules, mode, path, project)
+    with young_objects_collected_rarely():
+        if is_notebook(path):
+            return _check_notebook(data, rules, mode, path, project)
+        return _check_python(data, rules, mode, path, project)
 
 
 def _check_python(
@@ -146,7 +147,7 @@ def _fix_until_stable(
 ) -> None:
     """Apply compatible fixes, re-parse and re-analyse, until no applicable fix is left."""
     data = report.original
-    analysis = FileAnalysis.of_module(module, project)
+    analysis = FileAnalysis.of_module(module, project, data)
     report.exports, report.imports = analysis.exports(), analysis.imports()
     violations = find_violations(analysis, rules)
     if violations and (error := _compile_error(data, path)):
@@ -160,8 +161,9 @@ def _fix_until_stable(
             break
         chosen = compatible(v.fix for v in applicable)
         try:
-            rewritten = cst.parse_module(apply_fixes(module, chosen).bytes)
-            if error := _compile_error(rewritten.bytes, path):
+            rewritten_bytes = apply_fixes(module, chosen).bytes
+            rewritten = cst.parse_module(rewritten_bytes)
+            if error := _compile_error(rewritten_bytes, path):
                 raise error
         except (cst.ParserSyntaxError, SyntaxError, ValueError) as error:
             report.internal_errors.append(
@@ -169,12 +171,12 @@ def _fix_until_stable(
             )
             break
         report.fixed += [v.finding for v in applicable if v.fix in chosen]
-        module = rewritten
-        violations = find_violations(FileAnalysis.of_module(module, project), rules)
+        module, data = rewritten, rewritten_bytes
+        violations = find_violations(FileAnalysis.of_module(module, project, data), rules)
     report.findings = [replace(v.finding, path=path) for v in violations]
     report.fixed = [replace(f, path=path) for f in report.fixed]
-    if report.fixed and module.bytes != data:
-        report.rewritten = module.bytes
+    if report.fixed and data != report.original:
+        report.rewritten = data
 
 
 def _compile_error(data: bytes, path: str) -> SyntaxError | None:
@@ -199,8 +201,8 @@ def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:
 def find_violations(analysis: FileAnalysis, rules: Sequence[type[Rule]]) -> list[Violation]:
     """What ``rules`` find in an analysed module, less what ``# noqa`` comments silence."""
     found = [violation for rule in rules for violation in rule(analysis).violations()]
-    if found:  # rendering the module to read its comments costs as much as parsing it
-        suppressions = _suppressions(analysis.module.code)
+    if found:
+        suppressions = _suppressions(analysis.source.decode(analysis.module.encoding))
         found = [v for v in found if not _suppressed(v.finding, suppressions.get(v.finding.line))]
     return sorted(found, key=lambda v: (v.finding.line, v.finding.column, v.finding.code))
 

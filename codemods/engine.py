@@ -261,7 +261,7 @@ def check_files(
     Every file is checked once; then the files that import a function of another checked file
     whose summary matters (it backwards an argument, or returns a tensor it backwarded) are
     checked again with those summaries."""
-    with _young_objects_collected_rarely():
+    with young_objects_collected_rarely():
         reports = _cached_map(files, rules, mode, jobs, None, cache)
         project = project_summaries((report.path, report.exports) for report in reports if report.exports)
         again = [i for i, report in enumerate(reports) if report.imports & project.keys()]
@@ -271,7 +271,7 @@ def check_files(
 
 
 @contextlib.contextmanager
-def _young_objects_collected_rarely() -> Iterator[None]:
+def young_objects_collected_rarely() -> Iterator[None]:
     """A syntax tree is hundreds of thousands of objects freed by reference counting; at Python's
     default threshold (a collection every 700 allocations) the cycle collector scans each young
     tree many times over, about a tenth of checking a tree. Worker processes inherit the setting."""

@@ -6,6 +6,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gradfix.codemods.analysis.optimizers import gradient_effects
 from gradfix.codemods.analysis.tree import LAYOUT, SyntaxTree
@@ -496,3 +497,29 @@ def test_a_search_by_matcher_finds_what_libcst_finds(matcher):
     for root in (module, module.body[-1]):
         assert tree.findall(root, matcher) == m.findall(root, matcher)
     assert m.findall(module, matcher)
+
+
+_FIXTURES = Path(__file__).parent / "fixtures"
+_PLACED_ALONE = {
+    "decorators, comments, async, semicolons": (
+        '# header comment\n\n@decorate\n@(\n    wrap)\nclass Model(nn.Module):  # trailing\n    pass\n\n\n'
+        '# a comment before\nasync def f():\n    a = 1; b = 2\n'
+    ),
+    "continuations and strings": (
+        'x = (\n    1 +\n    2)\ny = """a\nmulti-line\nstring"""; z = 3\nif x:\n    loss = model(x) \\\n'
+        '        .sum()\n    loss.backward()\nelse:\n    pass\n# footer\n'
+    ),
+    "CRLF": 'a = 1\r\nfor step in range(3):\r\n    b = a\r\n',
+    "syntax this Python does not parse": 'type Alias = int\nloss.backward()\n',  # the whole module is rendered
+    **{str(p.parent.relative_to(_FIXTURES)): p.read_text() for p in sorted(_FIXTURES.glob("*/*/before.py"))},
+}
+
+
+@pytest.mark.parametrize("source", _PLACED_ALONE.values(), ids=_PLACED_ALONE.keys())
+def test_nodes_placed_one_statement_at_a_time_are_where_a_whole_module_render_places_them(source):
+    module = cst.parse_module(source)
+    analysis = FileAnalysis.of_module(module, source=source.encode())
+    everything = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes = [node for node in everything if analysis.tree.span(node) is not None]  # layout is placed by libcst
+    assert len(nodes) > 10
+    assert [analysis.range(node) for node in nodes] == [everything[node] for node in nodes]

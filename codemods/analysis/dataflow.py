@@ -244,6 +244,7 @@ class DataflowAnalysis:
         self.graph_arguments: dict[str, bool] = {}  # function -> whether a call in this file passes it a graph
         self.repeated_functions: set[str] = set()  # functions and methods called in a loop of this file
         self.constructions: dict[str, list[tuple[Loop, ...]]] = {}  # local class -> loops around each construction
+        self._graph_nodes_kept: dict[frozenset[Source], tuple[frozenset[Origin], tuple[tuple[Loop, Env, Env], ...]]] = {}
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._frames: list[_Frame] = []
@@ -794,7 +795,7 @@ class DataflowAnalysis:
         for name, value in bound.items():
             if name in parameters and value.graph:
                 # Carried markers name this round's loops: keep the places they stand for.
-                value = replace(value, origins=frozenset(_graph_nodes(value)), freed=False, backwarded=frozenset())
+                value = replace(value, origins=self._graph_nodes(value), freed=False, backwarded=frozenset())
                 known[name] = known[name].join(value) if name in known else value
 
     def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
@@ -823,7 +824,7 @@ class DataflowAnalysis:
         """Graphs handed to code gradfix does not follow, which may backward them later."""
         for value in values:
             if value.graph:
-                self.escaped.setdefault(self._scope.node, set()).update(_graph_nodes(value))
+                self.escaped.setdefault(self._scope.node, set()).update(self._graph_nodes(value))
 
     def _may_keep_its_arguments(self, call: cst.Call) -> bool:
         """A call made for its effect (``hook(out)``, ``self.log_graph(loss)``), not a torch
@@ -864,9 +865,9 @@ class DataflowAnalysis:
         tensors = backward_calls.backwarded_expressions(api, call)
         values = [self._eval(tensor, env) for tensor in tensors]
         value = _joined(values)
-        walked = _graph_nodes(value)
+        walked = self._graph_nodes(value)
         for name, held in env.items():
-            if held.graph and walked & _graph_nodes(held):
+            if held.graph and walked & self._graph_nodes(held):
                 # The very tensor (an alias holds the same value), not another that shares its graph.
                 backwarded = held.backwarded | {call} if any(held is v for v in values) else held.backwarded
                 env[name] = replace(held, freed=True, backwarded=backwarded)
@@ -885,6 +886,18 @@ class DataflowAnalysis:
             loops=tuple(reversed(self._loops)),
             scope=self._scope,
         )
+
+    def _graph_nodes(self, value: Value) -> frozenset[Origin]:
+        """Every place that built part of ``value``'s graph, through all loop heads. Kept until a
+        loop it was read from runs again: a backward asks it of every graph-carrying name in scope,
+        and a long script has thousands (most of them built by no loop at all)."""
+        kept = self._graph_nodes_kept.get(value.origins)
+        if kept is not None and all(loop.entry is entry and loop.back_edge is back for loop, entry, back in kept[1]):
+            return kept[0]
+        loops_read: list[tuple[Loop, Env, Env]] = []
+        nodes = frozenset(source for source in expand(value.origins, None, loops_read) if isinstance(source, Origin))
+        self._graph_nodes_kept[value.origins] = (nodes, tuple(loops_read))
+        return nodes
 
     def exports(self) -> dict[str, ExportedSummary]:
         """The summaries other files may import: module-level functions and methods, with an effect."""
@@ -1049,11 +1062,6 @@ def _joined(values: Sequence[Value]) -> Value:
     return reduce(Value.join, values) if values else NOTHING
 
 
-def _graph_nodes(value: Value) -> set[Origin]:
-    """Every place that built part of ``value``'s graph, through all loop heads."""
-    return {source for source in expand(value.origins, None) if isinstance(source, Origin)}
-
-
 def _graph_facts(env: Env) -> dict[str, tuple]:
     return {name: (value.graph, value.origins) for name, value in env.items()}
 
@@ -1065,10 +1073,13 @@ def _same_graphs(a: Env, b: Env) -> bool:
     )
 
 
-def expand(origins: frozenset[Source], within: Loop | None) -> frozenset[Source]:
+def expand(
+    origins: frozenset[Source], within: Loop | None, loops_read: list[tuple[Loop, Env, Env]] | None = None
+) -> frozenset[Source]:
     """``origins`` with the ``Carried`` markers of loops nested inside ``within`` (of every loop when
     ``within`` is None) replaced by what they stand for: what entered that loop and what one of its
-    iterations left behind. Markers of ``within`` itself and of outer loops are kept."""
+    iterations left behind. Markers of ``within`` itself and of outer loops are kept. ``loops_read``
+    collects each loop whose entry and back edge the result was read from, with them."""
     result: set[Source] = set()
     pending = list(origins)
     seen: set[Source] = set()
@@ -1085,6 +1096,8 @@ def expand(origins: frozenset[Source], within: Loop | None) -> frozenset[Source]
         if isinstance(source, Carried) and source.loop is not within and (
             within is None or within.encloses(source.loop)
         ):
+            if loops_read is not None:
+                loops_read.append((source.loop, source.loop.entry, source.loop.back_edge))
             for env in (source.loop.entry, source.loop.back_edge):
                 if source.name in env:
                     pending.extend(env[source.name].origins)

@@ -10,10 +10,11 @@ from typing import Iterator, Mapping, Sequence
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
 
 from .assignments import assigned_names, read_names, target_names
 from .optimizers import gradient_effects, updates_parameters
+from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .project import ExportedSummary, ProjectSummaries
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
@@ -35,22 +36,31 @@ class Block:
 
 
 class FileAnalysis:
-    def __init__(self, module: cst.Module, imported: ProjectSummaries | None = None) -> None:
+    def __init__(self, module: cst.Module, imported: ProjectSummaries | None = None, source: bytes | None = None) -> None:
         self.module = module
         self.tree = SyntaxTree(module)
         self.names: TorchNames = collect_torch_names(self.tree)
         self._dataflow = DataflowAnalysis(module, self.names, imported, self.tree)
+        if source is not None:
+            self.source = source
 
     @classmethod
-    def of_module(cls, module: cst.Module, imported: ProjectSummaries | None = None) -> "FileAnalysis":
-        """``imported``: summaries of the other checked files' functions, by import path."""
-        return cls(module, imported)
+    def of_module(
+        cls, module: cst.Module, imported: ProjectSummaries | None = None, source: bytes | None = None
+    ) -> "FileAnalysis":
+        """``imported``: summaries of the other checked files' functions, by import path;
+        ``source``: the bytes ``module`` was parsed from (rendered from it when not given)."""
+        return cls(module, imported, source)
 
     @cached_property
-    def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        # Rendering the module to place every node costs more than the rest of the analysis: only
-        # files with something to report or to order by place pay for it.
-        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+    def source(self) -> bytes:
+        return self.module.bytes
+
+    @cached_property
+    def _positions(self) -> Positions:
+        # Placing nodes renders the code that holds them: only files with something to report or
+        # to order by place pay for it, and only for the statements that hold those nodes.
+        return Positions(self.module, self.tree, self.source)
 
     def exports(self) -> dict[str, ExportedSummary]:
         """This file's function summaries that other files may import."""
