@@ -435,7 +435,24 @@ class _Calls(cst.CSTVisitor):
         self.calls.append(("leave", original_node))
 
 
-def test_a_replay_makes_the_calls_of_a_visit_of_the_module_or_of_a_subtree():
+class _EveryCall(cst.CSTVisitor):
+    """A visitor that overrides ``on_visit``: every node, children entered on anything true."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, cst.CSTNode]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool | None:
+        self.calls.append(("visit", node))
+        if isinstance(node, cst.FunctionDef):
+            return None if node.name.value == "skipped" else True
+        return not isinstance(node, cst.Return)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.calls.append(("leave", original_node))
+
+
+@pytest.mark.parametrize("visitor", [_Calls, _EveryCall])
+def test_a_replay_makes_the_calls_of_a_visit_of_the_module_or_of_a_subtree(visitor):
     module = cst.parse_module(textwrap.dedent('''
         def skipped():
             loss.backward()
@@ -446,9 +463,10 @@ def test_a_replay_makes_the_calls_of_a_visit_of_the_module_or_of_a_subtree():
     '''))
     tree = SyntaxTree(module)
     for root in (module, module.body[1]):
-        replayed, visited = _Calls(), _Calls()
+        replayed, visited = visitor(), visitor()
         tree.replay(replayed, None if root is module else root)
         root.visit(visited)
+        visited.calls = [(kind, node) for kind, node in visited.calls if type(node) not in LAYOUT]
         assert replayed.calls == visited.calls and len(visited.calls) > 6
 
 

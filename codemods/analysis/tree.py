@@ -12,7 +12,6 @@ import ast
 import dataclasses
 import functools
 import inspect
-import operator
 import textwrap
 from bisect import bisect_left
 from typing import Callable, Iterable, Sequence
@@ -151,63 +150,50 @@ class SyntaxTree:
             return
         first, end = span
         handlers = _Handlers(visitor)
-        leaving: list[tuple[int, cst.CSTNode]] = []  # (end of its span, node), innermost last
+        nodes, ends = self._nodes, self._ends
+        leaving: list[tuple[int, cst.CSTNode, Callable]] = []  # (end of its span, node, leave), innermost last
         index = first
         while index < end:
-            node = self._nodes[index]
+            node = nodes[index]
             while leaving and leaving[-1][0] <= index:
-                handlers.leave(leaving.pop()[1])
-            span_end = self._ends[index]
-            if handlers.leaves(node):
-                leaving.append((span_end, node))
-            index = index + 1 if handlers.visit(node) else span_end
+                _, left, leave = leaving.pop()
+                leave(left)
+            visit, leave = handlers.of(type(node))
+            if leave is not None:
+                leaving.append((ends[index], node, leave))
+            index = index + 1 if visit is None or visit(node) is not False else ends[index]
         while leaving:
-            handlers.leave(leaving.pop()[1])
+            _, left, leave = leaving.pop()
+            leave(left)
 
 
 class _Handlers:
-    """A visitor's ``visit_<Type>`` and ``leave_<Type>`` methods, looked up once per node type; a
-    visitor that overrides ``on_visit`` or ``on_leave`` gets every call."""
+    """A visitor's ``visit_<Type>`` and ``leave_<Type>`` methods, looked up once per node type (None
+    where it has none); a visitor that overrides ``on_visit`` or ``on_leave`` gets every call."""
 
     def __init__(self, visitor: cst.CSTVisitor) -> None:
         self._visitor = visitor
-        self._generic = type(visitor).on_visit is not cst.CSTVisitor.on_visit or type(visitor).on_leave is not cst.CSTVisitor.on_leave
-        self._visits: dict[type, object] = {}
-        self._leaves: dict[type, object] = {}
+        self._by_type: dict[type, tuple[Callable | None, Callable | None]] = {}
+        if type(visitor).on_visit is not cst.CSTVisitor.on_visit or type(visitor).on_leave is not cst.CSTVisitor.on_leave:
+            # libcst enters a node's children when ``on_visit`` returns anything true.
+            self._generic = (lambda node: visitor.on_visit(node) or False, visitor.on_leave)
+        else:
+            self._generic = None
 
-    def _own(self, name: str) -> object:
+    def of(self, node_type: type) -> tuple[Callable | None, Callable | None]:
+        found = self._by_type.get(node_type)
+        if found is None:
+            name = node_type.__name__
+            found = self._by_type[node_type] = self._generic or (self._own(f"visit_{name}"), self._own(f"leave_{name}"))
+        return found
+
+    def _own(self, name: str) -> Callable | None:
         """The visitor's method ``name``; None where it is libcst's empty one."""
         if getattr(type(self._visitor), name, None) is getattr(cst.CSTVisitor, name, None):
             return None
         return getattr(self._visitor, name)
 
-    def visit(self, node: cst.CSTNode) -> bool:
-        if self._generic:
-            return self._visitor.on_visit(node)
-        node_type = type(node)
-        method = self._visits.get(node_type, _UNSEEN)
-        if method is _UNSEEN:
-            method = self._visits[node_type] = self._own(f"visit_{node_type.__name__}")
-        return method is None or method(node) is not False
 
-    def leaves(self, node: cst.CSTNode) -> bool:
-        """Whether leaving ``node`` calls anything."""
-        if self._generic:
-            return True
-        node_type = type(node)
-        method = self._leaves.get(node_type, _UNSEEN)
-        if method is _UNSEEN:
-            method = self._leaves[node_type] = self._own(f"leave_{node_type.__name__}")
-        return method is not None
-
-    def leave(self, node: cst.CSTNode) -> None:
-        if self._generic:
-            self._visitor.on_leave(node)
-        else:
-            self._leaves[type(node)](node)
-
-
-_UNSEEN = object()
 
 
 @functools.cache
@@ -225,7 +211,7 @@ def _fields_matcher(matcher: m.BaseMatcherNode) -> Callable[[cst.CSTNode], bool]
     metadata), which libcst answers.
     ``m.matches`` re-reads the matcher's dataclass fields on every call, which costs more than the
     rest of a ``findall``."""
-    checks: list[tuple[str, Callable[[object], bool]]] = []
+    checks: list[Callable[[cst.CSTNode], bool]] = []
     for field in dataclasses.fields(matcher):
         desired = getattr(matcher, field.name)
         if desired is m.DoNotCare() or field.name == "_metadata":
@@ -233,18 +219,16 @@ def _fields_matcher(matcher: m.BaseMatcherNode) -> Callable[[cst.CSTNode], bool]
         if field.name == "metadata":
             return None
         if type(desired) in (str, int, bool):
-            checks.append((field.name, functools.partial(operator.eq, desired)))
+            checks.append(_field_equals(field.name, desired))
             continue
         options = desired.options if isinstance(desired, m.OneOf) else (desired,)
         alternatives = [_node_matcher(option) for option in options]
         if None in alternatives:
             return None
-        checks.append((field.name, functools.partial(_matches_any, alternatives)))
-
-    def matches(node: cst.CSTNode) -> bool:
-        return all(check(getattr(node, name)) for name, check in checks)
-
-    return matches
+        checks.append(_field_matches(field.name, alternatives))
+    if len(checks) == 1:
+        return checks[0]
+    return lambda node: all(check(node) for check in checks)
 
 
 def _node_matcher(matcher: object) -> tuple[type, Callable[[cst.CSTNode], bool]] | None:
@@ -254,8 +238,15 @@ def _node_matcher(matcher: object) -> tuple[type, Callable[[cst.CSTNode], bool]]
     return None if fields_match is None else (node_type, fields_match)
 
 
-def _matches_any(alternatives: list[tuple[type, Callable[[cst.CSTNode], bool]]], value: object) -> bool:
-    return any(type(value) is node_type and fields_match(value) for node_type, fields_match in alternatives)
+def _field_equals(name: str, desired: object) -> Callable[[cst.CSTNode], bool]:
+    return lambda node: getattr(node, name) == desired
+
+
+def _field_matches(name: str, alternatives: list[tuple[type, Callable[[cst.CSTNode], bool]]]) -> Callable[[cst.CSTNode], bool]:
+    if len(alternatives) == 1:
+        ((node_type, fields_match),) = alternatives
+        return lambda node: type(value := getattr(node, name)) is node_type and fields_match(value)
+    return lambda node: any(type(value := getattr(node, name)) is t and match(value) for t, match in alternatives)
 
 
 @functools.cache
