@@ -66,27 +66,24 @@ class SyntaxTree:
                     self._walk(value, index)
         self._ends[index] = len(nodes)
 
-    def _span(self, node: cst.CSTNode) -> tuple[int, int] | None:
-        index = self._indexes.get(id(node))  # None for a node of another tree, or layout
-        return None if index is None else (index, self._ends[index])
-
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        span = self._span(node)
+        span = self.span(node)
         if span is None or self._parents[span[0]] < 0:
             return None
         return self._nodes[self._parents[span[0]]]
 
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         """Whether ``inner`` is ``outer`` or under it."""
-        outer_span, inner_span = self._span(outer), self._span(inner)
+        outer_span, inner_span = self.span(outer), self.span(inner)
         if outer_span is None or inner_span is None:
             return inner is outer
         return outer_span[0] <= inner_span[0] < outer_span[1]
 
     def span(self, node: cst.CSTNode) -> tuple[int, int] | None:
         """The orders (``order``) of ``node`` and of what follows all it holds; None for a node
-        that is not part of this module."""
-        return self._span(node)
+        that is not part of this module (or layout)."""
+        index = self._indexes.get(id(node))
+        return None if index is None else (index, self._ends[index])
 
     def order(self, node: cst.CSTNode) -> int:
         """A key that sorts the module's nodes as they start in the source (a node before what it
@@ -98,7 +95,7 @@ class SyntaxTree:
         return self._known_span(node)[0] >= self._known_span(earlier)[1]
 
     def _known_span(self, node: cst.CSTNode) -> tuple[int, int]:
-        span = self._span(node)
+        span = self.span(node)
         if span is None:
             raise KeyError(node)
         return span
@@ -106,7 +103,7 @@ class SyntaxTree:
     def findall(self, root: cst.CSTNode, matcher: m.BaseMatcherNode) -> Sequence[cst.CSTNode]:
         """What ``libcst.matchers.findall(root, matcher)`` returns, for a matcher of one node type
         (``m.Call(...)``); a node that is not part of this module is walked by libcst."""
-        span = self._span(root)
+        span = self.span(root)
         node_type = getattr(cst, type(matcher).__name__, None)
         if span is None or not isinstance(node_type, type) or node_type in LAYOUT:
             return m.findall(root, matcher)
@@ -144,7 +141,7 @@ class SyntaxTree:
         """Run ``visitor`` over the module (or the subtree at ``root``) as ``root.visit(visitor)``
         does (the same calls in the same order, children skipped where ``on_visit`` says so,
         layout nodes left out) without walking it again."""
-        span = (0, len(self._nodes)) if root is None else self._span(root)
+        span = (0, len(self._nodes)) if root is None else self.span(root)
         if span is None:  # not part of this module (or layout)
             root.visit(visitor)
             return
