@@ -6,18 +6,20 @@ the mode allows (re-parsed, repeated until nothing more applies). The library AP
 from __future__ import annotations
 
 import ast
+import contextlib
+import gc
 import re
 import sys
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import libcst as cst
 
 from .analysis import FileAnalysis, ProjectSummaries
 from .edits import apply_fixes, compatible
-from .engine import FileReport, FixMode, SourceError, check_decodable, prefiltered_report, young_objects_collected_rarely
+from .engine import FileReport, FixMode, SourceError, check_decodable, prefiltered_report
 from .finding import Finding
 from .notebook import Notebook, NotebookError, is_notebook
 from .rule import Rule, Violation
@@ -61,10 +63,23 @@ def check_source(
     skipped = prefiltered_report(data, path)
     if skipped is not None:
         return skipped
-    with young_objects_collected_rarely():
+    with _young_objects_collected_rarely():
         if is_notebook(path):
             return _check_notebook(data, rules, mode, path, project)
         return _check_python(data, rules, mode, path, project)
+
+
+@contextlib.contextmanager
+def _young_objects_collected_rarely() -> Iterator[None]:
+    """A syntax tree is hundreds of thousands of objects freed by reference counting; at Python's
+    default threshold (a collection every 700 allocations) the cycle collector scans each young
+    tree many times over, about a tenth of checking a tree."""
+    saved = gc.get_threshold()
+    gc.set_threshold(100_000, *saved[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
 
 
 def _check_python(
@@ -150,7 +165,7 @@ def _fix_until_stable(
     analysis = FileAnalysis.of_module(module, project, data)
     report.exports, report.imports = analysis.exports(), analysis.imports()
     violations = find_violations(analysis, rules)
-    if violations and (error := _compile_error(data, path)):
+    if violations and (error := _compile_error(analysis, path)):
         # LibCST parses more than this Python compiles (3.12 syntax, `continue` outside a loop):
         # such a file is not gradfix's to judge, and any rewrite of it would look like gradfix's fault.
         report.errors.append(f"{path}:{error.lineno}: does not compile on Python {sys.version_info.major}.{sys.version_info.minor}: {error.msg}")
@@ -162,8 +177,8 @@ def _fix_until_stable(
         chosen = compatible(v.fix for v in applicable)
         try:
             rewritten_bytes = apply_fixes(module, chosen).bytes
-            rewritten = cst.parse_module(rewritten_bytes)
-            if error := _compile_error(rewritten_bytes, path):
+            rewritten = FileAnalysis.of_module(cst.parse_module(rewritten_bytes), project, rewritten_bytes)
+            if error := _compile_error(rewritten, path):
                 raise error
         except (cst.ParserSyntaxError, SyntaxError, ValueError) as error:
             report.internal_errors.append(
@@ -171,19 +186,21 @@ def _fix_until_stable(
             )
             break
         report.fixed += [v.finding for v in applicable if v.fix in chosen]
-        module, data = rewritten, rewritten_bytes
-        violations = find_violations(FileAnalysis.of_module(module, project, data), rules)
+        module, data = rewritten.module, rewritten_bytes
+        violations = find_violations(rewritten, rules)
     report.findings = [replace(v.finding, path=path) for v in violations]
     report.fixed = [replace(f, path=path) for f in report.fixed]
     if report.fixed and data != report.original:
         report.rewritten = data
 
 
-def _compile_error(data: bytes, path: str) -> SyntaxError | None:
+def _compile_error(analysis: FileAnalysis, path: str) -> SyntaxError | None:
+    """Why Python would not compile the analysed module (its syntax tree, which placing findings
+    parsed already), or None."""
     try:
         with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
             warnings.simplefilter("ignore")
-            compile(data, path, "exec", dont_inherit=True)
+            compile(analysis.python_tree, path, "exec", dont_inherit=True)
     except SyntaxError as error:
         return error
     return None

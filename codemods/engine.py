@@ -14,7 +14,6 @@ import contextlib
 import difflib
 import enum
 import errno
-import gc
 import io
 import os
 import signal
@@ -261,26 +260,12 @@ def check_files(
     Every file is checked once; then the files that import a function of another checked file
     whose summary matters (it backwards an argument, or returns a tensor it backwarded) are
     checked again with those summaries."""
-    with young_objects_collected_rarely():
-        reports = _cached_map(files, rules, mode, jobs, None, cache)
-        project = project_summaries((report.path, report.exports) for report in reports if report.exports)
-        again = [i for i, report in enumerate(reports) if report.imports & project.keys()]
-        for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
-            reports[index] = report
+    reports = _cached_map(files, rules, mode, jobs, None, cache)
+    project = project_summaries((report.path, report.exports) for report in reports if report.exports)
+    again = [i for i, report in enumerate(reports) if report.imports & project.keys()]
+    for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
+        reports[index] = report
     return reports
-
-
-@contextlib.contextmanager
-def young_objects_collected_rarely() -> Iterator[None]:
-    """A syntax tree is hundreds of thousands of objects freed by reference counting; at Python's
-    default threshold (a collection every 700 allocations) the cycle collector scans each young
-    tree many times over, about a tenth of checking a tree. Worker processes inherit the setting."""
-    saved = gc.get_threshold()
-    gc.set_threshold(100_000, *saved[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*saved)
 
 
 def _cached_map(

@@ -668,9 +668,7 @@ class DataflowAnalysis:
             value = self._eval(node.value, env)
             self._assign(node.target, value, env)
             return value
-        if node_type in (cst.FormattedString, cst.Lambda):
-            return NOTHING
-        return NOTHING
+        return NOTHING  # f-strings, lambdas, constants: no graph
 
     def _eval_attribute(self, node: cst.Attribute, env: Env) -> Value:
         name = dotted_name(node)
@@ -795,7 +793,7 @@ class DataflowAnalysis:
         for name, value in bound.items():
             if name in parameters and value.graph:
                 # Carried markers name this round's loops: keep the places they stand for.
-                value = replace(value, origins=self._graph_nodes(value), freed=False, backwarded=frozenset())
+                value = replace(value, origins=self.graph_nodes(value), freed=False, backwarded=frozenset())
                 known[name] = known[name].join(value) if name in known else value
 
     def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
@@ -824,7 +822,7 @@ class DataflowAnalysis:
         """Graphs handed to code gradfix does not follow, which may backward them later."""
         for value in values:
             if value.graph:
-                self.escaped.setdefault(self._scope.node, set()).update(self._graph_nodes(value))
+                self.escaped.setdefault(self._scope.node, set()).update(self.graph_nodes(value))
 
     def _may_keep_its_arguments(self, call: cst.Call) -> bool:
         """A call made for its effect (``hook(out)``, ``self.log_graph(loss)``), not a torch
@@ -865,9 +863,9 @@ class DataflowAnalysis:
         tensors = backward_calls.backwarded_expressions(api, call)
         values = [self._eval(tensor, env) for tensor in tensors]
         value = _joined(values)
-        walked = self._graph_nodes(value)
+        walked = self.graph_nodes(value)
         for name, held in env.items():
-            if held.graph and walked & self._graph_nodes(held):
+            if held.graph and walked & self.graph_nodes(held):
                 # The very tensor (an alias holds the same value), not another that shares its graph.
                 backwarded = held.backwarded | {call} if any(held is v for v in values) else held.backwarded
                 env[name] = replace(held, freed=True, backwarded=backwarded)
@@ -887,7 +885,7 @@ class DataflowAnalysis:
             scope=self._scope,
         )
 
-    def _graph_nodes(self, value: Value) -> frozenset[Origin]:
+    def graph_nodes(self, value: Value) -> frozenset[Origin]:
         """Every place that built part of ``value``'s graph, through all loop heads. Kept until a
         loop it was read from runs again: a backward asks it of every graph-carrying name in scope,
         and a long script has thousands (most of them built by no loop at all)."""

@@ -3,6 +3,8 @@ the questions the rules ask of them."""
 
 from __future__ import annotations
 
+import ast
+import warnings
 from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cached_property
@@ -57,10 +59,18 @@ class FileAnalysis:
         return self.module.bytes
 
     @cached_property
+    def python_tree(self) -> ast.Module:
+        """The module as Python's own parser reads it; raises SyntaxError where it cannot (LibCST
+        parses syntax this Python does not)."""
+        with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
+            warnings.simplefilter("ignore")
+            return ast.parse(self.source)
+
+    @cached_property
     def _positions(self) -> Positions:
         # Placing nodes renders the code that holds them: only files with something to report or
         # to order by place pay for it, and only for the statements that hold those nodes.
-        return Positions(self.module, self.tree, self.source)
+        return Positions(self.module, self.tree, lambda: self.python_tree)
 
     def exports(self) -> dict[str, ExportedSummary]:
         """This file's function summaries that other files may import."""
@@ -75,14 +85,13 @@ class FileAnalysis:
     def backward_sites(self) -> list[BackwardSite]:
         return sorted(self._dataflow.backward_sites.values(), key=lambda site: self.order(site.call))
 
-    def graph_nodes(self, site: BackwardSite) -> set[Origin]:
+    def graph_nodes(self, site: BackwardSite) -> frozenset[Origin]:
         """Every place that built part of the graph ``site`` backwards, through all loop heads."""
         return self.value_nodes(site.value)
 
-    @staticmethod
-    def value_nodes(value: Value) -> set[Origin]:
+    def value_nodes(self, value: Value) -> frozenset[Origin]:
         """Every place that built part of ``value``'s graph, through all loop heads."""
-        return {source for source in expand(value.origins, None) if isinstance(source, Origin)}
+        return self._dataflow.graph_nodes(value)
 
     def escaped(self, scope: Scope) -> set[Origin]:
         """Graph nodes that ``scope`` stores on objects, returns or hands to calls made for their

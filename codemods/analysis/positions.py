@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping
+from typing import Callable, Mapping
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
@@ -28,10 +28,11 @@ class _Placed:
 
 
 class Positions:
-    def __init__(self, module: cst.Module, tree: SyntaxTree, source: bytes) -> None:
+    def __init__(self, module: cst.Module, tree: SyntaxTree, python_tree: Callable[[], ast.Module]) -> None:
+        """``python_tree``: the module as Python's parser reads it (raising SyntaxError where it cannot)."""
         self._module = module
         self._tree = tree
-        self._source = source
+        self._python_tree = python_tree
         self._placed: dict[int, _Placed] = {}  # by the index of the top-level statement
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
@@ -71,7 +72,7 @@ class Positions:
         """The line of each top-level statement's first token, from Python's parser; None where it
         cannot say (LibCST parses syntax this Python does not)."""
         try:
-            python_statements = ast.parse(self._source).body
+            python_statements = self._python_tree().body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
         lines, taken = [], 0
