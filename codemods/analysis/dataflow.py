@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import reduce
-from typing import Iterator, Mapping, Sequence, Union
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, is_not, not_
+from typing import Iterable, Iterator, Mapping, Sequence, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -185,15 +187,36 @@ def join_envs(envs: Sequence[Env | None]) -> Env | None:
         return None
     joined = dict(live[0])
     for env in live[1:]:
-        for name, value in env.items():
-            held = joined.get(name)
-            if held is None:
+        for name in _names_to_join(joined, env):
+            held, value = joined.get(name), env.get(name)
+            if value is None:
+                joined[name] = replace(held, unbound=True)
+            elif held is None:
                 joined[name] = replace(value, unbound=True)
-            elif held is not value or value.structure is NONE:  # (None joined with itself: may be None)
+            else:
                 joined[name] = held.join(value)
-        for name in joined.keys() - env.keys():
-            joined[name] = replace(joined[name], unbound=True)
     return joined
+
+
+def _names_to_join(joined: Env, env: Env) -> Iterable[str]:
+    """The names whose join differs from what ``joined`` holds: those missing on one side, held as
+    different objects, or holding None (None joined with itself: may be None). Paths copied from
+    one environment keep its names in its order, and add new ones after them; the values of the
+    names they share are then compared by position, in C, as a long script's module body meets
+    thousands of times and changes a few names each time."""
+    shared = min(len(joined), len(env))
+    names, other_names = list(joined), list(env)
+    if names[:shared] != other_names[:shared]:
+        every_name = dict.fromkeys(chain(names, other_names))
+        return [name for name in every_name if joined.get(name) is not env.get(name) or env[name].structure is NONE]
+    changed = compress(names, map(is_not, joined.values(), env.values()))
+    nones = compress(other_names, map(is_, map(_STRUCTURE, env.values()), repeat(NONE)))
+    # (in order: the names new to ``joined`` are added in the order the path assigned them)
+    return dict.fromkeys(chain(changed, nones, names[shared:], other_names[shared:]))
+
+
+_STRUCTURE = attrgetter("structure")
+_GRAPH = attrgetter("graph")
 
 
 class DataflowAnalysis:
@@ -863,12 +886,11 @@ class DataflowAnalysis:
         tensors = backward_calls.backwarded_expressions(api, call)
         values = [self._eval(tensor, env) for tensor in tensors]
         value = _joined(values)
-        walked = self.graph_nodes(value)
-        for name, held in env.items():
-            if held.graph and walked & self.graph_nodes(held):
-                # The very tensor (an alias holds the same value), not another that shares its graph.
-                backwarded = held.backwarded | {call} if any(held is v for v in values) else held.backwarded
-                env[name] = replace(held, freed=True, backwarded=backwarded)
+        for name in self._sharing_graph(env, self.graph_nodes(value)):
+            held = env[name]
+            # The very tensor (an alias holds the same value), not another that shares its graph.
+            backwarded = held.backwarded | {call} if any(held is v for v in values) else held.backwarded
+            env[name] = replace(held, freed=True, backwarded=backwarded)
         for tensor, held in zip(tensors, values):
             name = dotted_name(tensor)
             if name is not None:  # known to be this very tensor even when its graph is not
@@ -885,12 +907,21 @@ class DataflowAnalysis:
             scope=self._scope,
         )
 
+    def _sharing_graph(self, env: Env, nodes: frozenset[Origin]) -> list[str]:
+        """The names of ``env`` whose graph has one of ``nodes``. A backward in a long script's
+        module body asks this of its hundreds of graph-carrying globals: the names are filtered in C."""
+        if not nodes:
+            return []
+        graph_names = [*compress(env, map(_GRAPH, env.values()))]
+        graphs = map(self.graph_nodes, map(env.__getitem__, graph_names))
+        return [*compress(graph_names, map(not_, map(nodes.isdisjoint, graphs)))]
+
     def graph_nodes(self, value: Value) -> frozenset[Origin]:
         """Every place that built part of ``value``'s graph, through all loop heads. Kept until a
         loop it was read from runs again: a backward asks it of every graph-carrying name in scope,
         and a long script has thousands (most of them built by no loop at all)."""
         kept = self._graph_nodes_kept.get(value.origins)
-        if kept is not None and all(loop.entry is entry and loop.back_edge is back for loop, entry, back in kept[1]):
+        if kept is not None and (not kept[1] or all(loop.entry is entry and loop.back_edge is back for loop, entry, back in kept[1])):
             return kept[0]
         loops_read: list[tuple[Loop, Env, Env]] = []
         nodes = frozenset(source for source in expand(value.origins, None, loops_read) if isinstance(source, Origin))
