@@ -34,7 +34,11 @@ class Block:
     statements: Sequence[cst.BaseStatement]
 
     def index(self, statement: cst.CSTNode) -> int:
-        return next(i for i, s in enumerate(self.statements) if s is statement)
+        return self._indexes[id(statement)]
+
+    @cached_property
+    def _indexes(self) -> dict[int, int]:
+        return {id(s): i for i, s in enumerate(self.statements)}
 
 
 class FileAnalysis:
@@ -43,6 +47,7 @@ class FileAnalysis:
         self.tree = SyntaxTree(module)
         self.names: TorchNames = collect_torch_names(self.tree)
         self._dataflow = DataflowAnalysis(module, self.names, imported, self.tree)
+        self._blocks: dict[int, Block] = {}  # by id of the Module or IndentedBlock
         if source is not None:
             self.source = source
 
@@ -334,7 +339,19 @@ class FileAnalysis:
         """The editable statement list that directly holds ``statement``."""
         owner = self.tree.parent(statement)
         if isinstance(owner, (cst.Module, cst.IndentedBlock)) and isinstance(statement, cst.BaseStatement):
-            return Block(owner, owner.body)
+            block = self._blocks.get(id(owner))
+            if block is None:
+                block = self._blocks[id(owner)] = Block(owner, owner.body)
+            return block
+        return None
+
+    def statement_holding(self, block: Block, node: cst.CSTNode) -> cst.BaseStatement | None:
+        """The statement of ``block`` that is or holds ``node``."""
+        while node is not None:
+            parent = self.tree.parent(node)
+            if parent is block.owner:
+                return node if isinstance(node, cst.BaseStatement) else None
+            node = parent
         return None
 
     def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:

@@ -46,8 +46,8 @@ def find_gan_steps(analysis: "FileAnalysis") -> list[GanSteps]:
     found = []
     for index, first in enumerate(sites):
         for second in sites[index + 1 :]:
-            if first.scope is not second.scope:
-                continue
+            if first.scope is not second.scope or analysis.graph_nodes(first).isdisjoint(analysis.graph_nodes(second)):
+                continue  # (the two steps of a GAN share the generator's output)
             steps = _gan_steps(analysis, first, second)
             if steps is not None:
                 found.append(steps)
