@@ -4,7 +4,6 @@ the questions the rules ask of them."""
 from __future__ import annotations
 
 import ast
-import warnings
 from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cached_property
@@ -63,19 +62,17 @@ class FileAnalysis:
     def source(self) -> bytes:
         return self.module.bytes
 
-    @cached_property
+    @property
     def python_tree(self) -> ast.Module:
         """The module as Python's own parser reads it; raises SyntaxError where it cannot (LibCST
-        parses syntax this Python does not)."""
-        with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
-            warnings.simplefilter("ignore")
-            return ast.parse(self.source)
+        parses syntax this Python does not). Placing nodes reads it too: it is parsed once."""
+        return self._positions.python_tree
 
     @cached_property
     def _positions(self) -> Positions:
         # Placing nodes renders the code that holds them: only files with something to report or
         # to order by place pay for it, and only for the statements that hold those nodes.
-        return Positions(self.module, self.tree, lambda: self.python_tree)
+        return Positions(self.module, self.tree, self.source)
 
     def exports(self) -> dict[str, ExportedSummary]:
         """This file's function summaries that other files may import."""

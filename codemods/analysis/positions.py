@@ -11,9 +11,10 @@ moving: a top-level statement starts at column 0 either way.
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Mapping
+from typing import Mapping
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
@@ -28,12 +29,20 @@ class _Placed:
 
 
 class Positions:
-    def __init__(self, module: cst.Module, tree: SyntaxTree, python_tree: Callable[[], ast.Module]) -> None:
-        """``python_tree``: the module as Python's parser reads it (raising SyntaxError where it cannot)."""
+    def __init__(self, module: cst.Module, tree: SyntaxTree, source: bytes) -> None:
+        """``source``: the bytes ``module`` was parsed from."""
         self._module = module
         self._tree = tree
-        self._python_tree = python_tree
+        self._source = source
         self._placed: dict[int, _Placed] = {}  # by the index of the top-level statement
+
+    @cached_property
+    def python_tree(self) -> ast.Module:
+        """The module as Python's own parser reads it; raises SyntaxError where it cannot (LibCST
+        parses syntax this Python does not)."""
+        with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
+            warnings.simplefilter("ignore")
+            return ast.parse(self._source)
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
         index = self._top_level_index(node)
@@ -72,7 +81,7 @@ class Positions:
         """The line of each top-level statement's first token, from Python's parser; None where it
         cannot say (LibCST parses syntax this Python does not)."""
         try:
-            python_statements = self._python_tree().body
+            python_statements = self.python_tree.body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
         lines, taken = [], 0

@@ -21,6 +21,7 @@ iteration started", so a rule can tell a graph built in this iteration from one 
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Union
 
@@ -39,23 +40,44 @@ class Origin:
     statement: cst.CSTNode
 
 
-@dataclass(frozen=True)
-class Carried:
+class _LoopMarker:
+    """A marker that names its loop by a weak reference. The loop keeps the values that hold its
+    markers; naming it strongly would make a cycle, and leave each file's syntax tree to the cycle
+    collector, which walks all of it, instead of freeing it when the file is done."""
+
+    _loop: weakref.ref
+
+    @property
+    def loop(self) -> "Loop":
+        return self._loop()
+
+
+@dataclass(frozen=True, init=False)
+class Carried(_LoopMarker):
     """The value ``name`` had when an iteration of ``loop`` started."""
 
-    loop: "Loop"
+    _loop: weakref.ref
     name: str
 
+    def __init__(self, loop: "Loop", name: str) -> None:
+        object.__setattr__(self, "_loop", weakref.ref(loop))
+        object.__setattr__(self, "name", name)
 
-@dataclass(frozen=True)
-class Element:
+
+@dataclass(frozen=True, init=False)
+class Element(_LoopMarker):
     """An element picked from a container by a variable of ``loop`` (``losses[i]``): another
     element, with a graph of its own, in every iteration of that loop; to any other loop, the
     graph of the whole container (``origins``)."""
 
-    loop: "Loop"
+    _loop: weakref.ref
     node: cst.CSTNode
     origins: frozenset
+
+    def __init__(self, loop: "Loop", node: cst.CSTNode, origins: frozenset) -> None:
+        object.__setattr__(self, "_loop", weakref.ref(loop))
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "origins", origins)
 
 
 Source = Union[Origin, Carried, Element]
