@@ -1,5 +1,6 @@
 """The shared analysis on its own: which names carry graph, where it was built, what loops carry."""
 
+import gc
 import textwrap
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gradfix.codemods.analysis.optimizers import gradient_effects
+from gradfix.codemods.checker import check_source
+from gradfix.codemods.engine import FixMode
+from gradfix.codemods.registry import all_rules
 from gradfix.codemods.analysis.tree import LAYOUT, SyntaxTree
 from gradfix.codemods.analysis import TENSOR, Carried, FileAnalysis, ListOf, Origin, TupleOf, assigned_names, expand, read_names
 
@@ -541,3 +545,20 @@ def test_nodes_placed_one_statement_at_a_time_are_where_a_whole_module_render_pl
     nodes = [node for node in everything if analysis.tree.span(node) is not None]  # layout is placed by libcst
     assert len(nodes) > 10
     assert [analysis.range(node) for node in nodes] == [everything[node] for node in nodes]
+
+
+@pytest.mark.parametrize("mode", [FixMode.NONE, FixMode.UNSAFE])
+def test_a_checked_files_syntax_tree_is_freed_without_the_cycle_collector(mode):
+    """A file's nodes are freed by reference counting when its check is done. A cycle through its
+    analysis (a loop and the values that name it, positions and the analysis) would leave every
+    tree to the cycle collector, which walks all of it."""
+    sources = [path.read_bytes() for path in sorted(_FIXTURES.glob("carried_state/*/before.py"))[:4]]
+    gc.collect()
+    gc.disable()
+    try:
+        reports = [check_source(source, all_rules(), mode) for source in sources]
+        left_to_the_collector = gc.collect()
+    finally:
+        gc.enable()
+    assert sum(len(report.findings) + len(report.fixed) for report in reports) > 0
+    assert left_to_the_collector == 0
