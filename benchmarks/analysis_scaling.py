@@ -7,7 +7,8 @@ run: models, training functions (forward, loss, backward, step, logging), evalua
 `torch.no_grad()`, helpers, plain assignments and script-level training cells; most of it is correct,
 and some parts have the shapes gradfix reports (a loss kept in a list, losses backwarded one by one,
 a hidden state carried across batches, a forward before the loop, a backward after the batch loop).
-Linear growth shows as a flat "s/1k lines" column and a ratio to the first row near 1.
+Linear growth shows as a flat "s/1k lines" column and a ratio to the first row near 1. "parse" is
+LibCST's parse of the file alone; "rest" is the check without it (gradfix's own analysis and rules).
 Usage: python benchmarks/analysis_scaling.py [--max-lines N] [--write FOLDER]
 (--write also saves each generated file there, to profile or to run `gradfix check` on.)
 """
@@ -15,6 +16,8 @@ Usage: python benchmarks/analysis_scaling.py [--max-lines N] [--write FOLDER]
 import argparse
 import time
 from pathlib import Path
+
+import libcst as cst
 
 from gradfix.codemods.checker import check_source
 from gradfix.codemods.engine import FixMode
@@ -258,8 +261,16 @@ def seconds(source: bytes, mode: FixMode) -> tuple[float, int]:
     return elapsed, len(report.fixed if mode is FixMode.UNSAFE else report.findings)
 
 
+def parse_seconds(source: bytes) -> float:
+    """Seconds LibCST takes to parse ``source``, the part of a check that is not gradfix's code."""
+    start = time.perf_counter()
+    cst.parse_module(source)
+    return time.perf_counter() - start
+
+
 def table(title: str, rows, write: Path | None) -> None:
     print(f"{title:>7} {'lines':>6} {'found':>5} {'check s':>8} {'s/1k':>6} {'ratio':>5}"
+          f" {'parse s/1k':>10} {'rest s/1k':>9} {'ratio':>5}"
           f" {'fixed':>5} {'fix s':>8} {'s/1k':>6} {'ratio':>5}")
     first = None
     for label, source in rows:
@@ -267,11 +278,13 @@ def table(title: str, rows, write: Path | None) -> None:
             (write / f"{title}_{label}.py").write_bytes(source)
         lines = source.count(b"\n")
         check, found = seconds(source, FixMode.NONE)
+        parse = parse_seconds(source)
         fix, fixed = seconds(source, FixMode.UNSAFE)
-        per_line = (1000 * check / lines, 1000 * fix / lines)
+        per_line = (1000 * check / lines, 1000 * (check - parse) / lines, 1000 * fix / lines)
         first = first or per_line
         print(f"{label:>7} {lines:6d} {found:5d} {check:8.2f} {per_line[0]:6.3f} {per_line[0] / first[0]:5.2f}"
-              f" {fixed:5d} {fix:8.2f} {per_line[1]:6.3f} {per_line[1] / first[1]:5.2f}", flush=True)
+              f" {1000 * parse / lines:10.3f} {per_line[1]:9.3f} {per_line[1] / first[1]:5.2f}"
+              f" {fixed:5d} {fix:8.2f} {per_line[2]:6.3f} {per_line[2] / first[2]:5.2f}", flush=True)
 
 
 def main() -> None:
