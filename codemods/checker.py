@@ -71,15 +71,21 @@ def check_source(
 
 @contextlib.contextmanager
 def _young_objects_collected_rarely() -> Iterator[None]:
-    """A syntax tree is hundreds of thousands of objects freed by reference counting; at Python's
-    default threshold (a collection every 700 allocations) the cycle collector scans each young
-    tree many times over, about a tenth of checking a tree."""
+    """A syntax tree and its analysis are hundreds of thousands of objects, freed by reference
+    counting when the file is done (nothing of gradfix's makes a cycle). At Python's default
+    thresholds the cycle collector scans each young tree many times over (a collection every 700
+    allocations), and walks all of it again at every full collection, more often the longer the
+    file: young objects are collected every 100,000 allocations, and full collections wait until
+    the file is done."""
     saved = gc.get_threshold()
-    gc.set_threshold(100_000, *saved[1:])
+    gc.set_threshold(100_000, saved[1], _FULL_COLLECTIONS_DEFERRED)
     try:
         yield
     finally:
         gc.set_threshold(*saved)
+
+
+_FULL_COLLECTIONS_DEFERRED = 10**9  # collections of the middle generation before a full one
 
 
 def _check_python(
