@@ -63,14 +63,14 @@ def check_source(
     skipped = prefiltered_report(data, path)
     if skipped is not None:
         return skipped
-    with _young_objects_collected_rarely():
+    with _cycle_collection_deferred():
         if is_notebook(path):
             return _check_notebook(data, rules, mode, path, project)
         return _check_python(data, rules, mode, path, project)
 
 
 @contextlib.contextmanager
-def _young_objects_collected_rarely() -> Iterator[None]:
+def _cycle_collection_deferred() -> Iterator[None]:
     """A syntax tree and its analysis are hundreds of thousands of objects, freed by reference
     counting when the file is done (nothing of gradfix's makes a cycle). At Python's default
     thresholds the cycle collector scans each young tree many times over (a collection every 700

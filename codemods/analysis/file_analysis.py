@@ -342,15 +342,6 @@ class FileAnalysis:
             return block
         return None
 
-    def statement_holding(self, block: Block, node: cst.CSTNode) -> cst.BaseStatement | None:
-        """The statement of ``block`` that is or holds ``node``."""
-        while node is not None:
-            parent = self.tree.parent(node)
-            if parent is block.owner:
-                return node if isinstance(node, cst.BaseStatement) else None
-            node = parent
-        return None
-
     def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
         """The statement line an expression is in (None inside a compound statement's header)."""
         while node is not None and not isinstance(node, cst.SimpleStatementLine):

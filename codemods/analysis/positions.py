@@ -59,10 +59,8 @@ class Positions:
         statements' lines are not known (the whole module is rendered then)."""
         if self._statement_lines is None:
             return -1
-        parent = self._tree.parent(node)
-        while parent is not None and parent is not self._module:
-            node, parent = parent, self._tree.parent(parent)
-        return -1 if parent is None else self._statement_indexes[id(node)]
+        statement = self._tree.child_holding(self._module, node)
+        return -1 if statement is None else self._statement_indexes[id(statement)]
 
     @cached_property
     def _statement_indexes(self) -> dict[int, int]:

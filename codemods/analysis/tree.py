@@ -72,6 +72,14 @@ class SyntaxTree:
             return None
         return self._nodes[self._parents[span[0]]]
 
+    def child_holding(self, ancestor: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The child of ``ancestor`` that is or holds ``node`` (the statement of a body that holds an
+        expression); None when ``node`` is not under ``ancestor``."""
+        parent = self.parent(node)
+        while parent is not None and parent is not ancestor:
+            node, parent = parent, self.parent(parent)
+        return None if parent is None else node
+
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         """Whether ``inner`` is ``outer`` or under it."""
         outer_span, inner_span = self.span(outer), self.span(inner)
@@ -189,8 +197,6 @@ class _Handlers:
         if getattr(type(self._visitor), name, None) is getattr(cst.CSTVisitor, name, None):
             return None
         return getattr(self._visitor, name)
-
-
 
 
 @functools.cache

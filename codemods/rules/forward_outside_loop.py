@@ -80,7 +80,7 @@ for epoch in range(epochs):
         defined: set[str] = set()
         for statement in hoisted:
             block = self.analysis.block_of(statement)
-            container = self.analysis.statement_holding(block, loop.node)
+            container = self.analysis.tree.child_holding(block.owner, loop.node)
             if container is None or block.index(statement) > block.index(container):
                 return None  # the loop is not after the statement in an enclosing block
             on_the_way = [*block.statements[block.index(statement) + 1 : block.index(container)], container]
