@@ -172,7 +172,10 @@ def test_a_file_edited_after_it_was_read_is_not_written(tmp_path):
         (b"loss.backward ()\n", True),
         (b"accelerator.backward(\n    loss)\n", True),
         (b"grads = torch.autograd.grad(y, x)\n", True),
-        (b"def training_step(self, batch, i):\n    return self(batch).sum()\n", True),
+        (b"def training_step(self, batch, i):\n    return self(batch).sum()\n", False),
+        (b"class Model(L.LightningModule):\n    def training_step(self, batch, i):\n        return self(batch).sum()\n", True),
+        (b"from transformers import Seq2SeqTrainer as T\nclass Tr(T):\n    def compute_loss(self, m, x):\n        return m(**x).loss\n", True),
+        (b"from transformers import Trainer\ndef training_step(batch):\n    return batch\n", False),
     ],
 )
 def test_only_text_that_may_backward_is_parsed(source, parsed):

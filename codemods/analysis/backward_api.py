@@ -11,7 +11,9 @@ evaluate) and how to write the same call for another tensor. The calls are:
   Lightning Fabric's ``fabric.backward(loss)``, a LightningModule's ``self.manual_backward(loss)``,
   DeepSpeed's ``engine.backward(loss)`` and optimizer wrappers' ``optimizer.backward(loss)``;
 * functions and methods of the checked code whose body backwards one of their parameters
-  (``BackwardApi.of_function``).
+  (``BackwardApi.of_function``);
+* the hooks whose result a trainer backwards (``TRAINER_HOOKS``): a LightningModule's
+  ``training_step``, a Hugging Face Trainer's ``compute_loss``.
 
 ``x.backward(arg)`` is a framework call unless ``x`` itself carries a graph: a tensor's own first
 argument is a gradient, which training code passes only for non-scalar outputs it holds.
@@ -77,7 +79,25 @@ FRAMEWORK_APIS = {
     "fabric": FABRIC_BACKWARD,
     "deepspeed": DEEPSPEED_BACKWARD,
 }
+# Trainer base classes that backward what one of their subclass's methods returns.
+TRAINER_HOOKS = {
+    "pytorch_lightning.LightningModule": "training_step",
+    "pytorch_lightning.core.LightningModule": "training_step",
+    "pytorch_lightning.core.module.LightningModule": "training_step",
+    "lightning.LightningModule": "training_step",
+    "lightning.pytorch.LightningModule": "training_step",
+    "lightning.pytorch.core.LightningModule": "training_step",
+    "lightning.pytorch.core.module.LightningModule": "training_step",
+    "transformers.Trainer": "compute_loss",
+    "transformers.Seq2SeqTrainer": "compute_loss",
+    "transformers.trainer.Trainer": "compute_loss",
+}
+LIGHTNING_HOOK = "training_step"
+
 _BACKWARD_CALL = re.compile(rb"backward\s*\(")
+# A class reaches a trainer's base only through a name whose last part the file writes (imported,
+# or read as an attribute), and a trainer backwards only the hook the file's class defines.
+_TRAINER_BASES_AND_HOOKS = sorted({(base.rpartition(".")[2].encode(), hook.encode()) for base, hook in TRAINER_HOOKS.items()})
 
 
 def may_backward(source: bytes) -> bool:
@@ -85,6 +105,8 @@ def may_backward(source: bytes) -> bool:
     or function is called as ``…backward(`` or lives in ``autograd``; a trainer backwards what its
     hooks return. ("backward" alone would also take every "backward compatibility" of a
     docstring; plain substring tests first, as one regular expression of alternatives is slow.)"""
-    if b"autograd" in source or b"training_step" in source or b"compute_loss" in source:
+    if b"autograd" in source:
+        return True
+    if any(hook in source and base in source for base, hook in _TRAINER_BASES_AND_HOOKS):
         return True
     return b"backward" in source and _BACKWARD_CALL.search(source) is not None

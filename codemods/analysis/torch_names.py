@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 import libcst.matchers as m
 
+from .backward_api import LIGHTNING_HOOK, TRAINER_HOOKS
 from .tree import SyntaxTree
 from .values import TENSOR, UNKNOWN, Structure, TupleOf
 
@@ -50,20 +51,6 @@ FRAMEWORK_CONSTRUCTORS = {
 }
 # Functions returning a tuple whose first element is such an object.
 FRAMEWORK_TUPLE_CONSTRUCTORS = {"deepspeed.initialize": "deepspeed"}
-# Trainer base classes that backward what one of their subclass's methods returns.
-TRAINER_HOOKS = {
-    "pytorch_lightning.LightningModule": "training_step",
-    "pytorch_lightning.core.LightningModule": "training_step",
-    "pytorch_lightning.core.module.LightningModule": "training_step",
-    "lightning.LightningModule": "training_step",
-    "lightning.pytorch.LightningModule": "training_step",
-    "lightning.pytorch.core.LightningModule": "training_step",
-    "lightning.pytorch.core.module.LightningModule": "training_step",
-    "transformers.Trainer": "compute_loss",
-    "transformers.Seq2SeqTrainer": "compute_loss",
-    "transformers.trainer.Trainer": "compute_loss",
-}
-_LIGHTNING_HOOK = "training_step"
 
 # Methods that mark a receiver as an nn.Module wherever they are called on it.
 _MODULE_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "modules", "children"}
@@ -242,7 +229,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             hook = TRAINER_HOOKS.get(name) or self.names.trainer_hooks.get(name)
             if hook is not None:
                 self.names.trainer_hooks[class_name] = hook
-            if hook == _LIGHTNING_HOOK or name in self.names.lightning_classes:
+            if hook == LIGHTNING_HOOK or name in self.names.lightning_classes:
                 self.names.lightning_classes.add(class_name)
             if name in self.names.manual_optimization:
                 self.names.manual_optimization.add(class_name)
