@@ -60,7 +60,7 @@ def check_source(
 ) -> FileReport:
     """Findings (and, by ``mode``, fixes) for one file's bytes; ``project`` holds the summaries of
     the other checked files' functions, for calls of them."""
-    skipped = prefiltered_report(data, path)
+    skipped = prefiltered_report(data, path, project)
     if skipped is not None:
         return skipped
     with _cycle_collection_deferred():
@@ -122,9 +122,10 @@ def _check_notebook(
     if not notebook.is_python:
         return report
     # The JSON may mention a backward only in outputs or markdown: the cells' code is prefiltered too.
-    checked = prefiltered_report(notebook.source, path)
+    checked = prefiltered_report(notebook.source, path, project)
     if checked is None:
         checked = _check_python(notebook.source, rules, mode, path, project)
+    report.prefiltered = checked.prefiltered
     report.errors = [_error_in_cells(notebook, error) for error in checked.errors]
     report.internal_errors = checked.internal_errors
     report.exports, report.imports = checked.exports, checked.imports

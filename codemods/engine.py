@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from .analysis.backward_api import may_backward
-from .analysis.project import ExportedSummary, ProjectSummaries, project_summaries
+from .analysis.project import ExportedSummary, ProjectSummaries, importable_names, project_summaries, written_names
 from .finding import Finding, FixKind
 from .notebook import Notebook, is_notebook
 
@@ -65,6 +65,7 @@ class FileReport:
     internal_errors: list[str] = field(default_factory=list)  # a fix gradfix made was wrong
     exports: dict[str, ExportedSummary] = field(default_factory=dict)  # summaries other files may import
     imports: set[str] = field(default_factory=set)  # dotted names the file imports
+    prefiltered: bool = False  # never parsed: its text could not backward (``may_backward``)
 
     @property
     def changed(self) -> bool:
@@ -232,12 +233,13 @@ def check_decodable(data: bytes, path: str) -> None:
         raise SourceError(f"{path}: cannot decode: {error}") from None
 
 
-def prefiltered_report(data: bytes, path: str) -> FileReport | None:
-    """The report of a file whose text cannot backward a graph (``may_backward``): nothing found,
-    or why a Python file cannot be read as text. None for a file that must be parsed."""
-    if may_backward(data):
+def prefiltered_report(data: bytes, path: str, project: ProjectSummaries | None = None) -> FileReport | None:
+    """The report of a file whose text cannot backward a graph (``may_backward``, calling none of
+    ``project``'s functions): nothing found, or why a Python file cannot be read as text. None for
+    a file that must be parsed."""
+    if may_backward(data, written_names(project)):
         return None
-    report = FileReport(path, original=data)
+    report = FileReport(path, original=data, prefiltered=True)
     if not is_notebook(path):
         try:
             check_decodable(data, path)
@@ -257,12 +259,18 @@ def check_files(
     """Reports for ``files``, in order, computed on ``jobs`` processes (all cores by default);
     with ``cache``, reports of unchanged files are taken from it and new ones kept in it.
 
-    Every file is checked once; then the files that import a function of another checked file
-    whose summary matters (it backwards an argument, or returns a tensor it backwarded) are
-    checked again with those summaries."""
+    Every file is checked once; then the files that import a function (or a class, for its
+    methods) of another checked file whose summary matters (it backwards an argument, or returns
+    a tensor it backwarded) are checked again with those summaries, and so are the files the
+    prefilter skipped that name one."""
     reports = _cached_map(files, rules, mode, jobs, None, cache)
     project = project_summaries((report.path, report.exports) for report in reports if report.exports)
-    again = [i for i, report in enumerate(reports) if report.imports & project.keys()]
+    importable, helpers = importable_names(project), written_names(project)
+    again = [
+        i
+        for i, report in enumerate(reports)
+        if report.imports & importable or report.prefiltered and may_backward(report.original, helpers)
+    ]
     for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
         reports[index] = report
     return reports
@@ -285,7 +293,7 @@ def _cached_map(
         except OSError:
             reports.append(None)  # checking it says why it cannot be read
             continue
-        skipped = prefiltered_report(data, str(path))
+        skipped = prefiltered_report(data, str(path), project)
         if skipped is not None:  # never parsed: checking it costs less than reading an entry
             reports.append(skipped)
             continue

@@ -9,6 +9,7 @@ import pytest
 from gradfix.cli import Terminated
 from gradfix.codemods import checker, engine
 from gradfix.codemods.analysis.backward_api import may_backward
+from gradfix.codemods.analysis.project import ExportedSummary, written_names
 from gradfix.codemods.edits import Fix
 from gradfix.codemods.checker import check_source
 from gradfix.codemods.engine import FileChanged, FixMode, write_atomically
@@ -182,3 +183,49 @@ def test_only_text_that_may_backward_is_parsed(source, parsed):
     assert may_backward(source) is parsed
     # What is not parsed cannot fail to parse.
     assert bool(check_source(source + b"(", all_rules(), FixMode.NONE, "a.py").errors) is parsed
+
+
+_UPDATE = "def update(loss, optimizer):\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+_CRITERION = "class Criterion:\n    def __call__(self, out):\n        loss = out.pow(2).mean()\n        loss.backward()\n        return loss\n"
+_SETUP = "import torch\n\nmodel = torch.nn.Linear(3, 2)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+
+
+@pytest.mark.parametrize(
+    ("steps", "train", "code"),
+    [
+        # train.py never writes "backward": the prefilter skips it until the first pass finds
+        # that steps.py exports a helper it names.
+        (
+            _UPDATE,
+            "from .steps import update\n" + _SETUP + "for batch in torch.randn(4, 2, 3):\n    out = model(batch)\n"
+            "    update(out.mean(), optimizer)\n    update(out.pow(2).mean(), optimizer)\n",
+            "GF002",
+        ),
+        # A class is imported, not its method: the file is checked again with the method's summary.
+        (
+            _CRITERION,
+            "from .steps import Criterion\n" + _SETUP + "criterion = Criterion()\n"
+            "for batch in torch.randn(4, 2, 3):\n    loss = criterion(model(batch))\n    loss.backward()\n",
+            "GF001",
+        ),
+    ],
+)
+def test_a_file_is_checked_with_the_summaries_of_the_helpers_it_imports(tmp_path, steps, train, code):
+    (tmp_path / "pkg").mkdir()
+    steps_path, train_path = tmp_path / "pkg" / "steps.py", tmp_path / "pkg" / "train.py"
+    steps_path.write_text(steps)
+    train_path.write_text(train)
+    assert not checker.check_file(train_path, all_rules()).findings
+    steps_report, train_report = engine.check_files([steps_path, train_path], all_rules(), FixMode.NONE, jobs=1)
+    assert [finding.code for finding in train_report.findings] == [code]
+    assert not steps_report.findings
+
+
+def test_a_method_of_a_helper_class_makes_a_file_worth_parsing_only_where_the_file_calls_it():
+    project = {"pkg.steps.Wrapper.step": ExportedSummary("Wrapper.step", ("loss",), (), None)}
+    helpers = written_names(project)
+    assert helpers == {(b"steps", b"Wrapper", b"step")}
+    source = b"from pkg.steps import Wrapper\nwrapper = Wrapper()\n"
+    assert not may_backward(source, helpers)
+    assert may_backward(source + b"wrapper.step (loss)\n", helpers)
+    assert not may_backward(source.replace(b"steps", b"other") + b"wrapper.step(loss)\n", helpers)

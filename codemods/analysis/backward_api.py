@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
 RECEIVER = -1  # the tensor is the object the method is called on
 
@@ -100,13 +100,20 @@ _BACKWARD_CALL = re.compile(rb"backward\s*\(")
 _TRAINER_BASES_AND_HOOKS = sorted({(base.rpartition(".")[2].encode(), hook.encode()) for base, hook in TRAINER_HOOKS.items()})
 
 
-def may_backward(source: bytes) -> bool:
+def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = ()) -> bool:
     """Whether a file's text could backward anything in a way this table knows: every row's method
     or function is called as ``…backward(`` or lives in ``autograd``; a trainer backwards what its
-    hooks return. ("backward" alone would also take every "backward compatibility" of a
-    docstring; plain substring tests first, as one regular expression of alternatives is slow.)"""
+    hooks return; ``helpers`` are other checked files' functions that backward, each as the module,
+    name and method a file that calls it writes (``project.written_names``).
+    ("backward" alone would also take every "backward compatibility" of a docstring; plain
+    substring tests first, as one regular expression of alternatives is slow.)"""
     if b"autograd" in source:
         return True
     if any(hook in source and base in source for base, hook in _TRAINER_BASES_AND_HOOKS):
         return True
-    return b"backward" in source and _BACKWARD_CALL.search(source) is not None
+    if b"backward" in source and _BACKWARD_CALL.search(source) is not None:
+        return True
+    return any(
+        module in source and name in source and (not method or re.search(rb"\b%s\s*\(" % method, source))
+        for module, name, method in helpers
+    )

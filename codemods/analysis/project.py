@@ -51,3 +51,23 @@ def project_summaries(exports: Iterable[tuple[str, Mapping[str, ExportedSummary]
                     ambiguous.add(key)
                 index[key] = summary
     return {key: summary for key, summary in index.items() if key not in ambiguous}
+
+
+def importable_names(project: ProjectSummaries | None) -> frozenset[str]:
+    """The dotted names a file imports to call one of ``project``'s functions: the function's own,
+    or its class's for a method (``steps.Criterion`` for ``steps.Criterion.__call__``)."""
+    return frozenset(
+        key[: len(key) - len(summary.name)] + summary.name.partition(".")[0] for key, summary in (project or {}).items()
+    )
+
+
+def written_names(project: ProjectSummaries | None) -> frozenset[tuple[bytes, bytes, bytes]]:
+    """What the text of a file that calls one of ``project``'s functions holds: the last name of
+    its module, the function's or class's name (``from .steps import Criterion``), and the method
+    it calls, empty when calling the instance runs it (``__call__``, ``forward``)."""
+    names = set()
+    for key, summary in (project or {}).items():
+        module = key[: len(key) - len(summary.name) - 1].rpartition(".")[2]
+        name, _, method = summary.name.partition(".")
+        names.add((module, name, "" if method in ("__call__", "forward") else method))
+    return frozenset(tuple(part.encode() for part in spelled) for spelled in names)
