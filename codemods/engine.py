@@ -27,7 +27,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from .analysis.backward_api import may_backward
+from .analysis.backward_api import may_backward, may_call
 from .analysis.project import ExportedSummary, ProjectSummaries, importable_names, project_summaries, written_names
 from .finding import Finding, FixKind
 from .notebook import Notebook, is_notebook
@@ -269,7 +269,7 @@ def check_files(
     again = [
         i
         for i, report in enumerate(reports)
-        if report.imports & importable or report.prefiltered and may_backward(report.original, helpers)
+        if report.imports & importable or report.prefiltered and may_call(report.original, helpers)
     ]
     for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
         reports[index] = report

@@ -113,6 +113,12 @@ def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = 
         return True
     if b"backward" in source and _BACKWARD_CALL.search(source) is not None:
         return True
+    return may_call(source, helpers)
+
+
+def may_call(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]]) -> bool:
+    """Whether a file's text could call one of ``helpers`` (module, name and method, as
+    ``project.written_names`` spells them)."""
     return any(
         module in source and name in source and (not method or re.search(rb"\b%s\s*\(" % method, source))
         for module, name, method in helpers
