@@ -194,8 +194,14 @@ def join_envs(envs: Sequence[Env | None]) -> Env | None:
             elif held is None:
                 joined[name] = replace(value, unbound=True)
             else:
-                joined[name] = held.join(value)
+                joined[name] = join_values(held, value)
     return joined
+
+
+def join_values(held: Value, value: Value) -> Value:
+    """What a name that two meeting paths both bind holds: the very same value is kept, except None
+    (None joined with itself: may be None)."""
+    return held if held is value and held.structure is not NONE else held.join(value)
 
 
 def _names_to_join(joined: Env, env: Env) -> Iterable[str]:
@@ -548,10 +554,10 @@ class DataflowAnalysis:
         for _ in range(_MAX_PASSES):
             head = dict(env)
             for name in loop.carried_names:
-                start = join_envs([{name: v} for v in (entry.get(name), back_edge.get(name)) if v is not None])
-                if start is None:
+                before, after = entry.get(name), back_edge.get(name)
+                if before is None and after is None:
                     continue
-                value = start[name]
+                value = after if before is None else before if after is None else join_values(before, after)
                 head[name] = Value(
                     graph=value.graph,
                     origins=frozenset({Carried(loop, name)}) if value.graph else frozenset(),
