@@ -97,7 +97,9 @@ LIGHTNING_HOOK = "training_step"
 _BACKWARD_CALL = re.compile(rb"backward\s*\(")
 # A class reaches a trainer's base only through a name whose last part the file writes (imported,
 # or read as an attribute), and a trainer backwards only the hook the file's class defines.
-_TRAINER_BASES_AND_HOOKS = sorted({(base.rpartition(".")[2].encode(), hook.encode()) for base, hook in TRAINER_HOOKS.items()})
+_TRAINER_BASES_AND_HOOKS = sorted(
+    {(base.rpartition(".")[2].encode(), hook.encode()) for base, hook in TRAINER_HOOKS.items()}
+)
 
 
 def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = ()) -> bool:
