@@ -97,9 +97,10 @@ LIGHTNING_HOOK = "training_step"
 _BACKWARD_CALL = re.compile(rb"backward\s*\(")
 # A class reaches a trainer's base only through a name whose last part the file writes (imported,
 # or read as an attribute), and a trainer backwards only the hook the file's class defines.
-_TRAINER_BASES_AND_HOOKS = sorted(
-    {(base.rpartition(".")[2].encode(), hook.encode()) for base, hook in TRAINER_HOOKS.items()}
-)
+_TRAINER_BASES_BY_HOOK = {
+    hook.encode(): {base.rpartition(".")[2].encode() for base, its_hook in TRAINER_HOOKS.items() if its_hook == hook}
+    for hook in dict.fromkeys(TRAINER_HOOKS.values())
+}
 
 
 def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = ()) -> bool:
@@ -111,7 +112,7 @@ def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = 
     substring tests first, as one regular expression of alternatives is slow.)"""
     if b"autograd" in source:
         return True
-    if any(hook in source and base in source for base, hook in _TRAINER_BASES_AND_HOOKS):
+    if any(hook in source and any(base in source for base in bases) for hook, bases in _TRAINER_BASES_BY_HOOK.items()):
         return True
     if b"backward" in source and _BACKWARD_CALL.search(source) is not None:
         return True
