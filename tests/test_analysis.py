@@ -13,7 +13,8 @@ from gradfix.codemods.analysis.optimizers import gradient_effects
 from gradfix.codemods.checker import check_source
 from gradfix.codemods.engine import FixMode
 from gradfix.codemods.registry import all_rules
-from gradfix.codemods.analysis.tree import LAYOUT, SyntaxTree
+from gradfix.codemods.analysis.syntax import is_detach, is_name
+from gradfix.codemods.analysis.tree import LAYOUT, SyntaxTree, find_nodes
 from gradfix.codemods.analysis import TENSOR, Carried, FileAnalysis, ListOf, Origin, TupleOf, assigned_names, expand, read_names
 
 
@@ -493,19 +494,19 @@ def test_names_by_spelling_are_the_name_nodes_a_search_finds_under_a_node():
 
 
 @pytest.mark.parametrize(
-    "matcher",
+    ("matcher", "node_type", "where"),
     [
-        m.Attribute(attr=m.Name("grad")),
-        m.Call(func=m.Attribute(attr=m.Name("detach") | m.Name("detach_"))),
-        m.Call(func=m.Attribute()),
-        m.Call(func=m.Name()),
-        m.Assign(value=m.Name("False")),
-        m.Call(args=[m.Arg(value=m.Name("False"))]),  # a sequence: answered by libcst
-        m.Call(func=m.MatchIfTrue(lambda func: isinstance(func, cst.Name))),  # likewise
+        (m.Attribute(attr=m.Name("grad")), cst.Attribute, lambda a: a.attr.value == "grad"),
+        (m.Call(func=m.Attribute(attr=m.Name("detach") | m.Name("detach_"))), cst.Call, is_detach),
+        (m.Call(func=m.Attribute()), cst.Call, lambda call: type(call.func) is cst.Attribute),
+        (m.Call(func=m.Name()), cst.Call, lambda call: type(call.func) is cst.Name),
+        (m.Assign(value=m.Name("False")), cst.Assign, lambda assign: is_name(assign.value, "False")),
+        (m.Call(args=[m.Arg(value=m.Name("False"))]), cst.Call, lambda c: len(c.args) == 1 and is_name(c.args[0].value, "False")),
+        (m.Name(), cst.Name, None),
     ],
 )
-def test_a_search_by_matcher_finds_what_libcst_finds(matcher):
-    module = cst.parse_module(textwrap.dedent('''
+def test_a_search_by_type_finds_what_a_libcst_matcher_finds(matcher, node_type, where):
+    source = textwrap.dedent('''
         x.grad.zero_()
         y = model(x).detach()
         z = h.detach_().grad
@@ -514,10 +515,13 @@ def test_a_search_by_matcher_finds_what_libcst_finds(matcher):
         def step(a):
             a.grad = None
             return f(g.detach(), False)
-    '''))
+    ''')
+    module = cst.parse_module(source)
     tree = SyntaxTree(module)
     for root in (module, module.body[-1]):
-        assert tree.findall(root, matcher) == m.findall(root, matcher)
+        assert tree.findall(root, node_type, where) == m.findall(root, matcher)
+    apart = cst.parse_module(source)  # not part of the module the tree was built from: walked
+    assert tree.findall(apart, node_type, where) == find_nodes(apart, node_type, where) == m.findall(apart, matcher)
     assert m.findall(module, matcher)
 
 

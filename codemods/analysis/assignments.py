@@ -7,9 +7,9 @@ calling a mutating method like ``a.append(v)`` / ``a.add_(v)`` counts as writing
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from .torch_names import dotted_name
+from .syntax import is_name, method_called
 from .tree import SyntaxTree
 
 APPENDING_METHODS = {"append", "extend", "insert"}
@@ -19,7 +19,7 @@ BOOKKEEPING_METHODS = {"detach_", "requires_grad_"}
 
 def _is_no_grad_block(node: cst.With) -> bool:
     return any(
-        m.matches(item.item, m.Call(func=m.Attribute(attr=m.Name("no_grad")) | m.Name("no_grad")))
+        method_called(item.item) == "no_grad" or type(item.item) is cst.Call and is_name(item.item.func, "no_grad")
         for item in node.items
     )
 

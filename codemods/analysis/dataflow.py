@@ -20,12 +20,12 @@ from operator import attrgetter, is_, is_not, not_
 from typing import Iterable, Iterator, Mapping, Sequence, Union
 
 import libcst as cst
-import libcst.matchers as m
 
 from . import backward_api, backward_calls
 from .backward_api import BackwardApi, Tristate
 from .project import ExportedSummary, ProjectSummaries
 from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, read_names, target_names
+from .syntax import method_called
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
 from .tree import SyntaxTree
 from .values import (
@@ -240,7 +240,7 @@ class DataflowAnalysis:
         self.constructor_arguments: dict[str, Env] = {}
         self._constructor_parameters = {
             cls.name.value: [p.name.value for p in init.params.params[1:]]
-            for cls in tree.findall(module, m.ClassDef())
+            for cls in tree.findall(module, cst.ClassDef)
             for init in cls.body.body
             if isinstance(init, cst.FunctionDef) and init.name.value == "__init__" and init.params.params
         }
@@ -248,7 +248,7 @@ class DataflowAnalysis:
         # ``model.rnn`` for ``model.rnn.hidden``): assigning ``model`` forgets what was known of the
         # chains under it without scanning every name of the environment.
         self._attributes_of: dict[str, list[str]] = {}
-        for attribute in dict.fromkeys(dotted_name(a) for a in tree.findall(module, m.Attribute())):
+        for attribute in dict.fromkeys(dotted_name(a) for a in tree.findall(module, cst.Attribute)):
             parts = attribute.split(".") if attribute is not None else ()
             for end in range(1, len(parts)):
                 self._attributes_of.setdefault(".".join(parts[:end]), []).append(attribute)
@@ -310,7 +310,7 @@ class DataflowAnalysis:
         start = dict(env or {})
         # A parameter whose .grad the function reads is a tensor that requires grad.
         with_gradients = {
-            dotted_name(a.value) for a in self._tree.findall(node.body, m.Attribute(attr=m.Name("grad")))
+            dotted_name(a.value) for a in self._tree.findall(node.body, cst.Attribute, lambda a: a.attr.value == "grad")
         }
         for parameter in node.params.params:
             if parameter.name.value in with_gradients:
@@ -325,7 +325,7 @@ class DataflowAnalysis:
         parameters = [p.name.value for p in node.params.params]
         if class_name is not None and parameters:
             parameters = parameters[1:]  # self
-        sites = (self.backward_sites.get(call) for call in self._tree.findall(node, m.Call()))  # not all the file's
+        sites = (self.backward_sites.get(call) for call in self._tree.findall(node, cst.Call))  # not all the file's
         backwarded = tuple(
             site
             for site in sites
@@ -390,9 +390,7 @@ class DataflowAnalysis:
             items = self._eval(statement.iter, env)
             # What a data loader or an unknown iterable yields is data; a list of losses, or the
             # items of a dict of features, yields graphs.
-            known = isinstance(items.structure, (ListOf, TupleOf)) or m.matches(
-                statement.iter, m.Call(func=m.Attribute(attr=m.Name("items") | m.Name("values")))
-            )
+            known = isinstance(items.structure, (ListOf, TupleOf)) or method_called(statement.iter) in ("items", "values")
             element = _element_of(items) if known else NOTHING
 
             def iteration(head: Env) -> Env | None:
@@ -449,8 +447,8 @@ class DataflowAnalysis:
         """The graph-carrying globals of ``env`` that ``function`` names (a name, or an attribute
         chain such as ``model.hidden``): looked up by what it names rather than copied whole, since
         a long script has thousands of globals and hundreds of functions."""
-        named = [name.value for name in self._tree.findall(function, m.Name())]
-        named += [dotted_name(attribute) for attribute in self._tree.findall(function, m.Attribute())]
+        named = [name.value for name in self._tree.findall(function, cst.Name)]
+        named += [dotted_name(attribute) for attribute in self._tree.findall(function, cst.Attribute)]
         return {name: env[name] for name in dict.fromkeys(named) if name in env and env[name].graph}
 
     def _exec_if_chain(self, statement: cst.If, env: Env) -> Env | None:

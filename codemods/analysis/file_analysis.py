@@ -10,7 +10,6 @@ from functools import cached_property
 from typing import Iterator, Mapping, Sequence
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.metadata import CodeRange
 
 from .assignments import assigned_names, read_names, target_names
@@ -121,10 +120,10 @@ class FileAnalysis:
         for origin in self.graph_nodes(site):
             if not self.contains(loop.node, origin.node):
                 continue
-            for call in self.tree.findall(origin.node, m.Call()):
+            for call in self.tree.findall(origin.node, cst.Call):
                 if not isinstance(call.func, cst.Attribute) or not self._holds_graph(call.func.value):
                     return True  # a function or a method of something else: it may read parameters
-            for name in self.tree.findall(origin.node, m.Name()):
+            for name in self.tree.findall(origin.node, cst.Name):
                 read = self.value_read(name)
                 if read is None or name.value in ("True", "False", "None"):
                     continue  # not a read: an attribute's or a keyword's name
@@ -134,7 +133,7 @@ class FileAnalysis:
 
     def _holds_graph(self, expression: cst.BaseExpression) -> bool:
         return any(
-            (read := self.value_read(name)) is not None and read.graph for name in self.tree.findall(expression, m.Name())
+            (read := self.value_read(name)) is not None and read.graph for name in self.tree.findall(expression, cst.Name)
         )
 
     def read_only_where_assigned(self, loop: Loop, name: str) -> bool:
@@ -148,12 +147,12 @@ class FileAnalysis:
         body = loop.node.body
         written = assigned_names(body, tree=self.tree)
         assigning: dict[str, list[cst.If]] = {}
-        for branch in self.tree.findall(body, m.If()):
+        for branch in self.tree.findall(body, cst.If):
             # (a call may answer differently each time: `if random.random() < p:`)
-            invariant = not self.tree.findall(branch.test, m.Call()) and not read_names(branch.test) & written
+            invariant = not self.tree.findall(branch.test, cst.Call) and not read_names(branch.test) & written
             if invariant and _always_assigns(branch.body, name):
                 assigning.setdefault(code_of(branch.test), []).append(branch)
-        reads = [n for n in self.tree.findall(body, m.Name(value=name)) if n in self._dataflow.read_values]
+        reads = [n for n in self.tree.names(body, [name]) if n in self._dataflow.read_values]
         return bool(assigning and reads) and all(self._guarded_like(read, assigning, loop.node) for read in reads)
 
     def _guarded_like(self, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode) -> bool:
@@ -174,7 +173,7 @@ class FileAnalysis:
         what an unknown iterable yields as data, so that graph is not among the targets' origins."""
         if not isinstance(loop.node, cst.For):
             return False
-        values = (self.value_read(name) for name in m.findall(loop.node.iter, m.Name()))
+        values = (self.value_read(name) for name in self.tree.findall(loop.node.iter, cst.Name))
         return any(value is not None and value.graph for value in values)
 
     def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
@@ -207,7 +206,7 @@ class FileAnalysis:
         modules = [
             dotted_name(call.func)
             for statement in statements
-            for call in self.tree.findall(statement, m.Call())
+            for call in self.tree.findall(statement, cst.Call)
             if self.names.module(call.func, self.class_name_of(statement)) is not None
         ]
         return bool(modules) and not any(self._may_train(module, trained) for module in modules)
@@ -307,7 +306,7 @@ class FileAnalysis:
 
     @cached_property
     def _classes(self) -> list[cst.ClassDef]:
-        return self.tree.findall(self.module, m.ClassDef())
+        return self.tree.findall(self.module, cst.ClassDef)
 
     @property
     def loops(self) -> list[Loop]:
@@ -364,11 +363,11 @@ class FileAnalysis:
 
     @cached_property
     def _simple_statements(self) -> list[cst.SimpleStatementLine]:
-        return self.tree.findall(self.module, m.SimpleStatementLine())
+        return self.tree.findall(self.module, cst.SimpleStatementLine)
 
     @cached_property
     def _functions(self) -> list[cst.FunctionDef]:
-        return self.tree.findall(self.module, m.FunctionDef())
+        return self.tree.findall(self.module, cst.FunctionDef)
 
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         return self.tree.contains(outer, inner)
@@ -403,7 +402,7 @@ class FileAnalysis:
     def _calls_an_optimizer(self, node: cst.CSTNode) -> bool:
         return any(
             dotted_name(call.func.value) in self.names.optimizers
-            for call in self.tree.findall(node, m.Call(func=m.Attribute()))
+            for call in self.tree.findall(node, cst.Call, lambda call: type(call.func) is cst.Attribute)
         )
 
 

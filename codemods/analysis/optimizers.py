@@ -12,35 +12,35 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import libcst as cst
-import libcst.matchers as m
 
 from .syntax import code_of
+from .tree import find_nodes
 
-Findall = Callable[[cst.CSTNode, m.BaseMatcherNode], Sequence[cst.CSTNode]]
+Findall = Callable[..., Sequence[cst.CSTNode]]  # (root, node type, where): ``SyntaxTree.findall``
 
 UPDATING_METHODS = {"step", "zero_grad", "update"}  # update: GradScaler.update() after scaler.step(optimizer)
 READING_METHODS = {"unscale_", "clip_grad_norm_", "clip_grad_value_", "clip_gradients"}
 _CLIPPING_FUNCTIONS = {"clip_grad_norm_", "clip_grad_value_"}
 
 
-def gradient_effects(node: cst.CSTNode, findall: Findall = m.findall) -> set[str]:
+def gradient_effects(node: cst.CSTNode, findall: Findall = find_nodes) -> set[str]:
     """What in ``node`` changes parameters or reads or changes gradients: ``step``, ``zero_grad``,
     ``update``, clipping and unscaling, ``grad`` (reading ``.grad``). ``findall``: the analysed
     module's ``SyntaxTree.findall``, which answers without walking ``node`` again."""
     effects = set()
-    for call in findall(node, m.Call(func=m.Attribute())):
+    for call in findall(node, cst.Call, _calls_a_method):
         method = call.func.attr.value
         if method in UPDATING_METHODS and not _is_dict_update(call) or method in READING_METHODS:
             effects.add(method)
-    for call in findall(node, m.Call(func=m.Name())):
+    for call in findall(node, cst.Call, _calls_a_name):
         if call.func.value in _CLIPPING_FUNCTIONS:
             effects.add(call.func.value)
-    if findall(node, m.Attribute(attr=m.Name("grad"))):
+    if findall(node, cst.Attribute, _reads_grad):
         effects.add("grad")
     return effects
 
 
-def updates_parameters(node: cst.CSTNode, findall: Findall = m.findall) -> bool:
+def updates_parameters(node: cst.CSTNode, findall: Findall = find_nodes) -> bool:
     """Whether ``node`` steps or zeroes an optimizer (or a scaler's step)."""
     return bool(gradient_effects(node, findall) & UPDATING_METHODS)
 
@@ -49,7 +49,7 @@ def stepped_optimizers(node: cst.CSTNode) -> set[str]:
     """The optimizers ``node`` steps, as written: ``opt_d`` for ``opt_d.step()`` and for
     ``scaler.step(opt_d)``."""
     stepped = set()
-    for call in m.findall(node, m.Call(func=m.Attribute(attr=m.Name("step")))):
+    for call in find_nodes(node, cst.Call, lambda call: _calls_a_method(call) and call.func.attr.value == "step"):
         receiver = call.args[0].value if call.args and call.args[0].keyword is None else call.func.value
         stepped.add(code_of(receiver))
     return stepped
@@ -58,3 +58,15 @@ def stepped_optimizers(node: cst.CSTNode) -> set[str]:
 def _is_dict_update(call: cst.Call) -> bool:
     """``metrics.update({...})`` / ``d.update(k=v)`` is a dict's, not a GradScaler's."""
     return call.func.attr.value == "update" and bool(call.args)
+
+
+def _calls_a_method(call: cst.Call) -> bool:
+    return type(call.func) is cst.Attribute
+
+
+def _calls_a_name(call: cst.Call) -> bool:
+    return type(call.func) is cst.Name
+
+
+def _reads_grad(attribute: cst.Attribute) -> bool:
+    return attribute.attr.value == "grad"

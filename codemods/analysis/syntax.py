@@ -14,6 +14,23 @@ def code_of(node: cst.CSTNode) -> str:
     return _EMPTY_MODULE.code_for_node(node)
 
 
+def is_name(node: cst.CSTNode, *spellings: str) -> bool:
+    """Whether ``node`` is a bare name (spelled as one of ``spellings``, when given)."""
+    return type(node) is cst.Name and (not spellings or node.value in spellings)
+
+
+def method_called(node: cst.CSTNode) -> str | None:
+    """``m`` for a call ``x.m(...)``; None for anything else."""
+    if type(node) is cst.Call and type(node.func) is cst.Attribute:
+        return node.func.attr.value
+    return None
+
+
+def is_detach(call: cst.CSTNode) -> bool:
+    """``x.detach()`` or ``x.detach_()``."""
+    return method_called(call) in ("detach", "detach_")
+
+
 def is_single_assignment(statement: cst.CSTNode) -> bool:
     """A statement line that is one ``target = value`` (the target may unpack a tuple)."""
     return (

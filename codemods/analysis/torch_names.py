@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
-import libcst.matchers as m
 
 from .backward_api import LIGHTNING_HOOK, TRAINER_HOOKS
+from .syntax import is_detach, is_name, method_called
 from .tree import SyntaxTree
 from .values import TENSOR, UNKNOWN, Structure, TupleOf
 
@@ -258,17 +258,14 @@ class _TorchNamesCollector(cst.CSTVisitor):
         (``return torch.optim.Adam(...)``, or in a list or dict): the trainer steps them."""
         if not self._classes or self._classes[-1] not in self.names.lightning_classes or node.value is None:
             return
-        for call in self._tree.findall(node.value, m.Call()):
+        for call in self._tree.findall(node.value, cst.Call):
             callee = self.names.qualify(call.func) or ""
             if _is_optimizer_class(callee) or callee in self.names.optimizer_classes:
                 hook = cst.Attribute(cst.Name(self._classes[-1]), cst.Name("configure_optimizers"))
                 self._bind_optimizers(hook, call, callee)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        detaches = self._tree.findall(
-            original_node.body,
-            m.Call(func=m.Attribute(attr=m.Name("detach") | m.Name("detach_"))),
-        )
+        detaches = self._tree.findall(original_node.body, cst.Call, is_detach)
         if detaches and not self._classes:
             self.names.detaching_functions.add(original_node.name.value)
 
@@ -281,7 +278,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._classes
             and self._classes[-1] in self.names.lightning_classes
             and any(dotted_name(t.target) in ("self.automatic_optimization", "automatic_optimization") for t in node.targets)
-            and m.matches(node.value, m.Name("False"))
+            and is_name(node.value, "False")
         ):
             self.names.manual_optimization.add(self._classes[-1])
 
@@ -369,9 +366,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if (
-            type(func) is cst.Attribute  # checked first: a matcher is slow to answer every call
+            type(func) is cst.Attribute
             and func.attr.value == "requires_grad_"
-            and m.matches(node, m.Call(args=[m.Arg(value=m.Name("False"))]))
+            and len(node.args) == 1
+            and is_name(node.args[0].value, "False")
         ):
             self._freeze(func.value)  # vgg.requires_grad_(False)
         if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
@@ -388,19 +386,19 @@ class _TorchNamesCollector(cst.CSTVisitor):
         ``[*a.parameters(), *b.parameters()]``, ``chain(a.parameters(), b.parameters())``, ``[x]``
         or ``[self.image]`` (tensors, no module); None when it cannot be read (a list built
         elsewhere)."""
-        if m.matches(params, m.Call(func=m.Attribute(attr=_PARAMETER_METHODS))):
+        if method_called(params) in _PARAMETER_METHODS:
             name = dotted_name(params.func.value)
             return {name} if name else None
         if isinstance(params, (cst.List, cst.Tuple)):
             parts = [e.value for e in params.elements]
-        elif isinstance(params, cst.Call) and m.matches(params.func, m.Name("list") | m.Attribute(attr=m.Name("chain"))):
+        elif isinstance(params, cst.Call) and (is_name(params.func, "list") or method_called(params) == "chain"):
             parts = [a.value for a in params.args]
         else:
             return None
         class_name = self._classes[-1] if self._classes else None
         modules: set[str] = set()
         for part in parts:
-            if m.matches(part, m.Call(func=m.Attribute(attr=_PARAMETER_METHODS))):
+            if method_called(part) in _PARAMETER_METHODS:
                 found = self._optimized_modules(part)
                 if found is None:
                     return None
@@ -418,10 +416,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
     # frozen modules ----------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
         """``for p in vgg.parameters(): p.requires_grad = False``."""
-        if not m.matches(node.iter, m.Call(func=m.Attribute(attr=m.Name("parameters")))) or not isinstance(node.target, cst.Name):
+        if method_called(node.iter) != "parameters" or not isinstance(node.target, cst.Name):
             return
         variable = node.target.value
-        for assign in self._tree.findall(node.body, m.Assign(value=m.Name("False"))):
+        for assign in self._tree.findall(node.body, cst.Assign, lambda assign: is_name(assign.value, "False")):
             if any(dotted_name(t.target) == f"{variable}.requires_grad" for t in assign.targets):
                 self._freeze(node.iter.func.value)
 
@@ -456,7 +454,7 @@ _OPTIMIZER_BASES = {"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"}
 _HANDING_BACK = {"prepare", "setup", "setup_optimizers", "prepare_optimizer"}  # accelerator / fabric
 
 
-_PARAMETER_METHODS = m.Name("parameters") | m.Name("named_parameters")
+_PARAMETER_METHODS = {"parameters", "named_parameters"}
 
 
 
@@ -474,7 +472,7 @@ def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
     if names.qualify(value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
         return True
     return any(
-        arg.keyword is not None and arg.keyword.value == "requires_grad" and m.matches(arg.value, m.Name("True"))
+        arg.keyword is not None and arg.keyword.value == "requires_grad" and is_name(arg.value, "True")
         for arg in value.args
     )
 

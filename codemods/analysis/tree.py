@@ -1,28 +1,28 @@
 """One walk of a module that answers the structural questions the analysis and the rules ask again
 and again: a node's parent, whether one node holds another, and the nodes of a kind under a node.
 
-``libcst.matchers.findall`` walks the whole subtree on every call (rebuilding each node it passes),
-and the rules ask it thousands of times per file; ``SyntaxTree.findall`` answers from the one walk,
-with the same nodes in the same order.
+The rules ask for the nodes of a kind under a node thousands of times per file; ``SyntaxTree.findall``
+answers from the one walk, by type, instead of walking the subtree again. (The analysis does not use
+``libcst.matchers``: importing it costs more than checking a short file.)
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
 import inspect
 import textwrap
 from bisect import bisect_left
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TypeVar
 
 import libcst as cst
-import libcst.matchers as m
+
+N = TypeVar("N", bound=cst.CSTNode)
 
 
 # Whitespace, newlines and comments: no question of the analysis or the rules is about them, and
 # they are more than half of a module's nodes. They are not in the tree (``findall`` of one of
-# them is answered by libcst).
+# them walks the subtree).
 LAYOUT = frozenset({
     cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Newline, cst.Comment,
 })
@@ -108,24 +108,16 @@ class SyntaxTree:
             raise KeyError(node)
         return span
 
-    def findall(self, root: cst.CSTNode, matcher: m.BaseMatcherNode) -> Sequence[cst.CSTNode]:
-        """What ``libcst.matchers.findall(root, matcher)`` returns, for a matcher of one node type
-        (``m.Call(...)``); a node that is not part of this module is walked by libcst."""
+    def findall(self, root: cst.CSTNode, node_type: type[N], where: Callable[[N], bool] | None = None) -> Sequence[N]:
+        """The nodes of ``node_type`` under ``root`` (``root`` included) that ``where`` accepts, in
+        the order of the source; a node that is not part of this module is walked (``find_nodes``)."""
         span = self.span(root)
-        node_type = getattr(cst, type(matcher).__name__, None)
-        if span is None or not isinstance(node_type, type) or node_type in LAYOUT:
-            return m.findall(root, matcher)
+        if span is None or node_type in LAYOUT:
+            return find_nodes(root, node_type, where)
         indexes = self._by_type.get(node_type, [])
         first, end = bisect_left(indexes, span[0]), bisect_left(indexes, span[1])
-        candidates = [self._nodes[i] for i in indexes[first:end]]
-        if type(matcher)() == matcher:  # no attribute to match: the type says it all
-            return candidates
-        try:
-            matches = _fields_matcher(matcher)
-        except TypeError:  # unhashable: it holds a list
-            matches = None
-        matches = matches or (lambda node: m.matches(node, matcher))
-        return [node for node in candidates if matches(node)]
+        found = [self._nodes[i] for i in indexes[first:end]]
+        return found if where is None else [node for node in found if where(node)]
 
     def names(self, root: cst.CSTNode, values: Iterable[str]) -> list[cst.Name]:
         """The ``Name`` nodes under ``root`` (part of this module) spelled as one of ``values``, in
@@ -199,57 +191,24 @@ class _Handlers:
         return getattr(self._visitor, name)
 
 
+def find_nodes(root: cst.CSTNode, node_type: type[N], where: Callable[[N], bool] | None = None) -> list[N]:
+    """The nodes of ``node_type`` under ``root`` (``root`` included) that ``where`` accepts, in the
+    order of the source, by walking ``root``: for nodes that are not part of an analysed module."""
+    found: list[N] = []
+    pending = [root]
+    while pending:
+        node = pending.pop()
+        if type(node) is node_type and (where is None or where(node)):
+            found.append(node)
+        pending.extend(reversed(node.children))
+    return found
+
+
 @functools.cache
 def _is_walked(value_type: type) -> bool:
     """Whether a field's value of this type is a node of the tree: ``isinstance(value, cst.CSTNode)``
     goes through ABCMeta for every field of every node, a table of types does not."""
     return issubclass(value_type, cst.CSTNode) and value_type not in LAYOUT
-
-
-@functools.cache
-def _fields_matcher(matcher: m.BaseMatcherNode) -> Callable[[cst.CSTNode], bool] | None:
-    """A plain function answering ``m.matches(node, matcher)`` for a node of the matcher's type,
-    when the matcher is made only of node types, their alternatives (``|``) and literal values
-    (``m.Attribute(attr=m.Name("grad"))``); None for anything else (``MatchIfTrue``, sequences,
-    metadata), which libcst answers.
-    ``m.matches`` re-reads the matcher's dataclass fields on every call, which costs more than the
-    rest of a ``findall``."""
-    checks: list[Callable[[cst.CSTNode], bool]] = []
-    for field in dataclasses.fields(matcher):
-        desired = getattr(matcher, field.name)
-        if desired is m.DoNotCare() or field.name == "_metadata":
-            continue
-        if field.name == "metadata":
-            return None
-        if type(desired) in (str, int, bool):
-            checks.append(_field_equals(field.name, desired))
-            continue
-        options = desired.options if isinstance(desired, m.OneOf) else (desired,)
-        alternatives = [_node_matcher(option) for option in options]
-        if None in alternatives:
-            return None
-        checks.append(_field_matches(field.name, alternatives))
-    if len(checks) == 1:
-        return checks[0]
-    return lambda node: all(check(node) for check in checks)
-
-
-def _node_matcher(matcher: object) -> tuple[type, Callable[[cst.CSTNode], bool]] | None:
-    """The node type a matcher of one node takes, and the test of its fields."""
-    node_type = getattr(cst, type(matcher).__name__, None) if isinstance(matcher, m.BaseMatcherNode) else None
-    fields_match = _fields_matcher(matcher) if isinstance(node_type, type) else None
-    return None if fields_match is None else (node_type, fields_match)
-
-
-def _field_equals(name: str, desired: object) -> Callable[[cst.CSTNode], bool]:
-    return lambda node: getattr(node, name) == desired
-
-
-def _field_matches(name: str, alternatives: list[tuple[type, Callable[[cst.CSTNode], bool]]]) -> Callable[[cst.CSTNode], bool]:
-    if len(alternatives) == 1:
-        ((node_type, fields_match),) = alternatives
-        return lambda node: type(value := getattr(node, name)) is node_type and fields_match(value)
-    return lambda node: any(type(value := getattr(node, name)) is t and match(value) for t, match in alternatives)
 
 
 @functools.cache

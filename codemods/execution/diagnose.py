@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Iterator
 
 import libcst as cst
-import libcst.matchers as m
 
-from ..analysis import FileAnalysis, code_of
+from ..analysis import FileAnalysis, code_of, is_name, method_called
 from ..checker import check_source, find_violations, parse_source
 from ..engine import FileReport, FixMode, SourceError, unified_diff, write_atomically
 from ..notebook import Notebook
@@ -237,10 +236,10 @@ def _kept_in(analysis: FileAnalysis, statement: cst.SimpleStatementLine) -> str:
     if isinstance(small, (cst.AugAssign, cst.AnnAssign)):
         targets = [small.target]
     call = small.value if isinstance(small, cst.Expr) else None
-    if isinstance(call, cst.Call) and m.matches(call.func, m.Attribute(attr=m.Name("append") | m.Name("extend") | m.Name("insert"))):
+    if method_called(call) in ("append", "extend", "insert"):
         return f"`{code_of(call.func.value)}` (a list, kept as long as the list is)"
     for target in targets:
-        if isinstance(target, cst.Attribute) and m.matches(target.value, m.Name("self")):
+        if isinstance(target, cst.Attribute) and is_name(target.value, "self"):
             return f"`{code_of(target)}` (an attribute of the object, kept between calls)"
         if isinstance(target, cst.Attribute):
             return f"`{code_of(target)}` (an attribute of `{code_of(target.value)}`)"

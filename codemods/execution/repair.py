@@ -41,9 +41,18 @@ from pathlib import Path
 from typing import Iterator
 
 import libcst as cst
-import libcst.matchers as m
 
-from ..analysis import TENSOR, FileAnalysis, assigned_names, code_of, detached_where_stored, read_names
+from ..analysis import (
+    TENSOR,
+    FileAnalysis,
+    assigned_names,
+    code_of,
+    detached_where_stored,
+    find_nodes,
+    is_single_call,
+    method_called,
+    read_names,
+)
 from ..edits import Fix, apply_fixes
 from ..checker import parse_source
 from ..engine import SourceError, write_atomically
@@ -323,7 +332,7 @@ def _reset_every_iteration(analysis: FileAnalysis, loop: cst.CSTNode) -> Iterato
     """Containers the loop around the failing backward clears only under a condition (``if
     accelerator.sync_gradients:``, every N steps), cleared every iteration instead, just before
     that ``if``: no iteration then reads what an earlier one stored (a feature bank, a buffer)."""
-    for branch in m.findall(loop, m.If()):
+    for branch in find_nodes(loop, cst.If):
         if not isinstance(branch.body, cst.IndentedBlock) or analysis.block_of(branch) is None:
             continue
         resets = [s for s in branch.body.body if _clears(s)]
@@ -338,9 +347,7 @@ def _reset_every_iteration(analysis: FileAnalysis, loop: cst.CSTNode) -> Iterato
 
 def _clears(statement: cst.BaseStatement) -> bool:
     """Whether ``statement`` is ``x.clear()``."""
-    return m.matches(
-        statement, m.SimpleStatementLine(body=[m.Expr(value=m.Call(func=m.Attribute(attr=m.Name("clear")), args=[]))])
-    )
+    return is_single_call(statement) and method_called(call := statement.body[0].value) == "clear" and not call.args
 
 
 def _cutting_fixes(
@@ -441,7 +448,7 @@ def _freed_inputs(
 
 def _draws_data(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
     """Whether running ``statement`` again would draw other data: a random tensor, ``next(...)``."""
-    for call in m.findall(statement, m.Call()):
+    for call in find_nodes(statement, cst.Call):
         name = analysis.names.qualify(call.func) or ""
         if name.rsplit(".", 1)[-1] in _DRAWING_FUNCTIONS or name == "next":
             return True

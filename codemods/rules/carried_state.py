@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Iterator
 
 import libcst as cst
-import libcst.matchers as m
 
 from ..analysis import (
     NONE,
@@ -20,6 +19,8 @@ from ..analysis import (
     detached,
     dotted_name,
     expand,
+    find_nodes,
+    is_detach,
     is_single_assignment,
     target_names,
 )
@@ -162,7 +163,7 @@ for inputs, targets in loader:
         own_methods = {
             s for s in self.analysis.class_body(method.scope.class_name) if isinstance(s, cst.FunctionDef)
         }
-        for function in self.analysis.tree.findall(self.analysis.module, m.FunctionDef()):
+        for function in self.analysis.tree.findall(self.analysis.module, cst.FunctionDef):
             if function is method.node or function.name.value == "__init__":
                 continue
             for written in assigned_names(function.body):
@@ -198,7 +199,7 @@ for inputs, targets in loader:
         return Fix(safe=True, replace=tuple(replace), insert_after=tuple(insert_after)), ""
 
     def _read_after(self, method: Loop, name: str, store: cst.CSTNode) -> bool:
-        for node in self.analysis.tree.findall(method.node.body, m.Attribute()):
+        for node in self.analysis.tree.findall(method.node.body, cst.Attribute):
             if dotted_name(node) == name and self.analysis.tree.follows(node, store):
                 return True
         return False
@@ -218,10 +219,8 @@ def _reaches_freed_graph(site: BackwardSite, loop: Loop, name: str) -> bool:
 def _detached_in(body: cst.CSTNode, name: str) -> bool:
     """Whether the loop detaches ``name`` itself somewhere (``if it > 0: h = h.detach()``): the
     author manages that state, on paths the analysis does not tell apart."""
-    for assign in m.findall(body, m.Assign()):
-        if any(name in target_names(t.target) for t in assign.targets) and m.findall(
-            assign.value, m.Call(func=m.Attribute(attr=m.Name("detach") | m.Name("detach_")))
-        ):
+    for assign in find_nodes(body, cst.Assign):
+        if any(name in target_names(t.target) for t in assign.targets) and find_nodes(assign.value, cst.Call, is_detach):
             return True
     return False
 
@@ -229,7 +228,7 @@ def _detached_in(body: cst.CSTNode, name: str) -> bool:
 def _first_assignments(body: cst.CSTNode, names: set[str]) -> dict[str, tuple[cst.CSTNode, tuple[int, int]]]:
     """For each name, the first statement in ``body`` that assigns it, and an order key."""
     found: dict[str, tuple[cst.CSTNode, tuple[int, int]]] = {}
-    for number, statement in enumerate(m.findall(body, m.SimpleStatementLine())):
+    for number, statement in enumerate(find_nodes(body, cst.SimpleStatementLine)):
         ordered: list[str] = []
         for small in statement.body:
             if isinstance(small, cst.Assign):
@@ -242,7 +241,7 @@ def _first_assignments(body: cst.CSTNode, names: set[str]) -> dict[str, tuple[cs
 
 
 def _stores(function: cst.FunctionDef, name: str) -> list[cst.CSTNode]:
-    return [s for s in m.findall(function.body, m.SimpleStatementLine()) if name in assigned_names(s)]
+    return [s for s in find_nodes(function.body, cst.SimpleStatementLine) if name in assigned_names(s)]
 
 
 def _state_structure(entry: Value, left_behind: Value) -> Structure | None:

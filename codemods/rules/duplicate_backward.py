@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Iterator
 
 import libcst as cst
-import libcst.matchers as m
 
 from ..analysis import BackwardSite, assigned_names, code_of
 from ..analysis.backward_calls import with_retained_graph
@@ -116,7 +115,7 @@ for batch, target in loader:
     def _returned_after_backward(self, hook: cst.FunctionDef) -> Iterator[BackwardSite]:
         """Backwards in ``hook``'s own body of a tensor that every ``return`` hands back unchanged
         (``return loss``, ``return {"loss": loss}``, ``return (loss, outputs) if … else loss``)."""
-        returns = self.analysis.tree.findall(hook.body, m.Return())
+        returns = self.analysis.tree.findall(hook.body, cst.Return)
         returned = [_returned_tensor_names(r.value) for r in returns]
         if not returns or any(not names for names in returned):
             return
@@ -149,7 +148,9 @@ def _returned_tensor_names(value: cst.BaseExpression | None) -> set[str]:
         return {
             name
             for element in value.elements
-            if isinstance(element, cst.DictElement) and m.matches(element.key, m.SimpleString('"loss"') | m.SimpleString("'loss'"))
+            if isinstance(element, cst.DictElement)
+            and type(element.key) is cst.SimpleString
+            and element.key.value in ('"loss"', "'loss'")
             for name in _returned_tensor_names(element.value)
         }
     return set()

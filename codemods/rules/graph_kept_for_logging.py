@@ -4,9 +4,8 @@ from functools import cached_property
 from typing import Iterator
 
 import libcst as cst
-import libcst.matchers as m
 
-from ..analysis import TENSOR, Loop, Origin, code_of, dotted_name, expand, read_names
+from ..analysis import TENSOR, Loop, Origin, code_of, dotted_name, expand, is_name, method_called, read_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import GraphsKeptAlive
@@ -64,7 +63,7 @@ print(total_loss / len(loader))
             if not self._steps_training(loop):
                 continue  # its iterations are not training steps: what it keeps dies with the step
             trained = self._trained_losses(loop)
-            for statement in self.analysis.tree.findall(loop.node.body, m.SimpleStatementLine()):
+            for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine):
                 if self.analysis.loops_around(statement)[:1] != (loop,) or len(statement.body) != 1:
                     continue
                 kept = _kept_value(statement.body[0])
@@ -105,7 +104,7 @@ print(total_loss / len(loader))
             return False
         if _scalar_name(value.value):
             return True
-        for assign in self.analysis.tree.findall(loop.node.body, m.Assign()):
+        for assign in self.analysis.tree.findall(loop.node.body, cst.Assign):
             if any(dotted_name(t.target) == value.value for t in assign.targets):
                 return _looks_scalar(assign.value, self.analysis)
         return False
@@ -126,7 +125,7 @@ print(total_loss / len(loader))
         """Made before the loop (or kept on the module across calls), and not made anew inside it."""
         if store not in loop.entry and not (loop.is_call and store.startswith("self.")):
             return False
-        for assign in self.analysis.tree.findall(loop.node.body, m.Assign()):
+        for assign in self.analysis.tree.findall(loop.node.body, cst.Assign):
             targets = {dotted_name(t.target) for t in assign.targets}
             if store in targets and store not in read_names(assign.value):
                 return False
@@ -159,7 +158,7 @@ print(total_loss / len(loader))
     def _used_as_tensor(self, loop: Loop, store: str, keeping: cst.CSTNode) -> bool:
         """Whether code elsewhere in the scope treats the kept values as tensors."""
         scope = loop.scope.node
-        for call in self.analysis.tree.findall(scope, m.Call()):
+        for call in self.analysis.tree.findall(scope, cst.Call):
             if self.analysis.contains(keeping, call):
                 continue
             func = call.func
@@ -189,8 +188,12 @@ def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.Name] | None:
             return name, value.right
         if isinstance(target, cst.Subscript) and isinstance(value, cst.Name) and dotted_name(target.value):
             return dotted_name(target.value), value
-    if isinstance(small, cst.Expr) and m.matches(
-        small.value, m.Call(func=m.Attribute(attr=m.Name("append")), args=[m.Arg(value=m.Name(), keyword=None)])
+    if (
+        isinstance(small, cst.Expr)
+        and method_called(small.value) == "append"
+        and len(small.value.args) == 1
+        and is_name(small.value.args[0].value)
+        and small.value.args[0].keyword is None
     ):
         name = dotted_name(small.value.func.value)
         return (name, small.value.args[0].value) if name else None
