@@ -6,6 +6,8 @@ LibCST parse and Python's `ast.parse` of the files gradfix parses (those that pa
 in this process; TorchFix, when the `torchfix` command is installed. Times are wall-clock seconds,
 with ratios to the bare LibCST parse; memory is the peak resident size of the largest process.
 Usage: python benchmarks/check_speed.py [--jobs N] [TREE...]
+TorchFix pins an older LibCST: install it in a virtualenv of its own and put that environment's
+`torchfix` on PATH (after this Python's), e.g. `PATH=$PATH:/tmp/torchfix-bin`.
 """
 
 import argparse
