@@ -13,6 +13,7 @@ import functools
 import inspect
 import textwrap
 from bisect import bisect_left
+from operator import attrgetter
 from typing import Callable, Iterable, Sequence, TypeVar
 
 import libcst as cst
@@ -35,11 +36,9 @@ class SyntaxTree:
         self._nodes: list[cst.CSTNode] = []  # in the order libcst visits them (each node before what it holds)
         self._ends: list[int] = []  # by index: one past the index of the node's last descendant
         self._parents: list[int] = []  # by index: the parent's index (-1 for the module)
-        self._walk(module, -1)
-        self._indexes = {id(node): index for index, node in enumerate(self._nodes)}
+        self._indexes: dict[int, int] = {}  # by id of the node
         self._by_type: dict[type, list[int]] = {}
-        for index, node in enumerate(self._nodes):
-            self._by_type.setdefault(type(node), []).append(index)
+        self._walk(module, -1)
 
     def _walk(self, node: cst.CSTNode, parent: int) -> None:
         # Reads each node's fields instead of libcst's visit, which rebuilds every node it passes
@@ -49,14 +48,19 @@ class SyntaxTree:
         nodes.append(node)
         self._parents.append(parent)
         self._ends.append(index + 1)
-        fields = _fields_in_visit_order(type(node))
-        if fields is None:  # libcst's own list, which costs more to build
+        self._indexes[id(node)] = index
+        node_type = type(node)
+        of_type = self._by_type.get(node_type)
+        if of_type is None:
+            of_type = self._by_type[node_type] = []
+        of_type.append(index)
+        read_fields = _field_reader(node_type)
+        if read_fields is None:  # libcst's own list, which costs more to build
             for child in node.children:
                 if type(child) not in LAYOUT:
                     self._walk(child, index)
         else:
-            for field in fields:
-                value = getattr(node, field)
+            for value in read_fields(node):
                 value_type = type(value)
                 if value_type is tuple or value_type is list:
                     for child in value:
@@ -209,6 +213,17 @@ def _is_walked(value_type: type) -> bool:
     """Whether a field's value of this type is a node of the tree: ``isinstance(value, cst.CSTNode)``
     goes through ABCMeta for every field of every node, a table of types does not."""
     return issubclass(value_type, cst.CSTNode) and value_type not in LAYOUT
+
+
+@functools.cache
+def _field_reader(node_type: type[cst.CSTNode]) -> Callable[[cst.CSTNode], tuple] | None:
+    """The values of a node's fields that may hold nodes, in visit order, read in one call."""
+    fields = _fields_in_visit_order(node_type)
+    if fields is None:
+        return None
+    if len(fields) <= 1:
+        return lambda node: tuple(getattr(node, field) for field in fields)
+    return attrgetter(*fields)
 
 
 @functools.cache
