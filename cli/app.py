@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Callable, Iterator, List, NoReturn, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 
 from gradfix import __version__
@@ -197,6 +196,8 @@ def _progress(total: int) -> Iterator[Callable[[], None]]:
     if not render.stderr.is_terminal or total < _PROGRESS_MIN_FILES:
         yield lambda: None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # only a terminal's long run draws one
+
     columns = (TextColumn("checking"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=render.stderr, transient=True) as progress:
         task = progress.add_task("files", total=total)
