@@ -25,7 +25,7 @@ from . import backward_api, backward_calls
 from .backward_api import BackwardApi, Tristate
 from .project import ExportedSummary, ProjectSummaries
 from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, read_names, target_names
-from .syntax import method_called
+from .syntax import is_grad, method_called
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
 from .tree import SyntaxTree
 from .values import (
@@ -310,7 +310,7 @@ class DataflowAnalysis:
         start = dict(env or {})
         # A parameter whose .grad the function reads is a tensor that requires grad.
         with_gradients = {
-            dotted_name(a.value) for a in self._tree.findall(node.body, cst.Attribute, lambda a: a.attr.value == "grad")
+            dotted_name(a.value) for a in self._tree.findall(node.body, cst.Attribute, is_grad)
         }
         for parameter in node.params.params:
             if parameter.name.value in with_gradients:
@@ -473,9 +473,9 @@ class DataflowAnalysis:
         if joined is None or len(bodies) < 2:
             return joined
         for name in set.intersection(*(assigned_names(body, rebinding_only=True, tree=self._tree) for body in bodies)):
-            explicit = join_envs([{name: end[name]} for end in branch_ends if end is not None and name in end])
-            if explicit is not None:
-                joined[name] = explicit[name]
+            values = [end[name] for end in branch_ends if end is not None and name in end]
+            if values:
+                joined[name] = reduce(join_values, values)
         return joined
 
     def _context_value(self, item: cst.BaseExpression, env: Env) -> Value:

@@ -18,7 +18,7 @@ from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .project import ExportedSummary, ProjectSummaries
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
-from .syntax import code_of
+from .syntax import code_of, method_called
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
 from .values import NUMBER, Origin, Value
@@ -402,7 +402,7 @@ class FileAnalysis:
     def _calls_an_optimizer(self, node: cst.CSTNode) -> bool:
         return any(
             dotted_name(call.func.value) in self.names.optimizers
-            for call in self.tree.findall(node, cst.Call, lambda call: type(call.func) is cst.Attribute)
+            for call in self.tree.findall(node, cst.Call, method_called)
         )
 
 

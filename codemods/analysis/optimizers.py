@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import libcst as cst
 
-from .syntax import code_of
+from .syntax import code_of, is_grad, is_name, method_called
 from .tree import find_nodes
 
 Findall = Callable[..., Sequence[cst.CSTNode]]  # (root, node type, where): ``SyntaxTree.findall``
@@ -28,14 +28,14 @@ def gradient_effects(node: cst.CSTNode, findall: Findall = find_nodes) -> set[st
     ``update``, clipping and unscaling, ``grad`` (reading ``.grad``). ``findall``: the analysed
     module's ``SyntaxTree.findall``, which answers without walking ``node`` again."""
     effects = set()
-    for call in findall(node, cst.Call, _calls_a_method):
+    for call in findall(node, cst.Call, method_called):
         method = call.func.attr.value
         if method in UPDATING_METHODS and not _is_dict_update(call) or method in READING_METHODS:
             effects.add(method)
-    for call in findall(node, cst.Call, _calls_a_name):
+    for call in findall(node, cst.Call, lambda call: is_name(call.func)):
         if call.func.value in _CLIPPING_FUNCTIONS:
             effects.add(call.func.value)
-    if findall(node, cst.Attribute, _reads_grad):
+    if findall(node, cst.Attribute, is_grad):
         effects.add("grad")
     return effects
 
@@ -49,7 +49,7 @@ def stepped_optimizers(node: cst.CSTNode) -> set[str]:
     """The optimizers ``node`` steps, as written: ``opt_d`` for ``opt_d.step()`` and for
     ``scaler.step(opt_d)``."""
     stepped = set()
-    for call in find_nodes(node, cst.Call, lambda call: _calls_a_method(call) and call.func.attr.value == "step"):
+    for call in find_nodes(node, cst.Call, lambda call: method_called(call) == "step"):
         receiver = call.args[0].value if call.args and call.args[0].keyword is None else call.func.value
         stepped.add(code_of(receiver))
     return stepped
@@ -58,15 +58,3 @@ def stepped_optimizers(node: cst.CSTNode) -> set[str]:
 def _is_dict_update(call: cst.Call) -> bool:
     """``metrics.update({...})`` / ``d.update(k=v)`` is a dict's, not a GradScaler's."""
     return call.func.attr.value == "update" and bool(call.args)
-
-
-def _calls_a_method(call: cst.Call) -> bool:
-    return type(call.func) is cst.Attribute
-
-
-def _calls_a_name(call: cst.Call) -> bool:
-    return type(call.func) is cst.Name
-
-
-def _reads_grad(attribute: cst.Attribute) -> bool:
-    return attribute.attr.value == "grad"

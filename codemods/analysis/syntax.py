@@ -31,6 +31,20 @@ def is_detach(call: cst.CSTNode) -> bool:
     return method_called(call) in ("detach", "detach_")
 
 
+def is_grad(attribute: cst.Attribute) -> bool:
+    """``x.grad``."""
+    return attribute.attr.value == "grad"
+
+
+def appended(small: cst.CSTNode) -> cst.Call | None:
+    """The call of a statement ``xs.append(value)``, one value passed by position; None for any other."""
+    if isinstance(small, cst.Expr) and method_called(small.value) == "append":
+        arguments = small.value.args
+        if len(arguments) == 1 and arguments[0].keyword is None and not arguments[0].star:
+            return small.value
+    return None
+
+
 def is_single_assignment(statement: cst.CSTNode) -> bool:
     """A statement line that is one ``target = value`` (the target may unpack a tuple)."""
     return (
@@ -87,16 +101,8 @@ def detached_where_stored(statement: cst.SimpleStatementLine) -> cst.SimpleState
     small = statement.body[0]
     if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
         return statement.with_changes(body=[small.with_changes(value=detached(small.value))])
-    if (
-        isinstance(small, cst.Expr)
-        and isinstance(small.value, cst.Call)
-        and isinstance(small.value.func, cst.Attribute)
-        and small.value.func.attr.value == "append"
-        and len(small.value.args) == 1
-        and small.value.args[0].keyword is None
-        and not small.value.args[0].star
-    ):
-        call = small.value
+    call = appended(small)
+    if call is not None:
         argument = call.args[0].with_changes(value=detached(call.args[0].value))
         return statement.with_changes(body=[small.with_changes(value=call.with_changes(args=[argument]))])
     return None

@@ -365,12 +365,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if (
-            type(func) is cst.Attribute
-            and func.attr.value == "requires_grad_"
-            and len(node.args) == 1
-            and is_name(node.args[0].value, "False")
-        ):
+        if method_called(node) == "requires_grad_" and len(node.args) == 1 and is_name(node.args[0].value, "False"):
             self._freeze(func.value)  # vgg.requires_grad_(False)
         if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
             name = dotted_name(func.value)

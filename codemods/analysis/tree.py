@@ -112,7 +112,7 @@ class SyntaxTree:
             raise KeyError(node)
         return span
 
-    def findall(self, root: cst.CSTNode, node_type: type[N], where: Callable[[N], bool] | None = None) -> Sequence[N]:
+    def findall(self, root: cst.CSTNode, node_type: type[N], where: Callable[[N], object] | None = None) -> Sequence[N]:
         """The nodes of ``node_type`` under ``root`` (``root`` included) that ``where`` accepts, in
         the order of the source; a node that is not part of this module is walked (``find_nodes``)."""
         span = self.span(root)
@@ -195,7 +195,7 @@ class _Handlers:
         return getattr(self._visitor, name)
 
 
-def find_nodes(root: cst.CSTNode, node_type: type[N], where: Callable[[N], bool] | None = None) -> list[N]:
+def find_nodes(root: cst.CSTNode, node_type: type[N], where: Callable[[N], object] | None = None) -> list[N]:
     """The nodes of ``node_type`` under ``root`` (``root`` included) that ``where`` accepts, in the
     order of the source, by walking ``root``: for nodes that are not part of an analysed module."""
     found: list[N] = []

@@ -21,6 +21,7 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis import FileAnalysis, code_of, is_name, method_called
+from ..analysis.assignments import APPENDING_METHODS
 from ..checker import check_source, find_violations, parse_source
 from ..engine import FileReport, FixMode, SourceError, unified_diff, write_atomically
 from ..notebook import Notebook
@@ -236,7 +237,7 @@ def _kept_in(analysis: FileAnalysis, statement: cst.SimpleStatementLine) -> str:
     if isinstance(small, (cst.AugAssign, cst.AnnAssign)):
         targets = [small.target]
     call = small.value if isinstance(small, cst.Expr) else None
-    if method_called(call) in ("append", "extend", "insert"):
+    if method_called(call) in APPENDING_METHODS:
         return f"`{code_of(call.func.value)}` (a list, kept as long as the list is)"
     for target in targets:
         if isinstance(target, cst.Attribute) and is_name(target.value, "self"):

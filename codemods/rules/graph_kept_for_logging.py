@@ -5,7 +5,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import TENSOR, Loop, Origin, code_of, dotted_name, expand, is_name, method_called, read_names
+from ..analysis import TENSOR, Loop, Origin, appended, code_of, dotted_name, expand, is_name, read_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import GraphsKeptAlive
@@ -188,15 +188,10 @@ def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.Name] | None:
             return name, value.right
         if isinstance(target, cst.Subscript) and isinstance(value, cst.Name) and dotted_name(target.value):
             return dotted_name(target.value), value
-    if (
-        isinstance(small, cst.Expr)
-        and method_called(small.value) == "append"
-        and len(small.value.args) == 1
-        and is_name(small.value.args[0].value)
-        and small.value.args[0].keyword is None
-    ):
-        name = dotted_name(small.value.func.value)
-        return (name, small.value.args[0].value) if name else None
+    call = appended(small)
+    if call is not None and is_name(call.args[0].value):
+        name = dotted_name(call.func.value)
+        return (name, call.args[0].value) if name else None
     return None
 
 
