@@ -1,5 +1,6 @@
 """The engine's guarantees: files are old or new, never half-written; a bad rewrite is never written."""
 
+import contextlib
 import os
 from typing import Iterator
 
@@ -15,6 +16,8 @@ from gradfix.codemods.checker import check_source
 from gradfix.codemods.engine import FileChanged, FixMode, write_atomically
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.rule import FixKind, Rule, Violation
+
+from .conftest import FIXTURES
 
 
 class _BreaksCode(Rule):
@@ -99,6 +102,24 @@ def test_files_without_backward_are_not_parsed(monkeypatch):
     monkeypatch.setattr(checker.cst, "parse_module", fail)
     report = check_source(b"import torch\nx = torch.ones(3)\n", all_rules(), FixMode.SAFE)
     assert report.findings == [] and report.errors == []
+
+
+def test_the_trusted_parse_builds_the_tree_the_validating_parse_builds():
+    for path in sorted(FIXTURES.rglob("*.py")):
+        data = path.read_bytes()
+        try:
+            validated = cst.parse_module(data)
+        except cst.ParserSyntaxError:
+            continue
+        assert checker.parse_trusted(data).deep_equals(validated), path
+
+
+@pytest.mark.parametrize("source", [b"x = 1\n", b"def (:\n"])
+def test_nodes_built_after_a_trusted_parse_are_validated_again(source):
+    with contextlib.suppress(cst.ParserSyntaxError):
+        checker.parse_trusted(source)
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")
 
 
 def test_fixes_repeat_until_nothing_more_applies():
