@@ -329,6 +329,30 @@ def test_nested_loops_reach_a_fixed_point(monkeypatch):
 
 
 @pytest.mark.parametrize(
+    ("code", "rounds"),
+    [
+        # defined before it is called: what the walk saw is final
+        ("def update(loss):\n    loss.backward()\n\ndef main():\n    update(model(x).sum())\n\nmain()\n", 1),
+        # called before its definition: the walk sees the summary again
+        ("def main():\n    update(model(x).sum())\n\ndef update(loss):\n    loss.backward()\n\nmain()\n", 2),
+        # a constructor walked before a caller passed it a graph
+        ("class Keep:\n    def __init__(self, t):\n        self.t = t\n\nkept = Keep(model(x))\n", 2),
+        ("class Keep:\n    def __init__(self, n):\n        self.n = n\n\nkept = Keep(3)\n", 1),
+    ],
+)
+def test_the_module_is_walked_again_only_when_a_walk_used_a_fact_a_later_definition_changed(monkeypatch, code, rounds):
+    from gradfix.codemods.analysis import dataflow
+
+    walks = []
+    original = dataflow.DataflowAnalysis._run_module
+    monkeypatch.setattr(dataflow.DataflowAnalysis, "_run_module", lambda self, module: walks.append(1) or original(self, module))
+    analysis = analyse("model = nn.Linear(2, 1)\nx = torch.ones(2)\n" + code)
+    assert len(walks) == rounds
+    if "update" in code:
+        assert {site.api.name for site in analysis.backward_sites} == {"Tensor.backward", "update()"}
+
+
+@pytest.mark.parametrize(
     ("optimized", "called", "untrained"),
     [
         ("teacher.parameters()", "student", True),

@@ -256,10 +256,21 @@ class DataflowAnalysis:
             known = {key for key, summary in self.summaries.items() if summary.has_effect}
             arguments = {cls: _graph_facts(env) for cls, env in self.constructor_arguments.items()}
             self._run_module(module)
+            if self._saw_final_facts():
+                break
             if {key for key, summary in self.summaries.items() if summary.has_effect} == known and arguments == {
                 cls: _graph_facts(env) for cls, env in self.constructor_arguments.items()
             }:
                 break
+
+    def _saw_final_facts(self) -> bool:
+        """Whether another round would repeat this one: every call made before its function's
+        definition got the summary the round ended with (none, when nothing defines it), and
+        every constructor was walked with the arguments its class ended up built with. Most files
+        define their functions and classes before they call them, and take one round."""
+        return all(self.summaries.get(key) is seen for key, seen in self._summaries_before_definition.items()) and all(
+            _graph_facts(self.constructor_arguments.get(cls, {})) == facts for cls, facts in self._constructor_arguments_read
+        )
 
     def _run_module(self, module: cst.Module) -> None:
         self.backward_sites: dict[cst.Call, BackwardSite] = {}
@@ -274,6 +285,10 @@ class DataflowAnalysis:
         self.repeated_functions: set[str] = set()  # functions and methods called in a loop of this file
         self.constructions: dict[str, list[tuple[Loop, ...]]] = {}  # local class -> loops around each construction
         self._graph_nodes_kept: dict[frozenset[Source], tuple[frozenset[Origin], tuple[tuple[Loop, Env, Env], ...]]] = {}
+        # What this round read of the previous round's facts (``_saw_final_facts``).
+        self._summaries_before_definition: dict[object, FunctionSummary | None] = {}
+        self._summarized: set[object] = set()
+        self._constructor_arguments_read: list[tuple[str, dict[str, tuple]]] = []
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._frames: list[_Frame] = []
@@ -338,7 +353,15 @@ class DataflowAnalysis:
         )
         name = node.name.value if class_name is None else f"{class_name}.{node.name.value}"
         summary = FunctionSummary(name, tuple(parameters), backwarded, self.returned.get(node, NOTHING))
-        self.summaries[node.name.value if class_name is None else (class_name, node.name.value)] = summary
+        key = node.name.value if class_name is None else (class_name, node.name.value)
+        self.summaries[key] = summary
+        self._summarized.add(key)
+
+    def _summary(self, key: object) -> FunctionSummary | None:
+        summary = self.summaries.get(key)
+        if key not in self._summarized:
+            self._summaries_before_definition.setdefault(key, summary)
+        return summary
 
     @staticmethod
     def _unconditional(statement: cst.CSTNode, function: cst.FunctionDef) -> bool:
@@ -351,6 +374,7 @@ class DataflowAnalysis:
         constructed: Env = {}
         if constructor is not None:
             arguments = self.constructor_arguments.get(node.name.value, {})
+            self._constructor_arguments_read.append((node.name.value, _graph_facts(arguments)))
             end = self._define_function(constructor, node.name.value, arguments) or {}
             constructed = {name: value for name, value in end.items() if name.startswith("self.")}
         for statement in node.body.body:
@@ -753,7 +777,7 @@ class DataflowAnalysis:
                 if method == "forward":
                     return self._module_call(module, node, arguments, env)
                 values = self._eval_all(arguments, env)
-                summary = self.summaries.get((module.class_name, method)) if module.is_local else None
+                summary = self._summary((module.class_name, method)) if module.is_local else None
                 if summary is not None and summary.returned.graph:  # builds its result from parameters
                     return combine([*values, LEAF], self._origin(node), summary.returned.structure)
                 return combine(values, self._origin(node), UNKNOWN)  # D.compute_loss(fake, …): from its inputs
@@ -825,7 +849,7 @@ class DataflowAnalysis:
 
     def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
         values = self._eval_all(arguments, env)
-        forward = self.summaries.get((module.class_name, "forward")) if module.is_local else None
+        forward = self._summary((module.class_name, "forward")) if module.is_local else None
         # A local module adds its parameters' graph when its own forward does (not when it froze them).
         if module.trainable and (forward is None or forward.returned.graph):
             values = [*values, LEAF]
@@ -1006,15 +1030,15 @@ class DataflowAnalysis:
                 return None
             instance = self.names.instance_class(func, class_name)
             if instance is not None:
-                return self.summaries.get((instance, "__call__")) or self.summaries.get((instance, "forward"))
-            return self.summaries.get(func.value)
+                return self._summary((instance, "__call__")) or self._summary((instance, "forward"))
+            return self._summary(func.value)
         if isinstance(func, cst.Attribute):
             instance = self.names.instance_class(func.value, class_name)
             if instance is not None:
-                return self.summaries.get((instance, func.attr.value))
+                return self._summary((instance, func.attr.value))
             instance = self.names.instance_class(func, class_name)
             if instance is not None:
-                return self.summaries.get((instance, "__call__")) or self.summaries.get((instance, "forward"))
+                return self._summary((instance, "__call__")) or self._summary((instance, "forward"))
         return None
 
 
