@@ -21,11 +21,16 @@ import libcst as cst
 N = TypeVar("N", bound=cst.CSTNode)
 
 
-# Whitespace, newlines and comments: no question of the analysis or the rules is about them, and
-# they are more than half of a module's nodes. They are not in the tree (``findall`` of one of
-# them walks the subtree).
+# Whitespace, newlines and comments, punctuation and operators: no question of the analysis or the
+# rules is about where they are (an operator is read as its expression's field), and they are more
+# than half of a module's nodes. They are not in the tree (``findall`` of one of them walks the
+# subtree).
 LAYOUT = frozenset({
     cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Newline, cst.Comment,
+    cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual, cst.LeftParen, cst.RightParen,
+    cst.LeftSquareBracket, cst.RightSquareBracket, cst.LeftCurlyBrace, cst.RightCurlyBrace,
+    *(getattr(cst, operator.__name__) for kind in (cst.BaseBinaryOp, cst.BaseAugOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp)
+      for operator in kind.__subclasses__()),
 })
 
 
