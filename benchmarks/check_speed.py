@@ -2,8 +2,8 @@
 
 For each tree (../shared/corpus when it exists, and every folder given), in one run: gradfix cold
 (an empty cache) and warm (the cache of the cold run, nothing changed) on JOBS processes; a bare
-LibCST parse and Python's `ast.parse` of the files gradfix parses (those that pass its prefilter),
-in this process; TorchFix, when the `torchfix` command is installed. Times are wall-clock seconds,
+LibCST parse, Python's `ast.parse` and gradfix's skeleton (built from `ast.parse`, what the
+analysis reads first) of the files gradfix parses (those that pass its prefilter), in one process; TorchFix, when the `torchfix` command is installed. Times are wall-clock seconds,
 with ratios to the bare LibCST parse; memory is the peak resident size of the largest process.
 Usage: python benchmarks/check_speed.py [--jobs N] [TREE...]
 TorchFix pins an older LibCST: install it in a virtualenv of its own and put that environment's
@@ -42,28 +42,34 @@ def timed(action) -> float:
 
 
 def parse_times(tree: Path) -> None:
-    """Print the number of files gradfix checks and parses, and the seconds of a LibCST parse and
-    of an ``ast.parse`` of those it parses."""
+    """Print the number of files gradfix checks and parses, and the seconds of a LibCST parse, of
+    an ``ast.parse`` and of the skeleton of those it parses."""
     import libcst as cst
 
     from gradfix.codemods.analysis.backward_api import may_backward
     from gradfix.codemods.engine import collect_files
+    from gradfix.codemods.skeleton import skeleton_module
 
     files = collect_files([tree]).files
     parsed = [source for source in (path.read_bytes() for path in files) if may_backward(source)]
     libcst_parse = timed(lambda: [cst.parse_module(source) for source in parsed])
-    print(len(files), len(parsed), libcst_parse, timed(lambda: [ast.parse(source) for source in parsed]))
+    python_parse = timed(lambda: [ast.parse(source) for source in parsed])
+    print(len(files), len(parsed), libcst_parse, python_parse, timed(lambda: [skeleton_module(source) for source in parsed]))
 
 
 def measure(tree: Path, jobs: int) -> None:
     # Everything runs in child processes of this small one (which imports neither LibCST nor
     # gradfix): a child's peak memory counts the size of the process that forked it.
-    files, parsed, libcst_parse, python_parse = subprocess.run(
+    files, parsed, *seconds = subprocess.run(
         [sys.executable, __file__, "--parse-times", str(tree)], capture_output=True, text=True, check=True
     ).stdout.split()
-    libcst_parse, python_parse = float(libcst_parse), float(python_parse)
+    libcst_parse, python_parse, skeleton = map(float, seconds)
     print(f"\n{tree}: {files} files, {parsed} pass the prefilter and are parsed")
-    rows = [("LibCST parse (1 process)", libcst_parse, None), ("ast.parse (1 process)", python_parse, None)]
+    rows = [
+        ("LibCST parse (1 process)", libcst_parse, None),
+        ("ast.parse (1 process)", python_parse, None),
+        ("skeleton (1 process)", skeleton, None),
+    ]
     with tempfile.TemporaryDirectory() as cache:
         gradfix = [sys.executable, "-m", "gradfix", "check", "--jobs", str(jobs), "--cache-dir", cache, str(tree)]
         rows.append((f"gradfix cold ({jobs} processes)", *run(gradfix)))

@@ -24,6 +24,7 @@ from .engine import FileReport, FixMode, SourceError, check_decodable, prefilter
 from .finding import Finding
 from .notebook import Notebook, NotebookError, is_notebook
 from .rule import Rule, Violation
+from .skeleton import skeleton_module
 
 MAX_FIX_ROUNDS = 5
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
@@ -114,6 +115,13 @@ def _check_python(
 ) -> FileReport:
     report = FileReport(path, original=data)
     try:
+        check_decodable(data, path)
+    except SourceError as error:
+        report.errors.append(str(error))
+        return report
+    if _skeleton_finds_nothing(report, data, rules, project):
+        return report
+    try:
         module = parse_source(data, path)
     except SourceError as error:
         report.errors.append(str(error))
@@ -127,6 +135,25 @@ def _check_python(
         report.internal_errors.append(f"{path}: internal error: {type(error).__name__}: {error}; the file was left as it was")
         report.findings, report.fixed, report.rewritten = [], [], None
     return report
+
+
+def _skeleton_finds_nothing(
+    report: FileReport, data: bytes, rules: Sequence[type[Rule]], project: ProjectSummaries | None
+) -> bool:
+    """Whether the rules find nothing in the file's skeleton (``skeleton``), which is what they
+    would find in LibCST's tree of it; the report then takes the file's exports. Anything else (a
+    finding, a skeleton that cannot be built, an error of the analysis) is for the full check."""
+    module = skeleton_module(data)
+    if module is None:
+        return False
+    try:
+        analysis = FileAnalysis.of_module(module, project, data)
+        if find_violations(analysis, rules):
+            return False
+        report.exports, report.imports = analysis.exports(), analysis.imports()
+    except Exception:  # the full check meets the same error, and reports it
+        return False
+    return True
 
 
 def _check_notebook(
