@@ -142,13 +142,15 @@ def _skeleton_finds_nothing(
 ) -> bool:
     """Whether the rules find nothing in the file's skeleton (``skeleton``), which is what they
     would find in LibCST's tree of it; the report then takes the file's exports. Anything else (a
-    finding, a skeleton that cannot be built, an error of the analysis) is for the full check."""
+    finding, a skeleton that cannot be built, an error of the analysis) is for the full check.
+    The first finding settles it, before any ``# noqa`` is read: a skeleton's lines are not the
+    file's, so only the full check can tell which comment silences which finding."""
     module = skeleton_module(data)
     if module is None:
         return False
     try:
         analysis = FileAnalysis.of_module(module, project, data)
-        if find_violations(analysis, rules):
+        if any(True for rule in rules for _ in rule(analysis).violations()):
             return False
         report.exports, report.imports = analysis.exports(), analysis.imports()
     except Exception:  # the full check meets the same error, and reports it

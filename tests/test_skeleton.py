@@ -148,3 +148,18 @@ match 1:
 """
     report = check_source(source, all_rules(), FixMode.NONE, "match.py")
     assert [(f.code, f.line) for f in report.findings] == [("GF001", 7)]
+
+
+def test_a_noqa_comment_silences_only_what_it_silences_in_the_file():
+    """The skeleton renders ``print("step", loss.backward())`` on one line, the line of the comment;
+    in the file the second backward is on the next line, which no comment silences."""
+    source = b"""import torch
+model = torch.nn.Linear(2, 1)
+for x in [torch.ones(2)]:
+    loss = model(x).sum()
+    loss.backward()
+    print("step",  # noqa: GF001
+          loss.backward())
+"""
+    report = check_source(source, all_rules(), FixMode.NONE, "noqa.py")
+    assert [(f.code, f.line) for f in report.findings] == [("GF001", 7)]
