@@ -8,7 +8,8 @@ run: models, training functions (forward, loss, backward, step, logging), evalua
 and some parts have the shapes gradfix reports (a loss kept in a list, losses backwarded one by one,
 a hidden state carried across batches, a forward before the loop, a backward after the batch loop).
 Linear growth shows as a flat "s/1k lines" column and a ratio to the first row near 1. "parse" is
-LibCST's parse of the file alone; "rest" is the check without it (gradfix's own analysis and rules).
+LibCST's parse of the file alone; "rest" is the check without it (gradfix's own: the skeleton, and
+the analysis and rules on it until their first finding, then on LibCST's tree).
 Usage: python benchmarks/analysis_scaling.py [--max-lines N] [--write FOLDER]
 (--write also saves each generated file there, to profile or to run `gradfix check` on.)
 """
