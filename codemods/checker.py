@@ -145,15 +145,15 @@ def _skeleton_finds_nothing(
     finding, a skeleton that cannot be built, an error of the analysis) is for the full check.
     The first finding settles it, before any ``# noqa`` is read: a skeleton's lines are not the
     file's, so only the full check can tell which comment silences which finding."""
-    module = skeleton_module(data)
-    if module is None:
-        return False
     try:
+        module = skeleton_module(data)
+        if module is None:
+            return False
         analysis = FileAnalysis.of_module(module, project, data)
         if any(True for rule in rules for _ in rule(analysis).violations()):
             return False
         report.exports, report.imports = analysis.exports(), analysis.imports()
-    except Exception:  # the full check meets the same error, and reports it
+    except Exception:  # the full check meets the same error in the analysis, and reports it
         return False
     return True
 
