@@ -24,7 +24,7 @@ from .engine import FileReport, FixMode, SourceError, check_decodable, prefilter
 from .finding import Finding
 from .notebook import Notebook, NotebookError, is_notebook
 from .rule import Rule, Violation
-from .skeleton import skeleton_module
+from .skeleton import Skeleton, build_skeleton
 
 MAX_FIX_ROUNDS = 5
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
@@ -119,7 +119,8 @@ def _check_python(
     except SourceError as error:
         report.errors.append(str(error))
         return report
-    if _skeleton_finds_nothing(report, data, rules, project):
+    skeleton = build_skeleton(data)
+    if skeleton is not None and _skeleton_finds_nothing(report, skeleton, data, rules, project):
         return report
     try:
         module = parse_source(data, path)
@@ -128,7 +129,7 @@ def _check_python(
         return report
 
     try:
-        _fix_until_stable(report, module, rules, mode, path, project)
+        _fix_until_stable(report, module, rules, mode, path, project, skeleton and skeleton.python_tree)
     except (RecursionError, MemoryError) as error:
         report.errors.append(f"{path}: too deeply nested to analyse ({type(error).__name__})")
     except Exception as error:  # a bug in gradfix must not stop the other files
@@ -138,18 +139,15 @@ def _check_python(
 
 
 def _skeleton_finds_nothing(
-    report: FileReport, data: bytes, rules: Sequence[type[Rule]], project: ProjectSummaries | None
+    report: FileReport, skeleton: Skeleton, data: bytes, rules: Sequence[type[Rule]], project: ProjectSummaries | None
 ) -> bool:
     """Whether the rules find nothing in the file's skeleton (``skeleton``), which is what they
     would find in LibCST's tree of it; the report then takes the file's exports. Anything else (a
-    finding, a skeleton that cannot be built, an error of the analysis) is for the full check.
+    finding, an error of the analysis) is for the full check.
     The first finding settles it, before any ``# noqa`` is read: a skeleton's lines are not the
     file's, so only the full check can tell which comment silences which finding."""
     try:
-        module = skeleton_module(data)
-        if module is None:
-            return False
-        analysis = FileAnalysis.of_module(module, project, data)
+        analysis = FileAnalysis.of_module(skeleton.module, project, data, skeleton.python_tree)
         if any(True for rule in rules for _ in rule(analysis).violations()):
             return False
         report.exports, report.imports = analysis.exports(), analysis.imports()
@@ -216,10 +214,12 @@ def _fix_until_stable(
     mode: FixMode,
     path: str,
     project: ProjectSummaries | None,
+    python_tree: ast.Module | None = None,
 ) -> None:
-    """Apply compatible fixes, re-parse and re-analyse, until no applicable fix is left."""
+    """Apply compatible fixes, re-parse and re-analyse, until no applicable fix is left.
+    ``python_tree``: Python's own tree of the file, where it was parsed already."""
     data = report.original
-    analysis = FileAnalysis.of_module(module, project, data)
+    analysis = FileAnalysis.of_module(module, project, data, python_tree)
     report.exports, report.imports = analysis.exports(), analysis.imports()
     violations = find_violations(analysis, rules)
     if violations and (error := _compile_error(analysis, path)):

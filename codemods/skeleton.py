@@ -25,6 +25,7 @@ import io
 import re
 import tokenize
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import libcst as cst
@@ -36,16 +37,26 @@ class Unsupported(Exception):
     """The source holds syntax the skeleton does not build: LibCST parses it instead."""
 
 
-def skeleton_module(source: bytes) -> cst.Module | None:
-    """The skeleton of ``source``; None where it cannot be built (see ``Unsupported``)."""
+@dataclass(frozen=True)
+class Skeleton:
+    module: cst.Module
+    # What it was built from. Placing the nodes of LibCST's tree of the same source reads it too,
+    # and compiling it tells whether this Python runs the file.
+    python_tree: ast.Module
+
+
+def build_skeleton(source: bytes) -> Skeleton | None:
+    """The skeleton of ``source``; None where it cannot be built: syntax it does not build
+    (``Unsupported``), code Python's parser does not read, or a failure of its own, which LibCST's
+    parse does not share."""
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
         text = source.decode(encoding)
         with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
             warnings.simplefilter("ignore")
             tree = ast.parse(text)
-        return _Builder(text, encoding).module(tree)
-    except (SyntaxError, ValueError, LookupError, Unsupported, RecursionError, MemoryError):
+        return Skeleton(_Builder(text, encoding).module(tree), tree)
+    except (Exception, RecursionError, MemoryError):
         return None
 
 

@@ -12,7 +12,7 @@ from gradfix.codemods import checker
 from gradfix.codemods.checker import check_source
 from gradfix.codemods.engine import FixMode
 from gradfix.codemods.registry import all_rules
-from gradfix.codemods.skeleton import skeleton_module
+from gradfix.codemods.skeleton import build_skeleton
 
 from .conftest import FIXTURES, SHARED_CASES
 
@@ -101,9 +101,9 @@ def _sources() -> Iterator[tuple[str, bytes]]:
 
 @pytest.mark.parametrize(("name", "source"), list(_sources()), ids=lambda value: value if isinstance(value, str) else "")
 def test_the_skeleton_is_the_tree_libcst_builds_less_its_formatting(name, source):
-    built = skeleton_module(source)
+    built = build_skeleton(source)
     assert built is not None, f"{name}: no skeleton"
-    assert list(differences(built, cst.parse_module(source))) == []
+    assert list(differences(built.module, cst.parse_module(source))) == []
 
 
 def test_a_difference_of_shape_is_found():
@@ -113,7 +113,7 @@ def test_a_difference_of_shape_is_found():
              ("if a:\n    pass\nelif b:\n    pass\n", "if a:\n    pass\nelse:\n    if b:\n        pass\n"),
              ("a[(1, 2)]\n", "a[1, 2]\n"), ("x = 'a'\n", "x = \"a\"\n")]
     for first, second in pairs:
-        assert list(differences(skeleton_module(first.encode()), cst.parse_module(second))), (first, second)
+        assert list(differences(build_skeleton(first.encode()).module, cst.parse_module(second))), (first, second)
 
 
 @pytest.mark.parametrize(
@@ -125,7 +125,7 @@ def test_a_difference_of_shape_is_found():
     ],
 )
 def test_no_skeleton_where_it_would_not_be_the_tree(source):
-    assert skeleton_module(source) is None
+    assert build_skeleton(source) is None
 
 
 def test_a_file_the_skeleton_finds_nothing_in_is_never_parsed_by_libcst(monkeypatch):
@@ -163,3 +163,17 @@ for x in [torch.ones(2)]:
 """
     report = check_source(source, all_rules(), FixMode.NONE, "noqa.py")
     assert [(f.code, f.line) for f in report.findings] == [("GF001", 7)]
+
+
+def test_a_file_with_findings_is_read_by_pythons_parser_once(monkeypatch):
+    """The skeleton's tree of the file also places the findings of the full check and tells
+    whether this Python compiles the file."""
+    import ast
+
+    source = (FIXTURES / "duplicate_backward" / "for_loop" / "before.py").read_bytes()
+    check_source(source, all_rules(), FixMode.NONE, "before.py")  # (the syntax tree reads LibCST's classes once)
+    parses = []
+    original = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda *args, **kwargs: parses.append(1) or original(*args, **kwargs))
+    report = check_source(source, all_rules(), FixMode.NONE, "before.py")
+    assert [f.code for f in report.findings] == ["GF001"] and len(parses) == 1

@@ -40,8 +40,15 @@ class Block:
 
 
 class FileAnalysis:
-    def __init__(self, module: cst.Module, imported: ProjectSummaries | None = None, source: bytes | None = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        imported: ProjectSummaries | None = None,
+        source: bytes | None = None,
+        python_tree: ast.Module | None = None,
+    ) -> None:
         self.module = module
+        self._given_python_tree = python_tree
         self.tree = SyntaxTree(module)
         self.names: TorchNames = collect_torch_names(self.tree)
         self._dataflow = DataflowAnalysis(module, self.names, imported, self.tree)
@@ -51,11 +58,16 @@ class FileAnalysis:
 
     @classmethod
     def of_module(
-        cls, module: cst.Module, imported: ProjectSummaries | None = None, source: bytes | None = None
+        cls,
+        module: cst.Module,
+        imported: ProjectSummaries | None = None,
+        source: bytes | None = None,
+        python_tree: ast.Module | None = None,
     ) -> "FileAnalysis":
         """``imported``: summaries of the other checked files' functions, by import path;
-        ``source``: the bytes ``module`` was parsed from (rendered from it when not given)."""
-        return cls(module, imported, source)
+        ``source``: the bytes ``module`` was parsed from (rendered from it when not given);
+        ``python_tree``: Python's own tree of them, where it was parsed already."""
+        return cls(module, imported, source, python_tree)
 
     @cached_property
     def source(self) -> bytes:
@@ -71,7 +83,7 @@ class FileAnalysis:
     def _positions(self) -> Positions:
         # Placing nodes renders the code that holds them: only files with something to report or
         # to order by place pay for it, and only for the statements that hold those nodes.
-        return Positions(self.module, self.tree, self.source)
+        return Positions(self.module, self.tree, self.source, self._given_python_tree)
 
     def exports(self) -> dict[str, ExportedSummary]:
         """This file's function summaries that other files may import."""

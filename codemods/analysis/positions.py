@@ -29,8 +29,11 @@ class _Placed:
 
 
 class Positions:
-    def __init__(self, module: cst.Module, tree: SyntaxTree, source: bytes) -> None:
-        """``source``: the bytes ``module`` was parsed from."""
+    def __init__(self, module: cst.Module, tree: SyntaxTree, source: bytes, python_tree: ast.Module | None = None) -> None:
+        """``source``: the bytes ``module`` was parsed from; ``python_tree``: Python's own tree of
+        them, where it was parsed already."""
+        if python_tree is not None:
+            self.python_tree = python_tree
         self._module = module
         self._tree = tree
         self._source = source
