@@ -144,6 +144,9 @@ def _keyword_statement(node_type: type[cst.CSTNode]) -> Callable[[Any, ast.stmt]
 
 
 class _Builder:
+    """Builds one module's skeleton from Python's tree of it, reading the text where the tree does
+    not say what LibCST keeps: how literals are spelled, ``elif``, a block on its header's line."""
+
     def __init__(self, text: str, encoding: str = "utf-8") -> None:
         self._encoding = encoding
         # Python's parser counts columns in UTF-8 bytes of the decoded text, line by line.
