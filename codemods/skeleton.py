@@ -55,7 +55,7 @@ def build_skeleton(source: bytes) -> Skeleton | None:
         with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
             warnings.simplefilter("ignore")
             tree = ast.parse(text)
-        return Skeleton(_Builder(text, encoding).module(tree), tree)
+            return Skeleton(_Builder(text, encoding).module(tree), tree)
     except (Exception, RecursionError, MemoryError):
         return None
 
@@ -148,6 +148,7 @@ class _Builder:
     not say what LibCST keeps: how literals are spelled, ``elif``, a block on its header's line."""
 
     def __init__(self, text: str, encoding: str = "utf-8") -> None:
+        self._text = text
         self._encoding = encoding
         # Python's parser counts columns in UTF-8 bytes of the decoded text, line by line.
         encoded = text.encode("utf-8", "surrogatepass")
@@ -167,6 +168,33 @@ class _Builder:
 
     def _before_on_line(self, node: ast.AST) -> bytes:
         return self._utf8[node.lineno - 1][: node.col_offset]
+
+    def _on_header_line(self, node: ast.stmt) -> bool:
+        """Whether a block's first statement is on its header's logical line: after the colon on
+        the same line, or on a line the colon's line continues with a backslash."""
+        if self._before_on_line(node).strip():
+            return True
+        line = node.lineno - 2
+        while line >= 0 and self._utf8[line].rstrip(b"\r\n").endswith(b"\\"):
+            before = self._utf8[line].rstrip(b"\r\n")[:-1].strip()
+            if before:
+                return before.endswith(b":")
+            line -= 1
+        return False
+
+    def _identifier(self, spelled: str) -> cst.Name:
+        """A name as the source spells it. Python's parser gives identifiers in their NFKC form
+        (``ŀ`` becomes ``l·``), LibCST as written: a file that spells one otherwise is not built."""
+        if not spelled.isascii() and spelled not in self._text:
+            raise Unsupported("an identifier not in its normal form")
+        return _name(spelled)
+
+    def _dotted(self, name: str) -> cst.Name | cst.Attribute:
+        parts = name.split(".")
+        result: cst.Name | cst.Attribute = self._identifier(parts[0])
+        for part in parts[1:]:
+            result = _node(cst.Attribute, value=result, attr=self._identifier(part))
+        return result
 
     def _starts_with(self, node: ast.AST, word: bytes) -> bool:
         return self._utf8[node.lineno - 1][node.col_offset : node.col_offset + len(word)] == word
@@ -201,7 +229,7 @@ class _Builder:
 
     def _suite(self, statements: Sequence[ast.stmt]) -> cst.BaseSuite:
         """A block: on the header's line (``if x: y``) or indented below it."""
-        if self._before_on_line(statements[0]).strip():
+        if self._on_header_line(statements[0]):
             return _node(cst.SimpleStatementSuite, body=[self._small(s) for s in statements])
         return _node(cst.IndentedBlock, body=self._statements(statements))
 
@@ -254,7 +282,7 @@ class _Builder:
                 cst.ExceptHandler,
                 body=self._suite(handler.body),
                 type=self._optional(handler.type),
-                name=None if handler.name is None else _node(cst.AsName, name=_name(handler.name)),
+                name=None if handler.name is None else _node(cst.AsName, name=self._identifier(handler.name)),
             )
             for handler in node.handlers
         ]
@@ -269,7 +297,7 @@ class _Builder:
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> cst.FunctionDef:
         return _node(
             cst.FunctionDef,
-            name=_name(node.name),
+            name=self._identifier(node.name),
             params=self._parameters(node.args),
             body=self._suite(node.body),
             decorators=self._decorators(node.decorator_list),
@@ -280,7 +308,7 @@ class _Builder:
     def _class(self, node: ast.ClassDef) -> cst.ClassDef:
         return _node(
             cst.ClassDef,
-            name=_name(node.name),
+            name=self._identifier(node.name),
             body=self._suite(node.body),
             bases=[self._positional_argument(base) for base in node.bases],
             keywords=[self._keyword_argument(keyword) for keyword in node.keywords],
@@ -347,7 +375,7 @@ class _Builder:
         return _node(cst.Assert, test=self._expression(node.test), msg=self._optional(node.msg))
 
     def _global(self, node: ast.Global | ast.Nonlocal) -> cst.Global | cst.Nonlocal:
-        names = [_node(cst.NameItem, name=_name(n)) for n in node.names]
+        names = [_node(cst.NameItem, name=self._identifier(n)) for n in node.names]
         return _node(cst.Global if isinstance(node, ast.Global) else cst.Nonlocal, names=names)
 
     def _import(self, node: ast.Import) -> cst.Import:
@@ -361,14 +389,14 @@ class _Builder:
             names = [self._alias(alias) for alias in node.names]
         return _node(
             cst.ImportFrom,
-            module=None if node.module is None else _dotted(node.module),
+            module=None if node.module is None else self._dotted(node.module),
             names=names,
             relative=[_DOT] * node.level,
         )
 
     def _alias(self, alias: ast.alias) -> cst.ImportAlias:
-        asname = None if alias.asname is None else _node(cst.AsName, name=_name(alias.asname))
-        return _node(cst.ImportAlias, name=_dotted(alias.name), asname=asname)
+        asname = None if alias.asname is None else _node(cst.AsName, name=self._identifier(alias.asname))
+        return _node(cst.ImportAlias, name=self._dotted(alias.name), asname=asname)
 
     _simple: dict[type, Callable[[Any, Any], cst.BaseSmallStatement]] = {
         ast.Expr: _expr, ast.Assign: _assign, ast.AugAssign: _augmented, ast.AnnAssign: _annotated,
@@ -403,7 +431,7 @@ class _Builder:
 
     def _param(self, argument: ast.arg, default: ast.expr | None, star: str) -> cst.Param:
         annotation = None if argument.annotation is None else _node(cst.Annotation, annotation=self._expression(argument.annotation))
-        return _node(cst.Param, name=_name(argument.arg), annotation=annotation, default=self._optional(default), star=star)
+        return _node(cst.Param, name=self._identifier(argument.arg), annotation=annotation, default=self._optional(default), star=star)
 
     # expressions -----------------------------------------------------------------------------
     def _optional(self, node: ast.expr | None) -> cst.BaseExpression | None:
@@ -416,7 +444,7 @@ class _Builder:
         return builder(self, node)
 
     def _name_expression(self, node: ast.Name) -> cst.Name:
-        return _name(node.id)
+        return self._identifier(node.id)
 
     def _constant(self, node: ast.Constant) -> cst.BaseExpression:
         value = node.value
@@ -477,7 +505,7 @@ class _Builder:
         return parts
 
     def _attribute(self, node: ast.Attribute) -> cst.Attribute:
-        return _node(cst.Attribute, value=self._expression(node.value), attr=_name(node.attr))
+        return _node(cst.Attribute, value=self._expression(node.value), attr=self._identifier(node.attr))
 
     def _subscript(self, node: ast.Subscript) -> cst.Subscript:
         index = node.slice
@@ -529,7 +557,7 @@ class _Builder:
     def _keyword_argument(self, node: ast.keyword) -> cst.Arg:
         if node.arg is None:
             return _node(cst.Arg, value=self._expression(node.value), star="**")
-        return _node(cst.Arg, value=self._expression(node.value), keyword=_name(node.arg))
+        return _node(cst.Arg, value=self._expression(node.value), keyword=self._identifier(node.arg))
 
     def _binary(self, node: ast.BinOp) -> cst.BinaryOperation:
         return _node(
@@ -640,12 +668,6 @@ def _name(value: str) -> cst.Name:
     return _node(cst.Name, value=value)
 
 
-def _dotted(name: str) -> cst.Name | cst.Attribute:
-    parts = name.split(".")
-    result: cst.Name | cst.Attribute = _name(parts[0])
-    for part in parts[1:]:
-        result = _node(cst.Attribute, value=result, attr=_name(part))
-    return result
 
 
 def _literals(text: str) -> list[str]:

@@ -5,8 +5,10 @@ the builder's own, the fixtures and the real code beside this checkout."""
 import dataclasses
 from typing import Iterator
 
+import hypothesmith
 import libcst as cst
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from gradfix.codemods import checker
 from gradfix.codemods.checker import check_source
@@ -20,7 +22,7 @@ SHARED_CORPUS = SHARED_CASES.parent / "corpus"
 
 _OPERATOR_BASES = (cst.BaseBinaryOp, cst.BaseAugOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp)
 _FORMATTING_FIELDS = {
-    "lpar", "rpar", "leading_lines", "lines_after_decorators", "header", "footer", "indent", "default_indent",
+    "lpar", "rpar", "leading_lines", "leading_whitespace", "lines_after_decorators", "header", "footer", "indent", "default_indent",
     "default_newline", "has_trailing_newline", "encoding", "comma", "semicolon", "dot", "equal", "colon",
     "first_colon", "second_colon", "lbracket", "rbracket", "lbrace", "rbrace", "star_tok", "trailing_whitespace",
     "newline", "asname_comma",
@@ -82,7 +84,7 @@ EDGE_CASES = {
     "with_parentheses": "with (open(a) as b, open(c) as d):\n    pass\n",
     "literals": "x = [1, 2.5, 3j, 0x1F, 1_000, ..., None, True, b'z', {1, 2}, {'a': 1, **b}, (), (1,)]\n",
     "non_ascii_columns": "é = f('ü', g=\"ñ\")  # ä\nx = é; y = '漢字' 'かな'\n",
-    "line_continuations": "x = 1 + \\\n    2\nif a and \\\n   b: pass\n",
+    "line_continuations": "x = 1 + \\\n    2\nif a and \\\n   b: pass\nclass A:\\\n    pass\nif b:  # c \\\n    pass\n",
     "nested_functions_and_classes": "class A(B, metaclass=M):\n    def f(self):\n        class C:\n            x = 1\n        return C\n",
 }
 
@@ -116,12 +118,28 @@ def test_a_difference_of_shape_is_found():
         assert list(differences(build_skeleton(first.encode()).module, cst.parse_module(second))), (first, second)
 
 
+@pytest.mark.filterwarnings("ignore::SyntaxWarning")  # hypothesmith compiles what it generates
+@settings(max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(code=hypothesmith.from_grammar() | hypothesmith.from_node())
+def test_the_skeleton_of_generated_code_is_the_tree_libcst_builds_or_none(code):
+    """Generated code finds what the edge cases above came from: a block continued onto the next
+    line with a backslash, identifiers Python's parser gives in another normal form."""
+    try:
+        parsed = cst.parse_module(code)
+    except (cst.ParserSyntaxError, RecursionError):
+        return
+    built = build_skeleton(code.encode("utf-8", "surrogatepass"))
+    if built is not None:
+        assert list(differences(built.module, parsed)) == []
+
+
 @pytest.mark.parametrize(
     "source",
     [
         b"match command:\n    case [x]:\n        pass\n",  # not built: LibCST parses it
         b"def f(:\n",  # Python's parser does not read it
         b"print 'python 2'\n",
+        "x\u0140 = 1\n".encode(),  # Python reads the name as "xl\u00b7"
     ],
 )
 def test_no_skeleton_where_it_would_not_be_the_tree(source):
