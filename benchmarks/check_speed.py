@@ -3,7 +3,8 @@
 For each tree (../shared/corpus when it exists, and every folder given), in one run: gradfix cold
 (an empty cache) and warm (the cache of the cold run, nothing changed) on JOBS processes; a bare
 LibCST parse, Python's `ast.parse` and gradfix's skeleton (built from `ast.parse`, what the
-analysis reads first) of the files gradfix parses (those that pass its prefilter), in one process; TorchFix, when the `torchfix` command is installed. Times are wall-clock seconds,
+analysis reads first) of the files gradfix parses (those that pass its prefilter), in one process
+with the cycle collector off, as during a check; TorchFix, when the `torchfix` command is installed. Times are wall-clock seconds,
 with ratios to the bare LibCST parse; memory is the peak resident size of the largest process.
 Usage: python benchmarks/check_speed.py [--jobs N] [TREE...]
 TorchFix pins an older LibCST: install it in a virtualenv of its own and put that environment's
@@ -12,6 +13,7 @@ TorchFix pins an older LibCST: install it in a virtualenv of its own and put tha
 
 import argparse
 import ast
+import gc
 import os
 import shutil
 import subprocess
@@ -36,9 +38,16 @@ def run(command: list[str]) -> tuple[float, float]:
 
 
 def timed(action) -> float:
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
+    """Seconds of ``action`` with the cycle collector off, as a check defers it while it parses
+    and analyses a file (its objects are freed by reference counting)."""
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        action()
+        return time.perf_counter() - start
+    finally:
+        gc.enable()
 
 
 def parse_times(tree: Path) -> None:
