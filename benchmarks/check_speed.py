@@ -4,8 +4,9 @@ For each tree (../shared/corpus when it exists, and every folder given), in one 
 (an empty cache) and warm (the cache of the cold run, nothing changed) on JOBS processes; a bare
 LibCST parse, Python's `ast.parse` and gradfix's skeleton (built from `ast.parse`, what the
 analysis reads first) of the files gradfix parses (those that pass its prefilter), in one process
-with the cycle collector off, as during a check; TorchFix, when the `torchfix` command is installed. Times are wall-clock seconds,
-with ratios to the bare LibCST parse; memory is the peak resident size of the largest process.
+with the cycle collector off, as during a check; TorchFix, when the `torchfix` command is
+installed. Times are wall-clock seconds, with ratios to the bare LibCST parse; memory is the peak
+resident size of the largest process.
 Usage: python benchmarks/check_speed.py [--jobs N] [TREE...]
 TorchFix pins an older LibCST: install it in a virtualenv of its own and put that environment's
 `torchfix` on PATH (after this Python's), e.g. `PATH=$PATH:/tmp/torchfix-bin`.
