@@ -57,14 +57,14 @@ def parse_times(tree: Path) -> None:
     import libcst as cst
 
     from gradfix.codemods.analysis.backward_api import may_backward
-    from gradfix.codemods.engine import collect_files
+    from gradfix.codemods.engine import collect_files, decoded
     from gradfix.codemods.skeleton import build_skeleton
 
     files = collect_files([tree]).files
     parsed = [source for source in (path.read_bytes() for path in files) if may_backward(source)]
     libcst_parse = timed(lambda: [cst.parse_module(source) for source in parsed])
     python_parse = timed(lambda: [ast.parse(source) for source in parsed])
-    print(len(files), len(parsed), libcst_parse, python_parse, timed(lambda: [build_skeleton(source) for source in parsed]))
+    print(len(files), len(parsed), libcst_parse, python_parse, timed(lambda: [build_skeleton(*decoded(source, '')) for source in parsed]))
 
 
 def measure(tree: Path, jobs: int) -> None:

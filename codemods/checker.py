@@ -20,7 +20,7 @@ from libcst import CSTNode
 
 from .analysis import FileAnalysis, ProjectSummaries
 from .edits import apply_fixes, compatible
-from .engine import FileReport, FixMode, SourceError, check_decodable, prefiltered_report
+from .engine import FileReport, FixMode, SourceError, decoded, prefiltered_report
 from .finding import Finding
 from .notebook import Notebook, NotebookError, is_notebook
 from .rule import Rule, Violation
@@ -44,7 +44,12 @@ def check_file(
 
 def parse_source(data: bytes, path: str) -> cst.Module:
     """Parse a file's bytes, or raise ``SourceError`` saying why it cannot be."""
-    check_decodable(data, path)
+    decoded(data, path)
+    return _parsed(data, path)
+
+
+def _parsed(data: bytes, path: str) -> cst.Module:
+    """Parse bytes known to be text, or raise ``SourceError`` saying why they cannot be."""
     try:
         return parse_trusted(data)
     except cst.ParserSyntaxError as error:
@@ -115,15 +120,10 @@ def _check_python(
 ) -> FileReport:
     report = FileReport(path, original=data)
     try:
-        check_decodable(data, path)
-    except SourceError as error:
-        report.errors.append(str(error))
-        return report
-    skeleton = build_skeleton(data)
-    if skeleton is not None and _skeleton_finds_nothing(report, skeleton, data, rules, project):
-        return report
-    try:
-        module = parse_source(data, path)
+        skeleton = build_skeleton(*decoded(data, path))
+        if skeleton is not None and _skeleton_finds_nothing(report, skeleton, data, rules, project):
+            return report
+        module = _parsed(data, path)
     except SourceError as error:
         report.errors.append(str(error))
         return report
@@ -147,7 +147,7 @@ def _skeleton_finds_nothing(
     The first finding settles it, before any ``# noqa`` is read: a skeleton's lines are not the
     file's, so only the full check can tell which comment silences which finding."""
     try:
-        analysis = FileAnalysis.of_module(skeleton.module, project, data, skeleton.python_tree)
+        analysis = FileAnalysis(skeleton.module, project, data, skeleton.python_tree)
         if any(True for rule in rules for _ in rule(analysis).violations()):
             return False
         report.exports, report.imports = analysis.exports(), analysis.imports()
@@ -219,7 +219,7 @@ def _fix_until_stable(
     """Apply compatible fixes, re-parse and re-analyse, until no applicable fix is left.
     ``python_tree``: Python's own tree of the file, where it was parsed already."""
     data = report.original
-    analysis = FileAnalysis.of_module(module, project, data, python_tree)
+    analysis = FileAnalysis(module, project, data, python_tree)
     report.exports, report.imports = analysis.exports(), analysis.imports()
     violations = find_violations(analysis, rules)
     if violations and (error := _compile_error(analysis, path)):
@@ -234,7 +234,7 @@ def _fix_until_stable(
         chosen = compatible(v.fix for v in applicable)
         try:
             rewritten_bytes = apply_fixes(module, chosen).bytes
-            rewritten = FileAnalysis.of_module(parse_trusted(rewritten_bytes), project, rewritten_bytes)
+            rewritten = FileAnalysis(parse_trusted(rewritten_bytes), project, rewritten_bytes)
             if error := _compile_error(rewritten, path):
                 raise error
         except (cst.ParserSyntaxError, SyntaxError, ValueError) as error:

@@ -222,13 +222,14 @@ class SourceError(ValueError):
     """A file that cannot be checked: binary, undecodable or unparsable. The message names it."""
 
 
-def check_decodable(data: bytes, path: str) -> None:
-    """Raise ``SourceError`` for bytes that are not text in the encoding they declare."""
+def decoded(data: bytes, path: str) -> tuple[str, str]:
+    """The text of a file's bytes and the encoding they declare; ``SourceError`` for bytes that are
+    not text in that encoding."""
     if b"\0" in data:
         raise SourceError(f"{path}: binary file (contains NUL bytes), skipped")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        data.decode(encoding)
+        return data.decode(encoding), encoding
     except (SyntaxError, LookupError, UnicodeDecodeError) as error:
         raise SourceError(f"{path}: cannot decode: {error}") from None
 
@@ -242,7 +243,7 @@ def prefiltered_report(data: bytes, path: str, project: ProjectSummaries | None 
     report = FileReport(path, original=data, prefiltered=True)
     if not is_notebook(path):
         try:
-            check_decodable(data, path)
+            decoded(data, path)
         except SourceError as error:
             report.errors.append(str(error))
     return report

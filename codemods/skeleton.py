@@ -21,9 +21,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import io
 import re
-import tokenize
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -45,13 +43,11 @@ class Skeleton:
     python_tree: ast.Module
 
 
-def build_skeleton(source: bytes) -> Skeleton | None:
-    """The skeleton of ``source``; None where it cannot be built: syntax it does not build
-    (``Unsupported``), code Python's parser does not read, or a failure of its own, which LibCST's
-    parse does not share."""
+def build_skeleton(text: str, encoding: str) -> Skeleton | None:
+    """The skeleton of a file's ``text`` (decoded from ``encoding``, as ``engine.decoded`` does);
+    None where it cannot be built: syntax it does not build (``Unsupported``), code Python's parser
+    does not read, or a failure of its own, which LibCST's parse does not share."""
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-        text = source.decode(encoding)
         with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
             warnings.simplefilter("ignore")
             tree = ast.parse(text)

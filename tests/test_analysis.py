@@ -20,7 +20,7 @@ from gradfix.codemods.analysis import TENSOR, Carried, FileAnalysis, ListOf, Ori
 
 def analyse(code: str) -> FileAnalysis:
     header = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
-    return FileAnalysis.of_module(cst.parse_module(header + textwrap.dedent(code)))
+    return FileAnalysis(cst.parse_module(header + textwrap.dedent(code)))
 
 
 def backwarded(code: str):
@@ -568,7 +568,7 @@ _PLACED_ALONE = {
 @pytest.mark.parametrize("source", _PLACED_ALONE.values(), ids=_PLACED_ALONE.keys())
 def test_nodes_placed_one_statement_at_a_time_are_where_a_whole_module_render_places_them(source):
     module = cst.parse_module(source)
-    analysis = FileAnalysis.of_module(module, source=source.encode())
+    analysis = FileAnalysis(module, source=source.encode())
     everything = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     nodes = [node for node in everything if analysis.tree.span(node) is not None]  # layout is placed by libcst
     assert len(nodes) > 10

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 
 from gradfix.codemods import checker
 from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FixMode
+from gradfix.codemods.engine import FixMode, decoded
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.skeleton import build_skeleton
 
@@ -103,7 +103,7 @@ def _sources() -> Iterator[tuple[str, bytes]]:
 
 @pytest.mark.parametrize(("name", "source"), list(_sources()), ids=lambda value: value if isinstance(value, str) else "")
 def test_the_skeleton_is_the_tree_libcst_builds_less_its_formatting(name, source):
-    built = build_skeleton(source)
+    built = build_skeleton(*decoded(source, name))
     assert built is not None, f"{name}: no skeleton"
     assert list(differences(built.module, cst.parse_module(source))) == []
 
@@ -115,7 +115,7 @@ def test_a_difference_of_shape_is_found():
              ("if a:\n    pass\nelif b:\n    pass\n", "if a:\n    pass\nelse:\n    if b:\n        pass\n"),
              ("a[(1, 2)]\n", "a[1, 2]\n"), ("x = 'a'\n", "x = \"a\"\n")]
     for first, second in pairs:
-        assert list(differences(build_skeleton(first.encode()).module, cst.parse_module(second))), (first, second)
+        assert list(differences(build_skeleton(first, "utf-8").module, cst.parse_module(second))), (first, second)
 
 
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")  # hypothesmith compiles what it generates
@@ -128,7 +128,7 @@ def test_the_skeleton_of_generated_code_is_the_tree_libcst_builds_or_none(code):
         parsed = cst.parse_module(code)
     except (cst.ParserSyntaxError, RecursionError):
         return
-    built = build_skeleton(code.encode("utf-8", "surrogatepass"))
+    built = build_skeleton(code, "utf-8")
     if built is not None:
         assert list(differences(built.module, parsed)) == []
 
@@ -143,7 +143,7 @@ def test_the_skeleton_of_generated_code_is_the_tree_libcst_builds_or_none(code):
     ],
 )
 def test_no_skeleton_where_it_would_not_be_the_tree(source):
-    assert build_skeleton(source) is None
+    assert build_skeleton(*decoded(source, "source.py")) is None
 
 
 def test_a_file_the_skeleton_finds_nothing_in_is_never_parsed_by_libcst(monkeypatch):

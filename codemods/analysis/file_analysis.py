@@ -47,6 +47,9 @@ class FileAnalysis:
         source: bytes | None = None,
         python_tree: ast.Module | None = None,
     ) -> None:
+        """``imported``: summaries of the other checked files' functions, by import path;
+        ``source``: the bytes ``module`` was parsed from (rendered from it when not given);
+        ``python_tree``: Python's own tree of them, where it was parsed already."""
         self.module = module
         self._given_python_tree = python_tree
         self.tree = SyntaxTree(module)
@@ -55,19 +58,6 @@ class FileAnalysis:
         self._blocks: dict[int, Block] = {}  # by id of the Module or IndentedBlock
         if source is not None:
             self.source = source
-
-    @classmethod
-    def of_module(
-        cls,
-        module: cst.Module,
-        imported: ProjectSummaries | None = None,
-        source: bytes | None = None,
-        python_tree: ast.Module | None = None,
-    ) -> "FileAnalysis":
-        """``imported``: summaries of the other checked files' functions, by import path;
-        ``source``: the bytes ``module`` was parsed from (rendered from it when not given);
-        ``python_tree``: Python's own tree of them, where it was parsed already."""
-        return cls(module, imported, source, python_tree)
 
     @cached_property
     def source(self) -> bytes:

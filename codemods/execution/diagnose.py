@@ -107,7 +107,7 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
     the silent bug it shows. Raises ``SourceError`` before running anything when the script cannot
     be parsed. ``notebook`` is the notebook ``script`` was made from, if any."""
     source = script.read_bytes()
-    analysis = FileAnalysis.of_module(parse_source(source, str(script)))
+    analysis = FileAnalysis(parse_source(source, str(script)))
     findings = [replace(v.finding, path=str(script)) for v in find_violations(analysis, all_rules())]
     last_batch = [f for f in findings if isinstance(rule_by_code(f.code).SYMPTOM, LastBatchOnly)]
     counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
@@ -220,7 +220,7 @@ def _where_kept(analysis: FileAnalysis, innermost: Frame) -> str:
     where = ""
     if innermost.path:
         try:
-            analysis = FileAnalysis.of_module(parse_source(Path(innermost.path).read_bytes(), innermost.path))
+            analysis = FileAnalysis(parse_source(Path(innermost.path).read_bytes(), innermost.path))
         except (OSError, SourceError):
             return ""
         where = f", in {Path(innermost.path).name}"

@@ -253,7 +253,7 @@ def _blamed_modules(diagnosis: Diagnosis) -> Iterator[tuple[Path, FileAnalysis]]
     for name in dict.fromkeys(f.path for f in reversed(diagnosis.run.forward_frames) if f.path):
         path = Path(name)
         try:
-            yield path, FileAnalysis.of_module(parse_source(path.read_bytes(), name))
+            yield path, FileAnalysis(parse_source(path.read_bytes(), name))
         except (OSError, SourceError):
             continue  # a module that cannot be read or parsed gets no candidate
 
