@@ -159,7 +159,7 @@ decay = 0.5
 state = cell(torch.randn(1, 2))
 for i in range(3):
     {step}
-    state.sum().backward(retain_graph=True)
+    state.sum().backward()
     opt.step()
     opt.zero_grad()
 """
@@ -168,6 +168,29 @@ for i in range(3):
     assert bool(report.fixed) is fixed
     if not fixed:
         assert "not rewritten: once detached, nothing the iteration computes would require grad" in report.findings[0].message
+
+
+@pytest.mark.parametrize(
+    ("after_each_backward", "finding"),
+    [
+        ("", None),  # full backpropagation through time, one step after the loop: left alone
+        ("opt.step()", "unsafe"),  # every step walks graphs built with parameters it has changed since
+    ],
+)
+def test_gf004_on_graphs_kept_by_retain_graph(after_each_backward, finding):
+    code = f"""cell = nn.RNNCell(2, 2)
+opt = torch.optim.SGD(cell.parameters(), lr=0.1)
+h = torch.zeros(1, 2)
+opt.zero_grad()
+for x in torch.randn(3, 1, 2):
+    h = cell(x, h)
+    h.sum().backward(retain_graph=True)
+    {after_each_backward}
+opt.step()
+"""
+    report = check_source(HEADER + code.encode(), select_rules(["GF004"]), FixMode.SAFE, "train.py")
+    assert not report.changed
+    assert [f.fix.value if f.fix else None for f in report.findings] == ([finding] if finding else [])
 
 
 def test_gf004_says_why_a_state_the_call_returns_is_not_detached_where_stored():

@@ -94,6 +94,19 @@ TRAINER_HOOKS = {
 }
 LIGHTNING_HOOK = "training_step"
 
+# What sees the gradient of each backward on its own: a hook registered on a tensor, a parameter, a
+# module or a graph node, or a custom autograd Function (whose backward need not be linear). Two
+# backwards merged into one give such code the sum, where it saw each gradient apart; every other
+# step of a backward is linear in the gradient it carries.
+GRADIENT_HOOK_METHODS = {
+    "register_hook", "register_prehook", "register_backward_hook", "register_full_backward_hook",
+    "register_full_backward_pre_hook", "register_post_accumulate_grad_hook", "register_multi_grad_hook",
+    "register_module_backward_hook", "register_module_full_backward_hook",
+    "register_module_full_backward_pre_hook",
+}
+AUTOGRAD_FUNCTION_BASES = {"torch.autograd.Function", "torch.autograd.function.Function"}
+GRADIENT_HOOKING_LIBRARIES = ("opacus",)  # per-sample gradient clipping hooks every module it wraps
+
 _BACKWARD_CALL = re.compile(rb"backward\s*\(")
 # A class reaches a trainer's base only through a name whose last part the file writes (imported,
 # or read as an attribute), and a trainer backwards only the hook the file's class defines.

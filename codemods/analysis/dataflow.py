@@ -742,9 +742,14 @@ class DataflowAnalysis:
         qualified = self.names.qualify(func) or ""
 
         if qualified in backward_api.FUNCTION_APIS:
-            self._eval_all(arguments, env)
-            self._record_backward(node, backward_api.FUNCTION_APIS[qualified], env)
-            return NOTHING
+            values = self._eval_all(arguments, env)
+            api = backward_api.FUNCTION_APIS[qualified]
+            self._record_backward(node, api, env)
+            if api.accumulates or backward_calls.create_graph(api, node) is False:
+                return NOTHING
+            # Gradients made with create_graph=True (a gradient penalty) carry a graph through
+            # everything the backward walked.
+            return combine(values, self._origin(node), UNKNOWN)
 
         summary_result = self._call_summary(node, env)
         if summary_result is not None:
@@ -787,7 +792,11 @@ class DataflowAnalysis:
             if method in _DETACHING_METHODS:
                 return Value(structure=TENSOR if method == "detach" else UNKNOWN)
             if method in BOOKKEEPING_METHODS:
-                value = LEAF if method == "requires_grad_" and not _turns_off(node) else Value(structure=TENSOR)
+                if method == "requires_grad_" and not _turns_off(node):
+                    # A tensor with a graph keeps it (requires_grad_ on it changes nothing); any other becomes a leaf.
+                    value = receiver if receiver.graph and receiver.origins else LEAF
+                else:
+                    value = Value(structure=TENSOR)
                 if target is not None:
                     env[target] = value
                 return value
@@ -914,22 +923,25 @@ class DataflowAnalysis:
         tensors = backward_calls.backwarded_expressions(api, call)
         values = [self._eval(tensor, env) for tensor in tensors]
         value = _joined(values)
+        retain_graph = backward_calls.retain_graph(api, call)
+        frees = retain_graph is False  # a kept graph, or one gradfix cannot tell, is not proved freed
         for name in self._sharing_graph(env, self.graph_nodes(value)):
             held = env[name]
             # The very tensor (an alias holds the same value), not another that shares its graph.
             backwarded = held.backwarded | {call} if any(held is v for v in values) else held.backwarded
-            env[name] = replace(held, freed=True, backwarded=backwarded)
+            env[name] = replace(held, freed=held.freed or frees, backwarded=backwarded)
         for tensor, held in zip(tensors, values):
             name = dotted_name(tensor)
             if name is not None:  # known to be this very tensor even when its graph is not
-                env[name] = replace(env.get(name, held), freed=True, backwarded=env.get(name, held).backwarded | {call})
+                before = env.get(name, held)
+                env[name] = replace(before, freed=before.freed or frees, backwarded=before.backwarded | {call})
         self.backward_sites[call] = BackwardSite(
             call=call,
             statement=self._statement,
             api=api,
             tensors=tensors,
             value=value,
-            retain_graph=backward_calls.retain_graph(api, call),
+            retain_graph=retain_graph,
             create_graph=backward_calls.create_graph(api, call),
             loops=tuple(reversed(self._loops)),
             scope=self._scope,
@@ -989,7 +1001,8 @@ class DataflowAnalysis:
                 self._record_backward(call, api, env)
         result = combine(values, self._origin(call), summary.returned.structure)
         if summary.returned.backwarded:
-            result = replace(result, graph=True, freed=True, backwarded=summary.returned.backwarded)
+            frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
+            result = replace(result, graph=True, freed=frees, backwarded=summary.returned.backwarded)
         return result
 
     def _call_imported(self, call: cst.Call, summary: ExportedSummary, env: Env) -> Value:
@@ -1008,7 +1021,7 @@ class DataflowAnalysis:
             call,
             BackwardSite(call, self._statement, api, (), result, retained, False, tuple(reversed(self._loops)), self._scope),
         )
-        return replace(result, graph=True, freed=True, backwarded=frozenset({call}))
+        return replace(result, graph=True, freed=retained is False, backwarded=frozenset({call}))
 
     def _imported_summary(self, func: cst.BaseExpression) -> ExportedSummary | None:
         if not self.imported:

@@ -195,13 +195,15 @@ class FileAnalysis:
         by ``accelerator.prepare`` / ``fabric.setup``); None when an optimizer's parameters are not
         known, so no module can be said to stay untrained."""
         names = self.names
-        if not names.optimizers or names.optimizers - names.optimized_modules.keys():
+        if not names.optimizers or names.optimizers - names.optimized_modules.keys() or names.optimizers_of_unknown_parameters:
             return None
         return set().union(*names.optimized_modules.values())
 
     def untrained_graph(self, statements: Sequence[cst.CSTNode]) -> bool:
         """Whether ``statements`` build their graph only from modules no optimizer updates (a
-        teacher, a frozen feature extractor): what they compute is a constant of training."""
+        teacher, a frozen feature extractor): what they compute is a constant of training. A
+        module handed to a call or kept in a container (``nn.ModuleDict({"teacher": teacher})``)
+        may be trained through what holds it, and is not proved untrained."""
         trained = self.trained_modules
         if trained is None:
             return False
@@ -211,7 +213,9 @@ class FileAnalysis:
             for call in self.tree.findall(statement, cst.Call)
             if self.names.module(call.func, self.class_name_of(statement)) is not None
         ]
-        return bool(modules) and not any(self._may_train(module, trained) for module in modules)
+        return bool(modules) and not any(
+            module in self.names.stored_values or self._may_train(module, trained) for module in modules
+        )
 
     @staticmethod
     def _may_train(module: str | None, trained: set[str]) -> bool:

@@ -3,9 +3,14 @@
 Two backwards in one scope (and one iteration) are a GAN's discriminator and generator steps when
 their graphs share a trainable module's output (the generator's ``fake``) and both graphs pass that
 output through one module (the discriminator ``D(fake)``). The discriminator step is the one whose
-graph also runs that module on something else (``D(real)``). The calls of the discriminator's loss
-that take ``fake`` directly are where a ``.detach()`` belongs; when a call on ``fake`` is shared by
-both losses (a prediction reused for the generator step), no single detach fixes it.
+graph also runs that module on something else (``D(real)``).
+
+The discriminator's backward must not reach what built ``fake``: the generator step backwards it
+again. It reaches it through every read of ``fake`` (or of a value of the generator's own chain) in
+the part of its graph the generator step does not share: ``D(fake)``, a gradient penalty's
+interpolation ``alpha * real + (1 - alpha) * fake``. Those reads are where a ``.detach()`` belongs,
+all of them. When the two graphs share more than the generator's chain (a prediction ``D(fake)``
+reused by both losses, an encoder output both use), no detach of ``fake`` fixes it.
 
 Two heads on one encoder are not a GAN: no module consumes the shared output in both graphs.
 """
@@ -26,6 +31,12 @@ from .values import Origin
 if TYPE_CHECKING:
     from . import FileAnalysis
 
+# Reads that take no graph from what they read: nothing to detach there.
+_GRAPHLESS_USES = {
+    "detach", "detach_", "data", "shape", "size", "dtype", "device", "dim", "numel", "item", "tolist",
+    "numpy", "requires_grad", "grad", "is_leaf", "grad_fn", "ndim",
+}
+
 
 @dataclass(frozen=True)
 class GanSteps:
@@ -33,8 +44,12 @@ class GanSteps:
     generator_step: BackwardSite
     generator_output: str  # the name holding the generator's output (``fake``)
     discriminator: str  # the module both losses run on it
-    consumers: tuple[cst.Call, ...]  # calls of the discriminator's loss that take the output directly
-    reused: tuple[cst.Call, ...]  # calls on the output whose result both losses use
+    # Reads of the generator's chain in the discriminator's own graph: each needs a ``.detach()``.
+    detach_at: tuple[cst.Name, ...]
+    # Nodes both losses share beyond the generator's chain (``pred_fake = D(fake)`` used by both).
+    reused: tuple[cst.CSTNode, ...]
+    # Why the reads cannot all be detached where they are (an in-place use, a read inside a lambda).
+    unfixable: str = ""
 
     @property
     def sites(self) -> frozenset[BackwardSite]:
@@ -57,7 +72,7 @@ def find_gan_steps(analysis: "FileAnalysis") -> list[GanSteps]:
 def _gan_steps(analysis: "FileAnalysis", first: BackwardSite, second: BackwardSite) -> GanSteps | None:
     graphs = {site: analysis.graph_nodes(site) for site in (first, second)}
     shared = graphs[first] & graphs[second]
-    for output in _generator_outputs(analysis, first, shared):
+    for output, chain in _generator_outputs(analysis, shared):
         on_output = {site: _calls_taking(graphs[site], output) for site in (first, second)}
         modules = {site: {_module_name(analysis, site, call) for call in calls} - {None} for site, calls in on_output.items()}
         for discriminator in sorted(modules[first] & modules[second]):
@@ -75,23 +90,63 @@ def _gan_steps(analysis: "FileAnalysis", first: BackwardSite, second: BackwardSi
                 continue
             d_step = elsewhere[0]
             g_step = second if d_step is first else first
-            consumers = tuple(sorted(on_output[d_step] - on_output[g_step], key=analysis.start))
-            reused = tuple(sorted(on_output[d_step] & on_output[g_step], key=analysis.start))
-            return GanSteps(d_step, g_step, output, discriminator, consumers, reused)
+            reused = tuple(sorted({o.node for o in shared - chain}, key=analysis.order))
+            detach_at, unfixable = _reads_of_chain(analysis, graphs[d_step] - graphs[g_step], chain)
+            return GanSteps(d_step, g_step, output, discriminator, detach_at, reused, unfixable)
     return None
 
 
-def _generator_outputs(analysis: "FileAnalysis", site: BackwardSite, shared: set[Origin]) -> Iterable[str]:
+def _generator_outputs(analysis: "FileAnalysis", shared: set[Origin]) -> Iterable[tuple[str, frozenset[Origin]]]:
     """Names assigned a call's output that both graphs share (``fake = G(z)``,
-    ``fake = self.sample(n)``)."""
+    ``fake = self.sample(n)``), each with the nodes that built it (the generator's chain)."""
     for origin in sorted(shared, key=lambda o: analysis.order(o.node)):
         if not isinstance(origin.node, cst.Call) or not is_single_assignment(origin.statement):
             continue
-        if origin.statement.body[0].value is not origin.node:
+        assignment = origin.statement.body[0]
+        if assignment.value is not origin.node:
             continue
-        target = dotted_name(origin.statement.body[0].targets[0].target)
-        if target is not None:
-            yield target
+        target = dotted_name(assignment.targets[0].target)
+        value = analysis.value_assigned(assignment.value)
+        if target is not None and value is not None:
+            yield target, analysis.value_nodes(value)
+
+
+def _reads_of_chain(
+    analysis: "FileAnalysis", own: frozenset[Origin], chain: frozenset[Origin]
+) -> tuple[tuple[cst.Name, ...], str]:
+    """The reads, in the nodes only the discriminator's graph has, of names whose graph is the
+    generator's chain alone: detaching each cuts every path from the discriminator's loss into the
+    chain (a name built in the discriminator's own part is cut at its own reads)."""
+    reads: dict[cst.Name, None] = {}
+    for origin in own:
+        for name in analysis.tree.findall(origin.node, cst.Name):
+            value = analysis.value_read(name)
+            if value is None or not value.graph:
+                continue
+            nodes = analysis.value_nodes(value)
+            if nodes and nodes <= chain and not _graphless_use(analysis, name):
+                reads[name] = None
+    for name in reads:
+        parent = analysis.tree.parent(name)
+        if isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value.endswith("_"):
+            return (), f"`{name.value}` is changed in place by `.{parent.attr.value}()` in the discriminator's loss"
+        if _in_function_or_lambda(analysis, name):
+            return (), f"`{name.value}` is read inside a lambda or nested function"
+    return tuple(sorted(reads, key=analysis.order)), ""
+
+
+def _graphless_use(analysis: "FileAnalysis", name: cst.Name) -> bool:
+    parent = analysis.tree.parent(name)
+    return isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in _GRAPHLESS_USES
+
+
+def _in_function_or_lambda(analysis: "FileAnalysis", node: cst.CSTNode) -> bool:
+    statement = analysis.statement_of(node)
+    while node is not None and node is not statement:
+        if isinstance(node, (cst.Lambda, cst.FunctionDef)):
+            return True
+        node = analysis.tree.parent(node)
+    return statement is None
 
 
 def _stepped_after(analysis: "FileAnalysis", site: BackwardSite) -> set[str]:

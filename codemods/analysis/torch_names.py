@@ -11,7 +11,13 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
-from .backward_api import LIGHTNING_HOOK, TRAINER_HOOKS
+from .backward_api import (
+    AUTOGRAD_FUNCTION_BASES,
+    GRADIENT_HOOK_METHODS,
+    GRADIENT_HOOKING_LIBRARIES,
+    LIGHTNING_HOOK,
+    TRAINER_HOOKS,
+)
 from .syntax import is_detach, is_name, method_called
 from .tree import SyntaxTree
 from .values import TENSOR, UNKNOWN, Structure, TupleOf
@@ -111,6 +117,15 @@ class TorchNames:
     optimizer_classes: set[str] = field(default_factory=set)  # local torch.optim.Optimizer subclasses
     optimizers: set[str] = field(default_factory=set)  # dotted names bound to optimizers
     optimized_modules: dict[str, set[str]] = field(default_factory=dict)  # optimizer -> modules it updates
+    # Code that sees each backward's gradient on its own (``backward_api.GRADIENT_HOOK_METHODS``).
+    gradient_hooks: list[cst.CSTNode] = field(default_factory=list)
+    # Optimizers given parameters gradfix cannot read (``add_param_group`` of a list built elsewhere).
+    optimizers_of_unknown_parameters: set[str] = field(default_factory=set)
+    # Dotted names handed to a call or kept in a container or on another object (``nn.ModuleDict(
+    # {"teacher": teacher})``, ``wrapper.teacher = teacher``): a module among them may be trained
+    # through whatever holds it.
+    stored_values: set[str] = field(default_factory=set)
+    leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
 
     def framework(self, node: cst.CSTNode) -> str | None:
         """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
@@ -185,6 +200,12 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._aliases: list[tuple[str | None, str, str]] = []  # (class, target, module name) to resolve
         self._frozen_names: set[str] = set()
         self._frozen_classes: set[str] = set()
+        self._functions: list[cst.FunctionDef] = []
+        self._callables: dict[str, cst.FunctionDef] = {}  # module-level function, or class -> its __init__
+        # (name, callee, position, keyword, the function passing it): names passed to the file's own
+        # functions and classes, stored only if the callee stores (or passes on) the parameter.
+        self._handed: list[tuple[str, str, int, str | None, cst.FunctionDef | None]] = []
+        self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
 
     # imports ---------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
@@ -237,12 +258,20 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.optimizer_classes.add(class_name)
             if name == "torch.nn.Module" or name in self.names.module_classes or class_name in self.names.lightning_classes:
                 self.names.module_classes.add(class_name)
+            if name in AUTOGRAD_FUNCTION_BASES:
+                self.names.gradient_hooks.append(node)
         self._classes.append(class_name)
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
         self._classes.pop()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if not self._functions:
+            if not self._classes:
+                self._callables[node.name.value] = node
+            elif node.name.value == "__init__" and len(self._classes) == 1:
+                self._callables[self._classes[-1]] = node
+        self._functions.append(node)
         for param in node.params.params:
             annotation = param.annotation
             if annotation is None:
@@ -265,6 +294,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self._bind_optimizers(hook, call, callee)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._functions.pop()
         detaches = self._tree.findall(original_node.body, cst.Call, is_detach)
         if detaches and not self._classes:
             self.names.detaching_functions.add(original_node.name.value)
@@ -274,6 +304,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
         for target in node.targets:
             self._bind(target.target, node.value)
             self._bind_framework(target.target, node.value)
+            if isinstance(target.target, (cst.Attribute, cst.Subscript)):
+                self._note_stored(node.value)
         if (
             self._classes
             and self._classes[-1] in self.names.lightning_classes
@@ -324,6 +356,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.modules[name] = module
         elif name.startswith("self.") and self._classes and creates_parameter(self.names, value):
             self.names.self_parameters.setdefault(self._classes[-1], set()).add(name[5:])
+        elif creates_parameter(self.names, value):
+            self.names.leaf_tensors.add(name)
 
     def _constructed_module(self, value: cst.BaseExpression) -> ModuleInfo | None:
         if not isinstance(value, cst.Call):
@@ -365,8 +399,25 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if method_called(node) in GRADIENT_HOOK_METHODS or (self.names.qualify(func) or "").startswith(GRADIENT_HOOKING_LIBRARIES):
+            self.names.gradient_hooks.append(node)
+        callee = dotted_name(func)
+        for position, arg in enumerate(node.args):
+            name = dotted_name(arg.value)
+            if callee in self._callables or callee in self.names.local_classes:
+                if name is not None and not arg.star:
+                    keyword = arg.keyword.value if arg.keyword is not None else None
+                    self._handed.append((name, callee, position, keyword, self._functions[-1] if self._functions else None))
+                    continue
+            self._note_stored(arg.value)
+        if method_called(node) == "add_param_group":
+            self._add_parameter_group(node)
         if method_called(node) == "requires_grad_" and len(node.args) == 1 and is_name(node.args[0].value, "False"):
             self._freeze(func.value)  # vgg.requires_grad_(False)
+        elif method_called(node) == "requires_grad_" and isinstance(func.value, cst.Name):
+            # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
+            # parameters require grad already), such as an input it optimizes
+            self.names.leaf_tensors.add(func.value.value)
         if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
             name = dotted_name(func.value)
             if name is None:
@@ -375,6 +426,42 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.self_modules.setdefault(self._classes[-1], {}).setdefault(name[5:], ModuleInfo(""))
             elif not name.startswith("self."):
                 self.names.modules.setdefault(name, ModuleInfo(""))
+
+    def _note_stored(self, value: cst.BaseExpression) -> None:
+        """Names that ``value`` hands over as they are (not called, not read through a method)."""
+        if isinstance(value, (cst.List, cst.Tuple, cst.Set)):
+            for element in value.elements:
+                self._note_stored(element.value)
+        elif isinstance(value, cst.Dict):
+            for element in value.elements:
+                self._note_stored(element.value)
+        elif isinstance(value, cst.StarredElement):
+            self._note_stored(value.value)
+        else:
+            name = dotted_name(value)
+            if name is not None:
+                self._stored_in.setdefault(self._functions[-1] if self._functions else None, set()).add(name)
+
+    def _add_parameter_group(self, call: cst.Call) -> None:
+        """``optimizer.add_param_group({"params": teacher.parameters(), ...})``: the optimizer now
+        updates that module too; a group gradfix cannot read leaves its parameters unknown."""
+        optimizer = dotted_name(call.func.value)
+        group = call.args[0].value if call.args else None
+        params = None
+        if isinstance(group, cst.Dict):
+            params = next(
+                (
+                    e.value
+                    for e in group.elements
+                    if isinstance(e, cst.DictElement) and type(e.key) is cst.SimpleString and e.key.evaluated_value == "params"
+                ),
+                None,
+            )
+        modules = None if params is None else self._optimized_modules(params)
+        if modules is None:
+            self.names.optimizers_of_unknown_parameters.add(optimizer or "")
+        elif optimizer is not None:
+            self.names.optimized_modules.setdefault(optimizer, set()).update(modules)
 
     def _optimized_modules(self, params: cst.BaseExpression) -> set[str] | None:
         """The modules whose parameters an optimizer's first argument holds: ``model.parameters()``,
@@ -400,12 +487,12 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 modules |= found
             elif isinstance(part, cst.Dict):
                 return None  # parameter groups
-            elif not isinstance(part, cst.Name) and not (
+            elif not (isinstance(part, cst.Name) and part.value in self.names.leaf_tensors) and not (
                 isinstance(part, cst.Attribute)
                 and self.names.is_parameter(part, class_name)
                 and dotted_name(part.value) == "self"
             ):
-                return None  # ``model.weight``: part of some module, which one is not known here
+                return None  # ``model.weight``, a list built elsewhere: whose parameters is not known here
         return modules
 
     # frozen modules ----------------------------------------------------------------------------
@@ -424,6 +511,19 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._frozen_classes.add(self._classes[-1])
         elif name is not None:
             self._frozen_names.add(name)
+
+    def resolve_stored(self) -> None:
+        """Names kept in containers or on objects, and names handed to one of the file's own
+        functions or classes that stores (or hands on) the parameter they arrive as, or to one
+        defined later than gradfix reads it (``_callables`` then has no entry)."""
+        for stored in self._stored_in.values():
+            self.names.stored_values |= stored
+        for name, callee, position, keyword, _ in self._handed:
+            function = self._callables.get(callee)
+            parameter = None if function is None else _parameter(function, position, keyword, callee in self.names.local_classes)
+            handed_on = any(passed == parameter and scope is function for passed, *_, scope in self._handed)
+            if parameter is None or parameter in self._stored_in.get(function, set()) or handed_on:
+                self.names.stored_values.add(name)
 
     def resolve_aliases(self) -> None:
         """``self.model = model`` where ``model`` turned out to be a module; modules frozen by their
@@ -472,8 +572,20 @@ def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
     )
 
 
+def _parameter(function: cst.FunctionDef, position: int, keyword: str | None, is_constructor: bool) -> str | None:
+    """The parameter of ``function`` an argument arrives as (None when gradfix cannot tell)."""
+    parameters = [p.name.value for p in function.params.params]
+    if is_constructor:
+        parameters = parameters[1:]
+    if keyword is not None:
+        every = parameters + [p.name.value for p in function.params.kwonly_params]
+        return keyword if keyword in every else None
+    return parameters[position] if position < len(parameters) else None
+
+
 def collect_torch_names(tree: SyntaxTree) -> TorchNames:
     collector = _TorchNamesCollector(tree)
     tree.replay(collector)
+    collector.resolve_stored()
     collector.resolve_aliases()
     return collector.names

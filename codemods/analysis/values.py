@@ -9,8 +9,9 @@ A ``Value`` answers three questions about what a name holds at one point of a pr
 * what shape of container is it (``structure``): a tensor, a tuple of them, a list of them, ``None``
   or unknown? The rewrites need it to write a correct ``.detach()``.
 
-Once a backward has run, the values whose graph it walked are ``freed``: using them in another
-backward fails. The tensor it backwarded itself also records the call (``backwarded``), on every path
+Once a backward that does not keep its graph (``retain_graph`` false, as written) has run, the
+values whose graph it walked are ``freed``: using them in another backward fails. A backward that keeps
+the graph, or whose ``retain_graph`` gradfix cannot evaluate, frees nothing the analysis can prove. The tensor it backwarded itself also records the call (``backwarded``), on every path
 (a must-fact, so a duplicate backward can be removed). Assigning a new value clears that, so the analysis can tell a state that crosses
 into the next iteration after its backward from one that is reset first.
 
@@ -139,7 +140,7 @@ class Value:
     origins: frozenset[Source] = field(default_factory=frozenset)
     structure: Structure = UNKNOWN
     may_be_none: bool = False
-    freed: bool = False  # a backward that already ran walked (and freed) part of its graph
+    freed: bool = False  # a backward that already ran, without retain_graph, walked (and freed) part of its graph
     # The backward calls that already backwarded this very tensor on every path here.
     backwarded: frozenset[cst.Call] = frozenset()
     unbound: bool = False  # on some path here the name was never assigned

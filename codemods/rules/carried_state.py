@@ -45,7 +45,14 @@ class CarriedState(Rule):
     the state starts as ``None``). For state a module keeps on ``self``, the value is detached
     where it is stored for the next call. The values the program computes stay the same; the
     gradients stop at the iteration boundary instead of reaching into freed graphs. This changes
-    the maths on purpose: it is what training a recurrent model step by step means.
+    the maths on purpose: it is what training a recurrent model step by step means. A state that
+    enters the loop with a graph of its own (a learned initial state ``h0``) is detached where the
+    iteration ends instead, so the first iteration still trains what built it.
+
+    When every backward keeps its graph (``retain_graph=True``) and no optimizer steps inside the
+    loop, the program backpropagates through all iterations on purpose (full backpropagation
+    through time) and nothing is reported. When an optimizer steps between those backwards, each
+    step walks every earlier graph again: that is reported, and the detach is an unsafe fix.
 
     gradfix only reports when it cannot tell the state's structure (a namedtuple, a dataclass, a
     dict, the result of an unknown function) or when the state has no value before the loop.
@@ -83,7 +90,8 @@ for inputs, targets in loader:
 
     # state carried by a loop ------------------------------------------------------------------
     def _loop_violations(self) -> Iterator[Violation]:
-        carried: dict[Loop, dict[str, BackwardSite]] = {}
+        freed: dict[Loop, dict[str, BackwardSite]] = {}
+        kept: dict[Loop, dict[str, BackwardSite]] = {}
         for site in self.analysis.backward_sites:
             taken: set[str] = set()
             for loop in site.loops:
@@ -91,36 +99,64 @@ for inputs, targets in loader:
                     continue
                 for name in sorted(loop.carried_names - taken):
                     if (
-                        _reaches_freed_graph(site, loop, name)
-                        and not _detached_in(loop.node.body, name)
-                        and not self.analysis.read_only_where_assigned(loop, name)
+                        not _reaches_previous_graph(site, loop, name)
+                        or _detached_in(loop.node.body, name)
+                        or self.analysis.read_only_where_assigned(loop, name)
                     ):
-                        carried.setdefault(loop, {}).setdefault(name, site)
-                        taken.add(name)
-        for loop, sites in carried.items():
-            updates = _first_assignments(loop.node.body, set(sites))
-            names = sorted(sites, key=lambda n: updates[n][1] if n in updates else (0, 0))
-            shown = ", ".join(f"`{n}`" for n in names)
-            first_update = updates[names[0]][0] if names[0] in updates else loop.node
-            fix, unfixable = self._loop_fix(loop, names)
-            if fix is not None and not all(self.analysis.builds_afresh(site, loop) for site in sites.values()):
-                fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
-            yield self.violation(
-                first_update,
+                        continue
+                    if loop.back_edge[name].freed:
+                        freed.setdefault(loop, {}).setdefault(name, site)
+                    elif site.retain_graph is True and self.analysis.updates_parameters(loop.node.body):
+                        kept.setdefault(loop, {}).setdefault(name, site)
+                    else:
+                        continue  # full backpropagation through time, the graphs kept on purpose
+                    taken.add(name)
+        for loop, sites in freed.items():
+            yield self._loop_violation(loop, sites, retained=False)
+        for loop, sites in kept.items():
+            if loop not in freed:
+                yield self._loop_violation(loop, sites, retained=True)
+
+    def _loop_violation(self, loop: Loop, sites: dict[str, BackwardSite], retained: bool) -> Violation:
+        updates = _first_assignments(loop.node.body, set(sites))
+        names = sorted(sites, key=lambda n: updates[n][1] if n in updates else (0, 0))
+        shown = ", ".join(f"`{n}`" for n in names)
+        first_update = updates[names[0]][0] if names[0] in updates else loop.node
+        fix, unfixable = self._loop_fix(loop, names, safe=not retained)
+        if fix is not None and not all(self.analysis.builds_afresh(site, loop) for site in sites.values()):
+            fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
+        them = "them" if len(names) > 1 else "it"
+        where = "ends" if fix is not None and fix.insert_after else "starts"
+        if retained:
+            message = (
+                f"{shown} {'carry' if len(names) > 1 else 'carries'} the graph of every earlier iteration of the loop "
+                f"at line {self.analysis.line(loop.node)} into each backward, which retain_graph=True keeps: each "
+                "step backpropagates through all earlier ones (with parameters the optimizer has changed since) "
+                f"and memory grows; detach {them} where the iteration {where} (truncated backpropagation: this "
+                "changes the gradients)"
+            )
+        else:
+            message = (
                 f"{shown} {'carry' if len(names) > 1 else 'carries'} the graph of the previous iteration "
                 f"of the loop at line {self.analysis.line(loop.node)} into the next backward; "
-                f"detach {'them' if len(names) > 1 else 'it'} where the iteration starts"
-                + (f" (not rewritten: {unfixable})" if unfixable else ""),
-                fix,
-                related=(loop.node, *(site.call for site in sites.values())),
+                f"detach {them} where the iteration {where}"
             )
+        return self.violation(
+            first_update,
+            message + (f" (not rewritten: {unfixable})" if unfixable else ""),
+            fix,
+            related=(loop.node, *(site.call for site in sites.values())),
+        )
 
-    def _loop_fix(self, loop: Loop, names: list[str]) -> tuple[Fix | None, str]:
-        """The detaches at the top of the loop, or why gradfix cannot write them."""
+    def _loop_fix(self, loop: Loop, names: list[str], safe: bool) -> tuple[Fix | None, str]:
+        """The detaches, or why gradfix cannot write them. A state that enters the loop without a
+        graph is detached where the iteration starts; one that enters with a graph of its own (a
+        learned initial state, an encoder's output) is detached where the iteration ends, so the
+        first iteration still backwards into what built it."""
         body = loop.node.body
         if not isinstance(body, cst.IndentedBlock):
             return None, "the loop body is on one line"
-        statements = []
+        at_start, at_end = [], []
         for name in names:
             if name not in loop.entry or loop.entry[name].unbound:
                 return None, f"`{name}` has no value before the first iteration"
@@ -129,8 +165,20 @@ for inputs, targets in loader:
             statement = _detach_statement(name, loop.entry[name], loop.back_edge[name])
             if statement is None:
                 return None, f"gradfix cannot tell what `{name}` holds (a namedtuple, a dataclass, …)"
-            statements.append(statement)
-        return Fix(safe=True, insert_before=((body.body[0], tuple(statements)),)), ""
+            if not loop.entry[name].graph:
+                at_start.append(statement)
+            elif _continues(body):
+                return None, (
+                    f"`{name}` enters the loop with a graph of its own, which a detach where the iteration "
+                    "starts would cut, and a `continue` skips the end of the iteration"
+                )
+            else:
+                at_end.append(statement)
+        return Fix(
+            safe=safe,
+            insert_before=((body.body[0], tuple(at_start)),) if at_start else (),
+            insert_after=((body.body[-1], tuple(at_end)),) if at_end else (),
+        ), ""
 
     # state a module keeps on self between calls -------------------------------------------
     def _stored_on_self_violations(self) -> Iterator[Violation]:
@@ -205,13 +253,13 @@ for inputs, targets in loader:
         return False
 
 
-def _reaches_freed_graph(site: BackwardSite, loop: Loop, name: str) -> bool:
+def _reaches_previous_graph(site: BackwardSite, loop: Loop, name: str) -> bool:
     """Whether the loss backwarded at ``site`` reads ``name`` as the previous iteration left it,
-    and that value holds graph a backward of the previous iteration already walked."""
+    holding a graph."""
     left_behind = loop.back_edge.get(name)
     return (
         left_behind is not None
-        and left_behind.freed
+        and left_behind.graph
         and Carried(loop, name) in expand(site.value.origins, loop)
     )
 
@@ -221,6 +269,19 @@ def _detached_in(body: cst.CSTNode, name: str) -> bool:
     author manages that state, on paths the analysis does not tell apart."""
     for assign in find_nodes(body, cst.Assign):
         if any(name in target_names(t.target) for t in assign.targets) and find_nodes(assign.value, cst.Call, is_detach):
+            return True
+    return False
+
+
+def _continues(node: cst.CSTNode) -> bool:
+    """Whether a ``continue`` of this loop (not of a loop nested in it) skips the end of its body."""
+    for child in node.children:
+        if isinstance(child, cst.Continue):
+            return True
+        if isinstance(child, (cst.For, cst.While)):
+            if child.orelse is not None and _continues(child.orelse):
+                return True
+        elif not isinstance(child, (cst.FunctionDef, cst.ClassDef)) and _continues(child):
             return True
     return False
 

@@ -26,7 +26,9 @@ class ForwardOutsideLoop(Rule):
 
     gradfix only reports, without moving anything, when the move could change what the program
     means: when a moved statement's inputs are reassigned in the loop or on the way to it, when its
-    results are read outside the loop, or when it is not a plain assignment.
+    results are read outside the loop, or when it is not a plain assignment. When the backward keeps
+    the graph (``retain_graph=True``, or a value gradfix cannot read), the program runs as it is,
+    and the move, which changes its results, is an unsafe fix.
     """
 
     CODE = "GF003"
@@ -65,15 +67,18 @@ for epoch in range(epochs):
             seen.add(key)
             names = sorted({n for s in hoisted for n in assigned_names(s)})
             shown = ", ".join(f"`{n}`" for n in names) or "a value"
-            yield self.violation(
-                hoisted[0],
+            message = (
                 f"{shown} {'are' if len(names) > 1 else 'is'} computed once before the loop at line {self.analysis.line(loop.node)} but "
-                f"backwarded inside it (line {self.analysis.line(site.call)}); compute it in the loop",
-                self._fix(hoisted, loop),
-                related=(loop.node, site.call),
+                f"backwarded inside it (line {self.analysis.line(site.call)}); compute it in the loop"
             )
+            # A kept graph runs: every iteration trains on the first one's forward, and moving it
+            # changes what the program computes.
+            runs = site.retain_graph is not False
+            if runs:
+                message += " (the graph is kept, so the program runs; moving the forward changes its results)"
+            yield self.violation(hoisted[0], message, self._fix(hoisted, loop, safe=not runs), related=(loop.node, site.call))
 
-    def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop) -> Fix | None:
+    def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop, safe: bool) -> Fix | None:
         body = loop.node.body
         if not isinstance(body, cst.IndentedBlock) or not all(is_single_assignment(s) for s in hoisted):
             return None
@@ -91,7 +96,7 @@ for epoch in range(epochs):
             defined |= assigned_names(statement)
         if self._read_elsewhere(defined, hoisted, loop):
             return None
-        return Fix(safe=True, move=tuple((statement, body.body[0]) for statement in hoisted))
+        return Fix(safe=safe, move=tuple((statement, body.body[0]) for statement in hoisted))
 
     def _read_elsewhere(self, names: set[str], hoisted: Sequence[cst.CSTNode], loop: Loop) -> bool:
         """Whether any of ``names`` is used in the loop's scope outside the loop body (other than

@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import GanSteps, code_of, detached, dotted_name
+from ..analysis import GanSteps, code_of, detached
 from ..analysis.backward_calls import argument
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
@@ -20,9 +20,10 @@ class GanDetach(Rule):
     the graph a second time`` (in either order of the two steps). ``retain_graph=True`` makes it
     run, but the discriminator's loss then also writes gradients into the generator's parameters.
 
-    The fix is the one of the PyTorch DCGAN example: the discriminator sees ``fake.detach()`` where
-    it computes its own loss (its prediction, a gradient penalty), so its backward stops at the
-    generator's output; the generator step keeps ``D(fake)`` and trains through it. Both
+    The fix is the one of the PyTorch DCGAN example: the discriminator sees ``fake.detach()`` at
+    every place its own loss reads the generator's output (its prediction, a gradient penalty's
+    interpolation ``alpha * real + (1 - alpha) * fake``), so its backward stops at the generator's
+    output; the generator step keeps ``D(fake)`` and trains through it. Both
     optimizers step as before. When one prediction on ``fake`` is reused by both losses (a
     relativistic GAN's ``pred_fake`` computed once), no single detach fixes it: gradfix reports, and
     the fix is to compute the discriminator's prediction again for the generator step.
@@ -82,36 +83,31 @@ for real in loader:
                 )
             else:
                 message += f"give the discriminator `{steps.generator_output}.detach()`"
+                if steps.unfixable:
+                    message += f" (not rewritten: {steps.unfixable})"
             yield self.violation(
-                d_step.call, message, self._fix(steps), related=(steps.generator_step.call, *steps.consumers)
+                d_step.call, message, self._fix(steps), related=(steps.generator_step.call, *steps.detach_at)
             )
 
     def _fix(self, steps: GanSteps) -> Fix | None:
-        if steps.reused or not steps.consumers:
+        if steps.reused or steps.unfixable or not steps.detach_at:
             return None
-        rewritten: dict[cst.CSTNode, dict[cst.Call, cst.Call]] = {}
-        for call in steps.consumers:
-            statement = self.analysis.statement_of(call)
+        reads: dict[cst.CSTNode, dict[cst.CSTNode, cst.CSTNode]] = {}
+        for name in steps.detach_at:
+            statement = self.analysis.statement_of(name)
             if statement is None or self.analysis.block_of(statement) is None:
                 return None
-            rewritten.setdefault(statement, {})[call] = call.with_changes(
-                args=[
-                    arg.with_changes(value=detached(arg.value))
-                    if dotted_name(arg.value) == steps.generator_output
-                    else arg
-                    for arg in call.args
-                ]
-            )
-        replacements = {statement: statement.visit(_ReplaceCalls(calls)) for statement, calls in rewritten.items()}
+            reads.setdefault(statement, {})[name] = detached(name)
+        replacements = {statement: statement.visit(_ReplaceNodes(names)) for statement, names in reads.items()}
         return Fix(safe=True, replace=tuple(replacements.items()))
 
 
-class _ReplaceCalls(cst.CSTTransformer):
-    """Swaps calls of the original tree (by identity) for their rewrites, all in one pass."""
+class _ReplaceNodes(cst.CSTTransformer):
+    """Swaps nodes of the original tree (by identity) for their rewrites, all in one pass."""
 
-    def __init__(self, replacements: dict[cst.Call, cst.Call]) -> None:
+    def __init__(self, replacements: dict[cst.CSTNode, cst.CSTNode]) -> None:
         super().__init__()
         self.replacements = replacements
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
         return self.replacements.get(original_node, updated_node)

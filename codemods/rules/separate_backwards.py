@@ -44,7 +44,10 @@ class SeparateBackwards(Rule):
     updates, and when different optimizers take turns (a GAN's discriminator and generator steps,
     actor-critic) each loss trains its own network: merging would remove an update, so gradfix
     only reports (the fix there is to detach the shared value, or recompute it after the step).
-    It also only reports when code between the backwards reads or clips ``.grad``; and it says
+    It also only reports when code between the backwards reads or clips ``.grad``, or when a
+    gradient hook (``register_hook``, a module's backward hook) or a custom autograd ``Function`` in
+    the file may see each backward's gradient on its own (a clamp of each gradient is not a clamp of
+    their sum); and it says
     nothing when the first call keeps its graph on purpose (``retain_graph=True``) so that the
     code between can look at each loss's gradient on its own, or because code after the merged
     call would backward part of that graph again (a target built before the loop, with its graph,
@@ -97,7 +100,14 @@ for x, y_reg, y_cls in loader:
                 message += "an optimizer steps between them, so recompute the shared value after the step"
             else:
                 message += "backward their sum once"
-            yield self.violation(group[0].call, message, self._fix(group, block), related=tuple(s.call for s in group[1:]))
+            fix = self._fix(group, block)
+            if fix is None and self.analysis.names.gradient_hooks:
+                hook = self.analysis.names.gradient_hooks[0]
+                message += (
+                    f" (not rewritten: the hook or autograd Function at line {self.analysis.line(hook)} sees each "
+                    "backward's gradient on its own, and would see their sum)"
+                )
+            yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]))
 
     def _groups(self) -> Iterator[tuple[list[BackwardSite], Block]]:
         """Runs of backward statements of one API in one block whose graphs overlap."""
@@ -175,6 +185,8 @@ for x, y_reg, y_cls in loader:
             kept.add(id(argument(site.call, site.api.tensor_position, site.api.tensor_keyword)))
             if any(id(arg) not in kept for arg in site.call.args) or site.retain_graph is None:
                 return None  # arguments other than the tensor and retain_graph would be lost
+        if self.analysis.names.gradient_hooks:
+            return None  # a hook (or custom Function) sees each backward's gradient: the sum is another gradient
         between = [s for s in self._between(block, group[0], last) if s not in [site.statement for site in group]]
         if any(self.analysis.gradient_effects(statement) for statement in between):
             return None  # an update, zeroing or gradient read between: the backwards mean two steps
