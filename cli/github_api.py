@@ -2,19 +2,22 @@
 
 Requests that fail on the server's side (5xx, a secondary rate limit, a dropped connection) are
 retried with exponential backoff, honouring ``Retry-After``; what retrying cannot mend (401, 403,
-404, 422) raises ``GitHubError`` with one line that says which permission or setting is missing.
-The token is sent in a header only and appears in no message.
+404, 422) raises ``GitHubError`` with one line that says which permission or setting is missing,
+and so does an answer that is not the API's (a proxy's HTML page). The token is sent in a header
+only, over https (or to this machine), and appears in no message, not even one the server echoes.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 DEFAULT_API_URL = "https://api.github.com"
 API_VERSION = "2022-11-28"
@@ -22,6 +25,9 @@ ATTEMPTS = 5
 FIRST_BACKOFF = 1.0  # seconds before the second attempt; doubled for each further one
 LONGEST_WAIT = 60.0  # a Retry-After longer than this is not waited for: the run would look hung
 TIMEOUT = 30.0
+# GitHub's own rules for the names: a query, a fragment, a dot-segment or an escape cannot slip in.
+_REPOSITORY = re.compile(r"(?P<owner>[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)/(?P<name>(?!\.\.?$)[A-Za-z0-9._-]+)")
+Answer = TypeVar("Answer")
 
 PERMISSIONS_HINT = (
     "the token needs `contents: write` and `pull-requests: write` (the workflow's `permissions:`), "
@@ -31,6 +37,18 @@ PERMISSIONS_HINT = (
 
 class GitHubError(Exception):
     """A request GitHub refused or never answered; the message is one line for the user."""
+
+
+def in_clear_text(url: str) -> bool:
+    """Whether a token sent to ``url`` would cross the network unencrypted: http to another
+    machine than this one."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or parts.hostname == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(parts.hostname or "").is_loopback
+    except ValueError:
+        return True
 
 
 class PullRequestExists(GitHubError):
@@ -48,6 +66,8 @@ class PullRequest:
 
     @classmethod
     def from_json(cls, data: dict) -> "PullRequest":
+        """The pull request in GitHub's answer; KeyError, TypeError or AttributeError when the
+        answer is not one."""
         return cls(
             number=data["number"],
             url=data.get("html_url", ""),
@@ -58,11 +78,19 @@ class PullRequest:
         )
 
 
+def _pull_requests(answer: object) -> list[PullRequest]:
+    if not isinstance(answer, list):
+        raise TypeError("not a list")
+    return [PullRequest.from_json(item) for item in answer]
+
+
 class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
-    """Follows a redirect (a renamed repository) only on the API's own host, where the token may go."""
+    """Follows a redirect (a renamed repository) only on the API's own host and scheme, where the
+    token may go: not to another host, nor from https to http."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+        new, old = urllib.parse.urlsplit(newurl), urllib.parse.urlsplit(req.full_url)
+        if (new.scheme, new.netloc) != (old.scheme, old.netloc):
             return None
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
@@ -77,10 +105,12 @@ class GitHub:
         api_url: str = DEFAULT_API_URL,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        owner, _, name = repository.partition("/")
-        if not owner or not name or "/" in name:
+        named = _REPOSITORY.fullmatch(repository)
+        if named is None:
             raise GitHubError(f"the repository must be given as owner/name (GITHUB_REPOSITORY or --repository), not {repository!r}")
-        self.owner, self.repository = owner, repository
+        if in_clear_text(api_url):
+            raise GitHubError(f"the GitHub API {api_url} (GITHUB_API_URL or --api-url) is not https: the token is not sent in clear text")
+        self.owner, self.repository = named["owner"], repository
         self.api_url = api_url.rstrip("/")
         self._token = token
         self._sleep = sleep
@@ -90,41 +120,42 @@ class GitHub:
     def open_pull_request(self, branch: str) -> PullRequest | None:
         """The open pull request from ``branch`` of this repository, if there is one."""
         query = urllib.parse.urlencode({"head": f"{self.owner}:{branch}", "state": "open"})
-        found = self.request("GET", f"/repos/{self.repository}/pulls?{query}")
-        return PullRequest.from_json(found[0]) if found else None
+        found = self.request("GET", f"/repos/{self.repository}/pulls?{query}", read=_pull_requests)
+        return found[0] if found else None
 
     def create_pull_request(self, branch: str, base: str, title: str, body: str, draft: bool) -> PullRequest:
         """Open a pull request; ``PullRequestExists`` when one from ``branch`` is already open."""
         payload = {"title": title, "head": branch, "base": base, "body": body, "draft": draft}
         try:
-            return PullRequest.from_json(self.request("POST", f"/repos/{self.repository}/pulls", payload))
+            return self.request("POST", f"/repos/{self.repository}/pulls", payload, read=PullRequest.from_json)
         except _Unprocessable as error:
             if "already exists" in error.detail:
                 raise PullRequestExists(str(error)) from None
             raise
 
     def update_pull_request(self, number: int, **fields: str) -> PullRequest:
-        return PullRequest.from_json(self.request("PATCH", f"/repos/{self.repository}/pulls/{number}", fields))
+        return self.request("PATCH", f"/repos/{self.repository}/pulls/{number}", fields, read=PullRequest.from_json)
 
     def add_labels(self, number: int, labels: list[str]) -> None:
         self.request("POST", f"/repos/{self.repository}/issues/{number}/labels", {"labels": labels})
 
     # transport ---------------------------------------------------------------------------------
-    def request(self, method: str, path: str, payload: dict | None = None):
-        """The decoded JSON answer to one request, after the retries a transient failure earns."""
+    def request(self, method: str, path: str, payload: dict | None = None, read: Callable[[object], Answer] = lambda answer: answer) -> Answer:
+        """The JSON answer to one request, after the retries a transient failure earns, as
+        ``read`` reads it."""
         what = f"{method} {path.partition('?')[0]}"
         attempt = 0
         while True:
             final = attempt + 1 >= ATTEMPTS
             try:
                 with self._opener.open(self._prepare(method, path, payload), timeout=TIMEOUT) as response:
-                    data = response.read()
-                    return json.loads(data) if data else None
+                    return self._read(what, response.read(), response.headers.get_content_type(), read)
             except urllib.error.HTTPError as error:
                 body = _json_body(error)
                 wait = _retry_delay(error.code, error.headers, body, attempt)
                 if wait is None or final:
-                    raise _error_for(error.code, what, body, self.api_url, self.repository) from None
+                    said = self._redacted(_what_github_said(body))
+                    raise _error_for(error.code, what, said, self.api_url, self.repository) from None
             except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
                 if final:
                     reason = getattr(error, "reason", error)
@@ -132,6 +163,17 @@ class GitHub:
                 wait = FIRST_BACKOFF * 2**attempt
             self._sleep(wait)
             attempt += 1
+
+    def _read(self, what: str, data: bytes, content_type: str, read: Callable[[object], Answer]) -> Answer:
+        """An answer that is not JSON, or not of the shape ``read`` reads, is not the API's (a
+        proxy's or a login page, a web server's index)."""
+        try:
+            return read(json.loads(data) if data else None)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise GitHubError(
+                f"{what}: a {content_type} answer that is not what the GitHub API at {self.api_url} answers; "
+                "is that the API (GITHUB_API_URL; GitHub Enterprise: https://HOST/api/v3)?"
+            ) from None
 
     def _prepare(self, method: str, path: str, payload: dict | None) -> urllib.request.Request:
         headers = {
@@ -145,6 +187,10 @@ class GitHub:
             data = json.dumps(payload).encode()
             headers["Content-Type"] = "application/json"
         return urllib.request.Request(self.api_url + path, data=data, headers=headers, method=method)
+
+    def _redacted(self, text: str) -> str:
+        """``text`` without the token: a server (or a proxy) may echo the Authorization header."""
+        return text.replace(self._token, "***") if self._token else text
 
 
 class _Unprocessable(GitHubError):
@@ -182,14 +228,17 @@ def _retry_delay(status: int, headers, body: dict, attempt: int) -> float | None
     return wait if wait <= LONGEST_WAIT else None
 
 
-def _error_for(status: int, what: str, body: dict, api_url: str, repository: str) -> GitHubError:
+def _what_github_said(body: dict) -> str:
     message = str(body.get("message", "")).strip() or "no message"
     details = "; ".join(str(e.get("message") or e.get("code") or e) if isinstance(e, dict) else str(e) for e in body.get("errors", ()))
-    said = f"GitHub said: {message}" + (f" ({details})" if details else "")
+    return f"GitHub said: {message}" + (f" ({details})" if details else "")
+
+
+def _error_for(status: int, what: str, said: str, api_url: str, repository: str) -> GitHubError:
     if status == 401:
         return GitHubError(f"{what}: 401 unauthorized: the token is missing, expired or revoked (set GITHUB_TOKEN or --token-env); {said}")
     if status in (403, 429):
-        if "rate limit" in message.lower():
+        if "rate limit" in said.lower():
             return GitHubError(f"{what}: {status} rate limited, and retrying did not help; run again later; {said}")
         return GitHubError(f"{what}: {status} forbidden: {PERMISSIONS_HINT}; {said}")
     if status == 404:
@@ -198,5 +247,5 @@ def _error_for(status: int, what: str, body: dict, api_url: str, repository: str
             f"its API (GITHUB_API_URL), and that the token can see it; {said}"
         )
     if status == 422:
-        return _Unprocessable(f"{what}: 422 unprocessable: GitHub refused the request (is the base branch right?); {said}", f"{message} {details}")
+        return _Unprocessable(f"{what}: 422 unprocessable: GitHub refused the request (is the base branch right?); {said}", said)
     return GitHubError(f"{what}: {status} from GitHub, still after {ATTEMPTS} attempts; {said}")

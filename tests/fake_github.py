@@ -10,6 +10,7 @@ import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
 
 
 @dataclass
@@ -29,8 +30,12 @@ class Recorded:
 
 @dataclass
 class Scripted:
+    """One answer given in place of the fake's own. ``body`` is sent as JSON, except a string,
+    sent as it is as an HTML page (a proxy's or a login page); a callable gets the request and
+    returns the body (a server that echoes what it was sent)."""
+
     status: int
-    body: dict = field(default_factory=dict)
+    body: dict | list | str | Callable[[Recorded], dict] = field(default_factory=dict)
     headers: dict = field(default_factory=dict)
 
 
@@ -79,10 +84,12 @@ class FakeGitHub:
     # serving -----------------------------------------------------------------------------------
     def _answer(self, method: str, path: str, body: dict | None, authorization: str | None) -> tuple[int, object, dict]:
         with self._lock:
-            self.requests.append(Recorded(method, path, body, authorization))
+            recorded = Recorded(method, path, body, authorization)
+            self.requests.append(recorded)
             if self.scripted:
                 canned = self.scripted.pop(0)
-                return canned.status, canned.body, canned.headers
+                answer = canned.body(recorded) if callable(canned.body) else canned.body
+                return canned.status, answer, canned.headers
             if authorization != f"Bearer {self.token}":
                 return 401, {"message": "Bad credentials"}, {}
             return self._route(method, path, body or {})
@@ -128,9 +135,10 @@ class FakeGitHub:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
                 status, answer, headers = fake._answer(self.command, self.path, body, self.headers.get("Authorization"))
-                data = json.dumps(answer).encode()
+                page = isinstance(answer, str)
+                data = answer.encode() if page else json.dumps(answer).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/html" if page else "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 for name, value in headers.items():
                     self.send_header(name, value)

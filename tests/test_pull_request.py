@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -341,10 +342,72 @@ def test_git_gets_the_token_from_its_environment_never_from_the_config(project):
     assert TOKEN not in config and encoded not in config
 
 
+def test_an_api_that_echoes_the_token_in_its_error_has_it_hidden(project, api, pr):
+    api.scripted.append(Scripted(401, lambda request: {"message": f"Bad credentials: {request.authorization}"}))
+    result = pr()  # the fixture fails the test if the token shows
+    assert result.exit_code == 2
+    assert "GitHub said: Bad credentials: Bearer ***" in result.stderr
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 422, 502])
+def test_client_errors_never_show_the_token_the_api_echoes(api, status):
+    echo = Scripted(status, lambda request: {"message": f"you sent {request.authorization}", "errors": [{"message": f"header {request.authorization}"}]})
+    api.scripted += [echo] * 5
+    with pytest.raises(GitHubError) as raised:
+        GitHub(TOKEN, REPOSITORY, api.url, sleep=lambda seconds: None).update_pull_request(7, title="x")
+    assert TOKEN not in str(raised.value) and "you sent Bearer ***" in str(raised.value)
+
+
+def test_the_token_is_never_sent_in_clear_text_to_an_api_on_another_host(project, api, pr, monkeypatch):
+    # The fake stands as the proxy to github.example: what would cross the network reaches it.
+    monkeypatch.setenv("http_proxy", api.url)
+    for name in ("HTTP_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    result = pr("--api-url", "http://github.example/api/v3")
+    assert result.exit_code == 2
+    assert "error: the GitHub API http://github.example/api/v3 (GITHUB_API_URL or --api-url) is not https: the token is not sent in clear text" in result.stderr
+    assert api.requests == [] and not project.remote_has(DEFAULT_BRANCH)
+
+
+def test_a_redirect_from_https_to_http_is_not_followed():
+    request = urllib.request.Request("https://github.example/repos/octo/net/pulls", headers={"Authorization": f"Bearer {TOKEN}"})
+    redirects = github_api._SameHostRedirects()
+    assert redirects.redirect_request(request, None, 301, "Moved", {}, "http://github.example/repos/octo/net/pulls") is None
+    assert redirects.redirect_request(request, None, 301, "Moved", {}, "https://github.example/repos/octo/renamed/pulls") is not None
+
+
 def test_a_failing_git_command_hides_the_token(project):
     with pytest.raises(GitError) as raised:
         Git(project.checkout, TOKEN)("show", f"{TOKEN}:train.py")
     assert TOKEN not in str(raised.value) and "***" in str(raised.value)
+
+
+# answers and names gradfix refuses --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "answers, refused",
+    [
+        ([Scripted(200, "<html><body>Sign in to your proxy</body></html>")], "GET"),
+        ([Scripted(200, {"message": "a repository, not a list"})], "GET"),
+        ([Scripted(200, []), Scripted(201, {"html_url": "https://github.test/octo/net/pull/1"})], "POST"),
+    ],
+    ids=["html-page", "object-for-a-list", "pull-request-without-a-number"],
+)
+def test_an_answer_that_is_not_the_apis_is_one_line_and_exit_2(project, api, pr, answers, refused):
+    api.scripted += answers
+    result = pr()
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: {refused} /repos/octo/net/pulls: ")
+    assert f"is not what the GitHub API at {api.url} answers" in line
+
+
+@pytest.mark.parametrize("repository", ["octo/net?x#", "octo/net#", "../net", "octo/..", "octo/net%2Fx"])
+def test_a_repository_that_is_not_owner_slash_name_is_refused_before_any_request(project, api, pr, repository):
+    api.scripted.append(Scripted(200, {"full_name": "octo/net", "id": 1}))  # what GitHub answers for /repos/octo/net?…
+    result = pr("--repository", repository)
+    assert result.exit_code == 2, result.output
+    assert f"error: the repository must be given as owner/name (GITHUB_REPOSITORY or --repository), not {repository!r}" in result.stderr
+    assert api.requests == []
 
 
 # the composite action --------------------------------------------------------------------------------
