@@ -148,8 +148,10 @@ class Workspace:
         """Whether the remote fixes branch is already this tree, one commit on the base's tip."""
         if self.branch_commit is None:
             return False
-        parents = self.git("rev-list", "--parents", "-n", "1", self.branch_commit).split()[1:]
-        return parents == [self.base_commit] and self.git("rev-parse", f"{self.branch_commit}^{{tree}}") == tree
+        # Read from the commit object: in a shallow clone (actions/checkout's) the branch is
+        # fetched one commit deep, and git's own commands hide the parent a shallow commit has.
+        header = self.git("cat-file", "commit", self.branch_commit).partition("\n\n")[0].splitlines()
+        return f"tree {tree}" in header and [line for line in header if line.startswith("parent ")] == [f"parent {self.base_commit}"]
 
 
 @contextlib.contextmanager

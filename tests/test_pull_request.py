@@ -175,17 +175,6 @@ def test_new_findings_on_the_base_update_the_branch_and_the_body(project, api, p
     assert "Updated pull request #1" in result.stderr
 
 
-def test_a_run_with_nothing_new_pushes_nothing_and_writes_nothing(project, api, pr):
-    pr("--label", "gradfix")
-    fixes = project.head(DEFAULT_BRANCH)
-    api.requests.clear()
-    result = pr("--label", "gradfix")
-    assert result.exit_code == 1, result.output
-    assert api.log() == [f"GET {FIND_PULL}"]
-    assert project.head(DEFAULT_BRANCH) == fixes
-    assert "Up to date: pull request #1" in result.stderr
-
-
 def test_when_the_base_fixes_the_code_the_pull_request_is_closed_and_the_branch_deleted(project, api, pr):
     pr()
     project.push_to_base({"train.py": DOUBLE_FIXED}, "fixed by hand")
@@ -216,6 +205,31 @@ def test_a_moved_base_gets_a_branch_made_again_from_its_tip(project, api, pr):
     assert git(project.remote, "diff", "--name-only", f"main..{DEFAULT_BRANCH}") == "train.py"
     assert [(r.method, r.path) for r in api.requests] == [("GET", FIND_PULL), ("PATCH", f"{PULLS}/1")]  # the lines moved
     assert_leaves_checkout_alone(project)
+
+
+@pytest.mark.parametrize("depth", [[], ["--depth", "1"]], ids=["full-clone", "shallow-clone"])
+def test_three_runs_push_once_open_once_then_push_and_write_nothing(project, api, pr, tmp_path, monkeypatch, depth):
+    project.push_to_base({"README.md": "history that a shallow checkout does not have\n"})
+    clone = tmp_path / "clone"  # a --depth 1 clone is what actions/checkout makes
+    git(tmp_path, "clone", "--quiet", *depth, f"file://{project.remote}", str(clone))
+    pushes = tmp_path / "pushes"
+    update = project.remote / "hooks" / "update"  # the remote's record of every ref a push moves
+    update.write_text(f'#!/bin/sh\necho "$1 $3" >> "{pushes}"\n')
+    update.chmod(0o755)
+    monkeypatch.chdir(clone)
+    first = pr("--label", "gradfix")
+    assert first.exit_code == 1 and "Opened pull request #1" in first.stderr, first.output
+    assert [(r.method, r.path) for r in api.requests] == [("GET", FIND_PULL), ("POST", PULLS), ("POST", f"/repos/{REPOSITORY}/issues/1/labels")]
+    pushed = [f"refs/heads/{DEFAULT_BRANCH} {project.head(DEFAULT_BRANCH)}"]
+    assert pushes.read_text().splitlines() == pushed
+    for _ in range(2):
+        api.requests.clear()
+        result = pr("--label", "gradfix")
+        assert result.exit_code == 1, result.output
+        assert f"Up to date: pull request #1 ({api.pulls[1]['html_url']})" in result.stderr
+        assert api.log() == [f"GET {FIND_PULL}"]
+        assert pushes.read_text().splitlines() == pushed
+    assert git(clone, "rev-parse", "--is-shallow-repository") == ("true" if depth else "false")
 
 
 def test_a_server_error_is_retried(project, api, pr):
