@@ -399,7 +399,7 @@ def pr(
     """Commit the fixes on a branch made from the base branch, push it and open (or update) one
     pull request; close it and delete the branch when nothing is left to fix. Exit 1 while fixes
     wait in the pull request or findings are left, 0 when nothing is left to fix."""
-    token = os.environ.get(token_env, "")
+    token = pull_request.token_from_environment(token_env)
     if not token:
         render.stderr.print(f"error: no GitHub token: set {token_env} (or name another variable with --token-env)")
         raise typer.Exit(EXIT_ERROR)

@@ -9,7 +9,10 @@ nothing and sends no write to the API. When nothing is left to fix, the pull req
 and the branch deleted.
 
 The token reaches git as an HTTP header through ``GIT_CONFIG_*`` variables of git's own
-environment: never on a command line, in a remote URL or in ``.git/config``.
+environment: never on a command line, in a remote URL or in ``.git/config``; and only the git
+commands that talk to the remote (fetch, ls-remote, push) get it. The variables that held it are
+taken out of the environment before anything starts, and git runs with hooks and fsmonitor off,
+so no program git or gradfix starts sees it. It is never sent over http to another machine.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from gradfix.codemods.engine import FileReport
 from gradfix.codemods.registry import rule_by_code
 from gradfix.codemods.finding import Finding, FixKind
 
-from .github_api import GitHub, GitHubError, PullRequest, PullRequestExists
+from .github_api import GitHub, GitHubError, PullRequest, PullRequestExists, in_clear_text
 from .formats import markdown_cell
 
 DEFAULT_BRANCH = "gradfix/fixes"
@@ -41,6 +44,10 @@ DEFAULT_TITLE = "Fix PyTorch training-loop bugs found by gradfix"
 DEFAULT_AUTHOR = "github-actions[bot] <41898282+github-actions[bot]@users.noreply.github.com>"
 BODY_LIMIT = 60_000  # GitHub refuses a body over 65,536 characters; room is left for the fingerprint
 GIT_TIMEOUT = 300
+REMOTE_COMMANDS = frozenset({"fetch", "ls-remote", "push"})  # the only git commands given the token
+# Programs the checkout's configuration names, which would run with git's environment; fetch
+# runs an fsmonitor too, and push a pre-push hook.
+_PROGRAMS_OFF = [("core.hooksPath", os.devnull), ("core.fsmonitor", "false")]
 _FINGERPRINT = re.compile(r"<!-- gradfix fingerprint: ([0-9a-f]{64}) -->")
 _AUTHOR = re.compile(r"^\s*(?P<name>[^<>]+?)\s*<(?P<email>[^<>\s]+)>\s*$")
 
@@ -69,13 +76,26 @@ class Settings:
         return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
 
 
+def token_from_environment(variable: str) -> str:
+    """The token in ``variable``, taken out of the environment with every variable that holds it,
+    so that nothing gradfix starts (git, the check's workers) inherits it."""
+    token = os.environ.get(variable, "")
+    if token:
+        for name in [name for name, value in os.environ.items() if token in value]:
+            del os.environ[name]
+    return token
+
+
 class Git:
-    """git in one folder, with the token (if any) as an HTTP header for the remote's host only."""
+    """git in one folder, with hooks and fsmonitor off; the token (if any) is an HTTP header for
+    the remote's host, given to the commands that talk to the remote only."""
 
     def __init__(self, directory: Path, token: str | None = None, remote_url: str = "") -> None:
         self.directory = directory
-        self._token = token
-        self._environment = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **_header_config(remote_url, token)}
+        self._secrets = (token, _basic_credentials(token)) if token else ()
+        inherited = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+        self._environment = inherited | _config_variables(_PROGRAMS_OFF)
+        self._remote_environment = inherited | _config_variables(_PROGRAMS_OFF + _header_entries(remote_url, token))
 
     def at(self, directory: Path) -> "Git":
         """The same git, token and header in another folder (a worktree)."""
@@ -84,11 +104,12 @@ class Git:
         return other
 
     def __call__(self, *args: str, environment: dict[str, str] | None = None) -> str:
+        chosen = self._remote_environment if args[0] in REMOTE_COMMANDS else self._environment
         try:
             done = subprocess.run(
                 ["git", *args],
                 cwd=self.directory,
-                env={**self._environment, **(environment or {})},
+                env={**chosen, **(environment or {})},
                 capture_output=True,
                 text=True,
                 timeout=GIT_TIMEOUT,
@@ -102,20 +123,34 @@ class Git:
         return done.stdout.strip()
 
     def _redacted(self, text: str) -> str:
-        return text.replace(self._token, "***") if self._token else text
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
 
-def _header_config(remote_url: str, token: str | None) -> dict[str, str]:
-    """``GIT_CONFIG_*`` variables that send the token to the remote's host, the way
-    actions/checkout does it, without writing it to any file. The empty value first drops a
-    header a checkout may have persisted, which would otherwise go out twice."""
-    parts = urllib.parse.urlsplit(remote_url)
-    if not token or parts.scheme not in ("http", "https"):
-        return {}
-    credentials = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-    key = f"http.{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/.extraheader"
+def _basic_credentials(token: str) -> str:
+    return base64.b64encode(f"x-access-token:{token}".encode()).decode()
+
+
+def _header_entries(remote_url: str, token: str | None) -> list[tuple[str, str]]:
+    """The configuration that sends the token to the remote's host, the way actions/checkout
+    does it, without writing it to any file. The empty value first drops a header a checkout may
+    have persisted, which would otherwise go out twice."""
+    if not token or urllib.parse.urlsplit(remote_url).scheme not in ("http", "https"):
+        return []
+    key = f"http.{_site(remote_url)}/.extraheader"
+    return [(key, ""), (key, f"AUTHORIZATION: basic {_basic_credentials(token)}")]
+
+
+def _site(url: str) -> str:
+    """``scheme://host[:port]`` of a URL, without the path or any user and password in it."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}"
+
+
+def _config_variables(entries: list[tuple[str, str]]) -> dict[str, str]:
+    """``entries`` as ``GIT_CONFIG_*`` variables, after those already in the environment."""
     first = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
-    entries = [(key, ""), (key, f"AUTHORIZATION: basic {credentials}")]
     variables = {"GIT_CONFIG_COUNT": str(first + len(entries))}
     for index, (name, value) in enumerate(entries, start=first):
         variables |= {f"GIT_CONFIG_KEY_{index}": name, f"GIT_CONFIG_VALUE_{index}": value}
@@ -167,6 +202,8 @@ def base_checkout(settings: Settings, token: str | None) -> Iterator[Workspace]:
         url = probe("remote", "get-url", settings.remote)
     except GitError:
         raise GitError(f"no git remote named {settings.remote!r} (--remote)") from None
+    if token and in_clear_text(url):
+        raise GitError(f"the remote {settings.remote!r} is on {_site(url)}, not https: the token is not sent in clear text")
     git = Git(source, token, url)
     base = settings.base or _current_branch(git)
     if base == settings.branch:

@@ -1,8 +1,7 @@
-"""`gradfix pr` against a bare git repository on disk (the remote) and a fake GitHub API on
-127.0.0.1 that records every request; the GitHub client's retries and errors; the token's
-secrecy."""
+"""`gradfix pr` against a bare git repository on disk (the remote; served over HTTP too, by
+git's http-backend) and a fake GitHub API on 127.0.0.1 that records every request; the GitHub
+client's retries and errors; the token's secrecy."""
 
-import base64
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from gradfix.cli.github_api import GitHub, GitHubError
 from gradfix.cli.pull_request import DEFAULT_BRANCH, Git, GitError, fingerprint_in
 
 from .conftest import FIXTURES
+from .fake_git_http import FakeGitServer, basic_credentials
 from .fake_github import FakeGitHub, Scripted
 
 DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
@@ -345,15 +345,43 @@ def test_an_unreachable_api_is_one_line(monkeypatch):
 
 
 # the token's secrecy ------------------------------------------------------------------------------
-def test_git_gets_the_token_from_its_environment_never_from_the_config(project):
-    remote = "https://github.example/octo/net.git"
-    headers = Git(project.checkout, TOKEN, remote)("config", "--null", "--get-all", "http.https://github.example/.extraheader")
-    encoded = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
-    assert headers.split("\0") == ["", f"AUTHORIZATION: basic {encoded}", ""]  # a persisted header dropped, then ours
-    with pytest.raises(GitError, match="exit status 1"):  # no such key: a remote on disk gets no header
-        Git(project.checkout, TOKEN, str(project.remote))("config", "--get-regexp", "extraheader")
-    config = (project.checkout / ".git" / "config").read_text()
-    assert TOKEN not in config and encoded not in config
+HOOKS = ("post-checkout", "pre-push", "reference-transaction")
+
+
+def record_environments(project, record):
+    """Programs of the checkout's own that append the environment git gives them to ``record``:
+    hooks; an fsmonitor (git runs it for the commands that read the index: fetch, and the check's
+    `git check-ignore`); a clean filter for train.py (run by `git add` when the fixes are staged)."""
+    hooks = project.checkout / ".git" / "hooks"
+    last_lines = {"fsmonitor": "exit 1",  # no answer: git looks at the files itself
+                  "clean": "cat"}  # the file as it is
+    for name in (*HOOKS, "fsmonitor", "clean"):
+        program = hooks / name  # the last two are no hooks' names: git runs them only as configured below
+        program.write_text(f'#!/bin/sh\n{{ echo "== {name}"; env; }} >> "{record}"\n{last_lines.get(name, "cat > /dev/null")}\n')
+        program.chmod(0o755)
+    git(project.checkout, "config", "core.fsmonitor", str(hooks / "fsmonitor"))
+    git(project.checkout, "config", "filter.record.clean", str(hooks / "clean"))
+    project.push_to_base({".gitattributes": "train.py filter=record\n"})
+
+
+def test_the_token_goes_only_to_the_git_commands_that_talk_to_the_remote(project, api, pr, tmp_path):
+    record = tmp_path / "environments"
+    record_environments(project, record)
+    with FakeGitServer(project.remote.parent, TOKEN) as server:
+        git(project.checkout, "remote", "set-url", "origin", f"{server.url}/remote.git")
+        # A header actions/checkout persisted (persist-credentials) is replaced, not sent beside the token's.
+        git(project.checkout, "config", f"http.{server.url}/.extraheader", "AUTHORIZATION: basic c3RhbGU6Y3JlZGVudGlhbHM=")
+        result = pr()
+    assert result.exit_code == 1, result.output
+    assert "Opened pull request #1" in result.stderr and project.show(DEFAULT_BRANCH, "train.py") == DOUBLE_FIXED
+    assert len(server.authorizations) >= 3 and all(sent == [basic_credentials(TOKEN)] for sent in server.authorizations)
+    seen = record.read_text()
+    assert "== fsmonitor" in seen and "== clean" in seen  # programs of the checkout's own ran, with git's environment
+    assert not any(f"== {hook}" in seen for hook in HOOKS)  # hooks are off, for push too
+    encoded = basic_credentials(TOKEN).split()[1].encode()
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes() and encoded not in path.read_bytes(), path
 
 
 def test_an_api_that_echoes_the_token_in_its_error_has_it_hidden(project, api, pr):
@@ -390,10 +418,20 @@ def test_a_redirect_from_https_to_http_is_not_followed():
     assert redirects.redirect_request(request, None, 301, "Moved", {}, "https://github.example/repos/octo/renamed/pulls") is not None
 
 
+def test_the_token_is_never_sent_in_clear_text_to_a_remote_on_another_host(project, api, pr):
+    git(project.checkout, "remote", "set-url", "origin", "http://someone:password@github.example/octo/net.git")
+    result = pr()
+    assert result.exit_code == 2
+    assert "error: the remote 'origin' is on http://github.example, not https: the token is not sent in clear text" in result.stderr
+    assert api.requests == []
+
+
 def test_a_failing_git_command_hides_the_token(project):
-    with pytest.raises(GitError) as raised:
-        Git(project.checkout, TOKEN)("show", f"{TOKEN}:train.py")
-    assert TOKEN not in str(raised.value) and "***" in str(raised.value)
+    encoded = basic_credentials(TOKEN).split()[1]
+    for shown in (TOKEN, encoded):
+        with pytest.raises(GitError) as raised:
+            Git(project.checkout, TOKEN)("show", f"{shown}:train.py")
+        assert shown not in str(raised.value) and "***" in str(raised.value)
 
 
 # answers and names gradfix refuses --------------------------------------------------------------
