@@ -192,6 +192,9 @@ class Workspace:
 @contextlib.contextmanager
 def base_checkout(settings: Settings, token: str | None) -> Iterator[Workspace]:
     """Fetch the remote's base branch (and the fixes branch) and open a worktree at the base's tip."""
+    for option, name in (("--branch", settings.branch), ("--base", settings.base)):
+        if name and name.startswith("refs/"):
+            raise GitError(f"{option} takes a branch's name, not a ref: {name}")
     invoked_in = Path.cwd()
     try:
         source = Path(Git(invoked_in)("rev-parse", "--show-toplevel")).resolve()

@@ -462,6 +462,14 @@ def test_a_repository_that_is_not_owner_slash_name_is_refused_before_any_request
     assert api.requests == []
 
 
+@pytest.mark.parametrize("option", ["--branch", "--base"])
+def test_a_ref_given_for_a_branch_is_refused(project, api, pr, option):
+    result = pr(option, "refs/heads/main")
+    assert result.exit_code == 2, result.output
+    assert f"error: {option} takes a branch's name, not a ref: refs/heads/main" in result.stderr
+    assert api.requests == [] and git(project.remote, "for-each-ref", "--format=%(refname)") == "refs/heads/main"
+
+
 # the composite action --------------------------------------------------------------------------------
 ROOT = Path(__file__).resolve().parents[1]
 ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
