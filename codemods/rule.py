@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
 from .finding import Finding, FixKind
 from .symptoms import SECOND_BACKWARD, Symptom
@@ -13,7 +13,7 @@ from .symptoms import SECOND_BACKWARD, Symptom
 if TYPE_CHECKING:  # a rule's metadata is read without loading LibCST and the analysis
     import libcst as cst
 
-    from .analysis import FileAnalysis
+    from .analysis import BackwardSite, FileAnalysis
     from .edits import Fix
 
 
@@ -48,11 +48,18 @@ class Rule:
         message: str,
         fix: Fix | None = None,
         related: tuple[cst.CSTNode, ...] = (),
+        sites: Sequence[BackwardSite] = (),
     ) -> Violation:
+        """``sites``: the backwards the finding (and its fix) reasons about; a fix resting on a
+        backward whose tensor gradfix guessed is not made."""
         line, column = self.analysis.start(node)
         end = self.analysis.range(node).end
         if fix is not None and any(self.analysis.updates_parameters(s) for s in fix.taken_away()):
             fix, message = None, message + " (not rewritten: the fix would remove or move an optimizer update)"
+        if fix is not None and any(site.api.guessed for site in sites):
+            fix, message = None, message + (
+                " (not rewritten: gradfix cannot tell whether a `.backward(...)` here backwards its object or its argument)"
+            )
         kind = None if fix is None else (FixKind.SAFE if fix.safe else FixKind.UNSAFE)
         related_lines = tuple(sorted({self.analysis.line(n) for n in related} - {line}))
         finding = Finding(self.CODE, line, column + 1, message, kind, related_lines, end_line=end.line, end_column=end.column + 1)

@@ -164,7 +164,7 @@ def test_cli_diagnose_shows_a_silent_bug_with_exit_1(warm_cli, tmp_path):
     shown = warm_cli("diagnose", script)
     assert shown.exit_code == 1, shown.output
     assert "runs, but live tensors keep more graph nodes at every optimizer step" in shown.stdout
-    assert "rule: GF007" in shown.stdout and "+    losses.append(loss.item())" in shown.stdout
+    assert "rule: GF007" in shown.stdout and "+    losses.append(loss.detach())" in shown.stdout
 
 
 @pytest.mark.skipif(not SHARED_CASES.is_dir(), reason="../shared/cases is not beside this checkout")

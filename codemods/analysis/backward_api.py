@@ -15,8 +15,9 @@ evaluate) and how to write the same call for another tensor. The calls are:
 * the hooks whose result a trainer backwards (``TRAINER_HOOKS``): a LightningModule's
   ``training_step``, a Hugging Face Trainer's ``compute_loss``.
 
-``x.backward(arg)`` is a framework call unless ``x`` itself carries a graph: a tensor's own first
-argument is a gradient, which training code passes only for non-scalar outputs it holds.
+``x.backward(arg)`` is a tensor's backward when ``x`` may carry a graph or ``arg`` is proved to
+carry none (a tensor's own first argument is its gradient), a wrapper's when ``x`` is an object
+gradfix knows, and otherwise a guess (``guessed``) that findings may state and fixes never use.
 
 The table is plain data (it crosses processes and is read back from the cache without LibCST);
 ``backward_calls`` reads and rewrites calls by its rows.
@@ -48,6 +49,9 @@ class BackwardApi:
     # Does more than autograd per call (DeepSpeed: loss scaling, reduction at the accumulation
     # boundary, ZeRO hooks): two calls that run are not one call on the sum.
     keeps_books: bool = False
+    # gradfix could not tell which tensor the call backwards (``x.backward(y)`` on an object it does
+    # not know): findings may say what it guessed, fixes never rest on it.
+    guessed: bool = False
 
     @property
     def takes_tensor_argument(self) -> bool:
@@ -68,6 +72,7 @@ FABRIC_BACKWARD = BackwardApi("Fabric.backward", 0, "tensor")
 LIGHTNING_MANUAL_BACKWARD = BackwardApi("LightningModule.manual_backward", 0, "loss")
 DEEPSPEED_BACKWARD = BackwardApi("DeepSpeedEngine.backward", 0, "loss", retain_position=1, keeps_books=True)
 WRAPPER_BACKWARD = BackwardApi("<wrapper>.backward", 0, "loss")  # optimizer.backward(loss) and the like
+GUESSED_WRAPPER_BACKWARD = BackwardApi("<wrapper>.backward", 0, "loss", guessed=True)
 
 FUNCTION_APIS = {
     "torch.autograd.backward": AUTOGRAD_BACKWARD,
@@ -93,6 +98,12 @@ TRAINER_HOOKS = {
     "transformers.trainer.Trainer": "compute_loss",
 }
 LIGHTNING_HOOK = "training_step"
+# Framework objects a trainer base class keeps on ``self`` for its subclasses' hooks.
+TRAINER_ATTRIBUTES = {
+    "transformers.Trainer": {"self.accelerator": "accelerator"},
+    "transformers.Seq2SeqTrainer": {"self.accelerator": "accelerator"},
+    "transformers.trainer.Trainer": {"self.accelerator": "accelerator"},
+}
 
 # What sees the gradient of each backward on its own: a hook registered on a tensor, a parameter, a
 # module or a graph node, or a custom autograd Function (whose backward need not be linear). Two

@@ -11,6 +11,7 @@ from .backward_api import (
     LIGHTNING_MANUAL_BACKWARD,
     RECEIVER,
     SCALED_BACKWARD,
+    GUESSED_WRAPPER_BACKWARD,
     TENSOR_BACKWARD,
     WRAPPER_BACKWARD,
     BackwardApi,
@@ -28,9 +29,17 @@ def method_api(
     receiver_has_graph: bool,
     in_lightning_module: bool,
     receiver_is_module_import: bool,
+    receiver_is_an_object: bool = False,
+    argument_is_graphless: bool = False,
 ) -> BackwardApi | None:
     """The row for ``receiver.method(...)``, or None when the call backwards nothing (a compiled
-    extension's ``kernel.backward(grad, …)`` is a plain function of an imported module)."""
+    extension's ``kernel.backward(grad, …)`` is a plain function of an imported module).
+
+    ``x.backward(arg)``: a tensor's first argument is its gradient, a wrapper's (an optimizer
+    wrapper, a criterion) is the tensor. It is the tensor's own backward when ``x`` may carry a
+    graph or ``arg`` is proved to carry none (nothing without a graph can be backwarded); a
+    wrapper's when ``x`` is an object gradfix knows (an optimizer, a framework object, an instance
+    of the file's own class); otherwise gradfix cannot tell, and the row says it guessed."""
     if method == "manual_backward" and call.args:
         return LIGHTNING_MANUAL_BACKWARD if in_lightning_module or receiver_framework else WRAPPER_BACKWARD
     if method != "backward" or receiver_is_module_import and not receiver_framework:
@@ -45,7 +54,9 @@ def method_api(
     takes_tensor = any(arg.keyword is None and not arg.star for arg in call.args) or any(
         arg.keyword is not None and arg.keyword.value not in _TENSOR_BACKWARD_KEYWORDS for arg in call.args
     )
-    return WRAPPER_BACKWARD if takes_tensor else TENSOR_BACKWARD
+    if not takes_tensor or argument_is_graphless:
+        return TENSOR_BACKWARD
+    return WRAPPER_BACKWARD if receiver_is_an_object else GUESSED_WRAPPER_BACKWARD
 
 
 def _is_scale_call(node: cst.BaseExpression) -> bool:

@@ -29,6 +29,7 @@ from .syntax import is_grad, method_called
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
 from .tree import SyntaxTree
 from .values import (
+    CONSTANT,
     EMPTY,
     LEAF,
     NONE,
@@ -57,6 +58,7 @@ _NON_GRAPH_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device", "requires_g
 # Libraries of plain numbers: what they return carries no graph (and a graph cannot enter numpy).
 _NUMBER_LIBRARIES = ("math.", "numpy.", "random.", "statistics.")
 _NON_GRAPH_BUILTINS = {"float", "int", "bool", "str", "len", "print", "range", "repr", "format", "isinstance", "id", "hash", "round"}
+_CONSTANT_EXPRESSIONS = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString, cst.Lambda, cst.Ellipsis)
 _CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
 _REDUCING_BUILTINS = {"sum", "max", "min"}
 _CREATION_FUNCTIONS = {
@@ -283,6 +285,7 @@ class DataflowAnalysis:
         self.assigned_values: dict[cst.BaseExpression, Value] = {}  # right-hand sides, as evaluated
         self.graph_arguments: dict[str, bool] = {}  # function -> whether a call in this file passes it a graph
         self.repeated_functions: set[str] = set()  # functions and methods called in a loop of this file
+        self.no_grad_statements: set[cst.CSTNode] = set()  # run under no_grad / inference_mode
         self.constructions: dict[str, list[tuple[Loop, ...]]] = {}  # local class -> loops around each construction
         self._graph_nodes_kept: dict[frozenset[Source], tuple[frozenset[Origin], tuple[tuple[Loop, Env, Env], ...]]] = {}
         # What this round read of the previous round's facts (``_saw_final_facts``).
@@ -401,6 +404,8 @@ class DataflowAnalysis:
         if isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             self._statement = statement
             self.statement_loops[statement] = tuple(reversed(self._loops))
+            if self._no_grad:
+                self.no_grad_statements.add(statement)
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
                 self._statement = statement
@@ -587,6 +592,7 @@ class DataflowAnalysis:
                     may_be_none=value.may_be_none,
                     freed=value.freed,
                     unbound=value.unbound,
+                    graphless=value.graphless,
                 )
             frame = _Frame(loop)
             self._frames.append(frame)
@@ -623,14 +629,14 @@ class DataflowAnalysis:
             else:
                 items = value.structure.items if isinstance(value.structure, TupleOf) else ()
                 values = [
-                    Value(value.graph, value.origins, items[i] if len(items) == len(elements) else UNKNOWN)
+                    Value(value.graph, value.origins, items[i] if len(items) == len(elements) else UNKNOWN, graphless=value.graphless)
                     for i in range(len(elements))
                 ]
             for element, element_value, element_source in zip(elements, values, sources):
                 self._assign(element, element_value, env, element_source)
             return
         if isinstance(target, cst.StarredElement):
-            self._assign(target.value, Value(value.graph, value.origins, ListOf(UNKNOWN)), env)
+            self._assign(target.value, Value(value.graph, value.origins, ListOf(UNKNOWN), graphless=value.graphless), env)
             return
         if isinstance(target, cst.Subscript):
             name = dotted_name(target.value)
@@ -663,26 +669,26 @@ class DataflowAnalysis:
         node_type = type(node)  # exact types: see ``dotted_name``
         if node_type is cst.Name:
             if node.value == "None":
-                return Value(structure=NONE)
+                return Value(structure=NONE, graphless=True)
             self.read_values[node] = env.get(node.value, NOTHING)
             return self.read_values[node]
         if node_type is cst.Attribute:
             return self._eval_attribute(node, env)
-        if node_type in (cst.Integer, cst.Float):
-            return Value(structure=NUMBER)
+        if node_type in (cst.Integer, cst.Float, cst.Imaginary):
+            return Value(structure=NUMBER, graphless=True)
         if node_type is cst.Call:
             return self._eval_call(node, env)
         if node_type is cst.BinaryOperation:
             return combine(self._eval_all([node.left, node.right], env), self._origin(node))
         if node_type is cst.UnaryOperation:
             operand = self._eval(node.expression, env)
-            return NOTHING if isinstance(node.operator, cst.Not) else combine([operand], self._origin(node))
+            return CONSTANT if isinstance(node.operator, cst.Not) else combine([operand], self._origin(node))
         if node_type is cst.BooleanOperation:
             return self._eval(node.left, env).join(self._eval(node.right, env))
         if node_type is cst.Comparison:
             self._eval(node.left, env)
             self._eval_all([c.comparator for c in node.comparisons], env)
-            return NOTHING
+            return CONSTANT
         if node_type is cst.IfExp:
             self._eval(node.test, env)
             return self._eval(node.body, env).join(self._eval(node.orelse, env))
@@ -698,7 +704,7 @@ class DataflowAnalysis:
             if element.graph and loop is not None and not loop.is_call and _indexed_by(node, loop.carried_names):
                 picked = frozenset({Element(loop, node, base.origins)})
                 return Value(True, picked, element.structure, freed=base.freed)
-            return Value(base.graph, base.origins, element.structure)
+            return Value(base.graph, base.origins, element.structure, graphless=base.graphless)
         if node_type in (cst.Tuple, cst.List):
             values = self._eval_all([e.value for e in node.elements], env)
             structure: Structure = (
@@ -719,7 +725,9 @@ class DataflowAnalysis:
             value = self._eval(node.value, env)
             self._assign(node.target, value, env)
             return value
-        return NOTHING  # f-strings, lambdas, constants: no graph
+        if node_type in _CONSTANT_EXPRESSIONS:
+            return CONSTANT
+        return NOTHING
 
     def _eval_attribute(self, node: cst.Attribute, env: Env) -> Value:
         name = dotted_name(node)
@@ -727,11 +735,11 @@ class DataflowAnalysis:
             return env[name]
         if node.attr.value in _NON_GRAPH_ATTRIBUTES:
             self._eval(node.value, env)
-            return NOTHING
+            return CONSTANT
         if self.names.is_parameter(node, self._scope.class_name):
             return LEAF
         if self.names.module(node.value, self._scope.class_name) is not None:
-            return NOTHING
+            return NOTHING  # a submodule, or an attribute of one gradfix cannot name
         base = self._eval(node.value, env)
         return replace(base, structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
 
@@ -746,7 +754,7 @@ class DataflowAnalysis:
             api = backward_api.FUNCTION_APIS[qualified]
             self._record_backward(node, api, env)
             if api.accumulates or backward_calls.create_graph(api, node) is False:
-                return NOTHING
+                return CONSTANT
             # Gradients made with create_graph=True (a gradient penalty) carry a graph through
             # everything the backward walked.
             return combine(values, self._origin(node), UNKNOWN)
@@ -765,7 +773,7 @@ class DataflowAnalysis:
             method = func.attr.value
             if method in ("backward", "manual_backward"):
                 receiver = self._eval(func.value, env)
-                self._eval_all(arguments, env)
+                passed = [value for arg, value in zip(node.args, self._eval_all(arguments, env)) if arg.keyword is None]
                 api = backward_calls.method_api(
                     method,
                     node,
@@ -773,10 +781,12 @@ class DataflowAnalysis:
                     receiver.graph and not self._names_an_object(func.value),
                     class_name in self.names.lightning_classes,
                     self.names.is_imported_module(func.value),
+                    receiver_is_an_object=self._names_an_object(func.value) or self.names.instance_class(func.value, class_name) is not None,
+                    argument_is_graphless=bool(passed) and passed[0].graphless,
                 )
                 if api is not None:
                     self._record_backward(node, api, env)
-                    return NOTHING
+                    return CONSTANT
             module = self.names.module(func.value, class_name)
             if module is not None:
                 if method == "forward":
@@ -785,18 +795,19 @@ class DataflowAnalysis:
                 summary = self._summary((module.class_name, method)) if module.is_local else None
                 if summary is not None and summary.returned.graph:  # builds its result from parameters
                     return combine([*values, LEAF], self._origin(node), summary.returned.structure)
-                return combine(values, self._origin(node), UNKNOWN)  # D.compute_loss(fake, …): from its inputs
+                # D.compute_loss(fake, …): from its inputs (and maybe parameters gradfix does not see)
+                return combine(values, self._origin(node), UNKNOWN, known_operation=False)
             receiver = self._eval(func.value, env)
             values = self._eval_all(arguments, env)
             target = dotted_name(func.value)
             if method in _DETACHING_METHODS:
-                return Value(structure=TENSOR if method == "detach" else UNKNOWN)
+                return Value(structure=TENSOR if method == "detach" else UNKNOWN, graphless=True)
             if method in BOOKKEEPING_METHODS:
                 if method == "requires_grad_" and not _turns_off(node):
                     # A tensor with a graph keeps it (requires_grad_ on it changes nothing); any other becomes a leaf.
                     value = receiver if receiver.graph and receiver.origins else LEAF
                 else:
-                    value = Value(structure=TENSOR)
+                    value = Value(structure=TENSOR, graphless=True)
                 if target is not None:
                     env[target] = value
                 return value
@@ -807,8 +818,9 @@ class DataflowAnalysis:
                 stored = env.get(target, NOTHING)
                 item_structure = stored.structure.item if isinstance(stored.structure, ListOf) else item.structure
                 env[target] = _union([stored, item], ListOf(item_structure.join(item.structure)))
-                return NOTHING
-            result = combine([receiver, *values], self._origin(node), receiver.structure if receiver.structure is TENSOR else UNKNOWN)
+                return CONSTANT
+            tensor_method = receiver.structure is TENSOR
+            result = combine([receiver, *values], self._origin(node), TENSOR if tensor_method else UNKNOWN, known_operation=tensor_method)
             if is_inplace_method(method) and target is not None:
                 env[target] = result
             return result
@@ -817,22 +829,24 @@ class DataflowAnalysis:
         if isinstance(func, cst.Name) and func.value in self.names.local_classes:
             self._record_construction(func.value, node, values)
             if func.value in self._constructor_parameters:
-                return NOTHING  # an object: what it keeps, its methods read from its ``__init__``
+                # An object: its methods read what it keeps from its ``__init__``; what reads it
+                # from outside (``outputs.loss``) gets the graphs it was built with.
+                return _union(values, UNKNOWN) if func.value not in self.names.module_classes else NOTHING
         if creates_parameter(self.names, node):
             return LEAF
         if self.names.module_class(func) is not None:
-            return NOTHING
+            return NOTHING  # a module object
         if qualified.startswith("torch."):
             return self._torch_call(node, qualified, values)
         if qualified.startswith(_NUMBER_LIBRARIES):
-            return NOTHING
+            return CONSTANT
         if isinstance(func, cst.Name):
             if func.value in self.names.detaching_functions or func.value in _NON_GRAPH_BUILTINS:
-                return NOTHING
+                return CONSTANT
             if func.value in _CONTAINER_BUILTINS:
                 element = _element_of(values[0]) if values else NOTHING
                 structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN
-                return Value(element.graph, element.origins, structure)
+                return Value(element.graph, element.origins, structure, graphless=element.graphless)
         # An unknown function of graph-carrying values (a loss function, a helper) is differentiable
         # in all code we have seen; passing a module in makes its result depend on parameters.
         # A class built around a module (an optimizer, a wrapper) is an object, not such a result.
@@ -840,7 +854,7 @@ class DataflowAnalysis:
         if any(m is not None and m.trainable for m in module_arguments) and not _names_a_class(func):
             values.append(LEAF)
         self._eval(func, env)
-        return combine(values, self._origin(node), UNKNOWN)
+        return combine(values, self._origin(node), UNKNOWN, known_operation=False)
 
     def _record_construction(self, class_name: str, call: cst.Call, values: list[Value]) -> None:
         self.constructions.setdefault(class_name, []).append(tuple(reversed(self._loops)))
@@ -867,7 +881,7 @@ class DataflowAnalysis:
 
     def _torch_call(self, node: cst.Call, qualified: str, values: list[Value]) -> Value:
         if qualified.rsplit(".", 1)[-1] in _CREATION_FUNCTIONS:
-            return Value(structure=TENSOR)
+            return Value(structure=TENSOR, graphless=True)
         return combine(values, self._origin(node))
 
     def _eval_comprehension(self, node, env: Env) -> Value:
@@ -923,8 +937,11 @@ class DataflowAnalysis:
         tensors = backward_calls.backwarded_expressions(api, call)
         values = [self._eval(tensor, env) for tensor in tensors]
         value = _joined(values)
+        if api.guessed:  # what it may backward: its argument or its object
+            value = value.join(self._eval(call.func.value, env))
         retain_graph = backward_calls.retain_graph(api, call)
-        frees = retain_graph is False  # a kept graph, or one gradfix cannot tell, is not proved freed
+        # A kept graph, one gradfix cannot tell, or a tensor it guessed is not proved freed.
+        frees = retain_graph is False and not api.guessed
         for name in self._sharing_graph(env, self.graph_nodes(value)):
             held = env[name]
             # The very tensor (an alias holds the same value), not another that shares its graph.
@@ -999,7 +1016,7 @@ class DataflowAnalysis:
             api = summary.backward_api(inner)
             if backward_calls.tensor_expression(api, call) is not None:
                 self._record_backward(call, api, env)
-        result = combine(values, self._origin(call), summary.returned.structure)
+        result = combine(values, self._origin(call), summary.returned.structure, known_operation=False)
         if summary.returned.backwarded:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
             result = replace(result, graph=True, freed=frees, backwarded=summary.returned.backwarded)
@@ -1013,7 +1030,7 @@ class DataflowAnalysis:
             api = BackwardApi.of_function(summary.name, summary.parameters.index(parameter), parameter)
             if backward_calls.tensor_expression(api, call) is not None:
                 self._record_backward(call, api, env)
-        result = combine(values, self._origin(call), UNKNOWN)
+        result = combine(values, self._origin(call), UNKNOWN, known_operation=False)
         if summary.returns_backwarded is None:
             return result
         api, retained = summary.returns_backwarded
@@ -1111,7 +1128,7 @@ def _element_of(value: Value) -> Value:
         item = _join_structures(structure.items)
     else:
         item = TENSOR if structure is TENSOR else UNKNOWN
-    return Value(value.graph, value.origins, item)
+    return Value(value.graph, value.origins, item, graphless=value.graphless)
 
 
 def _join_structures(structures) -> Structure:
@@ -1124,6 +1141,7 @@ def _union(values: Sequence[Value], structure: Structure) -> Value:
         origins=frozenset().union(*(v.origins for v in values)) if values else frozenset(),
         structure=structure,
         freed=any(v.freed for v in values),
+        graphless=all(v.graphless for v in values),
     )
 
 

@@ -318,6 +318,11 @@ class FileAnalysis:
     def loops(self) -> list[Loop]:
         return list(self._dataflow.loops.values())
 
+    def under_no_grad(self, statement: cst.CSTNode) -> bool:
+        """Whether ``statement`` runs with gradients off (``torch.no_grad()``, ``inference_mode``,
+        a ``@torch.no_grad()`` function): what it computes records no graph."""
+        return statement in self._dataflow.no_grad_statements
+
     def loops_around(self, statement: cst.CSTNode) -> tuple[Loop, ...]:
         """The loops (innermost first) a statement runs in, within its own function."""
         return self._dataflow.statement_loops.get(statement, ())

@@ -16,6 +16,7 @@ from .backward_api import (
     GRADIENT_HOOK_METHODS,
     GRADIENT_HOOKING_LIBRARIES,
     LIGHTNING_HOOK,
+    TRAINER_ATTRIBUTES,
     TRAINER_HOOKS,
 )
 from .syntax import is_detach, is_name, method_called
@@ -248,6 +249,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         for base in node.bases:
             name = self.names.qualify(base.value) or ""
             hook = TRAINER_HOOKS.get(name) or self.names.trainer_hooks.get(name)
+            self.names.frameworks.update(TRAINER_ATTRIBUTES.get(name, {}))
             if hook is not None:
                 self.names.trainer_hooks[class_name] = hook
             if hook == LIGHTNING_HOOK or name in self.names.lightning_classes:

@@ -144,6 +144,10 @@ class Value:
     # The backward calls that already backwarded this very tensor on every path here.
     backwarded: frozenset[cst.Call] = frozenset()
     unbound: bool = False  # on some path here the name was never assigned
+    # Proved to carry no graph: a number, a string, a tensor made by a factory, a ``.detach()`` or
+    # ``.item()``, anything computed with gradients off, a module or optimizer object. ``graph``
+    # false alone only says the analysis saw none (a parameter, an unknown call's result).
+    graphless: bool = False
 
     def join(self, other: "Value") -> "Value":
         """What a name may hold where two paths meet."""
@@ -161,22 +165,27 @@ class Value:
             freed=self.freed or other.freed,
             backwarded=self.backwarded & other.backwarded,
             unbound=self.unbound or other.unbound,
+            graphless=self.graphless and other.graphless,
         )
 
     def without_graph(self) -> "Value":
-        return Value(structure=self.structure, may_be_none=self.may_be_none)
+        return Value(structure=self.structure, may_be_none=self.may_be_none, graphless=True)
 
 
-NOTHING = Value()
+NOTHING = Value()  # nothing known of it
+CONSTANT = Value(graphless=True)  # no graph, proved: a constant, an object that is no tensor
 LEAF = Value(graph=True, structure=TENSOR)
 
 
-def combine(values: Iterable[Value], created_by: Origin | None, structure: Structure = TENSOR) -> Value:
+def combine(
+    values: Iterable[Value], created_by: Origin | None, structure: Structure = TENSOR, known_operation: bool = True
+) -> Value:
     """The value of an operation on ``values``: it carries graph when any input does, and then the
-    operation itself is a new interior node."""
+    operation itself is a new interior node. A known operation (an operator, a torch function)
+    of values proved graphless is proved graphless; an unknown function's result is not."""
     values = list(values)
     if not any(v.graph for v in values):
-        return Value(structure=structure)
+        return Value(structure=structure, graphless=known_operation and all(v.graphless for v in values))
     origins = frozenset().union(*(v.origins for v in values))
     if created_by is not None:
         origins |= {created_by}

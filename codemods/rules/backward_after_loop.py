@@ -82,7 +82,7 @@ optimizer.step()
                     move_after=((site.statement, loop.node.body.body[-1]),),
                     reschedules_updates=True,
                 )
-            yield self.violation(site.call, message, fix, related=(loop.node,))
+            yield self.violation(site.call, message, fix, related=(loop.node,), sites=(site,))
 
     def _backward_after(self, loop: Loop, following) -> tuple[BackwardSite, list[cst.BaseStatement]] | None:
         """The backward that follows ``loop`` (past optimizer calls only) of a loss the loop

@@ -177,4 +177,5 @@ for step in range(steps):
                 f"{self.analysis.line(site.call)}): detach it where it is made",
                 self._detach_fix(statement),
                 related=(loop.node, site.call),
+                sites=(site,),
             )

@@ -146,6 +146,7 @@ for inputs, targets in loader:
             message + (f" (not rewritten: {unfixable})" if unfixable else ""),
             fix,
             related=(loop.node, *(site.call for site in sites.values())),
+            sites=tuple(sites.values()),
         )
 
     def _loop_fix(self, loop: Loop, names: list[str], safe: bool) -> tuple[Fix | None, str]:

@@ -80,6 +80,7 @@ for batch, target in loader:
             f"`{name}` is backwarded again (first {where}); {detail}",
             self._fix(first, second),
             related=(first.call,),
+            sites=(first, second),
         )
 
     def _fix(self, first: BackwardSite, second: BackwardSite) -> Fix | None:
@@ -110,6 +111,7 @@ for batch, target in loader:
                     f"`{class_name}.{hook.name.value}` returns a loss it already backwarded, and the trainer "
                     "backwards what it returns; drop this backward",
                     fix,
+                    sites=(site,),
                 )
 
     def _returned_after_backward(self, hook: cst.FunctionDef) -> Iterator[BackwardSite]:

@@ -76,7 +76,9 @@ for epoch in range(epochs):
             runs = site.retain_graph is not False
             if runs:
                 message += " (the graph is kept, so the program runs; moving the forward changes its results)"
-            yield self.violation(hoisted[0], message, self._fix(hoisted, loop, safe=not runs), related=(loop.node, site.call))
+            yield self.violation(
+                hoisted[0], message, self._fix(hoisted, loop, safe=not runs), related=(loop.node, site.call), sites=(site,)
+            )
 
     def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop, safe: bool) -> Fix | None:
         body = loop.node.body

@@ -86,7 +86,11 @@ for real in loader:
                 if steps.unfixable:
                     message += f" (not rewritten: {steps.unfixable})"
             yield self.violation(
-                d_step.call, message, self._fix(steps), related=(steps.generator_step.call, *steps.detach_at)
+                d_step.call,
+                message,
+                self._fix(steps),
+                related=(steps.generator_step.call, *steps.detach_at),
+                sites=(d_step, steps.generator_step),
             )
 
     def _fix(self, steps: GanSteps) -> Fix | None:

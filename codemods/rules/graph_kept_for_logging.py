@@ -5,39 +5,43 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import TENSOR, Loop, Origin, appended, code_of, dotted_name, expand, is_name, read_names
+from ..analysis import TENSOR, Loop, Origin, Value, appended, code_of, dotted_name, expand, is_name, read_names, target_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import GraphsKeptAlive
 
-_TENSOR_USES = {"stack", "cat", "tensor", "mean", "sum", "item", "detach", "cpu", "numpy", "tolist", "backward"}
-
-
 class GraphKeptForLogging(Rule):
     """
-    A loss kept for logging keeps its whole graph alive, step after step.
+    A value kept across training steps keeps its whole graph alive, step after step.
 
-    ``total_loss += loss``, ``losses.append(loss)`` or ``history["loss"] = loss`` inside the training
-    loop store the loss *tensor*, and with it the graph that produced it: every activation the
-    forward pass saved. Nothing fails; memory grows with every step until the process runs out of
-    it (the classic "CUDA out of memory after a few hundred iterations").
+    ``total_loss += loss``, ``losses.append(loss)``, ``history["loss"] = loss`` or
+    ``predictions.append(output)`` inside the training loop store the *tensor*, and with it the
+    graph that produced it: every activation the forward pass saved. Nothing fails; memory grows
+    with every step until the process runs out of it (the classic "CUDA out of memory after a few
+    hundred iterations").
 
-    The fix stores the number instead: ``total_loss += loss.item()``. When the kept values are later
-    used as tensors (``torch.stack(losses)``, ``total_loss.item()``), it stores ``loss.detach()``
-    instead. What is logged stays the same; the graphs are freed at each step.
+    The fix stores ``loss.detach()``: the same tensor, with the same value, dtype and device, and
+    without its history, so every use of what was kept (``losses[-1].item()``, ``max(losses)``,
+    ``torch.stack(losses)``, ``total / n``) works and gives the same numbers as before, and the
+    graphs are freed at each step. (``.item()`` would change the kept values' type, which breaks
+    any later use of them as tensors, and sums them in double precision instead of the tensor's.)
 
-    gradfix rewrites only a loss that the loop itself backwards (so it is a scalar that trains), in a
-    loop whose iterations are training steps (an optimizer steps in it), and a store that outlives
-    the iteration (the accumulator is made before the loop and not reset in it);
-    an accumulator that is backwarded later (gradient accumulation) is not logging and is left alone.
+    gradfix reports a graph-carrying value stored, in a loop whose iterations are training steps
+    (an optimizer steps and a backward runs in it, or a trainer hook), in a store that outlives the
+    iteration (made before the loop and not made anew inside it). It rewrites when it can prove that
+    nothing needs the kept graphs: a backward that does not keep its graph has already walked them
+    (so no later backward could), or, within the file's own code, no backward reads the store and
+    nothing hands it on; and no code reads autograd's bookkeeping (``grad_fn``, ``requires_grad``)
+    of what was kept. A store that is backwarded later (gradient accumulation) is left alone.
     """
 
     CODE = "GF007"
     NAME = "graph_kept_for_logging"
-    SUMMARY = "a loss kept for logging keeps every step's graph alive"
+    SUMMARY = "a value kept across training steps keeps every step's graph alive"
     FIX = FixKind.SAFE
     SYMPTOM = GraphsKeptAlive()
     EXAMPLE_BEFORE = """\
+model = nn.Linear(8, 1)
 total_loss = 0
 for x, y in loader:
     optimizer.zero_grad()
@@ -48,13 +52,14 @@ for x, y in loader:
 print(total_loss / len(loader))
 """
     EXAMPLE_AFTER = """\
+model = nn.Linear(8, 1)
 total_loss = 0
 for x, y in loader:
     optimizer.zero_grad()
     loss = criterion(model(x), y)
     loss.backward()
     optimizer.step()
-    total_loss += loss.item()
+    total_loss += loss.detach()
 print(total_loss / len(loader))
 """
 
@@ -62,7 +67,6 @@ print(total_loss / len(loader))
         for loop in self.analysis.loops:
             if not self._steps_training(loop):
                 continue  # its iterations are not training steps: what it keeps dies with the step
-            trained = self._trained_losses(loop)
             for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine):
                 if self.analysis.loops_around(statement)[:1] != (loop,) or len(statement.body) != 1:
                     continue
@@ -70,56 +74,66 @@ print(total_loss / len(loader))
                 if kept is None:
                     continue
                 store, value = kept
-                if not (value.value in trained or self._scalar_with_graph(loop, value)):
+                held = self.analysis.value_read(value)
+                if held is None or not self.analysis.value_nodes(held):
+                    continue  # no graph kept: a number, a detached tensor, a value made under no_grad
+                if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, store, statement.body[0]):
+                    continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
+                if not self._outlives_iteration(loop, store) or self._backwarded_later(loop, store):
                     continue
-                if not self._outlives_iteration(loop, store):
-                    continue
-                if self._backwarded_later(loop, store):
-                    continue
-                # A tensor accumulator stays a tensor after += of a number: .item() keeps its uses working.
-                tensor_sum = not isinstance(statement.body[0], cst.Expr) and loop.entry[store].structure is TENSOR if store in loop.entry else False
-                as_tensor = self._used_as_tensor(loop, store, statement) and not tensor_sum
-                method = "detach" if as_tensor else "item"
-                yield self.violation(
-                    value,
+                unfixable = self._why_graphs_may_be_needed(loop, store, held)
+                message = (
                     f"`{code_of(statement.body[0])}` keeps the graph of every step alive in `{store}`; "
-                    f"store `{value.value}.{method}()`",
-                    Fix(safe=True, replace=((statement, statement.deep_replace(value, _called(value, method))),)),
+                    f"store `{value.value}.detach()`"
                 )
+                fix = None
+                if unfixable:
+                    message += f" (not rewritten: {unfixable})"
+                else:
+                    fix = Fix(safe=True, replace=((statement, statement.deep_replace(value, _detached(value))),))
+                yield self.violation(value, message, fix)
 
     def _steps_training(self, loop: Loop) -> bool:
         """A loop whose iterations are training steps: an optimizer steps in it, or it is a trainer
         hook (``training_step``) that the trainer calls once a step. An epoch loop that calls a
         ``train()`` function is not: what it keeps once an epoch is whatever ``train`` returns."""
         if loop.is_call:
-            return any(hook is loop.node for hook, _ in self.analysis.trainer_hooks())
+            return self._trainer_hook(loop)
         effects = self.analysis.gradient_effects(loop.node.body)
         return {"step", "backward"} <= effects  # (a scheduler's step alone is no training step)
 
-    def _scalar_with_graph(self, loop: Loop, value: cst.Name) -> bool:
-        """A graph-carrying loss or metric: assigned in the loop from a loss function, a criterion
-        module or a reduction (``.mean()``, ``.sum()``)."""
-        held = self.analysis.value_read(value)
-        if held is None or not held.graph:
-            return False
-        if _scalar_name(value.value):
+    @staticmethod
+    def _makes_a_new_tensor(loop: Loop, store: str, small: cst.BaseSmallStatement) -> bool:
+        """Whether the store gets a value computed from the kept one (a sum, a copy into a
+        tensor), rather than the tensor itself (an append, an item of a dict or list)."""
+        if isinstance(small, cst.AugAssign) or (isinstance(small, cst.Assign) and not isinstance(small.targets[0].target, cst.Subscript)):
             return True
-        for assign in self.analysis.tree.findall(loop.node.body, cst.Assign):
-            if any(dotted_name(t.target) == value.value for t in assign.targets):
-                return _looks_scalar(assign.value, self.analysis)
-        return False
+        entry = loop.entry.get(store)
+        return entry is not None and entry.structure is TENSOR
 
-    def _trained_losses(self, loop: Loop) -> set[str]:
-        """Names of the tensors this loop backwards in its own body."""
-        return self._trained_losses_by_loop.get(loop, set())
+    def _trainer_hook(self, loop: Loop) -> bool:
+        return any(hook is loop.node for hook, _ in self.analysis.trainer_hooks())
 
-    @cached_property
-    def _trained_losses_by_loop(self) -> dict[Loop, set[str]]:
-        losses: dict[Loop, set[str]] = {}
-        for site in self.analysis.backward_sites:
-            if site.loops and isinstance(site.tensor, cst.Name):
-                losses.setdefault(site.loops[0], set()).add(site.tensor.value)
-        return losses
+    def _why_graphs_may_be_needed(self, loop: Loop, store: str, held: Value) -> str:
+        """Why the kept graphs may still be needed, or "" when they cannot be."""
+        if self._reads_bookkeeping(loop, store):
+            return f"code reads autograd's bookkeeping (`grad_fn`, `requires_grad`, …) of what `{store}` keeps"
+        if self._freed(loop, store, held):
+            return ""
+        if "." in store:
+            return f"`{store}` lives on an object, and code gradfix does not see may backward what it keeps"
+        if self.analysis.value_nodes(held) & self.analysis.escaped(loop.scope):
+            return "the value is handed to code gradfix does not follow, which may backward it"
+        return ""
+
+    def _freed(self, loop: Loop, store: str, held: Value) -> bool:
+        """Whether a backward that does not keep its graph walks what was stored, in the same
+        iteration (the loop's own ``loss.backward()``, or the trainer's backward of what its hook
+        returns): nothing can backward those graphs again."""
+        if self._trainer_hook(loop):
+            return bool(self.analysis.value_nodes(held) & self.analysis.value_nodes(loop.returned))
+        left = loop.back_edge.get(store)
+        return held.freed or (left is not None and left.freed)
 
     def _outlives_iteration(self, loop: Loop, store: str) -> bool:
         """Made before the loop (or kept on the module across calls), and not made anew inside it."""
@@ -155,18 +169,25 @@ print(total_loss / len(loader))
                         graph_statements.setdefault(name, []).append(origin.statement)
         return backwarded_names, graph_statements
 
-    def _used_as_tensor(self, loop: Loop, store: str, keeping: cst.CSTNode) -> bool:
-        """Whether code elsewhere in the scope treats the kept values as tensors."""
+    def _reads_bookkeeping(self, loop: Loop, store: str) -> bool:
+        """Whether the scope reads autograd's bookkeeping of the store or of a name taken from it
+        (``losses[-1].grad_fn``, ``for l in losses: l.requires_grad``)."""
         scope = loop.scope.node
-        for call in self.analysis.tree.findall(scope, cst.Call):
-            if self.analysis.contains(keeping, call):
-                continue
-            func = call.func
-            if isinstance(func, cst.Attribute) and dotted_name(func.value) == store and func.attr.value in _TENSOR_USES:
-                return True
-            if self.analysis.names.is_torch(func) and any(store in read_names(arg.value) for arg in call.args):
-                return True
-        return False
+        derived = {store}
+        for node in self.analysis.tree.findall(scope, cst.For):
+            if store in read_names(node.iter):
+                derived |= set(target_names(node.target))
+        for assign in self.analysis.tree.findall(scope, cst.Assign):
+            if store in read_names(assign.value):
+                derived |= {n for t in assign.targets for n in target_names(t.target)}
+        return any(
+            attribute.attr.value in _BOOKKEEPING and read_names(attribute.value) & derived
+            for attribute in self.analysis.tree.findall(scope, cst.Attribute)
+        )
+
+
+# What a detached tensor answers differently from the tensor it was detached from.
+_BOOKKEEPING = {"grad_fn", "requires_grad", "is_leaf", "register_hook", "retain_grad", "backward", "grad", "_version"}
 
 
 def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.Name] | None:
@@ -195,27 +216,5 @@ def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.Name] | None:
     return None
 
 
-_SCALAR_NAMES = ("loss", "mse", "mae", "error", "criterion", "distance", "penalty", "entropy", "nll")
-
-
-def _scalar_name(name: str) -> bool:
-    return any(word in name.lower() for word in _SCALAR_NAMES)
-_REDUCTIONS = {"mean", "sum", "norm", "max", "min"}
-
-
-def _looks_scalar(expression: cst.BaseExpression, analysis) -> bool:
-    if isinstance(expression, cst.BinaryOperation):
-        return _looks_scalar(expression.left, analysis) or _looks_scalar(expression.right, analysis)
-    if not isinstance(expression, cst.Call):
-        return False
-    func = expression.func
-    if isinstance(func, cst.Attribute) and func.attr.value in _REDUCTIONS and not expression.args:
-        return True
-    module = analysis.names.module(func, None)
-    return _scalar_name((dotted_name(func) or "").rsplit(".", 1)[-1]) or (
-        module is not None and module.class_name.endswith("Loss")
-    )
-
-
-def _called(value: cst.Name, method: str) -> cst.Call:
-    return cst.Call(func=cst.Attribute(value=value, attr=cst.Name(method)))
+def _detached(value: cst.Name) -> cst.Call:
+    return cst.Call(func=cst.Attribute(value=value, attr=cst.Name("detach")))

@@ -62,6 +62,7 @@ for x, y in loader:
                 f"`retain_graph=True` keeps the graph of `{code_of(site.tensor)}`, but nothing backwards it again; "
                 "drop it to free that memory at the backward",
                 self._fix(site, retained),
+                sites=(site,),
             )
 
     def _needless(self, site: BackwardSite) -> bool:

@@ -107,7 +107,7 @@ for x, y_reg, y_cls in loader:
                     f" (not rewritten: the hook or autograd Function at line {self.analysis.line(hook)} sees each "
                     "backward's gradient on its own, and would see their sum)"
                 )
-            yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]))
+            yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group)
 
     def _groups(self) -> Iterator[tuple[list[BackwardSite], Block]]:
         """Runs of backward statements of one API in one block whose graphs overlap."""
