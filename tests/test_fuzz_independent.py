@@ -1,0 +1,114 @@
+"""The independent differential fuzz on a fixed sample: generated training programs
+(tests/independent_programs.py) run before and after gradfix's fixes, judged by what they were
+built to be (tests/independent_oracle.py). No rewrite may break a program: a correct section
+keeps its numbers, a raising one runs once a fix of the error was made (with the results of its
+``retain_graph=True`` variant, when the rules claim them).
+
+The seeds cover every part of the grammar at least twice (``benchmarks/fuzz_independent.py
+--sample`` picks them again when the grammar changes); the benchmark runs hundreds more. A seed
+that shows a known defect is marked xfail with the rule and the defect: it flips to a failure
+(strict) when the defect is fixed, and its mark goes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gradfix.codemods.api import Result
+from gradfix.codemods.finding import Finding, FixKind
+
+from .independent_oracle import judge
+from .independent_programs import CORRECT, RAISING_KIND, all_parts, generate
+
+SAMPLE = (
+    22, 32, 42, 43, 74, 107, 130, 237, 246, 262, 266, 298, 300, 307, 334, 417, 507, 534, 545, 581, 584, 713,
+    804, 884, 892, 954, 1021, 1038, 1190, 1205, 1235, 1240, 1320, 1716, 1765, 1843, 1894, 1910, 2281, 2346,
+    2466, 2946, 2972, 3269, 3478, 3627, 3720,
+)  # fmt: skip
+KNOWN_DEFECTS = {
+    266: "GF009: drops retain_graph=True from full backpropagation through time whose state crosses iterations "
+    "through a global of a step function; the next iteration's backward raises",
+    1320: "GF009: drops retain_graph=True from full backpropagation through time whose state a module keeps on "
+    "self (StatefulRegressor.hidden); the next iteration's backward raises",
+    2972: "GF006: detaches a learned initial state (h0.expand) as a constant of training when its parameters "
+    "are updated by hand (parameter -= lr * parameter.grad), not by a torch optimizer; h0 stops training",
+}
+
+
+def _seeds():
+    for seed in SAMPLE:
+        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_DEFECTS[seed])] if seed in KNOWN_DEFECTS else []
+        yield pytest.param(seed, marks=marks, id=f"seed{seed}")
+
+
+@pytest.mark.parametrize("seed", _seeds())
+def test_fixes_keep_what_the_generated_program_computes(seed, runs, tmp_path):
+    program = generate(seed)
+    judgement = judge(program, runs.runner, tmp_path)
+    assert not judgement.invalid and not judgement.broken, f"{judgement.summary()}\n--- seed {seed} ---\n{program.source}"
+
+
+def test_the_sample_covers_every_part_of_the_grammar():
+    covered = set().union(*(generate(seed).parts for seed in SAMPLE))
+    assert sorted(all_parts() - covered) == []
+
+
+def test_a_program_is_rebuilt_from_its_seed_and_a_forced_pick_changes_only_what_follows_from_it():
+    program = generate(1234)
+    assert generate(1234) == program
+    forced = generate(1234, {"s1.section.loop": "while"})
+    assert forced.choices["s1.section.loop"] == "while"
+    assert {slot: option for slot, option in forced.choices.items() if slot != "s1.section.loop"} == {
+        slot: option for slot, option in program.choices.items() if slot != "s1.section.loop"
+    }
+
+
+# The oracle must be able to fail: fed wrong "fixes", it calls each broken.
+
+
+def _one_section(task_picks: dict[str, str]) -> dict[str, str]:
+    return {"p.program.sections": "1", "s1.section.logging": "none", "s1.section.wrap": "module", **task_picks}
+
+
+def _claimed(source: str, code: str, marker: str) -> tuple[Finding, ...]:
+    line = source[: source.index(marker)].count("\n") + 1
+    return (Finding(code, line, 1, "a fix made up by the test", FixKind.SAFE),)
+
+
+def _fixers(edit, code: str, marker: str):
+    def fix(source: str) -> Result:
+        return Result(edit(source), (), _claimed(source, code, marker))
+
+    return {"safe": fix}
+
+
+def test_the_oracle_calls_a_detach_that_changes_a_correct_program_broken(runs, tmp_path):
+    program = generate(7, _one_section({"s1.section.task": "two_heads", "s1.two_heads.backward": "summed"}))
+    assert program.kind == CORRECT and "head_b(features)" in program.source
+    wrong = _fixers(lambda source: source.replace("head_b(features)", "head_b(features.detach())"), "GF002", "head_b(features)")
+    judgement = judge(program, runs.runner, tmp_path, wrong)
+    (rewrite,) = judgement.broken
+    assert (rewrite.failure, rewrite.section, rewrite.blamed) == ("numbers changed", "s1", ("GF002",)), judgement.summary()
+
+
+def test_the_oracle_calls_a_same_gradient_fix_that_changes_the_gradients_broken(runs, tmp_path):
+    program = generate(7, _one_section({"s1.section.task": "two_heads", "s1.two_heads.backward": "separate"}))
+    assert program.kind == RAISING_KIND
+
+    def merged_wrongly(source: str) -> str:
+        merged = source.replace("loss_a.backward()", "pass").replace("loss_b.backward()", "(loss_a + 2 * loss_b).backward()")
+        assert merged != source
+        return merged
+
+    judgement = judge(program, runs.runner, tmp_path, _fixers(merged_wrongly, "GF002", "loss_a.backward()"))
+    assert judgement.retained is not None and judgement.retained.ran
+    (rewrite,) = judgement.broken
+    assert rewrite.failure == "differs from the retain_graph=True run", judgement.summary()
+
+
+def test_the_oracle_calls_a_fix_of_the_error_that_leaves_it_broken(runs, tmp_path):
+    program = generate(7, _one_section({"s1.section.task": "two_heads", "s1.two_heads.backward": "separate"}))
+    renamed = _fixers(lambda source: source.replace("loss_a.backward()", "loss_a.backward(inputs=None)"), "GF002", "loss_a.backward()")
+    judgement = judge(program, runs.runner, tmp_path, renamed)
+    (rewrite,) = judgement.broken
+    assert rewrite.failure == "still raises", judgement.summary()
