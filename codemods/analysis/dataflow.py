@@ -641,11 +641,17 @@ class DataflowAnalysis:
         if isinstance(target, cst.Subscript):
             name = dotted_name(target.value)
             if name is not None:
-                env[name] = combine([env.get(name, NOTHING), value], self._origin(target), env.get(name, NOTHING).structure)
+                held = env.get(name, NOTHING)
+                if held.structure is TENSOR:  # an in-place copy into a tensor: a node of its graph
+                    env[name] = combine([held, value], self._origin(target), TENSOR)
+                else:  # a dict, a list, a ParameterDict holds the value itself
+                    env[name] = _union([held, value], held.structure)
             return
         name = dotted_name(target)
         if name is None:
             return
+        if isinstance(target, cst.Attribute) and target.attr.value == "data":
+            value = value.without_graph()  # what is written to .data is never recorded
         for key in self._attributes_of.get(name, ()):
             env.pop(key, None)
         if self._names_an_object(target):

@@ -297,9 +297,45 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._functions.pop()
-        detaches = self._tree.findall(original_node.body, cst.Call, is_detach)
-        if detaches and not self._classes:
+        if not self._classes and not self._functions and self._returns_detached(original_node):
             self.names.detaching_functions.add(original_node.name.value)
+
+    def _returns_detached(self, function: cst.FunctionDef) -> bool:
+        """Whether every ``return`` of ``function`` hands back detached values: ``h.detach()``,
+        a tuple, list or comprehension of them, ``map(torch.Tensor.detach, h)``, or a call of the
+        function itself (``repackage_hidden``)."""
+        returns = [r for r in self._tree.findall(function.body, cst.Return) if not self._nested(r, function)]
+        return bool(returns) and all(r.value is not None and self._detached(r.value, function.name.value) for r in returns)
+
+    def _nested(self, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+        parent = self._tree.parent(node)
+        while parent is not None and parent is not function:
+            if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+                return True
+            parent = self._tree.parent(parent)
+        return False
+
+    def _detached(self, value: cst.BaseExpression, function: str) -> bool:
+        if is_detach(value) or method_called(value) in ("item", "tolist", "numpy"):
+            return True
+        if isinstance(value, (cst.Tuple, cst.List)):
+            return all(self._detached(element.value, function) for element in value.elements)
+        if isinstance(value, (cst.ListComp, cst.GeneratorExp)):
+            return self._detached(value.elt, function)
+        if isinstance(value, cst.Name):
+            return value.value == "None"
+        if isinstance(value, cst.Call):
+            callee = dotted_name(value.func)
+            if callee == function or callee in self.names.detaching_functions:
+                return True
+            if callee in ("tuple", "list") and len(value.args) == 1:
+                return self._detached(value.args[0].value, function)
+            if callee == "map" and value.args:
+                mapped = value.args[0].value
+                return self.names.qualify(mapped) == "torch.Tensor.detach" or (
+                    isinstance(mapped, cst.Lambda) and self._detached(mapped.body, function)
+                ) or dotted_name(mapped) in self.names.detaching_functions
+        return False
 
     # instances -------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:

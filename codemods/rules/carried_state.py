@@ -212,10 +212,13 @@ for inputs, targets in loader:
         own_methods = {
             s for s in self.analysis.class_body(method.scope.class_name) if isinstance(s, cst.FunctionDef)
         }
-        for function in self.analysis.tree.findall(self.analysis.module, cst.FunctionDef):
-            if function is method.node or function.name.value == "__init__":
-                continue
-            for written in assigned_names(function.body):
+        functions = [f for f in self.analysis.tree.findall(self.analysis.module, cst.FunctionDef) if f is not method.node]
+        writers = [
+            *((f.body, f) for f in functions if f.name.value != "__init__"),
+            (self.analysis.module, None),  # the module's own statements (``model.hidden = model.init_hidden()``)
+        ]
+        for body, function in writers:
+            for written in assigned_names(body):
                 owner, _, written_attribute = written.rpartition(".")
                 if written_attribute == attribute and owner and (owner != "self" or function in own_methods):
                     return True

@@ -89,6 +89,8 @@ for x, y_reg, y_cls in loader:
         for group, block in self._groups():
             if any(self._kept_for_later(site, group[-1]) for site in group[:-1]):
                 continue  # the retained graph is needed later: merging would free it
+            if self.analysis.names.gradient_hooks and any(site.retain_graph is True for site in group[:-1]):
+                continue  # kept so that a hook sees each loss's gradient apart (per-loss clipping): on purpose
             names = " and ".join(f"`{code_of(site.tensor)}`" for site in group)
             shared = min(self._shared_origins(group), key=self.analysis.line)
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
