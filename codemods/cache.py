@@ -6,16 +6,26 @@ release nor an edit of a development install serves an old result), the selected
 mode, and the summaries of other files' functions the report was computed with (a file that calls
 into a sibling is checked again when the sibling's summaries change).
 
+The folder lives in the checked tree by default, and the tree is not trusted: a pull request can
+commit a ``.gradfix_cache`` of its own. An entry's report says which file to write and what
+(``fix``, ``pr``), so entries are only ever served to the machine that wrote them: keys are HMACs
+under a secret of this machine, kept outside any tree (``machine_secret``), so an entry nobody here
+wrote has a name no lookup computes. Entries are JSON checked field by field against
+``FileReport`` when read (``typed_json``), never pickles: a foreign, partial or malformed entry is a
+miss. The folder is not followed through symbolic links (it, its entries folder and its
+``.gitignore`` must be real folders and files), so a committed link cannot send writes elsewhere.
+
 Entries are written to a temporary file and renamed into place, so two runs sharing the folder see
-either a whole entry or none; an entry that cannot be read is a miss. Entries are pickles: the
-folder is as trusted as the ``__pycache__`` folders beside the code.
+either a whole entry or none.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
-import pickle
+import secrets
+import stat
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -23,22 +33,28 @@ from typing import Sequence
 
 from gradfix import __version__
 
+from . import typed_json
 from .analysis.project import ProjectSummaries
 from .engine import FileReport, FixMode
 from .registry import rule_codes
 from .rule import Rule
 
 DEFAULT_FOLDER = ".gradfix_cache"
+SECRET_BYTES = 32
 _CODE_ROOT = Path(__file__).resolve().parent
 
 
 class ReportCache:
-    def __init__(self, folder: str | Path, version: str = __version__) -> None:
+    """``secret``: the key of this machine's entries (``machine_secret()`` by default); without
+    one (no user cache folder can be written) nothing is read or kept."""
+
+    def __init__(self, folder: str | Path, version: str = __version__, secret: bytes | None = None) -> None:
         self.folder = Path(folder)
         self._entries = self.folder / _code_digest(version)
+        self._secret = secret if secret is not None else machine_secret()
 
     def key(self, path: str | Path, data: bytes, rules: Sequence[type[Rule]], mode: FixMode, project: ProjectSummaries | None) -> str:
-        digest = hashlib.sha256()
+        digest = hmac.new(self._secret or b"", digestmod=hashlib.sha256)
         for part in (
             os.fsencode(str(path)),
             ",".join(rule_codes(rules)).encode(),
@@ -51,22 +67,24 @@ class ReportCache:
         return digest.hexdigest()
 
     def load(self, key: str) -> FileReport | None:
+        if not self._secret or not _real_folder(self.folder) or not _real_folder(self._entries):
+            return None
         try:
-            report = pickle.loads((self._entries / key).read_bytes())
-        except FileNotFoundError:
+            return typed_json.loads((self._entries / key).read_bytes(), FileReport)
+        except (OSError, typed_json.UnexpectedData):  # missing, partial or foreign: a miss, replaced by the next store
             return None
-        except Exception:  # a partial or foreign entry is a miss; the next store replaces it
-            return None
-        return report if isinstance(report, FileReport) else None
 
     def store(self, key: str, report: FileReport) -> None:
         """Keep ``report``; a folder that cannot be written only costs the next run its speed."""
+        if not self._secret:
+            return
         try:
-            self._create_folder()
+            if not self._created_folder():
+                return
             descriptor, temporary = tempfile.mkstemp(dir=self._entries, prefix=f".{key}.")
             try:
                 with os.fdopen(descriptor, "wb") as handle:
-                    pickle.dump(report, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                    handle.write(typed_json.dumps(report, FileReport))
                 os.replace(temporary, self._entries / key)
             except BaseException:
                 os.unlink(temporary)
@@ -74,11 +92,58 @@ class ReportCache:
         except OSError:
             pass
 
-    def _create_folder(self) -> None:
-        if not self._entries.is_dir():
-            self._entries.mkdir(parents=True, exist_ok=True)
-            # Like .ruff_cache: git ignores the folder without an entry in the project's .gitignore.
-            (self.folder / ".gitignore").write_text("*\n")
+    def _created_folder(self) -> bool:
+        """The entries folder exists, made here if need be; False if the tree put something else
+        (a link, a file) in its place."""
+        if _real_folder(self.folder) and _real_folder(self._entries):
+            return True
+        for folder in (self.folder, self._entries):
+            folder.mkdir(parents=True, exist_ok=True)
+            if not _real_folder(folder):
+                return False
+        # Like .ruff_cache: git ignores the folder without an entry in the project's .gitignore.
+        try:
+            descriptor = os.open(self.folder / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except FileExistsError:
+            return True
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write("*\n")
+        return True
+
+
+def machine_secret() -> bytes | None:
+    """A random key of this user on this machine, made on first use in the user's cache folder
+    (``$XDG_CACHE_HOME/gradfix``, else ``~/.cache/gradfix``), which no checked tree holds; None
+    when that folder cannot be written."""
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = Path(home, "gradfix", "cache-secret")
+    try:
+        secret = path.read_bytes()
+    except FileNotFoundError:
+        secret = b""
+    except OSError:
+        return None
+    if len(secret) == SECRET_BYTES:
+        return secret
+    secret = secrets.token_bytes(SECRET_BYTES)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".cache-secret.")  # readable by this user only
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(secret)
+        # Two first runs at once each keep their own for this run; the entries of the one that
+        # loses are never read again, which costs only their time.
+        os.replace(temporary, path)
+    except OSError:
+        return None
+    return secret
+
+
+def _real_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 @lru_cache(maxsize=None)

@@ -23,6 +23,12 @@ TRAIN = (
 )
 
 
+@pytest.fixture(autouse=True)
+def machine(tmp_path, monkeypatch):
+    """This machine's user cache folder, where the cache's secret is made: not the real one."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+
+
 @pytest.fixture
 def checked(monkeypatch):
     """The files each call of ``check_files`` really checked (the others came from the cache)."""
@@ -78,6 +84,19 @@ def test_a_file_is_checked_again_when_a_file_it_imports_changes(tmp_path):
     assert check_files([steps, train], all_rules(), FixMode.NONE, 1, cache)[1].findings == []
 
 
+def test_a_report_read_back_equals_the_one_kept(tmp_path, checked):
+    (tmp_path / "pkg").mkdir()
+    steps, train, double = tmp_path / "pkg" / "steps.py", tmp_path / "pkg" / "train.py", tmp_path / "double.py"
+    steps.write_text(STEPS)
+    train.write_text(TRAIN)
+    double.write_text(DOUBLE)
+    cache = ReportCache(tmp_path / "cache")
+    kept = check_files([steps, train, double], all_rules(), FixMode.SAFE, 1, cache)
+    assert kept[0].exports and kept[1].imports and kept[2].rewritten and kept[2].fixed  # every kind of field
+    assert check_files([steps, train, double], all_rules(), FixMode.SAFE, 1, cache) == kept
+    assert checked == ["steps.py", "train.py", "double.py", "train.py"]  # train again: with steps' summaries
+
+
 def test_a_corrupt_or_partial_entry_is_a_miss(tmp_path, checked):
     script = tmp_path / "train.py"
     script.write_text(DOUBLE)
@@ -88,6 +107,49 @@ def test_a_corrupt_or_partial_entry_is_a_miss(tmp_path, checked):
     assert run([script], cache) == cold
     assert checked == ["train.py", "train.py"]
     assert (tmp_path / "cache" / ".gitignore").read_text() == "*\n"
+
+
+def as_json(change):
+    return lambda data: json.dumps(change(json.loads(data))).encode()
+
+
+TAMPERED = {
+    "a path that is a number": as_json(lambda entry: {**entry, "path": 7}),
+    "a flag that is a number": as_json(lambda entry: {**entry, "prefiltered": 0}),
+    "a line that is a flag": as_json(lambda entry: {**entry, "findings": [{**entry["findings"][0], "line": True}]}),
+    "a kind of fix that is none": as_json(lambda entry: {**entry, "findings": [{**entry["findings"][0], "fix": "dangerous"}]}),
+    "bytes that are not base64": as_json(lambda entry: {**entry, "original": "not base64!"}),
+    "a set that is an object": as_json(lambda entry: {**entry, "imports": {"a": 1}}),
+    "a field too many": as_json(lambda entry: {**entry, "unknown": 1}),
+    "a field missing": as_json(lambda entry: {key: value for key, value in entry.items() if key != "errors"}),
+    "not an object": as_json(lambda entry: [entry]),
+    "nested too deep": lambda data: b"[" * 100_000 + b"]" * 100_000,
+    "not UTF-8": lambda data: b"\xff" + data,
+}
+
+
+@pytest.mark.parametrize("tampered", TAMPERED.values(), ids=TAMPERED.keys())
+def test_an_entry_of_another_shape_is_a_miss(tmp_path, checked, tampered):
+    script = tmp_path / "train.py"
+    script.write_text(DOUBLE)
+    cache = ReportCache(tmp_path / "cache")
+    cold = run([script], cache)
+    [entry] = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name != ".gitignore"]
+    entry.write_bytes(tampered(entry.read_bytes()))
+    assert run([script], cache) == cold
+    assert checked == ["train.py", "train.py"]
+
+
+def test_entries_are_served_only_with_the_secret_they_were_written_with(tmp_path, checked):
+    script = tmp_path / "train.py"
+    script.write_text(DOUBLE)
+    folder = tmp_path / "cache"
+    run([script], ReportCache(folder))
+    run([script], ReportCache(folder))
+    run([script], ReportCache(folder, secret=b"another machine's".ljust(32)))
+    assert checked == ["train.py", "train.py"]
+    secret = tmp_path / "user-cache" / "gradfix" / "cache-secret"
+    assert len(secret.read_bytes()) == 32 and secret.stat().st_mode & 0o077 == 0
 
 
 def test_the_settings_of_pyproject_are_part_of_the_key(tmp_path, monkeypatch):
