@@ -1,4 +1,4 @@
-"""What the runner contains: the process group it kills, the secrets it keeps from the script."""
+"""What the runner contains: the processes it kills, the variables it keeps from the script."""
 
 import importlib.util
 import os
@@ -8,10 +8,21 @@ import pytest
 
 from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
 
+# A child in the script's process group, one in a session of its own, and a daemon (a double fork
+# in a new session, whose middle process leaves): none is in the group gradfix kills.
 SPAWNS = """\
-import subprocess, sys, time
-child = subprocess.Popen(["sleep", "300"])
-open("child.pid", "w").write(str(child.pid))
+import os, subprocess, sys, time
+grouped = subprocess.Popen(["sleep", "300"])
+escaped = subprocess.Popen(["sleep", "300"], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open("daemon.pid", "w").write(str(os.getpid()))
+        time.sleep(300)
+    os._exit(0)
+while not os.path.exists("daemon.pid") or not open("daemon.pid").read():
+    time.sleep(0.01)
+open("children.pid", "w").write(f"{grouped.pid} {escaped.pid} {open('daemon.pid').read()}")
 if sys.argv[1:] == ["hang"]:
     time.sleep(300)
 """
@@ -33,35 +44,24 @@ def assert_gone(pid: int) -> None:
     assert not alive(pid)
 
 
-@pytest.fixture(scope="module")
-def runner_with_secrets():
-    saved = dict(os.environ)
-    os.environ.update(GITHUB_TOKEN="ghp_x", AWS_SECRET_ACCESS_KEY="aws_x", WANDB_API_KEY="w_x", KEPT_TOKEN="kept")
-    try:
-        with ScriptRunner() as runner:
-            runner.run(os.devnull)  # the server starts with this environment
-            yield runner
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-def test_the_script_does_not_see_secrets_unless_passed(runner_with_secrets, tmp_path):
+def test_a_variable_reaches_the_script_only_when_passed(runs, tmp_path, monkeypatch):
+    monkeypatch.setenv("KEPT_TOKEN", "kept")
+    monkeypatch.setenv("MY_SETTING", "mine")
     script = tmp_path / "env.py"
-    script.write_text("import os\nprint(sorted(k for k in os.environ if k.endswith(('TOKEN', 'KEY'))))\n")
-    result = runner_with_secrets.run(script, RunOptions(pass_env=("KEPT_TOKEN",)))
-    assert result.status == "ok", result.describe()
-    assert result.stdout.strip() == "['KEPT_TOKEN']"
+    script.write_text("import os\nprint(os.environ.get('KEPT_TOKEN'), os.environ.get('MY_SETTING'))\n")
+    assert runs.runner.run(script).stdout == "None None\n"
+    passed = runs.runner.run(script, RunOptions(pass_env=("KEPT_TOKEN", "MY_SETTING")))
+    assert passed.stdout == "kept mine\n", passed.describe()
 
 
 @pytest.mark.parametrize("how", ["ends", "hang"])
-def test_nothing_the_script_spawned_outlives_its_run(runner_with_secrets, tmp_path, how):
+def test_nothing_the_script_spawned_outlives_its_run(runs, tmp_path, how):
     script = tmp_path / "spawns.py"
     script.write_text(SPAWNS)
-    result = runner_with_secrets.run(script, RunOptions(args=(how,), timeout=3, cwd=str(tmp_path)))
+    result = runs.runner.run(script, RunOptions(args=(how,), timeout=3, cwd=str(tmp_path)))
     assert result.status == ("timeout" if how == "hang" else "ok"), result.describe()
-    pid = int((tmp_path / "child.pid").read_text())
-    assert_gone(pid)
+    for pid in (tmp_path / "children.pid").read_text().split():
+        assert_gone(int(pid))
 
 
 def test_a_script_that_leaves_with_os_exit_still_has_its_run_recorded(runs, tmp_path):

@@ -12,17 +12,17 @@ that built the graph it found freed. The candidates come from the vocabulary the
 * drop one of two backwards of the same tensor (a helper or ``training_step`` that backwarded what
   it returned), or merge the failing backward into the earlier one of the same step.
 
-Never ``retain_graph=True``. Each candidate is written beside the script (it may import its
-siblings), run under the diagnosis's bounds with gradients recorded, and removed. The original also
-runs once with ``retain_graph=True``: that run is the reference, compared over the optimizer steps
-both runs reached. A candidate is accepted when it runs clean and every tensor that gets a gradient
-in the reference still gets one (detaching a value that must train runs clean too). It is *safe*
-when its gradients equal the reference's (to the verify tolerance): the maths is what the author
-wrote; any other accepted candidate changes the maths and is written only with ``--unsafe-fixes``.
-A merge is accepted only when safe. Without a reference (the original fails even with
-``retain_graph=True``, e.g. an optimizer changed the weights in place between the backwards) only
-a rewrite that keeps every graph can be accepted: computing again, or dropping a repeated backward
-of the same tensor; a detach that cannot be judged is refused.
+Never ``retain_graph=True``. Each candidate runs in place of the file it rewrites, served from
+memory (nothing is written beside the script), under the diagnosis's bounds with gradients recorded.
+The original also runs once with ``retain_graph=True``: that run is the reference, compared over the
+optimizer steps both runs reached. A candidate is accepted when it runs clean and every tensor that
+gets a gradient in the reference still gets one (detaching a value that must train runs clean too).
+It is *safe* when its gradients equal the reference's (to the verify tolerance): the maths is what
+the author wrote; any other accepted candidate changes the maths and is written only with
+``--unsafe-fixes``. A merge is accepted only when safe. Without a reference (the original fails even
+with ``retain_graph=True``, e.g. an optimizer changed the weights in place between the backwards)
+only a rewrite that keeps every graph can be accepted: computing again, or dropping a repeated
+backward of the same tensor; a detach that cannot be judged is refused.
 Among accepted candidates the safe ones come first, then the smallest edit.
 """
 
@@ -33,7 +33,6 @@ import difflib
 import enum
 import os
 import queue
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -515,13 +514,7 @@ def _run_bounded(runner: ScriptRunner, script: Path, options: RunOptions, deadli
 def _run_candidate(
     runner: ScriptRunner, script: Path, candidate: Candidate, options: RunOptions, deadline: float
 ) -> RunResult | None:
-    """Run ``candidate`` from a file beside the script (its sibling imports resolve), then remove
-    it; a rewritten module runs from a hidden folder beside the script that shadows the original."""
-    if candidate.module is not None:
-        with tempfile.TemporaryDirectory(prefix=f".{script.stem}.gradfix-overlay-", dir=script.parent) as overlay:
-            Path(overlay, candidate.module.name).write_bytes(candidate.source)
-            return _run_bounded(runner, script, replace(options, overlay=overlay), deadline)
-    with tempfile.NamedTemporaryFile(prefix=f".{script.stem}.gradfix-candidate-", suffix=".py", dir=script.parent) as trial:
-        trial.write(candidate.source)
-        trial.flush()
-        return _run_bounded(runner, Path(trial.name), options, deadline)
+    """Run the script with ``candidate`` in place of the file it rewrites (the script or a module
+    beside it); the runner serves the rewrite from memory, so nothing is written beside the script."""
+    rewritten = candidate.module if candidate.module is not None else script
+    return _run_bounded(runner, script, replace(options, sources=((str(rewritten), candidate.source),)), deadline)

@@ -2,9 +2,25 @@
 
 Importing torch costs seconds, so scripts do not start from a fresh interpreter: a fork server
 process imports torch once (and runs no torch op, so forking it is safe), and each script runs in
-a child forked from it, with its own working
-directory, environment, time limit and memory limit, its output captured. A child that hangs is
-killed; one that crashes is reported; neither can take the caller down.
+a child forked from it, with its own working directory, environment, time, memory, CPU-time and
+process limits, its output captured. A child that hangs is killed; one that crashes is reported;
+neither can take the caller down.
+
+What a script is kept from (SECURITY.md says what it is not kept from: this is no sandbox):
+
+* Secrets. The server starts with only the allowed part of gradfix's environment
+  (``script_environment``), so neither its ``/proc/<pid>/environ`` nor its children's hold anything
+  else; a variable the user passes by name (``RunOptions.pass_env``) is set in that run's child
+  only. gradfix and the server make themselves non-dumpable, so a process of the same user cannot
+  read their environment, memory or pipes through ``/proc`` (root can: run gradfix unprivileged).
+* gradfix's process. Requests, replies and a run's result (which the script's own process writes)
+  cross as JSON checked against their types (``typed_json``): nothing a script wrote is unpickled.
+* Leftovers. The server is the subreaper of what its runs start, so a process the script starts
+  stays below it after ``setsid`` or a double fork, and the server kills all of it when the run
+  ends. When gradfix dies, SIGKILL included (``PR_SET_PDEATHSIG``), the server kills what runs and
+  removes the run's scratch folder; a child dies with its server the same way, and a CPU-time limit
+  stops what would spin on regardless. A candidate rewrite runs from memory (``RunOptions.sources``):
+  nothing is written beside the script.
 
 Inside the child, ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped to count
 backward calls per line, to stop the script cleanly after a number of successful steps, and, on
@@ -15,24 +31,59 @@ parameters can be recorded for comparing two programs.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import linecache
+import math
 import os
-import pickle
 import re
 import resource
 import select
+import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
-from dataclasses import dataclass, field
+import types
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+from .. import typed_json
 
 PRELOADED_FRAMEWORKS = ("accelerate", "pytorch_lightning", "lightning_fabric", "transformers")
 MEASURED_STEPS = 8  # a scan of the heap costs a quarter of a second; growth shows in a few steps
+PROCESS_HEADROOM = 1024  # processes and threads a script may add to what its user already runs
+RESULT_LIMIT = 1 << 30  # bytes of a run's result read back; a bigger one is unreadable
+KILL_PATIENCE = 5.0  # seconds the server keeps killing what a run left
+OUTPUT_KEPT = 1 << 20  # bytes of a script's stdout, and of its stderr, a result keeps
+
+# What a script gets of gradfix's environment without asking: where programs, libraries and Python
+# packages are, the locale, temporary folders, and the settings of CUDA, thread pools and caches.
+ALLOWED_ENVIRONMENT = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "LANG", "LANGUAGE", "TMPDIR", "TEMP", "TMP",
+    "PYTHONPATH", "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONWARNINGS", "PYTHONDONTWRITEBYTECODE",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "XDG_CACHE_HOME", "HF_HOME",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+})  # fmt: skip
+ALLOWED_ENVIRONMENT_PREFIXES = (
+    "LC_", "CUDA_", "NVIDIA_", "NCCL_", "CUBLAS_", "CUDNN_", "HIP_", "ROCR_", "TORCH_", "PYTORCH_",
+    "OMP_", "MKL_", "KMP_", "OPENBLAS_",
+)  # fmt: skip
+# Allowed names can still hold a secret (TORCH_HUB_TOKEN, a proxy's password): those are left out.
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "COOKIE", "PRIVATE")
+_SECRET_PARTS = frozenset({"PAT", "AUTH", "PWD", "PASS", "DSN", "JWT", "SESSION"})  # GH_PAT, not PATH
+_CREDENTIALS_IN_URL = re.compile(r"://[^/@\s]*:[^/@\s]*@")
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
 
 @dataclass(frozen=True)
@@ -48,8 +99,10 @@ class RunOptions:
     count_lines: tuple[int, ...] = ()  # lines of the script whose executions are counted
     cwd: str | None = None  # default: a fresh, empty temporary folder
     env: tuple[tuple[str, str], ...] = ()
-    pass_env: tuple[str, ...] = ()  # variables kept although their names look like secrets
-    overlay: str | None = None  # a folder whose modules shadow the script folder's (a rewritten sibling)
+    pass_env: tuple[str, ...] = ()  # variables of gradfix's environment passed on though not allowed
+    # Files run as though they held these bytes, the script or modules it imports (a candidate
+    # rewrite): nothing is written beside the script.
+    sources: tuple[tuple[str, bytes], ...] = ()
     threads: int | None = None  # torch's intra-op threads (runs side by side must not oversubscribe)
 
 
@@ -95,6 +148,39 @@ class RunResult:
         }[self.status]
 
 
+_WRITTEN_BY_CHILD = ("ok", "error", "stopped")  # the statuses a run's own result may have
+
+
+def script_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` a script gets without asking: the allowed names and prefixes, less
+    any whose name or value looks like a secret."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if (name in ALLOWED_ENVIRONMENT or name.startswith(ALLOWED_ENVIRONMENT_PREFIXES)) and not _looks_secret(name, value)
+    }
+
+
+def _looks_secret(name: str, value: str) -> bool:
+    upper = name.upper()
+    return (
+        any(word in upper for word in _SECRET_WORDS)
+        or not _SECRET_PARTS.isdisjoint(re.split(r"[^A-Z0-9]+", upper))
+        or _CREDENTIALS_IN_URL.search(value) is not None
+    )
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What gradfix asks of a server: run ``script``, or, with ``twin_pipes``, fork a copy of
+    itself that serves the two named pipes (requests, replies)."""
+
+    script: str = ""
+    options: RunOptions = RunOptions()
+    passed_env: tuple[tuple[str, str], ...] = ()  # the values of ``options.pass_env``
+    twin_pipes: tuple[str, str] | None = None
+
+
 class ScriptRunner:
     """Runs scripts in children forked from one warm server process that has imported torch.
 
@@ -124,104 +210,256 @@ class ScriptRunner:
             requests, replies = os.path.join(scratch, "requests"), os.path.join(scratch, "replies")
             os.mkfifo(requests)
             os.mkfifo(replies)
-            _send(server.stdin, (_TWIN, requests, replies))
-            pid = _receive(server.stdout)
+            _send(server.stdin, typed_json.dumps(_Request(twin_pipes=(requests, replies)), _Request))
+            pid = _receive_number(server.stdout)
             # Opened in the order the twin opens them, each open waiting for the other end.
             twin._server = _TwinServer(open(requests, "wb", buffering=0), open(replies, "rb", buffering=0), pid)
         return twin
 
     def _started_server(self) -> subprocess.Popen | _TwinServer:
         if self._server is None or self._server.poll() is not None:
+            # From now on no process of this user (a script) reads gradfix's environment, memory or
+            # pipes through /proc.
+            _prctl(PR_SET_DUMPABLE, 0)
             self._server = subprocess.Popen(
-                [sys.executable, "-c", "from gradfix.codemods.execution.runner import serve; serve()"],
+                # -P: nothing is imported from the folder gradfix runs in (the checked tree, often).
+                [sys.executable, "-P", "-c", f"from gradfix.codemods.execution.runner import serve; serve({os.getpid()})"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 bufsize=0,
+                env=script_environment(os.environ),
+                # Out of gradfix's process group: a CI job cancelled by killing that group, or
+                # Ctrl-C, reaches gradfix, and the server outlives it long enough to clean up.
+                start_new_session=True,
             )
         return self._server
 
     def run(self, script: str | Path, options: RunOptions = RunOptions()) -> RunResult:
         server = self._started_server()
-        with tempfile.TemporaryDirectory(prefix="gradfix-run-") as scratch:
-            result_path = os.path.join(scratch, "result.pickle")
-            workdir = options.cwd or os.path.join(scratch, "cwd")
-            os.makedirs(workdir, exist_ok=True)
-            try:
-                _send(server.stdin, (str(Path(script).resolve()), options, workdir, result_path))
-                pid = _receive(server.stdout)
-            except (EOFError, BrokenPipeError):
-                self._server = None  # the next run starts a new one
-                return RunResult("crashed", error_message="gradfix's runner process died (out of memory, or killed)")
-            try:
-                timed_out = not _readable(server.stdout, options.timeout)
-            except BaseException:  # Ctrl-C, SIGTERM: the script goes with gradfix
-                _kill_group(pid)
-                raise
-            if timed_out:
-                _kill_group(pid)
-            try:
-                status = _receive(server.stdout)
-            except EOFError:
-                _kill_group(pid)
-                self._server = None
-                return RunResult("crashed", error_message="gradfix's runner process died while the script ran")
-            if timed_out:
-                return RunResult("timeout")
-            if os.path.exists(result_path):
-                with open(result_path, "rb") as handle:
-                    return pickle.load(handle)
-            if os.WIFSIGNALED(status):
-                return RunResult("crashed", error_message=f"killed by signal {os.WTERMSIG(status)}")
-            return RunResult("crashed", error_message=f"exit code {os.waitstatus_to_exitcode(status)}")
+        request = _Request(
+            str(Path(script).resolve()),
+            replace(options, sources=tuple((str(Path(path).resolve()), source) for path, source in options.sources)),
+            tuple((name, os.environ[name]) for name in options.pass_env if name in os.environ),
+        )
+        try:
+            _send(server.stdin, typed_json.dumps(request, _Request))
+            pid = _receive_number(server.stdout)
+        except (EOFError, BrokenPipeError):
+            self._server = None  # the next run starts a new one
+            return RunResult("crashed", error_message="gradfix's runner process died (out of memory, or killed)")
+        try:
+            timed_out = not _readable(server.stdout, options.timeout)
+        except BaseException:  # Ctrl-C, SIGTERM: the script goes with gradfix
+            _kill_group(pid)
+            raise
+        if timed_out:
+            _kill_group(pid)
+        try:
+            status = _receive_number(server.stdout)
+            written = _receive(server.stdout)
+        except EOFError:
+            _kill_group(pid)
+            self._server = None
+            return RunResult("crashed", error_message="gradfix's runner process died while the script ran")
+        if timed_out:
+            return RunResult("timeout")
+        if written:
+            return _written_result(written)
+        if os.WIFSIGNALED(status):
+            return RunResult("crashed", error_message=f"killed by signal {os.WTERMSIG(status)}")
+        return RunResult("crashed", error_message=f"exit code {os.waitstatus_to_exitcode(status)}")
 
 
-def serve() -> None:
-    """The fork server: import torch once, then fork a child for every request on stdin."""
-    # Ctrl-C reaches the whole terminal process group: gradfix decides what stops, not the server.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _written_result(written: bytes) -> RunResult:
+    """The result the child wrote; the script ran in that process and may have written anything."""
+    try:
+        result = typed_json.loads(written, RunResult)
+    except typed_json.UnexpectedData:
+        result = None
+    if result is None or result.status not in _WRITTEN_BY_CHILD:
+        return RunResult("crashed", error_message="the run left a result gradfix cannot read")
+    return result
+
+
+def serve(parent: int) -> None:
+    """The fork server of gradfix's process ``parent``: import torch once, then fork a child for
+    every request on stdin, until stdin closes or ``parent`` dies."""
+    _prctl(PR_SET_DUMPABLE, 0)  # it holds gradfix's pipes: no script opens them through /proc
     requests = os.fdopen(os.dup(0), "rb", buffering=0)
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     null = os.open(os.devnull, os.O_RDWR)
     for descriptor in (0, 1):
         os.dup2(null, descriptor)  # stray output must not corrupt the protocol
+    with contextlib.suppress(_ParentGone):
+        _watch_parent(parent)
+        # The point of this process: children start with torch imported. Building an optimizer
+        # imports torch._dynamo lazily, which costs more than torch itself.
+        import torch._dynamo  # noqa: F401
+        import torch.nn  # noqa: F401
+        import torch.optim  # noqa: F401
 
-    # The point of this process: children start with torch imported. Building an optimizer
-    # imports torch._dynamo lazily, which costs more than torch itself.
-    import torch._dynamo  # noqa: F401
-    import torch.nn  # noqa: F401
-    import torch.optim  # noqa: F401
-
-    _serve(requests, replies)
+        _Server(requests, replies).serve()
+    os._exit(0)  # at once: tearing down an interpreter that imported torch takes a second, for nothing
 
 
-def _serve(requests, replies) -> None:
-    while True:
+class _ParentGone(BaseException):
+    """Raised in a server when the process it serves has died."""
+
+
+def _watch_parent(parent: int) -> None:
+    """Make this process the subreaper of what its runs start, and raise ``_ParentGone`` in it
+    when ``parent`` dies, SIGKILL included. A SIGTERM while ``parent`` lives is ignored: the end of
+    the thread that started the server sends one too, and gradfix ends a server by closing its
+    requests."""
+
+    def parent_gone(*_: Any) -> None:
+        if os.getppid() != parent:
+            raise _ParentGone
+
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    signal.signal(signal.SIGTERM, parent_gone)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    parent_gone()  # it may have died before the signal was asked for
+
+
+class _Server:
+    """One server's requests and replies, the twins it forked and the scratch folder of its run."""
+
+    def __init__(self, requests, replies) -> None:
+        self.requests, self.replies = requests, replies
+        self.twins: set[int] = set()  # they clean up after their own runs
+        self.scratch: str | None = None
+
+    def serve(self) -> None:
+        """Answer requests until they end (gradfix closed them or died); leave nothing behind,
+        whatever ends it."""
         try:
-            request = _receive(requests)
-        except EOFError:
-            return
-        if request[0] == _TWIN:
-            _send(replies, _forked_twin(*request[1:]))
-            continue
-        _import_frameworks_of(request[0])
+            while True:
+                request = typed_json.loads(_receive(self.requests), _Request)
+                if request.twin_pipes is not None:
+                    _send_number(self.replies, self._forked_twin(*request.twin_pipes))
+                else:
+                    self._run(request)
+        except (EOFError, OSError):  # the pipes closed or broke: gradfix is gone
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self._kill_leftovers()
+            self._remove_scratch()
+
+    def _run(self, request: _Request) -> None:
+        _import_frameworks_of(request.script)
+        self.scratch = tempfile.mkdtemp(prefix="gradfix-run-")
+        workdir = request.options.cwd or os.path.join(self.scratch, "cwd")
+        os.makedirs(workdir, exist_ok=True)
+        result_path = os.path.join(self.scratch, "result.json")
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:
             try:
-                os.setsid()  # its own session and process group: whatever it spawns dies with it
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-                requests.close()
-                replies.close()
-                _child_main(*request)
+                self._enter_child(server)
+                _child_main(request, workdir, result_path)
             finally:
                 os._exit(0)
-        _send(replies, pid)
+        _send_number(self.replies, pid)
         _, status = os.waitpid(pid, 0)
-        _kill_group(pid)  # what the script left running in the background
-        _send(replies, status)
+        self._kill_leftovers()  # what the script left running, in its group or not
+        written = _read_result_file(result_path)
+        self._remove_scratch()
+        _send_number(self.replies, status)
+        _send(self.replies, written)
+
+    def _enter_child(self, server: int) -> None:
+        os.setsid()  # its own session and process group: gradfix kills the group at a timeout
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != server:
+            os._exit(0)
+        _prctl(PR_SET_DUMPABLE, 1)  # the script's process is an ordinary one; it holds no pipe of gradfix's
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.requests.close()
+        self.replies.close()
+
+    def _forked_twin(self, requests_path: str, replies_path: str) -> int:
+        server = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.requests.close()  # gradfix must see these end when this server ends
+                self.replies.close()
+                with contextlib.suppress(_ParentGone):
+                    _watch_parent(server)
+                    _Server(open(requests_path, "rb", buffering=0), open(replies_path, "wb", buffering=0)).serve()
+            finally:
+                os._exit(0)
+        self.twins.add(pid)
+        return pid
+
+    def _kill_leftovers(self) -> None:
+        """Kill every process below this server but its twins and theirs: a run's child and, this
+        server being their subreaper, whatever it started, whichever group or session they are in."""
+        deadline = time.monotonic() + KILL_PATIENCE
+        while True:
+            left = _descendants(os.getpid(), self.twins)
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self._reap()
+            if not left or time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.twins.discard(pid)
+
+    def _remove_scratch(self) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
 
-OUTPUT_KEPT = 1 << 20  # bytes of a script's stdout, and of its stderr, a result keeps
-_TWIN = "\0twin"  # a request for a forked copy of the server; no script path starts with NUL
+def _descendants(root: int, excluded: set[int]) -> list[int]:
+    """The live processes below ``root``, without the ``excluded`` ones and what is below them."""
+    children: dict[int, list[int]] = {}
+    zombies = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                state, parent = handle.read().rpartition(b")")[2].split()[:2]  # the name may hold ") "
+        except (OSError, ValueError):
+            continue  # it ended meanwhile
+        children.setdefault(int(parent), []).append(int(name))
+        if state == b"Z":
+            zombies.add(int(name))
+    found, pending = [], list(children.get(root, ()))
+    while pending:
+        pid = pending.pop()
+        if pid not in excluded:
+            found += [] if pid in zombies else [pid]
+            pending += children.get(pid, ())
+    return found
+
+
+def _read_result_file(path: str) -> bytes:
+    """What the child left at ``path``: a regular file's first ``RESULT_LIMIT`` bytes, else nothing
+    (the script may have put a pipe or a link there)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return b""
+        return handle.read(RESULT_LIMIT + 1)
 
 
 class _TwinServer:
@@ -238,21 +476,9 @@ class _TwinServer:
         return None
 
     def wait(self, timeout: float) -> None:
-        """Nothing to wait for: with its requests closed the twin leaves at once, and the server
-        it was forked from reaps it when that one is closed."""
+        """Nothing to wait for: with its requests closed the twin cleans up and leaves, and the
+        server it was forked from reaps it."""
         self.stdout.close()
-
-
-def _forked_twin(requests_path: str, replies_path: str) -> int:
-    pid = os.fork()
-    if pid == 0:
-        try:
-            requests = open(requests_path, "rb", buffering=0)
-            replies = open(replies_path, "wb", buffering=0)
-            _serve(requests, replies)
-        finally:
-            os._exit(0)
-    return pid
 
 
 def _import_frameworks_of(script: str) -> None:
@@ -274,15 +500,33 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _send(stream, value: Any) -> None:
-    data = pickle.dumps(value)
+def _prctl(option: int, value: int) -> None:
+    if _libc().prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
+
+
+@lru_cache(maxsize=None)
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _send(stream, data: bytes) -> None:
     stream.write(struct.pack("!Q", len(data)) + data)
     stream.flush()
 
 
-def _receive(stream) -> Any:
-    header = _read_exactly(stream, 8)
-    return pickle.loads(_read_exactly(stream, struct.unpack("!Q", header)[0]))
+def _receive(stream) -> bytes:
+    return _read_exactly(stream, struct.unpack("!Q", _read_exactly(stream, 8))[0])
+
+
+def _send_number(stream, number: int) -> None:
+    stream.write(struct.pack("!q", number))
+    stream.flush()
+
+
+def _receive_number(stream) -> int:
+    return struct.unpack("!q", _read_exactly(stream, 8))[0]
 
 
 def _read_exactly(stream, size: int) -> bytes:
@@ -304,24 +548,21 @@ class _StepLimitReached(BaseException):
     """Raised inside the child to stop a script after enough training steps."""
 
 
-def _child_main(script: str, options: RunOptions, workdir: str, result_path: str) -> None:
+
+
+def _child_main(request: _Request, workdir: str, result_path: str) -> None:
+    script, options = request.script, request.options
     stdout_file = tempfile.TemporaryFile()
     stderr_file = tempfile.TemporaryFile()
     os.dup2(stdout_file.fileno(), 1)
     os.dup2(stderr_file.fileno(), 2)
-    if options.memory_limit is not None:
-        mapped = _mapped_bytes()
-        resource.setrlimit(resource.RLIMIT_AS, (mapped + options.memory_limit, mapped + options.memory_limit))
+    _limit_resources(options)
     os.chdir(workdir)
-    for name in [n for n in os.environ if _looks_secret(n) and n not in options.pass_env]:
-        del os.environ[name]
+    os.environ.update(dict(request.passed_env))
     os.environ.update(dict(options.env))
     sys.argv = [script, *options.args]
     sys.path.insert(0, os.path.dirname(script))
-    if options.overlay:
-        sys.path.insert(0, options.overlay)
 
-    import runpy
     import warnings
 
     import torch
@@ -374,13 +615,17 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
         torch.autograd.set_detect_anomaly(True)
         warnings.showwarning = lambda message, *rest: anomaly_reports.append(str(message))
 
+    run_process = os.getpid()
+
     def record() -> None:
+        if os.getpid() != run_process:  # a fork of the script (a data loader's worker) is not the run
+            return
         sys.stdout.flush()
         sys.stderr.flush()
         result.stdout = _read(stdout_file)
         result.stderr = _read(stderr_file)
         with open(result_path, "wb") as handle:
-            pickle.dump(result, handle)
+            handle.write(typed_json.dumps(result, RunResult))
 
     leave_now = os._exit
 
@@ -393,7 +638,7 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
 
     os._exit = exit_recorded
     try:
-        namespace = runpy.run_path(script, run_name="__main__")
+        namespace = _run_as_main(script, {os.path.realpath(path): source for path, source in options.sources})
         if options.record_gradients:
             result.gradients += _final_state(namespace)
     except _StepLimitReached:
@@ -413,7 +658,79 @@ def _child_main(script: str, options: RunOptions, workdir: str, result_path: str
     record()
 
 
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+def _limit_resources(options: RunOptions) -> None:
+    """Memory as asked; CPU time a little over what the run's threads could use before its
+    timeout (a backstop: the server kills the run at its timeout, or when gradfix dies); processes
+    and threads ``PROCESS_HEADROOM`` over what the user already runs (the kernel exempts root)."""
+    if options.memory_limit is not None:
+        _lower_limit(resource.RLIMIT_AS, _mapped_bytes() + options.memory_limit)
+    _lower_limit(resource.RLIMIT_CPU, math.ceil(options.timeout * len(os.sched_getaffinity(0))) + 1)
+    _lower_limit(resource.RLIMIT_NPROC, _tasks_of_user() + PROCESS_HEADROOM)
+
+
+def _lower_limit(kind: int, value: int) -> None:
+    """Set ``kind`` to ``value``, soft and hard, unless a lower limit is already set."""
+    value = min([value] + [limit for limit in resource.getrlimit(kind) if limit != resource.RLIM_INFINITY])
+    resource.setrlimit(kind, (value, value))
+
+
+def _tasks_of_user() -> int:
+    """About the processes and threads of this user, which ``RLIMIT_NPROC`` counts (a process
+    that is not dumpable looks like root's and is left out)."""
+    uid, tasks = os.getuid(), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    tasks += len(os.listdir(f"/proc/{name}/task"))
+    return tasks
+
+
+def _run_as_main(script: str, sources: dict[str, bytes]) -> dict[str, Any]:
+    """Run ``script`` as ``python script`` does, and return its globals; a file named in
+    ``sources`` (the script, a module it imports) runs from the bytes given, not from the disk."""
+    for path, source in sources.items():  # tracebacks and inspect show the code that ran
+        linecache.cache[path] = (len(source), None, importlib.util.decode_source(source).splitlines(True), path)
+    modules = {path: source for path, source in sources.items() if path != script}
+    if modules:
+        sys.meta_path.insert(0, _ModulesFromMemory(modules))
+    if script in sources:
+        source = sources[script]
+    else:
+        with open(script, "rb") as handle:
+            source = handle.read()
+    main = types.ModuleType("__main__")
+    main.__file__, main.__cached__ = script, None
+    sys.modules["__main__"] = main
+    exec(compile(source, script, "exec", dont_inherit=True), vars(main))
+    return vars(main)
+
+
+class _ModulesFromMemory(importlib.abc.MetaPathFinder):
+    """Imports the modules whose files are in ``sources`` from the bytes given there."""
+
+    def __init__(self, sources: dict[str, bytes]) -> None:
+        self.sources = sources
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        source = self.sources.get(os.path.realpath(spec.origin)) if spec is not None and spec.has_location else None
+        if source is None:
+            return None
+        spec.loader = _LoaderFromMemory(name, spec.origin, source)
+        return spec
+
+
+class _LoaderFromMemory(importlib.machinery.SourceFileLoader):
+    def __init__(self, name: str, path: str, source: bytes) -> None:
+        super().__init__(name, path)
+        self.source = source
+
+    def get_data(self, path: str) -> bytes:
+        return self.source if path == self.path else super().get_data(path)
+
+    def path_stats(self, path: str) -> dict[str, Any]:
+        raise OSError("no bytecode: the file on disk is not what runs")
 
 
 def _from_script(frames, script: str):
@@ -424,10 +741,6 @@ def _from_script(frames, script: str):
     return first or frames
 
 
-def _looks_secret(name: str) -> bool:
-    """``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``: the script never needs them to
-    show a training bug, and it is somebody else's code."""
-    return any(word in name.upper() for word in _SECRET_WORDS)
 
 
 def _count_lines(script: str, lines: set[int], counts: dict[int, int]) -> None:
