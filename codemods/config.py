@@ -65,9 +65,14 @@ def _load(path: Path) -> Config | None:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"{path}: cannot read the configuration: {error}") from None
-    table = document.get("tool", {}).get("gradfix")
+    tool = document.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: [tool] must be a table")
+    table = tool.get("gradfix")
     if table is None:
         return None
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.gradfix] must be a table")
     for key, value in table.items():
         expected = _KEYS.get(key)
         if expected is None:
