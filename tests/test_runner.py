@@ -74,6 +74,12 @@ def test_a_script_that_leaves_with_os_exit_still_has_its_run_recorded(runs, tmp_
     assert failed.status == "error" and failed.error_message == "os._exit(3)"
 
 
+def test_a_script_that_is_a_pipe_times_out_and_the_runner_goes_on(runs, tmp_path):
+    os.mkfifo(tmp_path / "train.py")  # nothing ever writes to it: reading it waits for ever
+    assert runs.runner.run(tmp_path / "train.py", RunOptions(timeout=1)).status == "timeout"
+    assert runs.runner.run(os.devnull).status == "ok"
+
+
 def test_verify_takes_a_timeout(tmp_path):
     from typer.testing import CliRunner
 

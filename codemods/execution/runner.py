@@ -228,8 +228,8 @@ class ScriptRunner:
                 stdout=subprocess.PIPE,
                 bufsize=0,
                 env=script_environment(os.environ),
-                # Out of gradfix's process group: a CI job cancelled by killing that group, or
-                # Ctrl-C, reaches gradfix, and the server outlives it long enough to clean up.
+                # Out of gradfix's process group: a signal to that group (a cancelled CI job,
+                # Ctrl-C) reaches gradfix alone, and the server outlives gradfix to clean up.
                 start_new_session=True,
             )
         return self._server
@@ -340,7 +340,7 @@ class _Server:
                     _send_number(self.replies, self._forked_twin(*request.twin_pipes))
                 else:
                     self._run(request)
-        except (EOFError, OSError):  # the pipes closed or broke: gradfix is gone
+        except (EOFError, BrokenPipeError):  # gradfix closed the pipes, or died
             pass
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -364,7 +364,7 @@ class _Server:
         _send_number(self.replies, pid)
         _, status = os.waitpid(pid, 0)
         self._kill_leftovers()  # what the script left running, in its group or not
-        written = _read_result_file(result_path)
+        written = _regular_file_bytes(result_path, RESULT_LIMIT + 1)
         self._remove_scratch()
         _send_number(self.replies, status)
         _send(self.replies, written)
@@ -374,11 +374,11 @@ class _Server:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != server:
             os._exit(0)
-        _prctl(PR_SET_DUMPABLE, 1)  # the script's process is an ordinary one; it holds no pipe of gradfix's
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         self.requests.close()
         self.replies.close()
+        _prctl(PR_SET_DUMPABLE, 1)  # the script's process is an ordinary one: it holds no pipe of gradfix's
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def _forked_twin(self, requests_path: str, replies_path: str) -> int:
         server = os.getpid()
@@ -443,23 +443,23 @@ def _descendants(root: int, excluded: set[int]) -> list[int]:
     found, pending = [], list(children.get(root, ()))
     while pending:
         pid = pending.pop()
-        if pid not in excluded:
-            found += [] if pid in zombies else [pid]
-            pending += children.get(pid, ())
+        if pid in excluded:
+            continue
+        if pid not in zombies:
+            found.append(pid)
+        pending += children.get(pid, ())
     return found
 
 
-def _read_result_file(path: str) -> bytes:
-    """What the child left at ``path``: a regular file's first ``RESULT_LIMIT`` bytes, else nothing
-    (the script may have put a pipe or a link there)."""
+def _regular_file_bytes(path: str, limit: int = -1) -> bytes:
+    """The first ``limit`` bytes of ``path`` if it is a regular file, else none: a pipe, a device or
+    a link put there (the script may have) must not block or flood the server."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return b""
     with os.fdopen(descriptor, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return b""
-        return handle.read(RESULT_LIMIT + 1)
+        return handle.read(limit) if stat.S_ISREG(os.fstat(descriptor).st_mode) else b""
 
 
 class _TwinServer:
@@ -485,10 +485,7 @@ def _import_frameworks_of(script: str) -> None:
     """Training frameworks cost seconds to import: import the ones a script imports into the
     server, once, so that this run and every later one forks with them loaded. A script that needs
     none (most) starts without paying for them."""
-    try:
-        source = Path(script).read_text(errors="replace")
-    except OSError:
-        return
+    source = _regular_file_bytes(script).decode(errors="replace")
     for framework in PRELOADED_FRAMEWORKS:
         if framework not in sys.modules and re.search(rf"^\s*(?:import|from)\s+{framework}\b", source, re.MULTILINE):
             with contextlib.suppress(ImportError):
@@ -546,8 +543,6 @@ def _readable(stream, timeout: float) -> bool:
 
 class _StepLimitReached(BaseException):
     """Raised inside the child to stop a script after enough training steps."""
-
-
 
 
 def _child_main(request: _Request, workdir: str, result_path: str) -> None:
@@ -739,8 +734,6 @@ def _from_script(frames, script: str):
     while first is not None and first.tb_frame.f_code.co_filename != script:
         first = first.tb_next
     return first or frames
-
-
 
 
 def _count_lines(script: str, lines: set[int], counts: dict[int, int]) -> None:
