@@ -358,7 +358,7 @@ def test_the_module_is_walked_again_only_when_a_walk_used_a_fact_a_later_definit
         ("teacher.parameters()", "student", True),
         ("student.parameters()", "student", False),
         ("model.decoder.parameters()", "model", False),  # model holds what is trained
-        ("[x]", "model", True),
+        ("[x]", "model", False),  # what the untrained model makes of x trains x
     ],
 )
 def test_a_module_is_trained_through_the_modules_that_hold_it(optimized, called, untrained):

@@ -57,8 +57,9 @@ _DETACHING_METHODS = {"detach", "item", "tolist", "numpy", "size", "dim", "numel
 _NON_GRAPH_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "ndim", "config"}
 # Libraries of plain numbers: what they return carries no graph (and a graph cannot enter numpy).
 _NUMBER_LIBRARIES = ("math.", "numpy.", "random.", "statistics.")
-_NON_GRAPH_BUILTINS = {"float", "int", "bool", "str", "len", "print", "range", "repr", "format", "isinstance", "id", "hash", "round"}
-_CONSTANT_EXPRESSIONS = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString, cst.Lambda, cst.Ellipsis)
+# (not ``round``: ``round(tensor)`` is a tensor with a graph)
+_NON_GRAPH_BUILTINS = {"float", "int", "bool", "str", "len", "print", "range", "repr", "format", "isinstance", "id", "hash"}
+_CONSTANT_EXPRESSIONS = (cst.SimpleString, cst.ConcatenatedString, cst.Lambda, cst.Ellipsis)
 _CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
 _REDUCING_BUILTINS = {"sum", "max", "min"}
 _CREATION_FUNCTIONS = {
@@ -731,6 +732,11 @@ class DataflowAnalysis:
             value = self._eval(node.value, env)
             self._assign(node.target, value, env)
             return value
+        if node_type is cst.FormattedString:
+            for part in node.parts:
+                if isinstance(part, cst.FormattedStringExpression):
+                    self._eval(part.expression, env)
+            return CONSTANT
         if node_type in _CONSTANT_EXPRESSIONS:
             return CONSTANT
         return NOTHING

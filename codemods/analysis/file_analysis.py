@@ -21,7 +21,7 @@ from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
 from .syntax import code_of, method_called
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
-from .values import NUMBER, Origin, Value
+from .values import NUMBER, TENSOR, ListOf, Origin, TupleOf, Value
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ class FileAnalysis:
         module handed to a call or kept in a container (``nn.ModuleDict({"teacher": teacher})``)
         may be trained through what holds it, and is not proved untrained."""
         trained = self.trained_modules
-        if trained is None:
+        if trained is None or any(self._reads_a_leaf(statement) for statement in statements):
             return False
         modules = [
             dotted_name(call.func)
@@ -216,6 +216,18 @@ class FileAnalysis:
         return bool(modules) and not any(
             module in self.names.stored_values or self._may_train(module, trained) for module in modules
         )
+
+    def _reads_a_leaf(self, statement: cst.CSTNode) -> bool:
+        """Whether ``statement`` reads a tensor that requires grad of its own and that an optimizer
+        may train: an input it is given (``SGD([image])``), a leaf of unknown making, a parameter
+        read as an attribute (``teacher(x) * self.scale``)."""
+        for name in self.tree.findall(statement, cst.Name):
+            value = self.value_read(name)
+            if value is not None and value.graph and not value.origins:
+                if name.value in self.names.optimized_leaves or name.value not in self.names.leaf_tensors:
+                    return True
+        class_name = self.class_name_of(statement)
+        return any(self.names.is_parameter(a, class_name) for a in self.tree.findall(statement, cst.Attribute))
 
     @staticmethod
     def _may_train(module: str | None, trained: set[str]) -> bool:
@@ -406,6 +418,63 @@ class FileAnalysis:
     def _backward_orders(self) -> list[int]:
         return [self.order(site.call) for site in self.backward_sites]
 
+    def call_that_may_read_gradients(self, node: cst.CSTNode) -> cst.Call | None:
+        """The first call in ``node`` into code that may read or change gradients where gradfix does
+        not look (a logger, an imported helper, a method of an object it does not know); None when
+        every call is a torch function, a module's forward, a builtin, a tensor's method or a
+        function of the file whose own body reads no gradient."""
+        for call in self.tree.findall(node, cst.Call):
+            func = call.func
+            if self.names.is_torch(func) or self.names.module(func, self.class_name_of(call)) is not None:
+                continue
+            if isinstance(func, cst.Name) and (func.value in _BUILTINS_WITHOUT_GRADIENTS or self._reads_no_gradient(func.value)):
+                continue
+            if isinstance(func, cst.Attribute) and (self._is_tensor(func.value) or self._is_container(func.value)):
+                continue
+            if call in self._dataflow.backward_sites:
+                continue
+            return call
+        return None
+
+    def _is_tensor(self, expression: cst.BaseExpression) -> bool:
+        """Whether ``expression`` is a tensor: a name holding one, what a torch function or a
+        module returns, a tensor's method, attribute or item."""
+        if isinstance(expression, cst.Name):
+            value = self.value_read(expression)
+            return value is not None and (value.graph or value.structure is TENSOR)
+        if isinstance(expression, cst.Call):
+            func = expression.func
+            if self.names.is_torch(func) or self.names.module(func, self.class_name_of(expression)) is not None:
+                return True
+            return isinstance(func, cst.Attribute) and self._is_tensor(func.value)
+        if isinstance(expression, (cst.Subscript, cst.Attribute)):
+            return self._is_tensor(expression.value)
+        return False
+
+    def _is_container(self, expression: cst.BaseExpression) -> bool:
+        """A list, tuple, dict or string the program built itself (``history.append(...)``)."""
+        if isinstance(expression, (cst.SimpleString, cst.FormattedString, cst.List, cst.Dict, cst.Tuple)):
+            return True
+        value = self.value_read(expression) if isinstance(expression, cst.Name) else None
+        return value is not None and isinstance(value.structure, (ListOf, TupleOf))
+
+    def _reads_no_gradient(self, function_name: str) -> bool:
+        """A module-level function of this file whose body steps, zeroes, clips, reads ``.grad``,
+        backwards and calls nothing gradfix cannot see into (one level deep)."""
+        function = next((f for f in self._module_functions if f.name.value == function_name), None)
+        if function is None or self.gradient_effects(function.body):
+            return False
+        return all(
+            self.names.is_torch(call.func)
+            or (isinstance(call.func, cst.Name) and call.func.value in _BUILTINS_WITHOUT_GRADIENTS)
+            or self.names.module(call.func, None) is not None
+            for call in self.tree.findall(function.body, cst.Call)
+        )
+
+    @cached_property
+    def _module_functions(self) -> list[cst.FunctionDef]:
+        return [s for s in self.module.body if isinstance(s, cst.FunctionDef)]
+
     def updates_parameters(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` steps or zeroes an optimizer (or calls any method of a known one)."""
         return updates_parameters(node, self.tree.findall) or self._calls_an_optimizer(node)
@@ -415,6 +484,13 @@ class FileAnalysis:
             dotted_name(call.func.value) in self.names.optimizers
             for call in self.tree.findall(node, cst.Call, method_called)
         )
+
+
+# Builtins that never see a tensor's gradient.
+_BUILTINS_WITHOUT_GRADIENTS = {
+    "print", "len", "float", "int", "bool", "str", "format", "repr", "isinstance", "range", "sum", "max",
+    "min", "abs", "round", "list", "tuple", "dict", "set", "zip", "enumerate", "sorted", "reversed", "any", "all",
+}
 
 
 def _function_name(scope: Scope) -> str:

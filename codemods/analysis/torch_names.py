@@ -88,9 +88,13 @@ class ModuleInfo:
 
     @property
     def trainable(self) -> bool:
-        return not (
-            self.frozen or self.class_name in _PARAMETERLESS or self.class_name.endswith(_PARAMETERLESS_SUFFIXES)
+        """Whether calling it may add parameters to a graph: not when it is frozen, or a torch.nn
+        class without parameters (an activation, a pooling, a loss); a class of the file's own
+        may hold parameters whatever its name."""
+        parameterless = not self.is_local and (
+            self.class_name in _PARAMETERLESS or self.class_name.endswith(_PARAMETERLESS_SUFFIXES)
         )
+        return not (self.frozen or parameterless)
 
     @property
     def call_result(self) -> Structure:
@@ -127,6 +131,7 @@ class TorchNames:
     # through whatever holds it.
     stored_values: set[str] = field(default_factory=set)
     leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
+    optimized_leaves: set[str] = field(default_factory=set)  # those an optimizer is given (``SGD([image])``)
 
     def framework(self, node: cst.CSTNode) -> str | None:
         """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
@@ -525,7 +530,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 modules |= found
             elif isinstance(part, cst.Dict):
                 return None  # parameter groups
-            elif not (isinstance(part, cst.Name) and part.value in self.names.leaf_tensors) and not (
+            elif isinstance(part, cst.Name) and part.value in self.names.leaf_tensors:
+                self.names.optimized_leaves.add(part.value)
+            elif not (
                 isinstance(part, cst.Attribute)
                 and self.names.is_parameter(part, class_name)
                 and dotted_name(part.value) == "self"

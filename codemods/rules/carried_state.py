@@ -150,10 +150,11 @@ for inputs, targets in loader:
         )
 
     def _loop_fix(self, loop: Loop, names: list[str], safe: bool) -> tuple[Fix | None, str]:
-        """The detaches, or why gradfix cannot write them. A state that enters the loop without a
-        graph is detached where the iteration starts; one that enters with a graph of its own (a
-        learned initial state, an encoder's output) is detached where the iteration ends, so the
-        first iteration still backwards into what built it."""
+        """The detaches, or why gradfix cannot write them. A state that enters the loop proved
+        without a graph (zeros, None) is detached where the iteration starts; one that may enter
+        with a graph of its own (a learned initial state, an encoder's output, a parameter of the
+        function) is detached where the iteration ends, so the first iteration still backwards
+        into what built it."""
         body = loop.node.body
         if not isinstance(body, cst.IndentedBlock):
             return None, "the loop body is on one line"
@@ -166,7 +167,7 @@ for inputs, targets in loader:
             statement = _detach_statement(name, loop.entry[name], loop.back_edge[name])
             if statement is None:
                 return None, f"gradfix cannot tell what `{name}` holds (a namedtuple, a dataclass, …)"
-            if not loop.entry[name].graph:
+            if loop.entry[name].graphless or loop.entry[name].structure is NONE:
                 at_start.append(statement)
             elif _continues(body):
                 return None, (

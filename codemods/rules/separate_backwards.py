@@ -192,6 +192,8 @@ for x, y_reg, y_cls in loader:
         between = [s for s in self._between(block, group[0], last) if s not in [site.statement for site in group]]
         if any(self.analysis.gradient_effects(statement) for statement in between):
             return None  # an update, zeroing or gradient read between: the backwards mean two steps
+        if any(self.analysis.call_that_may_read_gradients(statement) for statement in between):
+            return None  # code gradfix does not see runs between, and may look at the first loss's gradient
         for site in earlier:
             after_site = block.statements[block.index(site.statement) + 1 : block.index(last.statement)]
             if read_names(site.tensor) & set().union(*(assigned_names(s) for s in after_site)):
