@@ -3,13 +3,16 @@ differential fuzz (tests/independent_oracle.py judges them; tests/test_fuzz_inde
 sample, benchmarks/fuzz_independent.py hundreds).
 
 It was designed apart from tests/training_programs.py, from the shapes that generator never makes:
-a logged loss whose elements are later used as tensors, full backpropagation through time kept on
-purpose, gradient hooks, a gradient penalty, a learned initial state, a teacher trained through a
-parameter group, two outputs backwarded by a function, a model that keeps its hidden state on
-``self``. A program is one to three sections, each a training task (a regression, two heads on a
-shared trunk, a recurrent model, a GAN, distillation, two networks backwarded by a function) with
-its own models, optimizer, loop, logging and wrapping (module level, a function, a step function
-that the loop calls).
+a logged loss whose elements are later used as tensors, full or windowed backpropagation through
+time kept on purpose, gradient hooks, a gradient penalty, a learned initial state, a teacher
+trained through a parameter group, two outputs backwarded by a function, a model that keeps its
+hidden state on ``self``, gradient accumulation, one backward after the loop, an LBFGS closure, a
+look at the gradients with ``torch.autograd.grad``. A program is one to three sections, each a
+training task (a regression, two heads on a shared trunk, a recurrent model, a GAN, distillation,
+two networks backwarded by a function) with its own models, optimizer, loop, logging and wrapping
+(module level, a function, a step function that the loop calls, a trainer class whose state is on
+``self``); sections reuse the names of losses, data and optimizers, as files with several
+experiments do.
 
 Every choice is a pick among a part's options (``GRAMMAR``), drawn from the seed or forced, so a
 program is rebuilt from its seed and its choices, and a smaller one from simpler choices. Each
@@ -81,6 +84,7 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
         "helper",
         "grad_check",
         "retain_then_grad",
+        "kept_by_helper",
         "branches",
         "twice",
         "helper_backwards_too",
@@ -100,6 +104,7 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
         "tensor_hook_separate",
         "param_hooks_separate",
         "grad_read_between",
+        "second_loss_after_first_backward",
     ),
     "recurrent.form": ("stepwise", "sequences", "full_bptt", "windowed"),
     "recurrent.stepwise_state": (
@@ -120,6 +125,7 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "gan.loss": ("standard", "wgan_gp"),
     "gan.detach": ("detached", "undetached", "shared_prediction"),
     "gan.order": ("discriminator_first", "generator_first"),
+    "gan.discriminator_loss": ("inline", "helper"),
     "distillation.teacher": ("linear", "mlp"),
     "distillation.target": (
         "per_step_detached",
@@ -145,6 +151,7 @@ RAISING: frozenset[tuple[str, str]] = frozenset(
         ("two_heads.backward", "tensor_hook_separate"),
         ("two_heads.backward", "param_hooks_separate"),
         ("two_heads.backward", "grad_read_between"),
+        ("two_heads.backward", "second_loss_after_first_backward"),
         ("recurrent.stepwise_state", "carried"),
         ("recurrent.stepwise_state", "carried_stateful"),
         ("recurrent.stepwise_state", "carried_none_start"),
@@ -684,6 +691,10 @@ def _regression(section: Section) -> None:
                 f"gradients = torch.autograd.grad({target}, list({model.parameters}), allow_unused=True)",
                 "gradient_norm = sum(g.pow(2).sum() for g in gradients if g is not None)",
             )
+        elif backward == "kept_by_helper":
+            # A helper keeps the graph, and a second backward of a scaled loss walks it again.
+            section.define("backward_keeping", "def backward_keeping(value):", Backward("value.backward", retain=True))
+            block.add(f"backward_keeping({target})", Backward(f"({target} * 0.5).backward"))
         elif backward == "branches":
             # Two backwards of one loss, in branches of which one runs.
             with block.inside("if step % 2 == 0:"):
@@ -793,8 +804,13 @@ def _two_heads(section: Section) -> None:
     body.add(f"features = {trunk}(x)")
     if backward.startswith("tensor_hook"):
         body.add("features.register_hook(lambda grad: grad.clamp(-0.02, 0.02))")
-    body.add(f"loss_a = nn.functional.mse_loss({head_a}(features), y)", f"loss_b = {head_b}(features).pow(2).mean() * 0.5")
-    if backward in ("summed", "param_hooks_summed", "tensor_hook_summed"):
+    body.add(f"loss_a = nn.functional.mse_loss({head_a}(features), y)")
+    second_loss = f"loss_b = {head_b}(features).pow(2).mean() * 0.5"
+    if backward != "second_loss_after_first_backward":
+        body.add(second_loss)
+    if backward == "second_loss_after_first_backward":
+        body.add(Backward("loss_a.backward"), second_loss, Backward("loss_b.backward"))
+    elif backward in ("summed", "param_hooks_summed", "tensor_hook_summed"):
         body.add(Backward("(loss_a + loss_b).backward"))
     elif backward == "total":
         body.add("total_loss = loss_a + loss_b", Backward("total_loss.backward"))
@@ -994,6 +1010,20 @@ def _gan(section: Section) -> None:
     if loss_kind == "standard":
         setup.add("criterion = nn.BCEWithLogitsLoss()", f"real_labels = torch.ones({BATCH}, 1)", f"fake_labels = torch.zeros({BATCH}, 1)")
 
+    # The discriminator's loss in a helper, which takes the generator's output as an argument.
+    helper = section.pick("gan.discriminator_loss", None if detach != "shared_prediction" else ("inline",))
+    if helper == "helper" and loss_kind == "standard":
+        section.define(
+            "discriminator_loss",
+            "def discriminator_loss(discriminator, real, fake, criterion, real_labels, fake_labels):",
+            "    return criterion(discriminator(real), real_labels) + criterion(discriminator(fake), fake_labels)",
+        )
+    elif helper == "helper":
+        section.define(
+            "critic_loss",
+            "def critic_loss(critic, real, fake):",
+            "    return critic(fake).mean() - critic(real).mean()",
+        )
     body.add(f"noise = torch.randn({BATCH}, {LATENT})", f"fake = {generator}(noise)")
     if detach == "shared_prediction":
         # One prediction on the fake batch, which both losses read: no detach can fix it.
@@ -1002,13 +1032,20 @@ def _gan(section: Section) -> None:
     def discriminator_step() -> None:
         d_optimizer.zero(body)
         scores_of_fake = {"detached": f"{discriminator}(fake.detach())", "undetached": f"{discriminator}(fake)"}.get(detach, "fake_scores")
-        if loss_kind == "standard":
+        seen = "fake.detach()" if detach == "detached" else "fake"
+        if loss_kind == "standard" and helper == "helper":
+            body.add(f"d_loss = discriminator_loss({discriminator}, x, {seen}, criterion, real_labels, fake_labels)")
+            body.add(Backward("d_loss.backward"))
+        elif loss_kind == "standard":
             body.add(f"d_loss = criterion({discriminator}(x), real_labels) + criterion({scores_of_fake}, fake_labels)")
             body.add(Backward("d_loss.backward"))
         else:
             # The critic sees fake.detach(); the penalty's interpolation may still reach the generator.
-            critic_of_fake = "fake_scores" if detach == "shared_prediction" else f"{discriminator}(fake.detach())"
-            body.add(f"d_loss = {critic_of_fake}.mean() - {discriminator}(x).mean()")
+            if helper == "helper":
+                body.add(f"d_loss = critic_loss({discriminator}, x, fake.detach())")
+            else:
+                critic_of_fake = "fake_scores" if detach == "shared_prediction" else f"{discriminator}(fake.detach())"
+                body.add(f"d_loss = {critic_of_fake}.mean() - {discriminator}(x).mean()")
             body.add(f"alpha = torch.rand({BATCH}, 1)")
             if detach == "undetached":
                 body.add("mixed = alpha * x + (1 - alpha) * fake")

@@ -5,9 +5,9 @@ keeps its numbers, a raising one runs once a fix of the error was made (with the
 ``retain_graph=True`` variant, when the rules claim them).
 
 The seeds cover every part of the grammar at least twice (``benchmarks/fuzz_independent.py
---sample`` picks them again when the grammar changes); the benchmark runs hundreds more. A seed
-that shows a known defect is marked xfail with the rule and the defect: it flips to a failure
-(strict) when the defect is fixed, and its mark goes.
+--sample`` picks them again when the grammar changes), with the seeds of defects the benchmark's
+larger runs found. A seed that shows a known defect is marked xfail with the rule and the defect:
+it flips to a failure (strict) when the defect is fixed, and its mark goes.
 """
 
 from __future__ import annotations
@@ -20,18 +20,34 @@ from gradfix.codemods.finding import Finding, FixKind
 from .independent_oracle import judge
 from .independent_programs import CORRECT, RAISING_KIND, all_parts, generate
 
-SAMPLE = (
-    22, 32, 42, 43, 74, 107, 130, 237, 246, 262, 266, 298, 300, 307, 334, 417, 507, 534, 545, 581, 584, 713,
-    804, 884, 892, 954, 1021, 1038, 1190, 1205, 1235, 1240, 1320, 1716, 1765, 1843, 1894, 1910, 2281, 2346,
-    2466, 2946, 2972, 3269, 3478, 3627, 3720,
+COVERING = (
+    22, 32, 35, 74, 107, 108, 147, 169, 184, 193, 208, 262, 279, 293, 300, 307, 360, 365, 378, 527, 550, 581,
+    632, 693, 744, 1038, 1083, 1086, 1149, 1267, 1278, 1286, 1524, 1663, 1894, 1994, 2037, 2097, 2466, 2615,
+    2786, 2972, 2987, 3062, 3360, 3363, 3494, 3587, 3761,
 )  # fmt: skip
+FOUND_BY_THE_LARGE_RUN = (132, 1202)  # defects the covering seeds do not show in these shapes
+SAMPLE = COVERING + FOUND_BY_THE_LARGE_RUN
+_GF006_ANOTHER_OPTIMIZER = (
+    "GF006: detaches a value built by a module that trains, as if it were a constant of training, when another "
+    "section of the file builds a torch optimizer and this module is trained {}; "
+)
+_GF009_KEPT_STATE = (
+    "GF009: drops retain_graph=True from full backpropagation through time (one step after the loop) whose "
+    "hidden state {}; the next iteration's backward walks the freed graph and raises"
+)
 KNOWN_DEFECTS = {
-    266: "GF009: drops retain_graph=True from full backpropagation through time whose state crosses iterations "
-    "through a global of a step function; the next iteration's backward raises",
-    1320: "GF009: drops retain_graph=True from full backpropagation through time whose state a module keeps on "
-    "self (StatefulRegressor.hidden); the next iteration's backward raises",
-    2972: "GF006: detaches a learned initial state (h0.expand) as a constant of training when its parameters "
-    "are updated by hand (parameter -= lr * parameter.grad), not by a torch optimizer; h0 stops training",
+    132: _GF006_ANOTHER_OPTIMIZER.format("by an optimizer that reuses that one's name, over "
+                                         "list(student.parameters()) + list(teacher.parameters())")
+    + "the teacher stops training (its parameters differ from the retain_graph=True run)",
+    147: _GF009_KEPT_STATE.format("a module keeps on self (self.hidden = self.cell(x, self.hidden))"),
+    744: _GF009_KEPT_STATE.format("crosses iterations through a global of the step function the loop calls"),
+    1202: _GF006_ANOTHER_OPTIMIZER.format("by hand (parameter -= 0.05 * parameter.grad)")
+    + "the model's prediction is detached and its loss has no graph to backward",
+    1994: _GF009_KEPT_STATE.format("starts from a learned h0 and crosses iterations through a global of the step "
+                                   "function the loop calls"),
+    2972: _GF006_ANOTHER_OPTIMIZER.format("by hand (parameter -= 0.05 * parameter.grad)")
+    + "a learned initial state (hidden = h0.expand(...)) is detached and h0 stops training",
+    3494: _GF009_KEPT_STATE.format("a module keeps on self, in a trainer class"),
 }
 
 
@@ -49,7 +65,7 @@ def test_fixes_keep_what_the_generated_program_computes(seed, runs, tmp_path):
 
 
 def test_the_sample_covers_every_part_of_the_grammar():
-    covered = set().union(*(generate(seed).parts for seed in SAMPLE))
+    covered = set().union(*(generate(seed).parts for seed in COVERING))
     assert sorted(all_parts() - covered) == []
 
 
