@@ -2,8 +2,9 @@
 
 The code cells, in order, become one Python source that the analysis, the rules and the runner read
 like any script: each cell after the first starts with a marker line naming it, and IPython's magics and shell
-lines (``%matplotlib inline``, ``!pip install …``, ``%%time``) become comments that keep their
-text. A rewrite of that source is written back into the cells it changed, and nowhere else:
+lines (``%matplotlib inline``, ``!pip install …``, ``%%time``), with the lines a backslash continues
+them onto, become comments that keep their text; one that is the first line of a block (``if …:``
+then ``!cmd``) becomes a ``pass`` statement with that comment, as the block needs one. A rewrite of that source is written back into the cells it changed, and nowhere else:
 outputs, metadata and untouched cells keep their bytes when the notebook's JSON layout can be
 reproduced (as Jupyter writes it), and their content otherwise.
 """
@@ -23,6 +24,7 @@ from typing import Any
 # removes a cell's first statement would take a comment marker away with it.
 CELL_MARKER = "pass  # gradfix-cell "
 MAGIC_MARKER = "# gradfix-magic: "
+MAGIC_STATEMENT = "pass  " + MAGIC_MARKER
 # Cell magics whose body is still Python that runs; any other cell magic makes the cell not Python.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "autoreload"}
 # `%magic`, `!shell`, `?name`, `name?`, and `files = !ls`, where a statement starts.
@@ -54,11 +56,12 @@ class Notebook:
         self.path = path
         try:
             self.document: dict[str, Any] = json.loads(data.decode("utf-8"))
-            cells = self.document["cells"]
-            if not isinstance(cells, list):
-                raise TypeError("`cells` is not a list")
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        except (UnicodeDecodeError, ValueError) as error:
             raise NotebookError(f"{path}: not a Jupyter notebook ({type(error).__name__}: {error})") from None
+        malformed = _malformation(self.document)
+        if malformed:
+            raise NotebookError(f"{path}: not a Jupyter notebook ({malformed})")
+        cells = self.document["cells"]
         self.language = self.document.get("metadata", {}).get("language_info", {}).get("name", "python")
         self.code_cells = [i for i, cell in enumerate(cells) if cell.get("cell_type") == "code"]
         self._layout = next((layout for layout in _LAYOUTS if _dumped(self.document, layout) == data), None)
@@ -119,6 +122,33 @@ class Notebook:
         return "".join(chunks)
 
 
+def _malformation(document: Any) -> str:
+    """What makes ``document`` (a notebook's JSON) not a notebook this module can read, or ""."""
+    if not isinstance(document, dict):
+        return "not a JSON object"
+    if "cells" not in document:
+        return "no `cells`"
+    if not isinstance(document["cells"], list):
+        return "`cells` is not a list"
+    metadata = document.get("metadata", {})
+    if not isinstance(metadata, dict):
+        return "`metadata` is not an object"
+    language = metadata.get("language_info", {})
+    if not isinstance(language, dict):
+        return "metadata.language_info is not an object"
+    if not isinstance(language.get("name", ""), str):
+        return "metadata.language_info.name is not text"
+    for number, cell in enumerate(document["cells"], start=1):
+        if not isinstance(cell, dict):
+            return f"cell {number} is not an object"
+        source = cell.get("source", "")
+        if cell.get("cell_type") == "code" and not (
+            isinstance(source, str) or isinstance(source, list) and all(isinstance(line, str) for line in source)
+        ):
+            return f"the source of cell {number} is not text"
+    return ""
+
+
 def cell_source(cell: dict[str, Any]) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
@@ -138,38 +168,69 @@ def _masked(source: str) -> list[str]:
 
 
 def _masked_magics(lines: list[str]) -> list[str]:
-    return [_mask(line) if _is_magic(line, lines[:number]) else line for number, line in enumerate(lines)]
+    """``lines`` with each line of IPython syntax masked, and the lines a backslash at its end
+    continues it onto (IPython joins them)."""
+    masked: list[str] = []
+    continued = False
+    for line in lines:
+        marker = MAGIC_MARKER if continued else _magic_marker(line, masked)
+        masked.append(line if marker is None else _mask(line, marker))
+        continued = marker is not None and line.rstrip("\r\n").endswith("\\")
+    return masked
 
 
-def _is_magic(line: str, before: list[str]) -> bool:
-    """Whether ``line`` is IPython syntax: it looks like it, does not compile, and starts a
-    statement (it is not inside brackets or a string that lines ``before`` opened)."""
-    if not _MAGIC_LINE.search(line):
-        return False
+def _magic_marker(line: str, before: list[str]) -> str | None:
+    """How ``line`` is masked if it is IPython syntax (it looks like it, does not compile, and
+    starts a statement: it is not inside brackets or a string that the code ``before`` it opened);
+    as a statement where it is the first line of a block. None for a line of Python."""
+    if not _MAGIC_LINE.search(line) or _compiles(line.strip()):
+        return None
+    last = _last_token(before)
+    if last is None:
+        return None
+    return MAGIC_STATEMENT if last == ":" else MAGIC_MARKER
+
+
+def _compiles(line: str) -> bool:
     try:
-        compile(line.strip(), "<cell>", "exec")
-        return False
+        compile(line, "<cell>", "exec")
     except SyntaxError:
-        pass
-    try:
-        for _ in tokenize.generate_tokens(io.StringIO("".join(before)).readline):
-            pass
-    except (tokenize.TokenError, SyntaxError):  # an unclosed bracket or string: the line continues it
         return False
     return True
 
 
-def _mask(line: str) -> str:
+def _last_token(before: list[str]) -> str | None:
+    """The last token of the code ``before`` a line ("" for none), or None when a bracket or a
+    string it opens is still open (the line continues it)."""
+    last = ""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO("".join(before)).readline):
+            if token.type not in _LAYOUT_TOKENS:
+                last = token.string
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return last
+
+
+_LAYOUT_TOKENS = {tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+
+
+def _mask(line: str, marker: str = MAGIC_MARKER) -> str:
     body = line.rstrip("\n")
     indent = body[: len(body) - len(body.lstrip())]
-    return f"{indent}{MAGIC_MARKER}{body.lstrip()}\n"
+    return f"{indent}{marker}{body.lstrip()}\n"
 
 
 def _unmasked(text: str) -> str:
-    return "".join(
-        line.replace(MAGIC_MARKER, "", 1) if line.lstrip().startswith(MAGIC_MARKER) else line
-        for line in text.splitlines(keepends=True)
-    )
+    return "".join(_unmasked_line(line) for line in text.splitlines(keepends=True))
+
+
+def _unmasked_line(line: str) -> str:
+    code = line.lstrip()
+    for marker in (MAGIC_STATEMENT, MAGIC_MARKER):
+        if code.startswith(marker):
+            return line.replace(marker, "", 1)
+    return line
 
 
 def _split_cells(source: str, first_cell: int) -> list[tuple[int, str]]:

@@ -67,6 +67,33 @@ def test_shell_lines_under_a_python_cell_magic_become_comments():
     compile(source, "nb", "exec")
 
 
+def test_shell_lines_continued_by_a_backslash_and_magics_that_are_a_whole_block_are_masked():
+    # IPython joins a shell line ending with a backslash to the next, and runs `!cmd` or `%time`
+    # as the whole body of an `if` or `with`.
+    data = notebook_of(
+        "!pip install --quiet \\\n    torch \\\n  numpy\nimport torch\n",
+        "if torch.cuda.is_available():\n    !nvidia-smi\nwith torch.no_grad():\n    %time torch.ones(2)\n    x = 1\n",
+    )
+    notebook = Notebook(data, "nb.ipynb")
+    source = notebook.source.decode()
+    assert "# gradfix-magic: !pip install --quiet \\\n    # gradfix-magic: torch \\\n  # gradfix-magic: numpy\n" in source
+    assert ":\n    pass  # gradfix-magic: !nvidia-smi\n" in source
+    assert ":\n    pass  # gradfix-magic: %time torch.ones(2)\n    x = 1\n" in source
+    compile(source, "nb", "exec")
+    assert notebook.with_source(notebook.source) == data
+
+
+def test_a_fix_keeps_continued_shell_lines_and_magics_that_are_a_whole_block():
+    setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
+    magics = "!pip install \\\n    torch\nif torch.cuda.is_available():\n    !nvidia-smi\n"
+    original = notebook_of(setup, magics, "loss = " + training.split("\nfor ")[0], "for " + training.split("\nfor ", 1)[1])
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    assert [f.code for f in report.fixed] == ["GF003"] and not report.findings and not report.errors
+    cells = json.loads(report.rewritten)["cells"]
+    assert "".join(cells[2]["source"]) == magics
+    assert code_of(report.rewritten).replace(magics, "").split() == HOISTED.joinpath("after.py").read_text().split()
+
+
 def test_findings_are_placed_by_cell_and_messages_name_cells():
     report = check_source(hoisted_notebook(), all_rules(), path="train.ipynb")
     [finding] = report.findings
