@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ..checker import check_source
-from ..engine import FileReport, FixMode, unified_diff
+from ..engine import FileReport, FixMode, unified_diff, unreadable_kind
 from ..registry import all_rules
 from ..rule import FixKind, Rule
 from .runner import RunOptions, RunResult, ScriptRunner
@@ -79,7 +79,9 @@ class BadFixture(ValueError):
 
 
 def discover(roots: Iterable[str | Path]) -> list[FixtureCase]:
-    """Fixture cases under ``roots``: a folder of rule folders, a rule folder or a case folder."""
+    """Fixture cases under ``roots``: a folder of rule folders, a rule folder or a case folder.
+    ``BadFixture`` for a script that is not a regular file (a FIFO would block the read, a device
+    would never end it)."""
     rules = {rule.NAME: rule for rule in all_rules()}
     cases = []
     for root in map(Path, roots):
@@ -90,6 +92,10 @@ def discover(roots: Iterable[str | Path]) -> list[FixtureCase]:
             rule = rules.get(directory.parent.name)
             if rule is None:
                 raise BadFixture(f"{directory}: its parent folder names no rule (one of {', '.join(sorted(rules))})")
+            for script in sorted(directory.glob("*.py")):  # each is read, and may be run
+                problem = unreadable_kind(script)
+                if problem:
+                    raise BadFixture(f"{script}: {problem}")
             kind = {"before.py": "pair", "ok.py": "ok", "reported.py": "reported"}[marker.name]
             if kind == "pair" and not (directory / "after.py").is_file():
                 raise BadFixture(f"{directory}: before.py has no after.py beside it")
