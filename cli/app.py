@@ -516,9 +516,9 @@ def diagnose(
     )
     from gradfix.codemods.execution.diagnose import notebook_as_script
 
-    if not is_notebook(str(script)):
-        _diagnose_script(script, None, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
-    try:
+    try:  # a fix is not written over a file edited while the script ran
+        if not is_notebook(str(script)):
+            _diagnose_script(script, None, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
         with notebook_as_script(script) as (runnable, notebook):
             _diagnose_script(runnable, notebook, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
     except (NotebookError, engine.FileChanged) as error:

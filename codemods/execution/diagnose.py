@@ -105,13 +105,15 @@ def notebook_as_script(path: Path) -> Iterator[tuple[Path, Notebook]]:
 def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: Notebook | None = None) -> Diagnosis:
     """Run ``script`` with anomaly detection within ``options``' bounds, and explain its failure or
     the silent bug it shows. Raises ``SourceError`` before running anything when the script cannot
-    be parsed. ``notebook`` is the notebook ``script`` was made from, if any."""
+    be parsed, and after a run during which the script was edited. ``notebook`` is the notebook
+    ``script`` was made from, if any."""
     source = script.read_bytes()
     analysis = FileAnalysis(parse_source(source, str(script)))
     findings = [replace(v.finding, path=str(script)) for v in find_violations(analysis, all_rules())]
     last_batch = [f for f in findings if isinstance(rule_by_code(f.code).SYMPTOM, LastBatchOnly)]
     counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
     run = runner.run(script, replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted))))
+    _refuse_if_changed(script, source)
     diagnosis = Diagnosis(script, source, analysis, run, notebook=notebook)
     if diagnosis.second_backward:
         _explain_error(analysis, findings, diagnosis)
@@ -119,6 +121,7 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
         # Counting live graph nodes scans the heap at every step: only a run that did not fail
         # can show a silent bug, so only then is it run again, measured.
         measured = runner.run(script, replace(options, measure_graphs=True))
+        _refuse_if_changed(script, source)
         diagnosis.run = replace(run, live_graph_nodes=measured.live_graph_nodes) if measured.succeeded else run
         _measure_silent_bugs(analysis, findings, last_batch, diagnosis)
     if diagnosis.finding is not None and diagnosis.finding.fix is not None:
@@ -126,6 +129,17 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
         report = check_source(source, [diagnosis.rule], mode, str(script))
         diagnosis.fix = report if report.changed else None
     return diagnosis
+
+
+def _refuse_if_changed(script: Path, source: bytes) -> None:
+    """Raise ``SourceError`` when ``script`` no longer holds ``source``: the run's lines would be
+    matched to the lines of code that is not what ran."""
+    try:
+        unchanged = script.read_bytes() == source
+    except OSError:  # removed meanwhile
+        unchanged = False
+    if not unchanged:
+        raise SourceError(f"{script}: changed while gradfix ran it; run diagnose again")
 
 
 def _explain_error(analysis: FileAnalysis, findings: list[Finding], diagnosis: Diagnosis) -> None:
