@@ -8,8 +8,11 @@ from __future__ import annotations
 import ast
 import contextlib
 import gc
+import io
+import keyword
 import re
 import sys
+import tokenize
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -20,13 +23,18 @@ from libcst import CSTNode
 
 from .analysis import FileAnalysis, ProjectSummaries
 from .edits import apply_fixes, compatible
-from .engine import FileReport, FixMode, SourceError, decoded, prefiltered_report
+from .engine import FileReport, FixMode, SourceError, decoded, prefiltered_report, skips_parse
 from .finding import Finding
 from .notebook import Notebook, NotebookError, is_notebook
 from .rule import Rule, Violation
 from .skeleton import Skeleton, build_skeleton
 
 MAX_FIX_ROUNDS = 5
+# LibCST's native parser recurses on the C stack at each level of the tree it builds: some
+# thousands of levels (a sum of 12,000 terms, a long `a and b and …` or `elif` chain) overflow
+# it, which kills the process (SIGSEGV), and its parse takes seconds long before that. Python's
+# own analysis of such a tree would give up anyway (its recursion limit is 1,000 frames).
+NESTING_LIMIT = 1000
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 
 
@@ -44,12 +52,14 @@ def check_file(
 
 def parse_source(data: bytes, path: str) -> cst.Module:
     """Parse a file's bytes, or raise ``SourceError`` saying why it cannot be."""
-    decoded(data, path)
+    text, _ = decoded(data, path)
+    _refuse_deep_nesting(text, path)
     return _parsed(data, path)
 
 
 def _parsed(data: bytes, path: str) -> cst.Module:
-    """Parse bytes known to be text, or raise ``SourceError`` saying why they cannot be."""
+    """Parse bytes known to be text and not nested too deep, or raise ``SourceError`` saying why
+    they cannot be."""
     try:
         return parse_trusted(data)
     except cst.ParserSyntaxError as error:
@@ -120,8 +130,11 @@ def _check_python(
 ) -> FileReport:
     report = FileReport(path, original=data)
     try:
-        skeleton = build_skeleton(*decoded(data, path))
-        if skeleton is not None and _skeleton_finds_nothing(report, skeleton, data, rules, project):
+        text, encoding = decoded(data, path)
+        skeleton = build_skeleton(text, encoding)
+        if skeleton is None:
+            _refuse_deep_nesting(text, path)
+        elif _skeleton_finds_nothing(report, skeleton, data, rules, project):
             return report
         module = _parsed(data, path)
     except SourceError as error:
@@ -145,15 +158,104 @@ def _skeleton_finds_nothing(
     would find in LibCST's tree of it; the report then takes the file's exports. Anything else (a
     finding, an error of the analysis) is for the full check.
     The first finding settles it, before any ``# noqa`` is read: a skeleton's lines are not the
-    file's, so only the full check can tell which comment silences which finding."""
+    file's, so only the full check can tell which comment silences which finding.
+    The skeleton's tree is LibCST's, and the analysis walks it by recursion: a tree too deep for
+    that raises ``SourceError`` before LibCST's parse, which would recurse as deep on the C stack
+    (a tree the analysis walked is not deeper than Python's recursion limit)."""
     try:
         analysis = FileAnalysis(skeleton.module, project, data, skeleton.python_tree)
         if any(True for rule in rules for _ in rule(analysis).violations()):
             return False
         report.exports, report.imports = analysis.exports(), analysis.imports()
+    except RecursionError as error:
+        raise SourceError(f"{report.path}: too deeply nested to analyse ({type(error).__name__})") from None
     except Exception:  # the full check meets the same error in the analysis, and reports it
         return False
     return True
+
+
+def _refuse_deep_nesting(text: str, path: str) -> None:
+    """Raise ``SourceError`` for code that may nest deeper than ``NESTING_LIMIT``."""
+    line = _line_nested_deeper_than(text, NESTING_LIMIT)
+    if line is not None:
+        raise SourceError(f"{path}:{line}: too deeply nested to parse (more than {NESTING_LIMIT} levels)")
+
+
+def _line_nested_deeper_than(text: str, limit: int) -> int | None:
+    """The first line of the first statement whose depth in LibCST's tree of ``text`` may exceed
+    ``limit``, or None. Counted as at least that depth: in a statement, each operator, keyword,
+    string and bracket may add a level to the element (of those commas separate) it is in; each
+    block adds a few, and so does each ``elif`` of a chain, nested in the one before. The count
+    stops at a token Python's tokenizer rejects (syntax newer than this Python that LibCST reads,
+    such as an f-string in the quotes of the f-string it is in, is not counted past it)."""
+    blocks, statement_line, elifs = 0, 0, {}  # elifs: the length of the chain at each column
+    brackets = [_Element()]
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    try:
+        for kind, string, start, _, _ in tokens:
+            if kind == tokenize.NAME:
+                if not statement_line:
+                    statement_line, column = start
+                    elifs = {c: n for c, n in elifs.items() if c < column or c == column and string in ("elif", "else")}
+                    if string == "elif":
+                        elifs[column] = elifs.get(column, 0) + 1
+                elif string in _KEYWORDS:
+                    brackets[-1].levels += 1
+            elif kind == tokenize.OP or kind == tokenize.STRING:
+                statement_line = statement_line or start[0]
+                if string in "([{":
+                    brackets[-1].levels += 1
+                    brackets.append(_Element())
+                elif string in ")]}" and len(brackets) > 1:
+                    inner = _closed(brackets[-1:])
+                    brackets.pop()
+                    brackets[-1].inner = max(brackets[-1].inner, inner)
+                elif string == ",":
+                    brackets[-1].end()
+                elif string == ";":
+                    if 3 * blocks + sum(elifs.values()) + _closed(brackets) > limit:
+                        return statement_line
+                    brackets = [_Element()]
+                else:
+                    brackets[-1].levels += 1
+            elif kind == tokenize.NEWLINE or kind == tokenize.ENDMARKER:
+                if 3 * blocks + sum(elifs.values()) + _closed(brackets) > limit:
+                    return statement_line
+                brackets, statement_line = [_Element()], 0
+            elif kind == tokenize.INDENT:
+                blocks += 1
+            elif kind == tokenize.DEDENT:
+                blocks -= 1
+    except (tokenize.TokenError, SyntaxError):
+        if 3 * blocks + sum(elifs.values()) + _closed(brackets) > limit:
+            return statement_line or 1
+    return None
+
+
+_KEYWORDS = frozenset(keyword.kwlist)
+
+
+class _Element:
+    """The levels counted so far in one element of an open bracket (or of a statement)."""
+
+    def __init__(self) -> None:
+        self.levels = 0  # tokens of the element itself
+        self.inner = 0  # the deepest bracket it holds
+        self.deepest = 0  # the deepest element before it in the same bracket
+
+    def end(self) -> None:
+        self.deepest = max(self.deepest, self.levels + self.inner)
+        self.levels = self.inner = 0
+
+
+def _closed(brackets: list[_Element]) -> int:
+    """The depth of the outermost of ``brackets``, closing every one still open."""
+    inner = 0
+    for element in reversed(brackets):
+        element.inner = max(element.inner, inner)
+        element.end()
+        inner = element.deepest
+    return inner
 
 
 def _check_notebook(
@@ -170,8 +272,9 @@ def _check_notebook(
     if not notebook.is_python:
         return report
     # The JSON may mention a backward only in outputs or markdown: the cells' code is prefiltered too.
-    checked = prefiltered_report(notebook.source, path, project)
-    if checked is None:
+    if skips_parse(notebook.source, project):
+        checked = FileReport(path, original=notebook.source, prefiltered=True)
+    else:
         checked = _check_python(notebook.source, rules, mode, path, project)
     report.prefiltered = checked.prefiltered
     report.errors = [_error_in_cells(notebook, error) for error in checked.errors]
@@ -247,8 +350,18 @@ def _fix_until_stable(
         violations = find_violations(rewritten, rules)
     report.findings = [replace(v.finding, path=path) for v in violations]
     report.fixed = [replace(f, path=path) for f in report.fixed]
+    data = _final_line_endings_kept(report.original, data)
     if report.fixed and data != report.original:
         report.rewritten = data
+
+
+def _final_line_endings_kept(original: bytes, rewritten: bytes) -> bytes:
+    """``rewritten`` ending as ``original`` does. LibCST's code of a module drops the last
+    character of a file that ends with a carriage return alone (``b"x = 1\\r"`` comes back as
+    ``b"x = 1"``), at each parse."""
+    if not original.endswith(b"\r"):
+        return rewritten
+    return rewritten.rstrip(b"\r") + original[len(original.rstrip(b"\r")):]
 
 
 def _compile_error(analysis: FileAnalysis, path: str) -> SyntaxError | None:
