@@ -37,9 +37,10 @@ def method_api(
 
     ``x.backward(arg)``: a tensor's first argument is its gradient, a wrapper's (an optimizer
     wrapper, a criterion) is the tensor. It is the tensor's own backward when ``x`` may carry a
-    graph or ``arg`` is proved to carry none (nothing without a graph can be backwarded); a
-    wrapper's when ``x`` is an object gradfix knows (an optimizer, a framework object, an instance
-    of the file's own class); otherwise gradfix cannot tell, and the row says it guessed."""
+    graph and ``arg`` does not (``receiver_has_graph``), or ``arg`` is proved to carry none
+    (nothing without a graph can be backwarded); a wrapper's when ``x`` is an object gradfix knows
+    (an optimizer, a framework object, an instance of the file's own class); otherwise gradfix
+    cannot tell, and the row says it guessed."""
     if method == "manual_backward" and call.args:
         return LIGHTNING_MANUAL_BACKWARD if in_lightning_module or receiver_framework else WRAPPER_BACKWARD
     if method != "backward" or receiver_is_module_import and not receiver_framework:

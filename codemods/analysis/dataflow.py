@@ -790,7 +790,7 @@ class DataflowAnalysis:
                     method,
                     node,
                     self.names.framework(func.value),
-                    receiver.graph and not self._names_an_object(func.value),
+                    receiver.graph and not self._names_an_object(func.value) and not any(v.graph for v in passed[:1]),
                     class_name in self.names.lightning_classes,
                     self.names.is_imported_module(func.value),
                     receiver_is_an_object=self._names_an_object(func.value) or self.names.instance_class(func.value, class_name) is not None,
@@ -860,10 +860,11 @@ class DataflowAnalysis:
                 structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN
                 return Value(element.graph, element.origins, structure, graphless=element.graphless)
         # An unknown function of graph-carrying values (a loss function, a helper) is differentiable
-        # in all code we have seen; passing a module in makes its result depend on parameters.
-        # A class built around a module (an optimizer, a wrapper) is an object, not such a result.
+        # in all code we have seen; passing a module in makes its result depend on parameters (or
+        # it is an object built around the module, an optimizer, a wrapper: the analysis cannot
+        # tell, and nothing is rewritten on what ``x.backward(arg)`` of such a value backwards).
         module_arguments = [self.names.module(a, class_name) for a in arguments]
-        if any(m is not None and m.trainable for m in module_arguments) and not _names_a_class(func):
+        if any(m is not None and m.trainable for m in module_arguments):
             values.append(LEAF)
         self._eval(func, env)
         return combine(values, self._origin(node), UNKNOWN, known_operation=False)
@@ -930,6 +931,7 @@ class DataflowAnalysis:
             self.names.module(node, self._scope.class_name) is not None
             or self.names.framework(node) is not None
             or dotted_name(node) in self.names.optimizers
+            or dotted_name(node) in self.names.objects
         )
 
     def _is_no_grad(self, node: cst.BaseExpression) -> bool:
@@ -1111,12 +1113,6 @@ def _narrowed(test: cst.BaseExpression, env: Env) -> tuple[Env, Env]:
             none_side = then_env if isinstance(operator, cst.Is) else else_env
             none_side[name] = Value(structure=NONE)
     return then_env, else_env
-
-
-def _names_a_class(func: cst.BaseExpression) -> bool:
-    """``GeminiAdamOptimizer``, ``wrappers.EMA``: a CamelCase name, as Python's style names classes."""
-    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-    return name[:1].isupper() and any(c.islower() for c in name)
 
 
 def _turns_off(call: cst.Call) -> bool:

@@ -61,6 +61,8 @@ FRAMEWORK_TUPLE_CONSTRUCTORS = {"deepspeed.initialize": "deepspeed"}
 
 # Methods that mark a receiver as an nn.Module wherever they are called on it.
 _MODULE_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "modules", "children"}
+# Methods of optimizers (and their wrappers) that no tensor has.
+_OPTIMIZER_ONLY_METHODS = {"zero_grad", "step", "add_param_group"}
 # Methods that return the module they are called on.
 _MODULE_RETURNING = {"to", "cuda", "cpu", "double", "float", "half", "train", "eval", "requires_grad_"}
 
@@ -132,6 +134,9 @@ class TorchNames:
     stored_values: set[str] = field(default_factory=set)
     leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
     optimized_leaves: set[str] = field(default_factory=set)  # those an optimizer is given (``SGD([image])``)
+    # Objects that are no tensors by what the program calls on them (``x.zero_grad()``, ``x.step()``:
+    # a tensor has neither method): an optimizer or a wrapper of one, whatever class built it.
+    objects: set[str] = field(default_factory=set)
 
     def framework(self, node: cst.CSTNode) -> str | None:
         """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
@@ -461,6 +466,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
             # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
             # parameters require grad already), such as an input it optimizes
             self.names.leaf_tensors.add(func.value.value)
+        if isinstance(func, cst.Attribute) and func.attr.value in _OPTIMIZER_ONLY_METHODS:
+            name = dotted_name(func.value)
+            if name is not None:
+                self.names.objects.add(name)
         if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
             name = dotted_name(func.value)
             if name is None:
