@@ -82,6 +82,14 @@ def test_a_file_that_does_not_parse_is_an_error_even_when_it_never_backwards(tmp
     assert gradfix.check("def f(:\n", path="s.py").errors == ("s.py:1: cannot parse: invalid syntax",)
 
 
+def test_a_notebook_that_spells_its_backward_with_a_json_escape_is_checked(tmp_path):
+    text = notebook([code_cell((PAIR / "before.py").read_text())]).replace("backward", "\\u0062ackward")
+    assert "backward" not in text
+    (tmp_path / "train.ipynb").write_text(text)
+    result = cli("check", tmp_path)
+    assert result.exit_code == 1 and ":cell 1:19:5: GF002 " in result.stdout
+
+
 def test_syntax_newer_than_this_python_is_not_an_error_where_nothing_backwards(tmp_path):
     (tmp_path / "generic.py").write_bytes(b"def first[T](items: list[T]) -> T:\n    return items[0]\n")
     result = cli("check", tmp_path / "generic.py")
@@ -181,6 +189,8 @@ def test_a_file_and_a_link_to_it_in_one_tree_are_fixed_once(tmp_path):
     (tmp_path / "train.py").write_bytes(BEFORE)
     (tmp_path / "alias.py").symlink_to("train.py")
     os.link(tmp_path / "train.py", tmp_path / "hard.py")
+    checked = cli("check", tmp_path)
+    assert [line.split(":")[0] for line in checked.stdout.splitlines()] == [str(tmp_path / "hard.py")]
     result = cli("fix", tmp_path)
     assert result.exit_code == 0, result.output
     assert "Fixed 1 finding(s) in 1 file(s)" in result.stderr
