@@ -6,8 +6,8 @@ keeps its numbers, a raising one runs once a fix of the error was made (with the
 
 The seeds cover every part of the grammar at least twice (``benchmarks/fuzz_independent.py
 --sample`` picks them again when the grammar changes), with the seeds of defects the benchmark's
-larger runs found. A seed that shows a known defect is marked xfail with the rule and the defect:
-it flips to a failure (strict) when the defect is fixed, and its mark goes.
+larger runs found (GF006 on a module trained by hand or by an optimizer that reuses another's name,
+GF009 on a recurrent state kept on ``self`` or in a global of the step function).
 """
 
 from __future__ import annotations
@@ -25,39 +25,9 @@ COVERING = (
     632, 693, 744, 1038, 1083, 1086, 1149, 1267, 1278, 1286, 1524, 1663, 1894, 1994, 2037, 2097, 2466, 2615,
     2786, 2972, 2987, 3062, 3360, 3363, 3494, 3587, 3761,
 )  # fmt: skip
-FOUND_BY_THE_LARGE_RUN = (132, 1202)  # defects the covering seeds do not show in these shapes
+FOUND_BY_THE_LARGE_RUN = (132, 1202)  # defects (since fixed) the covering seeds do not show in these shapes
 SAMPLE = COVERING + FOUND_BY_THE_LARGE_RUN
-_GF006_ANOTHER_OPTIMIZER = (
-    "GF006: detaches a value built by a module that trains, as if it were a constant of training, when another "
-    "section of the file builds a torch optimizer and this module is trained {}; "
-)
-_GF009_KEPT_STATE = (
-    "GF009: drops retain_graph=True from full backpropagation through time (one step after the loop) whose "
-    "hidden state {}; the next iteration's backward walks the freed graph and raises"
-)
-KNOWN_DEFECTS = {
-    132: _GF006_ANOTHER_OPTIMIZER.format("by an optimizer that reuses that one's name, over "
-                                         "list(student.parameters()) + list(teacher.parameters())")
-    + "the teacher stops training (its parameters differ from the retain_graph=True run)",
-    147: _GF009_KEPT_STATE.format("a module keeps on self (self.hidden = self.cell(x, self.hidden))"),
-    744: _GF009_KEPT_STATE.format("crosses iterations through a global of the step function the loop calls"),
-    1202: _GF006_ANOTHER_OPTIMIZER.format("by hand (parameter -= 0.05 * parameter.grad)")
-    + "the model's prediction is detached and its loss has no graph to backward",
-    1994: _GF009_KEPT_STATE.format("starts from a learned h0 and crosses iterations through a global of the step "
-                                   "function the loop calls"),
-    2972: _GF006_ANOTHER_OPTIMIZER.format("by hand (parameter -= 0.05 * parameter.grad)")
-    + "a learned initial state (hidden = h0.expand(...)) is detached and h0 stops training",
-    3494: _GF009_KEPT_STATE.format("a module keeps on self, in a trainer class"),
-}
-
-
-def _seeds():
-    for seed in SAMPLE:
-        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_DEFECTS[seed])] if seed in KNOWN_DEFECTS else []
-        yield pytest.param(seed, marks=marks, id=f"seed{seed}")
-
-
-@pytest.mark.parametrize("seed", _seeds())
+@pytest.mark.parametrize("seed", SAMPLE, ids=[f"seed{seed}" for seed in SAMPLE])
 def test_fixes_keep_what_the_generated_program_computes(seed, runs, tmp_path):
     program = generate(seed)
     judgement = judge(program, runs.runner, tmp_path)

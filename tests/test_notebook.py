@@ -188,5 +188,5 @@ def test_a_real_course_notebook_keeps_every_batch_graph_in_its_epoch_loss():
     [fixed] = report.fixed
     assert (fixed.code, fixed.cell, fixed.line) == ("GF007", 4, 17)
     cells = json.loads(report.rewritten)["cells"]
-    assert cells[3]["source"][16] == "        train_loss += loss.item()\n"
+    assert cells[3]["source"][16] == "        train_loss += loss.detach()\n"
     assert cells[4]["source"][0] == "%%time\n"

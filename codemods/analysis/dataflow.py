@@ -251,6 +251,7 @@ class DataflowAnalysis:
         # ``model.rnn`` for ``model.rnn.hidden``): assigning ``model`` forgets what was known of the
         # chains under it without scanning every name of the environment.
         self._attributes_of: dict[str, list[str]] = {}
+        self._globals_declared: dict[cst.CSTNode, frozenset[str]] = {}
         for attribute in dict.fromkeys(dotted_name(a) for a in tree.findall(module, cst.Attribute)):
             parts = attribute.split(".") if attribute is not None else ()
             for end in range(1, len(parts)):
@@ -280,6 +281,8 @@ class DataflowAnalysis:
         self.loops: dict[LoopNode, Loop] = {}
         self.statement_loops: dict[cst.CSTNode, tuple[Loop, ...]] = {}
         self.forward_results: dict[str, Structure] = {}  # what calling a local nn.Module returns
+        # Local module classes whose methods keep a graph on ``self`` for the next call.
+        self.stateful_classes: set[str] = set()
         self.returned: dict[cst.FunctionDef, Value] = {}
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
         self.read_values: dict[cst.Name, Value] = {}  # what each name read held (in a loop: its last pass)
@@ -337,6 +340,10 @@ class DataflowAnalysis:
         end = self._run_scope(Scope(node, class_name, called_repeatedly), node.body.body, start)
         if called_repeatedly and node.name.value == "forward":
             self.forward_results[class_name] = self.loops[node].returned.structure
+        if called_repeatedly and any(
+            name.startswith("self.") and value.origins for name, value in self.loops[node].back_edge.items()
+        ):
+            self.stateful_classes.add(class_name)
         self._summarize(node, class_name)
         return end
 
@@ -651,6 +658,8 @@ class DataflowAnalysis:
         name = dotted_name(target)
         if name is None:
             return
+        if name in self._declared_global(self._scope.node):
+            self._escape([value])  # the next call of the function reads it again
         if isinstance(target, cst.Attribute) and target.attr.value == "data":
             value = value.without_graph()  # what is written to .data is never recorded
         for key in self._attributes_of.get(name, ()):
@@ -756,6 +765,24 @@ class DataflowAnalysis:
         return replace(base, structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
 
     def _eval_call(self, node: cst.Call, env: Env) -> Value:
+        value = self._call_value(node, env)
+        if value.graph and self._called_class(node.func) in self.stateful_classes:
+            self._escape([value])  # the object keeps part of this graph for its next call
+        return value
+
+    def _called_class(self, func: cst.BaseExpression) -> str | None:
+        """The file's own class whose instance (or method) a call runs: ``model(x)``, ``model.step(x)``."""
+        class_name = self._scope.class_name
+        for receiver in (func, func.value) if isinstance(func, cst.Attribute) else (func,):
+            instance = self.names.instance_class(receiver, class_name)
+            module = self.names.module(receiver, class_name)
+            if instance is not None:
+                return instance
+            if module is not None and module.is_local:
+                return module.class_name
+        return None
+
+    def _call_value(self, node: cst.Call, env: Env) -> Value:
         func = node.func
         arguments = [arg.value for arg in node.args]
         class_name = self._scope.class_name
@@ -924,6 +951,19 @@ class DataflowAnalysis:
         ):
             return False
         return self.names.module(func, self._scope.class_name) is None
+
+    def _declared_global(self, scope: cst.CSTNode) -> frozenset[str]:
+        """The names a function declares ``global`` or ``nonlocal``."""
+        declared = self._globals_declared.get(scope)
+        if declared is None:
+            statements = (
+                [*self._tree.findall(scope.body, cst.Global), *self._tree.findall(scope.body, cst.Nonlocal)]
+                if isinstance(scope, cst.FunctionDef)
+                else []
+            )
+            declared = frozenset(name.name.value for statement in statements for name in statement.names)
+            self._globals_declared[scope] = declared
+        return declared
 
     def _names_an_object(self, node: cst.BaseExpression) -> bool:
         """A module, an optimizer or a framework object: never a graph, whatever it is built from."""

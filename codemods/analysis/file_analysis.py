@@ -195,9 +195,14 @@ class FileAnalysis:
         by ``accelerator.prepare`` / ``fabric.setup``); None when an optimizer's parameters are not
         known, so no module can be said to stay untrained."""
         names = self.names
-        if not names.optimizers or names.optimizers - names.optimized_modules.keys() or names.optimizers_of_unknown_parameters:
+        if (
+            not names.optimizers
+            or names.optimizers - names.optimized_modules.keys()
+            or names.optimizers_of_unknown_parameters
+            or names.updated_by_hand
+        ):
             return None
-        return set().union(*names.optimized_modules.values())
+        return set().union(*names.optimized_modules.values(), names.manually_trained)
 
     def untrained_graph(self, statements: Sequence[cst.CSTNode]) -> bool:
         """Whether ``statements`` build their graph only from modules no optimizer updates (a

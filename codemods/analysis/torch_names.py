@@ -137,6 +137,9 @@ class TorchNames:
     # Objects that are no tensors by what the program calls on them (``x.zero_grad()``, ``x.step()``:
     # a tensor has neither method): an optimizer or a wrapper of one, whatever class built it.
     objects: set[str] = field(default_factory=set)
+    manually_trained: set[str] = field(default_factory=set)  # modules whose parameters the program updates itself
+    # Tensors updated by hand from their gradients (``w -= lr * w.grad``) whose module gradfix cannot name.
+    updated_by_hand: bool = False
 
     def framework(self, node: cst.CSTNode) -> str | None:
         """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
@@ -212,6 +215,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._frozen_names: set[str] = set()
         self._frozen_classes: set[str] = set()
         self._functions: list[cst.FunctionDef] = []
+        self._by_parameter_loops: set[int] = set()  # updates inside ``for p in model.parameters():``
         self._callables: dict[str, cst.FunctionDef] = {}  # module-level function, or class -> its __init__
         # (name, callee, position, keyword, the function passing it): names passed to the file's own
         # functions and classes, stored only if the callee stores (or passes on) the parameter.
@@ -432,6 +436,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             chosen = elements
             modules = self._optimized_modules(value.args[0].value) if value.args and method != "optimizers" else None
             updated = {dotted_name(e): modules for e in chosen} if modules is not None else {}
+            if modules is None:  # (a name bound again to an optimizer of unknown parameters)
+                self.names.optimizers_of_unknown_parameters.update(n for n in map(dotted_name, chosen) if n is not None)
         elif method in _HANDING_BACK:
             passed = [dotted_name(arg.value) for arg in value.args if arg.keyword is None]
             chosen = [e for e, p in zip(elements, passed) if p in self.names.optimizers]
@@ -443,7 +449,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
         else:
             return
         self.names.optimizers.update(name for name in map(dotted_name, chosen) if name is not None)
-        self.names.optimized_modules.update((k, v) for k, v in updated.items() if k is not None)
+        for name, modules in updated.items():
+            if name is not None:  # a name bound to several optimizers: each of them trains
+                self.names.optimized_modules.setdefault(name, set()).update(modules)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -460,6 +468,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._note_stored(arg.value)
         if method_called(node) == "add_param_group":
             self._add_parameter_group(node)
+        if _changes_in_place(node):
+            for arg in node.args:
+                self._note_update_by_hand(node, func.value, arg.value)
         if method_called(node) == "requires_grad_" and len(node.args) == 1 and is_name(node.args[0].value, "False"):
             self._freeze(func.value)  # vgg.requires_grad_(False)
         elif method_called(node) == "requires_grad_" and isinstance(func.value, cst.Name):
@@ -478,6 +489,17 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.self_modules.setdefault(self._classes[-1], {}).setdefault(name[5:], ModuleInfo(""))
             elif not name.startswith("self."):
                 self.names.modules.setdefault(name, ModuleInfo(""))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._note_update_by_hand(node, node.target, node.value)
+
+    def _note_update_by_hand(self, node: cst.CSTNode, written: cst.BaseExpression, value: cst.CSTNode) -> None:
+        """``w -= lr * w.grad``, ``p.data.add_(p.grad, alpha=-lr)``: a tensor trained by hand."""
+        name = dotted_name(written.value if isinstance(written, cst.Attribute) and written.attr.value == "data" else written)
+        if name is None or id(node) in self._by_parameter_loops:
+            return
+        if any(dotted_name(a.value) == name for a in self._tree.findall(value, cst.Attribute) if a.attr.value == "grad"):
+            self.names.updated_by_hand = True
 
     def _note_stored(self, value: cst.BaseExpression) -> None:
         """Names that ``value`` hands over as they are (not called, not read through a method)."""
@@ -551,13 +573,24 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     # frozen modules ----------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
-        """``for p in vgg.parameters(): p.requires_grad = False``."""
-        if method_called(node.iter) != "parameters" or not isinstance(node.target, cst.Name):
+        """``for p in vgg.parameters(): p.requires_grad = False`` freezes a module; ``for p in
+        model.parameters(): p -= lr * p.grad`` (or ``p.data.add_(...)``) trains it by hand."""
+        if method_called(node.iter) not in _PARAMETER_METHODS:
             return
-        variable = node.target.value
+        target = node.target.elements[-1].value if isinstance(node.target, cst.Tuple) and node.target.elements else node.target
+        variable = dotted_name(target)  # (``for name, p in model.named_parameters()``)
+        if variable is None:
+            return
+        owner = dotted_name(node.iter.func.value)
         for assign in self._tree.findall(node.body, cst.Assign, lambda assign: is_name(assign.value, "False")):
             if any(dotted_name(t.target) == f"{variable}.requires_grad" for t in assign.targets):
                 self._freeze(node.iter.func.value)
+        self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.AugAssign)))
+        self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.Call, _changes_in_place)))
+        written = [dotted_name(a.target) for a in self._tree.findall(node.body, cst.AugAssign)]
+        written += [dotted_name(c.func.value) for c in self._tree.findall(node.body, cst.Call) if _changes_in_place(c)]
+        if owner is not None and any(w in (variable, f"{variable}.data") for w in written):
+            self.names.manually_trained.add(owner)
 
     def _freeze(self, owner: cst.BaseExpression) -> None:
         name = dotted_name(owner)
@@ -606,6 +639,12 @@ _HANDING_BACK = {"prepare", "setup", "setup_optimizers", "prepare_optimizer"}  #
 _PARAMETER_METHODS = {"parameters", "named_parameters"}
 
 
+
+
+def _changes_in_place(call: cst.Call) -> bool:
+    """``p.sub_(...)``, ``p.data.add_(...)``: a tensor method that writes into its receiver."""
+    method = method_called(call)
+    return method is not None and method.endswith("_") and not method.startswith("_")
 
 
 def _is_optimizer_class(qualified: str) -> bool:
