@@ -494,7 +494,7 @@ def diagnose(
     ] = 1,
     pass_env: Annotated[
         Optional[List[str]],
-        typer.Option("--pass-env", help="Keep this environment variable although its name looks like a secret (repeatable).", show_default=False),
+        typer.Option("--pass-env", help="Pass this environment variable to the script too (it gets an allow-list of the environment; repeatable).", show_default=False),
     ] = None,
 ) -> None:
     """Run a training script for a few steps with autograd anomaly detection; when it fails with
