@@ -30,6 +30,7 @@ from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
 from .tree import SyntaxTree
 from .values import (
     CONSTANT,
+    DISTRIBUTION,
     EMPTY,
     LEAF,
     NONE,
@@ -59,6 +60,8 @@ _NON_GRAPH_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device", "requires_g
 _NUMBER_LIBRARIES = ("math.", "numpy.", "random.", "statistics.")
 # (not ``round``: ``round(tensor)`` is a tensor with a graph)
 _NON_GRAPH_BUILTINS = {"float", "int", "bool", "str", "len", "print", "range", "repr", "format", "isinstance", "id", "hash"}
+# A torch distribution's samples carry no graph (``rsample`` is the differentiable one).
+_SAMPLING_METHODS = {"sample", "sample_n", "enumerate_support"}
 _CONSTANT_EXPRESSIONS = (cst.SimpleString, cst.ConcatenatedString, cst.Lambda, cst.Ellipsis)
 _CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
 _REDUCING_BUILTINS = {"sum", "max", "min"}
@@ -839,7 +842,7 @@ class DataflowAnalysis:
             receiver = self._eval(func.value, env)
             values = self._eval_all(arguments, env)
             target = dotted_name(func.value)
-            if method in _DETACHING_METHODS:
+            if method in _DETACHING_METHODS or receiver.structure is DISTRIBUTION and method in _SAMPLING_METHODS:
                 return Value(structure=TENSOR if method == "detach" else UNKNOWN, graphless=True)
             if method in BOOKKEEPING_METHODS:
                 if method == "requires_grad_" and not _turns_off(node):
@@ -922,6 +925,8 @@ class DataflowAnalysis:
     def _torch_call(self, node: cst.Call, qualified: str, values: list[Value]) -> Value:
         if qualified.rsplit(".", 1)[-1] in _CREATION_FUNCTIONS:
             return Value(structure=TENSOR, graphless=True)
+        if qualified.startswith("torch.distributions."):
+            return combine(values, self._origin(node), DISTRIBUTION)
         return combine(values, self._origin(node))
 
     def _eval_comprehension(self, node, env: Env) -> Value:

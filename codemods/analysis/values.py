@@ -108,6 +108,7 @@ EMPTY = _Named("empty")  # the items of an empty list literal: whatever is appen
 UNKNOWN = _Named("unknown")
 NONE = _Named("None")
 NUMBER = _Named("number")  # a Python int or float literal: no .detach()
+DISTRIBUTION = _Named("distribution")  # a torch.distributions object
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ class SeparateBackwards(Rule):
 
     Typical shape: one encoder output feeds two heads, or one model call returns two outputs, and
     each loss calls ``.backward()``. The first call frees the shared part of the graph, so the
-    second raises ``RuntimeError: Trying to backward through the graph a second time``. Passing
-    ``retain_graph=True`` to the first call hides the error and keeps the graph in memory.
+    second raises ``RuntimeError: Trying to backward through the graph a second time``. (With
+    ``retain_graph=True`` on every call but the last, the program runs and computes the same
+    gradients: that is left alone.)
 
     The fix backwards the sum once: ``(loss_a + loss_b).backward()``. Gradients accumulate
     additively, so this gives exactly the gradients of the separate calls (the tests check it
@@ -44,14 +45,10 @@ class SeparateBackwards(Rule):
     updates, and when different optimizers take turns (a GAN's discriminator and generator steps,
     actor-critic) each loss trains its own network: merging would remove an update, so gradfix
     only reports (the fix there is to detach the shared value, or recompute it after the step).
-    It also only reports when code between the backwards reads or clips ``.grad``, or when a
-    gradient hook (``register_hook``, a module's backward hook) or a custom autograd ``Function`` in
-    the file may see each backward's gradient on its own (a clamp of each gradient is not a clamp of
-    their sum); and it says
-    nothing when the first call keeps its graph on purpose (``retain_graph=True``) so that the
-    code between can look at each loss's gradient on its own, or because code after the merged
-    call would backward part of that graph again (a target built before the loop, with its graph,
-    that every iteration walks).
+    It also only reports when code between the backwards reads or clips ``.grad`` or calls code
+    gradfix cannot see, or when a gradient hook (``register_hook``, a module's backward hook) or a
+    custom autograd ``Function`` in the file may see each backward's gradient on its own (a clamp
+    of each gradient is not a clamp of their sum).
     """
 
     CODE = "GF002"
@@ -68,7 +65,7 @@ for x, y_reg, y_cls in loader:
     loss_reg = mse(regression_head(features), y_reg)
     loss_cls = cross_entropy(class_head(features), y_cls)
     optimizer.zero_grad()
-    loss_reg.backward(retain_graph=True)
+    loss_reg.backward()
     loss_cls.backward()
     optimizer.step()
 """
@@ -89,8 +86,8 @@ for x, y_reg, y_cls in loader:
         for group, block in self._groups():
             if any(self._kept_for_later(site, group[-1]) for site in group[:-1]):
                 continue  # the retained graph is needed later: merging would free it
-            if self.analysis.names.gradient_hooks and any(site.retain_graph is True for site in group[:-1]):
-                continue  # kept so that a hook sees each loss's gradient apart (per-loss clipping): on purpose
+            if all(site.retain_graph is True for site in group[:-1]):
+                continue  # every graph the later calls walk is kept: the program runs, and means what it says
             names = " and ".join(f"`{code_of(site.tensor)}`" for site in group)
             shared = min(self._shared_origins(group), key=self.analysis.line)
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
