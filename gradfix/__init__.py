@@ -21,3 +21,17 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'gradfix' has no attribute {name!r}")
+
+
+def load_ipython_extension(shell) -> None:
+    """``%load_ext gradfix`` in IPython or Jupyter: the 'backward through the graph a second time'
+    error is explained where it is raised (``gradfix.cli.ipython``); IPython is imported only here."""
+    from gradfix.cli import ipython
+
+    ipython.load(shell)
+
+
+def unload_ipython_extension(shell) -> None:
+    from gradfix.cli import ipython
+
+    ipython.unload(shell)
