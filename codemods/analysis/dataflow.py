@@ -588,9 +588,14 @@ class DataflowAnalysis:
         # changed, not its two or three passes again (and each of its own nested loops theirs:
         # the innermost body would be walked 2^depth times).
         back_edge: Env = dict(loop.back_edge)
+        # Names the loop only reads, whose graph a backward in it freed: the next iteration finds
+        # them freed (a forward computed once before the loop, a target cached before it).
+        freed_in_loop: set[str] = set()
         frame = _Frame(loop)
         for _ in range(_MAX_PASSES):
             head = dict(env)
+            for name in freed_in_loop:
+                head[name] = replace(head[name], freed=True)
             for name in loop.carried_names:
                 before, after = entry.get(name), back_edge.get(name)
                 if before is None and after is None:
@@ -615,8 +620,14 @@ class DataflowAnalysis:
                 self._frames.pop()
             ends = join_envs([end, *frame.continues, *frame.returns]) or {}
             new_back_edge = {name: ends[name] for name in loop.carried_names if name in ends}
-            converged = _same_graphs(new_back_edge, back_edge)
+            newly_freed = {
+                name
+                for name, value in ends.items()
+                if value.freed and name not in loop.carried_names and name in env and not env[name].freed
+            } - freed_in_loop
+            converged = _same_graphs(new_back_edge, back_edge) and not newly_freed
             back_edge = new_back_edge
+            freed_in_loop |= newly_freed
             if converged:
                 break
         loop.entry, loop.back_edge = entry, back_edge
@@ -640,14 +651,14 @@ class DataflowAnalysis:
             else:
                 items = value.structure.items if isinstance(value.structure, TupleOf) else ()
                 values = [
-                    Value(value.graph, value.origins, items[i] if len(items) == len(elements) else UNKNOWN, graphless=value.graphless)
+                    _part(value, items[i] if len(items) == len(elements) else UNKNOWN)
                     for i in range(len(elements))
                 ]
             for element, element_value, element_source in zip(elements, values, sources):
                 self._assign(element, element_value, env, element_source)
             return
         if isinstance(target, cst.StarredElement):
-            self._assign(target.value, Value(value.graph, value.origins, ListOf(UNKNOWN), graphless=value.graphless), env)
+            self._assign(target.value, _part(value, ListOf(UNKNOWN)), env)
             return
         if isinstance(target, cst.Subscript):
             name = dotted_name(target.value)
@@ -723,7 +734,7 @@ class DataflowAnalysis:
             if element.graph and loop is not None and not loop.is_call and _indexed_by(node, loop.carried_names):
                 picked = frozenset({Element(loop, node, base.origins)})
                 return Value(True, picked, element.structure, freed=base.freed)
-            return Value(base.graph, base.origins, element.structure, graphless=base.graphless)
+            return _part(base, element.structure)
         if node_type in (cst.Tuple, cst.List):
             values = self._eval_all([e.value for e in node.elements], env)
             structure: Structure = (
@@ -888,7 +899,7 @@ class DataflowAnalysis:
             if func.value in _CONTAINER_BUILTINS:
                 element = _element_of(values[0]) if values else NOTHING
                 structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN
-                return Value(element.graph, element.origins, structure, graphless=element.graphless)
+                return _part(element, structure)
         # An unknown function of graph-carrying values (a loss function, a helper) is differentiable
         # in all code we have seen; passing a module in makes its result depend on parameters (or
         # it is an object built around the module, an optimizer, a wrapper: the analysis cannot
@@ -935,7 +946,7 @@ class DataflowAnalysis:
             self._assign(clause.target, _element_of(self._eval(clause.iter, inner)), inner)
         element = self._eval(node.elt, inner)
         structure: Structure = ListOf(element.structure)
-        return Value(element.graph, element.origins, structure)
+        return _part(element, structure)
 
     def _escape(self, values: Sequence[Value]) -> None:
         """Graphs handed to code gradfix does not follow, which may backward them later."""
@@ -1181,7 +1192,13 @@ def _element_of(value: Value) -> Value:
         item = _join_structures(structure.items)
     else:
         item = TENSOR if structure is TENSOR else UNKNOWN
-    return Value(value.graph, value.origins, item, graphless=value.graphless)
+    return _part(value, item)
+
+
+def _part(value: Value, structure: Structure) -> Value:
+    """An element of ``value``, or an item unpacked from it: its graph (freed where the whole is),
+    with its own structure; not the very tensor a backward backwarded."""
+    return Value(value.graph, value.origins, structure, freed=value.freed, graphless=value.graphless)
 
 
 def _join_structures(structures) -> Structure:
