@@ -455,7 +455,8 @@ class Extension:
         # import the modules there, and a line of those that built the graph is named.
         script = Path.cwd() / f".gradfix-kernel-{os.getpid()}.py"
         try:
-            script.write_bytes(history.notebook.source)
+            with open(script, "xb") as created:  # never through a file or link already there
+                created.write(history.notebook.source)
         except OSError as error:
             raise UsageError(f"gradfix cannot write the script it runs in the working folder: {error}") from None
         searched = None
@@ -596,5 +597,5 @@ def _offered(proposal: Proposal) -> list[str]:
         diff = difflib.unified_diff(before, after, f"In [{n}]", f"In [{n}], fixed")
         lines.append("".join(diff).rstrip("\n"))
     flags = "" if proposal.safe else " --unsafe-fixes"
-    lines.append(f"  `%gradfix fix{flags}` in a new cell turns it into the fixed code, to run.")
+    lines.append(f"  `%gradfix fix{flags}` in a new cell turns it into the fixed code (in a terminal: the next input), to run.")
     return lines

@@ -216,3 +216,12 @@ def test_diagnose_runs_the_cells_elsewhere_and_its_proven_fix_runs_in_the_kernel
     assert fixed_code == f"# In [2], fixed by gradfix\n{fixed_definitions}\n\n# In [{n}]\n{EPOCHS}"
     rerun = kernel.run(fixed_code)
     assert rerun.errors == [] and rerun.stdout == "trained 2\n"
+
+    # The script is created, never written through what is already there under its name.
+    pid = kernel.run("import os\nprint(os.getpid())").stdout.strip()
+    target = kernel.folder / "notes.txt"
+    target.write_text("mine\n")
+    (kernel.folder / f".gradfix-kernel-{pid}.py").symlink_to(target)
+    refused = kernel.run("%gradfix diagnose")
+    assert "gradfix cannot write the script it runs in the working folder" in refused.stderr
+    assert target.read_text() == "mine\n"
