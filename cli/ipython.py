@@ -56,7 +56,7 @@ import sys
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -138,7 +138,7 @@ class History:
     def script_line(self, cell: int, line: int) -> int | None:
         """The line of the script that is line ``line`` of ``In [cell]``."""
         lines = range(1, self.notebook.source.count(b"\n") + 1)
-        found = bisect.bisect_left(lines, (cell + 1, line), key=lambda each: _place(self.notebook.locate(each)))
+        found = bisect.bisect_left(lines, (cell + 1, line), key=lambda each: astuple(self.notebook.locate(each)))
         if found < len(lines) and self.notebook.locate(lines[found]) == CellLine(cell + 1, line):
             return lines[found]
         return None
@@ -152,10 +152,6 @@ class History:
     def label(self, text: str) -> str:
         """``text`` with its ``line N`` of the script named as Jupyter shows the cells: ``In [3], line 2``."""
         return _CELL_LINE.sub(lambda found: f"In [{int(found.group(1)) - 1}], line", self.notebook.describe(text))
-
-
-def _place(cell_line: CellLine) -> tuple[int, int]:
-    return cell_line.cell, cell_line.line
 
 
 def _compiles(code: str) -> bool:
@@ -396,7 +392,10 @@ class Extension:
         return frames
 
     def magic(self, line: str) -> None:
-        words = shlex.split(line)
+        try:
+            words = shlex.split(line)
+        except ValueError as error:  # an unclosed quote
+            raise UsageError(f"{error}; usage:\n{USAGE}") from None
         command, options = (words[0], words[1:]) if words else ("", [])
         if command == "explain" and not options:
             self.explain_last()
