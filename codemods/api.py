@@ -36,10 +36,11 @@ class Result(Generic[Source]):
 
 
 def check(
-    source: Source, *, path: str = "<string>", select: Sequence[str] = (), ignore: Sequence[str] = ()
+    source: Source, *, path: str = "<string>", select: Sequence[str] | str = (), ignore: Sequence[str] | str = ()
 ) -> Result[Source]:
-    """The findings in ``source``, a module's code. ``select`` / ``ignore`` take rule codes or
-    prefixes (``UnknownRuleError`` for an unknown one)."""
+    """The findings in ``source``, a module's code. ``select`` / ``ignore`` take rule codes,
+    prefixes or names, as a list or one comma-separated string (``UnknownRuleError`` for an
+    unknown one)."""
     return _result(source, _report(source, path, select, ignore, FixMode.NONE))
 
 
@@ -47,8 +48,8 @@ def fix(
     source: Source,
     *,
     path: str = "<string>",
-    select: Sequence[str] = (),
-    ignore: Sequence[str] = (),
+    select: Sequence[str] | str = (),
+    ignore: Sequence[str] | str = (),
     unsafe_fixes: bool = False,
 ) -> Result[Source]:
     """``source`` with every fix applied that gradfix can prove (and, with ``unsafe_fixes``, the
@@ -57,9 +58,9 @@ def fix(
     return _result(source, _report(source, path, select, ignore, mode))
 
 
-def _report(source: str | bytes, path: str, select: Sequence[str], ignore: Sequence[str], mode: FixMode) -> FileReport:
+def _report(source: str | bytes, path: str, select: Sequence[str] | str, ignore: Sequence[str] | str, mode: FixMode) -> FileReport:
     data = source.encode("utf-8") if isinstance(source, str) else source
-    return check_source(data, select_rules(list(select), list(ignore)), mode, path)
+    return check_source(data, select_rules(select, ignore), mode, path)
 
 
 def _result(source: Source, report: FileReport) -> Result[Source]:

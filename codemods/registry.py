@@ -80,17 +80,28 @@ def rule_by_code(code: str) -> type[Rule]:
     raise UnknownRuleError(code)
 
 
-def select_rules(select: list[str] | None = None, ignore: list[str] | None = None) -> RuleSelection:
-    """The rules chosen by codes or code prefixes (``GF00`` selects GF001…GF009)."""
-
-    def matching(pattern: str) -> set[str]:
-        pattern = pattern.strip().upper()
-        chosen = {code for code in RULE_MODULES if code.startswith(pattern)}
-        if not pattern or not chosen:
+def codes_matching(patterns: Iterable[str]) -> set[str]:
+    """The codes that rule codes, code prefixes (``GF00`` is GF001…GF009) or rule names
+    (``duplicate_backward``) choose, in any case; ``UnknownRuleError`` for one that chooses none."""
+    chosen: set[str] = set()
+    for raw in patterns:
+        pattern = raw.strip()
+        found = {code for code, name in RULE_MODULES.items() if code.startswith(pattern.upper()) or name == pattern.lower()}
+        if not pattern or not found:
             raise UnknownRuleError(pattern)
-        return chosen
+        chosen |= found
+    return chosen
 
-    chosen = set(RULE_MODULES) if not select else set().union(*(matching(p) for p in select))
-    for pattern in ignore or ():
-        chosen -= matching(pattern)
-    return RuleSelection(chosen)
+
+def select_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> RuleSelection:
+    """The rules ``select`` chooses (every rule when it is empty), less those ``ignore`` chooses
+    (``codes_matching``). A string is one pattern, or several separated by commas."""
+    select, ignore = _patterns(select), _patterns(ignore)
+    chosen = codes_matching(select) if select else set(RULE_MODULES)
+    return RuleSelection(chosen - codes_matching(ignore))
+
+
+def _patterns(given: Iterable[str] | None) -> list[str]:
+    if isinstance(given, str):
+        return [pattern for pattern in given.split(",") if pattern.strip()]
+    return list(given or ())

@@ -3,6 +3,7 @@
 
 As a library: ``gradfix.check(source)`` and ``gradfix.fix(source)`` (see ``gradfix.codemods.api``)."""
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 
 try:
@@ -10,17 +11,28 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["Result", "check", "fix", "__version__"]
+# Each name and the module it is imported from on first use: `import gradfix` (the command's
+# start-up, the runner's server) stays cheap, and Ctrl-C during the command's start-up reaches its
+# handler.
+_LAZY = {
+    "Result": "gradfix.codemods.api",
+    "check": "gradfix.codemods.api",
+    "fix": "gradfix.codemods.api",
+    "Finding": "gradfix.codemods.finding",
+    "FixKind": "gradfix.codemods.finding",
+    "UnknownRuleError": "gradfix.codemods.registry",
+}
+__all__ = [*_LAZY, "__version__"]
 
 
 def __getattr__(name: str):
-    # Imported on first use: `import gradfix` (the command's start-up, the runner's server) stays
-    # cheap, and Ctrl-C during the command's start-up reaches its handler.
-    if name in ("Result", "check", "fix"):
-        from gradfix.codemods import api
-
-        return getattr(api, name)
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'gradfix' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "load_ipython_extension", "unload_ipython_extension"])
 
 
 def load_ipython_extension(shell) -> None:

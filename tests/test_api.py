@@ -40,3 +40,21 @@ def test_bad_input_is_an_error_in_the_result_not_an_exception():
     result = gradfix.fix("loss.backward(\n", path="broken.py")
     assert result.errors == ("broken.py:1: cannot parse: '(' was never closed",)
     assert result.source == "loss.backward(\n" and not result.findings
+
+
+def test_the_names_the_readme_gives_are_importable_and_listed():
+    from gradfix import Finding, FixKind, UnknownRuleError as Exported
+
+    assert Exported is UnknownRuleError and Finding.__name__ == "Finding" and FixKind.SAFE.value == "safe"
+    assert {"check", "fix", "Result", "UnknownRuleError", "Finding", "FixKind", "__version__"} <= set(dir(gradfix))
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        gradfix.nothing  # noqa: B018
+
+
+def test_select_and_ignore_take_a_string_of_codes_or_names():
+    source = (SHARED / "before.py").read_text()
+    assert [f.code for f in gradfix.check(source, select="GF002").findings] == ["GF002"]
+    assert [f.code for f in gradfix.check(source, select="GF001, separate_backwards").findings] == ["GF002"]
+    assert "GF002" not in {f.code for f in gradfix.check(source, ignore="separate_backwards").findings}
+    with pytest.raises(UnknownRuleError, match="GF999"):
+        gradfix.check(source, select="GF999")
