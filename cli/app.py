@@ -1,7 +1,8 @@
 """The ``gradfix`` command line. Parses options, calls the library, renders; no analysis here.
 
 Exit codes: 0 clean, 1 findings (``check``), changes pending / findings left (``fix``), failed
-checks (``verify``) or an error found (``diagnose``); 2 usage errors, bad input or internal errors.
+checks (``verify``) or an error found (``diagnose``); 2 usage errors, bad input or internal errors
+(an error gradfix did not foresee is one line, its traceback with ``--verbose``).
 """
 
 from __future__ import annotations
@@ -12,20 +13,21 @@ import importlib.util
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Callable, Iterator, List, NoReturn, Optional
 
 import typer
-
+from typer.core import TyperCommand
 
 from gradfix import __version__
 from gradfix.codemods import engine
 from gradfix.codemods.cache import DEFAULT_FOLDER, ReportCache
-from gradfix.codemods.config import Config, ConfigError, configs_for, project_root
-from gradfix.codemods.engine import FileReport, FixMode, SourceError
+from gradfix.codemods.config import ConfigError, Overrides, Settings, inline_table, project_root
+from gradfix.codemods.engine import FileReport, FixMode, PathError, SourceError
 from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.finding import FixKind
-from gradfix.codemods.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
+from gradfix.codemods.registry import RULE_MODULES, RuleSelection, UnknownRuleError, all_rules, codes_matching, rule_by_code
 from gradfix.codemods.shard import Shard
 from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
 
@@ -33,6 +35,8 @@ from . import formats, pull_request, render
 from .github_api import DEFAULT_API_URL, GitHub, GitHubError
 
 if TYPE_CHECKING:
+    from click import HelpFormatter  # (typer's own copy of click, in recent typer)
+
     from gradfix.codemods.execution.diagnose import Diagnosis
     from gradfix.codemods.execution.repair import Repair
 
@@ -40,18 +44,41 @@ if TYPE_CHECKING:
 # and for reviewing fixes, the execution layer for verify and diagnose; the engine imports the
 # checker for the files the cache does not answer): `check` answered by the cache loads neither.
 
+
+class Command(TyperCommand):
+    """Help as ruff's and black's read: arguments by their metavar (``PATH...``), without the
+    Python types of their values."""
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        return [self.options_metavar or "", *(p.metavar or p.name or "" for p in self._parameters(ctx, "argument"))]
+
+    def format_options(self, ctx: typer.Context, formatter: HelpFormatter) -> None:
+        arguments = [(p.metavar or p.name or "", getattr(p, "help", None) or "") for p in self._parameters(ctx, "argument")]
+        options = [record for p in self._parameters(ctx, "option") if (record := p.get_help_record(ctx))]
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+    def _parameters(self, ctx: typer.Context, kind: str) -> list:
+        return [p for p in self.get_params(ctx) if p.param_type_name == kind]
+
+
 app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     help="Find and fix the PyTorch training-loop bugs behind "
     "'Trying to backward through the graph a second time'.",
 )
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 RUN_TIMEOUT = 60.0  # seconds one run of a script may take in `diagnose`
+WATCH_INTERVAL = 0.5  # seconds between two looks at the files `check --watch` watches
 _PROGRESS_MIN_FILES = 20
+_tracebacks_shown = False
 
 
 class OutputFormat(str, enum.Enum):
@@ -63,28 +90,67 @@ class OutputFormat(str, enum.Enum):
     sarif = "sarif"  # SARIF 2.1.0, for code scanning
 
 
-Paths = Annotated[List[str], typer.Argument(help="Files or folders to check.", show_default=False)]
+class ListFormat(str, enum.Enum):
+    text = "text"
+    json = "json"
+
+
+def _show_tracebacks(value: bool) -> None:
+    global _tracebacks_shown
+    _tracebacks_shown = _tracebacks_shown or value
+
+
+Paths = Annotated[List[str], typer.Argument(metavar="PATH...", help="Files or folders to check; `-` reads the code from stdin.", show_default=False)]
 Select = Annotated[
     Optional[List[str]],
-    typer.Option("--select", help="Only these rule codes or prefixes (comma-separated, repeatable)."),
+    typer.Option("--select", metavar="RULES", help="Only these rules: codes, prefixes or names (comma-separated, repeatable)."),
+]
+ExtendSelect = Annotated[
+    Optional[List[str]],
+    typer.Option("--extend-select", metavar="RULES", help="Also these rules, on top of the selection (comma-separated, repeatable)."),
 ]
 Ignore = Annotated[
     Optional[List[str]],
-    typer.Option("--ignore", help="Skip these rule codes or prefixes (comma-separated, repeatable)."),
+    typer.Option("--ignore", metavar="RULES", help="Skip these rules: codes, prefixes or names (comma-separated, repeatable)."),
 ]
-Jobs = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Processes to use [default: all cores].")]
+ConfigOption = Annotated[
+    Optional[List[str]],
+    typer.Option(
+        "--config",
+        metavar="FILE|KEY=VALUE",
+        help="Take every file's settings from this pyproject.toml (its [tool.gradfix]) or TOML file, instead of the "
+        "nearest pyproject.toml; or set one setting over them, in TOML (--config 'unsafe-fixes = true'). Repeatable.",
+        show_default=False,
+    ),
+]
+Exclude = Annotated[
+    Optional[List[str]],
+    typer.Option("--exclude", metavar="PATTERNS", help="Skip these files and folders in folders' walks, instead of the configured ones (glob patterns, comma-separated, repeatable).", show_default=False),
+]
+ExtendExclude = Annotated[
+    Optional[List[str]],
+    typer.Option("--extend-exclude", metavar="PATTERNS", help="Skip these too (glob patterns, comma-separated, repeatable).", show_default=False),
+]
+ForceExclude = Annotated[
+    bool, typer.Option("--force-exclude", help="Skip excluded files even when they are named on the command line (as pre-commit names them).")
+]
+Jobs = Annotated[Optional[int], typer.Option("--jobs", "-j", metavar="N", min=1, help="Processes to use [default: all cores].", show_default=False)]
 UnsafeFixes = Annotated[
     Optional[bool],
     typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that change what the program computes.", show_default=False),
 ]
+OutputFormatOption = Annotated[
+    OutputFormat, typer.Option("--output-format", metavar="FORMAT", help="How findings are printed: text, concise, json, json-lines, github or sarif.")
+]
 StdinFilename = Annotated[
     Optional[str],
-    typer.Option("--stdin-filename", help="With the path `-`: the name of the code read from stdin (for settings and messages).", show_default=False),
+    typer.Option("--stdin-filename", metavar="NAME", help="With the path `-`: the name of the code read from stdin (for settings and messages).", show_default=False),
 ]
 CacheDir = Annotated[
     Optional[Path],
     typer.Option(
         "--cache-dir",
+        metavar="DIR",
         envvar="GRADFIX_CACHE_DIR",
         help=f"Where to keep the reports of unchanged files [default: {DEFAULT_FOLDER} at the project root].",
         show_default=False,
@@ -93,7 +159,12 @@ CacheDir = Annotated[
 NoCache = Annotated[bool, typer.Option("--no-cache", envvar="GRADFIX_NO_CACHE", help="Check every file; neither read nor write the cache.")]
 ShardOption = Annotated[
     Optional[str],
-    typer.Option("--shard", help="Check only part i of n of the files (1-based: 1/4 … 4/4), for a CI matrix.", show_default=False),
+    typer.Option("--shard", metavar="I/N", help="Check only part i of n of the files (1-based: 1/4 … 4/4), for a CI matrix.", show_default=False),
+]
+ExitZero = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when findings are left (errors still exit 2).")]
+Verbose = Annotated[
+    bool,
+    typer.Option("--verbose", "-v", callback=_show_tracebacks, expose_value=False, is_eager=True, help="Show the traceback of an error gradfix did not foresee."),
 ]
 STDIN = "-"
 
@@ -109,85 +180,137 @@ def _main(
     version: Annotated[
         Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = None,
+    verbose: Verbose = False,
 ) -> None:
     """Find and fix the PyTorch training-loop bugs behind 'Trying to backward through the graph a
     second time'."""
 
 
 def _split(values: Optional[List[str]]) -> list[str]:
-    return [part for value in values or () for part in value.split(",") if part.strip()]
+    return [part.strip() for value in values or () for part in value.split(",") if part.strip()]
+
+
+def _usage_error(message: str) -> NoReturn:
+    render.stderr.print(f"error: {message}")
+    raise typer.Exit(EXIT_ERROR)
+
+
+def _selection(
+    config: Optional[List[str]],
+    select: Optional[List[str]],
+    extend_select: Optional[List[str]] = None,
+    ignore: Optional[List[str]] = None,
+    unsafe_fixes: Optional[bool] = None,
+    exclude: Optional[List[str]] = None,
+    extend_exclude: Optional[List[str]] = None,
+) -> tuple[Settings, Overrides]:
+    """The settings every file reads (``--config``) and what the command line says over them."""
+    if select is not None and not _split(select):
+        _usage_error("--select names no rule (give codes, prefixes or names such as GF001, GF00 or duplicate_backward)")
+    try:
+        for patterns in (_split(select), _split(extend_select), _split(ignore)):
+            codes_matching(patterns)
+    except UnknownRuleError as error:
+        _usage_error(f"unknown rule code, prefix or name: {error} (the rules are {', '.join(RULE_MODULES)})")
+    overrides = Overrides(
+        select=tuple(_split(select)) if select is not None else None,
+        extend_select=tuple(_split(extend_select)),
+        ignore=tuple(_split(ignore)),
+        unsafe_fixes=unsafe_fixes,
+        exclude=tuple(_split(exclude)) if exclude is not None else None,
+        extend_exclude=tuple(_split(extend_exclude)),
+    )
+    files = [value for value in config or () if os.path.isfile(value)]
+    if len(files) > 1:
+        _usage_error(f"--config names {len(files)} files; give one")
+    try:
+        table: dict = {}
+        for value in config or ():
+            if value not in files:
+                table |= inline_table(value)
+        return Settings(files[0] if files else None, table), overrides
+    except ConfigError as error:
+        _usage_error(str(error))
 
 
 def _run(
     paths: list[str],
-    select,
-    ignore,
+    settings: Settings,
+    overrides: Overrides,
     jobs: Optional[int],
     fixing: bool = False,
-    unsafe_fixes: Optional[bool] = None,
     stdin_filename: Optional[str] = None,
     cache: ReportCache | None = None,
     shard: Shard | None = None,
-) -> tuple[list[FileReport], list[str]]:
+    force_exclude: bool = False,
+) -> tuple[list[FileReport], list[PathError]]:
     """Check (or fix) the files under ``paths`` (those of ``shard``), each with the settings of its
     own configuration and the command line's on top; reports in the order of the files. The path
     ``-`` is the code on stdin, named ``stdin_filename``."""
-    if select is not None and not _split(select):
-        render.stderr.print("error: --select names no rule (give codes or prefixes such as GF001 or GF00)")
-        raise typer.Exit(EXIT_ERROR)
-    if STDIN in paths:
-        if paths != [STDIN]:
-            render.stderr.print("error: `-` (stdin) cannot be given with other paths")
-            raise typer.Exit(EXIT_ERROR)
-        name = stdin_filename or STDIN
-        try:
-            config = configs_for([name if stdin_filename else Path.cwd()])[0]
-        except ConfigError as error:
-            render.stderr.print(f"error: {error}")
-            raise typer.Exit(EXIT_ERROR) from None
-        mode = _mode(config, fixing, unsafe_fixes)
-        from gradfix.codemods import checker
-
-        return [checker.check_source(sys.stdin.buffer.read(), _rules(config, select, ignore), mode, name)], []
-    files = engine.collect_files(paths)
-    for notice in files.notices:
-        render.stderr.print(f"warning: {notice}")
-    if shard is not None:
-        files.files = shard.select(files.files, project_root())
-    groups: dict[Config, list[int]] = {}
+    excluded = _exclusion(settings, overrides)
     try:
-        for index, config in enumerate(configs_for(files.files)):
-            groups.setdefault(config, []).append(index)
+        if STDIN in paths:
+            if paths != [STDIN]:
+                _usage_error("`-` (stdin) cannot be given with other paths")
+            name = stdin_filename or STDIN
+            data = sys.stdin.buffer.read()
+            if force_exclude and stdin_filename and _excluded_named(settings, overrides)(Path(name)):
+                return [FileReport(name, original=data)], []
+            rules, mode = _rules_and_mode(settings, overrides, Path(name) if stdin_filename else Path.cwd(), fixing)
+            from gradfix.codemods import checker
+
+            return [checker.check_source(data, rules, mode, name)], []
+        files = engine.collect_files(paths, excluded, _excluded_named(settings, overrides) if force_exclude else None)
+        for notice in files.notices:
+            render.stderr.print(f"warning: {notice}")
+        if shard is not None:
+            files.files = shard.select(files.files, project_root())
+        groups: dict[tuple[tuple[str, ...], FixMode], list[int]] = {}  # files checked together follow calls between them
+        for index, path in enumerate(files.files):
+            rules, mode = _rules_and_mode(settings, overrides, path, fixing)
+            groups.setdefault((rules.codes, mode), []).append(index)
     except ConfigError as error:
-        render.stderr.print(f"error: {error}")
-        raise typer.Exit(EXIT_ERROR) from None
+        _usage_error(str(error))
     reports: list[FileReport | None] = [None] * len(files.files)
     with _progress(len(files.files)) as advance:
-        for config, indexes in groups.items():
-            rules, mode = _rules(config, select, ignore), _mode(config, fixing, unsafe_fixes)
-            for index, report in zip(indexes, engine.check_files([files.files[i] for i in indexes], rules, mode, jobs, cache)):
+        for (codes, mode), indexes in groups.items():
+            for index, report in zip(indexes, engine.check_files([files.files[i] for i in indexes], RuleSelection(codes), mode, jobs, cache)):
                 reports[index] = report
                 advance()
     return reports, files.errors
 
 
-def _mode(config: Config, fixing: bool, unsafe_fixes: Optional[bool]) -> FixMode:
+def _exclusion(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:
+    """Whether a path is excluded, by the settings of the folder it is in."""
+    return lambda path: overrides.applied(settings.for_path(path.parent)).excludes(path)
+
+
+def _excluded_named(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:
+    """``--force-exclude``: whether a path named on the command line is excluded: it, or a folder
+    above it inside the folder its settings' patterns are relative to (as ruff's)."""
+
+    def excluded(path: Path) -> bool:
+        absolute = Path(os.path.abspath(path))
+        for candidate in (absolute, *absolute.parents):
+            config = overrides.applied(settings.for_path(candidate.parent))
+            root = Path(os.path.abspath(config.root or Path.cwd()))
+            if candidate != absolute and root not in candidate.parents:
+                return False
+            if config.excludes(candidate):
+                return True
+        return False
+
+    return excluded
+
+
+def _rules_and_mode(settings: Settings, overrides: Overrides, path: Path, fixing: bool) -> tuple[RuleSelection, FixMode]:
+    """The rules that check ``path`` and the fixes they may make (``ConfigError`` from its
+    settings)."""
+    config = settings.for_path(path)
+    rules = RuleSelection(overrides.codes(config, path))
     if not fixing:
-        return FixMode.NONE
-    return FixMode.UNSAFE if (config.unsafe_fixes if unsafe_fixes is None else unsafe_fixes) else FixMode.SAFE
-
-
-def _rules(config: Config, select, ignore) -> tuple[type, ...]:
-    """``--select`` replaces the configuration's selection and ignores; ``--ignore`` adds to them."""
-    try:
-        if select is not None:
-            return select_rules(_split(select), _split(ignore))
-        return select_rules(list(config.select), [*config.ignore, *_split(ignore)])
-    except UnknownRuleError as error:
-        valid = ", ".join(rule.CODE for rule in all_rules())
-        where = f" (settings read from {config.path})" if config.path else ""
-        render.stderr.print(f"error: unknown rule code or prefix: {error} (the rules are {valid}){where}")
-        raise typer.Exit(EXIT_ERROR) from None
+        return rules, FixMode.NONE
+    return rules, FixMode.UNSAFE if overrides.unsafe(config) else FixMode.SAFE
 
 
 @contextlib.contextmanager
@@ -205,9 +328,16 @@ def _progress(total: int) -> Iterator[Callable[[], None]]:
 
 
 def _cache(cache_dir: Optional[Path], no_cache: bool) -> ReportCache | None:
+    """The cache of reports; a folder named by --cache-dir (or GRADFIX_CACHE_DIR) that cannot
+    hold it is said once, and the run goes on without it."""
     if no_cache:
         return None
-    return ReportCache(cache_dir or project_root() / DEFAULT_FOLDER)
+    cache = ReportCache(cache_dir or project_root() / DEFAULT_FOLDER)
+    problem = cache.unusable() if cache_dir is not None else ""
+    if problem:
+        render.stderr.print(f"warning: --cache-dir {cache_dir}: {problem}; checking without the cache")
+        return None
+    return cache
 
 
 def _shard(text: Optional[str]) -> Shard | None:
@@ -216,95 +346,172 @@ def _shard(text: Optional[str]) -> Shard | None:
     try:
         return Shard.parse(text)
     except ValueError as error:
-        render.stderr.print(f"error: {error}")
-        raise typer.Exit(EXIT_ERROR) from None
+        _usage_error(str(error))
 
 
-def _has_errors(reports: list[FileReport], errors: list[str]) -> bool:
+def _has_errors(reports: list[FileReport], errors: list[PathError]) -> bool:
     return bool(errors) or any(r.errors or r.internal_errors for r in reports)
 
 
-@app.command()
-def check(
-    paths: Paths,
-    select: Select = None,
-    ignore: Ignore = None,
-    jobs: Jobs = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--output-format", help="How findings are printed.")
-    ] = OutputFormat.text,
-    stdin_filename: StdinFilename = None,
-    statistics: Annotated[bool, typer.Option("--statistics", help="Count the findings per rule instead of listing them.")] = False,
-    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings (errors still exit 2).")] = False,
-    cache_dir: CacheDir = None,
-    no_cache: NoCache = False,
-    shard: ShardOption = None,
-) -> None:
-    """Report findings as `path:line:col: CODE message`. Exit 1 if there are any. The path `-`
-    reads the code from stdin."""
-    reports, errors = _run(
-        paths, select, ignore, jobs, stdin_filename=stdin_filename, cache=_cache(cache_dir, no_cache), shard=_shard(shard)
-    )
+def _print_results(output_format: OutputFormat, reports: list[FileReport], errors: list[PathError], outputs: dict[str, str]) -> None:
+    """The findings left in ``reports`` and the files that could not be checked, in
+    ``output_format``; for ``github`` also the step summary and the step ``outputs``."""
     findings = [f for r in reports for f in r.findings]
-    if statistics:
-        render.print_table(render.statistics_table(findings))
-    elif output_format is OutputFormat.json:
-        render.print_findings_json(findings, reports, errors)
-    elif output_format is OutputFormat.json_lines:
-        render.print_findings_json_lines(findings, reports, errors)
+    if output_format in (OutputFormat.json, OutputFormat.json_lines):
+        render.print_json(render.findings_records(findings, reports, errors), lines=output_format is OutputFormat.json_lines)
     elif output_format is OutputFormat.github:
-        typer.echo("".join(formats.annotation(f) + "\n" for f in findings), nl=False)
+        typer.echo("".join(line + "\n" for line in formats.annotations(reports, errors)), nl=False)
         formats.append_to_file_named_by("GITHUB_STEP_SUMMARY", formats.step_summary(reports))
-        formats.append_to_file_named_by("GITHUB_OUTPUT", formats.step_outputs({"findings": str(len(findings))}))
+        formats.append_to_file_named_by("GITHUB_OUTPUT", formats.step_outputs(outputs))
     elif output_format is OutputFormat.sarif:
         sys.stdout.write(formats.sarif_text(reports, errors))
     else:
         render.print_findings(findings)
-    if output_format in (OutputFormat.text, OutputFormat.github):
-        render.stderr.print(render.check_summary(reports))
-    render.print_errors(reports, errors)
-    if _has_errors(reports, errors):
-        raise typer.Exit(EXIT_ERROR)
-    raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 
-@app.command()
+def _print_unsafe_fixes(reports: list[FileReport], settings: Settings, unsafe_fixes: Optional[bool]) -> None:
+    """``check --unsafe-fixes``: the diff each unsafe fix would make, rule by rule, in the files
+    whose settings allow unsafe fixes."""
+    overrides = Overrides(unsafe_fixes=unsafe_fixes)
+    for report in reports:
+        if any(f.fix is FixKind.UNSAFE for f in report.findings) and overrides.unsafe(settings.for_path(report.path)):
+            for rewrite in formats.rule_rewrites(report, frozenset({FixKind.UNSAFE})).values():
+                render.print_diff(engine.unified_diff(rewrite))
+
+
+@app.command(cls=Command)
+def check(
+    paths: Paths,
+    select: Select = None,
+    extend_select: ExtendSelect = None,
+    ignore: Ignore = None,
+    config: ConfigOption = None,
+    exclude: Exclude = None,
+    extend_exclude: ExtendExclude = None,
+    force_exclude: ForceExclude = False,
+    jobs: Jobs = None,
+    output_format: OutputFormatOption = OutputFormat.text,
+    stdin_filename: StdinFilename = None,
+    statistics: Annotated[bool, typer.Option("--statistics", help="Count the findings per rule instead of listing them (text or JSON).")] = False,
+    unsafe_fixes: Annotated[
+        Optional[bool],
+        typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Show the diff of each fix that changes what the program computes.", show_default=False),
+    ] = None,
+    exit_zero: ExitZero = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Check again whenever a file changes, until Ctrl-C.")] = False,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    shard: ShardOption = None,
+    verbose: Verbose = False,
+) -> None:
+    """Report findings as `path:line:col: CODE message`. Exit 1 if there are any. The path `-`
+    reads the code from stdin."""
+    if statistics and output_format in (OutputFormat.github, OutputFormat.sarif):
+        _usage_error(f"--statistics counts findings as text or JSON, not as {output_format.value}")
+    if watch and STDIN in paths:
+        _usage_error("--watch watches files: it cannot read stdin")
+    settings, overrides = _selection(config, select, extend_select, ignore, None, exclude, extend_exclude)
+    cache, part = _cache(cache_dir, no_cache), _shard(shard)
+
+    def once() -> int:
+        reports, errors = _run(paths, settings, overrides, jobs, stdin_filename=stdin_filename, cache=cache, shard=part, force_exclude=force_exclude)
+        findings = [f for r in reports for f in r.findings]
+        if statistics and output_format in (OutputFormat.json, OutputFormat.json_lines):
+            render.print_json(render.statistics(findings), lines=output_format is OutputFormat.json_lines)
+        elif statistics:
+            render.print_table(render.statistics_table(findings))
+        else:
+            _print_results(output_format, reports, errors, {"findings": str(len(findings))})
+        if output_format in (OutputFormat.text, OutputFormat.concise) and not statistics:
+            _print_unsafe_fixes(reports, settings, unsafe_fixes)
+        render.print_errors(reports, errors)
+        if output_format in (OutputFormat.text, OutputFormat.github) and (reports or not errors):
+            render.stderr.print(render.check_summary(reports))
+        if _has_errors(reports, errors):
+            return EXIT_ERROR
+        return EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN
+
+    if watch:
+        _watch(paths, _exclusion(settings, overrides), once)
+    raise typer.Exit(once())
+
+
+def _watch(paths: list[str], excluded: Callable[[Path], bool], once: Callable[[], int]) -> NoReturn:
+    """Run ``once`` now and again whenever a file it checks is added, removed or changed."""
+    seen: dict[Path, tuple[int, int]] | None = None
+    while True:
+        now = _stamps(engine.collect_files(paths, excluded).files)
+        if now != seen:
+            seen = now
+            once()
+            render.stderr.print(f"[{time.strftime('%H:%M:%S')}] Watching for file changes (Ctrl-C to stop).")
+        time.sleep(WATCH_INTERVAL)
+
+
+def _stamps(files: list[Path]) -> dict[Path, tuple[int, int]]:
+    stamps = {}
+    for path in files:
+        with contextlib.suppress(OSError):  # gone since the walk: the next look sees it gone
+            status = path.stat()
+            stamps[path] = (status.st_mtime_ns, status.st_size)
+    return stamps
+
+
+def _stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+@app.command(cls=Command)
 def fix(
     paths: Paths,
     diff: Annotated[bool, typer.Option("--diff", help="Write nothing; print a unified diff of the fixes.")] = False,
     unsafe_fixes: UnsafeFixes = None,
     select: Select = None,
+    extend_select: ExtendSelect = None,
     ignore: Ignore = None,
+    config: ConfigOption = None,
+    exclude: Exclude = None,
+    extend_exclude: ExtendExclude = None,
+    force_exclude: ForceExclude = False,
     jobs: Jobs = None,
+    output_format: OutputFormatOption = OutputFormat.text,
     stdin_filename: StdinFilename = None,
     show_fixes: Annotated[bool, typer.Option("--show-fixes", help="List each finding the fixes removed.")] = False,
     interactive: Annotated[
-        bool, typer.Option("--interactive", "-i", help="Show each rule's fix in each file and ask before applying it.")
+        bool, typer.Option("--interactive", "-i", help="Show each rule's fix in each file and ask before applying it (needs a terminal).")
     ] = False,
+    exit_zero: ExitZero = False,
     exit_non_zero_on_fix: Annotated[
         bool, typer.Option("--exit-non-zero-on-fix", help="Exit 1 when a file was changed, even if nothing is left to fix.")
     ] = False,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
     shard: ShardOption = None,
+    verbose: Verbose = False,
 ) -> None:
     """Apply fixes in place (or show them with --diff). Exit 1 if findings are left unfixed, or
     with --diff if there would be changes. The path `-` reads the code from stdin and writes the
     fixed code to stdout (findings left go to stderr)."""
     from_stdin = paths == [STDIN]
     if interactive and (diff or from_stdin):
-        render.stderr.print("error: --interactive writes files: it cannot go with --diff or stdin")
-        raise typer.Exit(EXIT_ERROR)
+        _usage_error("--interactive writes files: it cannot go with --diff or stdin")
+    if interactive and not _stdin_is_terminal():
+        _usage_error("--interactive asks before each fix: it needs a terminal on stdin")
+    if output_format not in (OutputFormat.text, OutputFormat.concise) and (diff or from_stdin):
+        _usage_error(f"--diff and stdin put code on stdout: they cannot go with --output-format {output_format.value}")
+    if exit_zero and exit_non_zero_on_fix:
+        _usage_error("--exit-zero and --exit-non-zero-on-fix contradict each other")
+    settings, overrides = _selection(config, select, extend_select, ignore, unsafe_fixes, exclude, extend_exclude)
     reports, errors = _run(
         paths,
-        select,
-        ignore,
+        settings,
+        overrides,
         jobs,
         fixing=True,
-        unsafe_fixes=unsafe_fixes,
         stdin_filename=stdin_filename,
         cache=_cache(cache_dir, no_cache),
         shard=_shard(shard),
+        force_exclude=force_exclude,
     )
     if interactive:
         _review(reports)
@@ -320,22 +527,26 @@ def fix(
             try:
                 engine.write_atomically(report.path, report.rewritten, expected=report.original)
             except engine.FileChanged as error:
-                errors.append(str(error))
+                errors.append(PathError(report.path, str(error)))
                 _not_written(report)
             except OSError as error:
-                errors.append(f"{report.path}: cannot write: {error.strerror or error}")
+                errors.append(PathError(report.path, f"{report.path}: cannot write: {error.strerror or error}"))
                 _not_written(report)
-    if not diff:
-        render.print_findings((f for r in reports for f in r.findings), to_stderr=from_stdin)
+    changed = [r for r in reports if r.changed]
+    if from_stdin:
+        render.print_findings((f for r in reports for f in r.findings), to_stderr=True)
+    elif not diff:
+        left = sum(len(r.findings) for r in reports)
+        _print_results(output_format, reports, errors, {"findings": str(left), "changed-files": "\n".join(formats.repository_path(r.path) for r in changed)})
     if show_fixes:
         render.print_fixed(f for r in reports for f in r.fixed)
-    render.stderr.print(render.fix_summary(reports, diff))
     render.print_errors(reports, errors)
+    render.stderr.print(render.fix_summary(reports, diff))
     if _has_errors(reports, errors):
         raise typer.Exit(EXIT_ERROR)
     pending = changed if diff else [f for r in reports for f in r.findings]
-    wrote = exit_non_zero_on_fix and any(r.changed for r in reports)
-    raise typer.Exit(EXIT_FINDINGS if pending or wrote else EXIT_CLEAN)
+    wrote = exit_non_zero_on_fix and bool(changed)
+    raise typer.Exit(EXIT_FINDINGS if (pending and not exit_zero) or wrote else EXIT_CLEAN)
 
 
 def _review(reports: list[FileReport]) -> None:
@@ -377,24 +588,27 @@ def _not_written(report: FileReport) -> None:
     report.findings, report.fixed, report.rewritten = report.fixed + report.findings, [], None
 
 
-@app.command()
+@app.command(cls=Command)
 def pr(
-    paths: Annotated[Optional[List[str]], typer.Argument(help="Files or folders to fix [default: the whole checkout].", show_default=False)] = None,
+    paths: Annotated[
+        Optional[List[str]], typer.Argument(metavar="[PATH...]", help="Files or folders to fix [default: the whole checkout].", show_default=False)
+    ] = None,
     unsafe_fixes: UnsafeFixes = None,
     select: Select = None,
     ignore: Ignore = None,
     jobs: Jobs = None,
-    branch: Annotated[str, typer.Option("--branch", help="The branch the fixes are pushed to.")] = pull_request.DEFAULT_BRANCH,
-    base: Annotated[Optional[str], typer.Option("--base", help="The branch to fix [default: the branch checked out].", show_default=False)] = None,
-    remote: Annotated[str, typer.Option("--remote", help="The git remote to fetch from and push to.")] = "origin",
-    title: Annotated[str, typer.Option("--title", help="The pull request's title.")] = pull_request.DEFAULT_TITLE,
-    label: Annotated[Optional[List[str]], typer.Option("--label", help="Labels for the pull request (comma-separated, repeatable).", show_default=False)] = None,
+    branch: Annotated[str, typer.Option("--branch", metavar="BRANCH", help="The branch the fixes are pushed to.")] = pull_request.DEFAULT_BRANCH,
+    base: Annotated[Optional[str], typer.Option("--base", metavar="BRANCH", help="The branch to fix [default: the branch checked out].", show_default=False)] = None,
+    remote: Annotated[str, typer.Option("--remote", metavar="REMOTE", help="The git remote to fetch from and push to.")] = "origin",
+    title: Annotated[str, typer.Option("--title", metavar="TITLE", help="The pull request's title.")] = pull_request.DEFAULT_TITLE,
+    label: Annotated[Optional[List[str]], typer.Option("--label", metavar="LABELS", help="Labels for the pull request (comma-separated, repeatable).", show_default=False)] = None,
     draft: Annotated[bool, typer.Option("--draft", help="Open the pull request as a draft.")] = False,
-    author: Annotated[str, typer.Option("--author", help="The commit's author, as 'Name <email>'.")] = pull_request.DEFAULT_AUTHOR,
-    message: Annotated[Optional[str], typer.Option("--message", help="The commit message [default: the title].", show_default=False)] = None,
-    token_env: Annotated[str, typer.Option("--token-env", help="The environment variable that holds the GitHub token.")] = "GITHUB_TOKEN",
-    repository: Annotated[Optional[str], typer.Option("--repository", envvar="GITHUB_REPOSITORY", help="owner/name on GitHub.", show_default=False)] = None,
-    api_url: Annotated[str, typer.Option("--api-url", envvar="GITHUB_API_URL", help="The GitHub REST API (GitHub Enterprise: https://HOST/api/v3).")] = DEFAULT_API_URL,
+    author: Annotated[str, typer.Option("--author", metavar="NAME <EMAIL>", help="The commit's author, as 'Name <email>'.")] = pull_request.DEFAULT_AUTHOR,
+    message: Annotated[Optional[str], typer.Option("--message", metavar="MESSAGE", help="The commit message [default: the title].", show_default=False)] = None,
+    token_env: Annotated[str, typer.Option("--token-env", metavar="VARIABLE", help="The environment variable that holds the GitHub token.")] = "GITHUB_TOKEN",
+    repository: Annotated[Optional[str], typer.Option("--repository", metavar="OWNER/NAME", envvar="GITHUB_REPOSITORY", help="owner/name on GitHub.", show_default=False)] = None,
+    api_url: Annotated[str, typer.Option("--api-url", metavar="URL", envvar="GITHUB_API_URL", help="The GitHub REST API (GitHub Enterprise: https://HOST/api/v3).")] = DEFAULT_API_URL,
+    verbose: Verbose = False,
 ) -> None:
     """Commit the fixes on a branch made from the base branch, push it and open (or update) one
     pull request; close it and delete the branch when nothing is left to fix. Exit 1 while fixes
@@ -404,10 +618,11 @@ def pr(
         render.stderr.print(f"error: no GitHub token: set {token_env} (or name another variable with --token-env)")
         raise typer.Exit(EXIT_ERROR)
     settings = pull_request.Settings(remote, base, branch, title, message, tuple(_split(label)), draft, author)
+    checked, overrides = _selection(None, select, ignore=ignore, unsafe_fixes=unsafe_fixes)
     try:
         github = GitHub(token, repository or "", api_url)
         with pull_request.base_checkout(settings, token) as workspace:
-            reports, errors = _run(workspace.paths(paths or ["."]), select, ignore, jobs, fixing=True, unsafe_fixes=unsafe_fixes)
+            reports, errors = _run(workspace.paths(paths or ["."]), checked, overrides, jobs, fixing=True)
             # As `fix` does, a file that cannot be checked does not hold back the other files' fixes.
             outcome = pull_request.publish(workspace, reports, github)
     except (pull_request.GitError, GitHubError) as error:
@@ -422,20 +637,25 @@ def pr(
     raise typer.Exit(EXIT_FINDINGS if outcome.pending else EXIT_CLEAN)
 
 
-@app.command()
-def rules() -> None:
+@app.command(cls=Command)
+def rules(
+    output_format: Annotated[ListFormat, typer.Option("--output-format", metavar="FORMAT", help="text (a table) or json.")] = ListFormat.text,
+    verbose: Verbose = False,
+) -> None:
     """List the rules."""
-    render.print_table(render.rules_table(all_rules()))
+    if output_format is ListFormat.json:
+        render.print_json([render.rule_record(rule) for rule in all_rules()], lines=False)
+    else:
+        render.print_table(render.rules_table(all_rules()))
 
 
-@app.command()
-def explain(code: Annotated[str, typer.Argument(help="A rule code (GF001) or name.")]) -> None:
+@app.command(cls=Command)
+def explain(code: Annotated[str, typer.Argument(metavar="RULE", help="A rule code (GF001) or name (duplicate_backward).")], verbose: Verbose = False) -> None:
     """Explain a rule, with a before/after example."""
     try:
         rule = rule_by_code(code)
     except UnknownRuleError:
-        render.stderr.print(f"error: unknown rule: {code} (see `gradfix rules`)")
-        raise typer.Exit(EXIT_ERROR) from None
+        _usage_error(f"unknown rule: {code} (see `gradfix rules`)")
     typer.echo(render.explanation(rule))
 
 
@@ -445,15 +665,19 @@ def _require_torch() -> None:
         raise typer.Exit(EXIT_ERROR)
 
 
-@app.command()
+@app.command(cls=Command)
 def verify(
-    folders: Annotated[List[str], typer.Argument(help="Fixture folders: <rule>/<case>/ with before.py+after.py, ok.py or reported.py.", show_default=False)],
-    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="How results are printed.")] = OutputFormat.text,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds each run of a fixture script may take.")] = RunOptions.timeout,
+    folders: Annotated[
+        List[str], typer.Argument(metavar="FOLDER...", help="Fixture folders: <rule>/<case>/ with before.py+after.py, ok.py or reported.py.", show_default=False)
+    ],
+    output_format: Annotated[ListFormat, typer.Option("--output-format", metavar="FORMAT", help="How results are printed: text or json.")] = ListFormat.text,
+    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=1, help="Seconds each run of a fixture script may take.")] = RunOptions.timeout,
+    verbose: Verbose = False,
 ) -> None:
     """Run fixture folders: before.py must fail, the rule must turn it into after.py, after.py must
     run (with equal gradients where the rule keeps the maths); ok.py must be left alone and run.
-    Exit 1 if any check fails."""
+    A case whose scripts import a module that is not installed (DeepSpeed) is skipped. Exit 1 if
+    any check fails."""
     from gradfix.codemods.execution.verify import BadFixture, discover
     from gradfix.codemods.execution.verify import verify as verify_cases
 
@@ -461,41 +685,41 @@ def verify(
     try:
         cases = discover(folders)
     except BadFixture as error:
-        render.stderr.print(f"error: {error}")
-        raise typer.Exit(EXIT_ERROR) from None
+        _usage_error(str(error))
     if not cases:
-        render.stderr.print(f"error: no fixtures under {', '.join(folders)}")
-        raise typer.Exit(EXIT_ERROR)
+        _usage_error(f"no fixtures under {', '.join(folders)}")
+    skipped = [case for case in cases if case.missing_modules()]
     with ScriptRunner() as runner:
-        results = list(verify_cases(cases, runner, timeout))
-    if output_format is OutputFormat.json:
-        render.print_verify_json(results)
+        results = list(verify_cases([case for case in cases if case not in skipped], runner, timeout))
+    if output_format is ListFormat.json:
+        render.print_verify_json(results, skipped)
     else:
-        render.print_table(render.verify_table(results))
+        render.print_table(render.verify_table(results, skipped))
     failed = sum(not r.passed for r in results)
-    render.stderr.print(f"{len(results) - failed} passed, {failed} failed ({len(cases)} fixture case(s))")
+    render.stderr.print(f"{len(results) - failed} passed, {failed} failed, {len(skipped)} skipped ({len(cases)} fixture case(s))")
     raise typer.Exit(EXIT_FINDINGS if failed else EXIT_CLEAN)
 
 
-@app.command(context_settings={"ignore_unknown_options": True})
+@app.command(cls=Command, context_settings={"ignore_unknown_options": True})
 def diagnose(
-    script: Annotated[Path, typer.Argument(help="The training script to run.", show_default=False)],
-    args: Annotated[Optional[List[str]], typer.Argument(help="Arguments for the script, after --.", show_default=False)] = None,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Stop after this many successful backward calls.")] = 5,
+    script: Annotated[Path, typer.Argument(metavar="SCRIPT", help="The training script (or notebook) to run.", show_default=False)],
+    args: Annotated[Optional[List[str]], typer.Argument(metavar="[-- ARGS...]", help="Arguments for the script, after --.", show_default=False)] = None,
+    steps: Annotated[int, typer.Option("--steps", metavar="N", min=1, help="Stop after this many successful backward calls.")] = 5,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=1, help="Seconds for the whole diagnosis and repair search (each run at most 60).")
+        float, typer.Option("--timeout", metavar="SECONDS", min=1, help="Seconds for the whole diagnosis and repair search (each run at most 60).")
     ] = 120,
-    memory_limit: Annotated[int, typer.Option("--memory-limit", min=64, help="MiB the script may allocate.")] = 4096,
+    memory_limit: Annotated[int, typer.Option("--memory-limit", metavar="MIB", min=64, help="MiB the script may allocate.")] = 4096,
     fix: Annotated[bool, typer.Option("--fix", help="Apply the matching rule's rewrite and run again to confirm.")] = False,
     unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix: also apply a fix that changes the maths.")] = False,
     show_output: Annotated[bool, typer.Option("--show-output", help="Show what the script printed.")] = False,
     jobs: Annotated[
-        int, typer.Option("--jobs", "-j", min=1, help="Candidate rewrites the repair search runs at once, each on a warm runner of its own.")
+        int, typer.Option("--jobs", "-j", metavar="N", min=1, help="Candidate rewrites the repair search runs at once, each on a warm runner of its own.")
     ] = 1,
     pass_env: Annotated[
         Optional[List[str]],
-        typer.Option("--pass-env", help="Pass this environment variable to the script too (it gets an allow-list of the environment; repeatable).", show_default=False),
+        typer.Option("--pass-env", metavar="NAME", help="Pass this environment variable to the script too (it gets an allow-list of the environment; repeatable).", show_default=False),
     ] = None,
+    verbose: Verbose = False,
 ) -> None:
     """Run a training script for a few steps with autograd anomaly detection; when it fails with
     'backward through the graph a second time', say which lines and which rule, and show the fix.
@@ -547,8 +771,7 @@ def _diagnose_script(
         try:
             diagnosis = run_diagnosis(script, runner, options, notebook)
         except SourceError as error:
-            render.print_errors([], [str(error)])
-            raise typer.Exit(EXIT_ERROR) from None
+            _usage_error(str(error))
         render.print_diagnosis(diagnosis, show_output)
         if not diagnosis.found:
             raise typer.Exit(EXIT_CLEAN if diagnosis.run.succeeded else EXIT_FINDINGS)
@@ -601,5 +824,18 @@ def _apply_repair(searched: Repair, diagnosis: Diagnosis, shown: Path, fix: bool
 
 
 def run() -> None:
-    """Run the command line; ``gradfix.cli.main`` wraps it with signal handling."""
-    app(prog_name="gradfix")
+    """Run the command line; ``gradfix.cli.main`` wraps it with signal handling. An error gradfix
+    did not foresee exits 2 with one line (its traceback too with --verbose)."""
+    global _tracebacks_shown
+    _tracebacks_shown = False
+    try:
+        app(prog_name="gradfix")
+    except formats.StepFileError as error:
+        render.stderr.print(f"error: {error}")
+        sys.exit(EXIT_ERROR)
+    except Exception as error:
+        if _tracebacks_shown:
+            traceback.print_exception(error)
+        hint = "" if _tracebacks_shown else " (--verbose shows where)"
+        render.stderr.print(f"error: internal error: {type(error).__name__}: {error}{hint}")
+        sys.exit(EXIT_ERROR)

@@ -3,6 +3,7 @@ SARIF 2.1.0 for code scanning. Everything here turns reports into text; nothing 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import io
 import json
@@ -14,8 +15,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gradfix import __version__
-from gradfix.codemods.engine import FileReport, FixMode
-from gradfix.codemods.notebook import is_notebook
+from gradfix.codemods.config import project_root
+from gradfix.codemods.engine import FileReport, FixMode, PathError
+from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.registry import all_rules, rule_by_code
 from gradfix.codemods.finding import Finding, FixKind
 from gradfix.codemods.rule import Rule
@@ -37,32 +39,91 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotation(finding: Finding) -> str:
+def annotation(finding: Finding, file_line: int | None = None) -> str:
     """``::error file=…,line=…,col=…,title=…::message``; GitHub places it on the line in the diff
-    view. A notebook's line counts within its cell, so a notebook's annotation names the cell in
-    its message and gets no line."""
-    properties = {"file": finding.path}
+    view. A notebook's line counts within its cell: its annotation names the cell in its message
+    and is placed on ``file_line``, the line of the notebook's file that holds it."""
+    properties = {"file": repository_path(finding.path)}
     if finding.cell is None:
         properties |= {"line": str(finding.line), "col": str(finding.column)}
+    elif file_line is not None:
+        properties["line"] = str(file_line)
     properties["title"] = f"{finding.code} {rule_by_code(finding.code).NAME}"
     place = "" if finding.cell is None else f"cell {finding.cell}, line {finding.line}: "
     marker = f" [{finding.fix.value} fix]" if finding.fix is not None else ""
+    return _command(properties, place + finding.message + marker)
+
+
+def error_annotation(error: PathError, file_line: int | None = None) -> str:
+    """A file that could not be checked, as an annotation on it (on its line, where one is known)."""
+    properties = {"file": repository_path(error.path)}
+    if file_line is not None:
+        properties["line"] = str(file_line)
+    properties["title"] = "gradfix: cannot check this file"
+    return _command(properties, error.message)
+
+
+def annotations(reports: Sequence[FileReport], errors: Sequence[PathError]) -> list[str]:
+    """An annotation for each finding and each file that could not be checked."""
+    lines = [error_annotation(error, _file_line(None, *error.place)) for error in errors]
+    for report in reports:
+        notebook = _notebook(report)
+        for finding in report.findings:
+            lines.append(annotation(finding, _file_line(notebook, finding.cell, finding.line)))
+        for error in report_errors(report):
+            lines.append(error_annotation(error, _file_line(notebook, *error.place)))
+    return lines
+
+
+def report_errors(report: FileReport) -> list[PathError]:
+    return [PathError(report.path, message) for message in [*report.errors, *report.internal_errors]]
+
+
+def _command(properties: Mapping[str, str], message: str) -> str:
     joined = ",".join(f"{key}={escape_property(value)}" for key, value in properties.items())
-    return f"::error {joined}::{escape_data(place + finding.message + marker)}"
+    return f"::error {joined}::{escape_data(message)}"
+
+
+def _notebook(report: FileReport) -> Notebook | None:
+    """The notebook a report is of, to place its cells' lines in its file (None for a script,
+    or a notebook that could not be read)."""
+    if not is_notebook(report.path) or report.original is None:
+        return None
+    try:
+        return Notebook(report.original, report.path)
+    except NotebookError:
+        return None
+
+
+def _file_line(notebook: Notebook | None, cell: int | None, line: int | None) -> int | None:
+    """The line of the file that holds ``line`` (of ``cell``, in a notebook), where known."""
+    if cell is None or line is None:
+        return line
+    return notebook.json_line(cell, line) if notebook is not None else None
+
+
+def repository_path(path: str) -> str:
+    """A path as GitHub names it: relative to the root of the repository checked out in the
+    current folder (the nearest folder above with a ``.git``, else the current folder), with
+    ``/``; absolute where the file is outside it."""
+    relative = os.path.relpath(os.path.abspath(path), project_root())
+    return os.path.abspath(path) if relative.startswith("..") else Path(relative).as_posix()
 
 
 def step_summary(reports: Sequence[FileReport]) -> str:
     """A Markdown table of every finding: GitHub shows only the first annotations of a step, the
     job's summary page shows them all."""
     findings = [f for r in reports for f in r.findings]
+    fixed, left = sum(len(r.fixed) for r in reports), " left" if any(r.fixed for r in reports) else ""
+    lines = ["### gradfix", ""]
+    if fixed:
+        lines += [f"gradfix fixed {fixed} finding(s) in {sum(r.changed for r in reports)} file(s).", ""]
     if not findings:
-        return f"### gradfix\n\nNo findings in {len(reports)} file(s).\n"
+        return "\n".join([*lines, f"No findings{left} in {len(reports)} file(s)."]) + "\n"
     files = sum(bool(r.findings) for r in reports)
     fixable = Counter(f.fix for f in findings)
-    lines = [
-        "### gradfix",
-        "",
-        f"{len(findings)} finding(s) in {files} file(s): {fixable[FixKind.SAFE]} with a safe fix (`gradfix fix`), "
+    lines += [
+        f"{len(findings)} finding(s){left} in {files} file(s): {fixable[FixKind.SAFE]} with a safe fix (`gradfix fix`), "
         f"{fixable[FixKind.UNSAFE]} with an unsafe fix (`gradfix fix --unsafe-fixes`), {fixable[None]} to fix by hand.",
         "",
         "| location | rule | message | fix |",
@@ -71,7 +132,8 @@ def step_summary(reports: Sequence[FileReport]) -> str:
     for finding in findings:
         rule = rule_by_code(finding.code)
         fix = finding.fix.value if finding.fix is not None else "by hand"
-        cells = (f"`{finding.location}`", f"{finding.code} {rule.NAME}", finding.message, fix)
+        location = dataclasses.replace(finding, path=repository_path(finding.path)).location
+        cells = (f"`{location}`", f"{finding.code} {rule.NAME}", finding.message, fix)
         lines.append("| " + " | ".join(markdown_cell(cell) for cell in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -81,14 +143,21 @@ def markdown_cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
+class StepFileError(OSError):
+    """A file the runner names (the step summary, the outputs) that cannot be appended to."""
+
+
 def append_to_file_named_by(variable: str, text: str) -> bool:
     """Append ``text`` to the file that the environment variable names (the runner's step summary,
-    its outputs); False when the variable is not set."""
+    its outputs); False when the variable is not set. ``StepFileError`` when it cannot be."""
     path = os.environ.get(variable)
     if not path:
         return False
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(text)
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise StepFileError(f"${variable} names {path}, which cannot be appended to: {error.strerror or error}") from None
     return True
 
 
@@ -102,20 +171,22 @@ def step_outputs(values: Mapping[str, str]) -> str:
 
 
 # SARIF -----------------------------------------------------------------------------------------
-def sarif_log(reports: Sequence[FileReport], errors: Sequence[str] = ()) -> dict:
+def sarif_log(reports: Sequence[FileReport], errors: Sequence[PathError] = ()) -> dict:
     """A SARIF 2.1.0 log of the findings, with every rule's documentation and, for each finding a
-    fix is on offer for, that fix as text replacements in the file."""
+    fix is on offer for, that fix as text replacements in the file. Paths are relative to the
+    repository's root, as code scanning reads them."""
     rules = all_rules()
     index = {rule.CODE: position for position, rule in enumerate(rules)}
-    results = []
+    results, notifications = [], [_notification(error) for error in errors]
     for report in reports:
-        fixes = _fixes_by_rule(report)
+        fixes = {code: _sarif_fix(report.path, code, rewrite) for code, rewrite in rule_rewrites(report).items()}
+        notebook = _notebook(report)
         for finding in report.findings:
-            result = _sarif_result(finding, index[finding.code])
+            result = _sarif_result(finding, index[finding.code], notebook)
             if finding.code in fixes:
                 result["fixes"] = [fixes[finding.code]]
             results.append(result)
-    messages = [*errors, *(m for r in reports for m in [*r.errors, *r.internal_errors])]
+        notifications += [_notification(error, notebook) for error in report_errors(report)]
     return {
         "$schema": SARIF_SCHEMA,
         "version": SARIF_VERSION,
@@ -123,17 +194,17 @@ def sarif_log(reports: Sequence[FileReport], errors: Sequence[str] = ()) -> dict
             {
                 "tool": {"driver": {"name": "gradfix", "version": __version__, "semanticVersion": __version__, "rules": [_sarif_rule(r) for r in rules]}},
                 "columnKind": "unicodeCodePoints",
-                "originalUriBaseIds": {SOURCE_ROOT: {"uri": Path.cwd().as_uri() + "/"}},
-                "invocations": [
-                    {
-                        "executionSuccessful": not messages,
-                        "toolExecutionNotifications": [{"level": "error", "message": {"text": m}} for m in messages],
-                    }
-                ],
+                "originalUriBaseIds": {SOURCE_ROOT: {"uri": project_root().as_uri() + "/"}},
+                "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
                 "results": results,
             }
         ],
     }
+
+
+def _notification(error: PathError, notebook: Notebook | None = None) -> dict:
+    location = _location(error.path, _file_line(notebook, *error.place))
+    return {"level": "error", "message": {"text": error.message}, "locations": [location]}
 
 
 def _sarif_rule(rule: type[Rule]) -> dict:
@@ -151,63 +222,67 @@ def _sarif_rule(rule: type[Rule]) -> dict:
     }
 
 
-def _sarif_result(finding: Finding, rule_index: int) -> dict:
+def _sarif_result(finding: Finding, rule_index: int, notebook: Notebook | None) -> dict:
+    """A finding as a result; a notebook's places are the lines of its file that hold them (its
+    cells' lines are named in the message)."""
     place = "" if finding.cell is None else f"cell {finding.cell}, line {finding.line}: "
+    column = finding.column if finding.cell is None else None
+    location = _location(finding.path, _file_line(notebook, finding.cell, finding.line), column)
+    cells = finding.related_cells or (finding.cell,) * len(finding.related_lines)
+    related = [_location(finding.path, _file_line(notebook, cell, line)) for cell, line in zip(cells, finding.related_lines)]
     result = {
         "ruleId": finding.code,
         "ruleIndex": rule_index,
         "level": "error",
         "message": {"text": place + finding.message},
-        "locations": [_location(finding.path, finding.cell, finding.line, finding.column)],
+        "locations": [location],
         "properties": {"fix": finding.fix.value if finding.fix is not None else "none"},
     }
-    if finding.related_lines:
-        result["relatedLocations"] = [
-            {"id": number, **_location(finding.path, finding.cell, line)} for number, line in enumerate(finding.related_lines)
-        ]
+    if related:
+        result["relatedLocations"] = [{"id": number, **other} for number, other in enumerate(related)]
     return result
 
 
-def _location(path: str, cell: int | None, line: int, column: int | None = None) -> dict:
-    """A physical location; a notebook's lines count within a cell, not in the file, so a
-    notebook's location is the file alone."""
+def _location(path: str, line: int | None, column: int | None = None) -> dict:
     physical: dict = {"artifactLocation": _artifact(path)}
-    if cell is None:
+    if line is not None:
         physical["region"] = {"startLine": line} | ({"startColumn": column} if column is not None else {})
     return {"physicalLocation": physical}
 
 
 def _artifact(path: str) -> dict:
-    relative = os.path.relpath(os.path.abspath(path))
-    if relative.startswith(".."):
-        return {"uri": Path(path).resolve().as_uri()}
-    return {"uri": Path(relative).as_posix(), "uriBaseId": SOURCE_ROOT}
+    relative = repository_path(path)
+    if os.path.isabs(relative):
+        return {"uri": Path(relative).as_uri()}
+    return {"uri": relative, "uriBaseId": SOURCE_ROOT}
 
 
-def _fixes_by_rule(report: FileReport) -> dict[str, dict]:
-    """For each rule with a fix on offer in this file, its rewrite of the file on its own (the
-    engine fixes a file rule by rule; a rule's findings in one file share its rewrite). A
-    notebook's fix rewrites cells inside its JSON, which is no text fix a reader can apply."""
-    if report.original is None or is_notebook(report.path):
+def rule_rewrites(report: FileReport, kinds: frozenset[FixKind] = frozenset(FixKind)) -> dict[str, FileReport]:
+    """For each rule with a fix of ``kinds`` on offer in this file, its rewrite of the file on its
+    own (the engine fixes a file rule by rule; a rule's findings in one file share its rewrite).
+    A notebook's rewrite changes only the text of the cells it fixes in its JSON."""
+    if report.original is None:
         return {}
     from gradfix.codemods import checker  # (LibCST: only where a finding has a fix)
 
-    fixes = {}
-    for code in dict.fromkeys(f.code for f in report.findings if f.fix is not None):
-        kinds = {f.fix for f in report.findings if f.code == code}
-        mode = FixMode.UNSAFE if FixKind.UNSAFE in kinds else FixMode.SAFE
+    rewrites = {}
+    for code in dict.fromkeys(f.code for f in report.findings if f.fix in kinds):
+        offered = {f.fix for f in report.findings if f.code == code}
+        mode = FixMode.UNSAFE if FixKind.UNSAFE in offered else FixMode.SAFE
         rewrite = checker.check_source(report.original, [rule_by_code(code)], mode, report.path)
         if rewrite.changed:
-            fixes[code] = _sarif_fix(report.path, code, mode, report.original, rewrite.rewritten)
-    return fixes
+            rewrites[code] = rewrite
+    return rewrites
 
 
-def _sarif_fix(path: str, code: str, mode: FixMode, before: bytes, after: bytes) -> dict:
+def _sarif_fix(path: str, code: str, rewrite: FileReport) -> dict:
     rule = rule_by_code(code)
-    kind = "unsafe: it changes what the program computes" if mode is FixMode.UNSAFE else "safe"
+    unsafe = any(f.fix is FixKind.UNSAFE for f in rewrite.fixed)
+    kind = "unsafe: it changes what the program computes" if unsafe else "safe"
+    replacements = text_replacements(_text(rewrite.original), _text(rewrite.rewritten))
     return {
         "description": {"text": f"{code} {rule.NAME}: gradfix's {kind} fix of this rule's findings in the file"},
-        "artifactChanges": [{"artifactLocation": _artifact(path), "replacements": text_replacements(_text(before), _text(after))}],
+        "artifactChanges": [{"artifactLocation": _artifact(path), "replacements": replacements}],
     }
 
 
@@ -237,5 +312,5 @@ def text_replacements(before: str, after: str) -> list[dict]:
     return replacements
 
 
-def sarif_text(reports: Sequence[FileReport], errors: Sequence[str] = ()) -> str:
+def sarif_text(reports: Sequence[FileReport], errors: Sequence[PathError] = ()) -> str:
     return json.dumps(sarif_log(reports, errors), indent=2) + "\n"

@@ -3,6 +3,7 @@ machine output to stdout, uncoloured when stdout is not a terminal or NO_COLOR i
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections import Counter
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gradfix.codemods.engine import FileReport, unified_diff
+from gradfix.codemods.engine import FileReport, PathError, unified_diff
 from gradfix.codemods.registry import rule_by_code
 from gradfix.codemods.finding import Finding, FixKind
 from gradfix.codemods.rule import Rule
@@ -20,7 +21,7 @@ from gradfix.codemods.rule import Rule
 if TYPE_CHECKING:
     from gradfix.codemods.execution.diagnose import Diagnosis
     from gradfix.codemods.execution.repair import Repair
-    from gradfix.codemods.execution.verify import CheckResult
+    from gradfix.codemods.execution.verify import CheckResult, FixtureCase
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
@@ -76,33 +77,41 @@ def finding_record(finding: Finding) -> dict:
         "message": finding.message,
         "fix": None if finding.fix is None else finding.fix.value,
         "related_lines": list(finding.related_lines),
+        # In a notebook, the cell each related line counts in (null in a script).
+        "related_cells": list(finding.related_cells) if finding.cell is not None else None,
     }
 
 
-def error_records(reports: Sequence[FileReport], errors: Sequence[str]) -> list[dict]:
-    """The files that could not be checked, as entries of machine output (``code`` ``"error"``);
-    ``errors`` (from collecting the files) read ``path: why``."""
-    records = [{"path": e.split(": ", 1)[0], "code": "error", "message": e} for e in errors]
-    return records + [
-        {"path": r.path, "code": "error", "message": message} for r in reports for message in [*r.errors, *r.internal_errors]
-    ]
+def all_errors(reports: Sequence[FileReport], errors: Sequence[PathError] = ()) -> list[PathError]:
+    """Every path that could not be checked: ``errors`` (from collecting the files), then the
+    reports' own."""
+    return [*errors, *(PathError(r.path, message) for r in reports for message in [*r.errors, *r.internal_errors])]
 
 
-def print_findings_json(findings: Iterable[Finding], reports: Sequence[FileReport] = (), errors: Sequence[str] = ()) -> None:
-    """The findings, then the files that could not be checked, as one JSON list."""
-    records = [*map(finding_record, findings), *error_records(reports, errors)]
-    sys.stdout.write(json.dumps(records, indent=2) + "\n")
+def error_record(error: PathError) -> dict:
+    """A file that could not be checked, as an entry of machine output (``code`` ``"error"``),
+    with the cell and line its message names (null where it names none)."""
+    cell, line = error.place
+    return {"path": error.path, "cell": cell, "line": line, "code": "error", "message": error.message}
 
 
-def print_findings_json_lines(findings: Iterable[Finding], reports: Sequence[FileReport] = (), errors: Sequence[str] = ()) -> None:
-    """The records of ``print_findings_json``, one JSON object a line (outputs concatenate)."""
-    records = [*map(finding_record, findings), *error_records(reports, errors)]
-    sys.stdout.writelines(json.dumps(record) + "\n" for record in records)
+def print_json(records: Sequence[dict], lines: bool) -> None:
+    """``records`` as one JSON list, or (``lines``) one JSON object a line, so that the outputs
+    of several runs concatenate."""
+    if lines:
+        sys.stdout.writelines(json.dumps(record) + "\n" for record in records)
+    else:
+        sys.stdout.write(json.dumps(list(records), indent=2) + "\n")
 
 
-def print_errors(reports: Sequence[FileReport], extra: Sequence[str] = ()) -> None:
-    for message in [*extra, *(m for r in reports for m in [*r.errors, *r.internal_errors])]:
-        stderr.print(Text("error: ", style="bold red") + Text(message))
+def findings_records(findings: Iterable[Finding], reports: Sequence[FileReport] = (), errors: Sequence[PathError] = ()) -> list[dict]:
+    """The findings, then the files that could not be checked."""
+    return [*map(finding_record, findings), *map(error_record, all_errors(reports, errors))]
+
+
+def print_errors(reports: Sequence[FileReport], extra: Sequence[PathError] = ()) -> None:
+    for error in all_errors(reports, extra):
+        stderr.print(Text("error: ", style="bold red") + Text(error.message))
 
 
 def fix_summary(reports: Sequence[FileReport], diff: bool) -> str:
@@ -118,9 +127,13 @@ def fix_summary(reports: Sequence[FileReport], diff: bool) -> str:
 
 
 def check_summary(reports: Sequence[FileReport]) -> str:
+    """What a check found; a file that could not be checked is not counted as one without
+    findings."""
     findings = [f for r in reports for f in r.findings]
+    unchecked = sum(bool(r.errors or r.internal_errors) for r in reports)
     if not findings:
-        return f"No findings in {len(reports)} file(s)."
+        summary = f"No findings in {len(reports) - unchecked} file(s)"
+        return summary + (f"; {unchecked} could not be checked." if unchecked else ".")
     safe = sum(f.fix is FixKind.SAFE for f in findings)
     unsafe = sum(f.fix is FixKind.UNSAFE for f in findings)
     summary = f"Found {len(findings)} finding(s) in {sum(bool(r.findings) for r in reports)} file(s); {safe} can be fixed with `gradfix fix`"
@@ -129,15 +142,21 @@ def check_summary(reports: Sequence[FileReport]) -> str:
     return summary + "."
 
 
-def statistics_table(findings: Sequence[Finding]) -> Table:
+def statistics(findings: Sequence[Finding]) -> list[dict]:
     """How many findings each rule made, most first, and how many of them a fix is on offer for."""
+    counts = Counter(f.code for f in findings)
+    return [
+        {"count": count, "code": code, "name": rule_by_code(code).NAME, "fixable": sum(f.fix is not None for f in findings if f.code == code)}
+        for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
+
+
+def statistics_table(findings: Sequence[Finding]) -> Table:
     table = Table(box=None, pad_edge=False)
     for column in ("count", "code", "name", "fixable"):
         table.add_column(column, justify="right" if column in ("count", "fixable") else "left")
-    counts = Counter(f.code for f in findings)
-    for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-        fixable = sum(f.fix is not None for f in findings if f.code == code)
-        table.add_row(str(count), code, rule_by_code(code).NAME, str(fixable))
+    for row in statistics(findings):
+        table.add_row(*(str(row[column]) for column in ("count", "code", "name", "fixable")))
     return table
 
 
@@ -145,6 +164,20 @@ def print_fixed(findings: Iterable[Finding]) -> None:
     """The findings the fixes removed, one line each, on stderr (stdout may carry code or a diff)."""
     for finding in findings:
         stderr.print(Text(f"fixed {finding.location}: {finding.code} {finding.message}"))
+
+
+def rule_record(rule: type[Rule]) -> dict:
+    """A rule as machine output carries it."""
+    return {
+        "code": rule.CODE,
+        "name": rule.NAME,
+        "fix": rule.FIX.value if rule.FIX else None,
+        "keeps_gradients": rule.KEEPS_GRADIENTS,
+        "summary": rule.SUMMARY,
+        "explanation": rule.documentation(),
+        "example_before": rule.EXAMPLE_BEFORE,
+        "example_after": rule.EXAMPLE_AFTER,
+    }
 
 
 def rules_table(rules: Sequence[type[Rule]]) -> Table:
@@ -160,11 +193,16 @@ PIPED_WIDTH = 1000  # a table piped to a file or another program is not wrapped 
 
 
 def print_table(table: Table) -> None:
+    """A table, laid out for the terminal; piped, not wrapped and without the spaces that pad
+    each line to the table's width."""
     console = _stdout()
-    if not console.is_terminal:
-        console = Console(highlight=False, markup=False, width=PIPED_WIDTH)
-        table.expand = False
-    console.print(table)
+    if console.is_terminal:
+        console.print(table)
+        return
+    table.expand = False
+    piped = Console(highlight=False, markup=False, width=PIPED_WIDTH, file=io.StringIO(), color_system=None)
+    piped.print(table)
+    sys.stdout.writelines(line.rstrip() + "\n" for line in piped.file.getvalue().splitlines())
 
 
 def explanation(rule: type[Rule]) -> str:
@@ -178,20 +216,30 @@ def _indent(code: str) -> str:
     return "".join("    " + line if line.strip() else line for line in code.splitlines(keepends=True))
 
 
-def verify_table(results: Sequence[CheckResult]) -> Table:
+def verify_table(results: Sequence[CheckResult], skipped: Sequence[FixtureCase] = ()) -> Table:
     table = Table(box=None, pad_edge=False)
     for column in ("case", "check", "result", "detail"):
         table.add_column(column, overflow="fold")
     for result in results:
         mark = Text("pass", style="green") if result.passed else Text("FAIL", style="bold red")
         table.add_row(result.case.name, result.check, mark, result.detail)
+    for case in skipped:
+        table.add_row(case.name, "all", Text("skip", style="yellow"), _missing(case))
     return table
 
 
-def print_verify_json(results: Sequence[CheckResult]) -> None:
+def _missing(case: FixtureCase) -> str:
+    return f"needs {', '.join(case.missing_modules())}, which is not installed"
+
+
+def print_verify_json(results: Sequence[CheckResult], skipped: Sequence[FixtureCase] = ()) -> None:
     records = [
-        {"case": str(r.case.directory), "rule": r.case.rule.CODE, "check": r.check, "passed": r.passed, "detail": r.detail}
+        {"case": str(r.case.directory), "rule": r.case.rule.CODE, "check": r.check, "passed": r.passed, "skipped": False, "detail": r.detail}
         for r in results
+    ]
+    records += [
+        {"case": str(c.directory), "rule": c.rule.CODE, "check": None, "passed": None, "skipped": True, "detail": _missing(c)}
+        for c in skipped
     ]
     sys.stdout.write(json.dumps(records, indent=2) + "\n")
 

@@ -92,6 +92,17 @@ class ReportCache:
         except OSError:
             pass
 
+    def unusable(self) -> str:
+        """Why no entry can be kept (made here if need be), or "" when entries can be."""
+        if not self._secret:
+            return "no secret for its entries can be kept in the user's cache folder"
+        try:
+            if not self._created_folder():
+                return "it, or the folder of its entries, is not a real folder (a link or a file)"
+        except OSError as error:
+            return f"cannot be made: {error.strerror or error}"
+        return "" if os.access(self._entries, os.W_OK) else "cannot be written"
+
     def _created_folder(self) -> bool:
         """The entries folder exists, made here if need be; False if the tree put something else
         (a link, a file) in its place."""

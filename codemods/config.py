@@ -1,24 +1,44 @@
 """``[tool.gradfix]`` in ``pyproject.toml``: defaults for the command-line options.
 
     [tool.gradfix]
-    select = ["GF00"]          # rule codes or prefixes
+    select = ["GF00"]          # rule codes, prefixes or names
+    extend-select = []         # added to select
     ignore = ["GF004"]
     unsafe-fixes = false
+    exclude = [...]            # replaces the folders and files skipped by default
+    extend-exclude = ["generated", "experiments/*.py"]
+    [tool.gradfix.per-file-ignores]
+    "tests/*" = ["GF001"]
 
 Each file takes the table of the nearest ``pyproject.toml`` above it that has one (as ruff does), so
-results never depend on the order of the paths. The command line wins: ``--select`` replaces the
-file's selection and its ignores, ``--ignore`` adds to them, ``--[no-]unsafe-fixes`` replaces.
+results never depend on the order of the paths. A pattern (of ``exclude`` and ``per-file-ignores``)
+without a ``/`` matches a file's or a folder's name; one with a ``/`` matches the path relative to
+the folder of the ``pyproject.toml``; ``*`` matches any characters, ``/`` included (as ruff's
+globs do). The command line wins (``Overrides``). ``--config FILE`` reads every file's settings
+from one file instead: a ``pyproject.toml``'s ``[tool.gradfix]`` table, or any other TOML file's
+top level.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-_KEYS = {"select": list, "ignore": list, "unsafe-fixes": bool}
+from .registry import RULE_MODULES, UnknownRuleError, codes_matching
+
+# Skipped in a folder's walk unless a configuration's `exclude` says otherwise (virtualenvs are
+# also told by their pyvenv.cfg, and what git ignores is skipped too).
+DEFAULT_EXCLUDE = (
+    ".git", ".hg", ".svn", ".bzr", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+    ".tox", ".nox", ".venv", "venv", ".eggs", "*.egg-info", "build", "dist", "node_modules",
+    "site-packages", "__pypackages__", ".ipynb_checkpoints", ".gradfix_cache",
+)
+PYPROJECT = "pyproject.toml"
 
 
 class ConfigError(ValueError):
@@ -28,16 +48,110 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class Config:
     select: tuple[str, ...] = ()
+    extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     unsafe_fixes: bool = False
-    path: Path | None = None  # the pyproject.toml it came from; None: no file has a table
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    extend_exclude: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    path: Path | None = None  # the file it came from; None: no file has a table
+    root: Path | None = None  # the folder its patterns are relative to (the file's)
+
+    def excludes(self, path: str | Path) -> bool:
+        """Whether a walk skips ``path`` (a file or a folder)."""
+        return any(self._matches(pattern, path) for pattern in (*self.exclude, *self.extend_exclude))
+
+    def ignored_for(self, path: str | Path) -> tuple[str, ...]:
+        """The rule patterns ``per-file-ignores`` ignores in ``path``."""
+        return tuple(code for pattern, codes in self.per_file_ignores if self._matches(pattern, path) for code in codes)
+
+    def _matches(self, pattern: str, path: str | Path) -> bool:
+        absolute = Path(os.path.abspath(path))
+        if "/" not in pattern.rstrip("/"):
+            return fnmatch.fnmatchcase(absolute.name, pattern.rstrip("/"))
+        root = self.root or Path.cwd()
+        try:
+            relative = absolute.relative_to(os.path.abspath(root)).as_posix()
+        except ValueError:
+            return False
+        pattern = pattern.removeprefix("./").rstrip("/")
+        return fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*")
+
+    def selected_codes(self) -> set[str]:
+        """The rule codes the table selects: ``select`` (every rule when empty) with
+        ``extend-select``, less ``ignore``. Raises ``UnknownRuleError``."""
+        chosen = codes_matching(self.select) if self.select else set(RULE_MODULES)
+        return (chosen | codes_matching(self.extend_select)) - codes_matching(self.ignore)
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the command line says over every file's settings. ``select`` replaces the table's
+    whole selection (its ``select``, ``extend-select`` and ``ignore``); ``extend_select`` and
+    ``ignore`` then add to and take from what is selected; the others replace the table's."""
+
+    select: tuple[str, ...] | None = None
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    unsafe_fixes: bool | None = None
+    exclude: tuple[str, ...] | None = None
+    extend_exclude: tuple[str, ...] = ()
+
+    def codes(self, config: Config, path: str | Path) -> set[str]:
+        """The codes of the rules that check ``path``, whose settings are ``config``. Raises
+        ``UnknownRuleError``."""
+        chosen = codes_matching(self.select) if self.select is not None else config.selected_codes()
+        return (chosen | codes_matching(self.extend_select)) - codes_matching([*self.ignore, *config.ignored_for(path)])
+
+    def unsafe(self, config: Config) -> bool:
+        return config.unsafe_fixes if self.unsafe_fixes is None else self.unsafe_fixes
+
+    def applied(self, config: Config) -> Config:
+        """``config`` with the exclusions of the command line."""
+        exclude = config.exclude if self.exclude is None else self.exclude
+        return dataclasses.replace(config, exclude=exclude, extend_exclude=config.extend_exclude + self.extend_exclude)
+
+
+class Settings:
+    """Every file's settings: found above it, or all from one file (``--config FILE``), with the
+    keys of ``table`` (``--config KEY=VALUE``) on top; each ``pyproject.toml`` is read once."""
+
+    def __init__(self, config_file: str | Path | None = None, table: dict[str, Any] | None = None) -> None:
+        self._table = table or {}
+        if table:
+            _fields(table, "--config")  # said at once, whatever files there are
+        self._fixed = None if config_file is None else self._with_table(_load_file(Path(config_file)))
+        self._known: dict[Path, Config] = {}
+
+    def for_path(self, path: str | Path) -> Config:
+        """The settings of a file (or of the files in a folder). Raises ``ConfigError`` naming the
+        file they could not be read from."""
+        if self._fixed is not None:
+            return self._fixed
+        return self._in(_folder_of(path))
+
+    def _in(self, folder: Path) -> Config:
+        if folder not in self._known:
+            candidate = folder / PYPROJECT
+            found = _load(candidate, pyproject=True) if candidate.is_file() else None
+            if found is not None:
+                found = self._with_table(found)
+            elif folder.parent == folder:
+                found = self._with_table(Config())
+            else:
+                found = self._in(folder.parent)
+            self._known[folder] = found
+        return self._known[folder]
+
+    def _with_table(self, config: Config) -> Config:
+        return dataclasses.replace(config, **_fields(self._table, "--config")) if self._table else config
 
 
 def configs_for(paths: Sequence[str | Path]) -> list[Config]:
-    """The settings of each file (or folder) of ``paths``; each ``pyproject.toml`` is read once.
-    Raises ``ConfigError`` naming the file."""
-    known: dict[Path, Config] = {}
-    return [_config_in(_folder_of(path), known) for path in paths]
+    """The settings of each file (or folder) of ``paths``. Raises ``ConfigError`` naming the
+    file."""
+    settings = Settings()
+    return [settings.for_path(path) for path in paths]
 
 
 def find_config(paths: Sequence[str | Path]) -> Config:
@@ -45,26 +159,38 @@ def find_config(paths: Sequence[str | Path]) -> Config:
     return configs_for([paths[0] if paths else Path.cwd()])[0]
 
 
+def inline_table(text: str) -> dict[str, Any]:
+    """``--config 'KEY = VALUE'``: one or more settings in TOML, as ruff takes them. Raises
+    ``ConfigError``."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"--config {text!r} is neither a file nor a setting (KEY = VALUE in TOML): {error}") from None
+    _fields(table, "--config")
+    return table
+
+
 def _folder_of(path: str | Path) -> Path:
     start = Path(os.path.abspath(path))  # not resolved: a symlink loop must not raise here
     return start if start.is_dir() else start.parent
 
 
-def _config_in(folder: Path, known: dict[Path, Config]) -> Config:
-    if folder not in known:
-        candidate = folder / "pyproject.toml"
-        found = _load(candidate) if candidate.is_file() else None
-        if found is None:
-            found = Config() if folder.parent == folder else _config_in(folder.parent, known)
-        known[folder] = found
-    return known[folder]
+def _load_file(path: Path) -> Config:
+    """``--config FILE``: a ``pyproject.toml``'s table (settings from none when it has none), or
+    the top level of another TOML file."""
+    if not path.is_file():
+        raise ConfigError(f"--config {path}: no such file")
+    found = _load(path, pyproject=path.name == PYPROJECT)
+    return found if found is not None else Config(path=path, root=path.parent)
 
 
-def _load(path: Path) -> Config | None:
+def _load(path: Path, pyproject: bool) -> Config | None:
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"{path}: cannot read the configuration: {error}") from None
+    if not pyproject:
+        return Config(path=path, root=path.parent, **_fields(document, str(path)))
     tool = document.get("tool", {})
     if not isinstance(tool, dict):
         raise ConfigError(f"{path}: [tool] must be a table")
@@ -73,18 +199,55 @@ def _load(path: Path) -> Config | None:
         return None
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.gradfix] must be a table")
+    return Config(path=path, root=path.parent, **_fields(table, str(path), "[tool.gradfix] "))
+
+
+_LISTS = ("select", "extend-select", "ignore", "exclude", "extend-exclude")
+_KEYS = (*_LISTS, "unsafe-fixes", "per-file-ignores")
+_RULE_LISTS = ("select", "extend-select", "ignore")
+
+
+def _fields(table: dict[str, Any], where: str, table_name: str = "") -> dict[str, Any]:
+    """``Config``'s fields from a table's keys, checked. Raises ``ConfigError`` naming ``where``
+    (and the key as ``table_name`` + key)."""
+    fields: dict[str, Any] = {}
     for key, value in table.items():
-        expected = _KEYS.get(key)
-        if expected is None:
-            raise ConfigError(f"{path}: unknown key [tool.gradfix] {key} (known: {', '.join(_KEYS)})")
-        if not isinstance(value, expected) or (expected is list and not all(isinstance(v, str) for v in value)):
-            raise ConfigError(f"{path}: [tool.gradfix] {key} must be {'a list of strings' if expected is list else 'true or false'}")
-    return Config(tuple(table.get("select", ())), tuple(table.get("ignore", ())), table.get("unsafe-fixes", False), path)
+        named = f"{table_name}{key}"
+        if key not in _KEYS:
+            raise ConfigError(f"{where}: unknown key {named} (known: {', '.join(_KEYS)})")
+        if key == "unsafe-fixes":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: {named} must be true or false")
+        elif key == "per-file-ignores":
+            if not isinstance(value, dict) or not all(_strings(codes) for codes in value.values()):
+                raise ConfigError(f"{where}: {named} must be a table of patterns, each a list of rule codes")
+            value = tuple((pattern, tuple(codes)) for pattern, codes in value.items())
+            _known_rules(where, named, [code for _, codes in value for code in codes])
+        elif not _strings(value):
+            raise ConfigError(f"{where}: {named} must be a list of strings")
+        else:
+            value = tuple(value)
+            if key in _RULE_LISTS:
+                _known_rules(where, named, value)
+        fields[key.replace("-", "_")] = value
+    return fields
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _known_rules(where: str, key: str, patterns: Sequence[str]) -> None:
+    try:
+        codes_matching(patterns)
+    except UnknownRuleError as error:
+        raise ConfigError(f"{where}: {key}: unknown rule code, prefix or name: {error} (the rules are {', '.join(RULE_MODULES)})") from None
 
 
 def project_root(start: str | Path | None = None) -> Path:
     """The top of the work tree holding ``start`` (the current folder by default): the nearest
-    folder above it with a ``.git``, else ``start`` itself. The cache lives there, and shards name
-    files relative to it, so every job of a CI matrix splits the tree the same way."""
+    folder above it with a ``.git``, else ``start`` itself. The cache lives there, shards name
+    files relative to it, so every job of a CI matrix splits the tree the same way, and GitHub
+    names files relative to it."""
     folder = Path(os.path.abspath(start or Path.cwd()))
     return next((f for f in (folder, *folder.parents) if (f / ".git").exists()), folder)

@@ -16,6 +16,7 @@ import enum
 import errno
 import io
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -27,23 +28,17 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from .analysis.backward_api import may_backward, may_call
 from .analysis.project import ExportedSummary, ProjectSummaries, importable_names, project_summaries, written_names
+from .config import Config
 from .finding import Finding, FixKind
-from .notebook import Notebook, NotebookError, is_notebook
+from .notebook import Notebook, NotebookError, file_lines, is_notebook
 
 if TYPE_CHECKING:
     from .cache import ReportCache
     from .rule import Rule
-
-EXCLUDED_DIRECTORIES = {
-    ".git", ".hg", ".svn", ".bzr", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
-    ".tox", ".nox", ".venv", "venv", ".eggs", "build", "dist", "node_modules", "site-packages",
-    "__pypackages__", ".ipynb_checkpoints",
-}
-
 
 class FixMode(enum.Enum):
     NONE = "none"
@@ -75,37 +70,68 @@ class FileReport:
 
 
 # files -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PathError:
+    """A path that cannot be checked; ``message`` reads ``path: why``, or ``path:line: why``
+    (``path:cell N:line: why`` in a notebook) where a place in the file is known."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def place(self) -> tuple[int | None, int | None]:
+        """The cell and the line the message names (None where it names none)."""
+        match = _PLACE.match(self.message, len(self.path)) if self.message.startswith(self.path) else None
+        if match is None:
+            return None, None
+        return (int(match["cell"]) if match["cell"] else None), int(match["line"])
+
+
+_PLACE = re.compile(r":(?:cell (?P<cell>\d+):)?(?P<line>\d+):")
+
+
 @dataclass
 class FileSet:
     files: list[Path]
-    errors: list[str]
+    errors: list[PathError]
     notices: list[str] = field(default_factory=list)  # worth saying, not errors (a folder with nothing to check)
 
 
-def collect_files(paths: Sequence[str | Path]) -> FileSet:
-    """The Python files under ``paths``, each once. Folders are walked, skipping virtualenvs, build
-    output, VCS folders and what git ignores; a file named explicitly is always taken."""
+def collect_files(
+    paths: Sequence[str | Path],
+    excluded: Callable[[Path], bool] = Config().excludes,
+    excluded_named: Callable[[Path], bool] | None = None,
+) -> FileSet:
+    """The Python files under ``paths``, each once. Folders are walked, skipping what ``excluded``
+    says (virtualenvs, build output and VCS folders by default), other virtualenvs and what git
+    ignores; a file or folder named explicitly is always taken, unless ``excluded_named`` says
+    it is excluded (``--force-exclude``: pre-commit names every file)."""
     files: list[Path] = []
-    errors: list[str] = []
+    errors: list[PathError] = []
     notices: list[str] = []
     for raw in paths:
         path = Path(raw)
+        if excluded_named is not None and excluded_named(path):
+            continue
         problem = unreadable_kind(path)
         if path.is_dir():
             walked = []
-            for found in _walk(path, errors):
+            for found in _walk(path, errors, excluded):
                 kind = unreadable_kind(found)
                 if not kind:
                     walked.append(found)
                 elif kind != "not a regular file":  # a FIFO or device found by a walk is skipped
-                    errors.append(f"{found}: {kind}")
+                    errors.append(PathError(str(found), f"{found}: {kind}"))
             ignored = _git_ignored(path, walked)
             kept = [f for f in walked if f not in ignored]
             if not kept:
                 notices.append(f"{path}: no Python file or notebook to check")
             files += kept
         elif problem:
-            errors.append(f"{path}: {problem}")
+            errors.append(PathError(str(path), f"{path}: {problem}"))
         else:
             files.append(path)
     return FileSet(_one_name_each(files), errors, notices)
@@ -146,22 +172,21 @@ def unreadable_kind(path: Path) -> str:
     return "" if stat.S_ISREG(mode) else "not a regular file"
 
 
-def _walk(root: Path, errors: list[str]) -> Iterator[Path]:
-    """The Python files and notebooks under ``root``; a folder that cannot be read is an error."""
+def _walk(root: Path, errors: list[PathError], excluded: Callable[[Path], bool]) -> Iterator[Path]:
+    """The Python files and notebooks under ``root`` that are not excluded; a folder that cannot
+    be read is an error."""
 
     def unreadable(error: OSError) -> None:
-        errors.append(f"{error.filename}: cannot read: {error.strerror or error}")
+        errors.append(PathError(str(error.filename), f"{error.filename}: cannot read: {error.strerror or error}"))
 
     for directory, subdirectories, filenames in os.walk(root, onerror=unreadable):
         subdirectories[:] = sorted(
             d
             for d in subdirectories
-            if d not in EXCLUDED_DIRECTORIES
-            and not d.endswith(".egg-info")
-            and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
+            if not excluded(Path(directory, d)) and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
         )
         for filename in sorted(filenames):
-            if filename.endswith(".py") or is_notebook(filename):
+            if (filename.endswith(".py") or is_notebook(filename)) and not excluded(Path(directory, filename)):
                 yield Path(directory, filename)
 
 
@@ -414,12 +439,30 @@ def unified_diff(report: FileReport) -> str:
     name = _diff_name(report.path)
     if is_notebook(report.path):
         return Notebook(report.original or b"", report.path).cell_diffs(report.rewritten or b"", name)
-    before = _decoded(report.original or b"")
-    after = _decoded(report.rewritten or b"")
+    return text_diff(_decoded(report.original or b""), _decoded(report.rewritten or b""), name)
+
+
+def text_diff(before: list[str], after: list[str], name: str, section: Callable[[int], str] = lambda line: "") -> str:
+    """A unified diff of the lines of one file named ``name``; ``section(line)`` names the part
+    of the file that a hunk's first changed line (of ``before``) is in, after its ``@@``."""
     # A name with a space ends with a tab, or `patch` reads only up to the space.
     end = "\t" if " " in name else ""
     lines = list(difflib.unified_diff(before, after, f"a/{name}{end}", f"b/{name}{end}"))
+    for index, line in enumerate(lines):
+        if line.startswith("@@"):
+            where = section(_first_changed_line(lines, index))
+            lines[index] = f"{line.rstrip()} {where}\n" if where else line
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def _first_changed_line(lines: list[str], header: int) -> int:
+    """The line of the old file where the hunk whose header is ``lines[header]`` first changes it."""
+    line = int(lines[header].split()[1].lstrip("-").split(",")[0])
+    for text in lines[header + 1 :]:
+        if not text.startswith(" "):
+            return max(line, 1)
+        line += 1
+    return max(line, 1)
 
 
 def _diff_name(path: str) -> str:
@@ -432,4 +475,4 @@ def _diff_name(path: str) -> str:
 
 def _decoded(data: bytes) -> list[str]:
     encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return data.decode(encoding).splitlines(keepends=True)
+    return file_lines(data.decode(encoding))

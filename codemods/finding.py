@@ -24,6 +24,7 @@ class Finding:
     related_lines: tuple[int, ...] = ()  # other lines involved (the other backward, the loop, …)
     path: str = ""
     cell: int | None = None  # in a notebook, the cell that ``line`` counts in
+    related_cells: tuple[int, ...] = ()  # in a notebook, the cell each of ``related_lines`` counts in
     end_line: int = 0  # where the flagged code ends (0: not known)
     end_column: int = 0
 

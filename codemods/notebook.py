@@ -4,21 +4,19 @@ The code cells, in order, become one Python source that the analysis, the rules 
 like any script: each cell after the first starts with a marker line naming it, and IPython's magics and shell
 lines (``%matplotlib inline``, ``!pip install …``, ``%%time``), with the lines a backslash continues
 them onto, become comments that keep their text; one that is the first line of a block (``if …:``
-then ``!cmd``) becomes a ``pass`` statement with that comment, as the block needs one. A rewrite of that source is written back into the cells it changed, and nowhere else:
-outputs, metadata and untouched cells keep their bytes when the notebook's JSON layout can be
-reproduced (as Jupyter writes it), and their content otherwise.
+then ``!cmd``) becomes a ``pass`` statement with that comment, as the block needs one. A rewrite of that source is written back into the cells it changed, and nowhere else: the
+new source replaces the old one's text in the JSON, laid out as the old one was, so outputs,
+metadata, untouched cells and the file's own indentation and key order keep their bytes.
 """
 
 from __future__ import annotations
 
-import copy
-import difflib
 import io
 import json
 import re
 import tokenize
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 # A statement, not a comment: LibCST keeps a comment with the statement below it, so a fix that
 # removes a cell's first statement would take a comment marker away with it.
@@ -30,9 +28,7 @@ PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "autoreload"
 # `%magic`, `!shell`, `?name`, `name?`, and `files = !ls`, where a statement starts.
 _MAGIC_LINE = re.compile(r"^\s*[%!]|^\s*\?{1,2}[\w.]|^\s*[\w.]+\?{1,2}\s*$|^\s*[\w.\[\], ]+=\s*[%!]")
 _LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
-_LAYOUTS = ({"indent": 1, "ensure_ascii": False}, {"indent": 2, "ensure_ascii": False},
-            {"indent": 1, "ensure_ascii": True}, {"indent": 2, "ensure_ascii": True},
-            {"indent": 4, "ensure_ascii": False})
+_BLANK = re.compile(r"[ \t\n\r]*")
 
 
 class NotebookError(ValueError):
@@ -55,7 +51,8 @@ class Notebook:
     def __init__(self, data: bytes, path: str) -> None:
         self.path = path
         try:
-            self.document: dict[str, Any] = json.loads(data.decode("utf-8"))
+            self.text = data.decode("utf-8")
+            self.document: dict[str, Any] = json.loads(self.text)
         except (UnicodeDecodeError, ValueError) as error:
             raise NotebookError(f"{path}: not a Jupyter notebook ({type(error).__name__}: {error})") from None
         malformed = _malformation(self.document)
@@ -64,7 +61,7 @@ class Notebook:
         cells = self.document["cells"]
         self.language = self.document.get("metadata", {}).get("language_info", {}).get("name", "python")
         self.code_cells = [i for i, cell in enumerate(cells) if cell.get("cell_type") == "code"]
-        self._layout = next((layout for layout in _LAYOUTS if _dumped(self.document, layout) == data), None)
+        self._spans = _source_spans(self.text)
         lines: list[str] = []
         self._cell_starts: list[tuple[int, int]] = []  # (first source line, cell index), in order
         for index in self.code_cells:
@@ -92,34 +89,135 @@ class Notebook:
 
     def with_source(self, rewritten: bytes) -> bytes:
         """The notebook with its code cells replaced by those of ``rewritten`` (a rewrite of
-        ``source``); only the cells whose code changed are touched."""
+        ``source``); only the text of the sources that changed is replaced."""
         cells = _split_cells(rewritten.decode("utf-8"), self.code_cells[0]) if self.code_cells else []
         if [index for index, _ in cells] != self.code_cells:
             raise NotebookError(f"{self.path}: a rewrite moved code across cells; the notebook was left as it was")
-        document = copy.deepcopy(self.document)
+        edits = []
         for index, text in cells:
-            cell = document["cells"][index]
-            old = cell_source(cell)
+            old = cell_source(self.document["cells"][index])
             new = _unmasked(text)
             if not old.endswith("\n") and new.endswith("\n"):
                 new = new[:-1]
             if new != old:
-                lines = new.splitlines(keepends=True)
-                cell["source"] = lines if isinstance(cell["source"], list) else new
-        return _dumped(document, self._layout or _LAYOUTS[0])
+                edits.append((self._spans[index], self._source_text(self._spans[index], new)))
+        text = self.text
+        for span, replacement in sorted(edits, key=lambda edit: edit[0].start, reverse=True):
+            text = text[: span.start] + replacement + text[span.end :]
+        return text.encode("utf-8")
+
+    def _source_text(self, span: _Span, new: str) -> str:
+        """``new`` as the JSON of a cell's source, in the layout of the one at ``span``: a string
+        for a string, else a list of lines laid out as its lines were (each line kept as it was
+        written where it did not change)."""
+        escaped = "\\u" in self.text and self.text.isascii()  # written with ensure_ascii
+        if not span.items:
+            if self.text[span.start] == '"':
+                return json.dumps(new, ensure_ascii=escaped)
+            return json.dumps(new.splitlines(keepends=True), ensure_ascii=escaped)
+        written = {json.loads(self.text[item.start : item.end]): self.text[item.start : item.end] for item in span.items}
+        lines = [written.get(line) or json.dumps(line, ensure_ascii=escaped) for line in new.splitlines(keepends=True)]
+        first, last = span.items[0], span.items[-1]
+        opening, closing = self.text[span.start : first.start], self.text[last.end : span.end]
+        between = self.text[first.end : span.items[1].start] if len(span.items) > 1 else "," + opening[1:]
+        return opening + between.join(lines) + closing if lines else "[]"
+
+    def json_line(self, cell: int, line: int) -> int:
+        """The line of the notebook's file that holds line ``line`` of cell ``cell`` (1-based, as
+        ``CellLine`` counts): where the source is a list of lines, that line's item, else the
+        source's first line."""
+        span = self._spans.get(cell - 1)
+        if span is None:
+            return 1
+        items = span.items
+        offset = items[min(line, len(items)) - 1].start if items else span.start
+        return self.text.count("\n", 0, offset) + 1
 
     def cell_diffs(self, rewritten_notebook: bytes, name: str) -> str:
-        """A unified diff per changed code cell, each headed with the cell it is in."""
-        after = Notebook(rewritten_notebook, self.path)
-        chunks = []
-        for index in self.code_cells:
-            old = cell_source(self.document["cells"][index])
-            new = cell_source(after.document["cells"][index])
-            if old != new:
-                where = f"{name}:cell {index + 1}"
-                diff = difflib.unified_diff(_lines(old), _lines(new), f"a/{where}", f"b/{where}")
-                chunks.append("".join(diff))
-        return "".join(chunks)
+        """A unified diff of the notebook's file (``git apply`` takes it), each hunk headed with
+        the cell it changes (where git shows a function's name)."""
+        from .engine import text_diff  # (the engine reads notebooks)
+
+        after = file_lines(rewritten_notebook.decode("utf-8"))
+        return text_diff(file_lines(self.text), after, name, self._cell_named)
+
+    def _cell_named(self, json_line: int) -> str:
+        """``cell N`` for the cell whose source holds that line of the file, else ""."""
+        lines = file_lines(self.text)
+        start = sum(map(len, lines[: json_line - 1]))
+        end = start + len(lines[json_line - 1]) if json_line <= len(lines) else start
+        return next((f"cell {index + 1}" for index, span in self._spans.items() if span.start < end and start < span.end), "")
+
+
+@dataclass(frozen=True)
+class _Span:
+    start: int  # where a cell's source value starts and ends in the JSON text
+    end: int
+    items: tuple[_Span, ...] = ()  # a list's items
+
+
+def _source_spans(text: str) -> dict[int, _Span]:
+    """Where each cell's ``source`` is in a notebook's JSON text, by cell index (text that
+    ``json.loads`` read as a notebook)."""
+    return _Scanner(text).source_spans()
+
+
+class _Scanner:
+    """Positions in JSON text, read as ``json`` reads it; values of no interest are skipped by
+    ``json``'s own decoder."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._decoder = json.JSONDecoder()
+
+    def source_spans(self) -> dict[int, _Span]:
+        spans: dict[int, _Span] = {}
+
+        def cell(index: int, start: int) -> int:
+            def member(key: str, value: int) -> int:
+                if key != "source":
+                    return self._skipped(value)
+                items: list[_Span] = []
+                if self.text[value] == "[":
+                    end = self._array(value, lambda _, item: items.append(_Span(item, self._skipped(item))) or items[-1].end)
+                else:
+                    end = self._skipped(value)
+                spans[index] = _Span(value, end, tuple(items))
+                return end
+
+            return self._object(start, member)
+
+        def top(key: str, value: int) -> int:
+            return self._array(value, cell) if key == "cells" else self._skipped(value)
+
+        self._object(self._blank(0), top)
+        return spans
+
+    def _blank(self, position: int) -> int:
+        return _BLANK.match(self.text, position).end()
+
+    def _skipped(self, position: int) -> int:
+        return self._decoder.raw_decode(self.text, position)[1]
+
+    def _object(self, position: int, member: Callable[[str, int], int]) -> int:
+        """Past the object at ``position``; ``member(key, where its value starts)`` returns
+        where the value ends."""
+        position = self._blank(position + 1)
+        while self.text[position] != "}":
+            key, position = json.decoder.scanstring(self.text, position + 1)
+            position = self._blank(member(key, self._blank(self._blank(position) + 1)))
+            if self.text[position] == ",":
+                position = self._blank(position + 1)
+        return position + 1
+
+    def _array(self, position: int, item: Callable[[int, int], int]) -> int:
+        """Past the array at ``position``; ``item(index, where it starts)`` returns where it ends."""
+        position, index = self._blank(position + 1), 0
+        while self.text[position] != "]":
+            position, index = self._blank(item(index, position)), index + 1
+            if self.text[position] == ",":
+                position = self._blank(position + 1)
+        return position + 1
 
 
 def _malformation(document: Any) -> str:
@@ -154,8 +252,11 @@ def cell_source(cell: dict[str, Any]) -> str:
     return "".join(source) if isinstance(source, list) else str(source)
 
 
-def _lines(text: str) -> list[str]:
-    return [line if line.endswith("\n") else line + "\n" for line in text.splitlines(keepends=True)]
+def file_lines(text: str) -> list[str]:
+    """``text``'s lines as git counts them: ended by ``\\n`` alone (``str.splitlines`` also ends
+    one at a form feed or a line separator, which JSON strings and Python comments may hold)."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + [lines[-1]] * bool(lines[-1])
 
 
 def _masked(source: str) -> list[str]:
@@ -241,7 +342,3 @@ def _split_cells(source: str, first_cell: int) -> list[tuple[int, str]]:
         else:
             cells[-1][1].append(line)
     return [(index, "".join(lines)) for index, lines in cells]
-
-
-def _dumped(document: dict[str, Any], layout: dict[str, Any]) -> bytes:
-    return (json.dumps(document, **layout) + "\n").encode("utf-8")

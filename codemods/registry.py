@@ -25,6 +25,7 @@ RULE_MODULES = {
     "GF007": "graph_kept_for_logging",
     "GF008": "backward_after_loop",
     "GF009": "needless_retain_graph",
+    "GF010": "freed_graph",
 }
 
 

@@ -21,6 +21,15 @@ if TYPE_CHECKING:  # a rule's metadata is read without loading LibCST and the an
 class Violation:
     finding: Finding
     fix: Fix | None = None
+    sites: tuple[BackwardSite, ...] = ()  # the backwards it is about
+    defers: bool = False  # said only when no other rule's violation is about the same backwards
+
+
+def without_repeats(violations: Sequence[Violation]) -> list[Violation]:
+    """``violations`` less the deferring ones about backwards another violation already names:
+    one bug, one finding, from the rule that knows its shape."""
+    named = {id(site) for v in violations if not v.defers for site in v.sites}
+    return [v for v in violations if not (v.defers and v.sites and all(id(s) in named for s in v.sites))]
 
 
 class Rule:
@@ -35,6 +44,9 @@ class Rule:
     SYMPTOM: ClassVar[Symptom] = SECOND_BACKWARD  # what a run of the buggy program shows
     EXAMPLE_BEFORE: ClassVar[str]
     EXAMPLE_AFTER: ClassVar[str]
+    # A rule for what the others do not explain: its violations about backwards that another
+    # rule's violation names are dropped (``without_repeats``).
+    DEFERS: ClassVar[bool] = False
 
     def __init__(self, analysis: FileAnalysis) -> None:
         self.analysis = analysis
@@ -63,7 +75,7 @@ class Rule:
         kind = None if fix is None else (FixKind.SAFE if fix.safe else FixKind.UNSAFE)
         related_lines = tuple(sorted({self.analysis.line(n) for n in related} - {line}))
         finding = Finding(self.CODE, line, column + 1, message, kind, related_lines, end_line=end.line, end_column=end.column + 1)
-        return Violation(finding, fix)
+        return Violation(finding, fix, tuple(sites), self.DEFERS)
 
     @classmethod
     def documentation(cls) -> str:

@@ -159,7 +159,7 @@ def test_the_settings_of_pyproject_are_part_of_the_key(tmp_path, monkeypatch):
     cli = CliRunner()
     assert cli.invoke(app, ["check", "train.py"]).exit_code == 1
     assert (tmp_path / ".gradfix_cache" / ".gitignore").is_file()
-    (tmp_path / "pyproject.toml").write_text('[tool.gradfix]\nignore = ["GF002"]\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.gradfix]\nignore = ["GF002", "GF010"]\n')
     assert cli.invoke(app, ["check", "train.py"]).exit_code == 0
     assert cli.invoke(app, ["check", "train.py", "--no-cache", "--cache-dir", "elsewhere"]).exit_code == 0
     assert not (tmp_path / "elsewhere").exists()

@@ -1,7 +1,9 @@
 """The command-line contract: output formats and exit codes, including bad input."""
 
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -9,6 +11,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from gradfix.cli import app as cli_app
+from gradfix.cli import main, render
+from gradfix.codemods import engine
 from gradfix.cli.app import app
 from gradfix.codemods.config import find_config
 from gradfix.codemods.registry import all_rules
@@ -61,7 +66,10 @@ def test_check_json_output(cli, tmp_path):
     assert (records[0]["column"], records[0]["end_line"], records[0]["end_column"]) == (5, 19, 24)  # end exclusive
     broken = write(tmp_path / "broken.py", "loss.backward(\n")
     both = json.loads(cli("check", "--output-format", "json", script, broken).stdout)
-    assert both[-1] == {"path": str(broken), "code": "error", "message": f"{broken}:1: cannot parse: '(' was never closed"}
+    message = f"{broken}:1: cannot parse: '(' was never closed"
+    assert both[-1] == {"path": str(broken), "cell": None, "line": 1, "code": "error", "message": message}
+    missing = json.loads(cli("check", "--output-format", "json", tmp_path / "nope.py").stdout)
+    assert missing == [{"path": str(tmp_path / "nope.py"), "cell": None, "line": None, "code": "error", "message": f"{tmp_path / 'nope.py'}: no such file or directory"}]
 
 
 def test_fix_rewrites_in_place_and_exits_0(cli, tmp_path):
@@ -481,7 +489,8 @@ def test_show_fixes_and_exit_non_zero_on_fix(cli, tmp_path):
     assert cli("fix", "--exit-non-zero-on-fix", script).exit_code == 0  # nothing changed this time
 
 
-def test_interactive_fix_writes_only_what_is_accepted(tmp_path):
+def test_interactive_fix_writes_only_what_is_accepted(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli_app, "_stdin_is_terminal", lambda: True)
     runner = CliRunner()
     first = write(tmp_path / "a.py", DOUBLE)
     second = write(tmp_path / "b.py", DOUBLE)
@@ -494,3 +503,278 @@ def test_interactive_fix_writes_only_what_is_accepted(tmp_path):
     everything = runner.invoke(app, ["fix", "-i", str(first), str(third)], input="a\n")
     assert everything.exit_code == 0 and first.read_text() == third.read_text() == DOUBLE_FIXED
     assert runner.invoke(app, ["fix", "-i", "--diff", str(first)]).exit_code == 2
+
+
+# issue 28 ---------------------------------------------------------------------------------------
+def codes(result):
+    """The rule codes of the findings a run printed."""
+    return {line.split(": ", 2)[1].split()[0] for line in result.stdout.splitlines() if ": GF" in line}
+
+
+def run_main(monkeypatch, *args):
+    """``gradfix`` as its entry point runs it (the errors it did not foresee are caught there):
+    the exit status."""
+    monkeypatch.setattr(sys, "argv", ["gradfix", *map(str, args)])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    return exit_.value.code
+
+
+@pytest.mark.parametrize("command", [["check"], ["fix", "--diff"], ["rules"]], ids=["check", "fix", "rules"])
+def test_an_error_gradfix_did_not_foresee_exits_2_with_one_line_and_its_traceback_under_verbose(monkeypatch, capsys, tmp_path, command):
+    write(tmp_path / "train.py", DOUBLE)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the disk said no")
+
+    monkeypatch.setattr(engine, "collect_files", broken)
+    monkeypatch.setattr(render, "rules_table", broken)
+    paths = [tmp_path] if command != ["rules"] else []
+    assert run_main(monkeypatch, *command, *paths) == 2
+    assert capsys.readouterr().err == "error: internal error: RuntimeError: the disk said no (--verbose shows where)\n"
+    assert run_main(monkeypatch, *command, "--verbose", *paths) == 2
+    shown = capsys.readouterr().err
+    assert shown.startswith("Traceback (most recent call last):\n") and 'raise RuntimeError("the disk said no")' in shown
+    assert shown.endswith("RuntimeError: the disk said no\nerror: internal error: RuntimeError: the disk said no\n")
+
+
+def test_a_step_summary_that_cannot_be_written_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
+    clean = write(tmp_path / "ok.py", CLEAN)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path))  # a folder
+    assert run_main(monkeypatch, "check", "--output-format", "github", clean) == 2
+    assert capsys.readouterr().err == f"error: $GITHUB_STEP_SUMMARY names {tmp_path}, which cannot be appended to: Is a directory\n"
+
+
+def test_statistics_as_json_and_json_lines(cli, tmp_path):
+    write(tmp_path / "a.py", DOUBLE)
+    write(tmp_path / "b.py", DOUBLE)
+    counted = cli("check", "--statistics", "--output-format", "json", tmp_path)
+    assert counted.exit_code == 1
+    assert json.loads(counted.stdout) == [{"count": 2, "code": "GF002", "name": "separate_backwards", "fixable": 2}]
+    lines = cli("check", "--statistics", "--output-format", "json-lines", tmp_path).stdout.splitlines()
+    assert [json.loads(line) for line in lines] == [{"count": 2, "code": "GF002", "name": "separate_backwards", "fixable": 2}]
+    refused = cli("check", "--statistics", "--output-format", "sarif", tmp_path)
+    assert refused.exit_code == 2 and refused.stderr == "error: --statistics counts findings as text or JSON, not as sarif\n"
+
+
+def test_rules_are_selected_by_name_too(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    assert cli("check", "--select", "duplicate_backward", script).exit_code == 0
+    assert codes(cli("check", "--select", "separate_backwards", script)) == {"GF002"}
+    assert cli("check", "--ignore", "separate_backwards", "--select", "GF002,GF003", script).exit_code == 0
+    write(tmp_path / "pyproject.toml", '[tool.gradfix]\nselect = ["forward_outside_loop"]\n')
+    assert cli("check", script).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "comment, silenced",
+    [
+        ("  # noqa: duplicate_backward", False),  # another rule, by name
+        ("  # noqa: separate_backwards", True),
+        ("  # noqa: see #12", False),  # no rule named: silences nothing
+        ("  # noqa: GF002 merged on purpose", True),
+        ("  # noqa", True),
+    ],
+)
+def test_a_noqa_silences_what_it_names(cli, tmp_path, comment, silenced):
+    script = write(tmp_path / "train.py", DOUBLE.replace("    loss_reg.backward()\n", f"    loss_reg.backward(){comment}\n"))
+    assert ("GF002" in codes(cli("check", script))) is not silenced
+
+
+def test_noqa_inside_a_string_is_no_comment(cli, tmp_path):
+    keyed = (FIXTURES / "separate_backwards" / "while_loop_method" / "before.py").read_text()
+    assert '            losses["recon"].backward()\n' in keyed
+    script = write(tmp_path / "train.py", keyed.replace('"recon"', '"# noqa"'))  # losses["# noqa"].backward()
+    assert "GF002" in codes(cli("check", script))
+
+
+@pytest.mark.parametrize(
+    "header, silenced",
+    [("# gradfix: noqa\n", True), ("# gradfix: noqa: GF002\n", True), ("# gradfix: noqa: GF001\n", False), ("x = 1  # gradfix: noqa\n", False)],
+)
+def test_a_file_level_noqa_silences_the_whole_file(cli, tmp_path, header, silenced):
+    script = write(tmp_path / "train.py", header + DOUBLE)
+    assert ("GF002" in codes(cli("check", script))) is not silenced
+
+
+def test_fix_exit_zero_exits_0_with_findings_left_but_not_with_errors(cli, tmp_path):
+    left = write(tmp_path / "left.py", REPORTED)
+    assert cli("fix", "--exit-zero", left).exit_code == 0
+    assert cli("fix", "--diff", "--exit-zero", write(tmp_path / "train.py", DOUBLE)).exit_code == 0
+    assert cli("fix", "--exit-zero", write(tmp_path / "broken.py", "loss.backward(\n")).exit_code == 2
+
+
+def test_config_file_and_settings_on_the_command_line(cli, tmp_path):
+    script = write(tmp_path / "src" / "train.py", DOUBLE)
+    write(tmp_path / "src" / "pyproject.toml", '[tool.gradfix]\nignore = ["GF002"]\n')
+    assert "GF002" not in codes(cli("check", script))
+    shared = write(tmp_path / "ci" / "gradfix.toml", 'select = ["GF00"]\n')  # another TOML file: its top level
+    assert "GF002" in codes(cli("check", "--config", shared, script))  # the file named replaces the one found
+    assert "GF002" in codes(cli("check", "--config", "ignore = []", script))  # a setting over the one found
+    assert cli("check", "--config", "select = ['GF001']", "--config", shared, script).exit_code == 0
+    project = write(tmp_path / "other" / "pyproject.toml", '[tool.gradfix]\nignore = ["separate_backwards"]\n')
+    assert "GF002" not in codes(cli("check", "--config", project, script))
+    unknown = cli("check", "--config", "selct = ['GF001']", script)
+    assert unknown.exit_code == 2 and "--config: unknown key selct" in unknown.stderr
+    neither = cli("check", "--config", "missing.toml", script)
+    assert neither.exit_code == 2 and "--config 'missing.toml' is neither a file nor a setting" in neither.stderr
+
+
+def test_extend_select_adds_to_the_configured_selection(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    write(tmp_path / "pyproject.toml", '[tool.gradfix]\nselect = ["GF001"]\n')
+    assert cli("check", script).exit_code == 0
+    assert codes(cli("check", "--extend-select", "GF002", script)) == {"GF002"}
+    write(tmp_path / "pyproject.toml", '[tool.gradfix]\nselect = ["GF001"]\nextend-select = ["separate_backwards"]\n')
+    assert codes(cli("check", script)) == {"GF002"}
+    write(tmp_path / "pyproject.toml", '[tool.gradfix]\nignore = ["GF002"]\n')
+    assert "GF002" in codes(cli("check", "--extend-select", "GF002", script))  # the command line wins
+
+
+def test_per_file_ignores(cli, tmp_path):
+    write(tmp_path / "tests" / "test_train.py", DOUBLE)
+    kept = write(tmp_path / "src" / "train.py", DOUBLE)
+    write(tmp_path / "legacy_train.py", DOUBLE)
+    write(tmp_path / "pyproject.toml", '[tool.gradfix.per-file-ignores]\n"tests/*" = ["GF002"]\n"legacy_*.py" = ["GF00"]\n')
+    result = cli("check", "--select", "GF00", tmp_path)
+    assert result.exit_code == 1
+    assert {line.split(":")[0] for line in result.stdout.splitlines()} == {str(kept)}
+    assert cli("check", "--select", "GF002", tmp_path / "tests").exit_code == 0  # applied whatever the selection
+    write(tmp_path / "pyproject.toml", '[tool.gradfix.per-file-ignores]\n"tests/*" = ["GF999"]\n')
+    bad = cli("check", tmp_path)
+    assert bad.exit_code == 2 and "per-file-ignores: unknown rule code, prefix or name: GF999" in bad.stderr
+
+
+def test_exclude_and_extend_exclude_and_force_exclude(cli, tmp_path):
+    write(tmp_path / "src" / "train.py", DOUBLE)
+    generated = write(tmp_path / "generated" / "train.py", DOUBLE)
+    write(tmp_path / "experiments" / "old_train.py", DOUBLE)
+    write(tmp_path / "build" / "train.py", DOUBLE)
+    write(tmp_path / "pyproject.toml", '[tool.gradfix]\nextend-exclude = ["generated", "experiments/old_*.py"]\n')
+
+    def checked(*args):
+        return {line.split(":")[0] for line in cli("check", *args).stdout.splitlines()}
+
+    assert checked(tmp_path) == {str(tmp_path / "src" / "train.py")}
+    assert checked(generated) == {str(generated)}  # named on the command line
+    assert checked("--force-exclude", generated, tmp_path / "src") == {str(tmp_path / "src" / "train.py")}
+    assert checked("--extend-exclude", "src", tmp_path) == set()
+    # --exclude replaces the configured `exclude` (the defaults here: build), not its `extend-exclude`
+    assert checked("--exclude", "src", tmp_path) == {str(tmp_path / "build" / "train.py")}
+    write(tmp_path / "pyproject.toml", '[tool.gradfix]\nexclude = ["src"]\n')  # replaces the defaults: build is checked
+    assert checked(tmp_path) == {str(tmp_path / p / "train.py") for p in ("generated", "build")} | {str(tmp_path / "experiments" / "old_train.py")}
+
+
+def test_force_exclude_applies_to_a_folder_above_a_named_file(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "build" / "train.py", DOUBLE)
+    result = cli("check", "--force-exclude", "build/train.py")  # as pre-commit names a staged file
+    assert result.exit_code == 0 and result.stdout == ""
+
+
+def test_watch_checks_again_when_a_file_changes(cli, tmp_path, monkeypatch):
+    script = write(tmp_path / "train.py", CLEAN)
+    looks = []
+
+    class Stop(Exception):
+        pass
+
+    real_sleep = cli_app.time.sleep
+
+    def sleep(seconds):
+        if seconds != cli_app.WATCH_INTERVAL:  # another's (a subprocess waiting)
+            return real_sleep(seconds)
+        looks.append(seconds)
+        if len(looks) == 1:
+            script.write_text(DOUBLE + "\n")  # another size: a change whatever the clock
+        elif len(looks) == 3:
+            raise Stop
+
+    monkeypatch.setattr(cli_app.time, "sleep", sleep)
+    result = cli("check", "--watch", tmp_path)
+    assert isinstance(result.exception, Stop)
+    assert result.stdout.count(f"{script}:19:5: GF002") == 1  # checked twice: clean, then the change; not a third time
+    assert result.stderr.count("Watching for file changes") == 2
+    assert "No findings in 1 file(s)." in result.stderr
+
+
+def test_check_unsafe_fixes_shows_what_an_unsafe_fix_would_do(cli, tmp_path):
+    after_loop = FIXTURES / "backward_after_loop" / "module_level_epoch_batch_loop"
+    script = write(tmp_path / "train.py", (after_loop / "before.py").read_text())
+    plain = cli("check", script)
+    assert plain.exit_code == 1 and "+++ b/" not in plain.stdout
+    shown = cli("check", "--unsafe-fixes", script)
+    assert shown.exit_code == 1 and script.read_text() == (after_loop / "before.py").read_text()
+    diff = shown.stdout[shown.stdout.index("--- a/"):]
+    patched = tmp_path / "patched"
+    write(patched / "train.py", (after_loop / "before.py").read_text())
+    subprocess.run(["patch", "-p1", "--quiet", "-d", str(patched), "-i", "-"], input=diff.replace(str(script).lstrip("/"), "train.py"),
+                   text=True, check=True)
+    assert (patched / "train.py").read_text() == (after_loop / "after.py").read_text()
+    write(tmp_path / "pyproject.toml", "[tool.gradfix]\nunsafe-fixes = true\n")
+    assert "+++ b/" in cli("check", script).stdout and "+++ b/" not in cli("check", "--no-unsafe-fixes", script).stdout
+
+
+def test_rules_as_json(cli):
+    listed = cli("rules", "--output-format", "json")
+    assert listed.exit_code == 0
+    records = json.loads(listed.stdout)
+    assert [r["code"] for r in records] == [rule.CODE for rule in all_rules()]
+    first = records[0]
+    assert (first["name"], first["fix"]) == ("duplicate_backward", "safe")
+    assert first["summary"] and first["explanation"] and first["example_before"] and first["example_after"]
+
+
+def test_an_unusable_cache_dir_is_said_once(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRADFIX_NO_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    write(tmp_path / "a.py", DOUBLE)
+    write(tmp_path / "b.py", CLEAN)
+    taken = write(tmp_path / "taken", "a file where the cache folder would be\n")
+    result = CliRunner().invoke(app, ["check", "--cache-dir", str(taken), str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.stderr.count("warning:") == 1
+    assert f"warning: --cache-dir {taken}: cannot be made: File exists; checking without the cache\n" in result.stderr
+    usable = CliRunner().invoke(app, ["check", "--cache-dir", str(tmp_path / "cache"), str(tmp_path)])
+    assert usable.exit_code == 1 and "warning" not in usable.stderr
+
+
+def test_help_names_arguments_and_values_as_users_read_them(cli):
+    for command in ("check", "fix", "pr", "rules", "explain", "verify", "diagnose"):
+        shown = cli(command, "--help").stdout
+        assert "{" not in shown.splitlines()[0], shown
+        assert not re.search(r"<(list\[\w+\]|str|int|float|path|\w+ range|[\w-]+(\|[\w-]+)+)>", shown), shown
+    assert cli("check", "--help").stdout.startswith("Usage: root check [OPTIONS] PATH...\n")  # (CliRunner names the program root)
+
+
+def test_piped_tables_have_no_trailing_spaces(cli):
+    lines = cli("rules").stdout.splitlines()
+    assert lines and all(line == line.rstrip() for line in lines)
+
+
+def test_a_missing_path_is_its_error_alone(cli, tmp_path):
+    result = cli("check", tmp_path / "nope.py")
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path / 'nope.py'}: no such file or directory\n"
+    unchecked = cli("check", write(tmp_path / "broken.py", "loss.backward(\n"), write(tmp_path / "ok.py", CLEAN))
+    assert unchecked.stderr.endswith("No findings in 1 file(s); 1 could not be checked.\n")
+
+
+def test_interactive_fix_without_a_terminal_refuses_at_once(cli, tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    result = CliRunner().invoke(app, ["fix", "-i", str(script)], input="y\n")
+    assert result.exit_code == 2
+    assert result.stderr == "error: --interactive asks before each fix: it needs a terminal on stdin\n"
+    assert result.stdout == "" and script.read_text() == DOUBLE
+
+
+def test_verify_skips_a_case_whose_framework_is_not_installed(warm_cli, tmp_path, monkeypatch):
+    case = tmp_path / "duplicate_backward" / "ok_deepspeed_cifar_fresh_forward_per_batch"
+    shutil.copytree(FIXTURES / case.parent.name / case.name, case)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "deepspeed" else real_find_spec(name, *rest))
+    result = warm_cli("verify", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "0 passed, 0 failed, 1 skipped (1 fixture case(s))\n"
+    assert result.stdout.splitlines()[1].split(None, 3) == [
+        "duplicate_backward/ok_deepspeed_cifar_fresh_forward_per_batch", "all", "skip", "needs deepspeed, which is not installed"]

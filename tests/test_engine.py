@@ -2,6 +2,8 @@
 
 import contextlib
 import os
+import shutil
+import subprocess
 from typing import Iterator
 
 import libcst as cst
@@ -251,3 +253,35 @@ def test_a_method_of_a_helper_class_makes_a_file_worth_parsing_only_where_the_fi
     assert not may_backward(source, helpers)
     assert may_backward(source + b"wrapper.step (loss)\n", helpers)
     assert not may_backward(source.replace(b"steps", b"other") + b"wrapper.step(loss)\n", helpers)
+
+
+def test_a_diff_counts_lines_as_git_does(tmp_path):
+    """A form feed (an old page break) or a line separator inside a line does not end it for git:
+    the diff must not split it, or `git apply` rejects the hunk."""
+    before = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+    paged = before.replace("    optimizer.zero_grad()\n", "    optimizer.zero_grad()  # \x0c page \u2028 break\n")
+    assert paged != before
+    report = check_source(paged.encode(), all_rules(), FixMode.SAFE, "train.py")
+    assert report.changed
+    diff = engine.unified_diff(report)
+    assert "    optimizer.zero_grad()  # \x0c page \u2028 break\n" in diff
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    (tmp_path / "train.py").write_bytes(report.original)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "apply"], cwd=tmp_path, input=diff.encode(), check=True)
+    assert (tmp_path / "train.py").read_bytes() == report.rewritten
+
+
+def test_walks_skip_what_the_exclusions_name_and_take_what_is_named():
+    from gradfix.codemods.config import Config
+
+    tree = FIXTURES / "separate_backwards"
+    default = engine.collect_files([tree]).files
+    assert default and all(path.name in ("before.py", "after.py", "ok.py", "reported.py") for path in default)
+    excluded = Config(extend_exclude=("after.py", "ok_*")).excludes
+    kept = engine.collect_files([tree], excluded).files
+    assert kept and all(path.name != "after.py" and not path.parent.name.startswith("ok_") for path in kept)
+    named = tree / "shared_trunk_for_loop" / "after.py"
+    assert engine.collect_files([named], excluded).files == [named]
+    assert engine.collect_files([named], excluded, excluded_named=excluded).files == []

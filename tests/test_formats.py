@@ -53,11 +53,16 @@ def test_annotation_escapes_what_would_end_or_split_the_command():
     assert text == message + " [safe fix]"
 
 
-def test_a_notebook_annotation_names_its_cell_and_no_file_line():
-    line = formats.annotation(Finding("GF007", 2, 1, "kept graph", FixKind.SAFE, path="nb.ipynb", cell=4))
+def test_a_notebook_annotation_names_its_cell_and_is_placed_on_the_line_of_the_file_that_holds_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nb.ipynb").write_bytes(NOTEBOOK.read_bytes())
+    result = check("--output-format", "github", "nb.ipynb")
+    assert result.exit_code == 1
+    [line] = result.stdout.splitlines()
     _, properties, text = decode_workflow_command(line)
-    assert properties == {"file": "nb.ipynb", "title": "GF007 graph_kept_for_logging"}
-    assert text == "cell 4, line 2: kept graph [safe fix]"
+    assert properties == {"file": "nb.ipynb", "line": "62", "title": "GF007 graph_kept_for_logging"}
+    assert text.startswith("cell 4, line 17: ")
+    assert NOTEBOOK.read_text().splitlines()[61] == '    "        train_loss += loss\\n",'  # that line of cell 4
 
 
 def test_check_github_prints_annotations_and_writes_the_summary_and_outputs(tmp_path, monkeypatch):
@@ -146,7 +151,7 @@ def test_sarif_is_valid_and_carries_rules_results_and_fixes(tmp_path, monkeypatc
     assert run["invocations"] == [{"executionSuccessful": True, "toolExecutionNotifications": []}]
 
 
-def test_sarif_names_errors_and_places_notebook_findings_by_file(tmp_path, monkeypatch):
+def test_sarif_places_errors_and_notebook_findings_on_lines_of_their_files(tmp_path, monkeypatch):
     validator = sarif_schema()
     monkeypatch.chdir(tmp_path)
     (tmp_path / "broken.py").write_text("def f(:\n    loss.backward()\n")
@@ -157,10 +162,43 @@ def test_sarif_names_errors_and_places_notebook_findings_by_file(tmp_path, monke
     assert list(validator.iter_errors(log)) == []
     [invocation] = log["runs"][0]["invocations"]
     assert not invocation["executionSuccessful"]
-    assert invocation["toolExecutionNotifications"][0]["message"]["text"].startswith("broken.py:1: cannot parse")
-    results = log["runs"][0]["results"]
-    assert results and all(r["locations"][0]["physicalLocation"] == {"artifactLocation": {"uri": "nb.ipynb", "uriBaseId": "%SRCROOT%"}} for r in results)
-    assert all(re.match(r"cell \d+, line \d+: ", r["message"]["text"]) and "fixes" not in r for r in results)
+    [notification] = invocation["toolExecutionNotifications"]
+    assert notification["message"]["text"].startswith("broken.py:1: cannot parse")
+    assert notification["locations"] == [{"physicalLocation": {"artifactLocation": {"uri": "broken.py", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 1}}}]
+    [finding] = log["runs"][0]["results"]
+    assert finding["message"]["text"].startswith("cell 4, line 17: ")
+    artifact = {"uri": "nb.ipynb", "uriBaseId": "%SRCROOT%"}
+    assert finding["locations"][0]["physicalLocation"] == {"artifactLocation": artifact, "region": {"startLine": 62}}
+    [change] = finding["fixes"][0]["artifactChanges"]  # the notebook's fix, as text replacements in its file
+    fixed = apply_replacements(NOTEBOOK.read_text(), change["replacements"])
+    assert json.loads(fixed)["cells"][3]["source"][16] == "        train_loss += loss.detach()\n"
+
+
+def test_paths_are_relative_to_the_repository_root_from_a_subfolder(tmp_path, monkeypatch):
+    (tmp_path / ".git").mkdir()  # the checkout's root, as actions/checkout leaves it
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "char_lstm.py").write_text(DOUBLE)
+    monkeypatch.chdir(tmp_path / "sub")
+    summary = tmp_path / "summary.md"
+    annotated = check("--output-format", "github", ".", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert annotated.stdout.startswith("::error file=sub/char_lstm.py,line=19,col=5,")
+    assert "| `sub/char_lstm.py:19:5` |" in summary.read_text()
+    log = json.loads(check("--output-format", "sarif", "char_lstm.py").stdout)
+    [run] = log["runs"]
+    assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == tmp_path.as_uri() + "/"
+    assert run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"] == {"uri": "sub/char_lstm.py", "uriBaseId": "%SRCROOT%"}
+
+
+def test_a_file_that_cannot_be_checked_gets_an_annotation(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.py").write_text("import torch\nloss.backward(\n")
+    result = check("--output-format", "github", ".", "missing.py")
+    assert result.exit_code == 2
+    annotations = [decode_workflow_command(line) for line in result.stdout.splitlines()]
+    assert annotations == [
+        ("error", {"file": "missing.py", "title": "gradfix: cannot check this file"}, "missing.py: no such file or directory"),
+        ("error", {"file": "broken.py", "line": "2", "title": "gradfix: cannot check this file"}, "broken.py:2: cannot parse: '(' was never closed"),
+    ]
 
 
 @pytest.mark.parametrize(

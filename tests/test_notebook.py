@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,15 +119,62 @@ def test_a_fix_rewrites_only_the_cells_it_changes_and_keeps_outputs_and_metadata
     assert code_of(report.rewritten).replace("%matplotlib inline\n!pip install torch\n", "").split() == expected.split()
 
 
-def test_diff_names_the_cells_and_untouched_cells_keep_their_bytes():
+def test_diff_is_the_notebook_files_and_git_apply_takes_it_with_a_scripts(tmp_path):
     original = hoisted_notebook()
     report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
     diff = engine.unified_diff(report)
-    assert "--- a/train.ipynb:cell 3\n+++ b/train.ipynb:cell 3\n" in diff
-    assert "+    loss = criterion(model(x), y)\n" in diff
+    assert diff.startswith("--- a/train.ipynb\n+++ b/train.ipynb\n")
+    assert [line.split("@@ ")[-1] for line in diff.splitlines() if line.startswith("@@")] == ["cell 3", "cell 4"]
+    assert '+    "    loss = criterion(model(x), y)\\n",\n' in diff
     assert "matplotlib" not in diff  # cell 2 did not change
     first_cell = original.split(b'"# Training\\n"')[0]
     assert report.rewritten.startswith(first_cell)
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    (tmp_path / "train.ipynb").write_bytes(original)
+    script = tmp_path / "train.py"
+    script.write_text(HOISTED.joinpath("before.py").read_text())
+    patch = subprocess.run([sys.executable, "-m", "gradfix", "fix", "--diff", "train.ipynb", "train.py"], cwd=tmp_path,
+                           capture_output=True, text=True)
+    assert patch.returncode == 1, patch.stderr
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "apply"], cwd=tmp_path, input=patch.stdout, text=True, check=True)
+    assert (tmp_path / "train.ipynb").read_bytes() == report.rewritten
+    assert script.read_text() == HOISTED.joinpath("after.py").read_text()
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [{"indent": 4, "ensure_ascii": True}, {"indent": "\t"}, {"separators": (",", ":")}, {"indent": 2, "sort_keys": True}],
+    ids=["indent-4-ascii", "tabs", "one-line", "sorted"],
+)
+def test_a_fix_keeps_the_notebooks_own_layout(layout):
+    document = json.loads(hoisted_notebook())
+    document["metadata"]["title"] = "Entraînement"  # text ensure_ascii escapes
+    for cell in document["cells"]:  # not Jupyter's key order
+        cell.update(reversed(list(cell.items())))
+    original = json.dumps(document, **layout).encode()
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    assert [f.code for f in report.fixed] == ["GF003"]
+    assert json.loads(report.rewritten)["cells"][3]["source"][1] == "    loss = criterion(model(x), y)\n"
+    changed = [line for line in engine.unified_diff(report).splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert len(changed) <= 6, changed  # the lines of the two sources that changed, not the file
+    before, after = original.decode(), report.rewritten.decode()
+    assert before[: before.index('"source"')] == after[: after.index('"source"')]  # the first cell's bytes and all before them
+
+
+def test_related_lines_name_their_cells_in_json_and_sarif(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.ipynb").write_bytes(hoisted_notebook())
+    [record] = json.loads(CliRunner().invoke(app, ["check", "--output-format", "json", "train.ipynb"]).stdout)
+    assert (record["cell"], record["line"], record["related_cells"], record["related_lines"]) == (3, 1, [4, 4], [1, 3])
+    log = json.loads(CliRunner().invoke(app, ["check", "--output-format", "sarif", "train.ipynb"]).stdout)
+    [result] = log["runs"][0]["results"]
+    lines = hoisted_notebook().decode().splitlines()
+    related = [lines[r["physicalLocation"]["region"]["startLine"] - 1].strip() for r in result["relatedLocations"]]
+    assert related == ['"for it in range(6):\\n",', '"    loss.backward()\\n",']
+    script_record = json.loads(CliRunner().invoke(app, ["check", "--output-format", "json", str(HOISTED / "before.py")]).stdout)[0]
+    assert script_record["related_cells"] is None
 
 
 def test_a_rewrite_that_crosses_a_cell_boundary_is_refused():

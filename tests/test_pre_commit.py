@@ -23,15 +23,17 @@ def hooks() -> dict[str, dict]:
 
 
 def run_hook(hook: dict, folder: Path) -> subprocess.CompletedProcess:
+    """The hook on every file under ``folder``, named relative to it, run from it (pre-commit runs
+    from the repository's root)."""
     picked = [
-        str(path)
-        for path in sorted(folder.iterdir())
-        if identify.tags_from_path(str(path)) & set(hook["types_or"])
+        str(path.relative_to(folder))
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and identify.tags_from_path(str(path)) & set(hook["types_or"])
     ]
     command, *options = shlex.split(hook["entry"])
     assert command == "gradfix"
     return subprocess.run(
-        [sys.executable, "-m", "gradfix", *options, *hook["args"], *picked], capture_output=True, text=True
+        [sys.executable, "-m", "gradfix", *options, *hook["args"], *picked], capture_output=True, text=True, cwd=folder
     )
 
 
@@ -64,3 +66,14 @@ def test_fix_hook_fixes_and_stops_the_commit_once(tmp_path):
     assert first.returncode == 1, first.stderr  # a file changed: the user reviews it before committing
     assert script.read_text() == (DOUBLE / "after.py").read_text()
     assert run_hook(fix, tmp_path).returncode == 0
+
+
+def test_the_hooks_keep_the_projects_exclusions_for_the_files_pre_commit_names(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.gradfix]\nextend-exclude = ["vendored"]\n')
+    (tmp_path / "vendored").mkdir()
+    vendored = tmp_path / "vendored" / "train.py"
+    vendored.write_text((DOUBLE / "before.py").read_text())
+    for hook in hooks().values():
+        result = run_hook(hook, tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert vendored.read_text() == (DOUBLE / "before.py").read_text()

@@ -19,6 +19,10 @@ HEADER = b"import torch\nimport torch.nn as nn\n"
 def test_example_before_is_rewritten_into_example_after(rule):
     before = HEADER + rule.EXAMPLE_BEFORE.encode()
     report = check_source(before, [rule], FixMode.UNSAFE if rule.FIX and rule.FIX.value == "unsafe" else FixMode.SAFE)
+    if rule.FIX is None:  # a rule that only reports: its example is reported and left as it is
+        assert [f.code for f in report.findings] == [rule.CODE] and rule.EXAMPLE_AFTER == rule.EXAMPLE_BEFORE
+        assert not report.changed
+        return
     assert [f.code for f in report.fixed] == [rule.CODE]
     assert report.rewritten == HEADER + rule.EXAMPLE_AFTER.encode()
 
@@ -42,7 +46,7 @@ def test_the_registry_names_every_rule_class_and_module_under_its_code():
     modules = {path.stem for path in package.glob("*.py")} - {"__init__"}
     assert set(RULE_MODULES.values()) == modules
     assert {rule.CODE: rule.NAME for rule in RULES} == RULE_MODULES
-    assert rule_codes(select_rules(["GF00"], ["GF002"])) == rule_codes([r for r in RULES if r.CODE != "GF002"])
+    assert rule_codes(select_rules(["GF00"], ["GF002"])) == rule_codes([r for r in RULES if r.CODE.startswith("GF00") and r.CODE != "GF002"])
 
 
 def test_a_selection_imports_no_rule_until_used():

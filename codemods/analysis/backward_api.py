@@ -44,7 +44,9 @@ class BackwardApi:
     tensor_keyword: str | None = None
     retain_position: int | None = None  # positional place of retain_graph, if it has one
     accumulates: bool = True  # writes into .grad (autograd.grad returns the gradients instead)
-    retains_by_default: bool = False  # DeepSpeed's and Lightning's own defaults are False too
+    # DeepSpeed's and Lightning's own defaults are False too; a function of the checked code keeps
+    # the graph as the backward inside it does (None: gradfix cannot tell).
+    retains_by_default: Tristate = False
     scaled: bool = False  # ``scaler.scale(loss).backward()``: the tensor is the argument of scale()
     # Does more than autograd per call (DeepSpeed: loss scaling, reduction at the accumulation
     # boundary, ZeRO hooks): two calls that run are not one call on the sum.
@@ -58,9 +60,10 @@ class BackwardApi:
         return self.tensor_position != RECEIVER
 
     @classmethod
-    def of_function(cls, name: str, position: int, keyword: str) -> "BackwardApi":
-        """A function of the checked code that backwards its parameter ``keyword``."""
-        return cls(f"{name}()", position, keyword)
+    def of_function(cls, name: str, position: int, keyword: str, inner: "BackwardApi", retains: Tristate) -> "BackwardApi":
+        """A function of the checked code that backwards its parameter ``keyword`` by the call
+        ``inner``, which keeps the graph as ``retains`` says."""
+        return cls(f"{name}()", position, keyword, accumulates=inner.accumulates, retains_by_default=retains, guessed=inner.guessed)
 
 
 TENSOR_BACKWARD = BackwardApi("Tensor.backward", RECEIVER, retain_position=1)

@@ -158,7 +158,7 @@ class FunctionSummary:
 
     def backward_api(self, site: BackwardSite) -> BackwardApi:
         name = site.tensor.value
-        return BackwardApi.of_function(self.name, self.parameters.index(name), name)
+        return BackwardApi.of_function(self.name, self.parameters.index(name), name, site.api, site.retain_graph)
 
     def exported(self, backward_sites: Mapping[cst.Call, BackwardSite]) -> ExportedSummary:
         returned = [backward_sites[call] for call in self.returned.backwarded]
@@ -343,9 +343,7 @@ class DataflowAnalysis:
         end = self._run_scope(Scope(node, class_name, called_repeatedly), node.body.body, start)
         if called_repeatedly and node.name.value == "forward":
             self.forward_results[class_name] = self.loops[node].returned.structure
-        if called_repeatedly and any(
-            name.startswith("self.") and value.origins for name, value in self.loops[node].back_edge.items()
-        ):
+        if called_repeatedly and _reads_what_the_last_call_kept(self.loops[node]):
             self.stateful_classes.add(class_name)
         self._summarize(node, class_name)
         return end
@@ -733,7 +731,7 @@ class DataflowAnalysis:
             loop = self._loops[-1] if self._loops else None
             if element.graph and loop is not None and not loop.is_call and _indexed_by(node, loop.carried_names):
                 picked = frozenset({Element(loop, node, base.origins)})
-                return Value(True, picked, element.structure, freed=base.freed)
+                return Value(True, picked, element.structure)  # another element each iteration
             return _part(base, element.structure)
         if node_type in (cst.Tuple, cst.List):
             values = self._eval_all([e.value for e in node.elements], env)
@@ -780,9 +778,20 @@ class DataflowAnalysis:
 
     def _eval_call(self, node: cst.Call, env: Env) -> Value:
         value = self._call_value(node, env)
+        if self._detaching_call(node.func):
+            return CONSTANT
         if value.graph and self._called_class(node.func) in self.stateful_classes:
             self._escape([value])  # the object keeps part of this graph for its next call
         return value
+
+    def _detaching_call(self, func: cst.BaseExpression) -> bool:
+        """A call of a function or method of the file whose every return is detached
+        (``repackage_hidden(h)``, ``self.model.repackage_hidden(h)``)."""
+        detaching = self.names.detaching_functions
+        if dotted_name(func) in detaching:
+            return True
+        called = self._called_class(func.value) if isinstance(func, cst.Attribute) else None
+        return called is not None and f"{called}.{func.attr.value}" in detaching
 
     def _called_class(self, func: cst.BaseExpression) -> str | None:
         """The file's own class whose instance (or method) a call runs: ``model(x)``, ``model.step(x)``."""
@@ -894,7 +903,7 @@ class DataflowAnalysis:
         if qualified.startswith(_NUMBER_LIBRARIES):
             return CONSTANT
         if isinstance(func, cst.Name):
-            if func.value in self.names.detaching_functions or func.value in _NON_GRAPH_BUILTINS:
+            if func.value in _NON_GRAPH_BUILTINS:
                 return CONSTANT
             if func.value in _CONTAINER_BUILTINS:
                 element = _element_of(values[0]) if values else NOTHING
@@ -1096,8 +1105,8 @@ class DataflowAnalysis:
         """The same for a function of another checked file: a backward inside it has no site here,
         so the call stands for it."""
         values = self._eval_all([arg.value for arg in call.args], env)
-        for parameter, _, _ in summary.backwarded:
-            api = BackwardApi.of_function(summary.name, summary.parameters.index(parameter), parameter)
+        for parameter, inner, retains in summary.backwarded:
+            api = BackwardApi.of_function(summary.name, summary.parameters.index(parameter), parameter, inner, retains)
             if backward_calls.tensor_expression(api, call) is not None:
                 self._record_backward(call, api, env)
         result = combine(values, self._origin(call), UNKNOWN, known_operation=False)
@@ -1193,6 +1202,14 @@ def _element_of(value: Value) -> Value:
     else:
         item = TENSOR if structure is TENSOR else UNKNOWN
     return _part(value, item)
+
+
+def _reads_what_the_last_call_kept(method: Loop) -> bool:
+    """Whether what a call of ``method`` returns or keeps on ``self`` is built from a graph the
+    previous call kept there (``self.hidden = self.cell(x, self.hidden)``), not only written anew."""
+    kept = [Carried(method, name) for name, value in method.back_edge.items() if value.graph]
+    made = method.returned.origins.union(*(value.origins for value in method.back_edge.values()))
+    return bool(kept) and not expand(made, method).isdisjoint(kept)
 
 
 def _part(value: Value, structure: Structure) -> Value:

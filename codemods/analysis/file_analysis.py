@@ -335,6 +335,40 @@ class FileAnalysis:
     def loops(self) -> list[Loop]:
         return list(self._dataflow.loops.values())
 
+    def exclusive(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether no run reaches both statements: one sits under ``if flag:`` (or its ``else``)
+        and the other under ``if not flag:`` (or the ``else`` of ``if flag:``), with nothing in
+        their function assigning ``flag`` (``if not XLA_2_1: loss.backward()`` … ``if XLA_2_1:
+        loss.backward()``)."""
+        tests = self._branch_tests(second)
+        scope = self._scope_node(first)
+        if scope is not self._scope_node(second):
+            return False
+        assigned = assigned_names(scope.body if isinstance(scope, cst.FunctionDef) else scope, tree=self.tree)
+        return any(
+            tests.get(name) is (not holds) and name not in assigned
+            for name, holds in self._branch_tests(first).items()
+        )
+
+    def _branch_tests(self, node: cst.CSTNode) -> dict[str, bool]:
+        """``{flag: True}`` for each ``if flag:`` whose body holds ``node`` (False in its ``else``,
+        or for ``if not flag:``), up to the function that holds it."""
+        tests: dict[str, bool] = {}
+        child, parent = node, self.tree.parent(node)
+        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+            if isinstance(parent, cst.If):
+                tested = _tested_name(parent.test)
+                if tested is not None and child is not parent.test:
+                    name, holds = tested
+                    tests.setdefault(name, holds if child is parent.body else not holds)
+            child, parent = parent, self.tree.parent(parent)
+        return tests
+
+    def _scope_node(self, node: cst.CSTNode) -> cst.CSTNode:
+        while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
+            node = self.tree.parent(node)
+        return node
+
     def under_no_grad(self, statement: cst.CSTNode) -> bool:
         """Whether ``statement`` runs with gradients off (``torch.no_grad()``, ``inference_mode``,
         a ``@torch.no_grad()`` function): what it computes records no graph."""
@@ -489,6 +523,13 @@ class FileAnalysis:
             dotted_name(call.func.value) in self.names.optimizers
             for call in self.tree.findall(node, cst.Call, method_called)
         )
+
+
+def _tested_name(test: cst.BaseExpression) -> tuple[str, bool] | None:
+    """``("flag", True)`` for the test ``flag``, ``("flag", False)`` for ``not flag``."""
+    negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+    name = dotted_name(test.expression if negated else test)
+    return None if name is None else (name, not negated)
 
 
 # Builtins that never see a tensor's gradient.

@@ -311,8 +311,12 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._functions.pop()
-        if not self._classes and not self._functions and self._returns_detached(original_node):
-            self.names.detaching_functions.add(original_node.name.value)
+        if self._functions or len(self._classes) > 1:
+            return
+        name = original_node.name.value
+        qualified = f"{self._classes[-1]}.{name}" if self._classes else name  # a method: ``Class.method``
+        if self._returns_detached(original_node):
+            self.names.detaching_functions.add(qualified)
 
     def _returns_detached(self, function: cst.FunctionDef) -> bool:
         """Whether every ``return`` of ``function`` hands back detached values: ``h.detach()``,
@@ -340,8 +344,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return value.value == "None"
         if isinstance(value, cst.Call):
             callee = dotted_name(value.func)
-            if callee == function or callee in self.names.detaching_functions:
-                return True
+            if callee in self.names.detaching_functions or (callee or "").rpartition(".")[2] == function:
+                return True  # (``function`` itself, called as ``f``, ``self.f``, ``cls.f`` or ``Class.f``)
             if callee in ("tuple", "list") and len(value.args) == 1:
                 return self._detached(value.args[0].value, function)
             if callee == "map" and value.args:
@@ -354,6 +358,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
     # instances -------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
+            pairs = _unpacked(target.target, node.value)
+            for element, value in pairs:  # self.model, self.steps = model, steps
+                self._bind(element, value)
             self._bind(target.target, node.value)
             self._bind_framework(target.target, node.value)
             if isinstance(target.target, (cst.Attribute, cst.Subscript)):
@@ -627,9 +634,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if module is None:
                 continue
             if target.startswith("self.") and class_name:
-                self.names.self_modules.setdefault(class_name, {}).setdefault(target[5:], module)
-            else:
-                self.names.modules.setdefault(target, module)
+                known = self.names.self_modules.setdefault(class_name, {})
+                if not known.get(target[5:], ModuleInfo("")).class_name:  # (``self.model.train()`` saw a module of no class)
+                    known[target[5:]] = module
+            elif not self.names.modules.get(target, ModuleInfo("")).class_name:
+                self.names.modules[target] = module
 
 
 _OPTIMIZER_BASES = {"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"}
@@ -639,6 +648,13 @@ _HANDING_BACK = {"prepare", "setup", "setup_optimizers", "prepare_optimizer"}  #
 _PARAMETER_METHODS = {"parameters", "named_parameters"}
 
 
+
+
+def _unpacked(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """The element-by-element assignments of ``a, b = x, y``; none for any other assignment."""
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(target.elements) == len(value.elements):
+        return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+    return []
 
 
 def _changes_in_place(call: cst.Call) -> bool:

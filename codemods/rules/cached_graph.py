@@ -127,6 +127,7 @@ for step in range(steps):
                 message,
                 self._detach_fix(statement) if constant else None,
                 related=(function,),
+                sites=tuple(site for site in self.analysis.backward_sites if site.scope.node is function),
             )
 
     def _made_once(self, statement: cst.CSTNode, scope: Scope) -> bool:
