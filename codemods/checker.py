@@ -26,6 +26,7 @@ from .edits import apply_fixes, compatible
 from .engine import FileReport, FixMode, SourceError, decoded, prefiltered_report, skips_parse
 from .finding import Finding
 from .notebook import Notebook, NotebookError, is_notebook
+from .registry import RULE_MODULES
 from .rule import Rule, Violation, without_repeats
 from .skeleton import Skeleton, build_skeleton
 
@@ -35,7 +36,11 @@ MAX_FIX_ROUNDS = 5
 # it, which kills the process (SIGSEGV), and its parse takes seconds long before that. Python's
 # own analysis of such a tree would give up anyway (its recursion limit is 1,000 frames).
 NESTING_LIMIT = 1000
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+# `# noqa` (every rule) or `# noqa: GF001, duplicate_backward` anywhere in a comment; a whole file's
+# `# gradfix: noqa` (or `# gradfix: noqa: GF001`) as a comment on a line of its own, as ruff's.
+_NOQA = re.compile(r"#\s*noqa\b(?P<listed>\s*:(?P<codes>.*))?", re.IGNORECASE)
+_FILE_NOQA = re.compile(r"#\s*gradfix\s*:\s*noqa\b(?P<listed>\s*:(?P<codes>.*))?", re.IGNORECASE)
+_CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
 
 
 def check_file(
@@ -303,10 +308,16 @@ def _error_in_cells(notebook: Notebook, error: str) -> str:
 
 def _in_cells(notebook: Notebook, finding: Finding) -> Finding:
     place, end = notebook.locate(finding.line), notebook.locate(finding.end_line)
-    related = tuple(notebook.locate(line).line for line in finding.related_lines)
+    related = [notebook.locate(line) for line in finding.related_lines]
     end_line = end.line if end.cell == place.cell else place.line
     return replace(
-        finding, cell=place.cell, line=place.line, end_line=end_line, message=notebook.describe(finding.message), related_lines=related
+        finding,
+        cell=place.cell,
+        line=place.line,
+        end_line=end_line,
+        message=notebook.describe(finding.message),
+        related_lines=tuple(r.line for r in related),
+        related_cells=tuple(r.cell for r in related),
     )
 
 
@@ -389,23 +400,66 @@ def find_violations(analysis: FileAnalysis, rules: Sequence[type[Rule]]) -> list
     """What ``rules`` find in an analysed module, less what ``# noqa`` comments silence."""
     found = without_repeats([violation for rule in rules for violation in rule(analysis).violations()])
     if found:
-        suppressions = _suppressions(analysis.source.decode(analysis.module.encoding))
-        found = [v for v in found if not _suppressed(v.finding, suppressions.get(v.finding.line))]
+        silenced = Suppressions(analysis.source.decode(analysis.module.encoding))
+        found = [v for v in found if not silenced.silences(v.finding)]
     return sorted(found, key=lambda v: (v.finding.line, v.finding.column, v.finding.code))
 
 
-def _suppressed(finding: Finding, codes: set[str] | None) -> bool:
-    return codes is not None and (not codes or finding.code in codes)
+class Suppressions:
+    """What the comments of a module's code silence: each line's ``# noqa`` and the file's
+    ``# gradfix: noqa``. An empty set of codes silences every rule; a ``# noqa:`` whose list
+    names no rule code or name (``# noqa: see #12``) silences nothing. Text that only looks like
+    a comment, inside a string, is not one."""
+
+    def __init__(self, code: str) -> None:
+        self.lines: dict[int, frozenset[str]] = {}
+        self.file: frozenset[str] | None = None
+        for line, text, own_line in _comments(code):
+            whole_file = _FILE_NOQA.match(text) if own_line else None
+            if whole_file:
+                codes = _listed_codes(whole_file)
+                if codes is not None:
+                    self.file = codes if self.file is None else _joined(self.file, codes)
+                continue
+            match = _NOQA.search(text)
+            codes = _listed_codes(match) if match else None
+            if codes is not None:
+                self.lines[line] = codes
+
+    def silences(self, finding: Finding) -> bool:
+        return any(codes is not None and (not codes or finding.code in codes) for codes in (self.file, self.lines.get(finding.line)))
 
 
-def _suppressions(code: str) -> dict[int, set[str]]:
-    """``# noqa`` (every code) or ``# noqa: GF001, GF002`` per line."""
-    suppressions = {}
-    for number, line in enumerate(code.splitlines(), start=1):
-        if "noqa" not in line.lower():
-            continue
-        match = _NOQA.search(line)
-        if match:
-            codes = match.group("codes")
-            suppressions[number] = set(re.split(r"[\s,]+", codes.upper())) if codes else set()
-    return suppressions
+def _joined(first: frozenset[str], second: frozenset[str]) -> frozenset[str]:
+    """The codes two comments silence; an empty set (every rule) wins."""
+    return first | second if first and second else frozenset()
+
+
+def _listed_codes(match: re.Match[str]) -> frozenset[str] | None:
+    """The rule codes a ``noqa`` lists (empty: it lists none, so every rule), None when its list
+    names none. The list ends at the first word that is neither a code nor a rule's name (the
+    comment's own words)."""
+    if not match.group("listed"):
+        return frozenset()
+    codes = set()
+    for word in re.split(r"[\s,]+", match.group("codes").strip()):
+        if _CODE.fullmatch(word):
+            codes.add(word.upper())
+        elif word.lower() in RULE_MODULES.values():
+            codes.update(code for code, name in RULE_MODULES.items() if name == word.lower())
+        else:
+            break
+    return frozenset(codes) or None
+
+
+def _comments(code: str) -> Iterator[tuple[int, str, bool]]:
+    """Each comment's line, text and whether it stands on a line of its own; code the tokenizer
+    stops at (syntax newer than this Python) keeps the comments before it."""
+    if "#" not in code:
+        return
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code).readline):
+            if token.type == tokenize.COMMENT:
+                yield token.start[0], token.string, not token.line[: token.start[1]].strip()
+    except (tokenize.TokenError, SyntaxError):
+        return
