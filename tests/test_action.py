@@ -1,0 +1,159 @@
+"""The composite action beyond its modes (tests/test_pull_request.py runs those): what it installs,
+on which Python, and the inputs and outputs a workflow sees."""
+
+import importlib.metadata
+import itertools
+import os
+import re
+import subprocess
+import sys
+
+from packaging.requirements import Requirement
+
+from .conftest import FIXTURES
+from .test_pull_request import ACTION, RECORDING_GRADFIX, ROOT, git, read_step_outputs, run_action, runner_temp  # noqa: F401 (a fixture)
+
+DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
+LOCK = ROOT / "requirements" / "action.txt"
+
+
+def install_step(tmp_path, environment):
+    """The install step, as a runner runs it, with ``environment`` over the test's."""
+    script = tmp_path / "install.sh"
+    script.write_text(ACTION["runs"]["steps"][0]["run"])
+    env = {**os.environ, "RUNNER_TEMP": str(tmp_path), "GITHUB_ACTION_PATH": str(ROOT), **environment}
+    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_the_install_step_refuses_a_python_older_than_3_11_before_installing_anything(tmp_path):
+    old = tmp_path / "bin" / "python3"
+    old.parent.mkdir()
+    old.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "Python 3.10.12"; exit 0; fi\nexit 1\n')
+    old.chmod(0o755)
+    done = install_step(tmp_path, {"PATH": f"{old.parent}:{os.environ['PATH']}", "RUNNER_OS": "Linux", "RUNNER_ARCH": "X64"})
+    assert done.returncode == 2
+    assert done.stderr == (
+        "gradfix: needs Python 3.11 or newer as python3, found: Python 3.10.12 (run actions/setup-python before this action)\n"
+    )
+    assert not (tmp_path / "gradfix-venv").exists()
+
+
+def test_the_install_step_names_the_runners_it_supports(tmp_path):
+    done = install_step(tmp_path, {"RUNNER_OS": "Windows", "RUNNER_ARCH": "X64"})
+    assert done.returncode == 2
+    assert done.stderr == "gradfix: the action runs on Linux (X64, ARM64) and macOS (ARM64) runners, not on Windows/X64\n"
+
+
+def test_the_install_step_installs_the_locked_versions_by_hash_then_gradfix_from_nothing_but_its_checkout(tmp_path):
+    # A python3 whose venv's python records each pip call instead of installing.
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text(
+        '#!/bin/bash\nif [[ "$1" == -m && "$2" == venv ]]; then mkdir -p "$3/bin"\n'
+        'printf \'#!/bin/sh\\nprintf "%%s\\\\0" "$@" >> "%s"\\necho >> "%s"\\n\' "$RECORD" "$RECORD" > "$3/bin/python"\n'
+        f'chmod +x "$3/bin/python"; exit 0; fi\nexec "{sys.executable}" "$@"\n'
+    )
+    fake.chmod(0o755)
+    record = tmp_path / "pip-calls"
+    environment = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "RUNNER_OS": "Linux", "RUNNER_ARCH": "ARM64", "RECORD": str(record)}
+    done = install_step(tmp_path, environment)
+    assert done.returncode == 0, done.stderr
+    calls = [line.split("\0")[:-1] for line in record.read_text().splitlines()]
+    common = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input"]
+    assert calls == [
+        [*common, "--require-hashes", "--only-binary", ":all:", "--requirement", f"{ROOT}/requirements/action.txt"],
+        [*common, "--no-deps", "--no-build-isolation", "--no-index", str(ROOT)],
+    ]
+
+
+def locked() -> dict[str, Requirement]:
+    """requirements/action.txt: each requirement, with its hashes checked on the way."""
+    entries = re.split(r"\n(?=\S)", "\n".join(line for line in LOCK.read_text().splitlines() if not line.startswith("#")).strip())
+    requirements = {}
+    for entry in entries:
+        head, *hashes = [part.strip() for part in entry.split("\\")]
+        requirement = Requirement(head)
+        [specifier] = requirement.specifier
+        assert specifier.operator == "==", f"{head}: not an exact version"
+        assert hashes and all(re.fullmatch(r"--hash=sha256:[0-9a-f]{64}", h) for h in hashes), head
+        requirements[requirement.name.lower().replace("_", "-")] = requirement
+    return requirements
+
+
+def test_the_lock_pins_every_dependency_of_gradfix_at_a_version_it_allows():
+    pins = locked()
+    dependencies = [Requirement(text) for text in importlib.metadata.requires("gradfix") if "extra ==" not in text]
+    assert dependencies
+    for dependency in dependencies:
+        pinned = pins[dependency.name.lower()]
+        version = next(iter(pinned.specifier)).version
+        assert dependency.specifier.contains(version), f"{dependency} does not allow {pinned}"
+    assert "setuptools" in pins  # builds gradfix without build isolation
+
+
+def test_the_lock_pins_what_each_locked_package_needs_on_every_python_and_platform_it_serves():
+    pins = locked()
+    checked = 0
+    for name, pin in pins.items():
+        try:
+            installed = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:  # (pyyaml-ft: Python 3.13's)
+            continue
+        if installed.version != next(iter(pin.specifier)).version:
+            continue  # its requirements here are another version's
+        for text in installed.requires or ():
+            needed = Requirement(text)
+            for python, platform in itertools.product(("3.11", "3.12", "3.13", "3.14"), ("linux", "darwin")):
+                where = {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": platform,
+                         "platform_system": {"linux": "Linux", "darwin": "Darwin"}[platform], "extra": ""}
+                if needed.marker is not None and not needed.marker.evaluate(where):
+                    continue
+                key = needed.name.lower().replace("_", "-")
+                assert key in pins, f"{name} needs {needed} on Python {python} ({platform}): not in the lock"
+                assert pins[key].marker is None or pins[key].marker.evaluate(where), f"{key} is locked only elsewhere"
+                assert needed.specifier.contains(next(iter(pins[key].specifier)).version), f"{name} needs {needed}"
+                checked += 1
+    assert checked
+
+
+def test_every_line_of_a_multi_line_paths_input_is_checked(tmp_path):
+    runner_temp = tmp_path / "runner_temp"
+    recorder = runner_temp / "gradfix-venv" / "bin" / "gradfix"
+    recorder.parent.mkdir(parents=True)
+    recorder.write_text(RECORDING_GRADFIX)
+    recorder.chmod(0o755)
+    done, _, _ = run_action({"mode": "check", "paths": "src\ntests/unit  notebooks\n\n*.py\n"}, runner_temp, tmp_path, tmp_path,
+                            environment={"RECORDED_STATUS": "0"})
+    assert done.returncode == 0, done.stderr
+    argv = (runner_temp / "argv").read_text().split("\0")[:-1]
+    assert argv == ["check", "--output-format", "github", "--", "src", "tests/unit", "notebooks", "*.py"]
+
+
+def test_fix_mode_lists_only_the_files_gradfix_changed(tmp_path, runner_temp):
+    workspace = tmp_path / "workspace"
+    git(tmp_path, "init", "--quiet", str(workspace))
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "train.py").write_text(DOUBLE)
+    (workspace / "notes.py").write_text("x = 1\n")
+    git(workspace, "add", ".")
+    git(workspace, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "--quiet", "-m", "start")
+    (workspace / "notes.py").write_text("x = 2  # an earlier step of the job changed this file\n")
+    done, outputs, summary = run_action({"mode": "fix"}, runner_temp, workspace, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert outputs["changed-files"] == "sub/train.py" and outputs["findings"] == "0"
+    assert (workspace / "sub" / "train.py").read_text() == DOUBLE_FIXED
+    assert "gradfix fixed 1 finding(s) in 1 file(s)" in summary
+
+
+def test_fix_mode_outside_a_git_repository_writes_whole_outputs(tmp_path, runner_temp):
+    workspace = tmp_path / "plain"
+    workspace.mkdir()
+    (workspace / "train.py").write_text(DOUBLE)
+    (workspace / "left.py").write_text((FIXTURES / "forward_outside_loop" / "pred_printed_after_loop" / "reported.py").read_text())
+    done, outputs, _ = run_action({"mode": "fix"}, runner_temp, workspace, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert outputs["changed-files"] == "train.py" and outputs["findings"] == "1"
+    written = read_step_outputs((tmp_path / "github_output").read_text())
+    assert set(written) == {"findings", "changed-files"}
+    assert re.match(r"::error file=left\.py,line=\d+,col=\d+,title=GF003 forward_outside_loop::", done.stdout)
