@@ -62,19 +62,23 @@ class Config:
         return any(self._matches(pattern, path) for pattern in (*self.exclude, *self.extend_exclude))
 
     def ignored_for(self, path: str | Path) -> tuple[str, ...]:
-        """The rule patterns ``per-file-ignores`` ignores in ``path``."""
-        return tuple(code for pattern, codes in self.per_file_ignores if self._matches(pattern, path) for code in codes)
+        """The rule patterns ``per-file-ignores`` ignores in ``path`` (a name pattern also matches
+        the folders it is in, below the settings' folder)."""
+        return tuple(code for pattern, codes in self.per_file_ignores if self._matches(pattern, path, folders=True) for code in codes)
 
-    def _matches(self, pattern: str, path: str | Path) -> bool:
+    def _matches(self, pattern: str, path: str | Path, folders: bool = False) -> bool:
+        """Whether ``pattern`` matches ``path``: its name (``folders``: or a folder's it is in,
+        below ``root``), or its path relative to ``root`` when the pattern has a ``/``."""
         absolute = Path(os.path.abspath(path))
-        if "/" not in pattern.rstrip("/"):
-            return fnmatch.fnmatchcase(absolute.name, pattern.rstrip("/"))
-        root = self.root or Path.cwd()
+        root = Path(os.path.abspath(self.root or Path.cwd()))
+        pattern = pattern.removeprefix("./").rstrip("/")
+        if "/" not in pattern:
+            names = [absolute, *(f for f in absolute.parents if root in f.parents)] if folders else [absolute]
+            return any(fnmatch.fnmatchcase(named.name, pattern) for named in names)
         try:
-            relative = absolute.relative_to(os.path.abspath(root)).as_posix()
+            relative = absolute.relative_to(root).as_posix()
         except ValueError:
             return False
-        pattern = pattern.removeprefix("./").rstrip("/")
         return fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*")
 
     def selected_codes(self) -> set[str]:

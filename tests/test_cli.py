@@ -133,12 +133,12 @@ def test_select_and_ignore(cli, tmp_path):
     script = write(tmp_path / "train.py", DOUBLE)
     assert cli("check", "--select", "GF001,GF003", script).exit_code == 0
     assert cli("check", "--select", "GF00", script).exit_code == 1
-    assert cli("check", "--ignore", "GF002", script).exit_code == 0
+    assert cli("check", "--ignore", "GF002,GF010", script).exit_code == 0  # GF010 reports the second backward where GF002 does not
 
 
 def test_pyproject_configuration(cli, tmp_path):
     script = write(tmp_path / "src" / "train.py", DOUBLE)
-    write(tmp_path / "pyproject.toml", '[project]\nname = "demo"\n\n[tool.gradfix]\nignore = ["GF002"]\n')
+    write(tmp_path / "pyproject.toml", '[project]\nname = "demo"\n\n[tool.gradfix]\nignore = ["GF002", "GF010"]\n')
     assert cli("check", script).exit_code == 0
     assert cli("check", "--ignore", "GF001", script).exit_code == 0  # --ignore adds to the file's
     assert cli("check", "--select", "GF002", script).exit_code == 1  # --select replaces the file's choice
@@ -156,7 +156,7 @@ def test_pyproject_configuration(cli, tmp_path):
 def test_each_file_takes_its_nearest_configuration_whatever_the_order_of_paths(cli, tmp_path):
     top = write(tmp_path / "train.py", DOUBLE)
     nested = write(tmp_path / "sub" / "train.py", DOUBLE)
-    write(tmp_path / "sub" / "pyproject.toml", '[tool.gradfix]\nignore = ["GF002"]\n')
+    write(tmp_path / "sub" / "pyproject.toml", '[tool.gradfix]\nignore = ["GF002", "GF010"]\n')
     write(tmp_path / "pyproject.toml", '[project]\nname = "no gradfix table here"\n')
     forward, backward = cli("check", top, nested), cli("check", nested, top)
     assert sorted(forward.stdout.splitlines()) == sorted(backward.stdout.splitlines())
@@ -452,7 +452,7 @@ def test_tables_piped_are_not_wrapped(cli):
 
 def test_stdin_is_checked_and_fixed_with_its_given_name_and_settings(tmp_path, monkeypatch):
     runner = CliRunner()
-    write(tmp_path / "sub" / "pyproject.toml", '[tool.gradfix]\nignore = ["GF002"]\n')
+    write(tmp_path / "sub" / "pyproject.toml", '[tool.gradfix]\nignore = ["GF002", "GF010"]\n')
     monkeypatch.chdir(tmp_path)
     checked = runner.invoke(app, ["check", "-", "--stdin-filename", "train.py"], input=DOUBLE)
     assert checked.exit_code == 1 and checked.stdout.startswith("train.py:19:5: GF002")
@@ -635,7 +635,8 @@ def test_per_file_ignores(cli, tmp_path):
     write(tmp_path / "tests" / "test_train.py", DOUBLE)
     kept = write(tmp_path / "src" / "train.py", DOUBLE)
     write(tmp_path / "legacy_train.py", DOUBLE)
-    write(tmp_path / "pyproject.toml", '[tool.gradfix.per-file-ignores]\n"tests/*" = ["GF002"]\n"legacy_*.py" = ["GF00"]\n')
+    write(tmp_path / "scripts" / "old" / "train.py", DOUBLE)
+    write(tmp_path / "pyproject.toml", '[tool.gradfix.per-file-ignores]\n"tests/*" = ["GF002"]\n"legacy_*.py" = ["GF00"]\n"old" = ["GF002"]\n')
     result = cli("check", "--select", "GF00", tmp_path)
     assert result.exit_code == 1
     assert {line.split(":")[0] for line in result.stdout.splitlines()} == {str(kept)}
