@@ -3,11 +3,15 @@ on which Python, and the inputs and outputs a workflow sees."""
 
 import importlib.metadata
 import itertools
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
+import pytest
+import yaml
 from packaging.requirements import Requirement
 
 from .conftest import FIXTURES
@@ -157,3 +161,58 @@ def test_fix_mode_outside_a_git_repository_writes_whole_outputs(tmp_path, runner
     written = read_step_outputs((tmp_path / "github_output").read_text())
     assert set(written) == {"findings", "changed-files"}
     assert re.match(r"::error file=left\.py,line=\d+,col=\d+,title=GF003 forward_outside_loop::", done.stdout)
+
+
+def test_check_mode_writes_sarif_for_code_scanning_and_fails_on_findings(tmp_path, runner_temp):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "train.py").write_text(DOUBLE)
+    done, outputs, _ = run_action({"mode": "check", "sarif-file": "gradfix.sarif"}, runner_temp, workspace, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert outputs["findings"] == "1" and done.stdout.startswith("::error file=train.py,line=19,col=5,")
+    [run] = json.loads((workspace / "gradfix.sarif").read_text())["runs"]
+    assert [(r["ruleId"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]) for r in run["results"]] == [("GF002", "train.py")]
+
+
+WORKFLOWS = sorted((ROOT / "docs").glob("*.yml"))
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=[path.stem for path in WORKFLOWS])
+def test_every_example_workflow_is_pinned_least_privilege_audited_and_in_the_readme(workflow):
+    text = workflow.read_text()
+    document = yaml.safe_load(text)
+    assert "pull_request_target" not in document[True]  # YAML 1.1 reads the key `on` as true
+    assert document["permissions"] == {}
+    for job in document["jobs"].values():
+        assert "write-all" not in str(job["permissions"]) and "contents" in job["permissions"]
+        for step in job["steps"]:
+            assert "uses" not in step or re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+            assert step.get("with", {}).get("persist-credentials", False) is False
+    assert f"```yaml\n{text}```" in (ROOT / "README.md").read_text()
+    zizmor = shutil.which("zizmor")
+    if zizmor is None:
+        pytest.skip("zizmor is not installed (it is in the test extra: pip install -e '.[test]')")
+    for persona in ("regular", "pedantic"):
+        done = subprocess.run([zizmor, "--offline", "--persona", persona, "--format", "json", str(workflow)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and json.loads(done.stdout) == [], done.stdout + done.stderr
+
+
+def test_the_check_workflow_uploads_the_sarif_of_the_check_even_when_it_fails_on_findings():
+    workflow = yaml.safe_load((ROOT / "docs" / "github-check-workflow.yml").read_text())
+    assert set(workflow[True]) == {"pull_request", "push"}
+    [job] = workflow["jobs"].values()
+    assert job["permissions"] == {"contents": "read", "security-events": "write"}
+    [gradfix] = [step for step in job["steps"] if step.get("uses", "").startswith("OWNER/gradfix@")]
+    [upload] = [step for step in job["steps"] if "upload-sarif" in step.get("uses", "")]
+    assert gradfix["with"] == {"mode": "check", "sarif-file": upload["with"]["sarif_file"]}
+    assert upload["if"].startswith("always()")
+
+
+def test_the_shards_workflow_installs_the_locked_dependencies_of_the_commit_it_installs():
+    workflow = yaml.safe_load((ROOT / "docs" / "github-shards-workflow.yml").read_text())
+    [job] = workflow["jobs"].values()
+    [install] = [step for step in job["steps"] if "pip install" in step.get("run", "")]
+    assert re.fullmatch(r"[0-9a-f]{40}", install["env"]["GRADFIX_SHA"])
+    assert install["run"].count("$GRADFIX_SHA") == 2 and "requirements/action.txt" in install["run"]
+    assert "--require-hashes" in install["run"] and "--no-deps" in install["run"]
