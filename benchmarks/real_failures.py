@@ -6,8 +6,10 @@ usage: python benchmarks/real_failures.py [REAL_FAILURES_DIR] [--cases NAME ...]
 Each failing script ends as one of:
   repaired  rewritten, and the rewrite runs clean (and, where the accepted fix keeps the maths,
             prints the accepted fix's CHECKSUM);
-  reported  not repaired, but ``check`` has a finding on the failing backward's line or on the
-            line that built the freed graph (culprits.json);
+  reported  not repaired, but ``check`` has a finding that points at the failing backward's line
+            or at a line of the stack that built the freed graph (culprits.json: the innermost
+            frame and the frames of the script that called it), as its own line or one of the
+            lines it names beside it (``related_lines``);
   missed    neither.
 A silent script is repaired when the rewrite prints the accepted fix's symptom figure (MEMGROWTH,
 TRAINED_BATCHES). A look-alike (correct code) counts as changed when any file is rewritten.
@@ -56,10 +58,16 @@ def cases(root: Path) -> list[Case]:
         culprits = json.loads(culprits_file.read_text())
         for kind, folder_name, script_name in (("raises", "cases", "before.py"), ("silent", "silent", "before.py"), ("look-alike", "negatives", "code.py")):
             for folder in sorted((culprits_file.parent / folder_name).glob("*/")):
+                if not (folder / script_name).is_file():
+                    continue
                 meta_file = folder / "meta.json"
                 meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
                 lines = culprits.get(folder.name, {})
-                culprit_lines = {lines.get("failing_backward_line"), lines.get("graph_built_line")} - {None}
+                culprit_lines = {
+                    lines.get("failing_backward_line"),
+                    lines.get("graph_built_line"),
+                    *lines.get("forward_frames_in_script", ()),
+                } - {None}
                 found.append(
                     Case(
                         folder.name,
@@ -109,7 +117,9 @@ def judge(case: Case, runner: ScriptRunner, reference: dict[Path, str]) -> tuple
         changed = _snapshot(folder) != before
         if case.kind == "look-alike":
             return ("changed", "rewritten") if changed else ("untouched", "")
-        reported = any(finding.get("line") in case.culprit_lines for finding in findings)
+        reported = any(
+            {finding.get("line"), *finding.get("related_lines", ())} & case.culprit_lines for finding in findings
+        )
         codes = ",".join(sorted({finding.get("code", "?") for finding in findings}))
         if changed:
             run = runner.run(script, RunOptions(cwd=str(folder), timeout=120))

@@ -293,6 +293,7 @@ class DataflowAnalysis:
         self.graph_arguments: dict[str, bool] = {}  # function -> whether a call in this file passes it a graph
         self.repeated_functions: set[str] = set()  # functions and methods called in a loop of this file
         self.no_grad_statements: set[cst.CSTNode] = set()  # run under no_grad / inference_mode
+        self.calls_returning_freed: set[cst.Call] = set()  # calls of the file's functions that free what they return
         self.constructions: dict[str, list[tuple[Loop, ...]]] = {}  # local class -> loops around each construction
         self._graph_nodes_kept: dict[frozenset[Source], tuple[frozenset[Origin], tuple[tuple[Loop, Env, Env], ...]]] = {}
         # What this round read of the previous round's facts (``_saw_final_facts``).
@@ -1089,7 +1090,7 @@ class DataflowAnalysis:
             if not summary.returned.graph:
                 return None
             # self.sample_G(n): a method that returns what it built from parameters
-            return combine([*values, LEAF], self._origin(call), summary.returned.structure)
+            return self._freed_inside(call, summary, combine([*values, LEAF], self._origin(call), summary.returned.structure))
         self._eval(call.func, env)
         for inner in summary.backwarded:
             api = summary.backward_api(inner)
@@ -1099,7 +1100,15 @@ class DataflowAnalysis:
         if summary.returned.backwarded:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
             result = replace(result, graph=True, freed=frees, backwarded=summary.returned.backwarded)
-        return result
+        return self._freed_inside(call, summary, result)
+
+    def _freed_inside(self, call: cst.Call, summary: FunctionSummary, result: Value) -> Value:
+        """``result``, freed where what the function returns is freed inside it (a criterion that
+        backwards the loss it returns when it is given an optimizer)."""
+        if not summary.returned.freed or not result.graph:
+            return result
+        self.calls_returning_freed.add(call)
+        return replace(result, freed=True)
 
     def _call_imported(self, call: cst.Call, summary: ExportedSummary, env: Env) -> Value:
         """The same for a function of another checked file: a backward inside it has no site here,

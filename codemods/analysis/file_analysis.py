@@ -369,6 +369,12 @@ class FileAnalysis:
             node = self.tree.parent(node)
         return node
 
+    def calls_freeing(self, site: BackwardSite) -> list[cst.Call]:
+        """The calls of the file's own functions that built part of what ``site`` backwards and
+        freed it inside (a criterion that backwards the loss it returns)."""
+        freeing = self._dataflow.calls_returning_freed
+        return sorted((o.node for o in self.graph_nodes(site) if o.node in freeing), key=self.order)
+
     def under_no_grad(self, statement: cst.CSTNode) -> bool:
         """Whether ``statement`` runs with gradients off (``torch.no_grad()``, ``inference_mode``,
         a ``@torch.no_grad()`` function): what it computes records no graph."""

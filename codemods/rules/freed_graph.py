@@ -59,11 +59,14 @@ features.pow(2).mean().backward()
             earlier = [other for other in freeing if self.analysis.order(other.call) < self.analysis.order(site.call)]
             shared = set().union(*(self.analysis.graph_nodes(other) & nodes for other in freeing)) if freeing else set()
             built = min((origin.statement for origin in shared), key=self.analysis.order, default=None)
-            by = (
-                f"the backward at line {self.analysis.line(earlier[-1].call)}"
-                if earlier
-                else "an earlier backward (a previous iteration's, or one gradfix does not place)"
-            )
+            inside = self.analysis.calls_freeing(site)
+            if earlier:
+                by = f"the backward at line {self.analysis.line(earlier[-1].call)}"
+            elif inside:
+                by = f"a backward inside `{code_of(inside[-1].func)}(...)`, called at line {self.analysis.line(inside[-1])},"
+                built = built or self.analysis.statement_of(inside[-1])
+            else:
+                by = "an earlier backward (a previous iteration's, or one gradfix does not place)"
             where = f", built at line {self.analysis.line(built)}" if built is not None else ""
             yield self.violation(
                 site.call,
