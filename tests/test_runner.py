@@ -160,3 +160,56 @@ def test_a_flood_of_output_is_kept_as_its_head_and_tail(runs, tmp_path):
     assert result.status == "ok"
     assert result.stdout.startswith("first line\n") and result.stdout.endswith("last line\n")
     assert len(result.stdout) < 1.1 * (1 << 20) and "bytes of output left out" in result.stdout
+
+
+ENDLESS_TRAINING = """\
+import torch
+w = torch.zeros(3, requires_grad=True)
+optimizer = torch.optim.SGD([w], lr=0.1)
+while True:
+    optimizer.zero_grad()
+    (w - 1).pow(2).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_run_stops_at_its_optimizer_step_or_time_bound_and_says_which(runs, tmp_path):
+    script = tmp_path / "endless.py"
+    script.write_text(ENDLESS_TRAINING)
+    stepped = runs.runner.run(script, RunOptions(max_optimizer_steps=3, timeout=30))
+    assert (stepped.status, stepped.stopped_by, stepped.optimizer_steps) == ("stopped", "optimizer steps", 3)
+    assert stepped.describe() == "stopped after 3 optimizer step(s), the step bound"
+    timed = runs.runner.run(script, RunOptions(stop_after=0.5, timeout=30))
+    assert (timed.status, timed.stopped_by) == ("stopped", "time") and timed.optimizer_steps > 3
+    assert timed.describe().startswith("stopped at the time bound, after") and timed.seconds >= 0.5
+
+
+# A helper module beside the script backwards a loss, freeing the graph the script backwards next.
+HELPER = """\
+def log_first_loss(first):
+    first.backward()
+"""
+TWO_LOSSES = """\
+import torch
+from helper import log_first_loss
+
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+features = torch.tanh(model(torch.randn(4, 3)))
+log_first_loss(features.sum())
+features.pow(2).mean().backward()
+"""
+
+
+def test_a_failing_run_names_the_backward_that_freed_the_graph_and_what_held_it(runs, tmp_path):
+    (tmp_path / "helper.py").write_text(HELPER)
+    script = tmp_path / "train.py"
+    script.write_text(TWO_LOSSES)
+    result = runs.runner.run(script, RunOptions(detect_anomaly=True, cwd=str(tmp_path)))
+    assert result.status == "error" and "second time" in result.error_message
+    assert [(f.line, f.path) for f in result.freeing_frames] == [(8, ""), (2, str(tmp_path / "helper.py"))]
+    assert [(f.line, f.path) for f in result.failing_frames] == [(9, "")]
+    assert [f.line for f in result.forward_frames] == [7]
+    assert [(h.expression, h.structure) for h in result.held_graphs] == [("features", "tensor")]
+    assert result.reached_leaves == {"optimizer 0 parameter 0.0", "optimizer 0 parameter 0.1"}

@@ -30,12 +30,14 @@ parameters can be recorded for comparing two programs.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import linecache
 import math
 import os
@@ -61,6 +63,10 @@ from .. import typed_json
 
 PRELOADED_FRAMEWORKS = ("accelerate", "pytorch_lightning", "lightning_fabric", "transformers")
 MEASURED_STEPS = 8  # a scan of the heap costs a quarter of a second; growth shows in a few steps
+STOP_SHARE = 0.9  # of a run's time: a run still training then stops with what it showed; the rest kills one stuck elsewhere
+COMPARED_STEPS = 8  # optimizer steps (backward calls without one) whose gradients a repair compares
+RECENT_WALKS = 16  # backward calls kept to tell which one freed the graph a later call finds freed
+TRACED_WALKS = 100  # backward calls whose leaves are noted: what a rewrite loses, it loses at once
 PROCESS_HEADROOM = 1024  # processes and threads a script may add to what its user already runs
 RESULT_LIMIT = 1 << 30  # bytes of a run's result read back; a bigger one is unreadable
 KILL_PATIENCE = 5.0  # seconds the server keeps killing what a run left
@@ -92,8 +98,13 @@ class RunOptions:
     timeout: float = 60.0
     memory_limit: int | None = 4 << 30  # bytes of address space on top of what torch has mapped
     max_steps: int | None = None  # stop after this many successful backward calls
+    max_optimizer_steps: int | None = None  # stop after this many optimizer steps
+    # Seconds after which the run stops at its next backward call or optimizer step, with what it
+    # showed so far; ``timeout`` kills a run that reaches neither.
+    stop_after: float | None = None
     retain_graph: bool = False  # force retain_graph=True on every backward
     record_gradients: bool = False
+    recorded_steps: int | None = None  # with record_gradients: record this many optimizer steps (or backward calls), no final state
     measure_graphs: bool = False  # count the graph nodes live tensors hold, at every optimizer step
     detect_anomaly: bool = False
     count_lines: tuple[int, ...] = ()  # lines of the script whose executions are counted
@@ -114,6 +125,19 @@ class Frame:
 
 
 @dataclass
+class HeldGraph:
+    """A value that held part of the freed graph when the run failed, reached by the code of one
+    frame of the failing stack: what a rewrite can detach, reset or clear."""
+
+    path: str  # the frame's file; "" for the script
+    function_line: int  # the first line of the frame's function; 0 for the module's body
+    expression: str  # how that code reaches it: a name, then attributes and items
+    structure: str  # "tensor", "tuple", "namedtuple", "list", "dict", or "detachable" (an object with its own detach())
+    tensor_parts: bool = True  # every part of a container is a tensor
+    owner: str = ""  # the class of the object it is an attribute of
+
+
+@dataclass
 class RunResult:
     status: str  # "ok", "error", "stopped" (step limit reached), "timeout", "crashed"
     error_type: str = ""
@@ -121,10 +145,26 @@ class RunResult:
     traceback: str = ""
     stdout: str = ""
     stderr: str = ""
+    seconds: float = 0.0  # how long the script ran
     backward_calls: int = 0  # successful ones
+    optimizer_steps: int = 0
+    stopped_by: str = ""  # the bound that stopped a "stopped" run: "backward calls", "optimizer steps", "time"
     backward_calls_by_line: dict[int, int] = field(default_factory=dict)  # all calls from the script
     failing_frames: list[Frame] = field(default_factory=list)  # script frames of the error, outermost first
     forward_frames: list[Frame] = field(default_factory=list)  # anomaly mode: where the failing node was made
+    # Anomaly mode: the user's frames of the backward (or autograd.grad) call that freed the graph
+    # the failing call found freed, outermost first.
+    freeing_frames: list[Frame] = field(default_factory=list)
+    # Anomaly mode: the user's frames of the forward that made the failing graph read the freed
+    # one (the node whose input was freed), outermost first.
+    reading_frames: list[Frame] = field(default_factory=list)
+    # Anomaly mode: the values that held part of the freed graph when the run failed.
+    held_graphs: list[HeldGraph] = field(default_factory=list)
+    # Anomaly mode: the user's frames of the optimizer steps, which no rewrite may remove.
+    step_frames: list[Frame] = field(default_factory=list)
+    # The leaf tensors the run's backward calls asked gradients for (the failing call's included),
+    # by labels that name the same tensor in another program that builds the same optimizers.
+    reached_leaves: set[str] = field(default_factory=set)
     gradients: list[tuple[str, list[float]]] = field(default_factory=list)  # at each optimizer step
     # After each backward, the gradients of the tensors the script's globals name, and which of
     # them the script updated: a script that steps its parameters by hand has no optimizer step.
@@ -142,10 +182,18 @@ class RunResult:
             return f"{self.error_type}: {self.error_message}"
         return {
             "ok": "ran to the end",
-            "stopped": f"stopped after {self.backward_calls} backward call(s)",
+            "stopped": self._stopped(),
             "timeout": "did not finish in time (killed)",
             "crashed": "crashed: " + self.error_message,
         }[self.status]
+
+
+    def _stopped(self) -> str:
+        if self.stopped_by == "backward calls":
+            return f"stopped after {self.backward_calls} backward call(s)"
+        if self.stopped_by == "time":
+            return f"stopped at the time bound, after {self.optimizer_steps} optimizer step(s)"
+        return f"stopped after {self.optimizer_steps} optimizer step(s), the step bound"
 
 
 _WRITTEN_BY_CHILD = ("ok", "error", "stopped")  # the statuses a run's own result may have
@@ -542,7 +590,218 @@ def _readable(stream, timeout: float) -> bool:
 
 
 class _StepLimitReached(BaseException):
-    """Raised inside the child to stop a script after enough training steps."""
+    """Raised inside the child to stop a script at a bound: its ``args[0]`` says which."""
+
+
+class _GraphWalks:
+    """In a run's child, the graphs that backward and ``autograd.grad`` calls walk: the last
+    ``recent`` calls that freed theirs are kept (root nodes, and the user's frames that made the
+    call) to tell which one freed the graph a later call finds freed; the leaves the first
+    ``TRACED_WALKS`` calls reach are noted in the result, by labels another program shares."""
+
+    def __init__(self, torch: Any, result: RunResult, recent: int) -> None:
+        self.torch, self.result = torch, result
+        self.recent: collections.deque = collections.deque(maxlen=recent)
+        self.optimizers: list[Any] = []  # every optimizer built, in order
+        self.traced = 0
+        self.freed: set = set()  # the nodes of the failing call's graph an earlier call freed
+        self.reading: set = set()  # the nodes of the failing call's graph that take a freed one's output
+
+    def register_optimizers(self) -> None:
+        """Note every optimizer the script builds: its parameters are labelled by its rank."""
+        optimizers, original_init = self.optimizers, self.torch.optim.Optimizer.__init__
+
+        def init(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(optimizer, *args, **kwargs)
+            optimizers.append(optimizer)
+
+        self.torch.optim.Optimizer.__init__ = init
+
+    def rank(self, optimizer: Any) -> int:
+        """The optimizer's rank among those built so far; -1 for one built before the script ran."""
+        return next((rank for rank, built in enumerate(self.optimizers) if built is optimizer), -1)
+
+    def walked(self, roots: tuple, frames: list[Frame], frees: bool) -> None:
+        if frees and self.recent.maxlen:
+            self.recent.append((roots, frames))
+        if self.traced < TRACED_WALKS:
+            self.traced += 1
+            self._reached(_graph_nodes(roots))
+
+    def freeing(self, roots: tuple) -> list[Frame]:
+        """The frames of the latest call that freed part of the graph of ``roots`` (a call that
+        failed): the one whose graph shares a node with it, leaves aside (every graph of a model
+        reaches its parameters). The nodes they share are ``freed``."""
+        nodes = _graph_nodes(roots)
+        self._reached(nodes)
+        inner = {node for node in nodes if not hasattr(node, "variable")}
+        for earlier_roots, frames in reversed(self.recent):
+            shared = inner & _graph_nodes(earlier_roots)
+            if shared:
+                self.freed = shared
+                self.reading = {
+                    node
+                    for node in inner - shared
+                    if any(following in shared for following, _ in node.next_functions)
+                }
+                return frames
+        self.freed = inner
+        return []
+
+    def _reached(self, nodes: set) -> None:
+        leaves = [node.variable for node in nodes if hasattr(node, "variable")]
+        if leaves:
+            labels = self._labels()
+            self.result.reached_leaves.update(labels[id(leaf)] for leaf in leaves if id(leaf) in labels)
+
+    def _labels(self) -> dict[int, str]:
+        """Labels of the leaves a run can name: an optimizer's parameters by the optimizer's rank
+        and their place in it, other leaves by the global names that reach them."""
+        labels: dict[int, str] = {}
+        for rank, optimizer in enumerate(self.optimizers):
+            for group_index, group in enumerate(optimizer.param_groups):
+                for index, parameter in enumerate(group["params"]):
+                    labels.setdefault(id(parameter), f"optimizer {rank} parameter {group_index}.{index}")
+        main = sys.modules.get("__main__")
+        for label, tensor in _named_leaves(vars(main) if main is not None else {}):
+            labels.setdefault(id(tensor), label)
+        return labels
+
+
+def _walk_of(function: Any, args: tuple, kwargs: dict) -> tuple[tuple, bool]:
+    """The root nodes of the graph a call of ``function`` (``torch.autograd.backward`` or
+    ``grad``) walks, and whether it frees that graph."""
+    import torch
+
+    try:
+        arguments = _signature(function).bind(*args, **kwargs).arguments
+    except TypeError:
+        return (), False  # the call itself says what is wrong
+    outputs = arguments.get("tensors", arguments.get("outputs"))
+    outputs = (outputs,) if isinstance(outputs, torch.Tensor) else tuple(outputs or ())
+    retain_graph = arguments.get("retain_graph")
+    frees = not (arguments.get("create_graph", False) if retain_graph is None else retain_graph)
+    return tuple(t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None), frees
+
+
+@lru_cache(maxsize=None)
+def _signature(function: Any) -> inspect.Signature:
+    return inspect.signature(function)
+
+
+def _graph_nodes(roots: tuple) -> set:
+    """The autograd nodes reachable from ``roots``; a freed graph keeps its structure."""
+    seen: set = set()
+    pending = list(roots)
+    while pending:
+        node = pending.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        pending.extend(following for following, _ in node.next_functions if following is not None)
+    return seen
+
+
+HELD_GRAPHS_KEPT = 200  # values noted that held the freed graph; more say nothing new
+
+
+def _held_graphs(tb: Any, script: str, freed: set) -> list[HeldGraph]:
+    """The values the user's frames of the failing stack reach (their variables, the attributes of
+    their objects and modules, submodules included) that hold part of the ``freed`` nodes."""
+    import torch
+
+    graphs = _GraphReach(freed)
+    held: list[HeldGraph] = []
+    for frame, _ in traceback.walk_tb(tb):
+        code = frame.f_code
+        if not _in_user_code(code.co_filename, script):
+            continue
+        path = "" if code.co_filename == script else code.co_filename
+        function_line = 0 if code.co_name == "<module>" else code.co_firstlineno
+        for name, value in list(frame.f_locals.items()):
+            if name.startswith("__") or isinstance(value, (types.ModuleType, type)) or callable(value) and not isinstance(value, torch.nn.Module):
+                continue
+            for expression, owner, reached in _attributes_of(name, value, torch):
+                structure = graphs.structure(reached, torch)
+                if structure is not None:
+                    held.append(HeldGraph(path, function_line, expression, *structure, owner=owner))
+                    if len(held) >= HELD_GRAPHS_KEPT:
+                        return held
+    return held
+
+
+def _attributes_of(name: str, value: Any, torch: Any) -> list[tuple[str, str, Any]]:
+    """``value`` as ``name``, and what code reaches from it: the attributes and buffers of a module
+    and of its submodules, the attributes of an object of the user's own class."""
+    reached = [(name, "", value)]
+    if isinstance(value, torch.nn.Module):
+        for module_path, module in value.named_modules():
+            expression = name + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in module_path.split(".") if part)
+            if module_path and not all(part.isdigit() or part.isidentifier() for part in module_path.split(".")):
+                continue
+            owner = type(module).__name__
+            attributes = {**module._buffers, **{k: v for k, v in vars(module).items() if not k.startswith("__") and k not in _MODULE_INTERNALS}}
+            reached += [(f"{expression}.{attribute}", owner, item) for attribute, item in attributes.items() if item is not None]
+    elif hasattr(value, "__dict__") and not isinstance(value, torch.Tensor) and type(value).__module__ == "__main__":
+        reached += [(f"{name}.{attribute}", type(value).__name__, item) for attribute, item in vars(value).items() if not attribute.startswith("__")]
+    return reached
+
+
+_MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
+
+
+class _GraphReach:
+    """Whether values hold part of a set of graph nodes, each node explored once."""
+
+    def __init__(self, freed: set) -> None:
+        self.freed = freed
+        self.clean: set = set()  # nodes from which no freed node is reachable
+
+    def holds(self, tensor: Any) -> bool:
+        pending, seen = [tensor.grad_fn], set()
+        while pending:
+            node = pending.pop()
+            if node is None or node in seen or node in self.clean:
+                continue
+            if node in self.freed:
+                return True
+            seen.add(node)
+            pending.extend(following for following, _ in node.next_functions)
+        self.clean |= seen
+        return False
+
+    def structure(self, value: Any, torch: Any) -> tuple[str, bool] | None:
+        """How ``value`` holds freed nodes, and whether all its parts are tensors; None if it does not."""
+        if isinstance(value, torch.Tensor):
+            return ("tensor", True) if value.grad_fn is not None and self.holds(value) else None
+        if isinstance(value, (tuple, list, dict)):
+            parts = list(value.values()) if isinstance(value, dict) else list(value)
+            if not any(self._holds_within(part, torch) for part in parts):
+                return None
+            kind = "namedtuple" if hasattr(type(value), "_fields") else type(value).__name__ if type(value) in (tuple, list, dict) else ""
+            return (kind, all(isinstance(part, torch.Tensor) for part in parts)) if kind else None
+        if callable(getattr(value, "detach", None)) and hasattr(value, "__dict__"):
+            if any(self._holds_within(item, torch) for item in vars(value).values()):
+                return ("detachable", False)
+        return None
+
+    def _holds_within(self, value: Any, torch: Any, depth: int = 3) -> bool:
+        if isinstance(value, torch.Tensor):
+            return value.grad_fn is not None and self.holds(value)
+        if depth and isinstance(value, (tuple, list)):
+            return any(self._holds_within(part, torch, depth - 1) for part in value)
+        if depth and isinstance(value, dict):
+            return any(self._holds_within(part, torch, depth - 1) for part in value.values())
+        return False
+
+
+def _in_user_code(path: str, script: str) -> bool:
+    """Whether ``path`` is the user's code: the script, or a module or package beside it (not an
+    environment installed there)."""
+    if path == script:
+        return True
+    folder = os.path.dirname(script) + os.sep
+    return path.startswith(folder) and path.endswith(".py") and not {"site-packages", "dist-packages"} & set(path.split(os.sep))
 
 
 def _child_main(request: _Request, workdir: str, result_path: str) -> None:
@@ -566,36 +825,89 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
         torch.set_num_threads(options.threads)
     result = RunResult("ok")
     anomaly_reports: list[str] = []
+    started = time.monotonic()
 
-    def script_frames(frames) -> list[Frame]:
-        return [Frame(f.lineno, (f.line or "").strip()) for f in frames if f.filename == script]
+    def user_frames(frames) -> list[Frame]:
+        return [
+            Frame(f.lineno, (f.line or "").strip(), "" if f.filename == script else f.filename)
+            for f in frames
+            if _in_user_code(f.filename, script)
+        ]
 
-    original_backward = torch.autograd.backward
+    def stop_at_time_bound() -> None:
+        if options.stop_after is not None and time.monotonic() - started > options.stop_after:
+            raise _StepLimitReached("time")
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    walks = _GraphWalks(torch, result, recent=RECENT_WALKS if options.detect_anomaly else 0)
+    trace_walks = options.detect_anomaly or options.record_gradients
+    original_backward, original_grad = torch.autograd.backward, torch.autograd.grad
     first_versions: dict[str, int] = {}
 
+    def walked(original, args: tuple, kwargs: dict):
+        """Call ``original`` (backward or grad), noting the graph it walked and whether it freed it."""
+        if not trace_walks:
+            return original(*args, **kwargs)
+        frames = user_frames(traceback.extract_stack()[:-2])
+        roots, frees = _walk_of(original, args, kwargs)
+        try:
+            returned = original(*args, **kwargs)
+        except RuntimeError as error:
+            if options.detect_anomaly and "backward through the graph a second time" in str(error):
+                result.freeing_frames = walks.freeing(roots)
+            raise
+        walks.walked(roots, frames, frees)
+        return returned
+
     def backward(*args: Any, **kwargs: Any):
-        caller = script_frames(traceback.extract_stack()[:-1])
+        caller = [frame for frame in user_frames(traceback.extract_stack()[:-1]) if not frame.path]
         if caller:
             line = caller[-1].line
             result.backward_calls_by_line[line] = result.backward_calls_by_line.get(line, 0) + 1
+        stop_at_time_bound()
         if options.retain_graph:
             kwargs["retain_graph"] = True
             args = args[:2]  # retain_graph, when given positionally, is the third argument
-        returned = original_backward(*args, **kwargs)
-        if options.record_gradients and not result.gradients:  # no optimizer has stepped
+        returned = walked(original_backward, args, kwargs)
+        recording = options.recorded_steps is None or result.backward_calls < options.recorded_steps
+        if options.record_gradients and recording and not result.gradients:  # no optimizer has stepped
             _record_named_gradients(result, first_versions)
         result.backward_calls += 1
         if options.max_steps is not None and result.backward_calls >= options.max_steps:
-            raise _StepLimitReached
+            raise _StepLimitReached("backward calls")
         return returned
 
+    def grad(*args: Any, **kwargs: Any):
+        if options.retain_graph:
+            kwargs["retain_graph"] = True
+            args = args[:3]  # retain_graph, when given positionally, is the fourth argument
+        return walked(original_grad, args, kwargs)
+
+    def stepped(*_: Any) -> None:
+        if options.detect_anomaly and result.optimizer_steps < TRACED_WALKS:
+            result.step_frames += [f for f in user_frames(traceback.extract_stack()[:-1]) if f not in result.step_frames]
+        result.optimizer_steps += 1
+        if options.max_optimizer_steps is not None and result.optimizer_steps >= options.max_optimizer_steps:
+            raise _StepLimitReached("optimizer steps")
+        stop_at_time_bound()
+
+    register_optimizer_step_post_hook(stepped)
+    if trace_walks:
+        walks.register_optimizers()
     torch.autograd.backward = backward
+    torch.autograd.grad = grad
     if options.record_gradients:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        register_optimizer_step_pre_hook(
-            lambda optimizer, args, kwargs: result.gradients.extend(_optimizer_gradients(optimizer))
-        )
+        def record_step(optimizer: Any, args: tuple, kwargs: dict, after: bool = False) -> None:
+            # A closure (LBFGS) computes the gradients inside the step: they are there after it.
+            closure = bool(args) or kwargs.get("closure") is not None
+            if closure == after and (options.recorded_steps is None or result.optimizer_steps < options.recorded_steps):
+                result.gradients.extend(_optimizer_gradients(optimizer, walks.rank(optimizer)))
+
+        register_optimizer_step_pre_hook(record_step)
+        register_optimizer_step_post_hook(lambda optimizer, args, kwargs: record_step(optimizer, args, kwargs, after=True))
     if options.measure_graphs:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -615,6 +927,7 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
     def record() -> None:
         if os.getpid() != run_process:  # a fork of the script (a data loader's worker) is not the run
             return
+        result.seconds = time.monotonic() - started
         sys.stdout.flush()
         sys.stderr.flush()
         result.stdout = _read(stdout_file)
@@ -634,10 +947,10 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
     os._exit = exit_recorded
     try:
         namespace = _run_as_main(script, {os.path.realpath(path): source for path, source in options.sources})
-        if options.record_gradients:
+        if options.record_gradients and options.recorded_steps is None:
             result.gradients += _final_state(namespace)
-    except _StepLimitReached:
-        result.status = "stopped"
+    except _StepLimitReached as bound:
+        result.status, result.stopped_by = "stopped", bound.args[0]
     except SystemExit as exit_:
         if exit_.code not in (None, 0):
             result.status, result.error_type, result.error_message = "error", "SystemExit", str(exit_.code)
@@ -646,8 +959,12 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
         result.error_type = type(error).__name__
         result.error_message = str(error)
         result.traceback = "".join(traceback.format_exception(type(error), error, _from_script(error.__traceback__, script)))
-        result.failing_frames = script_frames(traceback.extract_tb(error.__traceback__))
-        result.forward_frames = _forward_frames(anomaly_reports, script)
+        result.failing_frames = user_frames(traceback.extract_tb(error.__traceback__))
+        # A script that ignores warnings hides anomaly mode's report: the freed nodes keep its trace.
+        result.forward_frames = _forward_frames(anomaly_reports, script) or _traced_forward_frames(walks.freed, script)
+        result.reading_frames = _reading_frames(walks, script)
+        if walks.freed:
+            result.held_graphs = _held_graphs(error.__traceback__, script, walks.freed)
     finally:
         os._exit = leave_now
     record()
@@ -785,9 +1102,8 @@ def _read(handle) -> str:
 
 
 def _forward_frames(reports: list[str], script: str) -> list[Frame]:
-    """The lines of the script and of the modules beside it in anomaly mode's "Traceback of
-    forward call that caused the error"."""
-    folder = os.path.dirname(script)
+    """The lines of the user's code (the script, the modules and packages beside it) in anomaly
+    mode's "Traceback of forward call that caused the error"."""
     frames = []
     for report in reports:
         if "forward call that caused the error" not in report:
@@ -795,21 +1111,50 @@ def _forward_frames(reports: list[str], script: str) -> list[Frame]:
         lines = report.splitlines()
         for index, line in enumerate(lines):
             found = _FRAME_LINE.match(line.strip())
-            if found and os.path.dirname(found["file"]) == folder:
+            if found and _in_user_code(found["file"], script):
                 code = lines[index + 1].strip() if index + 1 < len(lines) else ""
                 frames.append(Frame(int(found["line"]), code, "" if found["file"] == script else found["file"]))
+    return frames
+
+
+def _traced_forward_frames(freed: set, script: str) -> list[Frame]:
+    """The user's lines in the forward trace anomaly mode keeps on the freed node that backward
+    meets first (the latest made of those that saved tensors)."""
+    saving = [node for node in freed if any(name.startswith("_saved_") for name in dir(node))]
+    return _traced_frames(max(saving, key=lambda node: node._sequence_nr()), script) if saving else []
+
+
+def _reading_frames(walks: "_GraphWalks", script: str) -> list[Frame]:
+    """The user's lines that made the failing graph read the freed one: the forward trace of each
+    node of the failing graph, not freed itself, that takes a freed node's output."""
+    frames: list[Frame] = []
+    for node in sorted(walks.reading, key=lambda node: -node._sequence_nr()):
+        frames += [frame for frame in _traced_frames(node, script) if frame not in frames]
+    return frames
+
+
+def _traced_frames(node: Any, script: str) -> list[Frame]:
+    """The user's lines in the forward trace anomaly mode keeps on ``node``."""
+    trace = node.metadata.get("traceback_", [])
+    frames = []
+    for entry in trace:
+        found = _FRAME_LINE.search(entry)
+        if found and _in_user_code(found["file"], script):
+            code = entry.splitlines()[1].strip() if len(entry.splitlines()) > 1 else ""
+            frames.append(Frame(int(found["line"]), code, "" if found["file"] == script else found["file"]))
     return frames
 
 
 _FRAME_LINE = re.compile(r'File "(?P<file>[^"]+\.py)", line (?P<line>\d+)')
 
 
-def _optimizer_gradients(optimizer) -> list[tuple[str, list[float]]]:
+def _optimizer_gradients(optimizer, rank: int) -> list[tuple[str, list[float]]]:
+    """The gradients an optimizer steps with, labelled as ``_GraphWalks`` labels its parameters."""
     step = []
     for group_index, group in enumerate(optimizer.param_groups):
         for index, parameter in enumerate(group["params"]):
             grad = parameter.grad
-            label = f"step gradient {group_index}.{index}"
+            label = f"optimizer {rank} parameter {group_index}.{index}"
             step.append((label, [] if grad is None else grad.detach().flatten().tolist()))
     return step
 
