@@ -29,7 +29,7 @@ from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.finding import FixKind
 from gradfix.codemods.registry import RULE_MODULES, RuleSelection, UnknownRuleError, all_rules, codes_matching, rule_by_code
 from gradfix.codemods.shard import Shard
-from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
+from gradfix.codemods.execution.runner import STOP_SHARE, RunOptions, ScriptRunner
 
 from . import formats, pull_request, render
 from .github_api import DEFAULT_API_URL, GitHub, GitHubError
@@ -75,7 +75,7 @@ app = typer.Typer(
 )
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-RUN_TIMEOUT = 60.0  # seconds one run of a script may take in `diagnose`
+RUN_TIMEOUT = 60.0  # seconds one run of a script may take in `%gradfix diagnose`
 WATCH_INTERVAL = 0.5  # seconds between two looks at the files `check --watch` watches
 _PROGRESS_MIN_FILES = 20
 _tracebacks_shown = False
@@ -704,9 +704,12 @@ def verify(
 def diagnose(
     script: Annotated[Path, typer.Argument(metavar="SCRIPT", help="The training script (or notebook) to run.", show_default=False)],
     args: Annotated[Optional[List[str]], typer.Argument(metavar="[-- ARGS...]", help="Arguments for the script, after --.", show_default=False)] = None,
-    steps: Annotated[int, typer.Option("--steps", metavar="N", min=1, help="Stop after this many successful backward calls.")] = 5,
+    steps: Annotated[
+        Optional[int],
+        typer.Option("--steps", metavar="N", min=1, help="Stop after this many optimizer steps (default: run until the error, the end of the script or --timeout).", show_default=False),
+    ] = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", metavar="SECONDS", min=1, help="Seconds for the whole diagnosis and repair search (each run at most 60).")
+        float, typer.Option("--timeout", metavar="SECONDS", min=1, help="Seconds for the whole diagnosis and repair search; a run still training then stops and says so.")
     ] = 120,
     memory_limit: Annotated[int, typer.Option("--memory-limit", metavar="MIB", min=64, help="MiB the script may allocate.")] = 4096,
     fix: Annotated[bool, typer.Option("--fix", help="Apply the matching rule's rewrite and run again to confirm.")] = False,
@@ -721,7 +724,7 @@ def diagnose(
     ] = None,
     verbose: Verbose = False,
 ) -> None:
-    """Run a training script for a few steps with autograd anomaly detection; when it fails with
+    """Run a training script with autograd anomaly detection until it fails, ends or --timeout; when it fails with
     'backward through the graph a second time', say which lines and which rule, and show the fix.
     Silent bugs are measured in the same run: graphs kept alive step after step, a backward that
     misses the loop's batches. Exit 0 when nothing shows (or --fix removed it), 1 when it does."""
@@ -732,9 +735,10 @@ def diagnose(
     started = time.monotonic()
     options = RunOptions(
         args=tuple(args or ()),
-        timeout=min(timeout, RUN_TIMEOUT),
+        timeout=timeout,
+        stop_after=STOP_SHARE * timeout,
         memory_limit=memory_limit << 20,
-        max_steps=steps,
+        max_optimizer_steps=steps,
         cwd=str(script.resolve().parent),
         pass_env=tuple(pass_env or ()),
     )

@@ -28,7 +28,7 @@ from ..notebook import Notebook
 from ..registry import all_rules, rule_by_code
 from ..rule import Finding, FixKind, Rule
 from ..symptoms import GraphsKeptAlive, LastBatchOnly
-from .runner import Frame, RunOptions, RunResult, ScriptRunner
+from .runner import COMPARED_STEPS, MEASURED_STEPS, Frame, RunOptions, RunResult, ScriptRunner
 
 SECOND_BACKWARD = "Trying to backward through the graph a second time"
 
@@ -39,7 +39,7 @@ class Diagnosis:
     source: bytes  # the script as it was read and analysed
     analysis: FileAnalysis
     run: RunResult
-    failing: Frame | None = None  # the backward call that raised
+    failing: Frame | None = None  # the script's innermost frame of the backward call that raised
     failing_call_number: int = 0  # how many times that line had called backward, the failing call included
     loop_line: int | None = None  # the innermost loop around the failing backward
     graph: Frame | None = None  # where the freed graph was built
@@ -74,7 +74,9 @@ class Diagnosis:
         if self.symptom and self.rule is not None:
             return self.rule.SYMPTOM.gone(self.run, again)
         return again.succeeded, (
-            f"{again.backward_calls} step(s) now run without error ({again.describe()})" if again.succeeded else again.describe()
+            f"{again.optimizer_steps} optimizer step(s) now run without error ({again.describe()})"
+            if again.succeeded
+            else again.describe()
         )
 
     @property
@@ -112,15 +114,18 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
     findings = [replace(v.finding, path=str(script)) for v in find_violations(analysis, all_rules())]
     last_batch = [f for f in findings if isinstance(rule_by_code(f.code).SYMPTOM, LastBatchOnly)]
     counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
-    run = runner.run(script, replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted))))
+    # Gradients recorded: the steps it completes before failing are what a repair must keep.
+    traced = replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted)), record_gradients=True, recorded_steps=COMPARED_STEPS)
+    run = runner.run(script, traced)
     _refuse_if_changed(script, source)
     diagnosis = Diagnosis(script, source, analysis, run, notebook=notebook)
     if diagnosis.second_backward:
         _explain_error(analysis, findings, diagnosis)
     elif run.succeeded:
         # Counting live graph nodes scans the heap at every step: only a run that did not fail
-        # can show a silent bug, so only then is it run again, measured.
-        measured = runner.run(script, replace(options, measure_graphs=True))
+        # can show a silent bug, so only then is it run again, measured, for the steps counted.
+        steps = min(options.max_optimizer_steps or MEASURED_STEPS, MEASURED_STEPS)
+        measured = runner.run(script, replace(options, measure_graphs=True, max_optimizer_steps=steps))
         _refuse_if_changed(script, source)
         diagnosis.run = replace(run, live_graph_nodes=measured.live_graph_nodes) if measured.succeeded else run
         _measure_silent_bugs(analysis, findings, last_batch, diagnosis)
@@ -144,7 +149,8 @@ def _refuse_if_changed(script: Path, source: bytes) -> None:
 
 def _explain_error(analysis: FileAnalysis, findings: list[Finding], diagnosis: Diagnosis) -> None:
     run = diagnosis.run
-    diagnosis.failing = run.failing_frames[-1] if run.failing_frames else None
+    # The script's lines are the ones its analysis reads; a module's frames are blamed by repair.
+    diagnosis.failing = next((f for f in reversed(run.failing_frames) if not f.path), None)
     diagnosis.graph = next((f for f in reversed(run.forward_frames) if not f.path), None)
     if diagnosis.failing is not None:
         diagnosis.failing_call_number = run.backward_calls_by_line.get(diagnosis.failing.line, 1)
