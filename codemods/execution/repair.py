@@ -1,33 +1,46 @@
-"""Execution-guided repair: when no rule can prove a rewrite, try the few rewrites the bug family
-allows at the lines the failing run blamed, run each, and keep the one the run proves.
+"""Execution-guided repair: when no rule can prove a rewrite, try the rewrites that follow from how
+autograd failed, at the places the failing run blamed, run each, and keep the one the runs prove.
 
-The diagnosis names two places: the backward that failed, and the forward lines (the whole stack)
-that built the graph it found freed. The candidates come from the vocabulary the rules use:
+The failing run names three stacks, each frame in the user's code (the script, the modules and
+packages beside it): the backward that failed, the earlier backward (or ``autograd.grad``) that
+freed the graph it needed, and the forward that built the freed node; and the values that held
+part of the freed graph when it failed (a carried state, a cached tensor, a list of losses). The
+candidates are what those mechanics allow there:
 
-* detach the value where it is stored (the blamed assignment or ``append``);
-* build it under ``torch.no_grad()``;
-* detach it where the loop around the failing backward starts (it is carried into the iteration);
-* compute it again in that loop (move the blamed statement to the top of the loop), or again just
-  before the failing backward (copy it, and what is computed from it, after whatever stepped);
-* drop one of two backwards of the same tensor (a helper or ``training_step`` that backwarded what
-  it returned), or merge the failing backward into the earlier one of the same step.
+* drop a call at any frame of either backward stack (never one that steps an optimizer);
+* merge backwards of values sharing a graph: two in one function (across the ``if`` around the
+  second), the backward of each loss of a loop (summed, backwarded once after the loop), one in a
+  helper deferred to the backward that failed, or one in a hook added to the loss the hook returns;
+  make an ``autograd.grad`` whose graph a later backward needs differentiable (``create_graph``);
+* at a line of the forward stack: detach what it stores, build it under ``torch.no_grad()``,
+  compute it again before the failing backward or at the start of the loop that backwards it
+  (with the lines it is computed from), or again where a stored copy of it is read;
+* for a value that held the freed graph: detach it after the backward that freed it (following its
+  structure: tuple, list, dict, namedtuple, an object's own ``detach()``), reset it as its class's
+  constructor does, clear a container every iteration, or detach it where the failing backward's
+  code reads it.
 
 Never ``retain_graph=True``. Each candidate runs in place of the file it rewrites, served from
-memory (nothing is written beside the script), under the diagnosis's bounds with gradients recorded.
-The original also runs once with ``retain_graph=True``: that run is the reference, compared over the
-optimizer steps both runs reached. A candidate is accepted when it runs clean and every tensor that
-gets a gradient in the reference still gets one (detaching a value that must train runs clean too).
-It is *safe* when its gradients equal the reference's (to the verify tolerance): the maths is what
-the author wrote; any other accepted candidate changes the maths and is written only with
-``--unsafe-fixes``. A merge is accepted only when safe. Without a reference (the original fails even
-with ``retain_graph=True``, e.g. an optimizer changed the weights in place between the backwards)
-only a rewrite that keeps every graph can be accepted: computing again, or dropping a repeated
-backward of the same tensor; a detach that cannot be judged is refused.
-Among accepted candidates the safe ones come first, then the smallest edit.
+memory (nothing is written beside the script), with gradients recorded. The judge:
+
+* it runs clean (to the end, or for a few times the original's time to its error);
+* it loses no gradient: every leaf tensor a backward of the original asked a gradient for (the
+  failing one included) still gets one, at every step of the optimizer that owns it;
+* it keeps what worked: the gradients of the optimizer steps the original completed before it
+  failed are unchanged;
+* it is *safe* when its gradients equal those of the original run with ``retain_graph=True``: the
+  maths is what the author wrote. Any other accepted candidate changes the maths (each says how,
+  e.g. "truncates backpropagation at each iteration") and is written only with ``--unsafe-fixes``.
+  When the ``retain_graph=True`` run itself fails, nothing can be safe.
+
+Candidates run smallest edit first, and the search stops at the first safe one (at the first
+accepted one when nothing can be safe). When none is accepted but one got further before failing
+the same way (a second cell that runs the code again), the search goes on from that one.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import difflib
 import enum
@@ -37,35 +50,44 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import libcst as cst
 
 from ..analysis import (
-    TENSOR,
     FileAnalysis,
+    as_operand,
     assigned_names,
     code_of,
     detached_where_stored,
     find_nodes,
+    is_name,
     is_single_call,
     method_called,
     read_names,
 )
-from ..edits import Fix, apply_fixes
 from ..checker import parse_source
+from ..edits import Fix, apply_fixes
 from ..engine import SourceError, write_atomically
-from .diagnose import Diagnosis
-from .runner import RunOptions, RunResult, ScriptRunner
-from .verify import compare_gradients
+from .diagnose import SECOND_BACKWARD, Diagnosis, _explain_error
+from .runner import COMPARED_STEPS, Frame, HeldGraph, RunOptions, RunResult, ScriptRunner
+
+CANDIDATE_TIME_SHARE = 3.0  # a candidate runs at most this many times the original's time to its error…
+MIN_CANDIDATE_SECONDS = 5.0  # …and at least this long
+MAX_ROUNDS = 3  # searches chained from a candidate that got further than the original
+# Gradients equal up to float32 rounding: backwarding two losses at once, or one fewer time,
+# sums the same terms in another order, and the steps after carry the difference on; it is
+# measured against the tensor's largest gradient.
+RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-4, 1e-6
 
 
 class Kind(enum.Enum):
-    """How a rewrite treats the graphs, which decides what a run must show to accept it."""
+    """How a rewrite treats the graphs."""
 
-    CUTS = "cuts a graph"  # detach, no_grad: accepted only if the gradients show nothing is lost
-    KEEPS = "keeps every graph"  # computes again, drops a repeated backward of the same tensor
-    MERGES = "merges backwards"  # only the same gradients will do
+    CUTS = "cuts a graph"  # detach, no_grad
+    KEEPS = "keeps every graph"  # computes again, makes a gradient differentiable
+    MERGES = "merges backwards"
+    DROPS = "drops a call that backwards"
 
 
 @dataclass(frozen=True)
@@ -73,15 +95,27 @@ class Candidate:
     description: str  # what the rewrite does, and where
     source: bytes
     kind: Kind
+    change: str  # what it changes in the maths, unless a run proves it changes nothing
     module: Path | None = None  # the module beside the script it rewrites; None: the script
     module_original: bytes = b""  # that module as it was read
+    base: "Candidate | None" = None  # the rewrite this one was found on top of
+
+    def files(self, script: Path) -> dict[Path, tuple[bytes, bytes]]:
+        """Every file this rewrite (and the ones it builds on) writes: path → (original, rewritten)."""
+        written = self.base.files(script) if self.base is not None else {}
+        path = self.module if self.module is not None else script
+        original = written[path][0] if path in written else self.module_original
+        written[path] = (original, self.source)
+        return written
 
     def changed_lines(self, original: bytes) -> int:
-        """Lines changed from ``original`` (the script), or from the module it rewrites."""
-        original = self.module_original if self.module is not None else original
-        before, after = (text.decode(errors="replace").splitlines() for text in (original, self.source))
-        diff = difflib.unified_diff(before, after, n=0, lineterm="")
-        return sum(1 for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
+        """Lines changed from what was read, in every file the rewrite writes."""
+        changed = 0
+        for before, after in self.files(Path()).values():
+            before = before if before else original
+            diff = difflib.unified_diff(*(text.decode(errors="replace").splitlines() for text in (before, after)), n=0, lineterm="")
+            changed += sum(1 for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
+        return changed
 
 
 @dataclass
@@ -90,36 +124,31 @@ class Attempt:
     run: RunResult | None  # None when the time budget ran out before it could run
     compared: bool = False  # there was a retain_graph=True run to compare gradients with
     gradient_difference: str | None = None  # what differs from it, over the steps both reached
-    loses_gradients: bool = False  # some tensor that got a gradient there gets none here
+    lost: str = ""  # a gradient the original asks for that this rewrite never computes
+    changed_completed: str = ""  # how it changes the optimizer steps the original completed
 
     @property
     def accepted(self) -> bool:
-        if self.run is None or not self.run.succeeded or self.loses_gradients:
-            return False
-        if not self.compared:
-            return self.candidate.kind is Kind.KEEPS
-        return self.safe or self.candidate.kind is not Kind.MERGES
+        return self.run is not None and self.run.succeeded and not self.lost and not self.changed_completed
 
     @property
     def safe(self) -> bool:
-        return self.run is not None and self.run.succeeded and self.compared and self.gradient_difference is None
+        return self.accepted and self.compared and self.gradient_difference is None
 
     def outcome(self) -> str:
         if self.run is None:
             return "not run: the time budget was spent"
         if not self.run.succeeded:
             return self.run.describe().split(". ")[0]
-        if not self.compared:
-            if self.candidate.kind is Kind.KEEPS:
-                return "runs clean; it keeps every graph (no retain_graph=True run to compare gradients with)"
-            return f"runs, but it {self.candidate.kind.value} and there is no retain_graph=True run to show no gradient is lost"
-        if self.gradient_difference is None:
+        if self.lost:
+            return f"runs, but loses gradients the original computes ({self.lost})"
+        if self.changed_completed:
+            return f"runs, but changes the steps the original completed before failing ({self.changed_completed})"
+        if self.safe:
             return "runs clean; gradients equal the retain_graph=True run"
-        if self.loses_gradients:
-            return f"runs, but loses gradients the original computes ({self.gradient_difference})"
-        if self.candidate.kind is Kind.MERGES:
-            return f"runs, but a merge must keep the gradients ({self.gradient_difference})"
-        return f"runs clean; the maths changes ({self.gradient_difference})"
+        if self.compared:
+            return f"runs clean and loses no gradient, but it {self.candidate.change} ({self.gradient_difference})"
+        return f"runs clean and loses no gradient; it {self.candidate.change}"
 
 
 @dataclass
@@ -130,8 +159,21 @@ class Repair:
 
     @property
     def chosen(self) -> Attempt | None:
-        accepted = [a for a in self.attempts if a.accepted]
-        return min(accepted, key=lambda a: (not a.safe, a.candidate.changed_lines(self.original)), default=None)
+        accepted = [(index, a) for index, a in enumerate(self.attempts) if a.accepted]
+        # Safe first; among the others a rewrite that keeps every backward the author wrote (a drop
+        # gives up the gradients of one), then the smallest edit. (Not the gradients closest to the
+        # run that keeps every graph: for a stale cache or state, that run keeps the bug.)
+        best = min(
+            accepted,
+            key=lambda item: (
+                not item[1].safe,
+                item[1].candidate.kind is Kind.DROPS,
+                item[1].candidate.changed_lines(self.original),
+                item[0],
+            ),
+            default=None,
+        )
+        return best[1] if best else None
 
     def why(self) -> str:
         chosen = self.chosen
@@ -141,20 +183,17 @@ class Repair:
             return "it runs clean and its gradients equal those of the original run with retain_graph=True"
         if not chosen.compared:
             return (
-                "it runs clean and keeps every graph; the original does not run even with "
-                "retain_graph=True, so gradients were not compared and the maths may change"
+                "it runs clean, keeps every gradient and the steps the original completed; the original fails even "
+                f"with retain_graph=True, so nothing shows the maths is kept: it {chosen.candidate.change}"
             )
         return "it runs clean and keeps every gradient, but their values differ from the retain_graph=True run: the maths changes"
 
 
 def write_chosen(searched: Repair, script: Path) -> None:
-    """Write the chosen rewrite over ``script`` (or the module beside it that it rewrites)
-    atomically, only if the file is still what the search read (``engine.FileChanged`` otherwise)."""
-    candidate = searched.chosen.candidate
-    if candidate.module is not None:
-        write_atomically(candidate.module, candidate.source, expected=candidate.module_original)
-    else:
-        write_atomically(script, candidate.source, expected=searched.original)
+    """Write the chosen rewrite over ``script`` and the modules beside it that it rewrites,
+    atomically, only if each file is still what the search read (``engine.FileChanged`` otherwise)."""
+    for path, (original, rewritten) in searched.chosen.candidate.files(script).items():
+        write_atomically(path, rewritten, expected=original or searched.original)
 
 
 def repair(
@@ -165,77 +204,237 @@ def repair(
     runs go at once, the others on twins of ``runner`` (forked, so warm at once), closed when
     the search ends."""
     deadline = time.monotonic() + budget
-    script = diagnosis.script
+    original = diagnosis.run
     result = Repair(diagnosis.source)
-    recording = replace(options, detect_anomaly=False, measure_graphs=False, count_lines=(), record_gradients=True)
+    recording = replace(
+        options,
+        detect_anomaly=False,
+        measure_graphs=False,
+        count_lines=(),
+        record_gradients=True,
+        recorded_steps=COMPARED_STEPS,
+        stop_after=min(options.stop_after or options.timeout, max(MIN_CANDIDATE_SECONDS, CANDIDATE_TIME_SHARE * original.seconds)),
+    )
     if jobs > 1:
         recording = replace(recording, threads=max(1, (os.cpu_count() or 1) // jobs))
-    found = candidates(diagnosis)
+    # The reference needs only the steps compared; forced to keep every graph, a long run slows down.
+    retained = replace(recording, retain_graph=True, max_optimizer_steps=COMPARED_STEPS, max_steps=4 * (original.backward_calls + 1))
     with contextlib.ExitStack() as extra_runners:
         idle: queue.SimpleQueue[ScriptRunner] = queue.SimpleQueue()
         idle.put(runner)
-        for _ in range(min(jobs, len(found) + 1) - 1):
+        for _ in range(jobs - 1):
             idle.put(extra_runners.enter_context(runner.twin()))
 
-        def run(candidate: Candidate | None) -> RunResult | None:
+        def run(candidate: Candidate | None, bounds: RunOptions) -> RunResult | None:
             free = idle.get()
             try:
-                if candidate is None:  # the original, keeping every graph: the reference
-                    return _run_bounded(free, script, replace(recording, retain_graph=True), deadline)
-                return _run_candidate(free, script, candidate, recording, deadline)
+                files = candidate.files(diagnosis.script) if candidate is not None else {}
+                sources = tuple((str(path), rewritten) for path, (_, rewritten) in files.items())
+                return _run_bounded(free, diagnosis.script, replace(bounds, sources=sources), deadline)
             finally:
                 idle.put(free)
 
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            result.reference, *runs = pool.map(run, [None, *found])
-    reference = result.reference if result.reference and result.reference.succeeded else None
-    reference_gradients = _compared_gradients(reference, reference) if reference else None
-    for candidate, run in zip(found, runs):
-        attempt = Attempt(candidate, run)
-        if run is not None and run.succeeded and reference_gradients:
-            # A step bound counts backward calls: runs that backward more or less often per step
-            # reach different steps, so compare the steps both reached.
-            gradients = _compared_gradients(run, reference)
-            common = min(len(reference_gradients), len(gradients))
-            expected, actual = reference_gradients[:common], gradients[:common]
-            attempt.compared = True
-            attempt.gradient_difference = compare_gradients(expected, actual) if common else "no optimizer step recorded"
-            attempt.loses_gradients = not common or _shapes(actual) != _shapes(expected)
-        result.attempts.append(attempt)
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            reference = pool.submit(run, None, retained)
+            found = _ordered(candidates(diagnosis), diagnosis.source)
+            reached = original  # the run the candidates of this round must get further than
+            for round_number in range(MAX_ROUNDS):
+                result.reference = reference.result()
+                if _search(found, result, original, lambda c: pool.submit(run, c, recording), jobs):
+                    break
+                further = _got_further(result.attempts[-len(found) :] if found else [], reached)
+                if further is None or round_number + 1 == MAX_ROUNDS or time.monotonic() > deadline - 1:
+                    break
+                reached = further.run
+                found = _ordered(_candidates_on_top_of(further, diagnosis, runner, options, deadline), diagnosis.source)
     return result
 
 
+def _ordered(found: list[Candidate], original: bytes) -> list[Candidate]:
+    """Smallest edit first; among equal ones, in the order they were found."""
+    return sorted(found, key=lambda candidate: candidate.changed_lines(original))
+
+
+def _search(found: list[Candidate], result: Repair, original: RunResult, submit, jobs: int) -> bool:
+    """Run ``found`` in order, ``jobs`` at a time, judging each; stop at the first safe one, or at
+    the first accepted one when nothing can be safe. Whether it found one to stop at."""
+    retained = result.reference if result.reference is not None and result.reference.succeeded else None
+    for start in range(0, len(found), jobs):
+        wave = [(candidate, submit(candidate)) for candidate in found[start : start + jobs]]
+        for candidate, future in wave:
+            attempt = Attempt(candidate, future.result())
+            _judge(attempt, original, retained)
+            result.attempts.append(attempt)
+        if any(a.safe if retained is not None else a.accepted for a in result.attempts):
+            return True
+    return False
+
+
+def _judge(attempt: Attempt, original: RunResult, retained: RunResult | None) -> None:
+    """What the runs show of a candidate: the gradients it loses, whether it changes the steps
+    that worked, and how its gradients compare with the run that kept every graph."""
+    run = attempt.run
+    if run is None or not run.succeeded:
+        return
+    # Gradients something applies: an optimizer's, or those the original applied by hand (a
+    # frozen encoder or a ground-truth tensor may require a gradient no one wants).
+    trained = {label for label in original.reached_leaves if label.startswith("optimizer ") or label in original.updated_leaves}
+    lost = sorted(trained - run.reached_leaves)
+    if not lost:
+        # An optimizer's parameter the original trains must get a gradient at each of its steps:
+        # a cache detached after the first step still trains it once.
+        lost = sorted({label for label, values in _step_gradients(run) if not values and label in trained})
+    attempt.lost = f"{lost[0]}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''} gets no gradient" if lost else ""
+    completed = _compared_gradients(original, original)
+    if completed:
+        actual = _compared_gradients(run, original)[: len(completed)]
+        difference = _gradient_difference(completed, actual) if len(actual) == len(completed) else "fewer steps recorded"
+        attempt.changed_completed = difference or ""
+    if retained is not None:
+        expected = _compared_gradients(retained, retained)
+        actual = _compared_gradients(run, retained)
+        common = min(len(expected), len(actual))
+        attempt.compared = True
+        attempt.gradient_difference = _gradient_difference(expected[:common], actual[:common]) if common else "no optimizer step recorded"
+
+
+def _gradient_difference(expected: list[tuple[str, list[float]]], actual: list[tuple[str, list[float]]]) -> str | None:
+    """None when the two recordings are equal up to rounding, else what differs first."""
+    if [label for label, _ in expected] != [label for label, _ in actual]:
+        return f"different tensors recorded: {len(expected)} vs {len(actual)}"
+    for index, ((label, a), (_, b)) in enumerate(zip(expected, actual)):
+        if len(a) != len(b):
+            return f"{label} (#{index}): sizes {len(a)} and {len(b)}"
+        worst = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+        if worst > ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * max(map(abs, a), default=0.0):
+            return f"{label} (#{index}): differs by {worst:.3g}"
+    return None
+
+
+def _step_gradients(run: RunResult) -> list[tuple[str, list[float]]]:
+    return [(label, values) for label, values in run.gradients if label.startswith("optimizer ")]
+
+
 def _compared_gradients(run: RunResult, reference: RunResult) -> list[tuple[str, list[float]]]:
-    """The gradients of ``run`` that are compared with the reference run's: at each optimizer
-    step; without an optimizer, after each backward, of the tensors the reference run updated
-    (a gradient nothing applies is not one the rewrite must keep)."""
-    if reference.gradients:
-        return run.gradients
+    """The gradients of ``run`` compared with ``reference``'s: at each optimizer step; without an
+    optimizer, after each backward, of the tensors the reference run updated (a gradient nothing
+    applies is not one the rewrite must keep)."""
+    if _step_gradients(reference) or reference.optimizer_steps:
+        return _step_gradients(run)
     updated = reference.updated_leaves
     return [(label, values) for label, values in run.backward_gradients if label.split(": ", 1)[1] in updated]
 
 
-def _shapes(gradients: list[tuple[str, list[float]]]) -> list[tuple[str, int]]:
-    """Which tensors got gradients at each optimizer step, and how many values each."""
-    return [(label, len(values)) for label, values in gradients]
+def _got_further(attempts: list[Attempt], reached: RunResult) -> Attempt | None:
+    """The candidate that, failing the same way, got furthest past where ``reached`` failed."""
+
+    def progress(run: RunResult) -> tuple[int, int]:
+        return run.optimizer_steps, run.backward_calls
+
+    further = [
+        a
+        for a in attempts
+        if a.run is not None and a.run.status == "error" and SECOND_BACKWARD in a.run.error_message and progress(a.run) > progress(reached)
+    ]
+    return max(further, key=lambda a: progress(a.run), default=None)
 
 
-def candidates(diagnosis: Diagnosis) -> list[Candidate]:
-    """Every distinct rewrite of the vocabulary at the places the run blamed, in order: in the
-    script, then in the modules beside it where the freed graph was built."""
-    found = _rewrites(diagnosis.analysis, _fixes(diagnosis.analysis, diagnosis))
-    for path, analysis in _blamed_modules(diagnosis):
-        fixes = _module_fixes(analysis, path, [f.line for f in diagnosis.run.forward_frames if f.path == str(path)])
-        found += [
-            Candidate(c.description, c.source, c.kind, path, analysis.module.bytes) for c in _rewrites(analysis, fixes)
-        ]
+def _candidates_on_top_of(
+    attempt: Attempt, diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, deadline: float
+) -> list[Candidate]:
+    """The candidates for where ``attempt``'s rewrite fails, each written on top of it."""
+    base = attempt.candidate
+    files = base.files(diagnosis.script)
+    sources = tuple((str(path), rewritten) for path, (_, rewritten) in files.items())
+    run = _run_bounded(runner, diagnosis.script, replace(options, detect_anomaly=True, record_gradients=True, recorded_steps=COMPARED_STEPS, sources=sources), deadline)
+    if run is None or run.status != "error" or SECOND_BACKWARD not in run.error_message:
+        return []
+    script_source = files.get(diagnosis.script, (b"", diagnosis.source))[1]
+    try:
+        analysis = FileAnalysis(parse_source(script_source, str(diagnosis.script)))
+    except SourceError:
+        return []
+    again = Diagnosis(diagnosis.script, script_source, analysis, run, notebook=diagnosis.notebook)
+    _explain_error(analysis, [], again)
+    modules = {path: rewritten for path, (_, rewritten) in files.items() if path != diagnosis.script}
+    return [replace(c, base=base) for c in candidates(again, modules)]
+
+
+def candidates(diagnosis: Diagnosis, modules: dict[Path, bytes] | None = None) -> list[Candidate]:
+    """Every distinct rewrite of the vocabulary at the places the run blamed: in the script, then
+    in the modules beside it on the blamed stacks (``modules``: ones already rewritten)."""
+    found: list[Candidate] = []
+    seen: set[tuple[Path | None, bytes]] = set()
+    for blamed in _blamed_files(diagnosis, modules or {}):
+        for candidate in _rewrites(blamed, _fixes(blamed, diagnosis)):
+            if (candidate.module, candidate.source) not in seen:
+                seen.add((candidate.module, candidate.source))
+                found.append(candidate)
     return found
 
 
-def _rewrites(analysis: FileAnalysis, fixes: Iterator[tuple[str, Fix, Kind]]) -> list[Candidate]:
+@dataclass
+class _Blamed:
+    """One file of the user's code, and its lines on each stack the run showed (innermost first)."""
+
+    path: Path | None  # None: the script
+    analysis: FileAnalysis
+    forward: list[int]
+    failing: list[int]
+    freeing: list[int]
+    reading: list[int]  # where the failing graph read the freed one
+    steps: set[int]  # lines that led to an optimizer step
+    held: list[HeldGraph]
+
+    def place(self, line: int) -> str:
+        return f"line {line}" if self.path is None else f"{self.path.name} line {line}"
+
+    def statement(self, lines: list[int]) -> cst.SimpleStatementLine | None:
+        return self.analysis.statement_at(lines[0]) if lines else None
+
+    @property
+    def torch(self) -> str | None:
+        return next((alias for alias, name in self.analysis.names.aliases.items() if name == "torch"), None)
+
+
+def _blamed_files(diagnosis: Diagnosis, modules: dict[Path, bytes]) -> Iterator[_Blamed]:
+    run = diagnosis.run
+    stacks = (run.forward_frames, run.failing_frames, run.freeing_frames, run.reading_frames)
+    paths = dict.fromkeys([""] + [frame.path for stack in stacks for frame in reversed(stack) if frame.path])
+    for name in paths:
+        if not name:
+            analysis = diagnosis.analysis
+        else:
+            try:
+                source = modules.get(Path(name)) or Path(name).read_bytes()
+                analysis = FileAnalysis(parse_source(source, name))
+            except (OSError, SourceError):
+                continue  # a module that cannot be read or parsed gets no candidate
+
+        def lines(frames: list[Frame]) -> list[int]:
+            return [frame.line for frame in reversed(frames) if frame.path == name]
+
+        yield _Blamed(
+            Path(name) if name else None,
+            analysis,
+            lines(run.forward_frames),
+            lines(run.failing_frames),
+            lines(run.freeing_frames),
+            lines(run.reading_frames),
+            set(lines(run.step_frames)),
+            [held for held in run.held_graphs if held.path == name],
+        )
+
+
+Proposal = tuple[str, Fix, Kind, str]  # description, edit, kind, what it changes
+
+
+def _rewrites(blamed: _Blamed, fixes: Iterable[Proposal]) -> list[Candidate]:
+    analysis = blamed.analysis
     found: dict[bytes, Candidate] = {}
-    for description, fix, kind in fixes:
-        if any(analysis.updates_parameters(s) for s in fix.taken_away()):
+    for description, fix, kind, change in fixes:
+        taken_away = fix.taken_away()
+        if any(analysis.updates_parameters(s) or analysis.line(s) in blamed.steps for s in taken_away):
             continue  # never remove or move an optimizer update
         try:
             source = apply_fixes(analysis.module, [fix]).bytes
@@ -243,91 +442,287 @@ def _rewrites(analysis: FileAnalysis, fixes: Iterator[tuple[str, Fix, Kind]]) ->
         except (cst.CSTValidationError, cst.ParserSyntaxError):
             continue  # a rewrite that is not valid Python is not a candidate
         if source != analysis.module.bytes and source not in found:
-            found[source] = Candidate(description, source, kind)
+            original = analysis.module.bytes if blamed.path is not None else b""
+            found[source] = Candidate(description, source, kind, change, blamed.path, original)
     return list(found.values())
 
 
-def _blamed_modules(diagnosis: Diagnosis) -> Iterator[tuple[Path, FileAnalysis]]:
-    """The modules beside the script where the run saw the freed graph built, analysed."""
-    for name in dict.fromkeys(f.path for f in reversed(diagnosis.run.forward_frames) if f.path):
-        path = Path(name)
-        try:
-            yield path, FileAnalysis(parse_source(path.read_bytes(), name))
-        except (OSError, SourceError):
-            continue  # a module that cannot be read or parsed gets no candidate
-
-
-def _module_fixes(analysis: FileAnalysis, path: Path, lines: list[int]) -> Iterator[tuple[str, Fix, Kind]]:
-    """Detach, or build under no_grad, what the blamed lines of a module store."""
-    for line in dict.fromkeys(reversed(lines)):  # innermost first
-        statement = analysis.statement_at(line)
-        if isinstance(statement, cst.SimpleStatementLine):
-            # What the module's own analysis cannot tell (a parameter's value), the run has shown:
-            # a graph was built here.
-            yield from _cutting_fixes(analysis, statement, detached_where_stored(statement), f"{path.name} line {line}")
-
-
-def _fixes(analysis: FileAnalysis, diagnosis: Diagnosis) -> Iterator[tuple[str, Fix, Kind]]:
-    failing = analysis.statement_at(diagnosis.failing.line) if diagnosis.failing else None
-    loop = next((l for l in analysis.loops_around(failing) if not l.is_call), None) if failing else None
-    blamed: list[cst.SimpleStatementLine] = []
-    # Innermost first. A framework may swallow anomaly mode's forward trace (Lightning does): then
-    # the statements that last assigned what the failing backward reads stand in for it.
-    lines = [frame.line for frame in reversed(diagnosis.run.forward_frames)]
-    if not lines and failing is not None:
+def _fixes(blamed: _Blamed, diagnosis: Diagnosis) -> Iterator[Proposal]:
+    analysis = blamed.analysis
+    failing = blamed.statement(blamed.failing)
+    freeing = blamed.statement(blamed.freeing)
+    yield from _dropped_calls(blamed)
+    yield from _differentiable_gradients(blamed)
+    if failing is not None:
+        yield from _backward_fixes(analysis, failing)
+        yield from _merged_backwards(blamed, freeing, failing)
+    lines = blamed.forward
+    if not lines and failing is not None and blamed.path is None:
+        # A framework may swallow anomaly mode's forward trace: then the statements that last
+        # assigned what the failing backward reads stand in for it.
         lines = [analysis.line(s) for s in _last_assignments(analysis, failing)]
+    blamed_statements: list[cst.SimpleStatementLine] = []
     for line in lines:
         statement = analysis.statement_at(line)
-        if statement is not None and statement is not failing and all(statement is not b for b in blamed):
-            blamed.append(statement)
-    for statement in blamed:
-        line = analysis.line(statement)
-        yield from _cutting_fixes(analysis, statement, _detached_where_stored(analysis, statement), f"line {line}")
-        anchor, recomputed = _recomputed_before(analysis, statement, failing)
-        if recomputed:
-            yield (
-                f"compute line {line} again before the backward at line {analysis.line(failing)}",
-                Fix(safe=False, insert_before=((anchor, recomputed),)),
-                Kind.KEEPS,
-            )
-        if loop is None or not isinstance(loop.node.body, cst.IndentedBlock):
-            continue
-        first = loop.node.body.body[0]
-        entering = loop.entry  # what the names hold when the loop starts
-        names = sorted(
-            n
-            for n in assigned_names(statement) & read_names(loop.node.body)
-            if n in entering and (entering[n].graph or entering[n].structure is TENSOR)
-        )
-        if names and first is not statement:
-            resets = tuple(cst.parse_statement(f"{n} = {n}.detach()") for n in names)
-            yield (
-                f"detach {', '.join(names)} where the loop at line {analysis.line(loop.node)} starts",
-                Fix(safe=False, insert_before=((first, resets),)),
-                Kind.CUTS,
-            )
-        carried = sorted(
-            n
-            for n in assigned_names(statement, rebinding_only=True) & read_names(statement)
-            if "." not in n and n in entering and entering[n].structure is not TENSOR
-        )
-        if carried and analysis.contains(loop.node, statement):
-            # A structure of the user's own (a NamedTuple state): rebuilt from its detached parts.
-            parts = tuple(cst.parse_statement(f"{n} = type({n})(*(part.detach() for part in {n}))") for n in carried)
-            yield f"detach the parts of {', '.join(carried)} after line {line} stores it", Fix(safe=False, insert_after=((statement, parts),)), Kind.CUTS
-        same_function = analysis.function_at(line) is analysis.function_at(analysis.line(loop.node))
-        if not analysis.contains(loop.node, statement) and same_function:
-            yield (
-                f"compute line {line} again in the loop at line {analysis.line(loop.node)}",
-                Fix(safe=False, move=((statement, first),)),
-                Kind.KEEPS,
-            )
+        if statement is not None and statement is not failing and all(statement is not b for b in blamed_statements):
+            blamed_statements.append(statement)
+    for line in dict.fromkeys(blamed.reading):
+        statement = analysis.statement_at(line)
+        if statement is not None and statement is not failing and all(statement is not b for b in blamed_statements):
+            # Where the failing graph reads the freed one: what it stores is cut there.
+            yield from _cutting_fixes(blamed, statement, detached_where_stored(statement), build_without_graph=False)
+    for statement in blamed_statements:
+        stored = _detached_where_stored(analysis, statement) if blamed.path is None else detached_where_stored(statement)
+        yield from _cutting_fixes(blamed, statement, stored)
+        yield from _computed_again(blamed, statement, failing)
+        yield from _recomputed_where_read(blamed, statement)
+    yield from _held_graph_fixes(blamed, failing, freeing)
+    loop = _loop_around(analysis, failing)
     if loop is not None:
         yield from _reset_every_iteration(analysis, loop.node)
-    yield from _backward_fixes(analysis, failing)
 
 
-def _reset_every_iteration(analysis: FileAnalysis, loop: cst.CSTNode) -> Iterator[tuple[str, Fix, Kind]]:
+def _loop_around(analysis: FileAnalysis, statement: cst.CSTNode | None):
+    """The innermost ``for``/``while`` around ``statement`` in its own function."""
+    if statement is None:
+        return None
+    function = analysis.function_at(analysis.line(statement))
+    return next(
+        (
+            loop
+            for loop in analysis.loops_around(statement)
+            if not loop.is_call and analysis.function_at(analysis.line(loop.node)) is function
+        ),
+        None,
+    )
+
+
+def _dropped_calls(blamed: _Blamed) -> Iterator[Proposal]:
+    """Each call at a frame of either backward stack dropped (not one that led to a step)."""
+    for line in dict.fromkeys(blamed.freeing + blamed.failing):
+        statement = blamed.analysis.statement_at(line)
+        if line in blamed.steps or not is_single_call(statement):
+            continue
+        place = blamed.place(line)
+        yield (
+            f"drop the call at {place} (`{code_of(statement.body[0]).strip()}`)",
+            Fix(safe=False, remove=(statement,)),
+            Kind.DROPS,
+            f"no longer adds the gradients of the call at {place}",
+        )
+
+
+def _differentiable_gradients(blamed: _Blamed) -> Iterator[Proposal]:
+    """An ``autograd.grad`` that freed the graph a later backward needs, made differentiable: a
+    penalty computed from its result then trains what the gradient depends on."""
+    for line in blamed.freeing[:1]:
+        statement = blamed.analysis.statement_at(line)
+        if statement is None:
+            continue
+        for call in find_nodes(statement, cst.Call):
+            if blamed.analysis.names.qualify(call.func) != "torch.autograd.grad":
+                continue
+            if any(a.keyword is not None and a.keyword.value == "create_graph" for a in call.args):
+                continue
+            args = [a for a in call.args if a.keyword is None or a.keyword.value != "retain_graph"]
+            if len(args) > 3 and args[3].keyword is None:
+                continue  # retain_graph given by position
+            args = [*args[:-1], args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if args else args
+            args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("create_graph"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+            rewritten = statement.deep_replace(call, call.with_changes(args=args))
+            place = blamed.place(line)
+            yield (
+                f"take the gradient at {place} with create_graph=True",
+                Fix(safe=False, replace=((statement, rewritten),)),
+                Kind.KEEPS,
+                f"makes the gradient taken at {place} differentiable: what is computed from it trains too",
+            )
+
+
+def _merged_backwards(blamed: _Blamed, freeing: cst.CSTNode | None, failing: cst.CSTNode) -> Iterator[Proposal]:
+    """Backwards of values that share a graph, made one backward."""
+    analysis = blamed.analysis
+    earlier = _whole_backward(analysis, freeing) if freeing is not None and freeing is not failing else None
+    if earlier is not None and earlier.tensor is not None:
+        yield from _added_to_returned(blamed, earlier, failing)
+    site = _whole_backward(analysis, failing)
+    if site is None or site.tensor is None:
+        return
+    loop = _loop_around(analysis, failing)
+    if freeing is failing and loop is not None and not analysis.updates_parameters(loop.node.body):
+        yield from _summed_over_loop(blamed, site, loop.node)
+    if earlier is None or earlier.tensor is None:
+        return
+    same_function = analysis.function_at(analysis.line(freeing)) is analysis.function_at(analysis.line(failing))
+    if same_function and analysis.start(freeing) < analysis.start(failing):
+        yield from _merged_across_branches(blamed, earlier, site)
+    elif not same_function:
+        yield from _deferred(blamed, earlier, site)
+
+
+def _whole_backward(analysis: FileAnalysis, statement: cst.CSTNode | None):
+    return next((s for s in analysis.backward_sites if s.statement is statement and s.is_whole_statement), None)
+
+
+def _unused_name(analysis: FileAnalysis, wanted: str) -> str:
+    taken = analysis.module.code
+    name, number = wanted, 2
+    while name in taken:
+        name, number = f"{wanted}_{number}", number + 1
+    return name
+
+
+def _summed_over_loop(blamed: _Blamed, site, loop: cst.CSTNode) -> Iterator[Proposal]:
+    """``for l in losses: l.backward()`` → the losses summed in the loop, backwarded once after it."""
+    analysis = blamed.analysis
+    base = site.tensor.value if isinstance(site.tensor, cst.Name) else "loss"
+    total = _unused_name(analysis, f"{base}_sum")
+    start = cst.parse_statement(f"{total} = 0")
+    added = cst.parse_statement(f"{total} = {total} + {code_of(site.tensor)}")
+    backward = cst.SimpleStatementLine([cst.Expr(site.with_tensor(cst.Name(total)))])
+    line = analysis.line(loop)
+    yield (
+        f"sum the losses the loop at {blamed.place(line)} backwards one by one, and backward the sum once after it",
+        Fix(safe=False, insert_before=((loop, (start,)),), replace=((site.statement, added),), insert_after=((loop, (backward,)),)),
+        Kind.MERGES,
+        f"backwards the losses of the loop at {blamed.place(line)} together, after the loop",
+    )
+
+
+def _merged_across_branches(blamed: _Blamed, earlier, site) -> Iterator[Proposal]:
+    """The earlier backward merged into the failing one, which an ``if`` (or several) holds: each
+    branch that does not reach the failing backward backwards the earlier loss alone."""
+    analysis = blamed.analysis
+    block = analysis.block_of(earlier.statement)
+    outer = site.statement
+    branches: list[cst.If] = []
+    while outer is not None and analysis.block_of(outer) is not block:
+        outer = analysis.tree.parent(outer)
+        if isinstance(outer, cst.If):
+            branches.append(outer)
+        elif not isinstance(outer, (cst.IndentedBlock, cst.Else)):
+            return  # a loop or a function between: the failing backward runs another number of times
+    if outer is None or not branches or block.index(outer) < block.index(earlier.statement):
+        return
+    between = block.statements[block.index(earlier.statement) + 1 : block.index(outer)]
+    if any(analysis.updates_parameters(s) for s in between):
+        return
+    total = cst.parse_expression(f"{code_of(earlier.tensor)} + {code_of(site.tensor)}")
+    merged = site.statement.with_changes(body=[cst.Expr(site.with_tensor(total))])
+    rewritten = outer.visit(_BranchMerge(analysis, set(map(id, branches)), site.statement, merged, earlier.statement))
+    line, earlier_line = analysis.line(site.statement), analysis.line(earlier.statement)
+    yield (
+        f"merge the backward at {blamed.place(earlier_line)} into the one at {blamed.place(line)}, and keep it alone where that one does not run",
+        Fix(safe=False, replace=((outer, rewritten),), remove=(earlier.statement,)),
+        Kind.MERGES,
+        f"backwards the losses of {blamed.place(earlier_line)} and {blamed.place(line)} together",
+    )
+
+
+class _BranchMerge(cst.CSTTransformer):
+    """Rewrites the ``if`` statements on the way to the failing backward: that backward merged,
+    the earlier backward appended to every branch that does not lead to it."""
+
+    def __init__(self, analysis: FileAnalysis, branches: set[int], failing, merged, earlier) -> None:
+        super().__init__()
+        self.analysis, self.branches, self.failing, self.merged, self.earlier = analysis, branches, failing, merged, earlier
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        return self.merged if original_node is self.failing else updated_node
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
+        if id(original_node) not in self.branches:
+            return updated_node
+        alone = self.earlier.with_changes(leading_lines=[])
+        if self.analysis.contains(original_node.body, self.failing):
+            orelse = updated_node.orelse
+            if orelse is None:
+                return updated_node.with_changes(orelse=cst.Else(cst.IndentedBlock([alone])))
+            if isinstance(orelse, cst.Else):
+                return updated_node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=[*orelse.body.body, alone])))
+            return updated_node  # an elif: its own branches get the earlier backward
+        body = updated_node.body
+        return updated_node.with_changes(body=body.with_changes(body=[*body.body, alone]))
+
+
+def _deferred(blamed: _Blamed, earlier, site) -> Iterator[Proposal]:
+    """A backward in a helper (a module's forward) deferred to the backward that failed, which
+    then backwards the sum: the losses share a graph."""
+    analysis = blamed.analysis
+    pending = _unused_name(analysis, "deferred_losses")
+    body = analysis.module.body
+    first = next((s for s in body if not _is_import_or_docstring(s)), None)
+    if first is None:
+        return
+    kept = cst.parse_statement(f"{pending}.append({code_of(earlier.tensor)})")
+    total = cst.parse_expression(f"{code_of(as_operand(site.tensor))} + sum({pending})")
+    merged = site.statement.with_changes(body=[cst.Expr(site.with_tensor(total))])
+    line, earlier_line = analysis.line(site.statement), analysis.line(earlier.statement)
+    yield (
+        f"defer the backward at {blamed.place(earlier_line)} to the one at {blamed.place(line)}, which backwards both",
+        Fix(
+            safe=False,
+            insert_before=((first, (cst.parse_statement(f"{pending} = []"),)),),
+            replace=((earlier.statement, earlier.statement.with_changes(body=kept.body)), (site.statement, merged)),
+            insert_after=((site.statement, (cst.parse_statement(f"{pending}.clear()"),)),),
+        ),
+        Kind.MERGES,
+        f"backwards the loss of {blamed.place(earlier_line)} with the one of {blamed.place(line)}",
+    )
+
+
+def _is_import_or_docstring(statement: cst.BaseStatement) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    small = statement.body[0]
+    return isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString)
+
+
+def _added_to_returned(blamed: _Blamed, earlier, failing: cst.CSTNode) -> Iterator[Proposal]:
+    """A backward inside a function whose returned loss is what the failing backward backwards
+    (a trainer's hook, a loss computation): the loss added to what it returns instead."""
+    analysis = blamed.analysis
+    function = analysis.function_at(analysis.line(earlier.statement))
+    if function is None or not isinstance(function.body, cst.IndentedBlock) or any(
+        function is analysis.function_at(line) for line in blamed.failing
+    ):
+        return  # the failing backward runs inside it: it does not backward what it returns
+    if not _backwards_what_returns(analysis, failing, function.name.value):
+        return
+    last = function.body.body[-1]
+    if not (isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return) and last.body[0].value is not None):
+        return
+    if analysis.block_of(earlier.statement) is None or analysis.block_of(earlier.statement).owner is not function.body:
+        return
+    returned = last.body[0].value
+    total = cst.parse_expression(f"{code_of(as_operand(returned))} + {code_of(earlier.tensor)}")
+    line = analysis.line(earlier.statement)
+    yield (
+        f"add the loss backwarded at {blamed.place(line)} to what `{function.name.value}` returns",
+        Fix(safe=False, remove=(earlier.statement,), replace=((last, last.with_changes(body=[last.body[0].with_changes(value=total)])),)),
+        Kind.MERGES,
+        f"backwards the loss of {blamed.place(line)} with the one `{function.name.value}` returns",
+    )
+
+
+def _backwards_what_returns(analysis: FileAnalysis, failing: cst.CSTNode, name: str) -> bool:
+    """Whether the failing backward backwards what a function called ``name`` returns: it runs
+    in a framework (no backward of the user's code failed), or the tensor it backwards was
+    assigned a call of ``name``."""
+    site = _whole_backward(analysis, failing)
+    if site is None:
+        return not any(s.statement is failing for s in analysis.backward_sites)
+    block = analysis.block_of(failing)
+    if site.tensor is None or not isinstance(site.tensor, cst.Name) or block is None:
+        return False
+    for earlier in reversed(block.statements[: block.index(failing)]):
+        if site.tensor.value in assigned_names(earlier):
+            called = {call.func.attr.value if isinstance(call.func, cst.Attribute) else code_of(call.func) for call in find_nodes(earlier, cst.Call)}
+            return name in called
+    return False
+
+
+def _reset_every_iteration(analysis: FileAnalysis, loop: cst.CSTNode) -> Iterator[Proposal]:
     """Containers the loop around the failing backward clears only under a condition (``if
     accelerator.sync_gradients:``, every N steps), cleared every iteration instead, just before
     that ``if``: no iteration then reads what an earlier one stored (a feature bank, a buffer)."""
@@ -341,6 +736,7 @@ def _reset_every_iteration(analysis: FileAnalysis, loop: cst.CSTNode) -> Iterato
                 f"clear {names} in every iteration, not only when line {analysis.line(branch)} holds",
                 Fix(safe=False, move=tuple((reset, branch) for reset in resets)),
                 Kind.KEEPS,
+                f"keeps in {names} only what each iteration stores",
             )
 
 
@@ -350,20 +746,394 @@ def _clears(statement: cst.BaseStatement) -> bool:
 
 
 def _cutting_fixes(
-    analysis: FileAnalysis, statement: cst.SimpleStatementLine, stored: cst.SimpleStatementLine | None, place: str
-) -> Iterator[tuple[str, Fix, Kind]]:
+    blamed: _Blamed, statement: cst.SimpleStatementLine, stored: cst.SimpleStatementLine | None, build_without_graph: bool = True
+) -> Iterator[Proposal]:
     """Replace ``statement`` by ``stored`` (it, detaching what it stores); build it under
     ``torch.no_grad()``."""
+    place = blamed.place(blamed.analysis.line(statement))
     if stored is not None:
-        yield f"detach the value where it is stored ({place})", Fix(safe=False, replace=((statement, stored),)), Kind.CUTS
-    torch = next((alias for alias, name in analysis.names.aliases.items() if name == "torch"), None)
-    if torch is not None:
+        yield (
+            f"detach the value where it is stored ({place})",
+            Fix(safe=False, replace=((statement, stored),)),
+            Kind.CUTS,
+            f"lets no gradient flow back through what {place} stores",
+        )
+    torch = blamed.torch
+    if torch is not None and build_without_graph:
         guarded = cst.With(
             items=[cst.WithItem(cst.parse_expression(f"{torch}.no_grad()"))],
             body=cst.IndentedBlock([statement.with_changes(leading_lines=[])]),
             leading_lines=statement.leading_lines,
         )
-        yield f"build {place} under {torch}.no_grad()", Fix(safe=False, replace=((statement, guarded),)), Kind.CUTS
+        yield (
+            f"build {place} under {torch}.no_grad()",
+            Fix(safe=False, replace=((statement, guarded),)),
+            Kind.CUTS,
+            f"trains nothing through what {place} computes",
+        )
+
+
+def _computed_again(blamed: _Blamed, statement: cst.SimpleStatementLine, failing: cst.CSTNode | None) -> Iterator[Proposal]:
+    """The blamed statement computed again: before the failing backward (after whatever stepped
+    or freed its graph in between), or at the start of every iteration of the loop that backwards
+    it, with the statements before it that it is computed from."""
+    analysis = blamed.analysis
+    line = analysis.line(statement)
+    place = blamed.place(line)
+    anchor, recomputed = _recomputed_before(analysis, statement, failing, _holding(blamed, line))
+    if recomputed:
+        yield (
+            f"compute {place} again before the backward at {blamed.place(analysis.line(failing))}",
+            Fix(safe=False, insert_before=((anchor, recomputed),)),
+            Kind.KEEPS,
+            f"computes {place} again after what changed or freed it, at the weights of that time",
+        )
+    loop = _loop_around(analysis, failing)
+    if loop is None or not isinstance(loop.node.body, cst.IndentedBlock) or analysis.contains(loop.node, statement):
+        return
+    if analysis.function_at(line) is not analysis.function_at(analysis.line(loop.node)):
+        return
+    block = analysis.block_of(statement)
+    if block is None:
+        return
+    copies = _graph_inputs(analysis, block.statements[: block.index(statement)], [statement], _holding(blamed, line)) + [statement]
+    if any(_draws_data(analysis, c) for c in copies):
+        return
+    loop_place = blamed.place(analysis.line(loop.node))
+    yield (
+        f"compute {place} again at the start of every iteration of the loop at {loop_place}"
+        + (f" (with the {len(copies) - 1} line(s) it is computed from)" if len(copies) > 1 else ""),
+        Fix(safe=False, insert_before=((loop.node.body.body[0], tuple(c.with_changes(leading_lines=[]) for c in copies)),)),
+        Kind.KEEPS,
+        f"computes {place} at every iteration, from the weights of that iteration",
+    )
+
+
+def _graph_inputs(
+    analysis: FileAnalysis, before: list[cst.BaseStatement], copies: list[cst.BaseStatement], holding: set[str]
+) -> list[cst.BaseStatement]:
+    """The statements of ``before`` (in order) that compute, with a graph, what ``copies`` read:
+    as the analysis sees it, or as the run saw it (``holding``: names that held the freed graph)."""
+    needed = set().union(*(read_names(c) for c in copies)) - set().union(*(assigned_names(c) for c in copies))
+    found: list[cst.BaseStatement] = []
+    for earlier in reversed(before):
+        assigned = assigned_names(earlier) & needed
+        if not assigned or not isinstance(earlier, cst.SimpleStatementLine) or len(earlier.body) != 1:
+            continue
+        small = earlier.body[0]
+        value = analysis.value_assigned(small.value) if isinstance(small, cst.Assign) else None
+        # The run knows which names held the freed graph (not a leaf made with requires_grad);
+        # without it, the analysis tells.
+        if value is None or not (assigned & holding if holding else value.graph):
+            break  # what the copies need is not a graph this code built: nothing more to compute again
+        needed = (needed - assigned) | read_names(earlier)
+        found.insert(0, earlier)
+    return found
+
+
+def _recomputed_where_read(blamed: _Blamed, statement: cst.SimpleStatementLine) -> Iterator[Proposal]:
+    """What the blamed statement computes, computed again where a stored copy of it is read: an
+    attribute set in ``__init__`` (or cached on the first call) and read by the object's methods,
+    or a global read by a function."""
+    analysis = blamed.analysis
+    small = statement.body[0] if len(statement.body) == 1 else None
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return
+    function = analysis.function_at(analysis.line(statement))
+    target = small.targets[0].target
+    attribute, value = _stored_attribute(analysis, function, statement, target, small.value)
+    place = blamed.place(analysis.line(statement))
+    if attribute is not None:
+        yield from _attribute_recomputed(blamed, function, attribute, value, place)
+    if function is None and isinstance(target, (cst.Name, cst.Tuple)):
+        yield from _global_recomputed(blamed, statement, place)
+
+
+def _stored_attribute(analysis: FileAnalysis, function, statement, target, value):
+    """``self.x`` and the expression it stores: the statement's own target, or the attribute the
+    name it assigns is stored into later in the same function."""
+    if isinstance(target, cst.Attribute) and is_name(target.value, "self"):
+        return target.attr.value, value
+    if function is None or not isinstance(target, cst.Name):
+        return None, None
+    for later in find_nodes(function, cst.Assign):
+        stored = later.targets[0].target if len(later.targets) == 1 else None
+        if isinstance(stored, cst.Attribute) and is_name(stored.value, "self") and is_name(later.value, target.value):
+            return stored.attr.value, value
+    return None, None
+
+
+def _attribute_recomputed(blamed: _Blamed, function, attribute: str, value: cst.BaseExpression, place: str) -> Iterator[Proposal]:
+    analysis = blamed.analysis
+    class_name = analysis.class_name_of(function) if function is not None else None
+    if class_name is None:
+        return
+    methods = [s for s in analysis.class_body(class_name) if isinstance(s, cst.FunctionDef)]
+    replacements = []
+    for method in methods:
+        if not _available_in(analysis, value, method, same_function=method is function):
+            continue
+        for statement in find_nodes(method, cst.SimpleStatementLine):
+            rewritten = statement.visit(_ReadReplacer(f"self.{attribute}", as_operand(value)))
+            if not rewritten.deep_equals(statement):
+                replacements.append((statement, rewritten))
+    if replacements:
+        yield (
+            f"compute `self.{attribute}` (stored from {place}) again where it is read",
+            Fix(safe=False, replace=tuple(replacements)),
+            Kind.KEEPS,
+            f"computes `self.{attribute}` where it is read, from the weights of that time",
+        )
+
+
+def _available_in(analysis: FileAnalysis, value: cst.BaseExpression, function: cst.FunctionDef, same_function: bool) -> bool:
+    """Whether every name ``value`` reads means the same inside ``function``: ``self``, a name of
+    the module, a builtin, or (in the function that computed it) one of its parameters."""
+    module_names = set().union(*(assigned_names(s) for s in analysis.module.body)) | set(analysis.names.aliases)
+    local = assigned_names(function.body)
+    parameters = {p.name.value for p in function.params.params}
+    for name in {n.split(".", 1)[0] for n in read_names(value)}:
+        if name == "self" and "self" in parameters:
+            continue
+        if same_function and name in parameters:
+            continue
+        if name in local or name in parameters:
+            return False
+        if name not in module_names and not hasattr(builtins, name):
+            return False
+    return True
+
+
+class _ReadReplacer(cst.CSTTransformer):
+    """Replaces the reads (not the stores, nor ``is None`` tests) of one dotted expression."""
+
+    def __init__(self, expression: str, replacement: cst.BaseExpression) -> None:
+        super().__init__()
+        self.expression, self.replacement = expression, replacement
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        return code_of(node.target) != self.expression
+
+    def visit_Comparison(self, node: cst.Comparison) -> bool:
+        return not any(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in node.comparisons)
+
+    def leave_Attribute(self, original_node, updated_node):
+        return self.replacement if code_of(original_node) == self.expression else updated_node
+
+    def leave_Name(self, original_node, updated_node):
+        return self.replacement if original_node.value == self.expression else updated_node
+
+
+def _global_recomputed(blamed: _Blamed, statement: cst.SimpleStatementLine, place: str) -> Iterator[Proposal]:
+    """A global computed at the module's level, computed again at the start of each function on
+    the failing stack that reads it (the copy binds a local of the same name)."""
+    analysis = blamed.analysis
+    names = assigned_names(statement)
+    needed = {n.split(".", 1)[0] for n in read_names(statement.body[0].value)}
+    for line in dict.fromkeys(blamed.failing + blamed.forward):
+        function = analysis.function_at(line)
+        if function is None or not isinstance(function.body, cst.IndentedBlock):
+            continue
+        local = assigned_names(function.body)
+        parameters = {p.name.value for p in function.params.params}
+        # A parameter of the same name is what the caller passes: most often the same object.
+        read = names & read_names(function.body)
+        if not read or read & (local | parameters) or needed & local:
+            continue
+        if any(isinstance(g, cst.Global) for g in find_nodes(function, cst.Global)):
+            continue
+        first = function.body.body[0]
+        anchor = function.body.body[1] if _is_import_or_docstring(first) and len(function.body.body) > 1 else first
+        yield (
+            f"compute {place} again at the start of `{function.name.value}`, which reads it",
+            Fix(safe=False, insert_before=((anchor, (statement.with_changes(leading_lines=[]),)),)),
+            Kind.KEEPS,
+            f"computes {place} at each call of `{function.name.value}`, from the weights of that time",
+        )
+
+
+def _held_graph_fixes(blamed: _Blamed, failing: cst.CSTNode | None, freeing: cst.CSTNode | None) -> Iterator[Proposal]:
+    """The values that held the freed graph: detached after the backward that freed it, reset as
+    their constructor sets them, cleared, or detached where the failing backward's code reads them."""
+    analysis = blamed.analysis
+    loop = _loop_around(analysis, failing)
+    by_function: dict[int, list[HeldGraph]] = {}
+    for held in blamed.held:
+        by_function.setdefault(held.function_line, []).append(held)
+    for function_line, held in by_function.items():
+        function = _function_starting(analysis, function_line)
+        in_loop = loop is not None and analysis.function_at(analysis.line(loop.node)) is function
+        carried = [h for h in held if _state_path(h) or (in_loop and _read_before_written(loop.node.body, h.expression))]
+        # An object's own detach() detaches what it holds: its attributes need no statement of their own.
+        owners = [h.expression for h in carried if h.structure == "detachable"]
+        carried = [h for h in carried if not any(h.expression.startswith(f"{owner}.") for owner in owners)]
+        if freeing is not None and analysis.function_at(analysis.line(freeing)) is function:
+            yield from _detached_after(blamed, carried, freeing)
+        if in_loop:
+            yield from _reset_where_loop_starts(blamed, carried, loop.node)
+        for container in (h for h in held if h.structure in ("list", "dict")):
+            yield from _cleared(blamed, container, failing, freeing, function)
+    yield from _detached_where_read(blamed, failing, freeing)
+
+
+def _read_before_written(body: cst.BaseSuite, name: str) -> bool:
+    """Whether an iteration of a loop with this body reads ``name`` before it assigns it: the
+    value then comes from the iteration before."""
+    for statement in find_nodes(body, cst.SimpleStatementLine):
+        small = statement.body[0] if len(statement.body) == 1 else None
+        reads = read_names(small.value) if isinstance(small, cst.Assign) else read_names(statement)
+        if name in reads:
+            return True
+        if name in assigned_names(statement):
+            return False
+    return False
+
+
+def _state_path(held: HeldGraph) -> bool:
+    """An attribute or item: state an object keeps between calls."""
+    return "." in held.expression or "[" in held.expression
+
+
+def _function_starting(analysis: FileAnalysis, line: int) -> cst.FunctionDef | None:
+    """The function whose code starts at ``line`` (its ``def``, or its first decorator); None for 0."""
+    if not line:
+        return None
+    for function in find_nodes(analysis.module, cst.FunctionDef):
+        starts = [analysis.line(function)] + [analysis.line(d) for d in function.decorators]
+        if line in starts:
+            return function
+    return None
+
+
+def _detach_statements(held: HeldGraph, torch: str | None) -> list[list[str]]:
+    """Ways to detach ``held`` in place of itself, as its structure allows."""
+    value = held.expression
+    part = "part.detach()" if held.tensor_parts or torch is None else f"part.detach() if {torch}.is_tensor(part) else part"
+    item = "item.detach()" if held.tensor_parts or torch is None else f"item.detach() if {torch}.is_tensor(item) else item"
+    return {
+        "tensor": [[f"{value} = {value}.detach()"]],
+        "namedtuple": [[f"{value} = type({value})(*({part} for part in {value}))"]],
+        "tuple": [[f"{value} = tuple({part} for part in {value})"]],
+        "list": [[f"{value} = [{part} for part in {value}]"]],
+        "dict": [[f"{value} = {{key: {item} for key, item in {value}.items()}}"]],
+        "detachable": [[f"{value}.detach()"], [f"{value} = {value}.detach()"]],
+    }.get(held.structure, [])
+
+
+def _detached_after(blamed: _Blamed, carried: list[HeldGraph], freeing: cst.CSTNode) -> Iterator[Proposal]:
+    if not carried:
+        return
+    torch = blamed.torch
+    place = blamed.place(blamed.analysis.line(freeing))
+    names = ", ".join(h.expression for h in carried)
+    ways = [_detach_statements(h, torch) for h in carried]
+    for variant in range(max(len(w) for w in ways)):
+        lines = [line for w in ways if w for line in w[min(variant, len(w) - 1)]]
+        if not lines:
+            continue
+        yield (
+            f"detach {names} after the backward at {place}",
+            Fix(safe=False, insert_after=((freeing, tuple(cst.parse_statement(text) for text in lines)),)),
+            Kind.CUTS,
+            f"truncates backpropagation through {names} at each backward at {place}",
+        )
+
+
+def _reset_where_loop_starts(blamed: _Blamed, carried: list[HeldGraph], loop: cst.CSTNode) -> Iterator[Proposal]:
+    """State an object keeps, set back where every iteration starts to what its constructor sets
+    (``None``): each iteration starts it afresh."""
+    if not isinstance(loop.body, cst.IndentedBlock):
+        return
+    resets = [h.expression for h in carried if h.owner and _constructor_sets_none(blamed.analysis, h.owner, h.expression.rsplit(".", 1)[-1])]
+    if not resets:
+        return
+    place = blamed.place(blamed.analysis.line(loop))
+    names = ", ".join(resets)
+    yield (
+        f"reset {names} where each iteration of the loop at {place} starts",
+        Fix(safe=False, insert_before=((loop.body.body[0], tuple(cst.parse_statement(f"{r} = None") for r in resets)),)),
+        Kind.CUTS,
+        f"starts {names} afresh at each iteration of the loop at {place}, as the constructor does",
+    )
+
+
+def _constructor_sets_none(analysis: FileAnalysis, class_name: str, attribute: str) -> bool:
+    constructor = analysis.constructor_of(class_name)
+    return constructor is not None and any(
+        len(a.targets) == 1 and code_of(a.targets[0].target) == f"self.{attribute}" and is_name(a.value, "None")
+        for a in find_nodes(constructor, cst.Assign)
+    )
+
+
+def _cleared(blamed: _Blamed, held: HeldGraph, failing, freeing, function) -> Iterator[Proposal]:
+    """A container that keeps the freed graph, cleared where each iteration of a loop around the
+    failing backward starts, innermost first, or after the backward that freed it."""
+    analysis = blamed.analysis
+    clear = cst.parse_statement(f"{held.expression}.clear()")
+    if failing is not None:
+        for loop in analysis.loops_around(failing):
+            if loop.is_call or not isinstance(loop.node.body, cst.IndentedBlock):
+                continue
+            if analysis.function_at(analysis.line(loop.node)) is not function and function is not None:
+                continue
+            place = blamed.place(analysis.line(loop.node))
+            yield (
+                f"clear {held.expression} where each iteration of the loop at {place} starts",
+                Fix(safe=False, insert_before=((loop.node.body.body[0], (clear,)),)),
+                Kind.CUTS,
+                f"keeps in {held.expression} only what each iteration of the loop at {place} stores",
+            )
+    if freeing is not None:
+        place = blamed.place(analysis.line(freeing))
+        yield (
+            f"clear {held.expression} after the backward at {place}",
+            Fix(safe=False, insert_after=((freeing, (clear,)),)),
+            Kind.CUTS,
+            f"forgets what {held.expression} held once the backward at {place} used it",
+        )
+
+
+def _detached_where_read(blamed: _Blamed, failing: cst.CSTNode | None, freeing: cst.CSTNode | None) -> Iterator[Proposal]:
+    """A tensor that held the freed graph, detached where the code of the failing backward's
+    stack reads it after the backward that freed it (``self.pred_real`` cached by the
+    discriminator's step and read by the generator's; a real score read again by the second
+    of two losses): that code then uses its value, not its graph."""
+    analysis = blamed.analysis
+    scopes = list({id(f): f for f in (analysis.function_at(line) for line in blamed.failing)}.values())
+    for held in blamed.held:
+        if held.structure != "tensor":
+            continue
+        own = _function_starting(analysis, held.function_line)
+        for scope in scopes:
+            if not (_state_path(held) or held.function_line == 0 or own is scope):
+                continue
+            after = freeing if freeing is not None and analysis.function_at(analysis.line(freeing)) is scope else None
+            replacer = _ReadReplacer(held.expression, cst.parse_expression(f"{held.expression}.detach()"))
+            replacements = []
+            for statement in _statements_of(analysis, scope):
+                if statement is failing or after is not None and analysis.start(statement) <= analysis.start(after):
+                    continue
+                rewritten = statement.visit(replacer)
+                if not rewritten.deep_equals(statement):
+                    replacements.append((statement, rewritten))
+            if replacements:
+                where = f"`{scope.name.value}`" if scope is not None else "the module's code"
+                since = f" after the backward at {blamed.place(analysis.line(after))}" if after is not None else ""
+                yield (
+                    f"detach {held.expression} where {where} reads it{since}",
+                    Fix(safe=False, replace=tuple(replacements)),
+                    Kind.CUTS,
+                    f"lets no gradient flow back through {held.expression} where {where} reads it{since}",
+                )
+
+
+def _statements_of(analysis: FileAnalysis, scope: cst.FunctionDef | None) -> list[cst.SimpleStatementLine]:
+    """The statement lines of a function (or of the module's own code), not of functions in it."""
+    statements = find_nodes(scope if scope is not None else analysis.module, cst.SimpleStatementLine)
+    return [s for s in statements if analysis.function_at(analysis.line(s)) is scope]
 
 
 def _last_assignments(analysis: FileAnalysis, failing: cst.CSTNode) -> list[cst.CSTNode]:
@@ -380,19 +1150,30 @@ def _last_assignments(analysis: FileAnalysis, failing: cst.CSTNode) -> list[cst.
     return found
 
 
+def _holding(blamed: _Blamed, line: int) -> set[str]:
+    """The names of the function around ``line`` that held the freed graph when the run failed."""
+    function = blamed.analysis.function_at(line)
+    return {h.expression for h in blamed.held if _function_starting(blamed.analysis, h.function_line) is function}
+
+
 def _recomputed_before(
-    analysis: FileAnalysis, statement: cst.SimpleStatementLine, failing: cst.CSTNode | None
+    analysis: FileAnalysis, statement: cst.SimpleStatementLine, failing: cst.CSTNode | None, holding: set[str]
 ) -> tuple[cst.CSTNode | None, tuple[cst.BaseStatement, ...]]:
     """Where to insert, and copies of, ``statement`` and the statements after it, up to the
-    failing backward in the same block, that compute from what it assigns what that backward
-    reads: the graph built again after whatever stepped or freed it in between (SAM's second
-    forward). They go after the last statement that backwards, steps or zeroes in between; the
-    ones already after it need no copy. Nothing that draws new data (random tensors, the next
-    batch) is copied: the copy must compute the same thing."""
+    failing backward, that compute from what it assigns what that backward reads: the graph built
+    again after whatever stepped or freed it in between (SAM's second forward). They go after the
+    last statement that backwards, steps or zeroes in between, or just before the failing backward
+    when an ``if`` holds it; the ones already after such a statement need no copy. Nothing that
+    draws new data (random tensors, the next batch) is copied: the copy must compute the same thing."""
     block = analysis.block_of(statement)
-    if failing is None or block is None or all(failing is not s for s in block.statements):
+    if failing is None or block is None:
         return None, ()
-    start, end = block.index(statement), block.index(failing)
+    container = failing
+    while container is not None and all(container is not s for s in block.statements):
+        container = analysis.tree.parent(container)
+    if container is None:
+        return None, ()
+    start, end = block.index(statement), block.index(container)
     if start >= end:
         return None, ()
     tainted = set(assigned_names(statement))
@@ -402,47 +1183,50 @@ def _recomputed_before(
         if assigned and read_names(later) & tainted and not analysis.gradient_effects(later):
             tainted |= assigned
             computed.append(later)
-    needed = read_names(failing)
+    needed = read_names(failing) if container is failing else read_names(container)
     copies: list[cst.BaseStatement] = []
     for candidate in reversed(computed):
-        if assigned_names(candidate) & needed:
-            needed |= read_names(candidate)
+        assigned = assigned_names(candidate) & needed
+        if assigned:  # the last assignment of a name is the one the backward reads
+            needed = (needed - assigned) | read_names(candidate)
             copies.insert(0, candidate)
     if not copies or copies[0] is not statement:
         return None, ()
     between = block.statements[start:end]
-    stepped = max((i for i, s in enumerate(between) if analysis.gradient_effects(s)), default=None)
-    anchor = failing
+    stepped = max((i for i, s in enumerate(between) if _steps_or_frees(analysis, s)), default=None)
+    anchor = container
     if stepped is not None:
-        anchor = between[stepped + 1] if stepped + 1 < len(between) else failing
+        anchor = between[stepped + 1] if stepped + 1 < len(between) else container
         copies = [c for c in copies if between.index(c) < stepped]
-    copies = _freed_inputs(analysis, block.statements[:start], between, copies) + copies
+    if container is not failing and analysis.block_of(failing) is not None:
+        anchor = failing  # inside the `if`, the copies run only when the failing backward does
+    copies = _freed_inputs(analysis, block.statements[:start], between, copies, holding) + copies
     if not copies or any(_draws_data(analysis, c) for c in copies):
         return None, ()
     return anchor, tuple(c.with_changes(leading_lines=[]) for c in copies)
 
 
+def _steps_or_frees(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
+    """Whether ``statement`` changes the weights or frees a graph (zeroing gradients does neither)."""
+    if "backward" in analysis.gradient_effects(statement):
+        return True
+    calls = find_nodes(statement, cst.Call)
+    return any(method_called(call) != "zero_grad" and analysis.updates_parameters(call) for call in calls)
+
+
 def _freed_inputs(
-    analysis: FileAnalysis, before: list[cst.BaseStatement], between: list[cst.BaseStatement], copies: list[cst.BaseStatement]
+    analysis: FileAnalysis,
+    before: list[cst.BaseStatement],
+    between: list[cst.BaseStatement],
+    copies: list[cst.BaseStatement],
+    holding: set[str],
 ) -> list[cst.BaseStatement]:
     """The statements of ``before`` whose graph the copies read after a backward in ``between``
     freed it (a GAN's ``fake = G(z)``, backwarded through by the discriminator's loss): they
     must be computed again too, or the copies build on a freed graph."""
     if not any("backward" in analysis.gradient_effects(s) for s in between):
         return []
-    needed = set().union(*(read_names(c) for c in copies)) - set().union(*(assigned_names(c) for c in copies))
-    found: list[cst.BaseStatement] = []
-    for earlier in reversed(before):
-        assigned = assigned_names(earlier) & needed
-        if not assigned or not isinstance(earlier, cst.SimpleStatementLine) or len(earlier.body) != 1:
-            continue
-        small = earlier.body[0]
-        value = analysis.value_assigned(small.value) if isinstance(small, cst.Assign) else None
-        if value is None or not value.graph:
-            break  # what the copies need is not a graph this step built: nothing more to compute again
-        needed = (needed - assigned) | read_names(earlier)
-        found.insert(0, earlier)
-    return found
+    return _graph_inputs(analysis, before, copies, holding)
 
 
 def _draws_data(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
@@ -457,38 +1241,46 @@ def _draws_data(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
 _DRAWING_FUNCTIONS = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "bernoulli", "multinomial", "next"}
 
 
-def _backward_fixes(analysis: FileAnalysis, failing: cst.CSTNode | None) -> Iterator[tuple[str, Fix, Kind]]:
+def _backward_fixes(analysis: FileAnalysis, failing: cst.CSTNode | None) -> Iterator[Proposal]:
     """Drop one of two backwards of the same tensor (the earlier one, wherever it is, or the
     failing one); or merge the failing backward into the closest earlier one of its block."""
-    site = next((s for s in analysis.backward_sites if s.statement is failing and s.is_whole_statement), None)
+    site = _whole_backward(analysis, failing)
     if site is None:
         return
     line = analysis.line(failing)
     repeated = [analysis.site_of(call) for call in site.value.backwarded if call is not site.call]
     for earlier in repeated:  # a helper or training_step backwarded what it returned
         if earlier.is_whole_statement:
-            yield f"drop the earlier backward at line {analysis.line(earlier.statement)}", Fix(safe=False, remove=(earlier.statement,)), Kind.KEEPS
+            earlier_line = analysis.line(earlier.statement)
+            yield (
+                f"drop the earlier backward at line {earlier_line}",
+                Fix(safe=False, remove=(earlier.statement,)),
+                Kind.DROPS,
+                f"no longer adds the gradients of the backward at line {earlier_line}",
+            )
     if repeated:
-        yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), Kind.KEEPS
+        yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), Kind.DROPS, f"no longer adds the gradients of the backward at line {line}"
     block = analysis.block_of(failing)
     if block is None or site.tensor is None:
         return
     for earlier_statement in reversed(block.statements[: block.index(failing)]):
         if analysis.updates_parameters(earlier_statement):
             return  # an optimizer steps between: merging would change what it steps on
-        earlier = next((s for s in analysis.backward_sites if s.statement is earlier_statement and s.is_whole_statement), None)
+        earlier = _whole_backward(analysis, earlier_statement)
         if earlier is None or earlier.tensor is None:
             continue
         if earlier.tensor.deep_equals(site.tensor):
             if not repeated:
-                yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), Kind.KEEPS
+                yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), Kind.DROPS, f"no longer adds the gradients of the backward at line {line}"
             return
         total = cst.parse_expression(f"{code_of(earlier.tensor)} + {code_of(site.tensor)}")
         merged = earlier_statement.with_changes(body=[cst.Expr(earlier.with_tensor(total))])
+        earlier_line = analysis.line(earlier_statement)
         yield (
-            f"merge the backward at line {line} into the one at line {analysis.line(earlier_statement)}",
+            f"merge the backward at line {line} into the one at line {earlier_line}",
             Fix(safe=False, replace=((earlier_statement, merged),), remove=(failing,)),
             Kind.MERGES,
+            f"backwards the losses of lines {earlier_line} and {line} together",
         )
         return
 
@@ -508,13 +1300,6 @@ def _run_bounded(runner: ScriptRunner, script: Path, options: RunOptions, deadli
     remaining = deadline - time.monotonic()
     if remaining < 1:
         return None
-    return runner.run(script, replace(options, timeout=min(options.timeout, remaining)))
-
-
-def _run_candidate(
-    runner: ScriptRunner, script: Path, candidate: Candidate, options: RunOptions, deadline: float
-) -> RunResult | None:
-    """Run the script with ``candidate`` in place of the file it rewrites (the script or a module
-    beside it); the runner serves the rewrite from memory, so nothing is written beside the script."""
-    rewritten = candidate.module if candidate.module is not None else script
-    return _run_bounded(runner, script, replace(options, sources=((str(rewritten), candidate.source),)), deadline)
+    timeout = min(options.timeout, remaining)
+    stop_after = min(options.stop_after, timeout * 0.9) if options.stop_after is not None else None
+    return runner.run(script, replace(options, timeout=timeout, stop_after=stop_after))
