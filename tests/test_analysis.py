@@ -331,8 +331,10 @@ def test_nested_loops_reach_a_fixed_point(monkeypatch):
 @pytest.mark.parametrize(
     ("code", "rounds"),
     [
-        # defined before it is called: what the walk saw is final
-        ("def update(loss):\n    loss.backward()\n\ndef main():\n    update(model(x).sum())\n\nmain()\n", 1),
+        # defined before it is called with a graph: its body is walked again with what the call passes
+        ("def update(loss):\n    loss.backward()\n\ndef main():\n    update(model(x).sum())\n\nmain()\n", 2),
+        # defined before it is called with no graph: what the walk saw is final
+        ("def update(n):\n    print(n)\n\ndef main():\n    update(3)\n\nmain()\n", 1),
         # called before its definition: the walk sees the summary again
         ("def main():\n    update(model(x).sum())\n\ndef update(loss):\n    loss.backward()\n\nmain()\n", 2),
         # a constructor walked before a caller passed it a graph
@@ -348,7 +350,7 @@ def test_the_module_is_walked_again_only_when_a_walk_used_a_fact_a_later_definit
     monkeypatch.setattr(dataflow.DataflowAnalysis, "_run_module", lambda self, module: walks.append(1) or original(self, module))
     analysis = analyse("model = nn.Linear(2, 1)\nx = torch.ones(2)\n" + code)
     assert len(walks) == rounds
-    if "update" in code:
+    if "loss.backward()" in code:
         assert {site.api.name for site in analysis.backward_sites} == {"Tensor.backward", "update()"}
 
 

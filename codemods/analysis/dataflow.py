@@ -241,9 +241,12 @@ class DataflowAnalysis:
         # Function summaries, by function name or (class, method); a call met before the function's
         # definition sees the summary of the previous round, so rounds repeat until they agree.
         self.summaries: dict[object, FunctionSummary] = {}
-        # What each local class's constructor was called with, by parameter: ``__init__`` is walked
-        # with it, so the attributes it keeps carry the callers' graphs (seen a round late, as above).
-        self.constructor_arguments: dict[str, Env] = {}
+        # What each local class's constructor, function and method was called with in this file, by
+        # parameter (by class name, function name or (class, method)): the body is walked with it,
+        # so what it keeps, returns or backwards carries the callers' graphs (seen a round late,
+        # as above). Only graph-carrying arguments are kept: a parameter the file never passes a
+        # graph still holds what the analysis cannot see.
+        self.arguments: dict[object, Env] = {}
         self._constructor_parameters = {
             cls.name.value: [p.name.value for p in init.params.params[1:]]
             for cls in tree.findall(module, cst.ClassDef)
@@ -261,23 +264,23 @@ class DataflowAnalysis:
                 self._attributes_of.setdefault(".".join(parts[:end]), []).append(attribute)
         for _ in range(_MAX_SUMMARY_ROUNDS):
             known = {key for key, summary in self.summaries.items() if summary.has_effect}
-            arguments = {cls: _graph_facts(env) for cls, env in self.constructor_arguments.items()}
+            arguments = {callee: _graph_facts(env) for callee, env in self.arguments.items()}
             self._run_module(module)
             if self._saw_final_facts():
                 break
             if {key for key, summary in self.summaries.items() if summary.has_effect} == known and arguments == {
-                cls: _graph_facts(env) for cls, env in self.constructor_arguments.items()
+                callee: _graph_facts(env) for callee, env in self.arguments.items()
             }:
                 break
 
     def _saw_final_facts(self) -> bool:
         """Whether another round would repeat this one: every call made before its function's
         definition got the summary the round ended with (none, when nothing defines it), and
-        every constructor was walked with the arguments its class ended up built with. Most files
-        define their functions and classes before they call them, and take one round."""
-        return all(self.summaries.get(key) is seen for key, seen in self._summaries_before_definition.items()) and all(
-            _graph_facts(self.constructor_arguments.get(cls, {})) == facts for cls, facts in self._constructor_arguments_read
-        )
+        every body was walked with the arguments its callers ended up passing. Most files define
+        their functions and classes before they call them, and take one round."""
+        return all(
+            _summary_facts(self.summaries.get(key)) == _summary_facts(seen) for key, seen in self._summaries_before_definition.items()
+        ) and all(_graph_facts(self.arguments.get(callee, {})) == facts for callee, facts in self._arguments_read)
 
     def _run_module(self, module: cst.Module) -> None:
         self.backward_sites: dict[cst.Call, BackwardSite] = {}
@@ -299,7 +302,7 @@ class DataflowAnalysis:
         # What this round read of the previous round's facts (``_saw_final_facts``).
         self._summaries_before_definition: dict[object, FunctionSummary | None] = {}
         self._summarized: set[object] = set()
-        self._constructor_arguments_read: list[tuple[str, dict[str, tuple]]] = []
+        self._arguments_read: list[tuple[object, dict[str, tuple]]] = []
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._frames: list[_Frame] = []
@@ -334,6 +337,12 @@ class DataflowAnalysis:
         # Calls of a module's methods act as iterations; construction happens once.
         called_repeatedly = class_name in self.names.module_classes and node.name.value != "__init__"
         start = dict(env or {})
+        callee = _callee_key(node, class_name)
+        arguments = self.arguments.get(callee, {})
+        self._arguments_read.append((callee, _graph_facts(arguments)))
+        constructor = node.name.value == "__init__"
+        if constructor:
+            start.update(arguments)  # what it keeps on self, later calls read
         # A parameter whose .grad the function reads is a tensor that requires grad.
         with_gradients = {
             dotted_name(a.value) for a in self._tree.findall(node.body, cst.Attribute, is_grad)
@@ -341,12 +350,17 @@ class DataflowAnalysis:
         for parameter in node.params.params:
             if parameter.name.value in with_gradients:
                 start[parameter.name.value] = LEAF
-        end = self._run_scope(Scope(node, class_name, called_repeatedly), node.body.body, start)
+        scope = Scope(node, class_name, called_repeatedly)
+        end = self._run_scope(scope, node.body.body, start)
         if called_repeatedly and node.name.value == "forward":
             self.forward_results[class_name] = self.loops[node].returned.structure
         if called_repeatedly and _reads_what_the_last_call_kept(self.loops[node]):
             self.stateful_classes.add(class_name)
+        # The summary says what the body does of its own (what it builds from parameters it reads,
+        # what it backwards); the body's facts are those of a walk with what callers pass it.
         self._summarize(node, class_name)
+        if arguments and not constructor:
+            end = self._run_scope(scope, node.body.body, {**start, **arguments})
         return end
 
     def _summarize(self, node: cst.FunctionDef, class_name: str | None) -> None:
@@ -386,9 +400,7 @@ class DataflowAnalysis:
         constructor = next((f for f in methods if f.name.value == "__init__"), None)
         constructed: Env = {}
         if constructor is not None:
-            arguments = self.constructor_arguments.get(node.name.value, {})
-            self._constructor_arguments_read.append((node.name.value, _graph_facts(arguments)))
-            end = self._define_function(constructor, node.name.value, arguments) or {}
+            end = self._define_function(constructor, node.name.value) or {}
             constructed = {name: value for name, value in end.items() if name.startswith("self.")}
         for statement in node.body.body:
             if isinstance(statement, cst.FunctionDef) and statement is not constructor:
@@ -923,15 +935,22 @@ class DataflowAnalysis:
     def _record_construction(self, class_name: str, call: cst.Call, values: list[Value]) -> None:
         self.constructions.setdefault(class_name, []).append(tuple(reversed(self._loops)))
         parameters = self._constructor_parameters.get(class_name)
-        if parameters is None:
-            return
+        if parameters is not None:
+            self._record_arguments((class_name, "__init__"), parameters, call, values, freed=False)
+
+    def _record_arguments(
+        self, callee: object, parameters: Sequence[str], call: cst.Call, values: list[Value], freed: bool = True
+    ) -> None:
+        """What ``call`` passes the graph-carrying parameters of ``callee``, joined with what other
+        calls pass them. ``freed``: whether a freed graph stays freed inside (a helper that
+        backwards it fails); a constructor keeps what it is given for later calls."""
         bound = dict(zip(parameters, (v for arg, v in zip(call.args, values) if arg.keyword is None and not arg.star)))
         bound.update((arg.keyword.value, v) for arg, v in zip(call.args, values) if arg.keyword is not None)
-        known = self.constructor_arguments.setdefault(class_name, {})
+        known = self.arguments.setdefault(callee, {})
         for name, value in bound.items():
             if name in parameters and value.graph:
                 # Carried markers name this round's loops: keep the places they stand for.
-                value = replace(value, origins=self.graph_nodes(value), freed=False, backwarded=frozenset())
+                value = Value(True, self.graph_nodes(value), value.structure, freed=freed and value.freed)
                 known[name] = known[name].join(value) if name in known else value
 
     def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
@@ -1065,6 +1084,11 @@ class DataflowAnalysis:
         self._graph_nodes_kept[value.origins] = (nodes, tuple(loops_read))
         return nodes
 
+    @property
+    def parameter_backwards(self) -> set[cst.Call]:
+        """The backward calls of functions' own parameters, which their summaries carry to callers."""
+        return {site.call for summary in self.summaries.values() for site in summary.backwarded}
+
     def exports(self) -> dict[str, ExportedSummary]:
         """The summaries other files may import: module-level functions and methods, with an effect."""
         return {
@@ -1083,6 +1107,7 @@ class DataflowAnalysis:
         if summary is None:
             return None
         values = self._eval_all([arg.value for arg in call.args], env)
+        self._record_arguments(_summary_key(summary), summary.parameters, call, values)
         if self._loops:
             self.repeated_functions.add(summary.name)
         self.graph_arguments[summary.name] = self.graph_arguments.get(summary.name, False) or any(v.graph for v in values)
@@ -1247,7 +1272,30 @@ def _joined(values: Sequence[Value]) -> Value:
 
 
 def _graph_facts(env: Env) -> dict[str, tuple]:
-    return {name: (value.graph, value.origins) for name, value in env.items()}
+    return {name: (value.graph, value.origins, value.freed) for name, value in env.items()}
+
+
+def _summary_facts(summary: FunctionSummary | None) -> tuple | None:
+    """What a caller reads of a summary (a later round's summary of the same function is another
+    object, with other sites of the same calls)."""
+    if summary is None:
+        return None
+    returned = summary.returned
+    return (
+        summary.parameters,
+        tuple(site.call for site in summary.backwarded),
+        (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded),
+    )
+
+
+def _callee_key(function: cst.FunctionDef, class_name: str | None) -> object:
+    """How the analysis names a function it walks: ``f``, or ``(Class, method)``."""
+    return function.name.value if class_name is None else (class_name, function.name.value)
+
+
+def _summary_key(summary: FunctionSummary) -> object:
+    owner, _, method = summary.name.rpartition(".")
+    return (owner, method) if owner else method
 
 
 def _same_graphs(a: Env, b: Env) -> bool:

@@ -369,6 +369,11 @@ class FileAnalysis:
             node = self.tree.parent(node)
         return node
 
+    def backwards_a_parameter(self, site: BackwardSite) -> bool:
+        """Whether ``site`` is a function's backward of its own parameter, which each call of the
+        function stands for (where a caller passes it a freed graph, the call is where it fails)."""
+        return site.call in self._dataflow.parameter_backwards
+
     def calls_freeing(self, site: BackwardSite) -> list[cst.Call]:
         """The calls of the file's own functions that built part of what ``site`` backwards and
         freed it inside (a criterion that backwards the loss it returns)."""
