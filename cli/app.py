@@ -808,7 +808,7 @@ def _apply_repair(searched: Repair, diagnosis: Diagnosis, shown: Path, fix: bool
 
     chosen = searched.chosen
     if chosen is None:
-        render.stderr.print(f"no candidate rewrite ran clean; {shown} is unchanged")
+        render.stderr.print(f"{searched.why()}; {shown} is unchanged")
         raise typer.Exit(EXIT_FINDINGS)
     if not fix or (not chosen.safe and not unsafe_fixes):
         flags = "--fix" if chosen.safe else "--fix --unsafe-fixes"

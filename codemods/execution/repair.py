@@ -178,7 +178,7 @@ class Repair:
     def why(self) -> str:
         chosen = self.chosen
         if chosen is None:
-            return "no candidate rewrite ran clean"
+            return self._why_none()
         if chosen.safe:
             return "it runs clean and its gradients equal those of the original run with retain_graph=True"
         if not chosen.compared:
@@ -187,6 +187,25 @@ class Repair:
                 f"with retain_graph=True, so nothing shows the maths is kept: it {chosen.candidate.change}"
             )
         return "it runs clean and keeps every gradient, but their values differ from the retain_graph=True run: the maths changes"
+
+
+    def _why_none(self) -> str:
+        """Why no candidate was accepted, in one line."""
+        if not self.attempts:
+            return "no candidate rewrite at the blamed lines"
+        clean = [a for a in self.attempts if a.run is not None and a.run.succeeded]
+        if not clean:
+            return f"no candidate rewrite ran clean ({len(self.attempts)} tried)"
+        reasons = []
+        losing = [a for a in clean if a.lost]
+        if losing:
+            reasons.append(f"{len(losing)} run clean but lose a gradient the original computes ({losing[0].lost})")
+        changing = [a for a in clean if a.changed_completed and not a.lost]
+        if changing:
+            reasons.append(f"{len(changing)} run clean but change the steps the original completed before failing")
+        if len(self.attempts) > len(clean):
+            reasons.append(f"{len(self.attempts) - len(clean)} still fail")
+        return "no candidate rewrite is accepted: " + ", ".join(reasons)
 
 
 def write_chosen(searched: Repair, script: Path) -> None:
@@ -284,7 +303,9 @@ def _judge(attempt: Attempt, original: RunResult, retained: RunResult | None) ->
         # An optimizer's parameter the original trains must get a gradient at each of its steps:
         # a cache detached after the first step still trains it once.
         lost = sorted({label for label, values in _step_gradients(run) if not values and label in trained})
-    attempt.lost = f"{lost[0]}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''} gets no gradient" if lost else ""
+    if lost:
+        first = original.leaf_names.get(lost[0], lost[0])
+        attempt.lost = f"{first}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''} gets no gradient"
     completed = _compared_gradients(original, original)
     if completed:
         actual = _compared_gradients(run, original)[: len(completed)]

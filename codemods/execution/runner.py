@@ -165,6 +165,7 @@ class RunResult:
     # The leaf tensors the run's backward calls asked gradients for (the failing call's included),
     # by labels that name the same tensor in another program that builds the same optimizers.
     reached_leaves: set[str] = field(default_factory=set)
+    leaf_names: dict[str, str] = field(default_factory=dict)  # label -> a global name that reaches the leaf
     gradients: list[tuple[str, list[float]]] = field(default_factory=list)  # at each optimizer step
     # After each backward, the gradients of the tensors the script's globals name, and which of
     # them the script updated: a script that steps its parameters by hand has no optimizer step.
@@ -650,22 +651,29 @@ class _GraphWalks:
 
     def _reached(self, nodes: set) -> None:
         leaves = [node.variable for node in nodes if hasattr(node, "variable")]
-        if leaves:
-            labels = self._labels()
-            self.result.reached_leaves.update(labels[id(leaf)] for leaf in leaves if id(leaf) in labels)
+        if not leaves:
+            return
+        labels, names = self._labels()
+        for leaf in leaves:
+            if id(leaf) in labels:
+                self.result.reached_leaves.add(labels[id(leaf)])
+                if id(leaf) in names:
+                    self.result.leaf_names[labels[id(leaf)]] = names[id(leaf)]
 
-    def _labels(self) -> dict[int, str]:
+    def _labels(self) -> tuple[dict[int, str], dict[int, str]]:
         """Labels of the leaves a run can name: an optimizer's parameters by the optimizer's rank
-        and their place in it, other leaves by the global names that reach them."""
+        and their place in it, other leaves by the global names that reach them; and those names,
+        which the user knows."""
         labels: dict[int, str] = {}
         for rank, optimizer in enumerate(self.optimizers):
             for group_index, group in enumerate(optimizer.param_groups):
                 for index, parameter in enumerate(group["params"]):
                     labels.setdefault(id(parameter), f"optimizer {rank} parameter {group_index}.{index}")
         main = sys.modules.get("__main__")
-        for label, tensor in _named_leaves(vars(main) if main is not None else {}):
-            labels.setdefault(id(tensor), label)
-        return labels
+        names = {id(tensor): name for name, tensor in _named_leaves(vars(main) if main is not None else {})}
+        for leaf, name in names.items():
+            labels.setdefault(leaf, name)
+        return labels, names
 
 
 def _walk_of(function: Any, args: tuple, kwargs: dict) -> tuple[tuple, bool]:
