@@ -1125,8 +1125,8 @@ def _detached_where_read(blamed: _Blamed, failing: cst.CSTNode | None, freeing: 
     analysis = blamed.analysis
     scopes = list({id(f): f for f in (analysis.function_at(line) for line in blamed.failing)}.values())
     for held in blamed.held:
-        if held.structure != "tensor":
-            continue
+        if not held.only_freed:
+            continue  # detaching it would cut a graph that is still whole too
         own = _function_starting(analysis, held.function_line)
         for scope in scopes:
             if not (_state_path(held) or held.function_line == 0 or own is scope):

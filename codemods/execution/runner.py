@@ -135,6 +135,7 @@ class HeldGraph:
     structure: str  # "tensor", "tuple", "namedtuple", "list", "dict", or "detachable" (an object with its own detach())
     tensor_parts: bool = True  # every part of a container is a tensor
     owner: str = ""  # the class of the object it is an attribute of
+    only_freed: bool = False  # a tensor whose whole graph was freed (cutting it cuts nothing else)
 
 
 @dataclass
@@ -155,8 +156,8 @@ class RunResult:
     # Anomaly mode: the user's frames of the backward (or autograd.grad) call that freed the graph
     # the failing call found freed, outermost first.
     freeing_frames: list[Frame] = field(default_factory=list)
-    # Anomaly mode: the user's frames of the forward that made the failing graph read the freed
-    # one (the node whose input was freed), outermost first.
+    # Anomaly mode: the user's frames of the forward that made a value the failing graph reads
+    # from the freed one alone (its last operation's inputs were all freed), outermost first.
     reading_frames: list[Frame] = field(default_factory=list)
     # Anomaly mode: the values that held part of the freed graph when the run failed.
     held_graphs: list[HeldGraph] = field(default_factory=list)
@@ -606,7 +607,7 @@ class _GraphWalks:
         self.optimizers: list[Any] = []  # every optimizer built, in order
         self.traced = 0
         self.freed: set = set()  # the nodes of the failing call's graph an earlier call freed
-        self.reading: set = set()  # the nodes of the failing call's graph that take a freed one's output
+        self.reading: set = set()  # the nodes of the failing call's graph that take only freed ones' outputs
 
     def register_optimizers(self) -> None:
         """Note every optimizer the script builds: its parameters are labelled by its rank."""
@@ -632,22 +633,28 @@ class _GraphWalks:
     def freeing(self, roots: tuple) -> list[Frame]:
         """The frames of the latest call that freed part of the graph of ``roots`` (a call that
         failed): the one whose graph shares a node with it, leaves aside (every graph of a model
-        reaches its parameters). The nodes they share are ``freed``."""
+        reaches its parameters). The nodes it shares with every such earlier call are ``freed``."""
         nodes = _graph_nodes(roots)
         self._reached(nodes)
         inner = {node for node in nodes if not hasattr(node, "variable")}
+        freeing: list[Frame] = []
         for earlier_roots, frames in reversed(self.recent):
             shared = inner & _graph_nodes(earlier_roots)
             if shared:
-                self.freed = shared
-                self.reading = {
-                    node
-                    for node in inner - shared
-                    if any(following in shared for following, _ in node.next_functions)
-                }
-                return frames
-        self.freed = inner
-        return []
+                self.freed |= shared  # earlier calls may each have freed a part
+                freeing = freeing or frames
+        if not freeing:
+            self.freed = inner
+            return []
+        # Where the failing graph reads only freed values (or leaves): cutting what such a node
+        # computes cuts the freed graph and nothing still whole.
+        self.reading = {
+            node
+            for node in inner - self.freed
+            if all(following is None or following in self.freed or hasattr(following, "variable") for following, _ in node.next_functions)
+            and any(following in self.freed for following, _ in node.next_functions)
+        }
+        return freeing
 
     def _reached(self, nodes: set) -> None:
         leaves = [node.variable for node in nodes if hasattr(node, "variable")]
@@ -713,13 +720,15 @@ def _graph_nodes(roots: tuple) -> set:
 HELD_GRAPHS_KEPT = 200  # values noted that held the freed graph; more say nothing new
 
 
-def _held_graphs(tb: Any, script: str, freed: set) -> list[HeldGraph]:
+def _held_graphs(tb: Any, script: str, freed: set) -> tuple[list[HeldGraph], set]:
     """The values the user's frames of the failing stack reach (their variables, the attributes of
-    their objects and modules, submodules included) that hold part of the ``freed`` nodes."""
+    their objects and modules, submodules included) that hold part of the ``freed`` nodes, and the
+    nodes that made the tensors among them."""
     import torch
 
     graphs = _GraphReach(freed)
     held: list[HeldGraph] = []
+    roots: set = set()
     for frame, _ in traceback.walk_tb(tb):
         code = frame.f_code
         if not _in_user_code(code.co_filename, script):
@@ -732,10 +741,13 @@ def _held_graphs(tb: Any, script: str, freed: set) -> list[HeldGraph]:
             for expression, owner, reached in _attributes_of(name, value, torch):
                 structure = graphs.structure(reached, torch)
                 if structure is not None:
-                    held.append(HeldGraph(path, function_line, expression, *structure, owner=owner))
+                    only_freed = isinstance(reached, torch.Tensor) and graphs.only_freed(reached)
+                    held.append(HeldGraph(path, function_line, expression, *structure, owner=owner, only_freed=only_freed))
+                    if isinstance(reached, torch.Tensor):
+                        roots.add(reached.grad_fn)
                     if len(held) >= HELD_GRAPHS_KEPT:
-                        return held
-    return held
+                        return held, roots
+    return held, roots
 
 
 def _attributes_of(name: str, value: Any, torch: Any) -> list[tuple[str, str, Any]]:
@@ -777,6 +789,10 @@ class _GraphReach:
             pending.extend(following for following, _ in node.next_functions)
         self.clean |= seen
         return False
+
+    def only_freed(self, tensor: Any) -> bool:
+        """Whether every node of ``tensor``'s graph but its leaves was freed."""
+        return all(node in self.freed or hasattr(node, "variable") for node in _graph_nodes((tensor.grad_fn,)))
 
     def structure(self, value: Any, torch: Any) -> tuple[str, bool] | None:
         """How ``value`` holds freed nodes, and whether all its parts are tensors; None if it does not."""
@@ -970,9 +986,9 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
         result.failing_frames = user_frames(traceback.extract_tb(error.__traceback__))
         # A script that ignores warnings hides anomaly mode's report: the freed nodes keep its trace.
         result.forward_frames = _forward_frames(anomaly_reports, script) or _traced_forward_frames(walks.freed, script)
-        result.reading_frames = _reading_frames(walks, script)
         if walks.freed:
-            result.held_graphs = _held_graphs(error.__traceback__, script, walks.freed)
+            result.held_graphs, held_roots = _held_graphs(error.__traceback__, script, walks.freed)
+            result.reading_frames = _reading_frames(walks.reading & held_roots, script)
     finally:
         os._exit = leave_now
     record()
@@ -1132,11 +1148,11 @@ def _traced_forward_frames(freed: set, script: str) -> list[Frame]:
     return _traced_frames(max(saving, key=lambda node: node._sequence_nr()), script) if saving else []
 
 
-def _reading_frames(walks: "_GraphWalks", script: str) -> list[Frame]:
+def _reading_frames(reading: set, script: str) -> list[Frame]:
     """The user's lines that made the failing graph read the freed one: the forward trace of each
-    node of the failing graph, not freed itself, that takes a freed node's output."""
+    node of ``reading`` (of the failing graph, not freed itself, its inputs all freed)."""
     frames: list[Frame] = []
-    for node in sorted(walks.reading, key=lambda node: -node._sequence_nr()):
+    for node in sorted(reading, key=lambda node: -node._sequence_nr()):
         frames += [frame for frame in _traced_frames(node, script) if frame not in frames]
     return frames
 
