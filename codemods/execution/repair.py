@@ -109,12 +109,14 @@ class Candidate:
         return written
 
     def changed_lines(self, original: bytes) -> int:
-        """Lines changed from what was read, in every file the rewrite writes."""
+        """Lines changed from what was read, in every file the rewrite writes: a line rewritten
+        counts once, as a line added or removed does."""
         changed = 0
         for before, after in self.files(Path()).values():
-            before = before if before else original
-            diff = difflib.unified_diff(*(text.decode(errors="replace").splitlines() for text in (before, after)), n=0, lineterm="")
-            changed += sum(1 for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
+            lines = [text.decode(errors="replace").splitlines() for text in (before or original, after)]
+            for operation, start, end, new_start, new_end in difflib.SequenceMatcher(None, *lines, autojunk=False).get_opcodes():
+                if operation != "equal":
+                    changed += max(end - start, new_end - new_start)
         return changed
 
 
@@ -493,14 +495,25 @@ def _fixes(blamed: _Blamed, diagnosis: Diagnosis) -> Iterator[Proposal]:
             # Where the failing graph reads the freed one: what it stores is cut there.
             yield from _cutting_fixes(blamed, statement, detached_where_stored(statement), build_without_graph=False)
     for statement in blamed_statements:
-        stored = _detached_where_stored(analysis, statement) if blamed.path is None else detached_where_stored(statement)
-        yield from _cutting_fixes(blamed, statement, stored)
+        if not _builds_what_fails(analysis, statement, failing):
+            stored = _detached_where_stored(analysis, statement) if blamed.path is None else detached_where_stored(statement)
+            yield from _cutting_fixes(blamed, statement, stored)
         yield from _computed_again(blamed, statement, failing)
         yield from _recomputed_where_read(blamed, statement)
     yield from _held_graph_fixes(blamed, failing, freeing)
     loop = _loop_around(analysis, failing)
     if loop is not None:
         yield from _reset_every_iteration(analysis, loop.node)
+
+
+def _builds_what_fails(analysis: FileAnalysis, statement: cst.CSTNode, failing: cst.CSTNode | None) -> bool:
+    """Whether ``statement`` assigns, just before it in the same block, the tensor the failing
+    backward backwards: cut there, the backward has nothing to walk."""
+    site = _whole_backward(analysis, failing)
+    block = analysis.block_of(statement)
+    if site is None or not isinstance(site.tensor, cst.Name) or block is None or analysis.block_of(failing) is not block:
+        return False
+    return site.tensor.value in assigned_names(statement) and block.index(statement) < block.index(failing)
 
 
 def _loop_around(analysis: FileAnalysis, statement: cst.CSTNode | None):
