@@ -93,6 +93,7 @@ class Loop:
     entry: Env = field(default_factory=dict)  # values before the first iteration
     back_edge: Env = field(default_factory=dict)  # values at the end of an iteration
     returned: Value = NOTHING  # for methods: what a call returns
+    freed_at_entry: frozenset[str] = frozenset()  # names holding a freed graph when the loop starts
 
     @property
     def is_call(self) -> bool:
@@ -449,6 +450,9 @@ class DataflowAnalysis:
                 return self._exec_body(statement.body, head)
 
             after = self._run_loop(statement, env, iteration)
+            for name in self.names.leaves_made_by.get(statement, ()) if after is not None else ():
+                held = after.get(name, NOTHING)
+                after[name] = held if held.graph else LEAF  # for p in [W, b]: p.requires_grad = True
             return self._exec_else(statement, after)
         if isinstance(statement, cst.While):
 
@@ -594,6 +598,7 @@ class DataflowAnalysis:
             loop = Loop(node, parent, self._scope, frozenset(carried))
             self.loops[node] = loop
         entry = {name: env[name] for name in loop.carried_names if name in env}
+        loop.freed_at_entry = frozenset(compress(env, map(attrgetter("freed"), env.values())))
         # A nested loop runs again at every pass of the loops around it: it starts from what its
         # iterations left at its previous run, so it takes one pass when what enters it has not
         # changed, not its two or three passes again (and each of its own nested loops theirs:
@@ -744,7 +749,8 @@ class DataflowAnalysis:
             loop = self._loops[-1] if self._loops else None
             if element.graph and loop is not None and not loop.is_call and _indexed_by(node, loop.carried_names):
                 picked = frozenset({Element(loop, node, base.origins)})
-                return Value(True, picked, element.structure)  # another element each iteration
+                # Another element each iteration, freed only if the container was when the loop began.
+                return Value(True, picked, element.structure, freed=dotted_name(node.value) in loop.freed_at_entry)
             return _part(base, element.structure)
         if node_type in (cst.Tuple, cst.List):
             values = self._eval_all([e.value for e in node.elements], env)
@@ -956,6 +962,8 @@ class DataflowAnalysis:
     def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
         values = self._eval_all(arguments, env)
         forward = self._summary((module.class_name, "forward")) if module.is_local else None
+        if forward is not None:
+            self._record_arguments((module.class_name, "forward"), forward.parameters, node, values)
         # A local module adds its parameters' graph when its own forward does (not when it froze them).
         if module.trainable and (forward is None or forward.returned.graph):
             values = [*values, LEAF]

@@ -138,6 +138,8 @@ class TorchNames:
     # a tensor has neither method): an optimizer or a wrapper of one, whatever class built it.
     objects: set[str] = field(default_factory=set)
     manually_trained: set[str] = field(default_factory=set)  # modules whose parameters the program updates itself
+    # ``for p in [W, b]: p.requires_grad = True``: the loop, and the names it makes leaves.
+    leaves_made_by: dict[cst.For, tuple[str, ...]] = field(default_factory=dict)
     # Tensors updated by hand from their gradients (``w -= lr * w.grad``) whose module gradfix cannot name.
     updated_by_hand: bool = False
 
@@ -216,6 +218,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._frozen_classes: set[str] = set()
         self._functions: list[cst.FunctionDef] = []
         self._by_parameter_loops: set[int] = set()  # updates inside ``for p in model.parameters():``
+        self._name_lists: dict[str, cst.BaseExpression] = {}  # name -> the list or tuple literal bound to it
         self._callables: dict[str, cst.FunctionDef] = {}  # module-level function, or class -> its __init__
         # (name, callee, position, keyword, the function passing it): names passed to the file's own
         # functions and classes, stored only if the callee stores (or passes on) the parameter.
@@ -357,6 +360,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     # instances -------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, (cst.List, cst.Tuple)):
+            self._name_lists[node.targets[0].target.value] = node.value
         for target in node.targets:
             pairs = _unpacked(target.target, node.value)
             for element, value in pairs:  # self.model, self.steps = model, steps
@@ -475,6 +480,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._note_stored(arg.value)
         if method_called(node) == "add_param_group":
             self._add_parameter_group(node)
+        if method_called(node) in ("append", "insert") and node.args:
+            self._note_module_container(func.value, node.args[-1].value)
         if _changes_in_place(node):
             for arg in node.args:
                 self._note_update_by_hand(node, func.value, arg.value)
@@ -507,6 +514,14 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return
         if any(dotted_name(a.value) == name for a in self._tree.findall(value, cst.Attribute) if a.attr.value == "grad"):
             self.names.updated_by_hand = True
+
+    def _note_module_container(self, container: cst.BaseExpression, item: cst.BaseExpression) -> None:
+        """``models.append(Net())``: a list of modules; what ``models[i]`` calls is a forward."""
+        name = dotted_name(container)
+        class_name = self._classes[-1] if self._classes else None
+        module = self._constructed_module(item) or self.names.module(item, class_name)
+        if name is not None and module is not None and not name.startswith("self."):
+            self.names.modules.setdefault(name, ModuleInfo(""))
 
     def _note_stored(self, value: cst.BaseExpression) -> None:
         """Names that ``value`` hands over as they are (not called, not read through a method)."""
@@ -581,7 +596,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
     # frozen modules ----------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
         """``for p in vgg.parameters(): p.requires_grad = False`` freezes a module; ``for p in
-        model.parameters(): p -= lr * p.grad`` (or ``p.data.add_(...)``) trains it by hand."""
+        model.parameters(): p -= lr * p.grad`` (or ``p.data.add_(...)``) trains it by hand;
+        ``for p in [W, b]: p.requires_grad = True`` makes tensors leaves that require grad."""
+        self._note_leaves_made(node)
         if method_called(node.iter) not in _PARAMETER_METHODS:
             return
         target = node.target.elements[-1].value if isinstance(node.target, cst.Tuple) and node.target.elements else node.target
@@ -598,6 +615,33 @@ class _TorchNamesCollector(cst.CSTVisitor):
         written += [dotted_name(c.func.value) for c in self._tree.findall(node.body, cst.Call) if _changes_in_place(c)]
         if owner is not None and any(w in (variable, f"{variable}.data") for w in written):
             self.names.manually_trained.add(owner)
+
+    def _note_leaves_made(self, node: cst.For) -> None:
+        variable = dotted_name(node.target)
+        if variable is None:
+            return
+        turned_on = any(
+            dotted_name(t.target) == f"{variable}.requires_grad" and is_name(assign.value, "True")
+            for assign in self._tree.findall(node.body, cst.Assign)
+            for t in assign.targets
+        ) or any(
+            method_called(call) == "requires_grad_" and dotted_name(call.func.value) == variable and not call.args
+            for call in self._tree.findall(node.body, cst.Call)
+        )
+        items = self._listed_names(node.iter)
+        if turned_on and items:
+            self.names.leaves_made_by[node] = items
+            self.names.leaf_tensors.update(items)
+
+    def _listed_names(self, iterable: cst.BaseExpression) -> tuple[str, ...]:
+        """The names a list or tuple literal holds, or one a name was bound to (``parameters =
+        [C, W1, b1]``); empty for anything else."""
+        if isinstance(iterable, cst.Name):
+            iterable = self._name_lists.get(iterable.value)
+        if not isinstance(iterable, (cst.List, cst.Tuple)):
+            return ()
+        names = tuple(dotted_name(e.value) for e in iterable.elements)
+        return () if None in names else names
 
     def _freeze(self, owner: cst.BaseExpression) -> None:
         name = dotted_name(owner)

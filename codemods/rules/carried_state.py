@@ -203,19 +203,34 @@ for inputs, targets in loader:
                     f"`{name}` keeps this call's graph for the next call of `{method.node.name.value}`; "
                     "detach it where it is stored" + (f" (not rewritten: {unfixable})" if unfixable else ""),
                     fix,
-                    related=(method.node,),
+                    related=(method.node, *stores[1:]),
+                    sites=self._backwarding(method),
                 )
 
+    def _backwarding(self, method: Loop) -> tuple[BackwardSite, ...]:
+        """The backwards whose graph holds what a call of ``method`` built."""
+        return tuple(
+            site
+            for site in self.analysis.backward_sites
+            if any(self.analysis.contains(method.node, origin.statement) for origin in self.analysis.graph_nodes(site))
+        )
+
     def _written_elsewhere(self, method: Loop, name: str) -> bool:
-        """Whether another method of the same class, or code outside it (``model.hidden = None``),
-        writes the attribute; ``self.<attribute>`` in another class is another object's."""
+        """Whether another method of the same class that the file calls, or code outside it
+        (``model.hidden = None``), writes the attribute; ``self.<attribute>`` in another class is
+        another object's."""
         attribute = name.split(".", 1)[1]
         own_methods = {
             s for s in self.analysis.class_body(method.scope.class_name) if isinstance(s, cst.FunctionDef)
         }
+        called = {
+            call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
+            for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
+        }
         functions = [f for f in self.analysis.tree.findall(self.analysis.module, cst.FunctionDef) if f is not method.node]
         writers = [
-            *((f.body, f) for f in functions if f.name.value != "__init__"),
+            # (a reset method that nothing calls resets nothing)
+            *((f.body, f) for f in functions if f.name.value != "__init__" and f.name.value in called),
             (self.analysis.module, None),  # the module's own statements (``model.hidden = model.init_hidden()``)
         ]
         for body, function in writers:

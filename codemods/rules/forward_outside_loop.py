@@ -24,9 +24,11 @@ class ForwardOutsideLoop(Rule):
     that depend on the model or on parameters; not the data, not the modules) to the top of the
     innermost loop that contains the backward, so each iteration runs its own forward pass.
 
-    gradfix only reports, without moving anything, when the move could change what the program
-    means: when a moved statement's inputs are reassigned in the loop or on the way to it, when its
-    results are read outside the loop, or when it is not a plain assignment. When the backward keeps
+    When those values are also read outside the loop (printed before it, returned after it), the
+    statements stay where they are and the loop computes its own copy of them. gradfix only
+    reports, without rewriting anything, when the move could change what the program means: when a
+    moved statement's inputs are reassigned in the loop or on the way to it, or when it is not a
+    plain assignment. When the backward keeps
     the graph (``retain_graph=True``, or a value gradfix cannot read), the program runs as it is,
     and the move, which changes its results, is an unsafe fix.
     """
@@ -97,7 +99,9 @@ for epoch in range(epochs):
                 return None
             defined |= assigned_names(statement)
         if self._read_elsewhere(defined, hoisted, loop):
-            return None
+            # Its values are read outside the loop too: they stay, and the loop computes its own.
+            copies = tuple(statement.with_changes(leading_lines=[]) for statement in hoisted)
+            return Fix(safe=safe, insert_before=((body.body[0], copies),))
         return Fix(safe=safe, move=tuple((statement, body.body[0]) for statement in hoisted))
 
     def _read_elsewhere(self, names: set[str], hoisted: Sequence[cst.CSTNode], loop: Loop) -> bool:
