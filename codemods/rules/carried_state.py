@@ -203,9 +203,14 @@ for inputs, targets in loader:
                     f"`{name}` keeps this call's graph for the next call of `{method.node.name.value}`; "
                     "detach it where it is stored" + (f" (not rewritten: {unfixable})" if unfixable else ""),
                     fix,
-                    related=(method.node, *stores[1:]),
+                    related=(method.node, *stores[1:], *self._built_in(method, stored)),
                     sites=self._backwarding(method),
                 )
+
+    def _built_in(self, method: Loop, stored: Value) -> list[cst.CSTNode]:
+        """The statements of ``method`` that built what it keeps."""
+        statements = {o.statement for o in expand(stored.origins, method) if isinstance(o, Origin)}
+        return sorted((s for s in statements if self.analysis.contains(method.node, s)), key=self.analysis.order)
 
     def _backwarding(self, method: Loop) -> tuple[BackwardSite, ...]:
         """The backwards whose graph holds what a call of ``method`` built."""
