@@ -23,7 +23,7 @@ from .conftest import FIXTURES
 DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
 DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
 CLEAN = (FIXTURES / "separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
-REPORTED = (FIXTURES / "forward_outside_loop" / "pred_printed_after_loop" / "reported.py").read_text()
+REPORTED = (FIXTURES / "forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text()
 
 
 @pytest.fixture
