@@ -73,11 +73,8 @@ class Diagnosis:
         """Whether a run of the fixed script is free of what this diagnosis found."""
         if self.symptom and self.rule is not None:
             return self.rule.SYMPTOM.gone(self.run, again)
-        return again.succeeded, (
-            f"{again.optimizer_steps} optimizer step(s) now run without error ({again.describe()})"
-            if again.succeeded
-            else again.describe()
-        )
+        ran = f"{again.optimizer_steps} optimizer step(s)" if again.optimizer_steps else f"{again.backward_calls} backward call(s)"
+        return again.succeeded, f"{ran} now run without error ({again.describe()})" if again.succeeded else again.describe()
 
     @property
     def rule(self) -> type[Rule] | None:
