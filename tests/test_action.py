@@ -154,7 +154,7 @@ def test_fix_mode_outside_a_git_repository_writes_whole_outputs(tmp_path, runner
     workspace = tmp_path / "plain"
     workspace.mkdir()
     (workspace / "train.py").write_text(DOUBLE)
-    (workspace / "left.py").write_text((FIXTURES / "forward_outside_loop" / "pred_printed_after_loop" / "reported.py").read_text())
+    (workspace / "left.py").write_text((FIXTURES / "forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text())
     done, outputs, _ = run_action({"mode": "fix"}, runner_temp, workspace, tmp_path)
     assert done.returncode == 0, done.stderr
     assert outputs["changed-files"] == "train.py" and outputs["findings"] == "1"

@@ -262,7 +262,7 @@ def test_a_pull_request_that_already_exists_is_found_and_updated(project, api, p
 
 
 def test_findings_no_fix_removes_are_listed_and_exit_1(project, api, pr):
-    reported = (FIXTURES / "forward_outside_loop" / "pred_printed_after_loop" / "reported.py").read_text()
+    reported = (FIXTURES / "forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text()
     project.push_to_base({"train.py": reported})
     result = pr()
     assert result.exit_code == 1
