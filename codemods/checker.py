@@ -341,8 +341,9 @@ def _fix_until_stable(
         # such a file is not gradfix's to judge, and any rewrite of it would look like gradfix's fault.
         report.errors.append(f"{path}:{error.lineno}: does not compile on Python {sys.version_info.major}.{sys.version_info.minor}: {error.msg}")
         return
+    stubborn: set[tuple[str, str, str]] = set()  # findings whose fix left them where they were
     for _ in range(MAX_FIX_ROUNDS):
-        applicable = [v for v in violations if mode.allows(v.finding.fix)]
+        applicable = [v for v in violations if mode.allows(v.finding.fix) and _identity(v.finding, data) not in stubborn]
         if not applicable:
             break
         chosen = compatible(v.fix for v in applicable)
@@ -356,14 +357,30 @@ def _fix_until_stable(
                 f"{path}: internal error: a fix produced code that does not parse ({error}); the file was left as it was"
             )
             break
-        report.fixed += [v.finding for v in applicable if v.fix in chosen]
+        applied = [v.finding for v in applicable if v.fix in chosen]
+        found_again = find_violations(rewritten, rules)
+        # A fix that does not fix (its finding comes back at the same code) is refused, as a
+        # wrong one is: this round is undone and the finding stays, without that fix.
+        kept = {_identity(f, data) for f in applied} & {_identity(v.finding, rewritten_bytes) for v in found_again}
+        if kept:
+            stubborn |= kept
+            continue
+        report.fixed += applied
         module, data = rewritten.module, rewritten_bytes
-        violations = find_violations(rewritten, rules)
+        violations = found_again
     report.findings = [replace(v.finding, path=path) for v in violations]
     report.fixed = [replace(f, path=path) for f in report.fixed]
     data = _final_line_endings_kept(report.original, data)
     if report.fixed and data != report.original:
         report.rewritten = data
+
+
+def _identity(finding: Finding, data: bytes) -> tuple[str, str, str]:
+    """A finding as it stays across a rewrite that moves lines: its rule, its message with line
+    numbers left out, and the text of the line it is on."""
+    lines = data.splitlines()
+    text = lines[finding.line - 1].strip().decode("utf-8", "replace") if 0 < finding.line <= len(lines) else ""
+    return finding.code, re.sub(r"\d+", "#", finding.message), text
 
 
 def _final_line_endings_kept(original: bytes, rewritten: bytes) -> bytes:

@@ -158,6 +158,28 @@ def test_unsafe_fixes_apply_only_in_unsafe_mode():
     assert unsafe.rewritten == source[: -len(b"loss.backward()\n")] and unsafe.findings == []
 
 
+class _FixThatDoesNotFix(Rule):
+    """Inserts a statement before the first backward, which it reports again afterwards."""
+
+    CODE = "XX004"
+    NAME = "does_not_fix"
+    SUMMARY = "test rule"
+    FIX = FixKind.SAFE
+    EXAMPLE_BEFORE = EXAMPLE_AFTER = ""
+
+    def violations(self) -> Iterator[Violation]:
+        site = self.analysis.backward_sites[0]
+        copy = cst.parse_statement("loss = loss * 1\n")
+        yield self.violation(site.call, f"line {self.analysis.line(site.call)}", Fix(safe=True, insert_before=((site.statement, (copy,)),)))
+
+
+def test_a_fix_whose_finding_comes_back_is_refused_not_repeated():
+    source = b"import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\n"
+    report = check_source(source, [_FixThatDoesNotFix], FixMode.SAFE, "train.py")
+    assert report.rewritten is None and report.fixed == []
+    assert [(f.code, f.line, f.message) for f in report.findings] == [("XX004", 3, "line 3")]
+
+
 def test_no_fix_removes_an_optimizer_update():
     source = (
         b"import torch\nw = torch.ones(1, requires_grad=True)\nopt = torch.optim.SGD([w], lr=0.1)\n"

@@ -66,6 +66,8 @@ for epoch in range(epochs):
             key = (id(loop), frozenset(map(id, hoisted)))
             if not hoisted or key in seen or self.analysis.untrained_graph(hoisted):
                 continue  # (a constant of training, built by modules nothing trains, is GF006's)
+            if isinstance(loop.node, cst.For) and read_names(loop.node.iter) & set().union(*map(assigned_names, hoisted)):
+                continue  # the loop walks those values, one each iteration: not one graph every time
             seen.add(key)
             names = sorted({n for s in hoisted for n in assigned_names(s)})
             shown = ", ".join(f"`{n}`" for n in names) or "a value"
