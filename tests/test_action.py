@@ -178,7 +178,7 @@ WORKFLOWS = sorted((ROOT / "docs").glob("*.yml"))
 
 
 @pytest.mark.parametrize("workflow", WORKFLOWS, ids=[path.stem for path in WORKFLOWS])
-def test_every_example_workflow_is_pinned_least_privilege_audited_and_in_the_readme(workflow):
+def test_every_example_workflow_is_pinned_least_privilege_audited_and_in_the_ci_guide(workflow):
     text = workflow.read_text()
     document = yaml.safe_load(text)
     assert "pull_request_target" not in document[True]  # YAML 1.1 reads the key `on` as true
@@ -188,7 +188,7 @@ def test_every_example_workflow_is_pinned_least_privilege_audited_and_in_the_rea
         for step in job["steps"]:
             assert "uses" not in step or re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
             assert step.get("with", {}).get("persist-credentials", False) is False
-    assert f"```yaml\n{text}```" in (ROOT / "README.md").read_text()
+    assert f"```yaml\n{text}```" in (ROOT / "docs" / "github-action.md").read_text()
     zizmor = shutil.which("zizmor")
     if zizmor is None:
         pytest.skip("zizmor is not installed (it is in the test extra: pip install -e '.[test]')")

@@ -598,7 +598,7 @@ def test_zizmor_finds_nothing_in_the_action_and_the_example_workflow():
     assert json.loads(done.stdout) == []
 
 
-def test_the_example_workflow_is_least_privilege_pinned_and_in_the_readme():
+def test_the_example_workflow_is_least_privilege_pinned_and_in_the_ci_guide():
     text = EXAMPLE_WORKFLOW.read_text()
     workflow = yaml.safe_load(text)
     triggers = workflow[True]  # YAML 1.1 reads the key `on` as true
@@ -608,5 +608,4 @@ def test_the_example_workflow_is_least_privilege_pinned_and_in_the_readme():
     assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
     for step in job["steps"]:
         assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"])
-    readme = (ROOT / "README.md").read_text()
-    assert f"```yaml\n{text}```" in readme
+    assert f"```yaml\n{text}```" in (ROOT / "docs" / "github-action.md").read_text()
