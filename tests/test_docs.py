@@ -185,3 +185,9 @@ def test_the_changelog_has_a_section_for_the_version_and_one_line_per_change():
     assert headings[:2] == ["Unreleased", version]
     continued = [line for line in changelog.splitlines() if line.startswith(" ")]
     assert continued == [], "a change is one line"
+
+
+def test_the_readme_names_the_test_command_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text()
+    [command] = [line.strip() for line in ci.splitlines() if "pytest" in line and not line.lstrip().startswith("#")]
+    assert f"&& {command}`" in README.read_text()
