@@ -24,8 +24,13 @@ from .tree import SyntaxTree
 from .values import TENSOR, UNKNOWN, Structure, TupleOf
 
 # nn modules whose call adds no parameters: their output carries graph only if their input does.
-_PARAMETERLESS_SUFFIXES = ("Loss",)
+# Named one by one, not by a "Loss" suffix: AdaptiveLogSoftmaxWithLoss and LinearCrossEntropyLoss
+# hold a layer, and TripletMarginWithDistanceLoss calls whatever distance function it is given.
 _PARAMETERLESS = {
+    "BCELoss", "BCEWithLogitsLoss", "CTCLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "GaussianNLLLoss",
+    "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "MarginRankingLoss",
+    "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "NLLLoss", "NLLLoss2d",
+    "PoissonNLLLoss", "SmoothL1Loss", "SoftMarginLoss", "TripletMarginLoss",
     "ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Tanh", "Sigmoid",
     "Hardtanh", "Hardsigmoid", "Hardswish", "Softplus", "Softsign", "Softmax", "LogSoftmax",
     "Softmin", "Threshold", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
@@ -93,9 +98,7 @@ class ModuleInfo:
         """Whether calling it may add parameters to a graph: not when it is frozen, or a torch.nn
         class without parameters (an activation, a pooling, a loss); a class of the file's own
         may hold parameters whatever its name."""
-        parameterless = not self.is_local and (
-            self.class_name in _PARAMETERLESS or self.class_name.endswith(_PARAMETERLESS_SUFFIXES)
-        )
+        parameterless = not self.is_local and self.class_name in _PARAMETERLESS
         return not (self.frozen or parameterless)
 
     @property

@@ -38,6 +38,8 @@ class DuplicateBackward(Rule):
     SUMMARY = "the same tensor is backwarded twice"
     FIX = FixKind.SAFE
     EXAMPLE_BEFORE = """\
+model = nn.Linear(8, 2)
+criterion = nn.CrossEntropyLoss()
 for batch, target in loader:
     optimizer.zero_grad()
     loss = criterion(model(batch), target)
@@ -46,6 +48,8 @@ for batch, target in loader:
     optimizer.step()
 """
     EXAMPLE_AFTER = """\
+model = nn.Linear(8, 2)
+criterion = nn.CrossEntropyLoss()
 for batch, target in loader:
     optimizer.zero_grad()
     loss = criterion(model(batch), target)
@@ -73,8 +77,12 @@ for batch, target in loader:
             where += f", inside `{_scope_name(first)}`"
         if not first.api.accumulates:
             detail = f"`{first.api.name}` freed its graph; keep it there (retain_graph=True), it adds nothing to .grad"
-        else:
+        elif first.retain_graph is None:
+            detail = "the first call frees its graph unless its retain_graph, which gradfix cannot read, keeps it"
+        elif second.value.graph and second.value.freed:
             detail = "its graph was freed by the first call"
+        else:
+            detail = "if it holds a graph, the first call freed it"
         return self.violation(
             second.call,
             f"`{name}` is backwarded again (first {where}); {detail}",
@@ -96,7 +104,9 @@ for batch, target in loader:
             return None  # backwarded two ways (scaled and plain, say): which one was meant is not clear
         if not second.is_whole_statement or self.analysis.block_of(second.statement) is None:
             return None
-        return Fix(safe=True, remove=(second.statement,))
+        # Unless the value is proved to hold a graph the first call freed, the second call may run
+        # (a leaf, a loader's item) and add its gradient again: dropping it changes the maths.
+        return Fix(safe=second.value.graph and second.value.freed, remove=(second.statement,))
 
     def _backwarded_for_the_trainer(self) -> Iterator[Violation]:
         """A trainer (Lightning under automatic optimization, Hugging Face's ``Trainer``) backwards

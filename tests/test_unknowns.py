@@ -1,0 +1,334 @@
+"""One test per entry of codemods/analysis/UNKNOWNS.md, in its order: what the analysis does with
+what it cannot know. An unknown never licenses a rewrite; at most it lets a rule report."""
+
+import re
+
+from gradfix.codemods.checker import check_source
+from gradfix.codemods.engine import FileReport, FixMode
+from gradfix.codemods.registry import all_rules
+
+
+def checked(source: str) -> FileReport:
+    return check_source(source.encode(), all_rules(), FixMode.UNSAFE, "train.py")
+
+
+def codes(report: FileReport) -> list[str]:
+    return sorted(f.code for f in [*report.findings, *report.fixed])
+
+
+def test_backward_gradient_argument_is_not_a_tensor_backwarded():
+    source = """\
+import torch
+def compare(conv1, conv2, x):
+    out1 = conv1(x)
+    out2 = conv2(x)
+    g = torch.rand_like(out1)
+    out1.backward(g)
+    out2.backward(g)
+"""
+    report = checked(source)
+    assert report.findings == [] and report.rewritten is None  # two graphs, each backwarded once with a gradient
+
+
+def test_unknown_retain_graph_is_not_freed():
+    source = """\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 1)
+def step(x, keep):
+    loss = model(x).sum()
+    loss.backward(retain_graph=keep)
+    loss.backward()
+"""
+    report = checked(source)
+    assert codes(report) == ["GF001"] and report.rewritten is None
+    assert "gradfix cannot read" in report.findings[0].message
+
+
+def test_unknown_call_between_backwards_blocks_the_merge():
+    source = """\
+import torch
+import torch.nn as nn
+from tools import inspect_gradients
+model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.randn(3, 8, 4):
+    out = model(x)
+    a = out[:, 0].mean()
+    b = out[:, 1].mean()
+    opt.zero_grad()
+    a.backward(retain_graph=True)
+    inspect_gradients(model)
+    b.backward()
+    opt.step()
+"""
+    report = checked(source)
+    assert report.rewritten is None
+
+
+def test_guessed_wrapper_backward_licenses_no_fix():
+    source = """\
+import torch
+import torch.nn as nn
+from mylib import Wrapper
+model = nn.Linear(4, 1)
+engine = Wrapper(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.randn(3, 8, 4):
+    loss = model(x).pow(2).mean()
+    engine.backward(loss)
+    loss.backward()
+    opt.step()
+"""
+    report = checked(source)
+    assert "GF001" in codes(report)  # reported: engine.backward(loss) probably backwards loss
+    assert report.rewritten is None and all(f.fix is None for f in report.findings)
+
+
+def test_imported_function_given_a_loss_is_neither_backward_nor_not():
+    source = """\
+import torch
+import torch.nn as nn
+from helpers import maybe_backward
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.randn(3, 8, 4):
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    maybe_backward(loss)
+    loss.backward()
+    opt.step()
+"""
+    report = checked(source)
+    assert report.findings == [] and report.rewritten is None
+
+
+def test_conditional_backward_in_a_helper_is_not_a_duplicate():
+    source = """\
+import torch
+import torch.nn as nn
+def train_step(model, loss, opt, accumulate):
+    if accumulate:
+        loss.backward()
+        return
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i, x in enumerate(torch.randn(4, 8, 4)):
+    loss = model(x).pow(2).mean()
+    train_step(model, loss, opt, i % 2 == 0)
+"""
+    report = checked(source)
+    assert report.findings == [] and report.rewritten is None
+
+
+def test_a_parameter_called_is_not_proved_a_forward():
+    source = """\
+import torch
+def train(model, optimizer, batches, hidden):
+    for x in batches:
+        hidden = model(x, hidden)
+        loss = hidden.pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    report = checked(source)
+    assert report.rewritten is None
+
+
+def test_a_module_handed_to_an_unknown_call_may_be_trained():
+    source = """\
+import torch
+import torch.nn as nn
+from mylib import register_for_training
+teacher = nn.Linear(4, 4)
+student = nn.Linear(4, 4)
+opt = torch.optim.SGD(student.parameters(), lr=0.1)
+register_for_training(teacher)
+x = torch.randn(8, 4)
+target = teacher(x)
+for step in range(3):
+    loss = (student(x) - target).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    handed = checked(source)
+    assert codes(handed) == ["GF003"]  # recomputed each step: right whether or not the teacher trains
+    assert ".detach()" not in handed.rewritten.decode()
+    alone = checked(source.replace("register_for_training(teacher)\n", ""))
+    assert codes(alone) == ["GF006"] and "target = teacher(x).detach()" in alone.rewritten.decode()
+
+
+def test_a_torch_nn_class_not_listed_may_hold_parameters():
+    source = """\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 4)
+head = nn.AdaptiveLogSoftmaxWithLoss(4, 10, cutoffs=[5])
+opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)
+x = torch.randn(8, 4)
+y = torch.randint(0, 10, (8,))
+features = model(x).detach()
+out = head(features, y)
+for step in range(3):
+    opt.zero_grad()
+    out.loss.backward()
+    opt.step()
+"""
+    report = checked(source)
+    assert codes(report) == ["GF003"]  # the head's layer trains: `out` holds its graph
+
+
+def test_an_unknown_iterable_gives_no_graph_to_act_on():
+    source = """\
+import torch
+import torch.nn as nn
+from mylib import loss_batches
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for loss in loss_batches(model):
+    opt.zero_grad()
+    loss.backward()
+    loss.backward()
+    opt.step()
+"""
+    report = checked(source)
+    assert codes(report) == ["GF001"] and "if it holds a graph" in report.fixed[0].message
+    assert report.fixed[0].fix.value == "unsafe"  # a loader's item may be a leaf: the second call may run
+
+
+def test_a_stored_loss_stays_a_tensor():
+    source = """\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+losses = []
+for x in torch.randn(3, 8, 4):
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    losses.append(loss)
+print(torch.stack(losses).mean())
+"""
+    report = checked(source)
+    assert "losses.append(loss.detach())" in report.rewritten.decode()
+
+
+def test_an_unknown_function_of_a_graph_keeps_it():
+    source = """\
+import torch
+import torch.nn as nn
+from mylib import smooth
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 4)
+pred = smooth(model(x))
+for step in range(3):
+    loss = pred.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    report = checked(source)
+    assert codes(report) == ["GF003"] and "    pred = smooth(model(x))" in report.rewritten.decode()
+
+
+def test_a_detaching_helper_returns_no_graph():
+    source = """\
+import torch
+import torch.nn as nn
+def detach_all(state):
+    return tuple(s.detach() for s in state)
+rnn = nn.LSTMCell(4, 4)
+opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+state = (torch.zeros(2, 4), torch.zeros(2, 4))
+for x in torch.randn(5, 2, 4):
+    state = detach_all(state)
+    state = rnn(x, state)
+    loss = state[0].pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    report = checked(source)
+    assert report.findings == []
+    undetached = checked(source.replace("    state = detach_all(state)\n", ""))
+    assert codes(undetached) == ["GF004"]
+
+
+def test_requires_grad_makes_a_leaf():
+    source = """\
+import torch
+import torch.nn as nn
+x = torch.randn(8, 4)
+w = torch.randn(4, 1)
+w.requires_grad_()
+opt = torch.optim.SGD([w], lr=0.1)
+pred = x @ w
+for step in range(3):
+    loss = pred.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    report = checked(source)
+    assert codes(report) == ["GF003"]
+    assert codes(checked(source.replace("w.requires_grad_()\n", ""))) == []
+
+
+def test_an_exhaustive_if_chain_hides_the_earlier_value():
+    source = """\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loss = model(torch.randn(8, 4)).sum()
+for step, mode in enumerate(["a", "b", "a"]):
+    out = model(torch.randn(8, 4))
+    if mode == "a":
+        loss = out[:, 0].mean()
+    elif mode == "b":
+        loss = out[:, 1].mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    report = checked(source)
+    assert report.findings == []  # the loss from before the loop is taken to be replaced by the chain
+
+
+def test_a_hook_in_the_file_makes_the_merge_report_only():
+    source = """\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 2)
+for p in model.parameters():
+    p.register_hook(lambda g: g.clamp(-0.1, 0.1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.randn(3, 8, 4):
+    out = model(x)
+    a = out[:, 0].mean()
+    b = out[:, 1].mean()
+    opt.zero_grad()
+    a.backward()
+    b.backward()
+    opt.step()
+"""
+    report = checked(source)
+    assert codes(report) == ["GF002"] and report.rewritten is None
+    assert codes(checked(re.sub(r"for p in .*\n.*\n", "", source))) == ["GF002"]
+    assert checked(re.sub(r"for p in .*\n.*\n", "", source)).rewritten is not None
+
+
+def test_every_entry_of_the_list_has_its_test_and_every_test_its_entry():
+    from pathlib import Path
+
+    listed = re.findall(r"\*Test:\* `(\w+)`", (Path(__file__).parents[1] / "codemods" / "analysis" / "UNKNOWNS.md").read_text())
+    defined = [name[5:] for name in globals() if name.startswith("test_") and name != "test_every_entry_of_the_list_has_its_test_and_every_test_its_entry"]
+    assert listed == defined
