@@ -136,3 +136,23 @@ def test_a_loss_computed_before_the_loop_is_computed_again_in_it_with_its_inputs
         "    loss = torch.abs(predictions - y).mean()\n"
         "    loss.backward()\n"
     ) in fixed
+
+
+def test_a_sum_the_second_pass_adds_onto_is_detached_after_the_first_backward(repaired):
+    # The perturbation moves the weights in place: the retain_graph=True run fails too, so the
+    # detach is said, not proved; the first pass's sum keeps its value and loses its graph.
+    _, chosen, fixed = repaired("second_pass_adds_onto_first_pass_sum.py")
+    assert chosen.candidate.description == "detach total after the backward at line 46"
+    assert not chosen.compared and "truncates backpropagation through total" in chosen.outcome()
+    assert "    total.backward()\n    total = total.detach()\n    optimizer.climb()\n" in fixed
+
+
+def test_logits_reused_after_a_step_are_computed_again_where_the_if_first_reads_them_not_dropped(repaired):
+    # Dropping the estimate's backward also runs clean (the estimate skips a missing gradient),
+    # but nothing can be safe here (the step changed the weights in place): the first accepted
+    # is chosen, and drops come after the other rewrites.
+    _, chosen, fixed = repaired("hessian_estimate_reuses_step_logits.py")
+    assert chosen.candidate.description == "compute line 18 again before the backward at line 26"
+    assert not chosen.compared
+    assert "    if step % 2 == 1:\n        logits = model(inputs)\n        sampled = " in fixed
+    assert "        sampled_loss.backward()\n" in fixed

@@ -34,8 +34,9 @@ memory (nothing is written beside the script), with gradients recorded. The judg
   When the ``retain_graph=True`` run itself fails, nothing can be safe.
 
 Candidates run smallest edit first, and the search stops at the first safe one (at the first
-accepted one when nothing can be safe). When none is accepted but one got further before failing
-the same way (a second cell that runs the code again), the search goes on from that one.
+accepted one when nothing can be safe: drops run after the others then). When none is accepted
+but one got further before failing the same way (a second cell that runs the code again), the
+search goes on from that one.
 """
 
 from __future__ import annotations
@@ -257,23 +258,28 @@ def repair(
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             reference = pool.submit(run, None, retained)
-            found = _ordered(candidates(diagnosis), diagnosis.source)
+            found = candidates(diagnosis)
+            result.reference = reference.result()
+            can_be_safe = result.reference is not None and result.reference.succeeded
             reached = original  # the run the candidates of this round must get further than
             for round_number in range(MAX_ROUNDS):
-                result.reference = reference.result()
+                found = _ordered(found, diagnosis.source, can_be_safe)
                 if _search(found, result, original, lambda c: pool.submit(run, c, recording), jobs):
                     break
                 further = _got_further(result.attempts[-len(found) :] if found else [], reached)
                 if further is None or round_number + 1 == MAX_ROUNDS or time.monotonic() > deadline - 1:
                     break
                 reached = further.run
-                found = _ordered(_candidates_on_top_of(further, diagnosis, runner, options, deadline), diagnosis.source)
+                found = _candidates_on_top_of(further, diagnosis, runner, options, deadline)
     return result
 
 
-def _ordered(found: list[Candidate], original: bytes) -> list[Candidate]:
-    """Smallest edit first; among equal ones, in the order they were found."""
-    return sorted(found, key=lambda candidate: candidate.changed_lines(original))
+def _ordered(found: list[Candidate], original: bytes, can_be_safe: bool) -> list[Candidate]:
+    """Smallest edit first; among equal ones, in the order they were found. When nothing can be
+    safe, the search stops at the first accepted candidate, so the order is the choice: drops go
+    after the others then, as the choice ranks them (a drop gives up the gradients of a backward
+    the author wrote)."""
+    return sorted(found, key=lambda candidate: (not can_be_safe and candidate.kind is Kind.DROPS, candidate.changed_lines(original)))
 
 
 def _search(found: list[Candidate], result: Repair, original: RunResult, submit, jobs: int) -> bool:
@@ -991,35 +997,59 @@ def _global_recomputed(blamed: _Blamed, statement: cst.SimpleStatementLine, plac
 
 def _held_graph_fixes(blamed: _Blamed, failing: cst.CSTNode | None, freeing: cst.CSTNode | None) -> Iterator[Proposal]:
     """The values that held the freed graph: detached after the backward that freed it, reset as
-    their constructor sets them, cleared, or detached where the failing backward's code reads them."""
+    their constructor sets them, cleared, or detached where the failing backward's code reads them;
+    last, detached after that backward with what the code after it builds on."""
     analysis = blamed.analysis
     loop = _loop_around(analysis, failing)
     by_function: dict[int, list[HeldGraph]] = {}
     for held in blamed.held:
         by_function.setdefault(held.function_line, []).append(held)
+    built_on_after_freeing: list[Proposal] = []
     for function_line, held in by_function.items():
         function = _function_starting(analysis, function_line)
         in_loop = loop is not None and analysis.function_at(analysis.line(loop.node)) is function
-        carried = [h for h in held if _state_path(h) or (in_loop and _read_before_written(loop.node.body, h.expression))]
+        loop_body = find_nodes(loop.node.body, cst.SimpleStatementLine) if in_loop else []
+        carried = [h for h in held if _state_path(h) or _read_before_written(loop_body, h.expression)]
         # An object's own detach() detaches what it holds: its attributes need no statement of their own.
         owners = [h.expression for h in carried if h.structure == "detachable"]
         carried = [h for h in carried if not any(h.expression.startswith(f"{owner}.") for owner in owners)]
         if freeing is not None and analysis.function_at(analysis.line(freeing)) is function:
             yield from _detached_after(blamed, carried, freeing)
+            # A value the code after that backward builds a new one on (the sum of losses a second
+            # pass adds onto) carries the freed graph on too.
+            after = [s for s in _statements_of(analysis, function) if analysis.start(s) > analysis.start(freeing)]
+            built_on = [h for h in held if h not in carried and _built_on_before_written(after, h.expression)]
+            if built_on:
+                built_on_after_freeing.extend(_detached_after(blamed, carried + built_on, freeing))
         if in_loop:
             yield from _reset_where_loop_starts(blamed, carried, loop.node)
         for container in (h for h in held if h.structure in ("list", "dict")):
             yield from _cleared(blamed, container, failing, freeing, function)
     yield from _detached_where_read(blamed, failing, freeing)
+    yield from built_on_after_freeing
 
 
-def _read_before_written(body: cst.BaseSuite, name: str) -> bool:
-    """Whether an iteration of a loop with this body reads ``name`` before it assigns it: the
+def _read_before_written(statements: list[cst.SimpleStatementLine], name: str) -> bool:
+    """Whether ``statements`` (a loop's body), in order, read ``name`` before they assign it: the
     value then comes from the iteration before."""
-    for statement in find_nodes(body, cst.SimpleStatementLine):
+    for statement in statements:
         small = statement.body[0] if len(statement.body) == 1 else None
         reads = read_names(small.value) if isinstance(small, cst.Assign) else read_names(statement)
         if name in reads:
+            return True
+        if name in assigned_names(statement):
+            return False
+    return False
+
+
+def _built_on_before_written(statements: list[cst.SimpleStatementLine], name: str) -> bool:
+    """Whether ``statements``, in order, compute a value from ``name`` (``total = name + …``,
+    ``name += …``) before they assign it anew; a print or a log of it builds nothing."""
+    for statement in statements:
+        small = statement.body[0] if len(statement.body) == 1 else None
+        if isinstance(small, cst.AugAssign) and name in read_names(statement):
+            return True
+        if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None and name in read_names(small.value):
             return True
         if name in assigned_names(statement):
             return False
@@ -1232,8 +1262,16 @@ def _recomputed_before(
     if stepped is not None:
         anchor = between[stepped + 1] if stepped + 1 < len(between) else container
         copies = [c for c in copies if between.index(c) < stepped]
-    if container is not failing and analysis.block_of(failing) is not None:
-        anchor = failing  # inside the `if`, the copies run only when the failing backward does
+    inner = analysis.block_of(failing)
+    if container is not failing and inner is not None:
+        anchor = failing  # inside the `if`, the copies run only when the failing backward does…
+        if isinstance(container, cst.If) and any(_updates_weights(analysis, s) for s in between):
+            # …before the first statement there that reads what they compute, at the new weights
+            # (a loss built there from the stale logits). At the same weights a copy would build
+            # again the graph the earlier backward walked: merging the two backwards gives the
+            # same gradients without a second forward.
+            copied_names = set().union(*(assigned_names(c) for c in copies))
+            anchor = next((s for s in inner.statements[: inner.index(failing)] if read_names(s) & copied_names), failing)
     copies = _freed_inputs(analysis, block.statements[:start], between, copies, holding) + copies
     if not copies or any(_draws_data(analysis, c) for c in copies):
         return None, ()
@@ -1242,10 +1280,12 @@ def _recomputed_before(
 
 def _steps_or_frees(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
     """Whether ``statement`` changes the weights or frees a graph (zeroing gradients does neither)."""
-    if "backward" in analysis.gradient_effects(statement):
-        return True
-    calls = find_nodes(statement, cst.Call)
-    return any(method_called(call) != "zero_grad" and analysis.updates_parameters(call) for call in calls)
+    return "backward" in analysis.gradient_effects(statement) or _updates_weights(analysis, statement)
+
+
+def _updates_weights(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
+    """Whether ``statement`` changes the weights (zeroing gradients does not)."""
+    return any(method_called(call) != "zero_grad" and analysis.updates_parameters(call) for call in find_nodes(statement, cst.Call))
 
 
 def _freed_inputs(
