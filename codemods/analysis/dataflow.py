@@ -152,6 +152,9 @@ class FunctionSummary:
     parameters: tuple[str, ...]  # as callers pass them (``self`` left out of methods)
     backwarded: tuple[BackwardSite, ...]  # backwards of a parameter, on every path through the body
     returned: Value  # what a call returns; ``backwarded`` says it was already backwarded inside
+    # The graphs a method builds and leaves on ``self`` (``self.reg_loss += decay * reg``), or that
+    # a backward inside it freed, by attribute (parameters it keeps are leaves: nothing frees them).
+    kept_on_self: Mapping[str, Value] = field(default_factory=dict)
 
     @property
     def has_effect(self) -> bool:
@@ -248,6 +251,14 @@ class DataflowAnalysis:
         # as above). Only graph-carrying arguments are kept: a parameter the file never passes a
         # graph still holds what the analysis cannot see.
         self.arguments: dict[object, Env] = {}
+        # The methods of the file's plain classes (not modules), which share state through ``self``.
+        self._plain_methods = {
+            (cls.name.value, method.name.value): method
+            for cls in tree.findall(module, cst.ClassDef)
+            if cls.name.value not in names.module_classes
+            for method in cls.body.body
+            if isinstance(method, cst.FunctionDef) and method.name.value != "__init__"
+        }
         self._constructor_parameters = {
             cls.name.value: [p.name.value for p in init.params.params[1:]]
             for cls in tree.findall(module, cst.ClassDef)
@@ -299,6 +310,8 @@ class DataflowAnalysis:
         self.no_grad_statements: set[cst.CSTNode] = set()  # run under no_grad / inference_mode
         self.calls_returning_freed: set[cst.Call] = set()  # calls of the file's functions that free what they return
         self.constructions: dict[str, list[tuple[Loop, ...]]] = {}  # local class -> loops around each construction
+        # What each local class's constructor leaves on ``self``: read from outside as ``model.reg_loss``.
+        self._constructed: dict[str, Env] = {}
         self._graph_nodes_kept: dict[frozenset[Source], tuple[frozenset[Origin], tuple[tuple[Loop, Env, Env], ...]]] = {}
         # What this round read of the previous round's facts (``_saw_final_facts``).
         self._summaries_before_definition: dict[object, FunctionSummary | None] = {}
@@ -352,7 +365,7 @@ class DataflowAnalysis:
             if parameter.name.value in with_gradients:
                 start[parameter.name.value] = LEAF
         scope = Scope(node, class_name, called_repeatedly)
-        end = self._run_scope(scope, node.body.body, start)
+        end = self._run_scope(scope, node.body.body, dict(start))
         if called_repeatedly and node.name.value == "forward":
             self.forward_results[class_name] = self.loops[node].returned.structure
         if called_repeatedly and _reads_what_the_last_call_kept(self.loops[node]):
@@ -361,7 +374,19 @@ class DataflowAnalysis:
         # what it backwards); the body's facts are those of a walk with what callers pass it.
         self._summarize(node, class_name)
         if arguments and not constructor:
-            end = self._run_scope(scope, node.body.body, {**start, **arguments})
+            start = {**start, **arguments}
+            end = self._run_scope(scope, node.body.body, dict(start))
+        left = self.loops[node].back_edge if called_repeatedly and node in self.loops else end
+        if class_name is not None and not constructor and left is not None:
+            written = assigned_names(node.body, tree=self._tree)
+            kept = {
+                name: value
+                for name, value in left.items()
+                if name.startswith("self.")
+                and (name in written and value.origins or value.freed and name in start and not start[name].freed)
+            }
+            key = (class_name, node.name.value)
+            self.summaries[key] = replace(self.summaries[key], kept_on_self=kept)
         return end
 
     def _summarize(self, node: cst.FunctionDef, class_name: str | None) -> None:
@@ -403,6 +428,7 @@ class DataflowAnalysis:
         if constructor is not None:
             end = self._define_function(constructor, node.name.value) or {}
             constructed = {name: value for name, value in end.items() if name.startswith("self.")}
+        self._constructed[node.name.value] = constructed
         for statement in node.body.body:
             if isinstance(statement, cst.FunctionDef) and statement is not constructor:
                 self._define_function(statement, node.name.value, constructed)
@@ -790,6 +816,9 @@ class DataflowAnalysis:
             return CONSTANT
         if self.names.is_parameter(node, self._scope.class_name):
             return LEAF
+        kept = self._constructed.get(self.names.instance_class(node.value, None) or "", {}).get(f"self.{node.attr.value}")
+        if kept is not None and kept.graph:
+            return kept  # what the object's constructor keeps, read from outside it
         if self.names.module(node.value, self._scope.class_name) is not None:
             return NOTHING  # a submodule, or an attribute of one gradfix cannot name
         base = self._eval(node.value, env)
@@ -873,6 +902,8 @@ class DataflowAnalysis:
                 if method == "forward":
                     return self._module_call(module, node, arguments, env)
                 values = self._eval_all(arguments, env)
+                if method == "parameters" and module.trainable:
+                    return Value(graph=True, structure=ListOf(TENSOR))  # its parameters: leaves that require grad
                 summary = self._summary((module.class_name, method)) if module.is_local else None
                 if summary is not None and summary.returned.graph:  # builds its result from parameters
                     return combine([*values, LEAF], self._origin(node), summary.returned.structure)
@@ -1119,6 +1150,9 @@ class DataflowAnalysis:
         if self._loops:
             self.repeated_functions.add(summary.name)
         self.graph_arguments[summary.name] = self.graph_arguments.get(summary.name, False) or any(v.graph for v in values)
+        if isinstance(call.func, cst.Attribute) and dotted_name(call.func.value) == "self":
+            self._record_object_state(_summary_key(summary), env)
+            env.update(summary.kept_on_self)  # self.add_regularization_loss(...) in __init__: what it keeps stays
         if not summary.has_effect:
             if not summary.returned.graph:
                 return None
@@ -1134,6 +1168,20 @@ class DataflowAnalysis:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
             result = replace(result, graph=True, freed=frees, backwarded=summary.returned.backwarded)
         return self._freed_inside(call, summary, result)
+
+    def _record_object_state(self, callee: object, env: Env) -> None:
+        """What a method of a plain class called on ``self`` finds on the object: the graphs the
+        caller's ``self`` holds that the method names (``self.pred_real``, kept and freed by
+        ``backward_D``, then read by ``backward_G``), joined over calls as its parameters are."""
+        method = self._plain_methods.get(callee)
+        if method is None:
+            return
+        known = self.arguments.setdefault(callee, {})
+        for name in dict.fromkeys(dotted_name(a) for a in self._tree.findall(method.body, cst.Attribute)):
+            value = env.get(name) if name is not None and name.startswith("self.") else None
+            if value is not None and value.graph:
+                value = Value(True, self.graph_nodes(value), value.structure, freed=value.freed)
+                known[name] = known[name].join(value) if name in known else value
 
     def _freed_inside(self, call: cst.Call, summary: FunctionSummary, result: Value) -> Value:
         """``result``, freed where what the function returns is freed inside it (a criterion that
@@ -1249,7 +1297,12 @@ def _element_of(value: Value) -> Value:
 def _reads_what_the_last_call_kept(method: Loop) -> bool:
     """Whether what a call of ``method`` returns or keeps on ``self`` is built from a graph the
     previous call kept there (``self.hidden = self.cell(x, self.hidden)``), not only written anew."""
-    kept = [Carried(method, name) for name, value in method.back_edge.items() if value.graph]
+    # (Leaves it keeps, a list of parameters, have no graph a backward frees.)
+    kept = [
+        Carried(method, name)
+        for name, value in method.back_edge.items()
+        if value.graph and any(isinstance(source, Origin) for source in expand(value.origins, method))
+    ]
     made = method.returned.origins.union(*(value.origins for value in method.back_edge.values()))
     return bool(kept) and not expand(made, method).isdisjoint(kept)
 
@@ -1293,6 +1346,7 @@ def _summary_facts(summary: FunctionSummary | None) -> tuple | None:
         summary.parameters,
         tuple(site.call for site in summary.backwarded),
         (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded),
+        _graph_facts(dict(summary.kept_on_self)),
     )
 
 

@@ -196,6 +196,8 @@ for inputs, targets in loader:
                     continue
                 if self._written_elsewhere(method, name):
                     continue  # another method resets or detaches it: the user manages the state
+                if self._called_only_at_construction(method):
+                    continue  # no training step runs between its calls
                 stores = _stores(method.node, name)
                 fix, unfixable = self._store_fix(method, name, stores, stored)
                 yield self.violation(
@@ -206,6 +208,18 @@ for inputs, targets in loader:
                     related=(method.node, *stores[1:], *self._built_in(method, stored)),
                     sites=self._backwarding(method),
                 )
+
+    def _called_only_at_construction(self, method: Loop) -> bool:
+        """Whether every call of the method in the file is one its class's ``__init__`` makes
+        (``self.add_regularization_loss(...)`` twice while building the model)."""
+        constructor = self.analysis.constructor_of(method.scope.class_name)
+        name = method.node.name.value
+        calls = [
+            call
+            for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == name
+        ]
+        return constructor is not None and bool(calls) and all(self.analysis.contains(constructor, call) for call in calls)
 
     def _built_in(self, method: Loop, stored: Value) -> list[cst.CSTNode]:
         """The statements of ``method`` that built what it keeps."""
