@@ -16,7 +16,10 @@ class FreedGraph(Rule):
     of that graph saved for it. Any later backward that reaches one of those nodes raises
     ``RuntimeError: Trying to backward through the graph a second time``: a second loss built on
     the same forward, a value computed once and used by every step, state carried from the
-    previous iteration, a loss a helper or framework already backwarded.
+    previous iteration, a loss a helper or framework already backwarded. A trainer hook
+    (Lightning's ``training_step`` under automatic optimization) that returns a loss built on a
+    graph a backward or ``autograd.grad`` inside it freed fails the same way at the trainer's own
+    backward, which gradfix places at the ``return``.
 
     gradfix says this when its analysis proves that what a backward walks was built from a value
     an earlier backward freed, on some path through the code, and no other rule explains the same
@@ -42,6 +45,7 @@ features.pow(2).mean().backward()
     EXAMPLE_AFTER = EXAMPLE_BEFORE
 
     def violations(self) -> Iterator[Violation]:
+        yield from self._returned_to_the_trainer()
         for site in self.analysis.backward_sites:
             if not site.value.freed or not site.value.graph or self.analysis.backwards_a_parameter(site):
                 continue  # (a helper's backward of its parameter fails at the call that passes a freed graph)
@@ -76,3 +80,54 @@ features.pow(2).mean().backward()
                 related=tuple(node for node in (*(other.call for other in earlier[-1:]), built) if node is not None),
                 sites=(site,),
             )
+
+    def _returned_to_the_trainer(self) -> Iterator[Violation]:
+        """A trainer hook (Lightning's ``training_step`` under automatic optimization, a Hugging
+        Face ``compute_loss``) returns a loss built on a graph that a backward or ``autograd.grad``
+        inside it freed: the trainer's own backward of it is the second one."""
+        for hook, class_name in self.analysis.trainer_hooks():
+            for returned in self.analysis.tree.findall(hook.body, cst.Return):
+                freed = [
+                    value
+                    for name in _operands(returned.value)
+                    if (value := self.analysis.value_read(name)) is not None
+                    and value.graph
+                    and value.freed
+                    and not (value.backwarded and name is returned.value)  # the very loss backwarded again is GF001's
+                ]
+                nodes = frozenset().union(*map(self.analysis.value_nodes, freed))
+                freeing = [
+                    site
+                    for site in self.analysis.backward_sites
+                    if site.scope.node is hook and site.retain_graph is False and self.analysis.graph_nodes(site) & nodes
+                ]
+                if not freeing:
+                    continue
+                shared = self.analysis.graph_nodes(freeing[-1]) & nodes
+                built = min((origin.statement for origin in shared), key=self.analysis.order)
+                yield self.violation(
+                    returned,
+                    f"`{class_name}.{hook.name.value}` returns a loss the trainer backwards, built on a graph that "
+                    f"`{code_of(freeing[-1].call.func)}` at line {self.analysis.line(freeing[-1].call)} already freed, built at line "
+                    f"{self.analysis.line(built)}; return the losses summed for the trainer's one backward, or keep "
+                    "that graph for it (create_graph=True for a gradient penalty)",
+                    related=(freeing[-1].call, built),
+                )
+
+
+def _operands(expression: cst.BaseExpression | None) -> Iterator[cst.Name]:
+    """The names a returned loss is computed from by arithmetic alone (``loss + w * penalty``, the
+    ``"loss"`` of a dict, the first item of a tuple): a call or a subscript in between may detach."""
+    if isinstance(expression, cst.Name):
+        yield expression
+    elif isinstance(expression, cst.BinaryOperation):
+        yield from _operands(expression.left)
+        yield from _operands(expression.right)
+    elif isinstance(expression, cst.UnaryOperation):
+        yield from _operands(expression.expression)
+    elif isinstance(expression, cst.Tuple) and expression.elements:
+        yield from _operands(expression.elements[0].value)
+    elif isinstance(expression, cst.Dict):
+        for element in expression.elements:
+            if isinstance(element, cst.DictElement) and type(element.key) is cst.SimpleString and element.key.value in ('"loss"', "'loss'"):
+                yield from _operands(element.value)
