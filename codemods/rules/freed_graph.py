@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import BackwardSite, code_of
+from ..analysis import BackwardSite, code_of, dotted_name
 from ..rule import Rule, Violation
 
 
@@ -111,8 +111,21 @@ features.pow(2).mean().backward()
                     f"`{code_of(freeing[-1].call.func)}` at line {self.analysis.line(freeing[-1].call)} already freed, built at line "
                     f"{self.analysis.line(built)}; return the losses summed for the trainer's one backward, or keep "
                     "that graph for it (create_graph=True for a gradient penalty)",
-                    related=(freeing[-1].call, built),
+                    related=(freeing[-1].call, built, *self._fits_of(class_name)),
                 )
+
+    def _fits_of(self, class_name: str) -> list[cst.Call]:
+        """The ``trainer.fit(model, ...)`` calls of the file that hand the trainer an instance of
+        ``class_name``: where the trainer's failing backward runs."""
+        constructed = self.analysis.names.constructed
+        return [
+            call
+            for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
+            if isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "fit"
+            and constructed.get(dotted_name(call.func.value) or "", "").endswith(".Trainer")
+            and any(constructed.get(dotted_name(arg.value) or "") == class_name for arg in call.args)
+        ]
 
 
 def _operands(expression: cst.BaseExpression | None) -> Iterator[cst.Name]:
