@@ -54,6 +54,8 @@ LoopNode = Union[cst.For, cst.While, cst.FunctionDef]
 
 _MAX_PASSES = 4
 _DETACHING_METHODS = {"detach", "item", "tolist", "numpy", "size", "dim", "numel", "nelement", "data_ptr", "ndimension"}
+# Tensor methods that make a new tensor of the receiver's dtype and device, with no history.
+_FACTORY_METHODS = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
 # (``config``: a Hugging Face model's configuration object.)
 _NON_GRAPH_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "ndim", "config"}
 # Libraries of plain numbers: what they return carries no graph (and a graph cannot enter numpy).
@@ -914,6 +916,9 @@ class DataflowAnalysis:
             target = dotted_name(func.value)
             if method in _DETACHING_METHODS or receiver.structure is DISTRIBUTION and method in _SAMPLING_METHODS:
                 return Value(structure=TENSOR if method == "detach" else UNKNOWN, graphless=True)
+            if method in _FACTORY_METHODS:
+                asked = any(arg.keyword is not None and arg.keyword.value == "requires_grad" for arg in node.args)
+                return LEAF if asked else Value(structure=TENSOR, graphless=True)
             if method in BOOKKEEPING_METHODS:
                 if method == "requires_grad_" and not _turns_off(node):
                     # A tensor with a graph keeps it (requires_grad_ on it changes nothing); any other becomes a leaf.
