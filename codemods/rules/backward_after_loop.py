@@ -31,7 +31,9 @@ class BackwardAfterLoop(Rule):
 
     A loss that the loop accumulates (``total = total + loss``, a sequence model unrolled over time
     steps) and backwards once afterwards is full-batch training, and is left alone. When an
-    optimizer step runs between the loop and the backward, gradfix only reports.
+    optimizer step runs between the loop and the backward, gradfix only reports; so it does when
+    the loop only picks the batch and the forward itself follows the loop (the backward walks a
+    value computed from what the last iteration alone left, not from state it carried).
     """
 
     CODE = "GF008"
@@ -66,15 +68,18 @@ optimizer.step()
             found = self._backward_after(loop, block.statements[block.index(loop.node) + 1 :])
             if found is None:
                 continue
-            site, between = found
+            site, between, last = found
             message = (
                 f"`{code_of(site.call)}` runs once, after the loop at line {self.analysis.line(loop.node)}, "
-                f"on the last value of `{site.tensor.value}`: only the last iteration trains; move it into the loop"
+                f"on the last value of `{last}`: only the last iteration trains; move it into the loop"
             )
             zeroing = [s for s in between if self._zeroes(s)]
             if len(zeroing) != len(between):
                 fix = None  # an optimizer steps (or gradients are read) between the loop and the backward
                 message += " (not rewritten: the optimizer already steps before it)"
+            elif not (isinstance(site.tensor, cst.Name) and site.tensor.value == last):
+                fix = None
+                message += " (not rewritten: the forward after the loop must move with it)"
             else:
                 fix = Fix(
                     safe=False,
@@ -84,20 +89,39 @@ optimizer.step()
                 )
             yield self.violation(site.call, message, fix, related=(loop.node,), sites=(site,))
 
-    def _backward_after(self, loop: Loop, following) -> tuple[BackwardSite, list[cst.BaseStatement]] | None:
-        """The backward that follows ``loop`` (past optimizer calls only) of a loss the loop
-        overwrites on every iteration, and the statements between."""
+    def _backward_after(self, loop: Loop, following) -> tuple[BackwardSite, list[cst.BaseStatement], str] | None:
+        """The backward that follows ``loop`` (past optimizer calls, and statements that touch no
+        gradient) of a value computed from one the loop overwrites on every iteration with that
+        iteration's data alone; the optimizer calls between; that value's name."""
         between: list[cst.BaseStatement] = []
+        computed_from: dict[str, set[str]] = {}  # names assigned after the loop, by what they read
         for statement in following:
             site = self._site_of_statement(statement)
             if site is not None:
                 if isinstance(site.tensor, cst.Name) and self._overwritten_each_iteration(loop, site.tensor.value):
-                    return site, between
+                    return site, between, site.tensor.value
+                read = _read_through(read_names(site.statement), computed_from)
+                last = next((n for n in sorted(read) if self._from_the_iteration_alone(loop, n)), None)
+                return (site, between, last) if last is not None else None
+            if self.analysis.updates_parameters(statement):
+                between.append(statement)
+            elif gradient_effects(statement) or not isinstance(statement, cst.SimpleStatementLine):
                 return None
-            if not self.analysis.updates_parameters(statement):
-                return None
-            between.append(statement)
+            else:
+                for name in assigned_names(statement):
+                    computed_from[name] = computed_from.get(name, set()) | read_names(statement)
         return None
+
+    def _from_the_iteration_alone(self, loop: Loop, name: str) -> bool:
+        """``name`` is overwritten on every iteration from what that iteration reads (its batch),
+        not from what an earlier iteration left (a recurrent state): after the loop it holds the
+        last iteration's value, whose graph reaches no other iteration."""
+        if not self._overwritten_each_iteration(loop, name):
+            return False
+        carried = _carried_names(loop.node.body.body)
+        return not any(
+            name in assigned_names(statement) and read_names(statement) & carried for statement in loop.node.body.body
+        )
 
     def _site_of_statement(self, statement: cst.CSTNode) -> BackwardSite | None:
         return next(
@@ -123,14 +147,39 @@ optimizer.step()
         fresh = False
         for statement in loop.node.body.body:
             if not isinstance(statement, cst.SimpleStatementLine):
-                if name in assigned_names(statement):
+                if name in assigned_names(statement) and not fresh:
                     return False  # assigned under a condition or in a nested loop: maybe accumulated
-                continue
+                continue  # (after a fresh value, a nested loop adds this iteration's terms to it)
             for small in statement.body:
                 if isinstance(small, cst.AugAssign) and name in target_names(small.target) and not fresh:
                     return False  # accumulated across iterations
                 if isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets):
+                    if any(isinstance(t.target, (cst.Subscript, cst.Attribute)) for t in small.targets):
+                        return False  # output[:, i] = ...: stored into, across iterations
                     if name in read_names(small.value) and not fresh:
                         return False
                     fresh = True
         return fresh
+
+
+def _read_through(names: set[str], computed_from: dict[str, set[str]]) -> set[str]:
+    """``names`` and, through the assignments after the loop, every name they were computed from."""
+    seen: set[str] = set()
+    pending = list(names)
+    while pending:
+        name = pending.pop()
+        if name not in seen:
+            seen.add(name)
+            pending.extend(computed_from.get(name, set()) - seen)
+    return seen
+
+
+def _carried_names(statements) -> set[str]:
+    """Names an iteration reads before it assigns them: they hold the previous iteration's value."""
+    assigned: set[str] = set()
+    read_first: set[str] = set()
+    for statement in statements:
+        for part in statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]:
+            read_first |= (read_names(part.value) if isinstance(part, cst.Assign) else read_names(part)) - assigned
+            assigned |= assigned_names(part)
+    return read_first & assigned
