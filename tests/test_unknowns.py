@@ -239,6 +239,26 @@ for step in range(3):
     assert codes(report) == ["GF003"] and "    pred = smooth(model(x))" in report.rewritten.decode()
 
 
+def test_a_state_through_an_imported_helper_is_not_rewritten():
+    source = """\
+import torch
+import torch.nn as nn
+from lm_utils import repackage_hidden
+model = nn.LSTM(3, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+hidden = (torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))
+for segment in torch.randn(4, 5, 2, 3):
+    hidden = repackage_hidden(hidden)
+    optimizer.zero_grad()
+    output, hidden = model(segment, hidden)
+    output.pow(2).mean().backward()
+    optimizer.step()
+"""
+    report = checked(source)
+    assert codes(report) == ["GF004"] and report.rewritten is None
+    assert "passes through `repackage_hidden`" in report.findings[0].message
+
+
 def test_a_detaching_helper_returns_no_graph():
     source = """\
 import torch

@@ -22,6 +22,7 @@ from ..analysis import (
     find_nodes,
     is_detach,
     is_single_assignment,
+    read_names,
     target_names,
 )
 from ..edits import Fix
@@ -125,6 +126,10 @@ for inputs, targets in loader:
         fix, unfixable = self._loop_fix(loop, names, safe=not retained)
         if fix is not None and not all(self.analysis.builds_afresh(site, loop) for site in sites.values()):
             fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
+        passed = self._passed_through_unread_code(loop, names)
+        if passed is not None:
+            name, function = passed
+            fix, unfixable = None, f"`{name}` passes through `{function}`, which gradfix cannot read: if it detaches it, there is no bug"
         them = "them" if len(names) > 1 else "it"
         where = "ends" if fix is not None and fix.insert_after else "starts"
         if retained:
@@ -148,6 +153,21 @@ for inputs, targets in loader:
             related=(loop.node, *(site.call for site in sites.values())),
             sites=tuple(sites.values()),
         )
+
+    def _passed_through_unread_code(self, loop: Loop, names: list[str]) -> tuple[str, str] | None:
+        """A state the iteration hands to an imported function and takes back from it
+        (``hidden = repackage_hidden(hidden)``): that function may be the detach."""
+        imports = self.analysis.names.aliases
+        for statement in loop.node.body.body:
+            if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(statement.body[0], cst.Assign):
+                continue
+            call = statement.body[0].value
+            function = dotted_name(call.func) if isinstance(call, cst.Call) else None
+            if function is None or function.split(".")[0] not in imports or (self.analysis.names.qualify(call.func) or "").startswith("torch."):
+                continue
+            for name in set(names) & assigned_names(statement) & read_names(call):
+                return name, function
+        return None
 
     def _loop_fix(self, loop: Loop, names: list[str], safe: bool) -> tuple[Fix | None, str]:
         """The detaches, or why gradfix cannot write them. A state that enters the loop proved
