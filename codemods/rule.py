@@ -1,5 +1,17 @@
 """What a rule is: a class with declared metadata that reads a ``FileAnalysis`` and reports
-violations, each with the fix that removes it when the rule can prove one."""
+violations, each with the fix that removes it when the rule can prove one.
+
+One tree's answer. ``gradfix check`` runs the rules twice on a file with findings: first on its
+skeleton (``skeleton.py``: LibCST's node classes built from Python's own parser, with no
+parentheses, whitespace or comments), which only decides whether the file is parsed by LibCST and
+checked in full; a file whose skeleton has no finding is reported clean. So a rule's answer must
+not depend on which tree it reads: the same codes, as many times, on both. Read facts from the
+analysis, and where two expressions must be compared, compare ``expression_key(a) ==
+expression_key(b)`` (``analysis.syntax``; also as a dict key or in a set), never their
+``code_of`` text nor ``deep_equals``: ``(opt)`` and ``opt`` are one expression to Python and to
+the skeleton, and two spellings in LibCST's tree. ``code_of`` is for messages and for new code.
+Lines and messages are placed and rendered on LibCST's tree only. ``tests/test_one_tree.py``
+runs every fixture and the shared scripts through both trees."""
 
 from __future__ import annotations
 

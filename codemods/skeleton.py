@@ -11,9 +11,10 @@ so it cannot place a finding or render a fix: a file whose skeleton has findings
 LibCST and checked in full. Syntax the skeleton does not build (``match``, ``except*``), and code
 Python's parser does not read, are parsed by LibCST from the start.
 
-Where the analysis compares two expressions by their code (the tests of two ``if`` statements, the
-optimizers two steps name), the skeleton has no spacing or parentheses to compare: ``(opt)`` and
-``opt`` are one expression there, as they are to Python, and two in LibCST's tree.
+The rules must answer the same on it as on LibCST's tree (the contract is in ``rule.py``): where
+the analysis compares two expressions (the tests of two ``if`` statements, the optimizers two steps
+name), it compares their ``expression_key``, which leaves out the parentheses and spacing the
+skeleton does not have.
 """
 
 from __future__ import annotations

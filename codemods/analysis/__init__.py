@@ -35,6 +35,7 @@ _DEFINED_IN = {
     "code_of": "syntax",
     "detached": "syntax",
     "detached_where_stored": "syntax",
+    "expression_key": "syntax",
     "find_nodes": "tree",
     "is_detach": "syntax",
     "is_grad": "syntax",

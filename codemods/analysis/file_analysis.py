@@ -18,7 +18,7 @@ from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .project import ExportedSummary, ProjectSummaries
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
-from .syntax import code_of, method_called
+from .syntax import expression_key, method_called
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
 from .values import NUMBER, TENSOR, ListOf, Origin, TupleOf, Value
@@ -153,7 +153,7 @@ class FileAnalysis:
             # (a call may answer differently each time: `if random.random() < p:`)
             invariant = not self.tree.findall(branch.test, cst.Call) and not read_names(branch.test) & written
             if invariant and _always_assigns(branch.body, name):
-                assigning.setdefault(code_of(branch.test), []).append(branch)
+                assigning.setdefault(expression_key(branch.test), []).append(branch)
         reads = [n for n in self.tree.names(body, [name]) if n in self._dataflow.read_values]
         return bool(assigning and reads) and all(self._guarded_like(read, assigning, loop.node) for read in reads)
 
@@ -161,7 +161,7 @@ class FileAnalysis:
         node = read
         while (parent := self.tree.parent(node)) is not None and parent is not loop:
             if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
-                branches = assigning.get(code_of(parent.test), ())
+                branches = assigning.get(expression_key(parent.test), ())
                 if any(self.tree.follows(parent, branch) for branch in branches):
                     return True
                 if parent in branches and any(self.tree.follows(read, s) for s in _assignments(parent.body, read.value)):
@@ -344,27 +344,11 @@ class FileAnalysis:
         scope = self._scope_node(first)
         if scope is not self._scope_node(second):
             return False
-        if self._opposite_branches_of_a_fixed_test(first, second):
-            return True
         assigned = assigned_names(scope.body if isinstance(scope, cst.FunctionDef) else scope, tree=self.tree)
         return any(
             tests.get(name) is (not holds) and name not in assigned
             for name, holds in self._branch_tests(first).items()
         )
-
-    def _opposite_branches_of_a_fixed_test(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-        """Whether the two sit in the body and the ``else`` of one ``if`` whose test reads nothing
-        a loop around it (or the ``if`` itself) assigns: every pass takes the same branch
-        (``if args.fp16: optimizer.backward(loss)`` / ``else: loss.backward()``)."""
-        node = self.tree.parent(first)
-        while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
-            if isinstance(node, cst.If) and isinstance(node.orelse, (cst.If, cst.Else)):
-                sides = [self.tree.contains(node.body, n) for n in (first, second)]
-                if sides[0] != sides[1] and all(self.tree.contains(node.body, n) or self.tree.contains(node.orelse, n) for n in (first, second)):
-                    changing = set().union(*(assigned_names(loop.node, tree=self.tree) for loop in self.loops_around(node)))
-                    return not read_names(node.test) & (changing | assigned_names(node, tree=self.tree))
-            node = self.tree.parent(node)
-        return False
 
     def _branch_tests(self, node: cst.CSTNode) -> dict[str, bool]:
         """``{flag: True}`` for each ``if flag:`` whose body holds ``node`` (False in its ``else``,

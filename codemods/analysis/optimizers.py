@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import libcst as cst
 
-from .syntax import code_of, is_grad, is_name, method_called
+from .syntax import expression_key, is_grad, is_name, method_called
 from .tree import find_nodes
 
 Findall = Callable[..., Sequence[cst.CSTNode]]  # (root, node type, where): ``SyntaxTree.findall``
@@ -51,7 +51,7 @@ def stepped_optimizers(node: cst.CSTNode) -> set[str]:
     stepped = set()
     for call in find_nodes(node, cst.Call, lambda call: method_called(call) == "step"):
         receiver = call.args[0].value if call.args and call.args[0].keyword is None else call.func.value
-        stepped.add(code_of(receiver))
+        stepped.add(expression_key(receiver))
     return stepped
 
 

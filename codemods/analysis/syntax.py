@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import libcst as cst
 
+from .tree import LAYOUT
 from .values import TENSOR, ListOf, Structure, TupleOf
 
 _ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
@@ -11,7 +15,54 @@ _EMPTY_MODULE = cst.Module([])
 
 
 def code_of(node: cst.CSTNode) -> str:
+    """The code of ``node`` as written, to show in a message or to build new code from; never to
+    compare two expressions by (``expression_key`` does that)."""
     return _EMPTY_MODULE.code_for_node(node)
+
+
+def expression_key(node: cst.CSTNode) -> str:
+    """What two spellings of one expression share, to compare them by: ``(flag)``, ``flag`` and
+    ``( flag )`` have one key, and so do ``a and  b`` and ``(a) and b``; ``(a + b) * c`` and
+    ``a + b * c`` do not (the key is the expression's structure, not its text less the
+    parentheses). A name or a chain of attributes on one is its dotted name (``self.opt``).
+    The skeleton's tree of a file has no parentheses or spacing and LibCST's has the file's, so
+    comparing by ``code_of`` answers one way on each. Like the skeleton's, the key leaves out the
+    text between an f-string's expressions and their conversions (the skeleton keeps that text's
+    value, LibCST its spelling), and a trailing comma in brackets."""
+    node_type = type(node)
+    if node_type is cst.Name:
+        return node.value
+    if node_type is cst.Attribute:
+        return f"{expression_key(node.value)}.{node.attr.value}"
+    if node_type in _OPERATORS:
+        return node_type.__name__
+    keys = []
+    for field in _compared_fields(node_type):
+        value = getattr(node, field)
+        if value is None or value is cst.MaybeSentinel.DEFAULT or type(value) in _PUNCTUATION:
+            continue  # nothing there, or a comma, a colon, an equals sign: written or not, one expression
+        if isinstance(value, (list, tuple)):
+            keys.append(f"{field}=[{', '.join(expression_key(item) for item in value if type(item) not in _PUNCTUATION)}]")
+        elif isinstance(value, cst.CSTNode):
+            keys.append(f"{field}={expression_key(value)}")
+        else:
+            keys.append(f"{field}={value!r}")
+    return f"{node_type.__name__}({', '.join(keys)})"
+
+
+_OPERATORS = frozenset(t for t in LAYOUT if issubclass(t, (cst.BaseBinaryOp, cst.BaseAugOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp)))
+_PUNCTUATION = LAYOUT - _OPERATORS  # and whitespace, newlines and comments
+_SPELLINGS = {cst.FormattedStringText: {"value"}, cst.FormattedStringExpression: {"conversion"}}
+
+
+@functools.cache
+def _compared_fields(node_type: type[cst.CSTNode]) -> tuple[str, ...]:
+    """The fields of ``node_type`` an expression's key may read: not its parentheses or whitespace,
+    nor the spellings the skeleton does not keep. (Punctuation is left out by its type.)"""
+    left_out = _SPELLINGS.get(node_type, set())
+    return tuple(
+        f.name for f in dataclasses.fields(node_type) if f.name not in ("lpar", "rpar") and not f.name.startswith("whitespace") and f.name not in left_out
+    )
 
 
 def is_name(node: cst.CSTNode, *spellings: str) -> bool:

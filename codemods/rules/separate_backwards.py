@@ -12,6 +12,7 @@ from ..analysis import (
     assigned_names,
     code_of,
     expand,
+    expression_key,
     read_names,
     stepped_optimizers,
 )
@@ -135,7 +136,7 @@ for x, y_reg, y_cls in loader:
                 yield group, block
 
     def _joins(self, group: list[BackwardSite], site: BackwardSite, block: Block) -> bool:
-        if any(member.tensor.deep_equals(site.tensor) for member in group):
+        if any(expression_key(member.tensor) == expression_key(site.tensor) for member in group):
             return False  # the same tensor twice is GF001's
         if any({member, site} == steps.sites for member in group for steps in self.analysis.gan_steps):
             return False  # a GAN's two steps: GF005's
