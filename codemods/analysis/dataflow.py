@@ -54,6 +54,8 @@ LoopNode = Union[cst.For, cst.While, cst.FunctionDef]
 
 _MAX_PASSES = 4
 _DETACHING_METHODS = {"detach", "item", "tolist", "numpy", "size", "dim", "numel", "nelement", "data_ptr", "ndimension"}
+# LightningModule hooks the trainer runs with gradients off (torch.no_grad or inference mode).
+_LIGHTNING_NO_GRAD_HOOKS = {"validation_step", "test_step", "predict_step"}
 # Tensor methods that make a new tensor of the receiver's dtype and device, with no history.
 _FACTORY_METHODS = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
 # (``config``: a Hugging Face model's configuration object.)
@@ -335,7 +337,10 @@ class DataflowAnalysis:
         # A function's body runs where it is called, not under the blocks around its definition.
         self._no_grad = int(
             isinstance(scope.node, cst.FunctionDef)
-            and any(self.names.qualify(_decorator_callee(d)) in _NO_GRAD_CONTEXTS for d in scope.node.decorators)
+            and (
+                any(self.names.qualify(_decorator_callee(d)) in _NO_GRAD_CONTEXTS for d in scope.node.decorators)
+                or scope.class_name in self.names.lightning_classes and scope.node.name.value in _LIGHTNING_NO_GRAD_HOOKS
+            )
         )
         try:
             if isinstance(scope.node, cst.FunctionDef) and scope.in_module_class:
