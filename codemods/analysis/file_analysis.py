@@ -344,11 +344,27 @@ class FileAnalysis:
         scope = self._scope_node(first)
         if scope is not self._scope_node(second):
             return False
+        if self._opposite_branches_of_a_fixed_test(first, second):
+            return True
         assigned = assigned_names(scope.body if isinstance(scope, cst.FunctionDef) else scope, tree=self.tree)
         return any(
             tests.get(name) is (not holds) and name not in assigned
             for name, holds in self._branch_tests(first).items()
         )
+
+    def _opposite_branches_of_a_fixed_test(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether the two sit in the body and the ``else`` of one ``if`` whose test reads nothing
+        a loop around it (or the ``if`` itself) assigns: every pass takes the same branch
+        (``if args.fp16: optimizer.backward(loss)`` / ``else: loss.backward()``)."""
+        node = self.tree.parent(first)
+        while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
+            if isinstance(node, cst.If) and isinstance(node.orelse, (cst.If, cst.Else)):
+                sides = [self.tree.contains(node.body, n) for n in (first, second)]
+                if sides[0] != sides[1] and all(self.tree.contains(node.body, n) or self.tree.contains(node.orelse, n) for n in (first, second)):
+                    changing = set().union(*(assigned_names(loop.node, tree=self.tree) for loop in self.loops_around(node)))
+                    return not read_names(node.test) & (changing | assigned_names(node, tree=self.tree))
+            node = self.tree.parent(node)
+        return False
 
     def _branch_tests(self, node: cst.CSTNode) -> dict[str, bool]:
         """``{flag: True}`` for each ``if flag:`` whose body holds ``node`` (False in its ``else``,
