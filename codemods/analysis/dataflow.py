@@ -1090,7 +1090,12 @@ class DataflowAnalysis:
         retain_graph = backward_calls.retain_graph(api, call)
         # A kept graph, one gradfix cannot tell, or a tensor it guessed is not proved freed.
         frees = retain_graph is False and not api.guessed
-        for name in self._sharing_graph(env, self.graph_nodes(value)):
+        walked = self.graph_nodes(value)
+        if api.name == "torch.autograd.grad" and (inputs := backward_calls.argument(call, 1, "inputs")) is not None:
+            # It walks (and frees) the graph between its outputs and its inputs only: what built
+            # the inputs (MAML's fast weights) is not run, and a later backward may walk it.
+            walked -= self.graph_nodes(self._eval(inputs.value, env))
+        for name in self._sharing_graph(env, walked):
             held = env[name]
             # The very tensor (an alias holds the same value), not another that shares its graph.
             backwarded = held.backwarded | {call} if any(held is v for v in values) else held.backwarded

@@ -94,13 +94,15 @@ optimizer.step()
         gradient) of a value computed from one the loop overwrites on every iteration with that
         iteration's data alone; the optimizer calls between; that value's name."""
         between: list[cst.BaseStatement] = []
-        computed_from: dict[str, set[str]] = {}  # names assigned after the loop, by what they read
+        # What each name assigned after the loop was computed from, as the loop left it.
+        computed_from: dict[str, set[str]] = {}
         for statement in following:
             site = self._site_of_statement(statement)
             if site is not None:
-                if isinstance(site.tensor, cst.Name) and self._overwritten_each_iteration(loop, site.tensor.value):
-                    return site, between, site.tensor.value
-                read = _read_through(read_names(site.statement), computed_from)
+                tensor = site.tensor.value if isinstance(site.tensor, cst.Name) else None
+                if tensor is not None and tensor not in computed_from and self._overwritten_each_iteration(loop, tensor):
+                    return site, between, tensor
+                read = _as_the_loop_left_them(read_names(site.statement), computed_from)
                 last = next((n for n in sorted(read) if self._from_the_iteration_alone(loop, n)), None)
                 return (site, between, last) if last is not None else None
             if self.analysis.updates_parameters(statement):
@@ -108,8 +110,8 @@ optimizer.step()
             elif gradient_effects(statement) or not isinstance(statement, cst.SimpleStatementLine):
                 return None
             else:
-                for name in assigned_names(statement):
-                    computed_from[name] = computed_from.get(name, set()) | read_names(statement)
+                read = _as_the_loop_left_them(read_names(statement), computed_from)
+                computed_from.update(dict.fromkeys(assigned_names(statement), read))
         return None
 
     def _from_the_iteration_alone(self, loop: Loop, name: str) -> bool:
@@ -162,16 +164,9 @@ optimizer.step()
         return fresh
 
 
-def _read_through(names: set[str], computed_from: dict[str, set[str]]) -> set[str]:
-    """``names`` and, through the assignments after the loop, every name they were computed from."""
-    seen: set[str] = set()
-    pending = list(names)
-    while pending:
-        name = pending.pop()
-        if name not in seen:
-            seen.add(name)
-            pending.extend(computed_from.get(name, set()) - seen)
-    return seen
+def _as_the_loop_left_them(names: set[str], computed_from: dict[str, set[str]]) -> set[str]:
+    """The names, as the loop left them, that ``names`` (read after the loop) were computed from."""
+    return set().union(*(computed_from.get(name, {name}) for name in names))
 
 
 def _carried_names(statements) -> set[str]:
