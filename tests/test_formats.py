@@ -32,7 +32,10 @@ def check(*args, env=None):
 def decode_workflow_command(line):
     """What the runner makes of a workflow command: its name, properties and message."""
     match = re.fullmatch(r"::(\w+) (.*?)::(.*)", line)
-    unescape = lambda text: text.replace("%0D", "\r").replace("%0A", "\n").replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
+
+    def unescape(text):
+        return text.replace("%0D", "\r").replace("%0A", "\n").replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
+
     properties = dict(item.split("=", 1) for item in match[2].split(","))
     return match[1], {key: unescape(value) for key, value in properties.items()}, unescape(match[3])
 

@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import BackwardSite, code_of, dotted_name
+from ..analysis import code_of, dotted_name
 from ..rule import Rule, Violation
 
 
