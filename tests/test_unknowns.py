@@ -139,6 +139,23 @@ def train(model, optimizer, batches, hidden):
     assert report.rewritten is None
 
 
+def test_a_parameter_every_call_passes_a_module_names_a_module():
+    source = """\
+import torch
+import torch.nn as nn
+def backward_twice(net, x):
+    out = net(x).sum()
+    out.backward()
+    out.backward()
+"""
+    alone = checked(source)
+    assert [(f.code, f.fix.value) for f in alone.fixed] == [("GF001", "unsafe")]  # net may be anything
+    called = checked(source + "backward_twice(nn.Linear(2, 1), torch.randn(3, 2))\nlayer = nn.Linear(2, 1)\nbackward_twice(layer, torch.randn(3, 2))\n")
+    assert [(f.code, f.fix.value) for f in called.fixed] == [("GF001", "unsafe")]  # one call passes an expression
+    modules = checked(source + "layer = nn.Linear(2, 1)\nbackward_twice(layer, torch.randn(3, 2))\n")
+    assert [(f.code, f.fix.value) for f in modules.fixed] == [("GF001", "safe")]
+
+
 def test_a_module_handed_to_an_unknown_call_may_be_trained():
     source = """\
 import torch

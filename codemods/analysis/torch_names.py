@@ -226,6 +226,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         # (name, callee, position, keyword, the function passing it): names passed to the file's own
         # functions and classes, stored only if the callee stores (or passes on) the parameter.
         self._handed: list[tuple[str, str, int, str | None, cst.FunctionDef | None]] = []
+        self._calls_of: dict[str, int] = {}  # the file's own functions, by how often the file calls them
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
 
     # imports ---------------------------------------------------------------------------------
@@ -473,6 +474,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if method_called(node) in GRADIENT_HOOK_METHODS or (self.names.qualify(func) or "").startswith(GRADIENT_HOOKING_LIBRARIES):
             self.names.gradient_hooks.append(node)
         callee = dotted_name(func)
+        if callee in self._callables and callee not in self.names.local_classes:
+            self._calls_of[callee] = self._calls_of.get(callee, 0) + 1
         for position, arg in enumerate(node.args):
             name = dotted_name(arg.value)
             if callee in self._callables or callee in self.names.local_classes:
@@ -666,6 +669,21 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if parameter is None or parameter in self._stored_in.get(function, set()) or handed_on:
                 self.names.stored_values.add(name)
 
+    def resolve_module_parameters(self) -> None:
+        """A parameter of one of the file's functions that every call in the file passes a module
+        (``backward_outputs(conv1, conv2, x)``) names a module: calling it is a forward."""
+        passed: dict[tuple[str, str], list[ModuleInfo]] = {}
+        for name, callee, position, keyword, _ in self._handed:
+            function = self._callables.get(callee)
+            parameter = None if function is None or callee not in self._calls_of else _parameter(function, position, keyword, False)
+            module = self.names.modules.get(name)
+            if parameter is not None and module is not None:
+                passed.setdefault((callee, parameter), []).append(module)
+        for (callee, parameter), modules in passed.items():
+            if len(modules) == self._calls_of[callee] and parameter not in self.names.modules:
+                same = all(module == modules[0] for module in modules)
+                self.names.modules[parameter] = modules[0] if same else ModuleInfo("", frozen=all(m.frozen for m in modules))
+
     def resolve_aliases(self) -> None:
         """``self.model = model`` where ``model`` turned out to be a module; modules frozen by their
         own constructor or after it are not trainable."""
@@ -743,5 +761,6 @@ def collect_torch_names(tree: SyntaxTree) -> TorchNames:
     collector = _TorchNamesCollector(tree)
     tree.replay(collector)
     collector.resolve_stored()
+    collector.resolve_module_parameters()
     collector.resolve_aliases()
     return collector.names
