@@ -6,7 +6,7 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis.optimizers import gradient_effects
-from ..analysis import BackwardSite, Loop, assigned_names, code_of, read_names, target_names
+from ..analysis import BackwardSite, dotted_name, Loop, assigned_names, code_of, read_names, target_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import LastBatchOnly
@@ -115,15 +115,32 @@ optimizer.step()
         return None
 
     def _from_the_iteration_alone(self, loop: Loop, name: str) -> bool:
-        """``name`` is overwritten on every iteration from what that iteration reads (its batch),
-        not from what an earlier iteration left (a recurrent state): after the loop it holds the
-        last iteration's value, whose graph reaches no other iteration."""
+        """``name`` is the batch the loop hands out (its target), or is overwritten on every
+        iteration from that batch's data (not only its shape) and from nothing an earlier
+        iteration left (a recurrent state): after the loop it holds the last batch's value alone."""
+        if not isinstance(loop.node, cst.For):
+            return False
+        batch = set(target_names(loop.node.target))
+        if name in batch:
+            return True
         if not self._overwritten_each_iteration(loop, name):
             return False
         carried = _carried_names(loop.node.body.body)
-        return not any(
-            name in assigned_names(statement) and read_names(statement) & carried for statement in loop.node.body.body
-        )
+        assignments = [s for s in loop.node.body.body if name in assigned_names(s)]
+        return all(not read_names(s) & carried and self._data_read(s) & batch for s in assignments)
+
+    def _data_read(self, statement: cst.CSTNode) -> set[str]:
+        """The names ``statement`` reads for their values, not only for their shape, size, device
+        or length (``torch.randn(imgs.shape[0], latent)`` reads no data of ``imgs``)."""
+        names: set[str] = set()
+        for node in self.analysis.tree.findall(statement, cst.Name):
+            parent = self.analysis.tree.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in _METADATA:
+                continue
+            if isinstance(parent, cst.Arg) and isinstance(call := self.analysis.tree.parent(parent), cst.Call) and dotted_name(call.func) == "len":
+                continue
+            names.add(node.value)
+        return names & read_names(statement)
 
     def _site_of_statement(self, statement: cst.CSTNode) -> BackwardSite | None:
         return next(
@@ -162,6 +179,10 @@ optimizer.step()
                         return False
                     fresh = True
         return fresh
+
+
+# What a tensor tells of itself without its values.
+_METADATA = {"shape", "size", "dim", "ndim", "device", "dtype", "numel"}
 
 
 def _as_the_loop_left_them(names: set[str], computed_from: dict[str, set[str]]) -> set[str]:
