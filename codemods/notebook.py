@@ -26,7 +26,8 @@ MAGIC_STATEMENT = "pass  " + MAGIC_MARKER
 # Cell magics whose body is still Python that runs; any other cell magic makes the cell not Python.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "autoreload"}
 # `%magic`, `!shell`, `?name`, `name?`, and `files = !ls`, where a statement starts.
-_MAGIC_LINE = re.compile(r"^\s*[%!]|^\s*\?{1,2}[\w.]|^\s*[\w.]+\?{1,2}\s*$|^\s*[\w.\[\], ]+=\s*[%!]")
+# (IPython's help, `x?` and `?x`, takes wildcards too: `torch.*Tensor?` searches the names.)
+_MAGIC_LINE = re.compile(r"^\s*[%!]|^\s*\?{1,2}[\w.*]|^\s*[\w.*]+\?{1,2}\s*$|^\s*[\w.\[\], ]+=\s*[%!]")
 _LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 _BLANK = re.compile(r"[ \t\n\r]*")
 
