@@ -189,6 +189,7 @@ class _Frame:
     breaks: list[Env] = field(default_factory=list)
     returns: list[Env] = field(default_factory=list)
     returned: list[Value] = field(default_factory=list)
+    yielded: list[Value] = field(default_factory=list)
 
 
 def join_envs(envs: Sequence[Env | None]) -> Env | None:
@@ -349,7 +350,9 @@ class DataflowAnalysis:
                 return None
             end = self._exec_block(body, env)
             if isinstance(scope.node, cst.FunctionDef):
-                self.returned[scope.node] = _joined(self._frames[0].returned)
+                frame = self._frames[0]
+                # A generator function's call is an iterable of what it yields.
+                self.returned[scope.node] = _part(_joined(frame.yielded), ListOf(_joined(frame.yielded).structure)) if frame.yielded else _joined(frame.returned)
             return end
         finally:
             self._scope, self._loops, self._frames, self._no_grad = saved
@@ -768,6 +771,11 @@ class DataflowAnalysis:
             self._eval(node.left, env)
             self._eval_all([c.comparator for c in node.comparisons], env)
             return CONSTANT
+        if node_type is cst.Yield:
+            value = self._eval(node.value, env) if isinstance(node.value, cst.BaseExpression) else NOTHING
+            frame = next(f for f in reversed(self._frames) if f.loop is None or f.loop.is_call)
+            frame.yielded.append(value)
+            return NOTHING  # (what the caller sends back)
         if node_type is cst.IfExp:
             self._eval(node.test, env)
             return self._eval(node.body, env).join(self._eval(node.orelse, env))
