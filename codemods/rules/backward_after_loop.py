@@ -103,6 +103,8 @@ optimizer.step()
                 if tensor is not None and tensor not in computed_from and self._overwritten_each_iteration(loop, tensor):
                     return site, between, tensor
                 read = _as_the_loop_left_them(read_names(site.statement), computed_from)
+                if read & _carried_names(loop.node.body.body):
+                    return None  # it also reads what every iteration added to (loss = loss + ...): all of them train
                 last = next((n for n in sorted(read) if self._from_the_iteration_alone(loop, n)), None)
                 return (site, between, last) if last is not None else None
             if self.analysis.updates_parameters(statement):
