@@ -2,7 +2,7 @@
 
 usage: python benchmarks/real_projects.py [PROJECTS_DIR] [--verdicts FILE]
 
-PROJECTS_DIR (default /work/projects) holds one folder per project, named owner+name, each an export
+PROJECTS_DIR (default ../projects, beside the repository, as ../shared is) holds one folder per project, named owner+name, each an export
 of the commit named in tests/real_projects/verdicts.tsv. Runs ``gradfix check --output-format
 json-lines`` on each and prints, per project: files, findings, rewrites offered (safe, unsafe), how
 many findings and parse errors have a verdict, the findings' verdicts (bug / false / unsure), the parse
@@ -21,7 +21,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-DEFAULT_PROJECTS = Path("/work/projects")
+DEFAULT_PROJECTS = Path(__file__).resolve().parents[2] / "projects"
 DEFAULT_VERDICTS = Path(__file__).resolve().parents[1] / "tests" / "real_projects" / "verdicts.tsv"
 VERDICTS = ("bug", "false", "unsure")
 
