@@ -101,6 +101,10 @@ TRAINER_HOOKS = {
     "transformers.trainer.Trainer": "compute_loss",
 }
 LIGHTNING_HOOK = "training_step"
+# Trainers and the method that runs a module's hooks, given the module (``trainer.fit(model)``).
+TRAINER_RUNS = {"pytorch_lightning.Trainer": "fit", "lightning.pytorch.Trainer": "fit", "lightning.Trainer": "fit"}
+# LightningModule hooks the trainer runs with gradients off (torch.no_grad or inference mode).
+LIGHTNING_NO_GRAD_HOOKS = {"validation_step", "test_step", "predict_step"}
 # Framework objects a trainer base class keeps on ``self`` for its subclasses' hooks.
 TRAINER_ATTRIBUTES = {
     "transformers.Trainer": {"self.accelerator": "accelerator"},

@@ -54,8 +54,6 @@ LoopNode = Union[cst.For, cst.While, cst.FunctionDef]
 
 _MAX_PASSES = 4
 _DETACHING_METHODS = {"detach", "item", "tolist", "numpy", "size", "dim", "numel", "nelement", "data_ptr", "ndimension"}
-# LightningModule hooks the trainer runs with gradients off (torch.no_grad or inference mode).
-_LIGHTNING_NO_GRAD_HOOKS = {"validation_step", "test_step", "predict_step"}
 # Tensor methods that make a new tensor of the receiver's dtype and device, with no history.
 _FACTORY_METHODS = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
 # (``config``: a Hugging Face model's configuration object.)
@@ -340,7 +338,7 @@ class DataflowAnalysis:
             isinstance(scope.node, cst.FunctionDef)
             and (
                 any(self.names.qualify(_decorator_callee(d)) in _NO_GRAD_CONTEXTS for d in scope.node.decorators)
-                or scope.class_name in self.names.lightning_classes and scope.node.name.value in _LIGHTNING_NO_GRAD_HOOKS
+                or scope.class_name in self.names.lightning_classes and scope.node.name.value in backward_api.LIGHTNING_NO_GRAD_HOOKS
             )
         )
         try:

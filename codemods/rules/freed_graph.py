@@ -5,6 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis import code_of, dotted_name
+from ..analysis.backward_api import TRAINER_RUNS
 from ..rule import Rule, Violation
 
 
@@ -122,8 +123,7 @@ features.pow(2).mean().backward()
             call
             for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
             if isinstance(call.func, cst.Attribute)
-            and call.func.attr.value == "fit"
-            and constructed.get(dotted_name(call.func.value) or "", "").endswith(".Trainer")
+            and TRAINER_RUNS.get(constructed.get(dotted_name(call.func.value) or "", "")) == call.func.attr.value
             and any(constructed.get(dotted_name(arg.value) or "") == class_name for arg in call.args)
         ]
 
