@@ -41,6 +41,7 @@ _DEFINED_IN = {
     "is_grad": "syntax",
     "is_name": "syntax",
     "is_single_assignment": "syntax",
+    "loss_handed_to_trainer": "syntax",
     "is_single_call": "syntax",
     "method_called": "syntax",
     "parenthesized": "syntax",

@@ -96,6 +96,23 @@ def appended(small: cst.CSTNode) -> cst.Call | None:
     return None
 
 
+def loss_handed_to_trainer(returned: cst.BaseExpression) -> cst.BaseExpression | None:
+    """What a trainer hook's ``return`` hands the trainer to backward: the value itself, the first
+    item of a tuple, the ``"loss"`` of a dict (None when a dict has no such key)."""
+    if isinstance(returned, cst.Tuple) and returned.elements:
+        return loss_handed_to_trainer(returned.elements[0].value)
+    if isinstance(returned, cst.Dict):
+        return next(
+            (
+                loss_handed_to_trainer(element.value)
+                for element in returned.elements
+                if isinstance(element, cst.DictElement) and type(element.key) is cst.SimpleString and element.key.value in ('"loss"', "'loss'")
+            ),
+            None,
+        )
+    return returned
+
+
 def is_single_assignment(statement: cst.CSTNode) -> bool:
     """A statement line that is one ``target = value`` (the target may unpack a tuple)."""
     return (

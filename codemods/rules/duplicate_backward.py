@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import BackwardSite, assigned_names, code_of
+from ..analysis import BackwardSite, assigned_names, code_of, loss_handed_to_trainer
 from ..analysis.backward_calls import with_retained_graph
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
@@ -148,24 +148,14 @@ def _scope_name(site: BackwardSite) -> str:
 
 def _returned_tensor_names(value: cst.BaseExpression | None) -> set[str]:
     """The names a returned expression hands to the trainer as its loss."""
-    if isinstance(value, cst.Name):
-        return {value.value}
     if isinstance(value, cst.IfExp):
         return _returned_tensor_names(value.body) & _returned_tensor_names(value.orelse) or (
             _returned_tensor_names(value.body) | _returned_tensor_names(value.orelse)
         )
-    if isinstance(value, cst.Tuple) and value.elements:
-        return _returned_tensor_names(value.elements[0].value)
-    if isinstance(value, cst.Dict):
-        return {
-            name
-            for element in value.elements
-            if isinstance(element, cst.DictElement)
-            and type(element.key) is cst.SimpleString
-            and element.key.value in ('"loss"', "'loss'")
-            for name in _returned_tensor_names(element.value)
-        }
-    return set()
+    handed = loss_handed_to_trainer(value) if value is not None else None
+    if handed is not value:
+        return _returned_tensor_names(handed)
+    return {value.value} if isinstance(value, cst.Name) else set()
 
 
 def _is_simple_statement(statement: cst.CSTNode) -> bool:

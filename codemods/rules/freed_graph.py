@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import code_of, dotted_name
+from ..analysis import code_of, dotted_name, loss_handed_to_trainer
 from ..analysis.backward_api import TRAINER_RUNS
 from ..rule import Rule, Violation
 
@@ -129,18 +129,15 @@ features.pow(2).mean().backward()
 
 
 def _operands(expression: cst.BaseExpression | None) -> Iterator[cst.Name]:
-    """The names a returned loss is computed from by arithmetic alone (``loss + w * penalty``, the
-    ``"loss"`` of a dict, the first item of a tuple): a call or a subscript in between may detach."""
-    if isinstance(expression, cst.Name):
+    """The names the loss a hook hands the trainer is computed from by arithmetic alone
+    (``loss + w * penalty``): a call or a subscript in between may detach."""
+    handed = loss_handed_to_trainer(expression) if expression is not None else None
+    if handed is not expression:
+        yield from _operands(handed)
+    elif isinstance(expression, cst.Name):
         yield expression
     elif isinstance(expression, cst.BinaryOperation):
         yield from _operands(expression.left)
         yield from _operands(expression.right)
     elif isinstance(expression, cst.UnaryOperation):
         yield from _operands(expression.expression)
-    elif isinstance(expression, cst.Tuple) and expression.elements:
-        yield from _operands(expression.elements[0].value)
-    elif isinstance(expression, cst.Dict):
-        for element in expression.elements:
-            if isinstance(element, cst.DictElement) and type(element.key) is cst.SimpleString and element.key.value in ('"loss"', "'loss'"):
-                yield from _operands(element.value)
