@@ -56,7 +56,7 @@ def parse_times(tree: Path) -> None:
     an ``ast.parse`` and of the skeleton of those it parses."""
     import libcst as cst
 
-    from gradfix.codemods.analysis.backward_api import may_backward
+    from gradfix.codemods.source import may_backward
     from gradfix.codemods.engine import collect_files, decoded
     from gradfix.codemods.skeleton import build_skeleton
 

@@ -30,7 +30,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from .analysis.backward_api import may_backward, may_call
+from .source import may_backward, may_call
 from .analysis.project import ExportedSummary, ProjectSummaries, importable_names, project_summaries, written_names
 from .config import Config
 from .finding import Finding, FixKind

@@ -11,7 +11,7 @@ import pytest
 
 from gradfix.cli import Terminated
 from gradfix.codemods import checker, engine
-from gradfix.codemods.analysis.backward_api import may_backward
+from gradfix.codemods.source import may_backward
 from gradfix.codemods.analysis.project import ExportedSummary, written_names
 from gradfix.codemods.edits import Fix
 from gradfix.codemods.checker import check_source
