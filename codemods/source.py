@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from .analysis.backward_api import TRAINER_HOOKS
+from .frameworks import TRAINER_HOOKS
 
 _BACKWARD_CALL = re.compile(rb"backward\s*\(")
 # A class reaches a trainer's base only through a name whose last part the file writes (imported,
@@ -22,7 +22,7 @@ _TRAINER_BASES_BY_HOOK = {
 
 
 def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = ()) -> bool:
-    """Whether a file's text could backward anything in a way ``backward_api``'s table knows: every
+    """Whether a file's text could backward anything in a way ``frameworks``' table knows: every
     row's method or function is called as ``…backward(`` or lives in ``autograd``; a trainer
     backwards what its hooks return; ``helpers`` are other checked files' functions that backward, each as the module,
     name and method a file that calls it writes (``project.written_names``).

@@ -9,13 +9,11 @@ from __future__ import annotations
 import importlib
 
 # Where each name is defined. A name is loaded on first use, so that reading reports back from the
-# cache, which needs only ``project`` and ``backward_api`` (plain data), does not load LibCST.
+# cache, which needs only ``project`` (plain data), does not load LibCST.
 _DEFINED_IN = {
     "assigned_names": "assignments",
     "read_names": "assignments",
     "target_names": "assignments",
-    "BackwardApi": "backward_api",
-    "Tristate": "backward_api",
     "BackwardSite": "dataflow",
     "FunctionSummary": "dataflow",
     "Loop": "dataflow",

@@ -1,4 +1,4 @@
-"""Reading and rewriting calls by the rows of ``backward_api``'s table: which row a method call
+"""Reading and rewriting calls by the backward rows of ``frameworks``: which row a method call
 is, where its tensor and its ``retain_graph`` / ``create_graph`` flags are, and the same call for
 another tensor or with the graph retained."""
 
@@ -6,20 +6,22 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .backward_api import (
+from ..frameworks import (
+    BACKWARD_METHOD,
     FRAMEWORK_APIS,
+    GUESSED_WRAPPER_BACKWARD,
     LIGHTNING_MANUAL_BACKWARD,
+    MANUAL_BACKWARD_METHOD,
     RECEIVER,
     SCALED_BACKWARD,
-    GUESSED_WRAPPER_BACKWARD,
+    SCALING_METHOD,
     TENSOR_BACKWARD,
+    TENSOR_BACKWARD_KEYWORDS,
     WRAPPER_BACKWARD,
     BackwardApi,
     Tristate,
 )
 from .syntax import as_operand
-
-_TENSOR_BACKWARD_KEYWORDS = {"gradient", "retain_graph", "create_graph", "inputs"}
 
 
 def method_api(
@@ -41,9 +43,9 @@ def method_api(
     (nothing without a graph can be backwarded); a wrapper's when ``x`` is an object gradfix knows
     (an optimizer, a framework object, an instance of the file's own class); otherwise gradfix
     cannot tell, and the row says it guessed."""
-    if method == "manual_backward" and call.args:
+    if method == MANUAL_BACKWARD_METHOD and call.args:
         return LIGHTNING_MANUAL_BACKWARD if in_lightning_module or receiver_framework else WRAPPER_BACKWARD
-    if method != "backward" or receiver_is_module_import and not receiver_framework:
+    if method != BACKWARD_METHOD or receiver_is_module_import and not receiver_framework:
         return None
     if receiver_framework in FRAMEWORK_APIS:
         return FRAMEWORK_APIS[receiver_framework]
@@ -53,7 +55,7 @@ def method_api(
     if receiver_has_graph:
         return TENSOR_BACKWARD
     takes_tensor = any(arg.keyword is None and not arg.star for arg in call.args) or any(
-        arg.keyword is not None and arg.keyword.value not in _TENSOR_BACKWARD_KEYWORDS for arg in call.args
+        arg.keyword is not None and arg.keyword.value not in TENSOR_BACKWARD_KEYWORDS for arg in call.args
     )
     if not takes_tensor or argument_is_graphless:
         return TENSOR_BACKWARD
@@ -64,7 +66,7 @@ def _is_scale_call(node: cst.BaseExpression) -> bool:
     return (
         isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value == "scale"
+        and node.func.attr.value == SCALING_METHOD
         and len(node.args) == 1
         and node.args[0].keyword is None
     )

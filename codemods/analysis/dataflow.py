@@ -21,8 +21,18 @@ from typing import Iterable, Iterator, Mapping, Sequence, Union
 
 import libcst as cst
 
-from . import backward_api, backward_calls
-from .backward_api import BackwardApi, Tristate
+from ..frameworks import (
+    BACKWARD_METHODS,
+    CALLED_AS_FORWARD,
+    FUNCTION_APIS,
+    GRAD_MODE_SWITCH,
+    LIGHTNING_NO_GRAD_HOOKS,
+    NO_GRAD_CONTEXTS,
+    SCALED_LOSS_CONTEXTS,
+    BackwardApi,
+    Tristate,
+)
+from . import backward_calls
 from .project import ExportedSummary, ProjectSummaries
 from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, read_names, target_names
 from .syntax import is_grad, method_called
@@ -72,8 +82,6 @@ _CREATION_FUNCTIONS = {
     "logspace", "eye", "tensor", "as_tensor", "from_numpy", "zeros_like", "ones_like", "empty_like",
     "full_like", "rand_like", "randn_like", "randint_like", "manual_seed",
 }
-_NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
-_SCALED_LOSS_CONTEXTS = {"apex.amp.scale_loss", "amp.scale_loss"}  # `with amp.scale_loss(loss, opt) as scaled:`
 _MAX_SUMMARY_ROUNDS = 3
 
 
@@ -115,7 +123,7 @@ class Loop:
 
 @dataclass(eq=False)
 class BackwardSite:
-    """A call that backwards a graph, in any of the shapes of ``backward_api``."""
+    """A call that backwards a graph, in any of the shapes of ``frameworks``' backward rows."""
 
     call: cst.Call
     statement: cst.CSTNode  # the statement line the call is in
@@ -337,8 +345,8 @@ class DataflowAnalysis:
         self._no_grad = int(
             isinstance(scope.node, cst.FunctionDef)
             and (
-                any(self.names.qualify(_decorator_callee(d)) in _NO_GRAD_CONTEXTS for d in scope.node.decorators)
-                or scope.class_name in self.names.lightning_classes and scope.node.name.value in backward_api.LIGHTNING_NO_GRAD_HOOKS
+                any(self.names.qualify(_decorator_callee(d)) in NO_GRAD_CONTEXTS for d in scope.node.decorators)
+                or scope.class_name in self.names.lightning_classes and scope.node.name.value in LIGHTNING_NO_GRAD_HOOKS
             )
         )
         try:
@@ -570,7 +578,7 @@ class DataflowAnalysis:
     def _context_value(self, item: cst.BaseExpression, env: Env) -> Value:
         """What ``with item as name`` binds: apex's ``amp.scale_loss(loss, optimizer)`` yields the
         scaled loss, whose graph is the loss's."""
-        if isinstance(item, cst.Call) and item.args and (self.names.qualify(item.func) or "") in _SCALED_LOSS_CONTEXTS:
+        if isinstance(item, cst.Call) and item.args and (self.names.qualify(item.func) or "") in SCALED_LOSS_CONTEXTS:
             loss = self._eval(item.args[0].value, env)
             return replace(loss, backwarded=frozenset())
         return NOTHING
@@ -872,9 +880,9 @@ class DataflowAnalysis:
         class_name = self._scope.class_name
         qualified = self.names.qualify(func) or ""
 
-        if qualified in backward_api.FUNCTION_APIS:
+        if qualified in FUNCTION_APIS:
             values = self._eval_all(arguments, env)
-            api = backward_api.FUNCTION_APIS[qualified]
+            api = FUNCTION_APIS[qualified]
             self._record_backward(node, api, env)
             if api.accumulates or backward_calls.create_graph(api, node) is False:
                 return CONSTANT
@@ -889,12 +897,12 @@ class DataflowAnalysis:
         called_module = self.names.module(func, class_name)
         if called_module is not None:
             return self._module_call(called_module, node, arguments, env)
-        if self.names.framework(func) == "deepspeed":  # the engine wraps the model: calling it is a forward
+        if self.names.framework(func) in CALLED_AS_FORWARD:  # the engine wraps the model
             return combine([*self._eval_all(arguments, env), LEAF], self._origin(node), UNKNOWN)
 
         if isinstance(func, cst.Attribute) and not self.names.is_torch(func.value):
             method = func.attr.value
-            if method in ("backward", "manual_backward"):
+            if method in BACKWARD_METHODS:
                 receiver = self._eval(func.value, env)
                 passed = [value for arg, value in zip(node.args, self._eval_all(arguments, env)) if arg.keyword is None]
                 api = backward_calls.method_api(
@@ -1078,10 +1086,10 @@ class DataflowAnalysis:
         if not isinstance(node, cst.Call):
             return False
         name = self.names.qualify(node.func)
-        if name in _NO_GRAD_CONTEXTS:
+        if name in NO_GRAD_CONTEXTS:
             return True
         return (
-            name == "torch.set_grad_enabled"
+            name == GRAD_MODE_SWITCH
             and bool(node.args)
             and isinstance(node.args[0].value, cst.Name)
             and node.args[0].value.value == "False"

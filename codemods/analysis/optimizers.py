@@ -13,14 +13,11 @@ from typing import Callable, Sequence
 
 import libcst as cst
 
+from ..frameworks import CLIPPING_FUNCTIONS, READING_METHODS, UPDATING_METHODS
 from .syntax import expression_key, is_grad, is_name, method_called
 from .tree import find_nodes
 
 Findall = Callable[..., Sequence[cst.CSTNode]]  # (root, node type, where): ``SyntaxTree.findall``
-
-UPDATING_METHODS = {"step", "zero_grad", "update"}  # update: GradScaler.update() after scaler.step(optimizer)
-READING_METHODS = {"unscale_", "clip_grad_norm_", "clip_grad_value_", "clip_gradients"}
-_CLIPPING_FUNCTIONS = {"clip_grad_norm_", "clip_grad_value_"}
 
 
 def gradient_effects(node: cst.CSTNode, findall: Findall = find_nodes) -> set[str]:
@@ -33,7 +30,7 @@ def gradient_effects(node: cst.CSTNode, findall: Findall = find_nodes) -> set[st
         if method in UPDATING_METHODS and not _is_dict_update(call) or method in READING_METHODS:
             effects.add(method)
     for call in findall(node, cst.Call, lambda call: is_name(call.func)):
-        if call.func.value in _CLIPPING_FUNCTIONS:
+        if call.func.value in CLIPPING_FUNCTIONS:
             effects.add(call.func.value)
     if findall(node, cst.Attribute, is_grad):
         effects.add("grad")

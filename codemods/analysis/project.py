@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Iterable, Mapping
 
-from .backward_api import BackwardApi, Tristate
+from ..frameworks import BackwardApi, Tristate
 
 
 @dataclass(frozen=True)

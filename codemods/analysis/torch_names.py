@@ -11,11 +11,19 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
-from .backward_api import (
+from ..frameworks import (
     AUTOGRAD_FUNCTION_BASES,
+    FRAMEWORK_CONSTRUCTORS,
+    FRAMEWORK_TUPLE_CONSTRUCTORS,
     GRADIENT_HOOK_METHODS,
     GRADIENT_HOOKING_LIBRARIES,
+    HANDING_BACK_METHODS,
+    LIGHTNING_AUTOMATIC_OPTIMIZATION,
     LIGHTNING_HOOK,
+    LIGHTNING_OPTIMIZERS_HOOK,
+    LIGHTNING_OPTIMIZERS_METHOD,
+    OPTIMIZER_BASES,
+    OPTIMIZER_ONLY_METHODS,
     TRAINER_ATTRIBUTES,
     TRAINER_HOOKS,
 )
@@ -51,23 +59,8 @@ _RECURRENT_RESULTS: dict[str, Structure] = {
     "RNNCell": TENSOR,
 }
 
-# Classes whose instances backward a tensor passed to them: ``accelerator.backward(loss)``.
-FRAMEWORK_CONSTRUCTORS = {
-    "accelerate.Accelerator": "accelerator",
-    "accelerate.accelerator.Accelerator": "accelerator",
-    "lightning.Fabric": "fabric",
-    "lightning.fabric.Fabric": "fabric",
-    "lightning.fabric.fabric.Fabric": "fabric",
-    "lightning_fabric.Fabric": "fabric",
-    "lightning_fabric.fabric.Fabric": "fabric",
-}
-# Functions returning a tuple whose first element is such an object.
-FRAMEWORK_TUPLE_CONSTRUCTORS = {"deepspeed.initialize": "deepspeed"}
-
 # Methods that mark a receiver as an nn.Module wherever they are called on it.
 _MODULE_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "modules", "children"}
-# Methods of optimizers (and their wrappers) that no tensor has.
-_OPTIMIZER_ONLY_METHODS = {"zero_grad", "step", "add_param_group"}
 # Methods that return the module they are called on.
 _MODULE_RETURNING = {"to", "cuda", "cpu", "double", "float", "half", "train", "eval", "requires_grad_"}
 
@@ -127,7 +120,7 @@ class TorchNames:
     optimizer_classes: set[str] = field(default_factory=set)  # local torch.optim.Optimizer subclasses
     optimizers: set[str] = field(default_factory=set)  # dotted names bound to optimizers
     optimized_modules: dict[str, set[str]] = field(default_factory=dict)  # optimizer -> modules it updates
-    # Code that sees each backward's gradient on its own (``backward_api.GRADIENT_HOOK_METHODS``).
+    # Code that sees each backward's gradient on its own (``frameworks.GRADIENT_HOOK_METHODS``).
     gradient_hooks: list[cst.CSTNode] = field(default_factory=list)
     # Optimizers given parameters gradfix cannot read (``add_param_group`` of a list built elsewhere).
     optimizers_of_unknown_parameters: set[str] = field(default_factory=set)
@@ -277,7 +270,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.lightning_classes.add(class_name)
             if name in self.names.manual_optimization:
                 self.names.manual_optimization.add(class_name)
-            if name in _OPTIMIZER_BASES or name in self.names.optimizer_classes:
+            if name in OPTIMIZER_BASES or name in self.names.optimizer_classes:
                 self.names.optimizer_classes.add(class_name)
             if name == "torch.nn.Module" or name in self.names.module_classes or class_name in self.names.lightning_classes:
                 self.names.module_classes.add(class_name)
@@ -313,7 +306,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         for call in self._tree.findall(node.value, cst.Call):
             callee = self.names.qualify(call.func) or ""
             if _is_optimizer_class(callee) or callee in self.names.optimizer_classes:
-                hook = cst.Attribute(cst.Name(self._classes[-1]), cst.Name("configure_optimizers"))
+                hook = cst.Attribute(cst.Name(self._classes[-1]), cst.Name(LIGHTNING_OPTIMIZERS_HOOK))
                 self._bind_optimizers(hook, call, callee)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
@@ -377,7 +370,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if (
             self._classes
             and self._classes[-1] in self.names.lightning_classes
-            and any(dotted_name(t.target) in ("self.automatic_optimization", "automatic_optimization") for t in node.targets)
+            and any(dotted_name(t.target) in (f"self.{LIGHTNING_AUTOMATIC_OPTIMIZATION}", LIGHTNING_AUTOMATIC_OPTIMIZATION) for t in node.targets)
             and is_name(node.value, "False")
         ):
             self.names.manual_optimization.add(self._classes[-1])
@@ -448,13 +441,13 @@ class _TorchNamesCollector(cst.CSTVisitor):
         position) and by a LightningModule's ``self.optimizers()``."""
         elements = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
         method = value.func.attr.value if isinstance(value.func, cst.Attribute) else ""
-        if _is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == "optimizers":
+        if _is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == LIGHTNING_OPTIMIZERS_METHOD:
             chosen = elements
-            modules = self._optimized_modules(value.args[0].value) if value.args and method != "optimizers" else None
+            modules = self._optimized_modules(value.args[0].value) if value.args and method != LIGHTNING_OPTIMIZERS_METHOD else None
             updated = {dotted_name(e): modules for e in chosen} if modules is not None else {}
             if modules is None:  # (a name bound again to an optimizer of unknown parameters)
                 self.names.optimizers_of_unknown_parameters.update(n for n in map(dotted_name, chosen) if n is not None)
-        elif method in _HANDING_BACK:
+        elif method in HANDING_BACK_METHODS:
             passed = [dotted_name(arg.value) for arg in value.args if arg.keyword is None]
             chosen = [e for e, p in zip(elements, passed) if p in self.names.optimizers]
             updated = {
@@ -497,7 +490,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
             # parameters require grad already), such as an input it optimizes
             self.names.leaf_tensors.add(func.value.value)
-        if isinstance(func, cst.Attribute) and func.attr.value in _OPTIMIZER_ONLY_METHODS:
+        if isinstance(func, cst.Attribute) and func.attr.value in OPTIMIZER_ONLY_METHODS:
             name = dotted_name(func.value)
             if name is not None:
                 self.names.objects.add(name)
@@ -704,10 +697,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
                     known[target[5:]] = module
             elif not self.names.modules.get(target, ModuleInfo("")).class_name:
                 self.names.modules[target] = module
-
-
-_OPTIMIZER_BASES = {"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"}
-_HANDING_BACK = {"prepare", "setup", "setup_optimizers", "prepare_optimizer"}  # accelerator / fabric
 
 
 _PARAMETER_METHODS = {"parameters", "named_parameters"}

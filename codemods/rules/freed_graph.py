@@ -5,7 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis import code_of, dotted_name, loss_handed_to_trainer
-from ..analysis.backward_api import TRAINER_RUNS
+from ..frameworks import TRAINER_RUNS
 from ..rule import Rule, Violation
 
 

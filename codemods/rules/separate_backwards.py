@@ -18,10 +18,10 @@ from ..analysis import (
 )
 from ..analysis.backward_calls import argument
 from ..edits import Fix
+from ..frameworks import READING_METHODS, UPDATING_METHODS
 from ..rule import FixKind, Rule, Violation
 
-_UPDATING = {"step", "zero_grad", "update"}
-_READING_GRADIENTS = {"grad", "clip_grad_norm_", "clip_grad_value_", "unscale_", "clip_gradients"}
+_READING_GRADIENTS = READING_METHODS | {"grad"}  # ("grad": reading ``.grad``)
 
 
 class SeparateBackwards(Rule):
@@ -96,7 +96,7 @@ for x, y_reg, y_cls in loader:
             optimizers = set().union(*(stepped_optimizers(s) for s in between))
             if len(optimizers) > 1:
                 message += "optimizers take turns between them, so detach the shared value for the first loss"
-            elif any(self.analysis.gradient_effects(s) & _UPDATING for s in between):
+            elif any(self.analysis.gradient_effects(s) & UPDATING_METHODS for s in between):
                 message += "an optimizer steps between them, so recompute the shared value after the step"
             else:
                 message += "backward their sum once"
@@ -145,7 +145,7 @@ for x, y_reg, y_cls in loader:
         effects = set().union(*(self.analysis.gradient_effects(s) for s in self._between(block, group[-1], site)))
         if "backward" in effects:
             return False
-        if effects & (_READING_GRADIENTS | _UPDATING) and group[-1].retain_graph:
+        if effects & (_READING_GRADIENTS | UPDATING_METHODS) and group[-1].retain_graph:
             return False  # the graph is kept on purpose: each loss's gradient is read, or trains, on its own
         return bool(self._shared_origins([*group, site]))
 

@@ -1,8 +1,13 @@
-"""Every way a program backwards a graph, in one table.
+"""Every framework gradfix knows, as rows of tables: how each one backwards a graph, how its objects
+are built and handed back, which hooks a trainer runs and what it does with them, how optimizers
+step and gradients are clipped, which contexts scale a loss or turn gradients off.
 
-A rule never matches ``.backward`` by name: it asks a ``BackwardSite`` which tensors a call
-backwards, whether it keeps the graph (``retain_graph``: true, false, or an expression gradfix cannot
-evaluate) and how to write the same call for another tensor. The calls are:
+A new framework is rows here and a fixture folder (``docs/contributing.md``). The analysis reads
+these tables and never spells a framework's names itself; a rule reads neither, it asks the analysis.
+
+Backwarding. A rule never matches ``.backward`` by name: it asks a ``BackwardSite`` which tensors a
+call backwards, whether it keeps the graph (``retain_graph``: true, false, or an expression gradfix
+cannot evaluate) and how to write the same call for another tensor. The calls are:
 
 * ``loss.backward(...)``, and ``scaler.scale(loss).backward(...)`` (AMP's ``GradScaler``);
 * ``torch.autograd.backward(tensors, ...)`` and ``torch.autograd.grad(outputs, inputs, ...)``,
@@ -19,14 +24,17 @@ evaluate) and how to write the same call for another tensor. The calls are:
 carry none (a tensor's own first argument is its gradient), a wrapper's when ``x`` is an object
 gradfix knows, and otherwise a guess (``guessed``) that findings may state and fixes never use.
 
-The table is plain data (it crosses processes and is read back from the cache without LibCST);
-``backward_calls`` reads and rewrites calls by its rows.
+Plain data: this module never loads LibCST (its rows cross processes, are read back from the cache,
+and the text prefilter in ``source`` reads the trainer hooks); ``analysis.backward_calls`` reads and
+rewrites calls by the backward rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
+
+# Backwarding ---------------------------------------------------------------------------------------
 
 RECEIVER = -1  # the tensor is the object the method is called on
 
@@ -80,12 +88,42 @@ FUNCTION_APIS = {
     "torch.autograd.backward": AUTOGRAD_BACKWARD,
     "torch.autograd.grad": AUTOGRAD_GRAD,
 }
-# What a framework object's ``backward(tensor)`` is, by the class it was built from.
+# What a framework object's ``backward(tensor)`` is, by the kind of object (``FRAMEWORK_CONSTRUCTORS``).
 FRAMEWORK_APIS = {
     "accelerator": ACCELERATE_BACKWARD,
     "fabric": FABRIC_BACKWARD,
     "deepspeed": DEEPSPEED_BACKWARD,
 }
+BACKWARD_METHOD = "backward"  # a tensor's, a framework object's, a wrapper's
+MANUAL_BACKWARD_METHOD = "manual_backward"  # a LightningModule's (``LIGHTNING_MANUAL_BACKWARD``)
+BACKWARD_METHODS = {BACKWARD_METHOD, MANUAL_BACKWARD_METHOD}
+# ``scaler.scale(loss)``: the tensor a ``SCALED_BACKWARD`` backwards is this method's one argument.
+SCALING_METHOD = "scale"
+# The keywords of ``Tensor.backward``: any other keyword names a wrapper's tensor argument.
+TENSOR_BACKWARD_KEYWORDS = {"gradient", "retain_graph", "create_graph", "inputs"}
+
+# Framework objects -----------------------------------------------------------------------------------
+
+# Classes whose instances backward a tensor passed to them: ``accelerator.backward(loss)``.
+FRAMEWORK_CONSTRUCTORS = {
+    "accelerate.Accelerator": "accelerator",
+    "accelerate.accelerator.Accelerator": "accelerator",
+    "lightning.Fabric": "fabric",
+    "lightning.fabric.Fabric": "fabric",
+    "lightning.fabric.fabric.Fabric": "fabric",
+    "lightning_fabric.Fabric": "fabric",
+    "lightning_fabric.fabric.Fabric": "fabric",
+}
+# Functions returning a tuple whose first element is such an object (and whose second is an optimizer).
+FRAMEWORK_TUPLE_CONSTRUCTORS = {"deepspeed.initialize": "deepspeed"}
+# Methods of a framework object that hand back what they are given, position for position, wrapped
+# (``model, optimizer = accelerator.prepare(model, optimizer)``, ``fabric.setup``).
+HANDING_BACK_METHODS = {"prepare", "setup", "setup_optimizers", "prepare_optimizer"}
+# Framework objects that wrap the model: calling one is a forward (``engine(batch)``).
+CALLED_AS_FORWARD = {"deepspeed"}
+
+# Trainers --------------------------------------------------------------------------------------------
+
 # Trainer base classes that backward what one of their subclass's methods returns.
 TRAINER_HOOKS = {
     "pytorch_lightning.LightningModule": "training_step",
@@ -110,6 +148,21 @@ TRAINER_ATTRIBUTES = {
     "transformers.Seq2SeqTrainer": {"self.accelerator": "accelerator"},
     "transformers.trainer.Trainer": {"self.accelerator": "accelerator"},
 }
+# A LightningModule that sets this attribute to False optimizes by hand (``manual_backward``).
+LIGHTNING_AUTOMATIC_OPTIMIZATION = "automatic_optimization"
+# A LightningModule's hook whose returned optimizers the trainer steps, and its method that gives
+# them back to the module (``opt = self.optimizers()``).
+LIGHTNING_OPTIMIZERS_HOOK = "configure_optimizers"
+LIGHTNING_OPTIMIZERS_METHOD = "optimizers"
+
+# Optimizers and gradients ----------------------------------------------------------------------------
+
+OPTIMIZER_BASES = {"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"}
+# Methods of optimizers (and their wrappers) that no tensor has.
+OPTIMIZER_ONLY_METHODS = {"zero_grad", "step", "add_param_group"}
+UPDATING_METHODS = {"step", "zero_grad", "update"}  # update: GradScaler.update() after scaler.step(optimizer)
+READING_METHODS = {"unscale_", "clip_grad_norm_", "clip_grad_value_", "clip_gradients"}  # clip_gradients: Lightning's
+CLIPPING_FUNCTIONS = {"clip_grad_norm_", "clip_grad_value_"}
 
 # What sees the gradient of each backward on its own: a hook registered on a tensor, a parameter, a
 # module or a graph node, or a custom autograd Function (whose backward need not be linear). Two
@@ -123,3 +176,9 @@ GRADIENT_HOOK_METHODS = {
 }
 AUTOGRAD_FUNCTION_BASES = {"torch.autograd.Function", "torch.autograd.function.Function"}
 GRADIENT_HOOKING_LIBRARIES = ("opacus",)  # per-sample gradient clipping hooks every module it wraps
+
+# Contexts ----------------------------------------------------------------------------------------------
+
+NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
+GRAD_MODE_SWITCH = "torch.set_grad_enabled"  # turns gradients off when its argument is False
+SCALED_LOSS_CONTEXTS = {"apex.amp.scale_loss", "amp.scale_loss"}  # `with amp.scale_loss(loss, opt) as scaled:`
