@@ -21,8 +21,8 @@ from pathlib import Path
 
 import libcst as cst
 
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FixMode
+from gradfix.codemods.check import check_source
+from gradfix.codemods.report import FixMode
 from gradfix.codemods.registry import all_rules
 
 SIZES = (1_000, 2_000, 5_000, 10_000, 20_000, 50_000)

@@ -56,9 +56,9 @@ def parse_times(tree: Path) -> None:
     an ``ast.parse`` and of the skeleton of those it parses."""
     import libcst as cst
 
-    from gradfix.codemods.source import may_backward
-    from gradfix.codemods.engine import collect_files, decoded
-    from gradfix.codemods.skeleton import build_skeleton
+    from gradfix.codemods.source import decoded, may_backward
+    from gradfix.codemods.files import collect_files
+    from gradfix.codemods.parse import build_skeleton
 
     files = collect_files([tree]).files
     parsed = [source for source in (path.read_bytes() for path in files) if may_backward(source)]

@@ -80,8 +80,8 @@ def real_failures(root: Path, names: list[str]) -> None:
 
 
 def examples() -> None:
-    from gradfix.codemods.checker import check_file
-    from gradfix.codemods.engine import FixMode
+    from gradfix.codemods.check import check_file
+    from gradfix.codemods.report import FixMode
     from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
     from gradfix.codemods.registry import all_rules
 

@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gradfix.codemods.checker import check_file
-from gradfix.codemods.engine import FixMode
+from gradfix.codemods.check import check_file
+from gradfix.codemods.report import FixMode
 from gradfix.codemods.execution.diagnose import diagnose, fix_and_rerun
 from gradfix.codemods.execution.repair import repair
 from gradfix.codemods.execution.runner import RunOptions, ScriptRunner

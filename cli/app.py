@@ -21,12 +21,12 @@ import typer
 from typer.core import TyperCommand
 
 from gradfix import __version__
-from gradfix.codemods import engine
 from gradfix.codemods.cache import DEFAULT_FOLDER, ReportCache
 from gradfix.codemods.config import ConfigError, Overrides, Settings, inline_table, project_root
-from gradfix.codemods.engine import FileReport, FixMode, PathError, SourceError
+from gradfix.codemods.files import FileChanged, PathError, collect_files, unified_diff, write_atomically
+from gradfix.codemods.report import FileReport, FixKind, FixMode, SourceError
 from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
-from gradfix.codemods.finding import FixKind
+from gradfix.codemods.run import check_files
 from gradfix.codemods.registry import RULE_MODULES, RuleSelection, UnknownRuleError, all_rules, codes_matching, rule_by_code
 from gradfix.codemods.shard import Shard
 from gradfix.codemods.execution.runner import STOP_SHARE, RunOptions, ScriptRunner
@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from gradfix.codemods.execution.diagnose import Diagnosis
     from gradfix.codemods.execution.repair import Repair
 
-# LibCST and the analysis are imported where a command needs them (the checker for code on stdin
-# and for reviewing fixes, the execution layer for verify and diagnose; the engine imports the
-# checker for the files the cache does not answer): `check` answered by the cache loads neither.
+# LibCST and the analysis are imported where a command needs them (the check for code on stdin
+# and for reviewing fixes, the execution layer for verify and diagnose; the run imports the check
+# for the files the cache does not answer): `check` answered by the cache loads neither.
 
 
 class Command(TyperCommand):
@@ -257,10 +257,10 @@ def _run(
             if force_exclude and stdin_filename and _excluded_named(settings, overrides)(Path(name)):
                 return [FileReport(name, original=data)], []
             rules, mode = _rules_and_mode(settings, overrides, Path(name) if stdin_filename else Path.cwd(), fixing)
-            from gradfix.codemods import checker
+            from gradfix.codemods.check import check_source
 
-            return [checker.check_source(data, rules, mode, name)], []
-        files = engine.collect_files(paths, excluded, _excluded_named(settings, overrides) if force_exclude else None)
+            return [check_source(data, rules, mode, name)], []
+        files = collect_files(paths, excluded, _excluded_named(settings, overrides) if force_exclude else None)
         for notice in files.notices:
             render.stderr.print(f"warning: {notice}")
         if shard is not None:
@@ -274,7 +274,7 @@ def _run(
     reports: list[FileReport | None] = [None] * len(files.files)
     with _progress(len(files.files)) as advance:
         for (codes, mode), indexes in groups.items():
-            for index, report in zip(indexes, engine.check_files([files.files[i] for i in indexes], RuleSelection(codes), mode, jobs, cache)):
+            for index, report in zip(indexes, check_files([files.files[i] for i in indexes], RuleSelection(codes), mode, jobs, cache)):
                 reports[index] = report
                 advance()
     return reports, files.errors
@@ -376,7 +376,7 @@ def _print_unsafe_fixes(reports: list[FileReport], settings: Settings, unsafe_fi
     for report in reports:
         if any(f.fix is FixKind.UNSAFE for f in report.findings) and overrides.unsafe(settings.for_path(report.path)):
             for rewrite in formats.rule_rewrites(report, frozenset({FixKind.UNSAFE})).values():
-                render.print_diff(engine.unified_diff(rewrite))
+                render.print_diff(unified_diff(rewrite))
 
 
 @app.command(cls=Command)
@@ -440,7 +440,7 @@ def _watch(paths: list[str], excluded: Callable[[Path], bool], once: Callable[[]
     """Run ``once`` now and again whenever a file it checks is added, removed or changed."""
     seen: dict[Path, tuple[int, int]] | None = None
     while True:
-        now = _stamps(engine.collect_files(paths, excluded).files)
+        now = _stamps(collect_files(paths, excluded).files)
         if now != seen:
             seen = now
             once()
@@ -522,11 +522,11 @@ def fix(
         sys.stdout.flush()
     for report in changed:
         if diff:
-            render.print_diff(engine.unified_diff(report))
+            render.print_diff(unified_diff(report))
         elif not from_stdin:
             try:
-                engine.write_atomically(report.path, report.rewritten, expected=report.original)
-            except engine.FileChanged as error:
+                write_atomically(report.path, report.rewritten, expected=report.original)
+            except FileChanged as error:
                 errors.append(PathError(report.path, str(error)))
                 _not_written(report)
             except OSError as error:
@@ -552,7 +552,7 @@ def fix(
 def _review(reports: list[FileReport]) -> None:
     """Ask, file by file and rule by rule, whether to apply the fix shown; keep in each report only
     what was accepted. `a` accepts this and every later fix, `q` skips this and every later one."""
-    from gradfix.codemods import checker
+    from gradfix.codemods.check import check_source
 
     answer = ""
     for report in (r for r in reports if r.changed):
@@ -561,11 +561,11 @@ def _review(reports: list[FileReport]) -> None:
             rule = rule_by_code(code)
             kinds = {f.fix for f in report.fixed if f.code == code}
             mode = FixMode.UNSAFE if FixKind.UNSAFE in kinds else FixMode.SAFE
-            step = checker.check_source(current, [rule], mode, report.path)
+            step = check_source(current, [rule], mode, report.path)
             if not step.changed:
                 continue
             if answer not in ("a", "q"):
-                render.print_diff(engine.unified_diff(step))
+                render.print_diff(unified_diff(step))
                 answer = _ask(f"{report.path}: apply {code} {rule.NAME}? [y]es, [n]o, [a]ll, [q]uit")
             if answer in ("y", "a"):
                 current = step.rewritten
@@ -749,7 +749,7 @@ def diagnose(
             _diagnose_script(script, None, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
         with notebook_as_script(script) as (runnable, notebook):
             _diagnose_script(runnable, notebook, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
-    except (NotebookError, engine.FileChanged) as error:
+    except (NotebookError, FileChanged) as error:
         render.stderr.print(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
 
@@ -819,7 +819,7 @@ def _apply_repair(searched: Repair, diagnosis: Diagnosis, shown: Path, fix: bool
         raise typer.Exit(EXIT_FINDINGS)
     try:
         write_chosen(searched, diagnosis.script)
-    except engine.FileChanged as error:
+    except FileChanged as error:
         render.stderr.print(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
     fixed = chosen.candidate.module or shown

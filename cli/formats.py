@@ -16,10 +16,10 @@ from typing import Mapping, Sequence
 
 from gradfix import __version__
 from gradfix.codemods.config import project_root
-from gradfix.codemods.engine import FileReport, FixMode, PathError
+from gradfix.codemods.files import PathError
+from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
 from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.registry import all_rules, rule_by_code
-from gradfix.codemods.finding import Finding, FixKind
 from gradfix.codemods.rule import Rule
 
 SARIF_VERSION = "2.1.0"
@@ -259,17 +259,17 @@ def _artifact(path: str) -> dict:
 
 def rule_rewrites(report: FileReport, kinds: frozenset[FixKind] = frozenset(FixKind)) -> dict[str, FileReport]:
     """For each rule with a fix of ``kinds`` on offer in this file, its rewrite of the file on its
-    own (the engine fixes a file rule by rule; a rule's findings in one file share its rewrite).
+    own (``check`` fixes a file rule by rule; a rule's findings in one file share its rewrite).
     A notebook's rewrite changes only the text of the cells it fixes in its JSON."""
     if report.original is None:
         return {}
-    from gradfix.codemods import checker  # (LibCST: only where a finding has a fix)
+    from gradfix.codemods.check import check_source  # (LibCST: only where a finding has a fix)
 
     rewrites = {}
     for code in dict.fromkeys(f.code for f in report.findings if f.fix in kinds):
         offered = {f.fix for f in report.findings if f.code == code}
         mode = FixMode.UNSAFE if FixKind.UNSAFE in offered else FixMode.SAFE
-        rewrite = checker.check_source(report.original, [rule_by_code(code)], mode, report.path)
+        rewrite = check_source(report.original, [rule_by_code(code)], mode, report.path)
         if rewrite.changed:
             rewrites[code] = rewrite
     return rewrites

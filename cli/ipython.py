@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from IPython.core.error import UsageError
 
-from gradfix.codemods.finding import Finding, FixKind
+from gradfix.codemods.report import Finding, FixKind
 from gradfix.codemods.notebook import CellLine, Notebook, NotebookError, cell_source
 from gradfix.codemods.symptoms import SECOND_BACKWARD
 
@@ -303,7 +303,7 @@ class Extension:
 
     def explain(self, error: BaseException, tb: Any) -> str:
         """The explanation of the error, from its traceback and the code of the cells executed."""
-        from gradfix.codemods.engine import SourceError
+        from gradfix.codemods.report import SourceError
         from gradfix.codemods.execution.runner import RunResult
 
         self.proposal = None
@@ -440,7 +440,7 @@ class Extension:
         """Run the cells up to the one that failed (all of them before this one, if none failed) in a
         separate process, with anomaly mode; explain, and offer the fix the run proves."""
         from gradfix.cli.app import RUN_TIMEOUT
-        from gradfix.codemods.engine import SourceError
+        from gradfix.codemods.report import SourceError
         from gradfix.codemods.execution.diagnose import diagnose
         from gradfix.codemods.execution.repair import repair
         from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
@@ -530,8 +530,9 @@ def _diagnosis_of_traceback(history: History, run: RunResult) -> tuple[Diagnosis
     relate, the matching rule and its fix; and every finding in the cells. Raises ``SourceError``
     for a script it cannot parse."""
     from gradfix.codemods.analysis import FileAnalysis
-    from gradfix.codemods.checker import check_source, find_violations, parse_source
-    from gradfix.codemods.engine import FixMode
+    from gradfix.codemods.check import check_source, find_violations
+    from gradfix.codemods.parse import parse_source
+    from gradfix.codemods.report import FixMode
     from gradfix.codemods.execution.diagnose import Diagnosis, _explain_error
     from gradfix.codemods.registry import all_rules
 

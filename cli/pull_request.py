@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from gradfix.codemods import engine
-from gradfix.codemods.engine import FileReport
+from gradfix.codemods.files import unified_diff, write_atomically
+from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.registry import rule_by_code
-from gradfix.codemods.finding import Finding, FixKind
 
 from .github_api import GitHub, GitHubError, PullRequest, PullRequestExists, in_clear_text
 from .formats import markdown_cell
@@ -319,7 +318,7 @@ def _push_fixes(workspace: Workspace, changed: Sequence[FileReport]) -> bool:
     the remote branch holds exactly that already; whether it pushed."""
     settings, git = workspace.settings, workspace.git
     for report in changed:
-        engine.write_atomically(report.path, report.rewritten, expected=report.original)
+        write_atomically(report.path, report.rewritten, expected=report.original)
     git("add", "--", *(r.path for r in changed))
     tree = git("write-tree")
     if workspace.branch_holds(tree):
@@ -380,7 +379,7 @@ def pull_request_body(reports: Sequence[FileReport], base: str) -> str:
 
 
 def _collapsed_diff(report: FileReport) -> str:
-    diff = engine.unified_diff(report)
+    diff = unified_diff(report)
     longest = max((len(run) for run in re.findall(r"`+", diff)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"<details><summary>{markdown_cell(report.path)}</summary>\n\n{fence}diff\n{diff}{fence}\n\n</details>\n"

@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gradfix.codemods.engine import FileReport, PathError, unified_diff
+from gradfix.codemods.files import PathError, unified_diff
+from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.registry import rule_by_code
-from gradfix.codemods.finding import Finding, FixKind
 from gradfix.codemods.rule import Rule
 
 if TYPE_CHECKING:

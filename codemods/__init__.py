@@ -1,1 +1,1 @@
-"""The rules, the analysis they share, and the engine that runs them over files."""
+"""The rules, the analysis they share, and the pipeline that runs them over files (``run``)."""

@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Sequence, TypeVar
 
-from .checker import check_source
-from .engine import FileReport, FixMode
+from .check import check_source
+from .report import FileReport, Finding, FixMode
 from .registry import select_rules
-from .finding import Finding
 
 Source = TypeVar("Source", str, bytes)
 

@@ -35,7 +35,7 @@ from gradfix import __version__
 
 from . import typed_json
 from .analysis.project import ProjectSummaries
-from .engine import FileReport, FixMode
+from .report import FileReport, FixMode
 from .registry import rule_codes
 from .rule import Rule
 

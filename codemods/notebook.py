@@ -137,7 +137,7 @@ class Notebook:
     def cell_diffs(self, rewritten_notebook: bytes, name: str) -> str:
         """A unified diff of the notebook's file (``git apply`` takes it), each hunk headed with
         the cell it changes (where git shows a function's name)."""
-        from .engine import text_diff  # (the engine reads notebooks)
+        from .files import text_diff  # (files reads notebooks)
 
         after = file_lines(rewritten_notebook.decode("utf-8"))
         return text_diff(file_lines(self.text), after, name, self._cell_named)

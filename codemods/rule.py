@@ -2,7 +2,7 @@
 violations, each with the fix that removes it when the rule can prove one.
 
 One tree's answer. ``gradfix check`` runs the rules twice on a file with findings: first on its
-skeleton (``skeleton.py``: LibCST's node classes built from Python's own parser, with no
+skeleton (``parse.build_skeleton``: LibCST's node classes built from Python's own parser, with no
 parentheses, whitespace or comments), which only decides whether the file is parsed by LibCST and
 checked in full; a file whose skeleton has no finding is reported clean. So a rule's answer must
 not depend on which tree it reads: the same codes, as many times, on both. Read facts from the
@@ -19,7 +19,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
-from .finding import Finding, FixKind
+from .report import Finding, FixKind
 from .symptoms import SECOND_BACKWARD, Symptom
 
 if TYPE_CHECKING:  # a rule's metadata is read without loading LibCST and the analysis

@@ -1,5 +1,6 @@
-"""A file's text before any parse: the prefilter that tells, from the bytes alone, whether a file
-could backward a graph. A file that could not is never parsed by LibCST.
+"""A file's bytes before any parse: their text (``decoded``) and the prefilter that tells, from the
+bytes alone, whether a file could backward a graph. A file that could not, and that Python parses,
+is never parsed by LibCST (``prefiltered_report``).
 
 Plain text tests: this module never loads LibCST (a run answered by the cache, or by the
 prefilter, never pays for it).
@@ -7,10 +8,17 @@ prefilter, never pays for it).
 
 from __future__ import annotations
 
+import io
 import re
+import symtable
+import tokenize
+import warnings
 from typing import Iterable
 
-from .frameworks import TRAINER_HOOKS
+from .analysis.project import ProjectSummaries, written_names
+from .analysis.backward_api import TRAINER_HOOKS
+from .notebook import Notebook, NotebookError, is_notebook
+from .report import FileReport, SourceError
 
 _BACKWARD_CALL = re.compile(rb"backward\s*\(")
 # A class reaches a trainer's base only through a name whose last part the file writes (imported,
@@ -22,7 +30,7 @@ _TRAINER_BASES_BY_HOOK = {
 
 
 def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = ()) -> bool:
-    """Whether a file's text could backward anything in a way ``frameworks``' table knows: every
+    """Whether a file's text could backward anything in a way ``backward_api``'s table knows: every
     row's method or function is called as ``…backward(`` or lives in ``autograd``; a trainer
     backwards what its hooks return; ``helpers`` are other checked files' functions that backward, each as the module,
     name and method a file that calls it writes (``project.written_names``).
@@ -44,3 +52,56 @@ def may_call(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]]) -> bo
         module in source and name in source and (not method or re.search(rb"\b%s\s*\(" % method, source))
         for module, name, method in helpers
     )
+
+
+def decoded(data: bytes, path: str) -> tuple[str, str]:
+    """The text of a file's bytes and the encoding they declare; ``SourceError`` for bytes that are
+    not text in that encoding."""
+    if b"\0" in data:
+        raise SourceError(f"{path}: binary file (contains NUL bytes), skipped")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding), encoding
+    except (SyntaxError, LookupError, UnicodeDecodeError) as error:
+        raise SourceError(f"{path}: cannot decode: {error}") from None
+
+
+def prefiltered_report(data: bytes, path: str, project: ProjectSummaries | None = None) -> FileReport | None:
+    """The report of a file that LibCST need not parse: its code cannot backward a graph
+    (``may_backward``, calling none of ``project``'s functions) and Python parses it; nothing
+    found, or why it cannot be read (not text, not a notebook). None for a file that must be
+    parsed."""
+    if may_backward(data, written_names(project)):
+        return None
+    report = FileReport(path, original=data, prefiltered=True)
+    try:
+        skipped = _notebook_skips_parse(Notebook(data, path), project) if is_notebook(path) else _parses(decoded(data, path)[0])
+    except (SourceError, NotebookError) as error:
+        report.errors.append(str(error))
+        return report
+    return report if skipped else None
+
+
+def _notebook_skips_parse(notebook: Notebook, project: ProjectSummaries | None) -> bool:
+    # Its JSON may spell the cells' code with escapes: the cells are prefiltered too.
+    return not notebook.is_python or skips_parse(notebook.source, project)
+
+
+def skips_parse(code: bytes, project: ProjectSummaries | None = None) -> bool:
+    """Whether Python code need not be parsed by LibCST: it cannot backward a graph, and Python
+    parses it."""
+    return not may_backward(code, written_names(project)) and _parses(code)
+
+
+def _parses(code: str | bytes) -> bool:
+    """Whether Python parses ``code`` (building its symbol table parses it, at about 15% less CPU
+    than compiling it). Code it does not parse is parsed by LibCST, to say why (or to find
+    syntax newer than this Python, which LibCST reads): a file that cannot be parsed never reads
+    as clean."""
+    try:
+        with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
+            warnings.simplefilter("ignore")
+            symtable.symtable(code.decode("utf-8") if isinstance(code, bytes) else code, "<prefiltered>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True

@@ -18,8 +18,8 @@ _LAZY = {
     "Result": "gradfix.codemods.api",
     "check": "gradfix.codemods.api",
     "fix": "gradfix.codemods.api",
-    "Finding": "gradfix.codemods.finding",
-    "FixKind": "gradfix.codemods.finding",
+    "Finding": "gradfix.codemods.report",
+    "FixKind": "gradfix.codemods.report",
     "UnknownRuleError": "gradfix.codemods.registry",
 }
 __all__ = [*_LAZY, "__version__"]

@@ -33,7 +33,7 @@ from typing import Callable, Mapping
 import gradfix
 from gradfix.codemods.api import Result
 from gradfix.codemods.execution.runner import RunOptions, RunResult, ScriptRunner
-from gradfix.codemods.finding import Finding, FixKind
+from gradfix.codemods.report import Finding, FixKind
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.symptoms import SECOND_BACKWARD
 

@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FixMode
+from gradfix.codemods.check import check_source
+from gradfix.codemods.report import FixMode
 from gradfix.codemods.execution.runner import RunOptions, RunResult, ScriptRunner
 from gradfix.codemods.execution.verify import compare_gradients
 from gradfix.codemods.registry import all_rules

@@ -10,8 +10,8 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gradfix.codemods.analysis.optimizers import gradient_effects
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FixMode
+from gradfix.codemods.check import check_source
+from gradfix.codemods.report import FixMode
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.analysis.syntax import is_detach, is_name
 from gradfix.codemods.analysis.tree import LAYOUT, SyntaxTree, find_nodes

@@ -6,9 +6,10 @@ import pytest
 from typer.testing import CliRunner
 
 from gradfix.cli.app import app
-from gradfix.codemods import checker
+from gradfix.codemods import check
 from gradfix.codemods.cache import ReportCache
-from gradfix.codemods.engine import FixMode, check_files
+from gradfix.codemods.report import FixMode
+from gradfix.codemods.run import check_files
 from gradfix.codemods.registry import all_rules, select_rules
 from gradfix.codemods.shard import Shard
 
@@ -33,13 +34,13 @@ def machine(tmp_path, monkeypatch):
 def checked(monkeypatch):
     """The files each call of ``check_files`` really checked (the others came from the cache)."""
     paths = []
-    check_file = checker.check_file
+    check_file = check.check_file
 
     def counting(path, *args):
         paths.append(path.name)
         return check_file(path, *args)
 
-    monkeypatch.setattr(checker, "check_file", counting)
+    monkeypatch.setattr(check, "check_file", counting)
     return paths
 
 

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from gradfix.cli import app as cli_app
 from gradfix.cli import main, render
-from gradfix.codemods import engine
 from gradfix.cli.app import app
 from gradfix.codemods.config import find_config
 from gradfix.codemods.registry import all_rules
@@ -263,7 +262,7 @@ def test_a_write_that_fails_is_not_counted_as_fixed(cli, tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("gradfix.codemods.engine.write_atomically", full)
+    monkeypatch.setattr("gradfix.cli.app.write_atomically", full)
     result = cli("fix", script)
     assert result.exit_code == 2
     assert "Fixed 0 finding(s) in 0 file(s)" in result.stderr
@@ -527,7 +526,7 @@ def test_an_error_gradfix_did_not_foresee_exits_2_with_one_line_and_its_tracebac
     def broken(*args, **kwargs):
         raise RuntimeError("the disk said no")
 
-    monkeypatch.setattr(engine, "collect_files", broken)
+    monkeypatch.setattr("gradfix.cli.app.collect_files", broken)
     monkeypatch.setattr(render, "rules_table", broken)
     paths = [tmp_path] if command != ["rules"] else []
     assert run_main(monkeypatch, *command, *paths) == 2

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gradfix.codemods.engine import FixMode, check_files, collect_files
+from gradfix.codemods.files import collect_files
+from gradfix.codemods.report import FixMode
+from gradfix.codemods.run import check_files
 from gradfix.codemods.registry import all_rules
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

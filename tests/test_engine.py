@@ -10,12 +10,13 @@ import libcst as cst
 import pytest
 
 from gradfix.cli import Terminated
-from gradfix.codemods import checker, engine
+from gradfix.codemods import check, files, parse, run
 from gradfix.codemods.source import may_backward
 from gradfix.codemods.analysis.project import ExportedSummary, written_names
 from gradfix.codemods.edits import Fix
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FileChanged, FixMode, write_atomically
+from gradfix.codemods.check import check_source
+from gradfix.codemods.files import FileChanged, write_atomically
+from gradfix.codemods.report import FixMode
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.rule import FixKind, Rule, Violation
 
@@ -63,7 +64,7 @@ def test_a_crashing_rule_is_an_internal_error_for_that_file_only():
 def test_write_atomically_replaces_the_whole_file(tmp_path):
     target = tmp_path / "train.py"
     target.write_bytes(b"old\n")
-    engine.write_atomically(target, b"new\n")
+    files.write_atomically(target, b"new\n")
     assert target.read_bytes() == b"new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
 
@@ -76,9 +77,9 @@ def test_an_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path, mon
     def interrupted(*args):
         raise interruption
 
-    monkeypatch.setattr(engine.os, "replace", interrupted)
+    monkeypatch.setattr(files.os, "replace", interrupted)
     with pytest.raises(interruption):
-        engine.write_atomically(target, b"new\n")
+        files.write_atomically(target, b"new\n")
     assert target.read_bytes() == b"old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
 
@@ -89,10 +90,10 @@ def test_a_hard_linked_file_is_updated_in_place_for_every_name(tmp_path):
     other = tmp_path / "copy_of_train.py"
     os.link(target, other)
     inode = target.stat().st_ino
-    engine.write_atomically(target, b"new, longer\n", expected=b"old\n")
+    files.write_atomically(target, b"new, longer\n", expected=b"old\n")
     assert other.read_bytes() == target.read_bytes() == b"new, longer\n"
     assert target.stat().st_ino == inode and target.stat().st_nlink == 2
-    engine.write_atomically(other, b"n\n")
+    files.write_atomically(other, b"n\n")
     assert target.read_bytes() == b"n\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy_of_train.py", "train.py"]
 
@@ -101,7 +102,7 @@ def test_files_without_backward_are_not_parsed(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("parsed a file the prefilter should have skipped")
 
-    monkeypatch.setattr(checker.cst, "parse_module", fail)
+    monkeypatch.setattr(check.cst, "parse_module", fail)
     report = check_source(b"import torch\nx = torch.ones(3)\n", all_rules(), FixMode.SAFE)
     assert report.findings == [] and report.errors == []
 
@@ -113,13 +114,13 @@ def test_the_trusted_parse_builds_the_tree_the_validating_parse_builds():
             validated = cst.parse_module(data)
         except cst.ParserSyntaxError:
             continue
-        assert checker.parse_trusted(data).deep_equals(validated), path
+        assert parse.parse_trusted(data).deep_equals(validated), path
 
 
 @pytest.mark.parametrize("source", [b"x = 1\n", b"def (:\n"])
 def test_nodes_built_after_a_trusted_parse_are_validated_again(source):
     with contextlib.suppress(cst.ParserSyntaxError):
-        checker.parse_trusted(source)
+        parse.parse_trusted(source)
     with pytest.raises(cst.CSTValidationError):
         cst.Name("not a name")
 
@@ -261,8 +262,8 @@ def test_a_file_is_checked_with_the_summaries_of_the_helpers_it_imports(tmp_path
     steps_path, train_path = tmp_path / "pkg" / "steps.py", tmp_path / "pkg" / "train.py"
     steps_path.write_text(steps)
     train_path.write_text(train)
-    assert not checker.check_file(train_path, all_rules()).findings
-    steps_report, train_report = engine.check_files([steps_path, train_path], all_rules(), FixMode.NONE, jobs=1)
+    assert not check.check_file(train_path, all_rules()).findings
+    steps_report, train_report = run.check_files([steps_path, train_path], all_rules(), FixMode.NONE, jobs=1)
     assert [finding.code for finding in train_report.findings] == [code]
     assert not steps_report.findings
 
@@ -285,7 +286,7 @@ def test_a_diff_counts_lines_as_git_does(tmp_path):
     assert paged != before
     report = check_source(paged.encode(), all_rules(), FixMode.SAFE, "train.py")
     assert report.changed
-    diff = engine.unified_diff(report)
+    diff = files.unified_diff(report)
     assert "    optimizer.zero_grad()  # \x0c page \u2028 break\n" in diff
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
@@ -299,11 +300,11 @@ def test_walks_skip_what_the_exclusions_name_and_take_what_is_named():
     from gradfix.codemods.config import Config
 
     tree = FIXTURES / "separate_backwards"
-    default = engine.collect_files([tree]).files
+    default = files.collect_files([tree]).files
     assert default and all(path.name in ("before.py", "after.py", "ok.py", "reported.py") for path in default)
     excluded = Config(extend_exclude=("after.py", "ok_*")).excludes
-    kept = engine.collect_files([tree], excluded).files
+    kept = files.collect_files([tree], excluded).files
     assert kept and all(path.name != "after.py" and not path.parent.name.startswith("ok_") for path in kept)
     named = tree / "shared_trunk_for_loop" / "after.py"
-    assert engine.collect_files([named], excluded).files == [named]
-    assert engine.collect_files([named], excluded, excluded_named=excluded).files == []
+    assert files.collect_files([named], excluded).files == [named]
+    assert files.collect_files([named], excluded, excluded_named=excluded).files == []

@@ -11,9 +11,8 @@ from typer.testing import CliRunner
 
 from gradfix.cli import formats
 from gradfix.cli.app import app
-from gradfix.codemods.engine import FileReport
+from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.registry import all_rules
-from gradfix.codemods.finding import Finding, FixKind
 
 from .conftest import FIXTURES
 

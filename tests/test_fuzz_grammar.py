@@ -15,8 +15,8 @@ import libcst as cst
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FixMode
+from gradfix.codemods.check import check_source
+from gradfix.codemods.report import FixMode
 from gradfix.codemods.registry import all_rules
 
 from .conftest import FIXTURES

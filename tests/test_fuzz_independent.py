@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from gradfix.codemods.api import Result
-from gradfix.codemods.finding import Finding, FixKind
+from gradfix.codemods.report import Finding, FixKind
 
 from .independent_oracle import judge
 from .independent_programs import CORRECT, RAISING_KIND, all_parts, generate

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gradfix.cli.app import app
-from gradfix.codemods import engine
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FixMode
+from gradfix.codemods import files
+from gradfix.codemods.check import check_source
+from gradfix.codemods.report import FixMode
 from gradfix.codemods.notebook import Notebook, NotebookError
 from gradfix.codemods.registry import all_rules
 
@@ -122,7 +122,7 @@ def test_a_fix_rewrites_only_the_cells_it_changes_and_keeps_outputs_and_metadata
 def test_diff_is_the_notebook_files_and_git_apply_takes_it_with_a_scripts(tmp_path):
     original = hoisted_notebook()
     report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
-    diff = engine.unified_diff(report)
+    diff = files.unified_diff(report)
     assert diff.startswith("--- a/train.ipynb\n+++ b/train.ipynb\n")
     assert [line.split("@@ ")[-1] for line in diff.splitlines() if line.startswith("@@")] == ["cell 3", "cell 4"]
     assert '+    "    loss = criterion(model(x), y)\\n",\n' in diff
@@ -157,7 +157,7 @@ def test_a_fix_keeps_the_notebooks_own_layout(layout):
     report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
     assert [f.code for f in report.fixed] == ["GF003"]
     assert json.loads(report.rewritten)["cells"][3]["source"][1] == "    loss = criterion(model(x), y)\n"
-    changed = [line for line in engine.unified_diff(report).splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    changed = [line for line in files.unified_diff(report).splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
     assert len(changed) <= 6, changed  # the lines of the two sources that changed, not the file
     before, after = original.decode(), report.rewritten.decode()
     assert before[: before.index('"source"')] == after[: after.index('"source"')]  # the first cell's bytes and all before them

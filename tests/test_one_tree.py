@@ -27,10 +27,10 @@ from typing import Callable, Sequence
 
 import pytest
 
-from gradfix.codemods import checker
+from gradfix.codemods import check
 from gradfix.codemods.analysis import FileAnalysis
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FixMode
+from gradfix.codemods.check import check_source
+from gradfix.codemods.report import FixMode
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.rule import Violation, without_repeats
 
@@ -66,7 +66,7 @@ class _Watched:
         self.gate_found_nothing: bool | None = None  # None: no skeleton, the file went down the full path
         self.analyses: list[FileAnalysis] = []
         self.found_in_full: list[Violation] = []
-        gate, analysis, unrepeated = checker._skeleton_finds_nothing, checker.FileAnalysis, checker.without_repeats
+        gate, analysis, unrepeated = check._skeleton_finds_nothing, check.FileAnalysis, check.without_repeats
 
         def watched_gate(*arguments) -> bool:
             self.gate_found_nothing = gate(*arguments)
@@ -80,9 +80,9 @@ class _Watched:
             self.found_in_full = unrepeated(violations)
             return self.found_in_full
 
-        setattr_(checker, "_skeleton_finds_nothing", watched_gate)
-        setattr_(checker, "FileAnalysis", kept_analysis)
-        setattr_(checker, "without_repeats", kept_violations)
+        setattr_(check, "_skeleton_finds_nothing", watched_gate)
+        setattr_(check, "FileAnalysis", kept_analysis)
+        setattr_(check, "without_repeats", kept_violations)
 
     def check(self, data: bytes, path: str) -> tuple[list[tuple], list[tuple], Counter, Counter]:
         """The shipped findings, the full check's, and the codes the rules find on each tree

@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FixMode
+from gradfix.codemods.check import check_source
+from gradfix.codemods.report import FixMode
 from gradfix.codemods.registry import all_rules
 
 CORRECT = {

@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 
 from gradfix.codemods.execution.diagnose import diagnose
-from gradfix.codemods.engine import FileChanged
+from gradfix.codemods.files import FileChanged
 from gradfix.codemods.execution.repair import candidates, repair, write_chosen
 from gradfix.codemods.execution.runner import RunOptions
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FixMode
+from gradfix.codemods.check import check_source
+from gradfix.codemods.report import FixMode
 from gradfix.codemods import rule as rule_module
 from gradfix.codemods.registry import RULE_MODULES, all_rules, rule_codes, select_rules
 

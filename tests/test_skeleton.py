@@ -1,4 +1,4 @@
-"""The skeleton (``gradfix.codemods.skeleton``) is LibCST's tree of the same source, less whitespace,
+"""The skeleton (``gradfix.codemods.parse.build_skeleton``) is LibCST's tree of the same source, less whitespace,
 comments and punctuation: compared node by node with what LibCST's parser builds, on edge cases of
 the builder's own, the fixtures and the real code beside this checkout."""
 
@@ -10,11 +10,12 @@ import libcst as cst
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from gradfix.codemods import checker
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FixMode, decoded
+from gradfix.codemods import check
+from gradfix.codemods.check import check_source
+from gradfix.codemods.report import FixMode
+from gradfix.codemods.source import decoded
 from gradfix.codemods.registry import all_rules
-from gradfix.codemods.skeleton import build_skeleton
+from gradfix.codemods.parse import build_skeleton
 
 from .conftest import FIXTURES, SHARED_CASES
 
@@ -150,7 +151,7 @@ def test_a_file_the_skeleton_finds_nothing_in_is_never_parsed_by_libcst(monkeypa
     def fail(*args, **kwargs):
         raise AssertionError("LibCST parsed a file whose skeleton has no finding")
 
-    monkeypatch.setattr(checker.cst, "parse_module", fail)
+    monkeypatch.setattr(check.cst, "parse_module", fail)
     report = check_source((FIXTURES / "duplicate_backward" / "ok_lightning_gradient_penalty_returned_loss" / "ok.py").read_bytes(), all_rules())
     assert report.findings == [] and report.errors == [] and report.internal_errors == []
 

@@ -3,8 +3,8 @@ what it cannot know. An unknown never licenses a rewrite; at most it lets a rule
 
 import re
 
-from gradfix.codemods.checker import check_source
-from gradfix.codemods.engine import FileReport, FixMode
+from gradfix.codemods.check import check_source
+from gradfix.codemods.report import FileReport, FixMode
 from gradfix.codemods.registry import all_rules
 
 

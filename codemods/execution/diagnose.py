@@ -22,8 +22,10 @@ import libcst as cst
 
 from ..analysis import FileAnalysis, code_of, is_name, method_called
 from ..analysis.assignments import APPENDING_METHODS
-from ..checker import check_source, find_violations, parse_source
-from ..engine import FileReport, FixMode, SourceError, unified_diff, write_atomically
+from ..check import check_source, find_violations
+from ..files import unified_diff, write_atomically
+from ..parse import parse_source
+from ..report import FileReport, FixMode, SourceError
 from ..notebook import Notebook
 from ..registry import all_rules, rule_by_code
 from ..rule import Finding, FixKind, Rule

@@ -67,9 +67,10 @@ from ..analysis import (
     method_called,
     read_names,
 )
-from ..checker import parse_source
+from ..parse import parse_source
 from ..edits import Fix, apply_fixes
-from ..engine import SourceError, write_atomically
+from ..files import write_atomically
+from ..report import SourceError
 from .diagnose import SECOND_BACKWARD, Diagnosis, _explain_error
 from .runner import COMPARED_STEPS, Frame, HeldGraph, RunOptions, RunResult, ScriptRunner
 

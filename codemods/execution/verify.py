@@ -21,8 +21,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from ..checker import check_source
-from ..engine import FileReport, FixMode, unified_diff, unreadable_kind
+from ..check import check_source
+from ..files import unified_diff, unreadable_kind
+from ..report import FileReport, FixMode
 from ..registry import all_rules
 from ..rule import FixKind, Rule
 from .runner import RunOptions, RunResult, ScriptRunner

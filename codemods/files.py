@@ -1,18 +1,11 @@
-"""Files in, findings and rewritten sources out. The library API behind the CLI; it never prints.
-
-Data flows one way: paths → files → one parse per file → one analysis → every selected rule →
-violations → fixes applied (re-parsed, repeated until nothing more applies) → a ``FileReport``.
-``checker`` checks one file; this module finds the files, answers unchanged ones from the cache and
-checks the others on several processes. Writing files is left to the caller, through
-``write_atomically``. Nothing here loads LibCST or the analysis: a run answered by the cache never
-pays for them.
-"""
+"""Files on disk: which ones a run checks (``collect_files``: folders walked, what git ignores left
+out, each file once), how a fix is written (``write_atomically``: never half a file, never over
+someone's edit) and shown (``unified_diff``)."""
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import enum
 import errno
 import io
 import os
@@ -20,56 +13,17 @@ import re
 import signal
 import stat
 import subprocess
-import symtable
 import tempfile
 import tokenize
-import warnings
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
-from .source import may_backward, may_call
-from .analysis.project import ExportedSummary, ProjectSummaries, importable_names, project_summaries, written_names
 from .config import Config
-from .finding import Finding, FixKind
-from .notebook import Notebook, NotebookError, file_lines, is_notebook
-
-if TYPE_CHECKING:
-    from .cache import ReportCache
-    from .rule import Rule
-
-class FixMode(enum.Enum):
-    NONE = "none"
-    SAFE = "safe"
-    UNSAFE = "unsafe"
-
-    def allows(self, kind: FixKind | None) -> bool:
-        if kind is None or self is FixMode.NONE:
-            return False
-        return self is FixMode.UNSAFE or kind is FixKind.SAFE
+from .notebook import Notebook, file_lines, is_notebook
+from .report import FileReport
 
 
-@dataclass
-class FileReport:
-    path: str
-    findings: list[Finding] = field(default_factory=list)  # what is left (after fixing, if fixing)
-    fixed: list[Finding] = field(default_factory=list)
-    original: bytes | None = None
-    rewritten: bytes | None = None  # set only when fixes changed the file
-    errors: list[str] = field(default_factory=list)  # bad input: the file could not be checked
-    internal_errors: list[str] = field(default_factory=list)  # a fix gradfix made was wrong
-    exports: dict[str, ExportedSummary] = field(default_factory=dict)  # summaries other files may import
-    imports: set[str] = field(default_factory=set)  # dotted names the file imports
-    prefiltered: bool = False  # never parsed: its text could not backward (``may_backward``)
-
-    @property
-    def changed(self) -> bool:
-        return self.rewritten is not None
-
-
-# files -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PathError:
     """A path that cannot be checked; ``message`` reads ``path: why``, or ``path:line: why``
@@ -291,147 +245,6 @@ def _overwrite_in_place(target: Path, data: bytes) -> None:
             os.fsync(handle.fileno())
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-class SourceError(ValueError):
-    """A file that cannot be checked: binary, undecodable or unparsable. The message names it."""
-
-
-def decoded(data: bytes, path: str) -> tuple[str, str]:
-    """The text of a file's bytes and the encoding they declare; ``SourceError`` for bytes that are
-    not text in that encoding."""
-    if b"\0" in data:
-        raise SourceError(f"{path}: binary file (contains NUL bytes), skipped")
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding), encoding
-    except (SyntaxError, LookupError, UnicodeDecodeError) as error:
-        raise SourceError(f"{path}: cannot decode: {error}") from None
-
-
-def prefiltered_report(data: bytes, path: str, project: ProjectSummaries | None = None) -> FileReport | None:
-    """The report of a file that LibCST need not parse: its code cannot backward a graph
-    (``may_backward``, calling none of ``project``'s functions) and Python parses it; nothing
-    found, or why it cannot be read (not text, not a notebook). None for a file that must be
-    parsed."""
-    if may_backward(data, written_names(project)):
-        return None
-    report = FileReport(path, original=data, prefiltered=True)
-    try:
-        skipped = _notebook_skips_parse(Notebook(data, path), project) if is_notebook(path) else _parses(decoded(data, path)[0])
-    except (SourceError, NotebookError) as error:
-        report.errors.append(str(error))
-        return report
-    return report if skipped else None
-
-
-def _notebook_skips_parse(notebook: Notebook, project: ProjectSummaries | None) -> bool:
-    # Its JSON may spell the cells' code with escapes: the cells are prefiltered too.
-    return not notebook.is_python or skips_parse(notebook.source, project)
-
-
-def skips_parse(code: bytes, project: ProjectSummaries | None = None) -> bool:
-    """Whether Python code need not be parsed by LibCST: it cannot backward a graph, and Python
-    parses it."""
-    return not may_backward(code, written_names(project)) and _parses(code)
-
-
-def _parses(code: str | bytes) -> bool:
-    """Whether Python parses ``code`` (building its symbol table parses it, at about 15% less CPU
-    than compiling it). Code it does not parse is parsed by LibCST, to say why (or to find
-    syntax newer than this Python, which LibCST reads): a file that cannot be parsed never reads
-    as clean."""
-    try:
-        with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
-            warnings.simplefilter("ignore")
-            symtable.symtable(code.decode("utf-8") if isinstance(code, bytes) else code, "<prefiltered>", "exec")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return True
-
-
-# many files ------------------------------------------------------------------------------------
-def check_files(
-    files: Sequence[Path],
-    rules: Sequence[type[Rule]],
-    mode: FixMode = FixMode.NONE,
-    jobs: int | None = None,
-    cache: ReportCache | None = None,
-) -> list[FileReport]:
-    """Reports for ``files``, in order, computed on ``jobs`` processes (all cores by default);
-    with ``cache``, reports of unchanged files are taken from it and new ones kept in it.
-
-    Every file is checked once; then the files that import a function (or a class, for its
-    methods) of another checked file whose summary matters (it backwards an argument, or returns
-    a tensor it backwarded) are checked again with those summaries, and so are the files the
-    prefilter skipped that name one."""
-    reports = _cached_map(files, rules, mode, jobs, None, cache)
-    project = project_summaries((report.path, report.exports) for report in reports if report.exports)
-    importable, helpers = importable_names(project), written_names(project)
-    again = [
-        i
-        for i, report in enumerate(reports)
-        if report.imports & importable or report.prefiltered and may_call(report.original, helpers)
-    ]
-    for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
-        reports[index] = report
-    return reports
-
-
-def _cached_map(
-    files: Sequence[Path],
-    rules: Sequence[type[Rule]],
-    mode: FixMode,
-    jobs: int | None,
-    project: ProjectSummaries | None,
-    cache: ReportCache | None,
-) -> list[FileReport]:
-    if cache is None:
-        return _map_files(files, rules, mode, jobs, project)
-    reports: list[FileReport | None] = []
-    for path in files:
-        try:
-            data = Path(path).read_bytes()
-        except OSError:
-            reports.append(None)  # checking it says why it cannot be read
-            continue
-        reports.append(cache.load(cache.key(path, data, rules, mode, project)))
-    missing = [i for i, report in enumerate(reports) if report is None]
-    for index, report in zip(missing, _map_files([files[i] for i in missing], rules, mode, jobs, project)):
-        reports[index] = report
-        if report.original is not None:  # keyed by the bytes the check read, even if the file changed since
-            cache.store(cache.key(files[index], report.original, rules, mode, project), report)
-    return reports
-
-
-def _map_files(
-    files: Sequence[Path], rules: Sequence[type[Rule]], mode: FixMode, jobs: int | None, project: ProjectSummaries | None
-) -> list[FileReport]:
-    if not files:
-        return []
-    # LibCST and the analysis load here, in this process before it forks the workers, and only when
-    # some file is not answered by the cache.
-    from .checker import check_file
-
-    jobs = jobs or os.cpu_count() or 1
-    rules = tuple(rules)  # a selection's rules are imported here too, once, not by each worker
-    if jobs == 1 or len(files) < 2 * jobs:
-        return [check_file(path, rules, mode, project) for path in files]
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
-        # Small chunks: the files that must be parsed cluster (a folder of long training scripts),
-        # and chunks of 32 files left one worker idle at the end (0.2 s of diffusers' cold check).
-        chunk = max(1, min(4, len(files) // (jobs * 4)))
-        try:
-            return list(pool.map(_check_file_job, [(path, rules, mode, project) for path in files], chunksize=chunk))
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-
-
-def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode, ProjectSummaries | None]) -> FileReport:
-    from .checker import check_file  # loaded by the process that forked this one
-
-    return check_file(*job)
 
 
 def unified_diff(report: FileReport) -> str:

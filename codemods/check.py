@@ -1,6 +1,7 @@
-"""One file's check: parse it once, analyse it once, run every selected rule, and apply the fixes
-the mode allows (re-parsed, repeated until nothing more applies). The library API for one file;
-``engine`` runs it over many.
+"""One file's check: the skeleton gate (a file whose skeleton has no finding is done), then one
+LibCST parse, one analysis, every selected rule, ``# noqa`` comments, and the fixes the mode allows
+(re-parsed, repeated until nothing more applies). The library API for one file; ``run`` runs it over
+many.
 """
 
 from __future__ import annotations
@@ -9,37 +10,36 @@ import ast
 import contextlib
 import gc
 import io
-import keyword
 import re
 import sys
 import tokenize
-import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import libcst as cst
-from libcst import CSTNode
 
 from .analysis import FileAnalysis, ProjectSummaries
 from .edits import apply_fixes, compatible
-from .engine import FileReport, FixMode, SourceError, decoded, prefiltered_report, skips_parse
-from .finding import Finding
 from .notebook import Notebook, NotebookError, is_notebook
+from .parse import Skeleton, build_skeleton, compile_error, parse_decoded, parse_trusted, refuse_deep_nesting
 from .registry import RULE_MODULES
+from .report import FileReport, Finding, FixMode, SourceError
 from .rule import Rule, Violation, without_repeats
-from .skeleton import Skeleton, build_skeleton
+from .source import decoded, prefiltered_report, skips_parse
+
 
 MAX_FIX_ROUNDS = 5
-# LibCST's native parser recurses on the C stack at each level of the tree it builds: some
-# thousands of levels (a sum of 12,000 terms, a long `a and b and …` or `elif` chain) overflow
-# it, which kills the process (SIGSEGV), and its parse takes seconds long before that. Python's
-# own analysis of such a tree would give up anyway (its recursion limit is 1,000 frames).
-NESTING_LIMIT = 1000
+
+
 # `# noqa` (every rule) or `# noqa: GF001, duplicate_backward` anywhere in a comment; a whole file's
 # `# gradfix: noqa` (or `# gradfix: noqa: GF001`) as a comment on a line of its own, as ruff's.
 _NOQA = re.compile(r"#\s*noqa\b(?P<listed>\s*:(?P<codes>.*))?", re.IGNORECASE)
+
+
 _FILE_NOQA = re.compile(r"#\s*gradfix\s*:\s*noqa\b(?P<listed>\s*:(?P<codes>.*))?", re.IGNORECASE)
+
+
 _CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
 
 
@@ -53,44 +53,6 @@ def check_file(
         report.errors.append(f"{path}: cannot read: {error.strerror or error}")
         return report
     return check_source(data, rules, mode, str(path), project)
-
-
-def parse_source(data: bytes, path: str) -> cst.Module:
-    """Parse a file's bytes, or raise ``SourceError`` saying why it cannot be."""
-    text, _ = decoded(data, path)
-    _refuse_deep_nesting(text, path)
-    return _parsed(data, path)
-
-
-def _parsed(data: bytes, path: str) -> cst.Module:
-    """Parse bytes known to be text and not nested too deep, or raise ``SourceError`` saying why
-    they cannot be."""
-    try:
-        return parse_trusted(data)
-    except cst.ParserSyntaxError as error:
-        raise SourceError(f"{path}:{_syntax_error(data, error)}") from None
-    except (RecursionError, MemoryError) as error:
-        raise SourceError(f"{path}: cannot parse: {type(error).__name__}") from None
-
-
-def parse_trusted(data: bytes) -> cst.Module:
-    """``cst.parse_module``, without LibCST checking each node the parser builds. Every node's
-    constructor validates its fields (whitespace by regular expression, names, parentheses), which
-    the parser's own output always passes; that is 12–15% of a parse. (LibCST says as much beside
-    ``CSTNode.__post_init__``.) The nodes of gradfix's edits are built outside this call, and are
-    validated as usual."""
-    validating = CSTNode.__dict__.get("__post_init__")
-    if validating is None:  # a LibCST that validates elsewhere: parse as it does
-        return cst.parse_module(data)
-    CSTNode.__post_init__ = _trusted  # type: ignore[method-assign]
-    try:
-        return cst.parse_module(data)
-    finally:
-        CSTNode.__post_init__ = validating  # type: ignore[method-assign]
-
-
-def _trusted(node: CSTNode) -> None:
-    """A node's constructor hook that accepts the node as the parser built it."""
 
 
 def check_source(
@@ -138,10 +100,10 @@ def _check_python(
         text, encoding = decoded(data, path)
         skeleton = build_skeleton(text, encoding)
         if skeleton is None:
-            _refuse_deep_nesting(text, path)
+            refuse_deep_nesting(text, path)
         elif _skeleton_finds_nothing(report, skeleton, data, rules, project):
             return report
-        module = _parsed(data, path)
+        module = parse_decoded(data, path)
     except SourceError as error:
         report.errors.append(str(error))
         return report
@@ -177,90 +139,6 @@ def _skeleton_finds_nothing(
     except Exception:  # the full check meets the same error in the analysis, and reports it
         return False
     return True
-
-
-def _refuse_deep_nesting(text: str, path: str) -> None:
-    """Raise ``SourceError`` for code that may nest deeper than ``NESTING_LIMIT``."""
-    line = _line_nested_deeper_than(text, NESTING_LIMIT)
-    if line is not None:
-        raise SourceError(f"{path}:{line}: too deeply nested to parse (more than {NESTING_LIMIT} levels)")
-
-
-def _line_nested_deeper_than(text: str, limit: int) -> int | None:
-    """The first line of the first statement whose depth in LibCST's tree of ``text`` may exceed
-    ``limit``, or None. Counted as at least that depth: in a statement, each operator, keyword,
-    string and bracket may add a level to the element (of those commas separate) it is in; each
-    block adds a few, and so does each ``elif`` of a chain, nested in the one before. The count
-    stops at a token Python's tokenizer rejects (syntax newer than this Python that LibCST reads,
-    such as an f-string in the quotes of the f-string it is in, is not counted past it)."""
-    blocks, statement_line, elifs = 0, 0, {}  # elifs: the length of the chain at each column
-    brackets = [_Element()]
-    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
-    try:
-        for kind, string, start, _, _ in tokens:
-            if kind == tokenize.NAME:
-                if not statement_line:
-                    statement_line, column = start
-                    elifs = {c: n for c, n in elifs.items() if c < column or c == column and string in ("elif", "else")}
-                    if string == "elif":
-                        elifs[column] = elifs.get(column, 0) + 1
-                elif string in _KEYWORDS:
-                    brackets[-1].levels += 1
-            elif kind == tokenize.OP or kind == tokenize.STRING:
-                statement_line = statement_line or start[0]
-                if string in "([{":
-                    brackets[-1].levels += 1
-                    brackets.append(_Element())
-                elif string in ")]}" and len(brackets) > 1:
-                    inner = _closed(brackets[-1:])
-                    brackets.pop()
-                    brackets[-1].inner = max(brackets[-1].inner, inner)
-                elif string == ",":
-                    brackets[-1].end()
-                elif string == ";":
-                    if 3 * blocks + sum(elifs.values()) + _closed(brackets) > limit:
-                        return statement_line
-                    brackets = [_Element()]
-                else:
-                    brackets[-1].levels += 1
-            elif kind == tokenize.NEWLINE or kind == tokenize.ENDMARKER:
-                if 3 * blocks + sum(elifs.values()) + _closed(brackets) > limit:
-                    return statement_line
-                brackets, statement_line = [_Element()], 0
-            elif kind == tokenize.INDENT:
-                blocks += 1
-            elif kind == tokenize.DEDENT:
-                blocks -= 1
-    except (tokenize.TokenError, SyntaxError):
-        if 3 * blocks + sum(elifs.values()) + _closed(brackets) > limit:
-            return statement_line or 1
-    return None
-
-
-_KEYWORDS = frozenset(keyword.kwlist)
-
-
-class _Element:
-    """The levels counted so far in one element of an open bracket (or of a statement)."""
-
-    def __init__(self) -> None:
-        self.levels = 0  # tokens of the element itself
-        self.inner = 0  # the deepest bracket it holds
-        self.deepest = 0  # the deepest element before it in the same bracket
-
-    def end(self) -> None:
-        self.deepest = max(self.deepest, self.levels + self.inner)
-        self.levels = self.inner = 0
-
-
-def _closed(brackets: list[_Element]) -> int:
-    """The depth of the outermost of ``brackets``, closing every one still open."""
-    inner = 0
-    for element in reversed(brackets):
-        element.inner = max(element.inner, inner)
-        element.end()
-        inner = element.deepest
-    return inner
 
 
 def _check_notebook(
@@ -336,7 +214,7 @@ def _fix_until_stable(
     analysis = FileAnalysis(module, project, data, python_tree)
     report.exports, report.imports = analysis.exports(), analysis.imports()
     violations = find_violations(analysis, rules)
-    if violations and (error := _compile_error(analysis, path)):
+    if violations and (error := compile_error(analysis, path)):
         # LibCST parses more than this Python compiles (3.12 syntax, `continue` outside a loop):
         # such a file is not gradfix's to judge, and any rewrite of it would look like gradfix's fault.
         report.errors.append(f"{path}:{error.lineno}: does not compile on Python {sys.version_info.major}.{sys.version_info.minor}: {error.msg}")
@@ -350,7 +228,7 @@ def _fix_until_stable(
         try:
             rewritten_bytes = apply_fixes(module, chosen).bytes
             rewritten = FileAnalysis(parse_trusted(rewritten_bytes), project, rewritten_bytes)
-            if error := _compile_error(rewritten, path):
+            if error := compile_error(rewritten, path):
                 raise error
         except (cst.ParserSyntaxError, SyntaxError, ValueError) as error:
             report.internal_errors.append(
@@ -390,27 +268,6 @@ def _final_line_endings_kept(original: bytes, rewritten: bytes) -> bytes:
     if not original.endswith(b"\r"):
         return rewritten
     return rewritten.rstrip(b"\r") + original[len(original.rstrip(b"\r")):]
-
-
-def _compile_error(analysis: FileAnalysis, path: str) -> SyntaxError | None:
-    """Why Python would not compile the analysed module (its syntax tree, which placing findings
-    parsed already), or None."""
-    try:
-        with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
-            warnings.simplefilter("ignore")
-            compile(analysis.python_tree, path, "exec", dont_inherit=True)
-    except SyntaxError as error:
-        return error
-    return None
-
-
-def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:
-    """``line: cannot parse: why``; Python's own parser words it best and places it exactly."""
-    try:
-        ast.parse(data)
-    except SyntaxError as python_error:
-        return f"{python_error.lineno}: cannot parse: {python_error.msg}"
-    return f"{error.raw_line}: cannot parse: {error.message}"
 
 
 def find_violations(analysis: FileAnalysis, rules: Sequence[type[Rule]]) -> list[Violation]:

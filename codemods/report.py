@@ -1,0 +1,76 @@
+"""What a check says of a file: its ``Finding``s, the kind of fix each offers, the ``FileReport`` of
+one file and the ``FixMode`` it was checked in. Plain data, with no dependency on the analysis:
+reports are read back from the cache (and pass between processes) without loading it."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .analysis.project import ExportedSummary
+
+
+class FixKind(str, enum.Enum):
+    SAFE = "safe"  # keeps what the program computes, or only removes the error
+    UNSAFE = "unsafe"  # changes the maths; applied only with --unsafe-fixes
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem at one place, as users see it."""
+
+    code: str
+    line: int
+    column: int
+    message: str
+    fix: FixKind | None = None  # the kind of fix on offer, if any
+    related_lines: tuple[int, ...] = ()  # other lines involved (the other backward, the loop, …)
+    path: str = ""
+    cell: int | None = None  # in a notebook, the cell that ``line`` counts in
+    related_cells: tuple[int, ...] = ()  # in a notebook, the cell each of ``related_lines`` counts in
+    end_line: int = 0  # where the flagged code ends (0: not known)
+    end_column: int = 0
+
+    @property
+    def location(self) -> str:
+        """``path:line:column``, or ``path:cell N:line:column`` in a notebook."""
+        cell = "" if self.cell is None else f"cell {self.cell}:"
+        return f"{self.path}:{cell}{self.line}:{self.column}"
+
+    def render(self) -> str:
+        """One line, the same with or without colour; ends with the kind of fix on offer."""
+        marker = f" [{self.fix.value} fix]" if self.fix is not None else ""
+        return f"{self.location}: {self.code} {self.message}{marker}"
+
+
+class FixMode(enum.Enum):
+    NONE = "none"
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+    def allows(self, kind: FixKind | None) -> bool:
+        if kind is None or self is FixMode.NONE:
+            return False
+        return self is FixMode.UNSAFE or kind is FixKind.SAFE
+
+
+@dataclass
+class FileReport:
+    path: str
+    findings: list[Finding] = field(default_factory=list)  # what is left (after fixing, if fixing)
+    fixed: list[Finding] = field(default_factory=list)
+    original: bytes | None = None
+    rewritten: bytes | None = None  # set only when fixes changed the file
+    errors: list[str] = field(default_factory=list)  # bad input: the file could not be checked
+    internal_errors: list[str] = field(default_factory=list)  # a fix gradfix made was wrong
+    exports: dict[str, ExportedSummary] = field(default_factory=dict)  # summaries other files may import
+    imports: set[str] = field(default_factory=set)  # dotted names the file imports
+    prefiltered: bool = False  # never parsed: its text could not backward (``may_backward``)
+
+    @property
+    def changed(self) -> bool:
+        return self.rewritten is not None
+
+
+class SourceError(ValueError):
+    """A file that cannot be checked: binary, undecodable or unparsable. The message names it."""

@@ -1,0 +1,202 @@
+"""The pipeline's two layers, read from the import statements (docs/contributing.md, "Layout").
+
+The plain layer never loads LibCST: a run the cache (or the text prefilter) answers stays cheap.
+Only ``run`` hands files over to the LibCST layer, inside the function that checks the files the
+cache does not answer. No two modules import each other, directly or around a loop.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Import name -> folder (pyproject's package-dir).
+PACKAGES = {"gradfix": ROOT / "gradfix", "gradfix.codemods": ROOT / "codemods", "gradfix.cli": ROOT / "cli"}
+CODEMODS = "gradfix.codemods"
+PLAIN_LAYER = {
+    f"{CODEMODS}.{name}"
+    for name in (
+        "report", "files", "source", "frameworks", "summaries", "config", "cache", "shard", "notebook", "symptoms",
+        "registry", "rule", "run", "typed_json",
+    )
+}
+LIBCST_LAYER = {f"{CODEMODS}.{name}" for name in ("parse", "check", "edits", "analysis", "rules", "execution")}
+# Until the framework rows and the cross-file summaries have their plain modules, the plain layer
+# reads them from analysis/ (backward_api, project): allowed while what it loads loads no LibCST.
+READ_BY_THE_PLAIN_LAYER = {f"{CODEMODS}.analysis"}
+ENTRY_POINTS = {f"{CODEMODS}.api"}  # the library's door: one source (LibCST) or many paths (run)
+# The one import from the plain layer into the LibCST layer: the files the cache does not answer
+# are checked, and only then is LibCST loaded.
+HAND_OVER = {(f"{CODEMODS}.run", f"{CODEMODS}.check")}
+
+
+def _module_files() -> dict[str, Path]:
+    modules = {}
+    for package, folder in PACKAGES.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join((package, *parts))] = path
+    return modules
+
+
+MODULES = _module_files()
+TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
+
+
+def _package_of(module: str) -> str:
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _top_level_names(module: str) -> set[str]:
+    names = set()
+    for node in TREES[module].body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).partition(".")[0] for alias in node.names)
+    return names
+
+
+def _lazy_definers(package: str, name: str) -> set[str]:
+    """The modules of ``package`` that may define ``name`` when the package hands it out on first
+    use (a module ``__getattr__``): the submodules whose top level defines it."""
+    if package not in MODULES or name in _top_level_names(package) or "__getattr__" not in _top_level_names(package):
+        return set()
+    prefix = package + "."
+    return {m for m in MODULES if m.startswith(prefix) and "." not in m[len(prefix):] and name in _top_level_names(m)}
+
+
+def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The modules an import statement runs: each module it names and the packages above it
+    (those above the importer are loaded already), and for ``from package import name`` the
+    submodule ``name``, or the module a lazy package loads it from."""
+    named: set[str] = set()
+    if isinstance(node, ast.Import):
+        named = {alias.name for alias in node.names}
+    else:
+        base = node.module or ""
+        if node.level:
+            package = _package_of(importer)
+            for _ in range(node.level - 1):
+                package = package.rpartition(".")[0]
+            base = f"{package}.{base}" if base else package
+        named.add(base)
+        for alias in node.names:
+            submodule = f"{base}.{alias.name}"
+            named |= {submodule} if submodule in MODULES else _lazy_definers(base, alias.name)
+    targets = set()
+    for module in named:
+        parts = module.split(".")
+        for end in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:end])
+            if prefix in MODULES and not (importer == prefix or importer.startswith(prefix + ".") and end < len(parts)):
+                targets.add(prefix)
+        if parts[0] == "libcst":
+            targets.add("libcst")
+    return targets
+
+
+def _imports(module: str) -> tuple[set[str], set[str]]:
+    """The modules ``module`` imports when it is imported, and those its functions import when they
+    run; imports under ``if TYPE_CHECKING:`` never run and are left out."""
+    at_import, in_functions = set(), set()
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for statement in child.orelse:
+                    visit_statement(statement, in_function)
+                continue
+            visit_statement(child, in_function)
+
+    def visit_statement(node: ast.AST, in_function: bool) -> None:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            (in_functions if in_function else at_import).update(_targets(module, node))
+        visit(node, in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(TREES[module], False)
+    return at_import, in_functions
+
+
+IMPORTS = {module: _imports(module) for module in MODULES}
+
+
+def _layer(module: str) -> str | None:
+    for layer, members in (("plain", PLAIN_LAYER), ("libcst", LIBCST_LAYER), ("entry", ENTRY_POINTS)):
+        if any(module == m or module.startswith(m + ".") for m in members):
+            return layer
+    return None
+
+
+def _forbidden(module: str) -> bool:
+    """Whether the plain layer may not load ``module``: LibCST, or a module of the LibCST layer."""
+    read = any(module == m or module.startswith(m + ".") for m in READ_BY_THE_PLAIN_LAYER)
+    return module == "libcst" or _layer(module) == "libcst" and not read
+
+
+def _loop() -> list[str]:
+    """One loop of module-level imports, or []."""
+    state: dict[str, str] = {}
+    path: list[str] = []
+
+    def search(module: str) -> list[str]:
+        state[module], path[len(path):] = "open", [module]
+        for target in sorted(IMPORTS[module][0] & MODULES.keys()):
+            if state.get(target) == "open":
+                return path[path.index(target):] + [target]
+            if target not in state and (found := search(target)):
+                return found
+        state[module] = "done"
+        path.pop()
+        return []
+
+    for module in MODULES:
+        if module not in state and (found := search(module)):
+            return found
+    return []
+
+
+def _reach_of_plain(module: str) -> dict[str, list[str]]:
+    """What ``module`` loads, each with the chain of imports that loads it: what it imports, and
+    what a function of the library (``gradfix.codemods``) imports when it runs; the hand-over to
+    the LibCST layer is not followed. (The command and the package above the library are its
+    callers: a function of theirs runs only when they call it.)"""
+    chains = {module: [module]}
+    queue = [module]
+    while queue:
+        current = queue.pop(0)
+        at_import, in_functions = IMPORTS.get(current, (set(), set()))
+        for target in sorted(at_import | in_functions if current.startswith(CODEMODS + ".") else at_import):
+            if target not in chains and (current, target) not in HAND_OVER:
+                chains[target] = chains[current] + [target]
+                if target in MODULES:
+                    queue.append(target)
+    return chains
+
+
+def test_no_import_loop():
+    assert _loop() == []
+
+
+def test_every_module_of_the_library_has_a_layer():
+    top_level = {m for m in MODULES if m.startswith(CODEMODS + ".") and m.count(".") == 2}
+    assert {m for m in top_level if _layer(m) is None} == set()
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) == "plain"))
+def test_the_plain_layer_never_loads_libcst(module):
+    reached = {target: " -> ".join(chain) for target, chain in _reach_of_plain(module).items() if _forbidden(target)}
+    assert reached == {}
+
+
+def test_the_hand_over_is_the_one_place_the_plain_layer_imports_the_libcst_layer():
+    direct = {(m, t) for m in MODULES if _layer(m) == "plain" for t in set().union(*IMPORTS[m]) if _forbidden(t)}
+    assert direct <= HAND_OVER
