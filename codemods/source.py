@@ -16,7 +16,7 @@ import warnings
 from typing import Iterable
 
 from .analysis.project import ProjectSummaries, written_names
-from .analysis.backward_api import TRAINER_HOOKS
+from .frameworks import TRAINER_HOOKS
 from .notebook import Notebook, NotebookError, is_notebook
 from .report import FileReport, SourceError
 
@@ -30,7 +30,7 @@ _TRAINER_BASES_BY_HOOK = {
 
 
 def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = ()) -> bool:
-    """Whether a file's text could backward anything in a way ``backward_api``'s table knows: every
+    """Whether a file's text could backward anything in a way ``frameworks``' table knows: every
     row's method or function is called as ``…backward(`` or lives in ``autograd``; a trainer
     backwards what its hooks return; ``helpers`` are other checked files' functions that backward, each as the module,
     name and method a file that calls it writes (``project.written_names``).
