@@ -26,8 +26,8 @@ from gradfix.codemods.config import ConfigError, Overrides, Settings, inline_tab
 from gradfix.codemods.files import FileChanged, PathError, collect_files, unified_diff, write_atomically
 from gradfix.codemods.report import FileReport, FixKind, FixMode, SourceError
 from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
-from gradfix.codemods.run import check_files
-from gradfix.codemods.registry import RULE_MODULES, RuleSelection, UnknownRuleError, all_rules, codes_matching, rule_by_code
+from gradfix.codemods.registry import RULE_MODULES, UnknownRuleError, all_rules, codes_matching, rule_by_code
+from gradfix.codemods.run import check_paths, excluded_by, excluded_when_named, rules_and_mode
 from gradfix.codemods.shard import Shard
 from gradfix.codemods.execution.runner import STOP_SHARE, RunOptions, ScriptRunner
 
@@ -244,87 +244,53 @@ def _run(
     shard: Shard | None = None,
     force_exclude: bool = False,
 ) -> tuple[list[FileReport], list[PathError]]:
-    """Check (or fix) the files under ``paths`` (those of ``shard``), each with the settings of its
-    own configuration and the command line's on top; reports in the order of the files. The path
-    ``-`` is the code on stdin, named ``stdin_filename``."""
-    excluded = _exclusion(settings, overrides)
+    """Check (or fix) the files under ``paths`` (``run.check_paths``); reports in the order of the
+    files. The path ``-`` is the code on stdin, named ``stdin_filename``."""
     try:
         if STDIN in paths:
             if paths != [STDIN]:
                 _usage_error("`-` (stdin) cannot be given with other paths")
             name = stdin_filename or STDIN
             data = sys.stdin.buffer.read()
-            if force_exclude and stdin_filename and _excluded_named(settings, overrides)(Path(name)):
+            if force_exclude and stdin_filename and excluded_when_named(settings, overrides)(Path(name)):
                 return [FileReport(name, original=data)], []
-            rules, mode = _rules_and_mode(settings, overrides, Path(name) if stdin_filename else Path.cwd(), fixing)
+            rules, mode = rules_and_mode(settings, overrides, Path(name) if stdin_filename else Path.cwd(), fixing)
             from gradfix.codemods.check import check_source
 
             return [check_source(data, rules, mode, name)], []
-        files = collect_files(paths, excluded, _excluded_named(settings, overrides) if force_exclude else None)
-        for notice in files.notices:
-            render.stderr.print(f"warning: {notice}")
-        if shard is not None:
-            files.files = shard.select(files.files, project_root())
-        groups: dict[tuple[tuple[str, ...], FixMode], list[int]] = {}  # files checked together follow calls between them
-        for index, path in enumerate(files.files):
-            rules, mode = _rules_and_mode(settings, overrides, path, fixing)
-            groups.setdefault((rules.codes, mode), []).append(index)
+        with _progress() as advance:
+            checked = check_paths(
+                paths, overrides, settings, fixing=fixing, jobs=jobs, cache=cache, shard=shard, force_exclude=force_exclude, progress=advance
+            )
     except ConfigError as error:
         _usage_error(str(error))
-    reports: list[FileReport | None] = [None] * len(files.files)
-    with _progress(len(files.files)) as advance:
-        for (codes, mode), indexes in groups.items():
-            for index, report in zip(indexes, check_files([files.files[i] for i in indexes], RuleSelection(codes), mode, jobs, cache)):
-                reports[index] = report
-                advance()
-    return reports, files.errors
-
-
-def _exclusion(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:
-    """Whether a path is excluded, by the settings of the folder it is in."""
-    return lambda path: overrides.applied(settings.for_path(path.parent)).excludes(path)
-
-
-def _excluded_named(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:
-    """``--force-exclude``: whether a path named on the command line is excluded: it, or a folder
-    above it inside the folder its settings' patterns are relative to (as ruff's)."""
-
-    def excluded(path: Path) -> bool:
-        absolute = Path(os.path.abspath(path))
-        for candidate in (absolute, *absolute.parents):
-            config = overrides.applied(settings.for_path(candidate.parent))
-            root = Path(os.path.abspath(config.root or Path.cwd()))
-            if candidate != absolute and root not in candidate.parents:
-                return False
-            if config.excludes(candidate):
-                return True
-        return False
-
-    return excluded
-
-
-def _rules_and_mode(settings: Settings, overrides: Overrides, path: Path, fixing: bool) -> tuple[RuleSelection, FixMode]:
-    """The rules that check ``path`` and the fixes they may make (``ConfigError`` from its
-    settings)."""
-    config = settings.for_path(path)
-    rules = RuleSelection(overrides.codes(config, path))
-    if not fixing:
-        return rules, FixMode.NONE
-    return rules, FixMode.UNSAFE if overrides.unsafe(config) else FixMode.SAFE
+    for notice in checked.notices:
+        render.stderr.print(f"warning: {notice}")
+    return checked.reports, checked.errors
 
 
 @contextlib.contextmanager
-def _progress(total: int) -> Iterator[Callable[[], None]]:
-    """A progress bar on stderr for a run over many files, when stderr is a terminal."""
-    if not render.stderr.is_terminal or total < _PROGRESS_MIN_FILES:
-        yield lambda: None
+def _progress() -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr for a run over many files, when stderr is a terminal; it appears
+    when the first file is checked, which tells how many there are."""
+    if not render.stderr.is_terminal:
+        yield lambda done, total: None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # only a terminal's long run draws one
+    with contextlib.ExitStack() as shown:
+        bar: list = []  # the progress and its task, once shown
 
-    columns = (TextColumn("checking"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=render.stderr, transient=True) as progress:
-        task = progress.add_task("files", total=total)
-        yield lambda: progress.advance(task)
+        def advance(done: int, total: int) -> None:
+            if total < _PROGRESS_MIN_FILES:
+                return
+            if not bar:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # only a terminal's long run draws one
+
+                columns = (TextColumn("checking"), BarColumn(), MofNCompleteColumn())
+                progress = shown.enter_context(Progress(*columns, console=render.stderr, transient=True))
+                bar.extend((progress, progress.add_task("files", total=total)))
+            bar[0].update(bar[1], completed=done)
+
+        yield advance
 
 
 def _cache(cache_dir: Optional[Path], no_cache: bool) -> ReportCache | None:
@@ -432,7 +398,7 @@ def check(
         return EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN
 
     if watch:
-        _watch(paths, _exclusion(settings, overrides), once)
+        _watch(paths, excluded_by(settings, overrides), once)
     raise typer.Exit(once())
 
 

@@ -6,6 +6,9 @@
     >>> result.fixed           # the findings the fixes removed
     >>> result.findings        # the findings left
 
+Or the files under some paths, each with its own configuration, as the command checks them
+(``check_paths``): nothing is written.
+
 Bad input (a syntax error, a binary file) is not an exception: ``result.errors`` says why and the
 source comes back unchanged. A path ending in ``.ipynb`` reads the source as a notebook's JSON.
 """
@@ -13,11 +16,14 @@ source comes back unchanged. A path ending in ``.ipynb`` reads the source as a n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Generic, Sequence, TypeVar
 
+from . import run
 from .check import check_source
+from .config import Overrides
+from .registry import codes_matching, patterns, select_rules
 from .report import FileReport, Finding, FixMode
-from .registry import select_rules
 
 Source = TypeVar("Source", str, bytes)
 
@@ -55,6 +61,25 @@ def fix(
     ones that change the maths), with what was fixed and what is left."""
     mode = FixMode.UNSAFE if unsafe_fixes else FixMode.SAFE
     return _result(source, _report(source, path, select, ignore, mode))
+
+
+def check_paths(
+    paths: Sequence[str | Path],
+    *,
+    select: Sequence[str] | str | None = None,
+    ignore: Sequence[str] | str = (),
+    fixing: bool = False,
+    unsafe_fixes: bool | None = None,
+    jobs: int | None = None,
+) -> run.Checked:
+    """The Python files and notebooks under ``paths`` as ``gradfix check`` (``fixing``: ``gradfix
+    fix``) finds them: each with the ``[tool.gradfix]`` table of its nearest ``pyproject.toml``, and
+    ``select`` / ``ignore`` / ``unsafe_fixes`` over it as the command line's options. Nothing is
+    written: a fixed file's report holds its new bytes (``rewritten``)."""
+    select, ignore = (None if select is None else patterns(select)), patterns(ignore)
+    codes_matching([*(select or ()), *ignore])  # UnknownRuleError for a pattern that chooses no rule
+    overrides = Overrides(select=None if select is None else tuple(select), ignore=tuple(ignore), unsafe_fixes=unsafe_fixes)
+    return run.check_paths(paths, overrides, fixing=fixing, jobs=jobs)
 
 
 def _report(source: str | bytes, path: str, select: Sequence[str] | str, ignore: Sequence[str] | str, mode: FixMode) -> FileReport:

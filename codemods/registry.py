@@ -97,12 +97,13 @@ def codes_matching(patterns: Iterable[str]) -> set[str]:
 def select_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> RuleSelection:
     """The rules ``select`` chooses (every rule when it is empty), less those ``ignore`` chooses
     (``codes_matching``). A string is one pattern, or several separated by commas."""
-    select, ignore = _patterns(select), _patterns(ignore)
+    select, ignore = patterns(select), patterns(ignore)
     chosen = codes_matching(select) if select else set(RULE_MODULES)
     return RuleSelection(chosen - codes_matching(ignore))
 
 
-def _patterns(given: Iterable[str] | None) -> list[str]:
+def patterns(given: Iterable[str] | None) -> list[str]:
+    """Rule patterns given as a list, or as one string separated by commas."""
     if isinstance(given, str):
         return [pattern for pattern in given.split(",") if pattern.strip()]
     return list(given or ())

@@ -1,24 +1,104 @@
-"""Many files: each checked once on several processes, unchanged ones answered from the cache, and
-the files that call another checked file's functions checked again with their summaries. Nothing
-here loads LibCST or the analysis: a run answered by the cache never pays for them; ``check``
-checks one file, and is imported only when some file must be checked.
+"""Many files: the one entry point of a run over paths (``check_paths``: the CLI, the Python API and
+the GitHub Action call it). It finds the files, gives each the rules and fix mode of its own
+configuration, checks each once on several processes, answers unchanged ones from the cache, and
+checks again, with their summaries, the files that call another checked file's functions (across
+every configuration). Nothing here loads LibCST or the analysis: a run answered by the cache never
+pays for them; ``check`` checks one file, and is imported only when some file must be checked.
 """
 
 from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from .analysis.project import ProjectSummaries, importable_names, project_summaries, written_names
+from .config import Overrides, Settings, project_root
+from .files import PathError, collect_files
+from .registry import RuleSelection
 from .report import FileReport, FixMode
 from .source import may_call
 
 if TYPE_CHECKING:
     from .cache import ReportCache
     from .rule import Rule
+    from .shard import Shard
+
+# Called once a file is checked (or answered by the cache), with how many are and how many there are.
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Checked:
+    reports: list[FileReport]  # one a file, in the order of the files found
+    errors: list[PathError] = field(default_factory=list)  # paths that could not be checked
+    notices: list[str] = field(default_factory=list)  # worth saying, not errors (a folder with nothing to check)
+
+
+def check_paths(
+    paths: Sequence[str | Path],
+    overrides: Overrides = Overrides(),
+    settings: Settings | None = None,
+    *,
+    fixing: bool = False,
+    jobs: int | None = None,
+    cache: ReportCache | None = None,
+    shard: Shard | None = None,
+    force_exclude: bool = False,
+    progress: Progress | None = None,
+) -> Checked:
+    """Check (or, ``fixing``, fix) the files under ``paths`` (those of ``shard``), each with the
+    settings of its own configuration (``settings``: each file's nearest ``pyproject.toml`` by
+    default) and ``overrides`` on top; ``ConfigError`` for a configuration that cannot be read,
+    before any file is checked. ``force_exclude``: a path named in ``paths`` is excluded as a
+    folder's walk would exclude it."""
+    settings = settings or Settings()
+    excluded_named = excluded_when_named(settings, overrides) if force_exclude else None
+    found = collect_files(paths, excluded_by(settings, overrides), excluded_named)
+    if shard is not None:
+        found.files = shard.select(found.files, project_root())
+    groups: dict[tuple[tuple[str, ...], FixMode], list[int]] = {}
+    for index, path in enumerate(found.files):
+        rules, mode = rules_and_mode(settings, overrides, path, fixing)
+        groups.setdefault((rules.codes, mode), []).append(index)
+    selections = [(RuleSelection(codes), mode, indexes) for (codes, mode), indexes in groups.items()]
+    return Checked(_check_groups(found.files, selections, jobs, cache, progress), found.errors, found.notices)
+
+
+def excluded_by(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:
+    """Whether a path is excluded, by the settings of the folder it is in."""
+    return lambda path: overrides.applied(settings.for_path(path.parent)).excludes(path)
+
+
+def excluded_when_named(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:
+    """``--force-exclude``: whether a path named on the command line is excluded: it, or a folder
+    above it inside the folder its settings' patterns are relative to (as ruff's)."""
+
+    def excluded(path: Path) -> bool:
+        absolute = Path(os.path.abspath(path))
+        for candidate in (absolute, *absolute.parents):
+            config = overrides.applied(settings.for_path(candidate.parent))
+            root = Path(os.path.abspath(config.root or Path.cwd()))
+            if candidate != absolute and root not in candidate.parents:
+                return False
+            if config.excludes(candidate):
+                return True
+        return False
+
+    return excluded
+
+
+def rules_and_mode(settings: Settings, overrides: Overrides, path: Path, fixing: bool) -> tuple[RuleSelection, FixMode]:
+    """The rules that check ``path`` and the fixes they may make (``ConfigError`` from its
+    settings)."""
+    config = settings.for_path(path)
+    rules = RuleSelection(overrides.codes(config, path))
+    if not fixing:
+        return rules, FixMode.NONE
+    return rules, FixMode.UNSAFE if overrides.unsafe(config) else FixMode.SAFE
 
 
 def check_files(
@@ -28,23 +108,46 @@ def check_files(
     jobs: int | None = None,
     cache: ReportCache | None = None,
 ) -> list[FileReport]:
-    """Reports for ``files``, in order, computed on ``jobs`` processes (all cores by default);
-    with ``cache``, reports of unchanged files are taken from it and new ones kept in it.
+    """Reports for ``files``, in order, all checked by ``rules`` in ``mode`` (``check_paths``
+    gives each file its own)."""
+    return _check_groups(files, [(rules, mode, range(len(files)))], jobs, cache, None)
+
+
+def _check_groups(
+    files: Sequence[Path],
+    groups: Sequence[tuple[Sequence[type[Rule]], FixMode, Sequence[int]]],
+    jobs: int | None,
+    cache: ReportCache | None,
+    progress: Progress | None,
+) -> list[FileReport]:
+    """Reports for ``files``, in order, each checked by the rules and in the mode of its group (the
+    indexes of its files), computed on ``jobs`` processes (all cores by default); with ``cache``,
+    reports of unchanged files are taken from it and new ones kept in it.
 
     Every file is checked once; then the files that import a function (or a class, for its
-    methods) of another checked file whose summary matters (it backwards an argument, or returns
-    a tensor it backwarded) are checked again with those summaries, and so are the files the
-    prefilter skipped that name one."""
-    reports = _cached_map(files, rules, mode, jobs, None, cache)
+    methods) of another checked file, of any group, whose summary matters (it backwards an
+    argument, or returns a tensor it backwarded) are checked again with those summaries, and so
+    are the files the prefilter skipped that name one."""
+    reports: list[FileReport] = [FileReport(str(path)) for path in files]
+    done = iter(range(1, len(files) + 1))
+
+    def checked() -> None:
+        if progress is not None:
+            progress(next(done), len(files))
+
+    for rules, mode, indexes in groups:
+        for index, report in zip(indexes, _cached_map([files[i] for i in indexes], rules, mode, jobs, None, cache, checked)):
+            reports[index] = report
     project = project_summaries((report.path, report.exports) for report in reports if report.exports)
     importable, helpers = importable_names(project), written_names(project)
-    again = [
-        i
-        for i, report in enumerate(reports)
-        if report.imports & importable or report.prefiltered and may_call(report.original, helpers)
-    ]
-    for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
-        reports[index] = report
+    for rules, mode, indexes in groups:
+        again = [
+            i
+            for i in indexes
+            if reports[i].imports & importable or reports[i].prefiltered and may_call(reports[i].original, helpers)
+        ]
+        for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
+            reports[index] = report
     return reports
 
 
@@ -55,9 +158,11 @@ def _cached_map(
     jobs: int | None,
     project: ProjectSummaries | None,
     cache: ReportCache | None,
+    checked: Callable[[], None] = lambda: None,
 ) -> list[FileReport]:
+    """Reports for ``files``; ``checked`` is called as each is known."""
     if cache is None:
-        return _map_files(files, rules, mode, jobs, project)
+        return _map_files(files, rules, mode, jobs, project, checked)
     reports: list[FileReport | None] = []
     for path in files:
         try:
@@ -66,8 +171,10 @@ def _cached_map(
             reports.append(None)  # checking it says why it cannot be read
             continue
         reports.append(cache.load(cache.key(path, data, rules, mode, project)))
+        if reports[-1] is not None:
+            checked()
     missing = [i for i, report in enumerate(reports) if report is None]
-    for index, report in zip(missing, _map_files([files[i] for i in missing], rules, mode, jobs, project)):
+    for index, report in zip(missing, _map_files([files[i] for i in missing], rules, mode, jobs, project, checked)):
         reports[index] = report
         if report.original is not None:  # keyed by the bytes the check read, even if the file changed since
             cache.store(cache.key(files[index], report.original, rules, mode, project), report)
@@ -75,7 +182,12 @@ def _cached_map(
 
 
 def _map_files(
-    files: Sequence[Path], rules: Sequence[type[Rule]], mode: FixMode, jobs: int | None, project: ProjectSummaries | None
+    files: Sequence[Path],
+    rules: Sequence[type[Rule]],
+    mode: FixMode,
+    jobs: int | None,
+    project: ProjectSummaries | None,
+    checked: Callable[[], None],
 ) -> list[FileReport]:
     if not files:
         return []
@@ -86,16 +198,23 @@ def _map_files(
     jobs = jobs or os.cpu_count() or 1
     rules = tuple(rules)  # a selection's rules are imported here too, once, not by each worker
     if jobs == 1 or len(files) < 2 * jobs:
-        return [check_file(path, rules, mode, project) for path in files]
+        return list(_each_checked((check_file(path, rules, mode, project) for path in files), checked))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
         # Small chunks: the files that must be parsed cluster (a folder of long training scripts),
         # and chunks of 32 files left one worker idle at the end (0.2 s of diffusers' cold check).
         chunk = max(1, min(4, len(files) // (jobs * 4)))
         try:
-            return list(pool.map(_check_file_job, [(path, rules, mode, project) for path in files], chunksize=chunk))
+            jobs_done = pool.map(_check_file_job, [(path, rules, mode, project) for path in files], chunksize=chunk)
+            return list(_each_checked(jobs_done, checked))
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
+
+
+def _each_checked(reports: Iterator[FileReport], checked: Callable[[], None]) -> Iterator[FileReport]:
+    for report in reports:
+        checked()
+        yield report
 
 
 def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode, ProjectSummaries | None]) -> FileReport:

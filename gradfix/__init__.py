@@ -1,7 +1,8 @@
 """gradfix: rewrites the PyTorch training-loop bugs behind
 ``RuntimeError: Trying to backward through the graph a second time``.
 
-As a library: ``gradfix.check(source)`` and ``gradfix.fix(source)`` (see ``gradfix.codemods.api``)."""
+As a library: ``gradfix.check(source)``, ``gradfix.fix(source)`` and ``gradfix.check_paths(paths)``
+(see ``gradfix.codemods.api``)."""
 
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
@@ -17,6 +18,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 _LAZY = {
     "Result": "gradfix.codemods.api",
     "check": "gradfix.codemods.api",
+    "check_paths": "gradfix.codemods.api",
     "fix": "gradfix.codemods.api",
     "Finding": "gradfix.codemods.report",
     "FixKind": "gradfix.codemods.report",

@@ -1,5 +1,7 @@
 """The Python API: ``gradfix.check`` and ``gradfix.fix`` on source text or bytes."""
 
+from pathlib import Path
+
 import pytest
 
 import gradfix
@@ -46,7 +48,7 @@ def test_the_names_the_readme_gives_are_importable_and_listed():
     from gradfix import Finding, FixKind, UnknownRuleError as Exported
 
     assert Exported is UnknownRuleError and Finding.__name__ == "Finding" and FixKind.SAFE.value == "safe"
-    assert {"check", "fix", "Result", "UnknownRuleError", "Finding", "FixKind", "__version__"} <= set(dir(gradfix))
+    assert {"check", "fix", "check_paths", "Result", "UnknownRuleError", "Finding", "FixKind", "__version__"} <= set(dir(gradfix))
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         gradfix.nothing  # noqa: B018
 
@@ -58,3 +60,19 @@ def test_select_and_ignore_take_a_string_of_codes_or_names():
     assert "GF002" not in {f.code for f in gradfix.check(source, ignore="separate_backwards").findings}
     with pytest.raises(UnknownRuleError, match="GF999"):
         gradfix.check(source, select="GF999")
+
+
+def test_check_paths_reads_each_files_configuration_and_writes_nothing(tmp_path):
+    before = (SHARED / "before.py").read_bytes()
+    for folder in ("plain", "configured"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "train.py").write_bytes(before)
+    (tmp_path / "configured" / "pyproject.toml").write_text('[tool.gradfix]\nignore = ["separate_backwards"]\n')
+    checked = gradfix.check_paths([tmp_path], fixing=True, jobs=1)
+    reports = {Path(r.path).parent.name: r for r in checked.reports}
+    assert [f.code for f in reports["plain"].fixed] == ["GF002"] and reports["plain"].rewritten == (SHARED / "after.py").read_bytes()
+    assert not reports["configured"].fixed and reports["configured"].rewritten is None
+    assert all((tmp_path / folder / "train.py").read_bytes() == before for folder in reports)
+    assert [f.code for r in gradfix.check_paths([tmp_path], select="GF002", jobs=1).reports for f in r.findings] == ["GF002", "GF002"]
+    with pytest.raises(UnknownRuleError, match="GF999"):
+        gradfix.check_paths([tmp_path], ignore="GF999")

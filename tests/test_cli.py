@@ -164,6 +164,19 @@ def test_each_file_takes_its_nearest_configuration_whatever_the_order_of_paths(c
     assert cli("check", tmp_path).stdout == forward.stdout
 
 
+def test_a_file_calls_the_helpers_of_a_file_checked_with_another_configuration(cli, tmp_path):
+    # steps.py takes other rules than train.py (a per-file ignore): its summary still reaches train.py.
+    write(tmp_path / "pkg" / "steps.py", "def update(loss, optimizer):\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n")
+    train = write(
+        tmp_path / "pkg" / "train.py",
+        "from .steps import update\nimport torch\n\nmodel = torch.nn.Linear(3, 2)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for batch in torch.randn(4, 2, 3):\n    out = model(batch)\n    update(out.mean(), optimizer)\n    update(out.pow(2).mean(), optimizer)\n",
+    )
+    write(tmp_path / "pyproject.toml", '[tool.gradfix.per-file-ignores]\n"steps.py" = ["GF004"]\n')
+    result = cli("check", tmp_path)
+    assert result.exit_code == 1 and result.stdout.startswith(f"{train}:8:5: GF002 ")
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to check .gitignore handling")
 def test_a_folder_git_ignores_is_checked_when_named_and_an_empty_walk_says_so(cli, tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
@@ -526,7 +539,7 @@ def test_an_error_gradfix_did_not_foresee_exits_2_with_one_line_and_its_tracebac
     def broken(*args, **kwargs):
         raise RuntimeError("the disk said no")
 
-    monkeypatch.setattr("gradfix.cli.app.collect_files", broken)
+    monkeypatch.setattr("gradfix.codemods.run.collect_files", broken)
     monkeypatch.setattr(render, "rules_table", broken)
     paths = [tmp_path] if command != ["rules"] else []
     assert run_main(monkeypatch, *command, *paths) == 2

@@ -4,6 +4,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Iterator
 
 import libcst as cst
@@ -266,6 +267,20 @@ def test_a_file_is_checked_with_the_summaries_of_the_helpers_it_imports(tmp_path
     steps_report, train_report = run.check_files([steps_path, train_path], all_rules(), FixMode.NONE, jobs=1)
     assert [finding.code for finding in train_report.findings] == [code]
     assert not steps_report.findings
+
+
+def test_check_paths_gives_each_file_its_configuration_and_says_each_file_checked(tmp_path):
+    double = (FIXTURES / "duplicate_backward" / "attribute_out_loss" / "before.py").read_bytes()
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        for name in ("one.py", "two.py", "three.py"):
+            (tmp_path / folder / name).write_bytes(double)
+    (tmp_path / "b" / "pyproject.toml").write_text('[tool.gradfix]\nselect = ["GF002"]\n')
+    progress = []
+    checked = run.check_paths([tmp_path], jobs=1, progress=lambda done, total: progress.append((done, total)))
+    codes = {Path(report.path).relative_to(tmp_path).parts[0]: {f.code for f in report.findings} for report in checked.reports}
+    assert codes == {"a": {"GF001"}, "b": set()}
+    assert progress == [(done, 6) for done in range(1, 7)] and not checked.errors
 
 
 def test_a_method_of_a_helper_class_makes_a_file_worth_parsing_only_where_the_file_calls_it():
