@@ -3,7 +3,7 @@ are built and handed back, which hooks a trainer runs and what it does with them
 step and gradients are clipped, which contexts scale a loss or turn gradients off.
 
 A new framework is rows here and a fixture folder (``docs/contributing.md``). The analysis reads
-these tables and never spells a framework's names itself; a rule reads neither, it asks the analysis.
+these tables and never spells a framework's names itself.
 
 Backwarding. A rule never matches ``.backward`` by name: it asks a ``BackwardSite`` which tensors a
 call backwards, whether it keeps the graph (``retain_graph``: true, false, or an expression gradfix
@@ -31,6 +31,7 @@ rewrites calls by the backward rows.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Optional
 
@@ -157,11 +158,38 @@ LIGHTNING_OPTIMIZERS_METHOD = "optimizers"
 
 # Optimizers and gradients ----------------------------------------------------------------------------
 
+
+class GradientEffect(enum.Flag):
+    """What code does to gradients and parameters (``FileAnalysis.gradient_effects`` answers it
+    for a statement): a set of these, empty when it does none."""
+
+    BACKWARD = enum.auto()  # backwards a graph, in any shape of the backward rows
+    STEP = enum.auto()  # an optimizer updates parameters
+    ZERO_GRAD = enum.auto()
+    SCALER_UPDATE = enum.auto()  # ``scaler.update()`` after ``scaler.step(optimizer)``
+    UNSCALE = enum.auto()  # ``scaler.unscale_(optimizer)``
+    CLIP = enum.auto()  # clips gradients
+    READ_GRAD = enum.auto()  # reads ``.grad``
+    UPDATING = STEP | ZERO_GRAD | SCALER_UPDATE
+    READING = UNSCALE | CLIP | READ_GRAD
+
+
 OPTIMIZER_BASES = {"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"}
 # Methods of optimizers (and their wrappers) that no tensor has.
 OPTIMIZER_ONLY_METHODS = {"zero_grad", "step", "add_param_group"}
-UPDATING_METHODS = {"step", "zero_grad", "update"}  # update: GradScaler.update() after scaler.step(optimizer)
-READING_METHODS = {"unscale_", "clip_grad_norm_", "clip_grad_value_", "clip_gradients"}  # clip_gradients: Lightning's
+# What calling each method does, whatever object it is called on (a ``torch.optim`` optimizer, the
+# one ``accelerator.prepare`` returns, a LightningModule's ``self.optimizers()``, a DeepSpeed
+# engine, a ``GradScaler``). Any other method of a known optimizer steps it (``first_step()``).
+GRADIENT_METHODS = {
+    "step": GradientEffect.STEP,
+    "zero_grad": GradientEffect.ZERO_GRAD,
+    "update": GradientEffect.SCALER_UPDATE,  # (without arguments: ``metrics.update(d)`` is a dict's)
+    "unscale_": GradientEffect.UNSCALE,
+    "clip_grad_norm_": GradientEffect.CLIP,
+    "clip_grad_value_": GradientEffect.CLIP,
+    "clip_gradients": GradientEffect.CLIP,  # a LightningModule's
+}
+# Functions that clip the gradients of the parameters they are given (``torch.nn.utils``).
 CLIPPING_FUNCTIONS = {"clip_grad_norm_", "clip_grad_value_"}
 
 # What sees the gradient of each backward on its own: a hook registered on a tensor, a parameter, a

@@ -9,13 +9,12 @@ import libcst.matchers as m
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from gradfix.codemods.analysis.optimizers import gradient_effects
 from gradfix.codemods.check import check_source
 from gradfix.codemods.report import FixMode
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.analysis.syntax import is_detach, is_name
 from gradfix.codemods.analysis.tree import LAYOUT, SyntaxTree, find_nodes
-from gradfix.codemods.analysis import TENSOR, Carried, FileAnalysis, ListOf, Origin, TupleOf, assigned_names, expand, read_names
+from gradfix.codemods.analysis import TENSOR, Carried, FileAnalysis, GradientEffect, ListOf, Origin, TupleOf, assigned_names, expand, read_names
 
 
 def analyse(code: str) -> FileAnalysis:
@@ -211,12 +210,28 @@ def test_assigned_and_read_names():
 
 
 def test_gradient_effects():
-    effects = gradient_effects
-    assert effects(cst.parse_statement("optimizer.step()\n")) == {"step"}
-    assert effects(cst.parse_statement("model.zero_grad()\n")) == {"zero_grad"}
-    assert effects(cst.parse_statement("norm = w.grad.norm()\n")) == {"grad"}
-    assert effects(cst.parse_statement("clip_grad_norm_(params, 1.0)\n")) == {"clip_grad_norm_"}
-    assert effects(cst.parse_statement("print(loss.item())\n")) == set()
+    analysis = analyse(
+        "model = nn.Linear(2, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loss = model(torch.ones(2)).sum()\n"
+        "optimizer.zero_grad()\nloss.backward()\nnorm = model.weight.grad.norm()\n"
+        "clip_grad_norm_(model.parameters(), 1.0)\noptimizer.first_step()\noptimizer.step()\n"
+        "metrics.update({'loss': 1})\nscaler.update()\nprint(norm.item())\n"
+    )
+    effects = [analysis.gradient_effects(statement) for statement in analysis.module.body[6:]]
+    assert effects == [
+        GradientEffect.ZERO_GRAD,  # a known optimizer's zeroing, not also a step
+        GradientEffect.BACKWARD,
+        GradientEffect.READ_GRAD,
+        GradientEffect.CLIP,
+        GradientEffect.STEP,  # any other method of a known optimizer steps it
+        GradientEffect.STEP,
+        GradientEffect(0),  # a dict's update
+        GradientEffect.SCALER_UPDATE,
+        GradientEffect(0),
+    ]
+    assert [analysis.updates_parameters(s) for s in analysis.module.body[6:]] == [
+        True, False, False, False, True, True, False, True, False
+    ]
 
 
 def site(code: str):

@@ -12,13 +12,14 @@ from typing import Iterator, Mapping, Sequence
 import libcst as cst
 from libcst.metadata import CodeRange
 
+from ..frameworks import GradientEffect
 from .assignments import assigned_names, read_names, target_names
-from .optimizers import gradient_effects, updates_parameters
+from .optimizers import gradient_effects
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .project import ExportedSummary, ProjectSummaries
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
-from .syntax import expression_key, method_called
+from .syntax import expression_key
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
 from .values import NUMBER, TENSOR, ListOf, Origin, TupleOf, Value
@@ -462,15 +463,10 @@ class FileAnalysis:
         return self.tree.contains(outer, inner)
 
     # effects ---------------------------------------------------------------------------------
-    def gradient_effects(self, node: cst.CSTNode) -> set[str]:
-        """What in ``node`` reads or changes gradients (``optimizers.gradient_effects``), and
-        ``backward`` when a backward site is in it."""
-        effects = gradient_effects(node, self.tree.findall)
-        if self._holds_a_backward(node):
-            effects.add("backward")
-        if self._calls_an_optimizer(node):
-            effects.add("step")  # first_step(), second_step(), a wrapper's own update methods
-        return effects
+    def gradient_effects(self, node: cst.CSTNode) -> GradientEffect:
+        """What ``node`` does to gradients and parameters: backwards, steps, zeroes, clips, reads
+        ``.grad`` (``optimizers.gradient_effects``)."""
+        return gradient_effects(node, self.tree.findall, self.names.optimizers, self._holds_a_backward)
 
     def _holds_a_backward(self, node: cst.CSTNode) -> bool:
         span = self.tree.span(node)
@@ -542,14 +538,8 @@ class FileAnalysis:
         return [s for s in self.module.body if isinstance(s, cst.FunctionDef)]
 
     def updates_parameters(self, node: cst.CSTNode) -> bool:
-        """Whether ``node`` steps or zeroes an optimizer (or calls any method of a known one)."""
-        return updates_parameters(node, self.tree.findall) or self._calls_an_optimizer(node)
-
-    def _calls_an_optimizer(self, node: cst.CSTNode) -> bool:
-        return any(
-            dotted_name(call.func.value) in self.names.optimizers
-            for call in self.tree.findall(node, cst.Call, method_called)
-        )
+        """Whether ``node`` steps or zeroes an optimizer (or calls any other method of a known one)."""
+        return bool(self.gradient_effects(node) & GradientEffect.UPDATING)
 
 
 def _tested_name(test: cst.BaseExpression) -> tuple[str, bool] | None:

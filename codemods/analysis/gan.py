@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import libcst as cst
 
+from ..frameworks import GradientEffect
 from .dataflow import BackwardSite
 from .optimizers import stepped_optimizers
 from .syntax import is_single_assignment
@@ -156,7 +157,7 @@ def _stepped_after(analysis: "FileAnalysis", site: BackwardSite) -> set[str]:
         return set()
     modules: set[str] = set()
     for statement in block.statements[block.index(site.statement) + 1 :]:
-        if "backward" in analysis.gradient_effects(statement):
+        if GradientEffect.BACKWARD in analysis.gradient_effects(statement):
             break
         for optimizer in stepped_optimizers(statement):
             modules |= analysis.names.optimized_modules.get(optimizer, set())

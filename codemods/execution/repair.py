@@ -57,6 +57,7 @@ import libcst as cst
 
 from ..analysis import (
     FileAnalysis,
+    GradientEffect,
     as_operand,
     assigned_names,
     code_of,
@@ -1279,14 +1280,17 @@ def _recomputed_before(
     return anchor, tuple(c.with_changes(leading_lines=[]) for c in copies)
 
 
+_WEIGHT_UPDATES = GradientEffect.UPDATING & ~GradientEffect.ZERO_GRAD  # (zeroing gradients changes no weight)
+
+
 def _steps_or_frees(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
     """Whether ``statement`` changes the weights or frees a graph (zeroing gradients does neither)."""
-    return "backward" in analysis.gradient_effects(statement) or _updates_weights(analysis, statement)
+    return bool(analysis.gradient_effects(statement) & (GradientEffect.BACKWARD | _WEIGHT_UPDATES))
 
 
 def _updates_weights(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
     """Whether ``statement`` changes the weights (zeroing gradients does not)."""
-    return any(method_called(call) != "zero_grad" and analysis.updates_parameters(call) for call in find_nodes(statement, cst.Call))
+    return bool(analysis.gradient_effects(statement) & _WEIGHT_UPDATES)
 
 
 def _freed_inputs(
@@ -1299,7 +1303,7 @@ def _freed_inputs(
     """The statements of ``before`` whose graph the copies read after a backward in ``between``
     freed it (a GAN's ``fake = G(z)``, backwarded through by the discriminator's loss): they
     must be computed again too, or the copies build on a freed graph."""
-    if not any("backward" in analysis.gradient_effects(s) for s in between):
+    if not any(GradientEffect.BACKWARD in analysis.gradient_effects(s) for s in between):
         return []
     return _graph_inputs(analysis, before, copies, holding)
 

@@ -5,8 +5,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis.optimizers import gradient_effects
-from ..analysis import BackwardSite, dotted_name, Loop, assigned_names, code_of, read_names, target_names
+from ..analysis import BackwardSite, GradientEffect, dotted_name, Loop, assigned_names, code_of, read_names, target_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import LastBatchOnly
@@ -109,7 +108,7 @@ optimizer.step()
                 return (site, between, last) if last is not None else None
             if self.analysis.updates_parameters(statement):
                 between.append(statement)
-            elif gradient_effects(statement) or not isinstance(statement, cst.SimpleStatementLine):
+            elif self.analysis.gradient_effects(statement) or not isinstance(statement, cst.SimpleStatementLine):
                 return None
             else:
                 read = _as_the_loop_left_them(read_names(statement), computed_from)
@@ -157,9 +156,8 @@ optimizer.step()
             sites.setdefault(site.statement, []).append(site)
         return sites
 
-    @staticmethod
-    def _zeroes(statement: cst.CSTNode) -> bool:
-        return gradient_effects(statement) == {"zero_grad"}
+    def _zeroes(self, statement: cst.CSTNode) -> bool:
+        return self.analysis.gradient_effects(statement) == GradientEffect.ZERO_GRAD
 
     @staticmethod
     def _overwritten_each_iteration(loop: Loop, name: str) -> bool:

@@ -5,7 +5,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import TENSOR, Loop, Origin, Value, appended, code_of, dotted_name, expand, is_name, read_names, target_names
+from ..analysis import TENSOR, GradientEffect, Loop, Origin, Value, appended, code_of, dotted_name, expand, is_name, read_names, target_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import GraphsKeptAlive
@@ -99,8 +99,8 @@ print(total_loss / len(loader))
         ``train()`` function is not: what it keeps once an epoch is whatever ``train`` returns."""
         if loop.is_call:
             return self._trainer_hook(loop)
-        effects = self.analysis.gradient_effects(loop.node.body)
-        return {"step", "backward"} <= effects  # (a scheduler's step alone is no training step)
+        # (a scheduler's step alone is no training step)
+        return (GradientEffect.STEP | GradientEffect.BACKWARD) in self.analysis.gradient_effects(loop.node.body)
 
     @staticmethod
     def _makes_a_new_tensor(loop: Loop, store: str, small: cst.BaseSmallStatement) -> bool:

@@ -7,6 +7,7 @@ import libcst as cst
 from ..analysis import (
     BackwardSite,
     Block,
+    GradientEffect,
     Origin,
     as_operand,
     assigned_names,
@@ -18,10 +19,7 @@ from ..analysis import (
 )
 from ..analysis.backward_calls import argument
 from ..edits import Fix
-from ..frameworks import READING_METHODS, UPDATING_METHODS
 from ..rule import FixKind, Rule, Violation
-
-_READING_GRADIENTS = READING_METHODS | {"grad"}  # ("grad": reading ``.grad``)
 
 
 class SeparateBackwards(Rule):
@@ -96,7 +94,7 @@ for x, y_reg, y_cls in loader:
             optimizers = set().union(*(stepped_optimizers(s) for s in between))
             if len(optimizers) > 1:
                 message += "optimizers take turns between them, so detach the shared value for the first loss"
-            elif any(self.analysis.gradient_effects(s) & UPDATING_METHODS for s in between):
+            elif any(self.analysis.gradient_effects(s) & GradientEffect.UPDATING for s in between):
                 message += "an optimizer steps between them, so recompute the shared value after the step"
             else:
                 message += "backward their sum once"
@@ -142,10 +140,12 @@ for x, y_reg, y_cls in loader:
             return False  # a GAN's two steps: GF005's
         if group[-1].retain_graph and group[-1].api.keeps_books:
             return False  # both calls run, and each does the framework's own bookkeeping
-        effects = set().union(*(self.analysis.gradient_effects(s) for s in self._between(block, group[-1], site)))
-        if "backward" in effects:
+        effects = GradientEffect(0)
+        for statement in self._between(block, group[-1], site):
+            effects |= self.analysis.gradient_effects(statement)
+        if GradientEffect.BACKWARD in effects:
             return False
-        if effects & (_READING_GRADIENTS | UPDATING_METHODS) and group[-1].retain_graph:
+        if effects & (GradientEffect.READING | GradientEffect.UPDATING) and group[-1].retain_graph:
             return False  # the graph is kept on purpose: each loss's gradient is read, or trains, on its own
         return bool(self._shared_origins([*group, site]))
 
