@@ -34,7 +34,7 @@ from typing import Sequence
 from gradfix import __version__
 
 from . import typed_json
-from .analysis.project import ProjectSummaries
+from .summaries import ProjectSummaries
 from .report import FileReport, FixMode
 from .registry import rule_codes
 from .rule import Rule

@@ -19,7 +19,8 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from .analysis import FileAnalysis, ProjectSummaries
+from .analysis import FileAnalysis
+from .summaries import ProjectSummaries
 from .edits import apply_fixes, compatible
 from .notebook import Notebook, NotebookError, is_notebook
 from .parse import Skeleton, build_skeleton, compile_error, parse_decoded, parse_trusted, refuse_deep_nesting

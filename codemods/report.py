@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from .analysis.project import ExportedSummary
+from .summaries import ExportedSummary
 
 
 class FixKind(str, enum.Enum):

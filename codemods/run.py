@@ -15,7 +15,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from .analysis.project import ProjectSummaries, importable_names, project_summaries, written_names
+from .summaries import ProjectSummaries, importable_names, project_summaries, written_names
 from .config import Overrides, Settings, project_root
 from .files import PathError, collect_files
 from .registry import RuleSelection

@@ -15,7 +15,7 @@ import tokenize
 import warnings
 from typing import Iterable
 
-from .analysis.project import ProjectSummaries, written_names
+from .summaries import ProjectSummaries, written_names
 from .frameworks import TRAINER_HOOKS
 from .notebook import Notebook, NotebookError, is_notebook
 from .report import FileReport, SourceError
@@ -33,7 +33,7 @@ def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = 
     """Whether a file's text could backward anything in a way ``frameworks``' table knows: every
     row's method or function is called as ``…backward(`` or lives in ``autograd``; a trainer
     backwards what its hooks return; ``helpers`` are other checked files' functions that backward, each as the module,
-    name and method a file that calls it writes (``project.written_names``).
+    name and method a file that calls it writes (``summaries.written_names``).
     ("backward" alone would also take every "backward compatibility" of a docstring; plain
     substring tests first, as one regular expression of alternatives is slow.)"""
     if b"autograd" in source:
@@ -47,7 +47,7 @@ def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = 
 
 def may_call(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]]) -> bool:
     """Whether a file's text could call one of ``helpers`` (module, name and method, as
-    ``project.written_names`` spells them)."""
+    ``summaries.written_names`` spells them)."""
     return any(
         module in source and name in source and (not method or re.search(rb"\b%s\s*\(" % method, source))
         for module, name, method in helpers

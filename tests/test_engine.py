@@ -13,7 +13,7 @@ import pytest
 from gradfix.cli import Terminated
 from gradfix.codemods import check, files, parse, run
 from gradfix.codemods.source import may_backward
-from gradfix.codemods.analysis.project import ExportedSummary, written_names
+from gradfix.codemods.summaries import ExportedSummary, written_names
 from gradfix.codemods.edits import Fix
 from gradfix.codemods.check import check_source
 from gradfix.codemods.files import FileChanged, write_atomically

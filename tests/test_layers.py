@@ -24,9 +24,6 @@ PLAIN_LAYER = {
     )
 }
 LIBCST_LAYER = {f"{CODEMODS}.{name}" for name in ("parse", "check", "edits", "analysis", "rules", "execution")}
-# Until the framework rows and the cross-file summaries have their plain modules, the plain layer
-# reads them from analysis/ (backward_api, project): allowed while what it loads loads no LibCST.
-READ_BY_THE_PLAIN_LAYER = {f"{CODEMODS}.analysis"}
 ENTRY_POINTS = {f"{CODEMODS}.api"}  # the library's door: one source (LibCST) or many paths (run)
 # The one import from the plain layer into the LibCST layer: the files the cache does not answer
 # are checked, and only then is LibCST loaded.
@@ -52,32 +49,10 @@ def _package_of(module: str) -> str:
     return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
 
 
-def _top_level_names(module: str) -> set[str]:
-    names = set()
-    for node in TREES[module].body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update(target.id for target in targets if isinstance(target, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((alias.asname or alias.name).partition(".")[0] for alias in node.names)
-    return names
-
-
-def _lazy_definers(package: str, name: str) -> set[str]:
-    """The modules of ``package`` that may define ``name`` when the package hands it out on first
-    use (a module ``__getattr__``): the submodules whose top level defines it."""
-    if package not in MODULES or name in _top_level_names(package) or "__getattr__" not in _top_level_names(package):
-        return set()
-    prefix = package + "."
-    return {m for m in MODULES if m.startswith(prefix) and "." not in m[len(prefix):] and name in _top_level_names(m)}
-
-
 def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> set[str]:
     """The modules an import statement runs: each module it names and the packages above it
-    (those above the importer are loaded already), and for ``from package import name`` the
-    submodule ``name``, or the module a lazy package loads it from."""
+    (those above the importer are loaded already: ``from . import backward_calls`` runs
+    ``backward_calls`` alone), and for ``from package import name`` the submodule ``name``."""
     named: set[str] = set()
     if isinstance(node, ast.Import):
         named = {alias.name for alias in node.names}
@@ -91,13 +66,14 @@ def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> set[str]:
         named.add(base)
         for alias in node.names:
             submodule = f"{base}.{alias.name}"
-            named |= {submodule} if submodule in MODULES else _lazy_definers(base, alias.name)
+            if submodule in MODULES:
+                named.add(submodule)
     targets = set()
     for module in named:
         parts = module.split(".")
         for end in range(1, len(parts) + 1):
             prefix = ".".join(parts[:end])
-            if prefix in MODULES and not (importer == prefix or importer.startswith(prefix + ".") and end < len(parts)):
+            if prefix in MODULES and not (importer == prefix or importer.startswith(prefix + ".")):
                 targets.add(prefix)
         if parts[0] == "libcst":
             targets.add("libcst")
@@ -138,8 +114,7 @@ def _layer(module: str) -> str | None:
 
 def _forbidden(module: str) -> bool:
     """Whether the plain layer may not load ``module``: LibCST, or a module of the LibCST layer."""
-    read = any(module == m or module.startswith(m + ".") for m in READ_BY_THE_PLAIN_LAYER)
-    return module == "libcst" or _layer(module) == "libcst" and not read
+    return module == "libcst" or _layer(module) == "libcst"
 
 
 def _loop() -> list[str]:

@@ -56,6 +56,14 @@ def test_a_selection_imports_no_rule_until_used():
     assert shown == ["False", "1", "True"]
 
 
+def test_the_plain_data_a_cached_run_reads_loads_no_libcst_and_the_analysis_door_does():
+    probe = "import sys; import gradfix.codemods.cache, gradfix.codemods.source, gradfix.codemods.frameworks, "
+    probe += "gradfix.codemods.summaries; print('libcst' in sys.modules); import gradfix.codemods.analysis; "
+    probe += "print('libcst' in sys.modules)"
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert shown == ["False", "True"]
+
+
 def _findings(code: str, mode=FixMode.SAFE):
     return check_source(HEADER + code.encode(), all_rules(), mode, "train.py")
 

@@ -1,67 +1,46 @@
-"""The analysis every rule shares, computed once per file.
+"""The analysis every rule shares, computed once per file; rules and the execution layer import
+what they ask of it from here.
 
 ``FileAnalysis`` wraps one parsed module with its structure (parents and searches, from one walk:
 ``tree``; positions, computed only when asked for), what its names mean in torch terms, and the
-dataflow facts: backward sites, loops and the values that cross them.
+dataflow facts: backward sites, loops and the values that cross them. The rest of this door is the
+types of those facts and the small syntax questions several rules share.
+
+Importing it loads LibCST. The plain data a run answered by the cache needs lives outside this
+package: the framework rows in ``codemods.frameworks``, the cross-file summaries in
+``codemods.summaries``.
 """
-from __future__ import annotations
 
-import importlib
+from ..frameworks import GradientEffect
+from .assignments import assigned_names, read_names, target_names
+from .backward_calls import argument, with_retained_graph
+from .dataflow import BackwardSite, Loop, Scope, expand
+from .file_analysis import Block, FileAnalysis
+from .gan import GanSteps
+from .optimizers import stepped_optimizers
+from .syntax import (
+    appended,
+    as_operand,
+    code_of,
+    detached,
+    detached_where_stored,
+    expression_key,
+    is_detach,
+    is_name,
+    is_single_assignment,
+    is_single_call,
+    loss_handed_to_trainer,
+    method_called,
+)
+from .torch_names import dotted_name
+from .tree import find_nodes
+from .values import NONE, NUMBER, TENSOR, UNKNOWN, Carried, Element, ListOf, Origin, Structure, TupleOf, Value
 
-# Where each name is defined. A name is loaded on first use, so that reading reports back from the
-# cache, which needs only ``project`` (plain data), does not load LibCST.
-_DEFINED_IN = {
-    "assigned_names": "assignments",
-    "read_names": "assignments",
-    "target_names": "assignments",
-    "BackwardSite": "dataflow",
-    "FunctionSummary": "dataflow",
-    "Loop": "dataflow",
-    "Scope": "dataflow",
-    "expand": "dataflow",
-    "Block": "file_analysis",
-    "FileAnalysis": "file_analysis",
-    "GanSteps": "gan",
-    "GradientEffect": "optimizers",
-    "stepped_optimizers": "optimizers",
-    "ExportedSummary": "project",
-    "ProjectSummaries": "project",
-    "module_names": "project",
-    "project_summaries": "project",
-    "appended": "syntax",
-    "as_operand": "syntax",
-    "code_of": "syntax",
-    "detached": "syntax",
-    "detached_where_stored": "syntax",
-    "expression_key": "syntax",
-    "find_nodes": "tree",
-    "is_detach": "syntax",
-    "is_grad": "syntax",
-    "is_name": "syntax",
-    "is_single_assignment": "syntax",
-    "loss_handed_to_trainer": "syntax",
-    "is_single_call": "syntax",
-    "method_called": "syntax",
-    "parenthesized": "syntax",
-    "dotted_name": "torch_names",
-    "Carried": "values",
-    "Element": "values",
-    "ListOf": "values",
-    "NONE": "values",
-    "NUMBER": "values",
-    "Origin": "values",
-    "Structure": "values",
-    "TENSOR": "values",
-    "TupleOf": "values",
-    "UNKNOWN": "values",
-    "Value": "values",
-}
-__all__ = sorted(_DEFINED_IN)
-
-
-def __getattr__(name: str) -> object:
-    if name not in _DEFINED_IN:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_DEFINED_IN[name]}", __name__), name)
-    globals()[name] = value
-    return value
+__all__ = [
+    "NONE", "NUMBER", "TENSOR", "UNKNOWN", "BackwardSite", "Block", "Carried", "Element", "FileAnalysis",
+    "GanSteps", "GradientEffect", "ListOf", "Loop", "Origin", "Scope", "Structure", "TupleOf", "Value",
+    "appended", "argument", "as_operand", "assigned_names", "code_of", "detached", "detached_where_stored",
+    "dotted_name", "expand", "expression_key", "find_nodes", "is_detach", "is_name", "is_single_assignment",
+    "is_single_call", "loss_handed_to_trainer", "method_called", "read_names", "stepped_optimizers",
+    "target_names", "with_retained_graph",
+]

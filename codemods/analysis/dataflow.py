@@ -32,8 +32,8 @@ from ..frameworks import (
     BackwardApi,
     Tristate,
 )
+from ..summaries import ExportedSummary, ProjectSummaries
 from . import backward_calls
-from .project import ExportedSummary, ProjectSummaries
 from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, read_names, target_names
 from .syntax import is_grad, method_called
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name

@@ -13,11 +13,11 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from ..frameworks import GradientEffect
+from ..summaries import ExportedSummary, ProjectSummaries
 from .assignments import assigned_names, read_names, target_names
 from .optimizers import gradient_effects
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
-from .project import ExportedSummary, ProjectSummaries
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
 from .syntax import expression_key
 from .torch_names import TorchNames, collect_torch_names, dotted_name

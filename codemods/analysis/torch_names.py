@@ -236,7 +236,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         """``from a.b import c``; a relative import (``from .b import c``) keeps its dotted tail,
-        which is how other checked files are known (``analysis.project``)."""
+        which is how other checked files are known (``summaries``)."""
         if isinstance(node.names, cst.ImportStar):
             return
         if node.module is None:  # from . import utils

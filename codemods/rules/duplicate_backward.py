@@ -4,8 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import BackwardSite, assigned_names, code_of, loss_handed_to_trainer
-from ..analysis.backward_calls import with_retained_graph
+from ..analysis import BackwardSite, assigned_names, code_of, loss_handed_to_trainer, with_retained_graph
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 

@@ -4,8 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import GanSteps, code_of, detached
-from ..analysis.backward_calls import argument
+from ..analysis import GanSteps, argument, code_of, detached
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 

@@ -4,8 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import BackwardSite, Carried, Element, Origin, code_of, expand, read_names
-from ..analysis.backward_calls import argument
+from ..analysis import BackwardSite, Carried, Element, Origin, argument, code_of, expand, read_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import RunsCorrectly

@@ -9,6 +9,7 @@ from ..analysis import (
     Block,
     GradientEffect,
     Origin,
+    argument,
     as_operand,
     assigned_names,
     code_of,
@@ -17,7 +18,6 @@ from ..analysis import (
     read_names,
     stepped_optimizers,
 )
-from ..analysis.backward_calls import argument
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 

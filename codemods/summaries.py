@@ -6,6 +6,9 @@ backwarded) under the dotted names an import could reach it by: ``pkg/train/util
 ``train_step`` as ``utils.train_step``, ``train.utils.train_step`` and ``pkg.train.utils.train_step``,
 so ``from utils import train_step``, ``from .utils import train_step`` and
 ``from pkg.train.utils import train_step`` all resolve. A name two files could both mean is dropped.
+
+Plain data: the summaries cross processes and are read back from the cache, so this module never
+loads LibCST (the analysis computes them: ``FileAnalysis.exports``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Iterable, Mapping
 
-from ..frameworks import BackwardApi, Tristate
+from .frameworks import BackwardApi, Tristate
 
 
 @dataclass(frozen=True)
