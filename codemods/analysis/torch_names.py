@@ -433,7 +433,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
         class_name = self.names.module_class(func)
         if class_name is None:
             return None
-        return ModuleInfo(class_name, is_local=class_name in self.names.module_classes)
+        # By the qualified callee: a class of the file may share its name with torch.nn's (``class RNN``
+        # holding an ``nn.RNN``).
+        return ModuleInfo(class_name, is_local=self.names.qualify(func) in self.names.module_classes)
 
     def _bind_optimizers(self, target: cst.BaseExpression, value: cst.Call, callee: str) -> None:
         """Optimizers by construction (``torch.optim.X(...)``, a local Optimizer subclass), by a
