@@ -37,7 +37,7 @@ from . import backward_calls
 from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, read_names, target_names
 from .syntax import is_grad, method_called
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
-from .tree import SyntaxTree
+from .tree import SyntaxTree, find_nodes
 from .values import (
     CONSTANT,
     DISTRIBUTION,
@@ -683,6 +683,8 @@ class DataflowAnalysis:
                 for name, value in ends.items()
                 if value.freed and name not in loop.carried_names and name in env and not env[name].freed
             } - freed_in_loop
+            if loop.is_call:
+                newly_freed -= _local_names(loop.node)  # each call binds its own: the next one is not freed
             converged = _same_graphs(new_back_edge, back_edge) and not newly_freed
             back_edge = new_back_edge
             freed_in_loop |= newly_freed
@@ -1023,7 +1025,8 @@ class DataflowAnalysis:
         if module.trainable and (forward is None or forward.returned.graph):
             values = [*values, LEAF]
         result = self.forward_results.get(module.class_name, UNKNOWN) if module.is_local else module.call_result
-        return combine(values, self._origin(node), result)
+        called = combine(values, self._origin(node), result)
+        return called if forward is None else self._freed_inside(node, forward, called)
 
     def _torch_call(self, node: cst.Call, qualified: str, values: list[Value]) -> Value:
         if qualified.rsplit(".", 1)[-1] in _CREATION_FUNCTIONS:
@@ -1334,6 +1337,20 @@ def _reads_what_the_last_call_kept(method: Loop) -> bool:
     ]
     made = method.returned.origins.union(*(value.origins for value in method.back_edge.values()))
     return bool(kept) and not expand(made, method).isdisjoint(kept)
+
+
+def _local_names(function: cst.FunctionDef) -> set[str]:
+    """The names a call of ``function`` binds afresh: its parameters and the plain names it assigns."""
+    parameters = [*function.params.params, *function.params.kwonly_params, *function.params.posonly_params]
+    for star in (function.params.star_arg, function.params.star_kwarg):
+        if isinstance(star, cst.Param):
+            parameters.append(star)
+    shared = {
+        item.name.value
+        for statement in (*find_nodes(function.body, cst.Global), *find_nodes(function.body, cst.Nonlocal))
+        for item in statement.names
+    }
+    return {p.name.value for p in parameters} | {name for name in assigned_names(function.body) if "." not in name} - shared
 
 
 def _part(value: Value, structure: Structure) -> Value:
