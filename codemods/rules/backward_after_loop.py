@@ -30,9 +30,12 @@ class BackwardAfterLoop(Rule):
 
     A loss that the loop accumulates (``total = total + loss``, a sequence model unrolled over time
     steps) and backwards once afterwards is full-batch training, and is left alone. When an
-    optimizer step runs between the loop and the backward, gradfix only reports; so it does when
-    the loop only picks the batch and the forward itself follows the loop (the backward walks a
-    value computed from what the last iteration alone left, not from state it carried).
+    optimizer step runs between the loop and the backward, gradfix only reports. When the loop only
+    picks the batch and the forward follows it too, the forward moves with the backward, provided
+    every statement between reads what the iteration left (or what another of them computed from
+    it) and, inside the loop, would read nothing the previous iteration left. A loop whose body
+    ends in a plain ``break`` picks the batch it leaves on purpose (``for x, y in loader: break``),
+    and is left alone.
     """
 
     CODE = "GF008"
@@ -62,12 +65,12 @@ optimizer.step()
             if loop.is_call or not isinstance(loop.node.body, cst.IndentedBlock):
                 continue
             block = self.analysis.block_of(loop.node)
-            if block is None:
-                continue
+            if block is None or _runs_once(loop):
+                continue  # (``for x, y in loader: break`` picks the batch it leaves on purpose)
             found = self._backward_after(loop, block.statements[block.index(loop.node) + 1 :])
             if found is None:
                 continue
-            site, between, last = found
+            site, between, last, computing = found
             message = (
                 f"`{code_of(site.call)}` runs once, after the loop at line {self.analysis.line(loop.node)}, "
                 f"on the last value of `{last}`: only the last iteration trains; move it into the loop"
@@ -76,23 +79,25 @@ optimizer.step()
             if len(zeroing) != len(between):
                 fix = None  # an optimizer steps (or gradients are read) between the loop and the backward
                 message += " (not rewritten: the optimizer already steps before it)"
-            elif not (isinstance(site.tensor, cst.Name) and site.tensor.value == last):
+            elif (unmovable := self._unmovable(loop, computing, site)) is not None:
                 fix = None
-                message += " (not rewritten: the forward after the loop must move with it)"
+                message += f" (not rewritten: {unmovable})"
             else:
                 fix = Fix(
                     safe=False,
                     move=tuple((s, loop.node) for s in zeroing),
-                    move_after=((site.statement, loop.node.body.body[-1]),),
+                    move_after=tuple((s, loop.node.body.body[-1]) for s in (*computing, site.statement)),
                     reschedules_updates=True,
                 )
             yield self.violation(site.call, message, fix, related=(loop.node,), sites=(site,))
 
-    def _backward_after(self, loop: Loop, following) -> tuple[BackwardSite, list[cst.BaseStatement], str] | None:
+    def _backward_after(self, loop: Loop, following) -> tuple[BackwardSite, list, str, list] | None:
         """The backward that follows ``loop`` (past optimizer calls, and statements that touch no
         gradient) of a value computed from one the loop overwrites on every iteration with that
-        iteration's data alone; the optimizer calls between; that value's name."""
+        iteration's data alone; the optimizer calls between; that value's name; the other
+        statements between (the forward, when it follows the loop too)."""
         between: list[cst.BaseStatement] = []
+        computing: list[cst.BaseStatement] = []
         # What each name assigned after the loop was computed from, as the loop left it.
         computed_from: dict[str, set[str]] = {}
         for statement in following:
@@ -100,12 +105,12 @@ optimizer.step()
             if site is not None:
                 tensor = site.tensor.value if isinstance(site.tensor, cst.Name) else None
                 if tensor is not None and tensor not in computed_from and self._overwritten_each_iteration(loop, tensor):
-                    return site, between, tensor
+                    return site, between, tensor, computing
                 read = _as_the_loop_left_them(read_names(site.statement), computed_from)
                 if read & _carried_names(loop.node.body.body):
                     return None  # it also reads what every iteration added to (loss = loss + ...): all of them train
                 last = next((n for n in sorted(read) if self._from_the_iteration_alone(loop, n)), None)
-                return (site, between, last) if last is not None else None
+                return (site, between, last, computing) if last is not None else None
             if self.analysis.updates_parameters(statement):
                 between.append(statement)
             elif self.analysis.gradient_effects(statement) or not isinstance(statement, cst.SimpleStatementLine):
@@ -113,6 +118,22 @@ optimizer.step()
             else:
                 read = _as_the_loop_left_them(read_names(statement), computed_from)
                 computed_from.update(dict.fromkeys(assigned_names(statement), read))
+                computing.append(statement)
+        return None
+
+    def _unmovable(self, loop: Loop, computing: list[cst.BaseStatement], site: BackwardSite) -> str | None:
+        """Why the statements between the loop and the backward cannot move into the loop's end
+        with it, or None. Each must read what the iteration left (or what one of them computed
+        from it), so that inside the loop it computes the same from every iteration's values; and
+        the moved code must read nothing an iteration would then hand to the next."""
+        produced = set(assigned_names(loop.node))
+        for statement in computing:
+            if not read_names(statement) & produced:
+                return f"line {self.analysis.line(statement)} does not depend on the loop"
+            produced |= assigned_names(statement)
+        body = list(loop.node.body.body)
+        if _carried_names([*body, *computing, site.statement]) != _carried_names(body):
+            return "inside the loop, the moved code would read what the previous iteration left"
         return None
 
     def _from_the_iteration_alone(self, loop: Loop, name: str) -> bool:
@@ -183,6 +204,12 @@ optimizer.step()
 
 # What a tensor tells of itself without its values.
 _METADATA = {"shape", "size", "dim", "ndim", "device", "dtype", "numel"}
+
+
+def _runs_once(loop: Loop) -> bool:
+    """Whether the loop's body ends in a ``break`` that nothing guards."""
+    last = loop.node.body.body[-1]
+    return isinstance(last, cst.SimpleStatementLine) and any(isinstance(small, cst.Break) for small in last.body)
 
 
 def _as_the_loop_left_them(names: set[str], computed_from: dict[str, set[str]]) -> set[str]:
