@@ -19,6 +19,7 @@ from ..analysis import (
     stepped_optimizers,
 )
 from ..edits import Fix
+from ..frameworks import TENSOR_BACKWARD
 from ..rule import FixKind, Rule, Violation
 
 
@@ -38,7 +39,9 @@ class SeparateBackwards(Rule):
 
     It knows every way of backwarding (``accelerator.backward(loss)``, ``fabric.backward(loss)``,
     ``self.manual_backward(loss)``, ``scaler.scale(loss).backward()``, ``torch.autograd.backward``)
-    and merges within one of them: ``accelerator.backward(loss_a + loss_b)``.
+    and merges within one of them: ``accelerator.backward(loss_a + loss_b)``. Outputs backwarded
+    with gradients of their own (``boxes.backward(box_grads)``) are backwarded together by
+    ``torch.autograd.backward([boxes, scores], [box_grads, score_grads])``.
 
     When an optimizer steps or zeroes gradients between the two backwards, the program meant two
     updates, and when different optimizers take turns (a GAN's discriminator and generator steps,
@@ -176,15 +179,34 @@ for x, y_reg, y_cls in loader:
     def _between(self, block: Block, first: BackwardSite, second: BackwardSite) -> Sequence[cst.BaseStatement]:
         return block.statements[block.index(first.statement) + 1 : block.index(second.statement)]
 
+    def _merged_call(self, group: list[BackwardSite]) -> cst.Call | None:
+        """One call that backwards every tensor of ``group`` as the separate calls did, or None.
+        Tensors given their own gradient (``out.backward(grad)``) are backwarded together by
+        ``torch.autograd.backward(tensors, gradients)``, which is what it is for."""
+        earlier, last = group[:-1], group[-1]
+        if any(site.api != last.api for site in earlier) or any(site.retain_graph is None for site in earlier):
+            return None  # one merged call must backward them all the same way
+        gradients = [argument(site.call, 0, "gradient") if site.api == TENSOR_BACKWARD else None for site in group]
+        retains = [argument(site.call, site.api.retain_position, "retain_graph") for site in group]
+        for site, gradient, retain in zip(group, gradients, retains):
+            kept = {id(gradient), id(retain), id(argument(site.call, site.api.tensor_position, site.api.tensor_keyword))}
+            if (site is not last or gradient is not None) and any(id(arg) not in kept for arg in site.call.args):
+                return None  # arguments other than the tensor, its gradient and retain_graph would be lost
+        if all(gradient is None for gradient in gradients):
+            return last.with_tensor(_sum([site.tensor for site in group]))
+        torch = next((name for name, qualified in self.analysis.names.aliases.items() if qualified == "torch"), None)
+        if torch is None:
+            return None
+        tensors = ", ".join(code_of(site.tensor) for site in group)
+        given = ", ".join("None" if gradient is None else code_of(gradient.value) for gradient in gradients)
+        keep = "" if retains[-1] is None else f", retain_graph={code_of(retains[-1].value)}"
+        return cst.parse_expression(f"{torch}.autograd.backward([{tensors}], [{given}]{keep})")
+
     def _fix(self, group: list[BackwardSite], block: Block) -> Fix | None:
         earlier, last = group[:-1], group[-1]
-        if any(site.api != last.api for site in earlier):
-            return None  # one merged call must backward them all the same way
-        for site in earlier:
-            kept = {id(argument(site.call, site.api.retain_position, "retain_graph"))}
-            kept.add(id(argument(site.call, site.api.tensor_position, site.api.tensor_keyword)))
-            if any(id(arg) not in kept for arg in site.call.args) or site.retain_graph is None:
-                return None  # arguments other than the tensor and retain_graph would be lost
+        merged_call = self._merged_call(group)
+        if merged_call is None:
+            return None
         if self.analysis.names.gradient_hooks:
             return None  # a hook (or custom Function) sees each backward's gradient: the sum is another gradient
         between = [s for s in self._between(block, group[0], last) if s not in [site.statement for site in group]]
@@ -194,9 +216,8 @@ for x, y_reg, y_cls in loader:
             return None  # code gradfix does not see runs between, and may look at the first loss's gradient
         for site in earlier:
             after_site = block.statements[block.index(site.statement) + 1 : block.index(last.statement)]
-            if read_names(site.tensor) & set().union(*(assigned_names(s) for s in after_site)):
-                return None  # the tensor would mean another value at the merged call
-        merged_call = last.with_tensor(_sum([site.tensor for site in group]))
+            if read_names(site.call) & set().union(*(assigned_names(s) for s in after_site)):
+                return None  # the tensor (or its gradient) would mean another value at the merged call
         merged = last.statement.with_changes(body=[last.statement.body[0].with_changes(value=merged_call)])
         return Fix(safe=True, remove=tuple(site.statement for site in earlier), replace=((last.statement, merged),))
 
