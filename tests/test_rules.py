@@ -229,3 +229,28 @@ for step in range(3):
     [finding] = report.findings
     assert not report.fixed
     assert "(not rewritten: this call reads `self.h` after storing it" in finding.message
+
+
+def test_gf002_does_not_merge_across_a_method_of_the_files_own_optimizer_that_reads_gradients():
+    """An object built from parameters holds their graph, but is no tensor: its method between
+    the backwards (SAM's ascent step reads every .grad) is code that reads the first gradient."""
+    import gradfix
+
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Perturbing:\n"
+        "    def __init__(self, params):\n"
+        "        self.params = list(params)\n"
+        "        self.base = torch.optim.SGD(self.params, lr=0.1)\n"
+        "    @torch.no_grad()\n"
+        "    def ascend(self):\n"
+        "        for p in self.params:\n"
+        "            p.add_(p.grad)\n"
+        "        self.base.zero_grad()\n\n"
+        "net = nn.Linear(3, 2)\noptimizer = Perturbing(net.parameters())\n"
+        "out = net(torch.ones(4, 3))\nloss = out.sum()\nloss.backward()\noptimizer.ascend()\nout.pow(2).sum().backward()\n"
+    )
+    safe = gradfix.fix(source)
+    assert not safe.changed and [f.code for f in safe.findings] == ["GF002"]
+    unsafe = gradfix.fix(source, unsafe_fixes=True)
+    assert unsafe.source.endswith("optimizer.ascend()\nnet(torch.ones(4, 3)).pow(2).sum().backward()\n")

@@ -19,7 +19,7 @@ from .optimizers import gradient_effects
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
-from .syntax import expression_key
+from .syntax import expression_key, method_called
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
 from .values import NUMBER, TENSOR, ListOf, Origin, TupleOf, Value
@@ -465,8 +465,21 @@ class FileAnalysis:
     # effects ---------------------------------------------------------------------------------
     def gradient_effects(self, node: cst.CSTNode) -> GradientEffect:
         """What ``node`` does to gradients and parameters: backwards, steps, zeroes, clips, reads
-        ``.grad`` (``optimizers.gradient_effects``)."""
-        return gradient_effects(node, self.tree.findall, self.names.optimizers, self._holds_a_backward)
+        ``.grad`` (``optimizers.gradient_effects``), with what the methods of the file's own
+        classes it calls do (one level deep)."""
+        effects = gradient_effects(node, self.tree.findall, self.names.optimizers, self._holds_a_backward)
+        for method in self._own_methods_called(node):
+            effects |= gradient_effects(method.body, self.tree.findall, self.names.optimizers, self._holds_a_backward)
+        return effects
+
+    def _own_methods_called(self, node: cst.CSTNode) -> Iterator[cst.FunctionDef]:
+        """The methods of the file's own classes that ``node`` calls on their instances
+        (``optimizer.ascend()`` on an object built from a class of the file, ``self.update()``)."""
+        for call in self.tree.findall(node, cst.Call, method_called):
+            class_name = self.names.instance_class(call.func.value, self.class_name_of(call))
+            for statement in self.class_body(class_name):
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == call.func.attr.value:
+                    yield statement
 
     def _holds_a_backward(self, node: cst.CSTNode) -> bool:
         span = self.tree.span(node)
@@ -502,8 +515,10 @@ class FileAnalysis:
         """Whether ``expression`` is a tensor: a name holding one, what a torch function or a
         module returns, a tensor's method, attribute or item."""
         if isinstance(expression, cst.Name):
+            # By what it is, not by holding a graph: an object built from parameters holds their
+            # graph too (an optimizer of the file's own), and its methods may read gradients.
             value = self.value_read(expression)
-            return value is not None and (value.graph or value.structure is TENSOR)
+            return value is not None and value.structure is TENSOR
         if isinstance(expression, cst.Call):
             func = expression.func
             if self.names.is_torch(func) or self.names.module(func, self.class_name_of(expression)) is not None:

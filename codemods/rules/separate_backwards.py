@@ -15,6 +15,7 @@ from ..analysis import (
     code_of,
     expand,
     expression_key,
+    is_single_assignment,
     read_names,
     stepped_optimizers,
 )
@@ -47,6 +48,10 @@ class SeparateBackwards(Rule):
     updates, and when different optimizers take turns (a GAN's discriminator and generator steps,
     actor-critic) each loss trains its own network: merging would remove an update, so gradfix
     only reports (the fix there is to detach the shared value, or recompute it after the step).
+    With one optimizer stepping between (SAM's two steps), the second backward can compute the
+    shared forward again, at the stepped weights: an unsafe fix, written only where that forward
+    is one assignment of the same block, from inputs without a graph that nothing reassigns, and
+    the second loss reads nothing else that holds a graph.
     It also only reports when code between the backwards reads or clips ``.grad`` or calls code
     gradfix cannot see, or when a gradient hook (``register_hook``, a module's backward hook) or a
     custom autograd ``Function`` in the file may see each backward's gradient on its own (a clamp
@@ -101,7 +106,10 @@ for x, y_reg, y_cls in loader:
                 message += "an optimizer steps between them, so recompute the shared value after the step"
             else:
                 message += "backward their sum once"
-            fix = self._fix(group, block)
+            if len(optimizers) <= 1 and any(self.analysis.gradient_effects(s) & GradientEffect.UPDATING for s in between):
+                fix = self._recompute_fix(group, block)
+            else:
+                fix = self._fix(group, block)
             if fix is None and self.analysis.names.gradient_hooks:
                 hook = self.analysis.names.gradient_hooks[0]
                 message += (
@@ -202,6 +210,49 @@ for x, y_reg, y_cls in loader:
         keep = "" if retains[-1] is None else f", retain_graph={code_of(retains[-1].value)}"
         return cst.parse_expression(f"{torch}.autograd.backward([{tensors}], [{given}]{keep})")
 
+    def _recompute_fix(self, group: list[BackwardSite], block: Block) -> Fix | None:
+        """For two backwards with an optimizer step between (SAM's two steps): the second
+        backward computes the shared forward again, after the step, in place of reading the one
+        the first backward freed. Only where that forward (``output = model(images)``) is one
+        assignment of this block from inputs without a graph, unchanged up to the second backward,
+        and the second loss reads nothing else that holds a graph. It changes what the second
+        gradient is taken at (the stepped weights), which is what the step was for: unsafe."""
+        if len(group) != 2:
+            return None
+        first, last = group
+        start, end = block.index(first.statement), block.index(last.statement)
+        for statement in block.statements[:start]:
+            if not is_single_assignment(statement) or not isinstance(target := statement.body[0].targets[0].target, cst.Name):
+                continue
+            forward = statement.body[0].value
+            name = target.value
+            later = block.statements[block.index(statement) + 1 : end]
+            if (
+                statement in self._shared_origins(group)
+                and isinstance(forward, cst.Call)
+                and name in read_names(last.tensor)
+                and not (read_names(forward) | {name}) & set().union(*(assigned_names(s) for s in later))
+                and self._graphless_apart_from(forward, set())
+                and self._graphless_apart_from(last.tensor, {name})
+            ):
+                recomputed = last.with_tensor(_replace_name(last.tensor, name, forward))
+                line = last.statement.with_changes(body=[last.statement.body[0].with_changes(value=recomputed)])
+                return Fix(safe=False, replace=((last.statement, line),))
+        return None
+
+    def _graphless_apart_from(self, expression: cst.BaseExpression, names: set[str]) -> bool:
+        """Whether every name ``expression`` reads as a value (not as the function it calls) is
+        proved to hold no graph there, ``names`` apart."""
+        callees = {id(node) for call in self.analysis.tree.findall(expression, cst.Call) for node in _callee_names(call.func)}
+        for node in self.analysis.tree.findall(expression, cst.Name):
+            parent = self.analysis.tree.parent(node)
+            if node.value in names or id(node) in callees or (isinstance(parent, cst.Attribute) and parent.attr is node):
+                continue
+            value = self.analysis.value_read(node)
+            if value is None or value.graph:
+                return False
+        return True
+
     def _fix(self, group: list[BackwardSite], block: Block) -> Fix | None:
         earlier, last = group[:-1], group[-1]
         merged_call = self._merged_call(group)
@@ -220,6 +271,30 @@ for x, y_reg, y_cls in loader:
                 return None  # the tensor (or its gradient) would mean another value at the merged call
         merged = last.statement.with_changes(body=[last.statement.body[0].with_changes(value=merged_call)])
         return Fix(safe=True, remove=tuple(site.statement for site in earlier), replace=((last.statement, merged),))
+
+
+def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
+    """The names that spell the function called (``criterion``, ``F`` of ``F.mse_loss``)."""
+    while isinstance(func, cst.Attribute):
+        func = func.value
+    return [func] if isinstance(func, cst.Name) else []
+
+
+def _replace_name(expression: cst.BaseExpression, name: str, by: cst.BaseExpression) -> cst.BaseExpression:
+    not_variables: set[int] = set()  # the name of ``x.output``, the keyword of ``f(output=...)``
+
+    class Replace(cst.CSTTransformer):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            not_variables.add(id(node.attr))
+
+        def visit_Arg(self, node: cst.Arg) -> None:
+            if node.keyword is not None:
+                not_variables.add(id(node.keyword))
+
+        def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+            return by if original_node.value == name and id(original_node) not in not_variables else updated_node
+
+    return expression.visit(Replace())
 
 
 def _sum(operands: list[cst.BaseExpression]) -> cst.BaseExpression:
