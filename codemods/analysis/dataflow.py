@@ -1185,6 +1185,9 @@ class DataflowAnalysis:
         if isinstance(call.func, cst.Attribute) and dotted_name(call.func.value) == "self":
             self._record_object_state(_summary_key(summary), env)
             env.update(summary.kept_on_self)  # self.add_regularization_loss(...) in __init__: what it keeps stays
+        if summary.returned.graphless and not summary.has_effect:
+            # proved on every path, whatever it was given (``return float(acc.item())``)
+            return Value(structure=summary.returned.structure, graphless=True)
         if not summary.has_effect:
             if not summary.returned.graph:
                 return None
