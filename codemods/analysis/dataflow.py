@@ -1185,6 +1185,7 @@ class DataflowAnalysis:
         if isinstance(call.func, cst.Attribute) and dotted_name(call.func.value) == "self":
             self._record_object_state(_summary_key(summary), env)
             env.update(summary.kept_on_self)  # self.add_regularization_loss(...) in __init__: what it keeps stays
+        self._free_what_the_call_walked(_summary_key(summary), values, env)
         if summary.returned.graphless and not summary.has_effect:
             # proved on every path, whatever it was given (``return float(acc.item())``)
             return Value(structure=summary.returned.structure, graphless=True)
@@ -1203,6 +1204,29 @@ class DataflowAnalysis:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
             result = replace(result, graph=True, freed=frees, backwarded=summary.returned.backwarded)
         return self._freed_inside(call, summary, result)
+
+    def _free_what_the_call_walked(self, key: object, arguments: Sequence[Value], env: Env) -> None:
+        """After a call of a function of the file whose body backwards, on every path and without
+        keeping the graph, a value built from what it was given (``critic.fit(prediction, target)``
+        backwards a loss of ``prediction``): the caller's names that share the graph this call
+        passed in are freed."""
+        passed = frozenset().union(*(self.graph_nodes(value) for value in arguments if value.graph))
+        if not passed:
+            return
+        for site in self.backward_sites.values():
+            function = site.scope.node
+            if (
+                not isinstance(function, cst.FunctionDef)
+                or (function.name.value if site.scope.class_name is None else (site.scope.class_name, function.name.value)) != key
+                or site.retain_graph is not False
+                or site.api.guessed
+                or any(not loop.is_call for loop in site.loops)
+                or not self._unconditional(site.statement, function)
+            ):
+                continue
+            walked = self.graph_nodes(site.value) & passed
+            for name in self._sharing_graph(env, walked):
+                env[name] = replace(env[name], freed=True)
 
     def _record_object_state(self, callee: object, env: Env) -> None:
         """What a method of a plain class called on ``self`` finds on the object: the graphs the

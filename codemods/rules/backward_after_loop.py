@@ -79,14 +79,14 @@ optimizer.step()
             if len(zeroing) != len(between):
                 fix = None  # an optimizer steps (or gradients are read) between the loop and the backward
                 message += " (not rewritten: the optimizer already steps before it)"
-            elif (unmovable := self._unmovable(loop, computing, site)) is not None:
+            elif (unmovable := self._unmovable(loop, moving := _moving_with(site, computing), site)) is not None:
                 fix = None
                 message += f" (not rewritten: {unmovable})"
             else:
                 fix = Fix(
                     safe=False,
                     move=tuple((s, loop.node) for s in zeroing),
-                    move_after=tuple((s, loop.node.body.body[-1]) for s in (*computing, site.statement)),
+                    move_after=tuple((s, loop.node.body.body[-1]) for s in (*moving, site.statement)),
                     reschedules_updates=True,
                 )
             yield self.violation(site.call, message, fix, related=(loop.node,), sites=(site,))
@@ -121,18 +121,19 @@ optimizer.step()
                 computing.append(statement)
         return None
 
-    def _unmovable(self, loop: Loop, computing: list[cst.BaseStatement], site: BackwardSite) -> str | None:
-        """Why the statements between the loop and the backward cannot move into the loop's end
-        with it, or None. Each must read what the iteration left (or what one of them computed
-        from it), so that inside the loop it computes the same from every iteration's values; and
-        the moved code must read nothing an iteration would then hand to the next."""
+    def _unmovable(self, loop: Loop, moving: list[cst.BaseStatement], site: BackwardSite) -> str | None:
+        """Why the statements between the loop and the backward that must move with it cannot
+        move into the loop's end, or None. Each must read what the iteration left (or what one of
+        them computed from it), so that inside the loop it computes the same from every
+        iteration's values; and the moved code must read nothing an iteration would then hand to
+        the next."""
         produced = set(assigned_names(loop.node))
-        for statement in computing:
+        for statement in moving:
             if not read_names(statement) & produced:
                 return f"line {self.analysis.line(statement)} does not depend on the loop"
             produced |= assigned_names(statement)
         body = list(loop.node.body.body)
-        if _carried_names([*body, *computing, site.statement]) != _carried_names(body):
+        if _carried_names([*body, *moving, site.statement]) != _carried_names(body):
             return "inside the loop, the moved code would read what the previous iteration left"
         return None
 
@@ -204,6 +205,24 @@ optimizer.step()
 
 # What a tensor tells of itself without its values.
 _METADATA = {"shape", "size", "dim", "ndim", "device", "dtype", "numel"}
+
+
+def _moving_with(site: BackwardSite, computing: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The statements between the loop and the backward that move into the loop with it: those
+    computing what it backwards, and those reading what a moving one assigns (a hook registered
+    on the forward's output)."""
+    needed = read_names(site.statement)
+    moving: set[int] = set()
+    for statement in reversed(computing):
+        if assigned_names(statement) & needed:
+            moving.add(id(statement))
+            needed |= read_names(statement)
+    assigned = set().union(*(assigned_names(s) for s in computing if id(s) in moving))
+    for statement in computing:
+        if id(statement) not in moving and read_names(statement) & assigned:
+            moving.add(id(statement))
+            assigned |= assigned_names(statement)
+    return [statement for statement in computing if id(statement) in moving]
 
 
 def _runs_once(loop: Loop) -> bool:
