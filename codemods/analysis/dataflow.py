@@ -330,6 +330,7 @@ class DataflowAnalysis:
         self._arguments_read: list[tuple[object, dict[str, tuple]]] = []
         self._scope = Scope(module)
         self._loops: list[Loop] = []
+        self._comprehension_names: frozenset[str] = frozenset()  # bound by the comprehensions being evaluated
         self._frames: list[_Frame] = []
         self._statement: cst.CSTNode = module
         self._no_grad = 0
@@ -796,7 +797,7 @@ class DataflowAnalysis:
                 return combine([base], self._origin(node))
             element = _element_of(base)
             loop = self._loops[-1] if self._loops else None
-            if element.graph and loop is not None and not loop.is_call and _indexed_by(node, loop.carried_names):
+            if element.graph and loop is not None and not loop.is_call and _indexed_by(node, loop.carried_names - self._comprehension_names):
                 picked = frozenset({Element(loop, node, base.origins)})
                 # Another element each iteration, freed only if the container was when the loop began.
                 return Value(True, picked, element.structure, freed=dotted_name(node.value) in loop.freed_at_entry)
@@ -1037,9 +1038,15 @@ class DataflowAnalysis:
 
     def _eval_comprehension(self, node, env: Env) -> Value:
         inner = dict(env)
-        for clause in _comprehension_clauses(node.for_in):
-            self._assign(clause.target, _element_of(self._eval(clause.iter, inner)), inner)
-        element = self._eval(node.elt, inner)
+        outer_names = self._comprehension_names
+        try:
+            for clause in _comprehension_clauses(node.for_in):
+                self._assign(clause.target, _element_of(self._eval(clause.iter, inner)), inner)
+                # A comprehension's names are its own (``x[i] for i in ...`` inside ``for i in ...``).
+                self._comprehension_names |= frozenset(target_names(clause.target))
+            element = self._eval(node.elt, inner)
+        finally:
+            self._comprehension_names = outer_names
         structure: Structure = ListOf(element.structure)
         return _part(element, structure)
 
