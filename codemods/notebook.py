@@ -65,11 +65,13 @@ class Notebook:
         self._spans = _source_spans(self.text)
         lines: list[str] = []
         self._cell_starts: list[tuple[int, int]] = []  # (first source line, cell index), in order
+        self._indents: dict[int, str] = {}  # the indentation IPython strips from a cell before running it
         for index in self.code_cells:
             if lines or self._cell_starts:
                 lines.append(f"{CELL_MARKER}{index + 1}\n")
             self._cell_starts.append((len(lines) + 1, index))
-            lines += [line if line.endswith("\n") else line + "\n" for line in _masked(cell_source(cells[index]))]
+            self._indents[index], source = _without_leading_indent(cell_source(cells[index]))
+            lines += [line if line.endswith("\n") else line + "\n" for line in _masked(source)]
         self.source = "".join(lines).encode("utf-8")
 
     @property
@@ -100,6 +102,10 @@ class Notebook:
             new = _unmasked(text)
             if not old.endswith("\n") and new.endswith("\n"):
                 new = new[:-1]
+            if new == _without_leading_indent(old)[1]:
+                continue
+            indent = self._indents[index]
+            new = "".join(indent + line if line.strip() else line for line in new.splitlines(keepends=True))
             if new != old:
                 edits.append((self._spans[index], self._source_text(self._spans[index], new)))
         text = self.text
@@ -251,6 +257,16 @@ def _malformation(document: Any) -> str:
 def cell_source(cell: dict[str, Any]) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _without_leading_indent(source: str) -> tuple[str, str]:
+    """The indentation of a cell's first line, and the cell without it where a line starts with
+    it: IPython strips it so before it runs the cell (a cell pasted with every line indented)."""
+    lines = source.splitlines(keepends=True)
+    indent = lines[0][: len(lines[0]) - len(lines[0].lstrip(" \t"))] if lines else ""
+    if not indent or not lines[0].strip():
+        return "", source
+    return indent, "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
 
 
 def file_lines(text: str) -> list[str]:

@@ -96,6 +96,20 @@ def test_a_fix_keeps_continued_shell_lines_and_magics_that_are_a_whole_block():
     assert code_of(report.rewritten).replace(magics, "").split() == HOISTED.joinpath("after.py").read_text().split()
 
 
+def test_a_cell_indented_as_a_whole_is_checked_as_ipython_runs_it_and_fixed_in_its_indentation():
+    # IPython strips the first line's indentation from every line of a cell before running it.
+    setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
+    indented = "".join(" " + line if line.strip() else line for line in ("loss = " + training).splitlines(keepends=True))
+    original = notebook_of(setup, indented)
+    assert Notebook(original, "nb.ipynb").with_source(Notebook(original, "nb.ipynb").source) == original
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    assert [f.code for f in report.fixed] == ["GF003"] and not report.findings and not report.errors
+    cells = json.loads(report.rewritten)["cells"]
+    fixed = "".join(cells[2]["source"])
+    assert all(line.startswith(" ") for line in fixed.splitlines() if line.strip())
+    assert (setup + "\n" + fixed.replace("\n ", "\n")[1:]).split() == HOISTED.joinpath("after.py").read_text().split()
+
+
 def test_findings_are_placed_by_cell_and_messages_name_cells():
     report = check_source(hoisted_notebook(), all_rules(), path="train.ipynb")
     [finding] = report.findings
