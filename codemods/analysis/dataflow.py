@@ -990,11 +990,14 @@ class DataflowAnalysis:
         # in all code we have seen; passing a module in makes its result depend on parameters (or
         # it is an object built around the module, an optimizer, a wrapper: the analysis cannot
         # tell, and nothing is rewritten on what ``x.backward(arg)`` of such a value backwards).
-        module_arguments = [self.names.module(a, class_name) for a in arguments]
-        if any(m is not None and m.trainable for m in module_arguments):
-            values.append(LEAF)
         self._eval(func, env)
-        return combine(values, self._origin(node), UNKNOWN, known_operation=False)
+        return combine(self._with_passed_modules(arguments, values, class_name), self._origin(node), UNKNOWN, known_operation=False)
+
+    def _with_passed_modules(self, arguments, values: list[Value], class_name: str | None) -> list[Value]:
+        """``values``, and the parameters of a trainable module among ``arguments``."""
+        if any(m is not None and m.trainable for m in (self.names.module(a, class_name) for a in arguments)):
+            return [*values, LEAF]
+        return values
 
     def _record_construction(self, class_name: str, call: cst.Call, values: list[Value]) -> None:
         self.constructions.setdefault(class_name, []).append(tuple(reversed(self._loops)))
@@ -1198,7 +1201,10 @@ class DataflowAnalysis:
             return Value(structure=summary.returned.structure, graphless=True)
         if not summary.has_effect:
             if not summary.returned.graph:
-                return None
+                # as any call of graph-carrying values, shaped as the function's returns show
+                arguments = [arg.value for arg in call.args]
+                values = self._with_passed_modules(arguments, values, self._scope.class_name)
+                return combine(values, self._origin(call), summary.returned.structure, known_operation=False)
             # self.sample_G(n): a method that returns what it built from parameters
             return self._freed_inside(call, summary, combine([*values, LEAF], self._origin(call), summary.returned.structure))
         self._eval(call.func, env)

@@ -44,7 +44,10 @@ class CarriedState(Rule):
     The fix is truncated backpropagation through time: detach the state where an iteration
     starts (``hidden = hidden.detach()``, element by element for tuples and lists, guarded when
     the state starts as ``None``). For state a module keeps on ``self``, the value is detached
-    where it is stored for the next call. The values the program computes stay the same; the
+    where it is stored for the next call; an attribute that only caches a value built afresh
+    (``self._cached_adj = adj``, reused as it was stored) is no state: detached, it stops training
+    what built it after the first call, so that detach is an unsafe fix (computing the value at
+    every call keeps it trained). The values the program computes stay the same; the
     gradients stop at the iteration boundary instead of reaching into freed graphs. This changes
     the maths on purpose: it is what training a recurrent model step by step means. A state that
     enters the loop with a graph of its own (a learned initial state ``h0``) is detached where the
@@ -219,7 +222,13 @@ for inputs, targets in loader:
                 if self._called_only_at_construction(method):
                     continue  # no training step runs between its calls
                 stores = _stores(method.node, name)
-                fix, unfixable = self._store_fix(method, name, stores, stored)
+                evolves = self._evolves(method, marker, stores)
+                fix, unfixable = self._store_fix(method, name, stores, stored, safe=evolves)
+                if fix is not None and not evolves:
+                    unfixable = (
+                        "it caches a value built afresh, which detached stops training what built it after the first call; "
+                        "computing it at every call keeps it trained; --unsafe-fixes detaches it"
+                    )
                 yield self.violation(
                     stores[0] if stores else method.node,
                     f"`{name}` keeps this call's graph for the next call of `{method.node.name.value}`; "
@@ -228,6 +237,15 @@ for inputs, targets in loader:
                     related=(method.node, *stores[1:], *self._built_in(method, stored)),
                     sites=self._backwarding(method),
                 )
+
+    def _evolves(self, method: Loop, marker: Carried, stores: list[cst.CSTNode]) -> bool:
+        """Whether a store computes the attribute's new value from its previous one (a recurrent
+        state), not only keeps a value built afresh (a cache)."""
+        for store in stores:
+            assigned = self.analysis.value_assigned(store.body[0].value) if is_single_assignment(store) else None
+            if assigned is not None and marker in expand(assigned.origins, method):
+                return True
+        return False
 
     def _called_only_at_construction(self, method: Loop) -> bool:
         """Whether every call of the method in the file is one its class's ``__init__`` makes
@@ -279,8 +297,10 @@ for inputs, targets in loader:
                     return True
         return False
 
-    def _store_fix(self, method: Loop, name: str, stores: list[cst.CSTNode], stored: Value) -> tuple[Fix | None, str]:
-        """The detaches where ``name`` is stored, or why gradfix cannot write them."""
+    def _store_fix(self, method: Loop, name: str, stores: list[cst.CSTNode], stored: Value, safe: bool) -> tuple[Fix | None, str]:
+        """The detaches where ``name`` is stored, or why gradfix cannot write them. Safe for a
+        state each call computes from the last (the truncation recurrent code means); a cache
+        reused as it was stored, detached, stops training what built it after its first call."""
         if not stores or not all(is_single_assignment(s) for s in stores):
             return None, f"`{name}` is not stored by plain assignments"
         unknown = f"gradfix cannot tell what `{name}` holds (a namedtuple, a dataclass, …)"
@@ -303,7 +323,7 @@ for inputs, targets in loader:
                 if statement is None:
                     return None, unknown
                 insert_after.append((store, (statement,)))
-        return Fix(safe=True, replace=tuple(replace), insert_after=tuple(insert_after)), ""
+        return Fix(safe=safe, replace=tuple(replace), insert_after=tuple(insert_after)), ""
 
     def _read_after(self, method: Loop, name: str, store: cst.CSTNode) -> bool:
         for node in self.analysis.tree.findall(method.node.body, cst.Attribute):
