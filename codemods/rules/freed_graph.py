@@ -4,9 +4,12 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import code_of, dotted_name, loss_handed_to_trainer
-from ..frameworks import TRAINER_RUNS
-from ..rule import Rule, Violation
+from ..analysis import BackwardSite, as_operand, assigned_names, code_of, dotted_name, loss_handed_to_trainer, read_names
+from ..edits import Fix
+from ..frameworks import AUTOGRAD_GRAD, TENSOR_BACKWARD, TRAINER_RUNS
+from ..rule import FixKind, Rule, Violation
+
+_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
 class FreedGraph(Rule):
@@ -27,23 +30,55 @@ class FreedGraph(Rule):
     backward with its shape and its fix. It names the backward that freed the graph and the line
     that built it. The fix depends on what the program means: backward the losses together once,
     compute the value again after the first backward (inside the loop), or detach what must not
-    train. ``retain_graph=True`` only hides it. gradfix does not rewrite this on its own; run
-    ``gradfix diagnose --fix`` on the script to try the candidate fixes.
+    train. ``retain_graph=True`` only hides it. gradfix rewrites only a trainer hook's two shapes,
+    as unsafe fixes (the trainer may scale or clip what the hook returns): a gradient penalty's
+    ``autograd.grad`` gets ``create_graph=True``, and a loss the hook backwards itself is returned
+    with the hook's loss for the trainer's one backward. Elsewhere, run ``gradfix diagnose --fix``
+    on the script to try the candidate fixes.
     """
 
     CODE = "GF010"
     NAME = "freed_graph"
     SUMMARY = "a backward walks a graph an earlier backward freed"
-    FIX = None
+    FIX = FixKind.UNSAFE
     DEFERS = True
     EXAMPLE_BEFORE = """\
-encoder = nn.Linear(4, 8)
-features = encoder(torch.randn(2, 4))
-if check_features:
-    features.sum().backward()
-features.pow(2).mean().backward()
+import pytorch_lightning as pl
+
+
+class Classifier(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(6, 8)
+        self.decoder = nn.Linear(8, 6)
+        self.head = nn.Linear(8, 3)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        code = self.encoder(x)
+        reconstruction_loss = (self.decoder(code) - x).pow(2).mean()
+        reconstruction_loss.backward()
+        loss = nn.functional.cross_entropy(self.head(code), y)
+        return loss
 """
-    EXAMPLE_AFTER = EXAMPLE_BEFORE
+    EXAMPLE_AFTER = """\
+import pytorch_lightning as pl
+
+
+class Classifier(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(6, 8)
+        self.decoder = nn.Linear(8, 6)
+        self.head = nn.Linear(8, 3)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        code = self.encoder(x)
+        reconstruction_loss = (self.decoder(code) - x).pow(2).mean()
+        loss = nn.functional.cross_entropy(self.head(code), y)
+        return loss + reconstruction_loss
+"""
 
     def violations(self) -> Iterator[Violation]:
         yield from self._returned_to_the_trainer()
@@ -112,8 +147,49 @@ features.pow(2).mean().backward()
                     f"`{code_of(freeing[-1].call.func)}` at line {self.analysis.line(freeing[-1].call)} already freed, built at line "
                     f"{self.analysis.line(built)}; return the losses summed for the trainer's one backward, or keep "
                     "that graph for it (create_graph=True for a gradient penalty)",
+                    self._trainer_fix(hook, returned, freeing[-1]),
                     related=(freeing[-1].call, built, *self._fits_of(class_name)),
                 )
+
+    def _trainer_fix(self, hook: cst.FunctionDef, returned: cst.Return, site: BackwardSite) -> Fix | None:
+        """The hook's own fix, where its shape proves one (unsafe: the trainer may scale or clip
+        what the hook returns). A gradient the returned loss is computed from (a gradient penalty)
+        is taken with ``create_graph=True``, so the trainer's backward differentiates through it.
+        A loss the hook backwards itself (``aux_loss.backward()``, a statement of its body before
+        the ``return``, with nothing between that reads or changes gradients) is returned with
+        the hook's loss instead, for the trainer's one backward: the same gradients."""
+        statement = site.statement
+        body = list(hook.body.body)
+        if site.api == AUTOGRAD_GRAD:
+            if statement not in body or sum(arg.keyword is None for arg in site.call.args) > 2:
+                return None
+            # (taken without create_graph, the gradient holds no graph the dataflow could follow)
+            computed = set(assigned_names(statement))
+            for later in body[body.index(statement) + 1 :]:
+                if read_names(later) & computed:
+                    computed |= assigned_names(later)
+            if returned.value is None or not read_names(returned.value) & computed:
+                return None
+            kept = [arg for arg in site.call.args if arg.keyword is None or arg.keyword.value not in ("retain_graph", "create_graph")]
+            create = cst.Arg(value=cst.Name("True"), keyword=cst.Name("create_graph"), equal=_EQUAL)
+            call = site.call.with_changes(args=[*kept[:-1], kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT), create])
+            return Fix(safe=False, replace=((statement, statement.deep_replace(site.call, call)),))
+        line = self.analysis.statement_of(returned)
+        handed = loss_handed_to_trainer(returned.value) if returned.value is not None else None
+        if (
+            site.api != TENSOR_BACKWARD
+            or not site.is_whole_statement
+            or site.call.args
+            or handed is None
+            or statement not in body
+            or line not in body
+        ):
+            return None
+        between = body[body.index(statement) + 1 : body.index(line)]
+        if any(self.analysis.gradient_effects(s) or read_names(site.tensor) & assigned_names(s) for s in between):
+            return None
+        summed = cst.BinaryOperation(left=as_operand(handed), operator=cst.Add(), right=as_operand(site.tensor))
+        return Fix(safe=False, remove=(statement,), replace=((line, line.deep_replace(handed, summed)),))
 
     def _fits_of(self, class_name: str) -> list[cst.Call]:
         """The ``trainer.fit(model, ...)`` calls of the file that hand the trainer an instance of
