@@ -4,7 +4,21 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import NONE, BackwardSite, ListOf, Loop, Scope, TupleOf, Value, assigned_names, detached_where_stored, read_names
+from ..analysis import (
+    NONE,
+    BackwardSite,
+    ListOf,
+    Loop,
+    Scope,
+    TupleOf,
+    Value,
+    as_operand,
+    assigned_names,
+    detached_where_stored,
+    dotted_name,
+    is_single_assignment,
+    read_names,
+)
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
@@ -32,7 +46,10 @@ class CachedGraph(Rule):
     by the optimizers: only when every optimizer's parameters are known and none of them belongs to
     the modules that built the value is it detached. A value built from parameters that train (an
     ``exp`` of a parameter, a normalised learned adjacency kept by ``__init__``) must be computed
-    again in every step: that is reported, not rewritten, and so is a value gradfix cannot place.
+    again in every step: where ``__init__`` keeps it as ``self.x = expr`` of attributes no other
+    method sets (not of the constructor's arguments), the unsafe fix computes ``expr`` where the
+    step function read ``self.x`` (the values change after the first step: the current weights).
+    Otherwise it is reported, not rewritten, and so is a value gradfix cannot place.
     """
 
     CODE = "GF006"
@@ -122,10 +139,16 @@ for step in range(steps):
                     f"it where it is made if it is a constant, or compute it in `{function.name.value}` if "
                     "it must train (gradfix cannot tell which: not every optimizer's parameters are known)"
                 )
+            if constant:
+                fix = self._detach_fix(statement)
+            elif self.analysis.trained_modules is not None:
+                fix = self._recompute_fix(statement, scope)
+            else:
+                fix = None
             yield self.violation(
                 statement,
                 message,
-                self._detach_fix(statement) if constant else None,
+                fix,
                 related=(function,),
                 sites=tuple(site for site in self.analysis.backward_sites if site.scope.node is function),
             )
@@ -142,6 +165,33 @@ for step in range(steps):
             and any(s is statement for s in constructor.body.body)
             and not self.analysis.constructed_every_step(scope.class_name)
         )
+
+    def _recompute_fix(self, statement: cst.CSTNode, scope: Scope) -> Fix | None:
+        """``self.x = expr`` in ``__init__``, read by the step function: the function computes
+        ``expr`` where it read ``self.x``, with the parameters as they are at that step. Only for an
+        expression of attributes that no other method sets and of names the module defines (not
+        the constructor's parameters or locals), and for a function that does not set ``self.x``.
+        Unsafe: it changes the values after the first step (the current weights, not the first)."""
+        constructor = self.analysis.constructor_of(scope.class_name)
+        if constructor is None or not is_single_assignment(statement) or scope.class_name is None:
+            return None
+        target = dotted_name(statement.body[0].targets[0].target)
+        expression = statement.body[0].value
+        if target is None or not target.startswith("self.") or target.count(".") != 1:
+            return None
+        local = assigned_names(constructor.body) | {p.name.value for p in constructor.params.params}
+        attributes = {name for name in read_names(expression) if name.startswith("self.")}
+        set_elsewhere = set().union(
+            *(assigned_names(m.body) for m in self.analysis.class_body(scope.class_name) if isinstance(m, cst.FunctionDef) and m is not constructor)
+        )
+        if (
+            {name for name in read_names(expression) if "." not in name and name != "self"} & local
+            or (attributes | {target}) & set_elsewhere
+        ):
+            return None
+        function = scope.node
+        computed = _replace_reads(function, target, expression)
+        return None if computed is function else Fix(safe=False, replace=((function, computed),))
 
     def _detach_fix(self, statement: cst.CSTNode) -> Fix | None:
         """``x = expr`` / ``d[k] = expr`` → ``… = expr.detach()``; ``xs.append(expr)`` →
@@ -180,3 +230,16 @@ for step in range(steps):
                 related=(loop.node, site.call),
                 sites=(site,),
             )
+
+
+def _replace_reads(function: cst.FunctionDef, attribute: str, expression: cst.BaseExpression) -> cst.FunctionDef:
+    """``function`` with every ``self.x`` it reads (``attribute``) replaced by ``expression``."""
+
+    class Replace(cst.CSTTransformer):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function  # (a nested function's ``self`` is not this one's)
+
+        def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+            return as_operand(expression) if dotted_name(original_node) == attribute else updated_node
+
+    return function.visit(Replace())
