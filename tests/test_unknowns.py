@@ -276,6 +276,58 @@ for segment in torch.randn(4, 5, 2, 3):
     assert "passes through `repackage_hidden`" in report.findings[0].message
 
 
+def test_a_graph_carrying_object_is_not_a_tensor():
+    # An optimizer of the file's own built from the parameters holds their graph, but its method
+    # between two backwards may read the first gradient: no safe merge across it.
+    source = """\
+import torch
+import torch.nn as nn
+class Ascent:
+    def __init__(self, params):
+        self.params = list(params)
+    @torch.no_grad()
+    def perturb(self):
+        for p in self.params:
+            p.add_(p.grad)
+net = nn.Linear(3, 2)
+ascent = Ascent(net.parameters())
+out = net(torch.ones(4, 3))
+out.sum().backward()
+ascent.perturb()
+out.pow(2).sum().backward()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
+    assert codes(report) == ["GF002"] and report.rewritten is None
+
+
+def test_a_cached_attribute_is_detached_only_unsafely():
+    source = """\
+import torch
+import torch.nn as nn
+class Cached(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3, 3))
+        self.cache = None
+    def forward(self, x):
+        if self.cache is not None:
+            weights = self.cache
+        else:
+            weights = self.weight.softmax(-1)
+            self.cache = weights
+        return x @ weights
+model = Cached()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    optimizer.zero_grad()
+    model(torch.ones(2, 3)).sum().backward()
+    optimizer.step()
+"""
+    safe = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
+    assert [f.code for f in safe.findings] == ["GF004"] and safe.rewritten is None
+    assert codes(checked(source)) == ["GF004"] and b"self.cache = weights.detach()" in checked(source).rewritten
+
+
 def test_a_detaching_helper_returns_no_graph():
     source = """\
 import torch
@@ -297,6 +349,26 @@ for x in torch.randn(5, 2, 4):
     assert report.findings == []
     undetached = checked(source.replace("    state = detach_all(state)\n", ""))
     assert codes(undetached) == ["GF004"]
+
+
+def test_a_helper_returning_a_number_returns_no_graph():
+    source = """\
+import torch
+import torch.nn as nn
+def accuracy(pred, target):
+    return float((pred.argmax(1) == target).sum().item()) / len(pred)
+model = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+total = 0
+for x, y in [(torch.randn(8, 4), torch.randint(0, 3, (8,)))] * 3:
+    pred = model(x)
+    acc = accuracy(pred, y)
+    total += acc
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(pred, y).backward()
+    optimizer.step()
+"""
+    assert checked(source).findings == [] and checked(source).rewritten is None
 
 
 def test_requires_grad_makes_a_leaf():

@@ -1195,7 +1195,7 @@ class DataflowAnalysis:
         if isinstance(call.func, cst.Attribute) and dotted_name(call.func.value) == "self":
             self._record_object_state(_summary_key(summary), env)
             env.update(summary.kept_on_self)  # self.add_regularization_loss(...) in __init__: what it keeps stays
-        self._free_what_the_call_walked(_summary_key(summary), values, env)
+        self._free_what_the_call_walked(summary, values, env)
         if summary.returned.graphless and not summary.has_effect:
             # proved on every path, whatever it was given (``return float(acc.item())``)
             return Value(structure=summary.returned.structure, graphless=True)
@@ -1218,14 +1218,15 @@ class DataflowAnalysis:
             result = replace(result, graph=True, freed=frees, backwarded=summary.returned.backwarded)
         return self._freed_inside(call, summary, result)
 
-    def _free_what_the_call_walked(self, key: object, arguments: Sequence[Value], env: Env) -> None:
+    def _free_what_the_call_walked(self, summary: FunctionSummary, arguments: Sequence[Value], env: Env) -> None:
         """After a call of a function of the file whose body backwards, on every path and without
         keeping the graph, a value built from what it was given (``critic.fit(prediction, target)``
         backwards a loss of ``prediction``): the caller's names that share the graph this call
-        passed in are freed."""
+        passed in are freed. (A backward of a parameter itself is the call's own backward site.)"""
         passed = frozenset().union(*(self.graph_nodes(value) for value in arguments if value.graph))
-        if not passed:
+        if not passed or summary.backwarded:
             return
+        key = _summary_key(summary)
         for site in self.backward_sites.values():
             function = site.scope.node
             if (
@@ -1235,6 +1236,7 @@ class DataflowAnalysis:
                 or site.api.guessed
                 or any(not loop.is_call for loop in site.loops)
                 or not self._unconditional(site.statement, function)
+                or any(self._tree.follows(site.statement, r) for r in self._tree.findall(function.body, cst.Return))
             ):
                 continue
             walked = self.graph_nodes(site.value) & passed
