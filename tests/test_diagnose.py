@@ -1,7 +1,9 @@
-"""`gradfix diagnose` on the shared cases and on every fixture: the right lines, the right rule, and
-with --fix a script that then runs clean."""
+"""`gradfix diagnose` on the shared cases and on the fixtures: the right lines, the right rule, and
+with --fix a script that then runs clean.
 
-import os
+Every fixture runs in test_fixtures; here the default run diagnoses the first fixture of each rule
+by folder name (the CI budget is minutes), and `python -m pytest -m sweep` every other one."""
+
 import shutil
 
 import pytest
@@ -11,24 +13,49 @@ from gradfix.cli.app import app
 from gradfix.codemods.execution.diagnose import diagnose, fix_and_rerun
 from gradfix.codemods.execution.runner import RunOptions
 from gradfix.codemods.execution.verify import discover
-from gradfix.codemods.symptoms import SECOND_BACKWARD, GraphsKeptAlive, LastBatchOnly
+from gradfix.codemods.registry import all_rules
+from gradfix.codemods.symptoms import SECOND_BACKWARD, GraphsKeptAlive, LastBatchOnly, RunsCorrectly
 
 from .conftest import FIXTURES, SHARED_CASES
 
 BOUNDS = RunOptions(timeout=60)
-# Every fixture runs in test_fixtures; here diagnose runs one per rule and one per symptom, and
-# every one when GRADFIX_DIAGNOSE_SWEEP is set (the CI budget is minutes).
-SWEEP = bool(os.environ.get("GRADFIX_DIAGNOSE_SWEEP"))
+CASES = discover([FIXTURES])  # sorted by rule, then by folder name
+# diagnose explains errors, and measures silent bugs (graphs kept alive, batches a backward misses).
+SILENT_SYMPTOMS = (GraphsKeptAlive, LastBatchOnly)
+RAISING_PAIRS = [case for case in CASES if case.kind == "pair" and case.rule.SYMPTOM is SECOND_BACKWARD]
+SILENT_PAIRS = [case for case in CASES if case.kind == "pair" and isinstance(case.rule.SYMPTOM, SILENT_SYMPTOMS)]
+OKS = [case for case in CASES if case.kind == "ok"]
 
 
-def _sample(cases: list) -> list:
-    return cases if SWEEP else list({case.rule: case for case in cases if not case.missing_modules()}.values())
+def _first_of_each_rule(cases: list) -> list:
+    """The default run's selection: each rule's first case that can run here."""
+    first = {}
+    for case in cases:
+        if not case.missing_modules():
+            first.setdefault(case.rule, case)
+    return list(first.values())
 
 
-# diagnose explains errors: the fixtures of rules whose bug raises one.
-PAIRS = _sample([case for case in discover([FIXTURES]) if case.kind == "pair" and case.rule.SYMPTOM is SECOND_BACKWARD])
-# test_fixtures already runs every ok.py; here one per rule shows diagnose on correct code.
-OKS = list({case.rule: case for case in discover([FIXTURES]) if case.kind == "ok" and not case.missing_modules()}.values())
+def _swept_beyond_the_first(cases: list) -> list:
+    """Every case as a parameter; all but each rule's first are marked to run only under -m sweep."""
+    first = _first_of_each_rule(cases)
+    return [pytest.param(case, id=case.name, marks=() if case in first else pytest.mark.sweep) for case in cases]
+
+
+def _skip_unless_runnable(case) -> None:
+    if case.missing_modules():
+        pytest.skip(f"{case.name} needs {', '.join(case.missing_modules())}, not installed here")
+
+
+def test_the_default_run_diagnoses_every_rule_and_symptom():
+    rules = set(all_rules())
+    shown = {rule for rule in rules if rule.SYMPTOM is SECOND_BACKWARD or isinstance(rule.SYMPTOM, SILENT_SYMPTOMS)}
+    # The rest only cost memory, which diagnose does not measure: a new kind of symptom must be placed.
+    assert {type(rule.SYMPTOM) for rule in rules - shown} <= {RunsCorrectly}
+    assert {case.rule for case in _first_of_each_rule(RAISING_PAIRS) + _first_of_each_rule(SILENT_PAIRS)} == shown
+    assert {type(case.rule.SYMPTOM) for case in _first_of_each_rule(SILENT_PAIRS)} == set(SILENT_SYMPTOMS)
+    assert {case.rule for case in _first_of_each_rule(OKS)} == rules
+
 
 # script: (line of the failing backward, line that built the freed graph, rule, how they relate)
 SHARED = {
@@ -54,10 +81,9 @@ def test_shared_raising_cases_name_the_lines_and_rule(name, runs, tmp_path):
     assert fix_and_rerun(diagnosis, runs.runner, BOUNDS).succeeded
 
 
-@pytest.mark.parametrize("case", PAIRS, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", _swept_beyond_the_first(RAISING_PAIRS))
 def test_every_fixture_is_diagnosed_as_its_rule_and_fixed(case, runs, tmp_path):
-    if case.missing_modules():
-        pytest.skip(f"{case.name} needs {', '.join(case.missing_modules())}, not installed here")
+    _skip_unless_runnable(case)
     script = tmp_path / "before.py"
     shutil.copy(case.file("before.py"), script)
     diagnosis = diagnose(script, runs.runner, BOUNDS)
@@ -69,8 +95,9 @@ def test_every_fixture_is_diagnosed_as_its_rule_and_fixed(case, runs, tmp_path):
     assert script.read_bytes() == case.file("after.py").read_bytes()
 
 
-@pytest.mark.parametrize("case", OKS, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", _swept_beyond_the_first(OKS))
 def test_correct_fixtures_show_no_error(case, runs):
+    _skip_unless_runnable(case)
     diagnosis = diagnose(case.file("ok.py"), runs.runner, BOUNDS)
     assert not diagnosis.second_backward and diagnosis.run.succeeded, diagnosis.run.describe()
 
@@ -155,16 +182,9 @@ def test_cli_verify_passes_on_a_fixture_and_fails_on_a_wrong_one(warm_cli, tmp_p
     assert warm_cli("verify", tmp_path / "nothing").exit_code == 2
 
 
-# Silent bugs raise nothing; diagnose measures them (graphs kept alive, batches a backward misses).
-SILENT_PAIRS = _sample(
-    [case for case in discover([FIXTURES]) if case.kind == "pair" and isinstance(case.rule.SYMPTOM, (GraphsKeptAlive, LastBatchOnly))]
-)
-
-
-@pytest.mark.parametrize("case", SILENT_PAIRS, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", _swept_beyond_the_first(SILENT_PAIRS))
 def test_silent_fixtures_are_measured_matched_and_fixed(case, runs, tmp_path):
-    if case.missing_modules():
-        pytest.skip(f"{case.name} needs {', '.join(case.missing_modules())}, not installed here")
+    _skip_unless_runnable(case)
     script = tmp_path / "before.py"
     shutil.copy(case.file("before.py"), script)
     diagnosis = diagnose(script, runs.runner, BOUNDS)
