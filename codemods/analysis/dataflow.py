@@ -331,6 +331,7 @@ class DataflowAnalysis:
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._comprehension_names: frozenset[str] = frozenset()  # bound by the comprehensions being evaluated
+        self._returned_shapes: dict[cst.Call, Structure] = {}  # calls of the file's functions read as any call
         self._frames: list[_Frame] = []
         self._statement: cst.CSTNode = module
         self._no_grad = 0
@@ -878,6 +879,13 @@ class DataflowAnalysis:
         return None
 
     def _call_value(self, node: cst.Call, env: Env) -> Value:
+        value = self._read_call(node, env)
+        shape = self._returned_shapes.pop(node, UNKNOWN)
+        # A call of the file's function read as any call, shaped as the function's returns show
+        # (a helper defined later returning ``(matrix, norm)``).
+        return replace(value, structure=shape) if value.structure is UNKNOWN and shape is not UNKNOWN else value
+
+    def _read_call(self, node: cst.Call, env: Env) -> Value:
         func = node.func
         arguments = [arg.value for arg in node.args]
         class_name = self._scope.class_name
@@ -990,14 +998,11 @@ class DataflowAnalysis:
         # in all code we have seen; passing a module in makes its result depend on parameters (or
         # it is an object built around the module, an optimizer, a wrapper: the analysis cannot
         # tell, and nothing is rewritten on what ``x.backward(arg)`` of such a value backwards).
+        module_arguments = [self.names.module(a, class_name) for a in arguments]
+        if any(m is not None and m.trainable for m in module_arguments):
+            values.append(LEAF)
         self._eval(func, env)
-        return combine(self._with_passed_modules(arguments, values, class_name), self._origin(node), UNKNOWN, known_operation=False)
-
-    def _with_passed_modules(self, arguments, values: list[Value], class_name: str | None) -> list[Value]:
-        """``values``, and the parameters of a trainable module among ``arguments``."""
-        if any(m is not None and m.trainable for m in (self.names.module(a, class_name) for a in arguments)):
-            return [*values, LEAF]
-        return values
+        return combine(values, self._origin(node), UNKNOWN, known_operation=False)
 
     def _record_construction(self, class_name: str, call: cst.Call, values: list[Value]) -> None:
         self.constructions.setdefault(class_name, []).append(tuple(reversed(self._loops)))
@@ -1201,10 +1206,8 @@ class DataflowAnalysis:
             return Value(structure=summary.returned.structure, graphless=True)
         if not summary.has_effect:
             if not summary.returned.graph:
-                # as any call of graph-carrying values, shaped as the function's returns show
-                arguments = [arg.value for arg in call.args]
-                values = self._with_passed_modules(arguments, values, self._scope.class_name)
-                return combine(values, self._origin(call), summary.returned.structure, known_operation=False)
+                self._returned_shapes[call] = summary.returned.structure  # (the call is read as any other)
+                return None
             # self.sample_G(n): a method that returns what it built from parameters
             return self._freed_inside(call, summary, combine([*values, LEAF], self._origin(call), summary.returned.structure))
         self._eval(call.func, env)
