@@ -1208,6 +1208,10 @@ class DataflowAnalysis:
             if not summary.returned.graph:
                 self._returned_shapes[call] = summary.returned.structure  # (the call is read as any other)
                 return None
+            if not summary.returned.origins:
+                # only leaves it made or parameters (``w = torch.randn(..., requires_grad=True)``;
+                # ``return [w, b]``): what no operation built, no forward of it is repeated
+                return Value(graph=True, structure=summary.returned.structure)
             # self.sample_G(n): a method that returns what it built from parameters
             return self._freed_inside(call, summary, combine([*values, LEAF], self._origin(call), summary.returned.structure))
         self._eval(call.func, env)
