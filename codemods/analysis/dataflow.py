@@ -798,7 +798,15 @@ class DataflowAnalysis:
                 return combine([base], self._origin(node))
             element = _element_of(base)
             loop = self._loops[-1] if self._loops else None
-            if element.graph and loop is not None and not loop.is_call and _indexed_by(node, loop.carried_names - self._comprehension_names):
+            if (
+                element.graph
+                and loop is not None
+                and not loop.is_call
+                and _indexed_by(node, loop.carried_names - self._comprehension_names)
+                # a container the iteration did not build itself (``outputs = model(x)`` then
+                # ``outputs[mask]`` is this step's value, not one kept from an earlier step)
+                and not any(isinstance(o, Origin) and self._tree.contains(loop.node, o.statement) for o in base.origins)
+            ):
                 picked = frozenset({Element(loop, node, base.origins)})
                 # Another element each iteration, freed only if the container was when the loop began.
                 return Value(True, picked, element.structure, freed=dotted_name(node.value) in loop.freed_at_entry)
