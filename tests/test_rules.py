@@ -254,3 +254,27 @@ def test_gf002_does_not_merge_across_a_method_of_the_files_own_optimizer_that_re
     assert not safe.changed and [f.code for f in safe.findings] == ["GF002"]
     unsafe = gradfix.fix(source, unsafe_fixes=True)
     assert unsafe.source.endswith("optimizer.ascend()\nnet(torch.ones(4, 3)).pow(2).sum().backward()\n")
+
+
+def test_gf006_does_not_compute_again_an_expression_that_makes_a_parameter():
+    """``self.scale = torch.exp(nn.Parameter(...))`` computed in ``forward`` would be a new,
+    untrained parameter at every call: only a value built from existing state moves."""
+    import gradfix
+
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class ScaledLinear(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.linear = nn.Linear(4, 1)\n"
+        "        self.scale = torch.exp(nn.Parameter(torch.zeros(1)))\n\n"
+        "    def forward(self, x):\n"
+        "        return self.linear(x) * self.scale\n\n"
+        "model = ScaledLinear()\noptimizer = torch.optim.Adam(model.parameters(), lr=0.1)\n"
+        "for epoch in range(3):\n"
+        "    optimizer.zero_grad()\n"
+        "    model(torch.randn(16, 4)).sum().backward()\n"
+        "    optimizer.step()\n"
+    )
+    result = gradfix.fix(source, unsafe_fixes=True)
+    assert not result.changed and [f.code for f in result.findings] == ["GF006"]

@@ -187,11 +187,24 @@ for step in range(steps):
         if (
             {name for name in read_names(expression) if "." not in name and name != "self"} & local
             or (attributes | {target}) & set_elsewhere
+            or any(self._makes_something(call) for call in self.analysis.tree.findall(expression, cst.Call))
         ):
             return None
         function = scope.node
         computed = _replace_reads(function, target, expression)
         return None if computed is function else Fix(safe=False, replace=((function, computed),))
+
+    def _makes_something(self, call: cst.Call) -> bool:
+        """Whether a call makes a parameter, a leaf or a module (``nn.Parameter(...)``, ``torch.zeros(
+        ..., requires_grad=True)``, ``nn.Linear(...)``, a class of the file): computed at every call
+        instead, it would be a new one each time, never trained."""
+        names = self.analysis.names
+        return (
+            names.qualify(call.func) == "torch.nn.Parameter"
+            or names.module_class(call.func) is not None
+            or any(arg.keyword is not None and arg.keyword.value == "requires_grad" for arg in call.args)
+            or (isinstance(call.func, cst.Name) and call.func.value in names.local_classes)
+        )
 
     def _detach_fix(self, statement: cst.CSTNode) -> Fix | None:
         """``x = expr`` / ``d[k] = expr`` → ``… = expr.detach()``; ``xs.append(expr)`` →
