@@ -60,7 +60,7 @@ class Notebook:
         if malformed:
             raise NotebookError(f"{path}: not a Jupyter notebook ({malformed})")
         cells = self.document["cells"]
-        self.language = self.document.get("metadata", {}).get("language_info", {}).get("name", "python")
+        self.language = str(self.document.get("metadata", {}).get("language_info", {}).get("name", "python"))
         self.code_cells = [i for i, cell in enumerate(cells) if cell.get("cell_type") == "code"]
         self._spans = _source_spans(self.text)
         lines: list[str] = []
@@ -185,8 +185,13 @@ class _Scanner:
                 if key != "source":
                     return self._skipped(value)
                 items: list[_Span] = []
+
+                def source_line(_: int, item: int) -> int:
+                    items.append(_Span(item, self._skipped(item)))
+                    return items[-1].end
+
                 if self.text[value] == "[":
-                    end = self._array(value, lambda _, item: items.append(_Span(item, self._skipped(item))) or items[-1].end)
+                    end = self._array(value, source_line)
                 else:
                     end = self._skipped(value)
                 spans[index] = _Span(value, end, tuple(items))
@@ -201,7 +206,8 @@ class _Scanner:
         return spans
 
     def _blank(self, position: int) -> int:
-        return _BLANK.match(self.text, position).end()
+        blank = _BLANK.match(self.text, position)
+        return position if blank is None else blank.end()
 
     def _skipped(self, position: int) -> int:
         return self._decoder.raw_decode(self.text, position)[1]
@@ -211,7 +217,7 @@ class _Scanner:
         where the value ends."""
         position = self._blank(position + 1)
         while self.text[position] != "}":
-            key, position = json.decoder.scanstring(self.text, position + 1)
+            key, position = json.decoder.scanstring(self.text, position + 1)  # type: ignore[attr-defined]  # (not in the stubs)
             position = self._blank(member(key, self._blank(self._blank(position) + 1)))
             if self.text[position] == ",":
                 position = self._blank(position + 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from functools import cached_property, lru_cache
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, overload
 
 from .rule import Rule
 
@@ -43,7 +43,13 @@ class RuleSelection(Sequence[type[Rule]]):
     def _rules(self) -> tuple[type[Rule], ...]:
         return tuple(_rule_class(code) for code in self.codes)
 
-    def __getitem__(self, index):  # (an int or a slice, as a tuple takes them)
+    @overload
+    def __getitem__(self, index: int) -> type[Rule]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[type[Rule], ...]: ...
+
+    def __getitem__(self, index: int | slice) -> type[Rule] | tuple[type[Rule], ...]:
         return self._rules[index]
 
     def __len__(self) -> int:

@@ -144,7 +144,8 @@ def _check_groups(
         again = [
             i
             for i in indexes
-            if reports[i].imports & importable or reports[i].prefiltered and may_call(reports[i].original, helpers)
+            if reports[i].imports & importable
+            or reports[i].prefiltered and (original := reports[i].original) is not None and may_call(original, helpers)
         ]
         for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
             reports[index] = report
@@ -178,7 +179,7 @@ def _cached_map(
         reports[index] = report
         if report.original is not None:  # keyed by the bytes the check read, even if the file changed since
             cache.store(cache.key(files[index], report.original, rules, mode, project), report)
-    return reports
+    return [report for report in reports if report is not None]  # (every one is known by now)
 
 
 def _map_files(

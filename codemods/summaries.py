@@ -68,9 +68,9 @@ def written_names(project: ProjectSummaries | None) -> frozenset[tuple[bytes, by
     """What the text of a file that calls one of ``project``'s functions holds: the last name of
     its module, the function's or class's name (``from .steps import Criterion``), and the method
     it calls, empty when calling the instance runs it (``__call__``, ``forward``)."""
-    names = set()
+    names: set[tuple[str, str, str]] = set()
     for key, summary in (project or {}).items():
         module = key[: len(key) - len(summary.name) - 1].rpartition(".")[2]
         name, _, method = summary.name.partition(".")
         names.add((module, name, "" if method in ("__call__", "forward") else method))
-    return frozenset(tuple(part.encode() for part in spelled) for spelled in names)
+    return frozenset((module.encode(), name.encode(), method.encode()) for module, name, method in names)

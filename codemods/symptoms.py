@@ -28,8 +28,11 @@ Judgement = tuple[bool, str]
 
 
 class Symptom:
-    description: str
     measures_graphs: bool = False  # the runner counts live graph nodes at every optimizer step
+
+    @property
+    def description(self) -> str:
+        raise NotImplementedError
 
     def shown_by(self, run: Run) -> Judgement:
         """Whether a run of the buggy program shows the bug."""

@@ -37,7 +37,8 @@ def loads(data: bytes, hint: type[T]) -> T:
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         raise UnexpectedData(f"not JSON: {error}") from None
     try:
-        return _decode(parsed, hint, "$")
+        decoded: T = _decode(parsed, hint, "$")
+        return decoded
     except RecursionError:
         raise UnexpectedData("nested too deep") from None
 
@@ -47,7 +48,7 @@ def _encode(value: Any, hint: Any) -> Any:
     if optional is not None:
         return None if value is None else _encode(value, optional)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return {name: _encode(getattr(value, name), field) for name, field in _fields(hint).items()}
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return value.value
@@ -69,7 +70,7 @@ def _decode(data: Any, hint: Any, where: str) -> Any:
     if optional is not None:
         return None if data is None else _decode(data, optional, where)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         fields = _fields(hint)
         if not isinstance(data, dict) or data.keys() != fields.keys():
             raise UnexpectedData(f"{where}: not the fields of {hint.__name__}")

@@ -1,4 +1,5 @@
-"""ruff's lint rules (pyproject.toml's [tool.ruff]) hold for the project's own code."""
+"""ruff's lint rules (pyproject.toml's [tool.ruff]) hold for the project's own code, and mypy's strict
+checks ([tool.mypy]) for its plain layer."""
 
 import subprocess
 import sys
@@ -14,4 +15,12 @@ def test_ruff_finds_nothing():
         capture_output=True,
         text=True,
     )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_passes_on_the_plain_layer():
+    from .test_layers import PACKAGES, PLAIN_LAYER
+
+    files = sorted(str(PACKAGES["gradfix.codemods"] / f"{module.rpartition('.')[2]}.py") for module in PLAIN_LAYER)
+    result = subprocess.run([sys.executable, "-m", "mypy", *files], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
