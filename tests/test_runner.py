@@ -213,3 +213,11 @@ def test_a_failing_run_names_the_backward_that_freed_the_graph_and_what_held_it(
     assert [f.line for f in result.forward_frames] == [7]
     assert [(h.expression, h.structure) for h in result.held_graphs] == [("features", "tensor")]
     assert result.reached_leaves == {"optimizer 0 parameter 0.0", "optimizer 0 parameter 0.1"}
+
+
+def test_anomaly_mode_traces_without_raising_on_a_nan_gradient(runs, tmp_path):
+    # A correct program whose backward makes a NaN gradient (and that it tolerates) runs as it
+    # runs on its own: diagnose's anomaly mode is for traces, not for a NaN check.
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nx = torch.zeros(1, requires_grad=True)\n(x / x).nan_to_num().sum().backward()\nprint(x.grad)\n")
+    assert runs.runner.run(script, RunOptions(detect_anomaly=True, cwd=str(tmp_path))).status == "ok"
