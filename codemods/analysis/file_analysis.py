@@ -473,10 +473,12 @@ class FileAnalysis:
         return effects
 
     def _own_methods_called(self, node: cst.CSTNode) -> Iterator[cst.FunctionDef]:
-        """The methods of the file's own classes that ``node`` calls on their instances
-        (``optimizer.ascend()`` on an object built from a class of the file, ``self.update()``)."""
+        """The methods of the file's own plain classes (not modules) that ``node`` calls on their
+        instances (``optimizer.ascend()`` on an object built from a class of the file)."""
         for call in self.tree.findall(node, cst.Call, method_called):
             class_name = self.names.instance_class(call.func.value, self.class_name_of(call))
+            if class_name in self.names.module_classes:
+                continue  # a module's methods compute (its ``step`` is a time step, not an update)
             for statement in self.class_body(class_name):
                 if isinstance(statement, cst.FunctionDef) and statement.name.value == call.func.attr.value:
                     yield statement
