@@ -50,7 +50,7 @@ def make_loader(samples, width=WIDTH, outputs=1):
 
 # Each part takes the part's index (names stay unique) and the lines that differ between the
 # correct version and the one gradfix reports.
-MODEL = '''
+MODEL = """
 
 class Regressor{i}(nn.Module):
     def __init__(self, width=WIDTH, hidden=2 * WIDTH):
@@ -92,8 +92,8 @@ def train_{i}(model, loader, optimizer, epochs=3):
             if step % 10 == 0:
                 print(f"epoch {{epoch}} step {{step}}: {{running / (step + 1):.4f}}")
     return history
-'''
-MULTITASK = '''
+"""
+MULTITASK = """
 
 def train_multitask_{i}(encoder, value_head, class_head, loader, optimizer):
     encoder.train()
@@ -108,8 +108,8 @@ def train_multitask_{i}(encoder, value_head, class_head, loader, optimizer):
         totals["value"] += value_loss.item()
         totals["class"] += class_loss.item()
     return totals
-'''
-RECURRENT = '''
+"""
+RECURRENT = """
 
 def train_recurrent_{i}(lstm, decoder, text, optimizer, steps=10, vocabulary=30):
     batch = text.shape[1]
@@ -125,8 +125,8 @@ def train_recurrent_{i}(lstm, decoder, text, optimizer, steps=10, vocabulary=30)
         loss.backward()
         optimizer.step()
     return loss.item()
-'''
-HELPERS = '''
+"""
+HELPERS = """
 
 def learning_rate_{i}(step, base=3e-4, warmup=500, total=10_000):
     if step < warmup:
@@ -147,8 +147,8 @@ epochs_{i} = config_{i}["epochs"]
 seed_{i} = config_{i}["seed"] + 1
 label_{i} = f"run-{{seed_{i}}}"
 scale_{i} = math.sqrt(WIDTH) * 0.5
-'''
-SCRIPT = '''
+"""
+SCRIPT = """
 
 torch.manual_seed(seed_{i})
 model_{i} = Regressor{m}()
@@ -162,29 +162,29 @@ inputs_{i} = torch.linspace(-2, 2, 50 * WIDTH).view(50, WIDTH)
 targets_{i} = torch.sin(inputs_{i}).sum(dim=1, keepdim=True)
 {script_loop}
 print(f"{{label_{i}}}: final loss {{loss_{i}.item():.4f}}")
-'''
+"""
 SCRIPT_LOOPS = {
-    "correct": '''for epoch_{i} in range(epochs_{i}):
+    "correct": """for epoch_{i} in range(epochs_{i}):
     prediction_{i} = net_{i}(inputs_{i})
     loss_{i} = F.mse_loss(prediction_{i}, targets_{i})
     sgd_{i}.zero_grad()
     loss_{i}.backward()
-    sgd_{i}.step()''',
+    sgd_{i}.step()""",
     # GF003: the forward runs once, before the loop that backwards it every epoch.
-    "forward outside": '''prediction_{i} = net_{i}(inputs_{i})
+    "forward outside": """prediction_{i} = net_{i}(inputs_{i})
 for epoch_{i} in range(epochs_{i}):
     loss_{i} = F.mse_loss(prediction_{i}, targets_{i})
     sgd_{i}.zero_grad()
     loss_{i}.backward()
-    sgd_{i}.step()''',
+    sgd_{i}.step()""",
     # GF008: the batch loop computes every loss, the backward after it trains on the last one.
-    "backward after": '''for epoch_{i} in range(epochs_{i}):
+    "backward after": """for epoch_{i} in range(epochs_{i}):
     sgd_{i}.zero_grad()
     for row_{i} in range(0, 50, 10):
         prediction_{i} = net_{i}(inputs_{i}[row_{i} : row_{i} + 10])
         loss_{i} = F.mse_loss(prediction_{i}, targets_{i}[row_{i} : row_{i} + 10])
     loss_{i}.backward()
-    sgd_{i}.step()''',
+    sgd_{i}.step()""",
 }
 
 
@@ -273,9 +273,11 @@ def parse_seconds(source: bytes) -> float:
 
 
 def table(title: str, rows, write: Path | None) -> None:
-    print(f"{title:>7} {'lines':>6} {'found':>5} {'check s':>8} {'s/1k':>6} {'ratio':>5}"
-          f" {'parse s/1k':>10} {'rest s/1k':>9} {'ratio':>5}"
-          f" {'fixed':>5} {'fix s':>8} {'s/1k':>6} {'ratio':>5}")
+    print(
+        f"{title:>7} {'lines':>6} {'found':>5} {'check s':>8} {'s/1k':>6} {'ratio':>5}"
+        f" {'parse s/1k':>10} {'rest s/1k':>9} {'ratio':>5}"
+        f" {'fixed':>5} {'fix s':>8} {'s/1k':>6} {'ratio':>5}"
+    )
     first = None
     for label, source in rows:
         if write is not None:
@@ -286,9 +288,12 @@ def table(title: str, rows, write: Path | None) -> None:
         fix, fixed = seconds(source, FixMode.UNSAFE)
         per_line = (1000 * check / lines, 1000 * (check - parse) / lines, 1000 * fix / lines)
         first = first or per_line
-        print(f"{label:>7} {lines:6d} {found:5d} {check:8.2f} {per_line[0]:6.3f} {per_line[0] / first[0]:5.2f}"
-              f" {1000 * parse / lines:10.3f} {per_line[1]:9.3f} {per_line[1] / first[1]:5.2f}"
-              f" {fixed:5d} {fix:8.2f} {per_line[2]:6.3f} {per_line[2] / first[2]:5.2f}", flush=True)
+        print(
+            f"{label:>7} {lines:6d} {found:5d} {check:8.2f} {per_line[0]:6.3f} {per_line[0] / first[0]:5.2f}"
+            f" {1000 * parse / lines:10.3f} {per_line[1]:9.3f} {per_line[1] / first[1]:5.2f}"
+            f" {fixed:5d} {fix:8.2f} {per_line[2]:6.3f} {per_line[2] / first[2]:5.2f}",
+            flush=True,
+        )
 
 
 def main() -> None:

@@ -64,7 +64,7 @@ def parse_times(tree: Path) -> None:
     parsed = [source for source in (path.read_bytes() for path in files) if may_backward(source)]
     libcst_parse = timed(lambda: [cst.parse_module(source) for source in parsed])
     python_parse = timed(lambda: [ast.parse(source) for source in parsed])
-    print(len(files), len(parsed), libcst_parse, python_parse, timed(lambda: [build_skeleton(*decoded(source, '')) for source in parsed]))
+    print(len(files), len(parsed), libcst_parse, python_parse, timed(lambda: [build_skeleton(*decoded(source, "")) for source in parsed]))
 
 
 def measure(tree: Path, jobs: int) -> None:

@@ -38,7 +38,6 @@ def main() -> None:
     smallest_failure: dict[str, tuple[str, str]] = {}
 
     with ScriptRunner() as runner, tempfile.TemporaryDirectory(prefix="gradfix-fuzz-") as scratch:
-
         # Failures are counted, not raised: nothing to shrink, and the database would only replay them.
         @settings(
             max_examples=arguments.examples,

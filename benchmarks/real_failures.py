@@ -56,7 +56,11 @@ def cases(root: Path) -> list[Case]:
     found = []
     for culprits_file in sorted(root.glob("*/culprits.json")):
         culprits = json.loads(culprits_file.read_text())
-        for kind, folder_name, script_name in (("raises", "cases", "before.py"), ("silent", "silent", "before.py"), ("look-alike", "negatives", "code.py")):
+        for kind, folder_name, script_name in (
+            ("raises", "cases", "before.py"),
+            ("silent", "silent", "before.py"),
+            ("look-alike", "negatives", "code.py"),
+        ):
             for folder in sorted((culprits_file.parent / folder_name).glob("*/")):
                 if not (folder / script_name).is_file():
                     continue
@@ -117,9 +121,7 @@ def judge(case: Case, runner: ScriptRunner, reference: dict[Path, str]) -> tuple
         changed = _snapshot(folder) != before
         if case.kind == "look-alike":
             return ("changed", "rewritten") if changed else ("untouched", "")
-        reported = any(
-            {finding.get("line"), *finding.get("related_lines", ())} & case.culprit_lines for finding in findings
-        )
+        reported = any({finding.get("line"), *finding.get("related_lines", ())} & case.culprit_lines for finding in findings)
         codes = ",".join(sorted({finding.get("code", "?") for finding in findings}))
         if changed:
             run = runner.run(script, RunOptions(cwd=str(folder), timeout=120))
@@ -177,7 +179,11 @@ def main() -> None:
             tally[(case.kind, case.shape)][outcome] += 1
             print(f"{case.kind:10} {case.name:58} {outcome:9} {detail}", flush=True)
     print()
-    for kind, outcomes in (("raises", ("repaired", "reported", "missed")), ("silent", ("repaired", "reported", "missed")), ("look-alike", ("untouched", "changed"))):
+    for kind, outcomes in (
+        ("raises", ("repaired", "reported", "missed")),
+        ("silent", ("repaired", "reported", "missed")),
+        ("look-alike", ("untouched", "changed")),
+    ):
         rows = sorted((shape, counts) for (k, shape), counts in tally.items() if k == kind)
         if not rows:
             continue
@@ -189,9 +195,11 @@ def main() -> None:
         n = sum(total.values())
         print(f"  {'all':26} " + " ".join(f"{total[o]:9}" for o in outcomes) + f" {n:9}")
         if kind != "look-alike":
-            print(f"  repaired {total['repaired']}/{n} ({100 * total['repaired'] / n:.0f}%), "
-                  f"repaired + reported {total['repaired'] + total['reported']}/{n} "
-                  f"({100 * (total['repaired'] + total['reported']) / n:.0f}%)")
+            print(
+                f"  repaired {total['repaired']}/{n} ({100 * total['repaired'] / n:.0f}%), "
+                f"repaired + reported {total['repaired'] + total['reported']}/{n} "
+                f"({100 * (total['repaired'] + total['reported']) / n:.0f}%)"
+            )
         print()
 
 

@@ -34,7 +34,9 @@ def read_verdicts(path: Path) -> dict[tuple[str, str, str], str]:
 def findings(folder: Path) -> list[dict]:
     run = subprocess.run(
         [sys.executable, "-m", "gradfix", "check", "--output-format", "json-lines", "--no-cache", "--exit-zero", str(folder)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if run.returncode not in (0, 2):  # 2: some files did not parse; their errors are in the output
         raise SystemExit(f"gradfix check {folder} exited {run.returncode}: {run.stderr.strip()}")

@@ -70,8 +70,7 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
-    help="Find and fix the PyTorch training-loop bugs behind "
-    "'Trying to backward through the graph a second time'.",
+    help="Find and fix the PyTorch training-loop bugs behind 'Trying to backward through the graph a second time'.",
 )
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -125,7 +124,12 @@ ConfigOption = Annotated[
 ]
 Exclude = Annotated[
     Optional[List[str]],
-    typer.Option("--exclude", metavar="PATTERNS", help="Skip these files and folders in folders' walks, instead of the configured ones (glob patterns, comma-separated, repeatable).", show_default=False),
+    typer.Option(
+        "--exclude",
+        metavar="PATTERNS",
+        help="Skip these files and folders in folders' walks, instead of the configured ones (glob patterns, comma-separated, repeatable).",
+        show_default=False,
+    ),
 ]
 ExtendExclude = Annotated[
     Optional[List[str]],
@@ -140,11 +144,17 @@ UnsafeFixes = Annotated[
     typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that change what the program computes.", show_default=False),
 ]
 OutputFormatOption = Annotated[
-    OutputFormat, typer.Option("--output-format", metavar="FORMAT", help="How findings are printed: text, concise, json, json-lines, github or sarif.")
+    OutputFormat,
+    typer.Option("--output-format", metavar="FORMAT", help="How findings are printed: text, concise, json, json-lines, github or sarif."),
 ]
 StdinFilename = Annotated[
     Optional[str],
-    typer.Option("--stdin-filename", metavar="NAME", help="With the path `-`: the name of the code read from stdin (for settings and messages).", show_default=False),
+    typer.Option(
+        "--stdin-filename",
+        metavar="NAME",
+        help="With the path `-`: the name of the code read from stdin (for settings and messages).",
+        show_default=False,
+    ),
 ]
 CacheDir = Annotated[
     Optional[Path],
@@ -164,7 +174,14 @@ ShardOption = Annotated[
 ExitZero = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when findings are left (errors still exit 2).")]
 Verbose = Annotated[
     bool,
-    typer.Option("--verbose", "-v", callback=_show_tracebacks, expose_value=False, is_eager=True, help="Show the traceback of an error gradfix did not foresee."),
+    typer.Option(
+        "--verbose",
+        "-v",
+        callback=_show_tracebacks,
+        expose_value=False,
+        is_eager=True,
+        help="Show the traceback of an error gradfix did not foresee.",
+    ),
 ]
 STDIN = "-"
 
@@ -177,9 +194,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[
-        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
-    ] = None,
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")] = None,
     verbose: Verbose = False,
 ) -> None:
     """Find and fix the PyTorch training-loop bugs behind 'Trying to backward through the graph a
@@ -361,7 +376,9 @@ def check(
     statistics: Annotated[bool, typer.Option("--statistics", help="Count the findings per rule instead of listing them (text or JSON).")] = False,
     unsafe_fixes: Annotated[
         Optional[bool],
-        typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Show the diff of each fix that changes what the program computes.", show_default=False),
+        typer.Option(
+            "--unsafe-fixes/--no-unsafe-fixes", help="Show the diff of each fix that changes what the program computes.", show_default=False
+        ),
     ] = None,
     exit_zero: ExitZero = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Check again whenever a file changes, until Ctrl-C.")] = False,
@@ -503,7 +520,9 @@ def fix(
         render.print_findings((f for r in reports for f in r.findings), to_stderr=True)
     elif not diff:
         left = sum(len(r.findings) for r in reports)
-        _print_results(output_format, reports, errors, {"findings": str(left), "changed-files": "\n".join(formats.repository_path(r.path) for r in changed)})
+        _print_results(
+            output_format, reports, errors, {"findings": str(left), "changed-files": "\n".join(formats.repository_path(r.path) for r in changed)}
+        )
     if show_fixes:
         render.print_fixed(f for r in reports for f in r.fixed)
     render.print_errors(reports, errors)
@@ -564,16 +583,32 @@ def pr(
     ignore: Ignore = None,
     jobs: Jobs = None,
     branch: Annotated[str, typer.Option("--branch", metavar="BRANCH", help="The branch the fixes are pushed to.")] = pull_request.DEFAULT_BRANCH,
-    base: Annotated[Optional[str], typer.Option("--base", metavar="BRANCH", help="The branch to fix [default: the branch checked out].", show_default=False)] = None,
+    base: Annotated[
+        Optional[str], typer.Option("--base", metavar="BRANCH", help="The branch to fix [default: the branch checked out].", show_default=False)
+    ] = None,
     remote: Annotated[str, typer.Option("--remote", metavar="REMOTE", help="The git remote to fetch from and push to.")] = "origin",
     title: Annotated[str, typer.Option("--title", metavar="TITLE", help="The pull request's title.")] = pull_request.DEFAULT_TITLE,
-    label: Annotated[Optional[List[str]], typer.Option("--label", metavar="LABELS", help="Labels for the pull request (comma-separated, repeatable).", show_default=False)] = None,
+    label: Annotated[
+        Optional[List[str]],
+        typer.Option("--label", metavar="LABELS", help="Labels for the pull request (comma-separated, repeatable).", show_default=False),
+    ] = None,
     draft: Annotated[bool, typer.Option("--draft", help="Open the pull request as a draft.")] = False,
-    author: Annotated[str, typer.Option("--author", metavar="NAME <EMAIL>", help="The commit's author, as 'Name <email>'.")] = pull_request.DEFAULT_AUTHOR,
-    message: Annotated[Optional[str], typer.Option("--message", metavar="MESSAGE", help="The commit message [default: the title].", show_default=False)] = None,
-    token_env: Annotated[str, typer.Option("--token-env", metavar="VARIABLE", help="The environment variable that holds the GitHub token.")] = "GITHUB_TOKEN",
-    repository: Annotated[Optional[str], typer.Option("--repository", metavar="OWNER/NAME", envvar="GITHUB_REPOSITORY", help="owner/name on GitHub.", show_default=False)] = None,
-    api_url: Annotated[str, typer.Option("--api-url", metavar="URL", envvar="GITHUB_API_URL", help="The GitHub REST API (GitHub Enterprise: https://HOST/api/v3).")] = DEFAULT_API_URL,
+    author: Annotated[
+        str, typer.Option("--author", metavar="NAME <EMAIL>", help="The commit's author, as 'Name <email>'.")
+    ] = pull_request.DEFAULT_AUTHOR,
+    message: Annotated[
+        Optional[str], typer.Option("--message", metavar="MESSAGE", help="The commit message [default: the title].", show_default=False)
+    ] = None,
+    token_env: Annotated[
+        str, typer.Option("--token-env", metavar="VARIABLE", help="The environment variable that holds the GitHub token.")
+    ] = "GITHUB_TOKEN",
+    repository: Annotated[
+        Optional[str],
+        typer.Option("--repository", metavar="OWNER/NAME", envvar="GITHUB_REPOSITORY", help="owner/name on GitHub.", show_default=False),
+    ] = None,
+    api_url: Annotated[
+        str, typer.Option("--api-url", metavar="URL", envvar="GITHUB_API_URL", help="The GitHub REST API (GitHub Enterprise: https://HOST/api/v3).")
+    ] = DEFAULT_API_URL,
     verbose: Verbose = False,
 ) -> None:
     """Commit the fixes on a branch made from the base branch, push it and open (or update) one
@@ -616,7 +651,9 @@ def rules(
 
 
 @app.command(cls=Command)
-def explain(code: Annotated[str, typer.Argument(metavar="RULE", help="A rule code (GF001) or name (duplicate_backward).")], verbose: Verbose = False) -> None:
+def explain(
+    code: Annotated[str, typer.Argument(metavar="RULE", help="A rule code (GF001) or name (duplicate_backward).")], verbose: Verbose = False
+) -> None:
     """Explain a rule, with a before/after example."""
     try:
         rule = rule_by_code(code)
@@ -634,10 +671,17 @@ def _require_torch() -> None:
 @app.command(cls=Command)
 def verify(
     folders: Annotated[
-        List[str], typer.Argument(metavar="FOLDER...", help="Fixture folders: <rule>/<case>/ with before.py+after.py, ok.py or reported.py.", show_default=False)
+        List[str],
+        typer.Argument(
+            metavar="FOLDER...", help="Fixture folders: <rule>/<case>/ with before.py+after.py, ok.py or reported.py.", show_default=False
+        ),
     ],
-    output_format: Annotated[ListFormat, typer.Option("--output-format", metavar="FORMAT", help="How results are printed: text or json.")] = ListFormat.text,
-    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=1, help="Seconds each run of a fixture script may take.")] = RunOptions.timeout,
+    output_format: Annotated[
+        ListFormat, typer.Option("--output-format", metavar="FORMAT", help="How results are printed: text or json.")
+    ] = ListFormat.text,
+    timeout: Annotated[
+        float, typer.Option("--timeout", metavar="SECONDS", min=1, help="Seconds each run of a fixture script may take.")
+    ] = RunOptions.timeout,
     verbose: Verbose = False,
 ) -> None:
     """Run fixture folders: before.py must fail, the rule must turn it into after.py, after.py must
@@ -669,24 +713,44 @@ def verify(
 @app.command(cls=Command, context_settings={"ignore_unknown_options": True})
 def diagnose(
     script: Annotated[Path, typer.Argument(metavar="SCRIPT", help="The training script (or notebook) to run.", show_default=False)],
-    args: Annotated[Optional[List[str]], typer.Argument(metavar="[-- ARGS...]", help="Arguments for the script, after --.", show_default=False)] = None,
+    args: Annotated[
+        Optional[List[str]], typer.Argument(metavar="[-- ARGS...]", help="Arguments for the script, after --.", show_default=False)
+    ] = None,
     steps: Annotated[
         Optional[int],
-        typer.Option("--steps", metavar="N", min=1, help="Stop after this many optimizer steps (default: run until the error, the end of the script or --timeout).", show_default=False),
+        typer.Option(
+            "--steps",
+            metavar="N",
+            min=1,
+            help="Stop after this many optimizer steps (default: run until the error, the end of the script or --timeout).",
+            show_default=False,
+        ),
     ] = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", metavar="SECONDS", min=1, help="Seconds for the whole diagnosis and repair search; a run still training then stops and says so.")
+        float,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            min=1,
+            help="Seconds for the whole diagnosis and repair search; a run still training then stops and says so.",
+        ),
     ] = 120,
     memory_limit: Annotated[int, typer.Option("--memory-limit", metavar="MIB", min=64, help="MiB the script may allocate.")] = 4096,
     fix: Annotated[bool, typer.Option("--fix", help="Apply the matching rule's rewrite and run again to confirm.")] = False,
     unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix: also apply a fix that changes the maths.")] = False,
     show_output: Annotated[bool, typer.Option("--show-output", help="Show what the script printed.")] = False,
     jobs: Annotated[
-        int, typer.Option("--jobs", "-j", metavar="N", min=1, help="Candidate rewrites the repair search runs at once, each on a warm runner of its own.")
+        int,
+        typer.Option("--jobs", "-j", metavar="N", min=1, help="Candidate rewrites the repair search runs at once, each on a warm runner of its own."),
     ] = 1,
     pass_env: Annotated[
         Optional[List[str]],
-        typer.Option("--pass-env", metavar="NAME", help="Pass this environment variable to the script too (it gets an allow-list of the environment; repeatable).", show_default=False),
+        typer.Option(
+            "--pass-env",
+            metavar="NAME",
+            help="Pass this environment variable to the script too (it gets an allow-list of the environment; repeatable).",
+            show_default=False,
+        ),
     ] = None,
     verbose: Verbose = False,
 ) -> None:
@@ -755,8 +819,7 @@ def _diagnose_script(
         if not fix or (unsafe and not unsafe_fixes):
             flags = "--fix --unsafe-fixes" if unsafe else "--fix"
             render.stderr.print(
-                ("This fix changes the maths (unsafe). " if unsafe else "")
-                + f"Run `gradfix diagnose {flags} {shown}` to apply it and check again."
+                ("This fix changes the maths (unsafe). " if unsafe else "") + f"Run `gradfix diagnose {flags} {shown}` to apply it and check again."
             )
             raise typer.Exit(EXIT_FINDINGS)
         again = fix_and_rerun(diagnosis, runner, options)
@@ -779,8 +842,7 @@ def _apply_repair(searched: Repair, diagnosis: Diagnosis, shown: Path, fix: bool
     if not fix or (not chosen.safe and not unsafe_fixes):
         flags = "--fix" if chosen.safe else "--fix --unsafe-fixes"
         render.stderr.print(
-            ("This rewrite changes the maths (unsafe). " if not chosen.safe else "")
-            + f"Run `gradfix diagnose {flags} {shown}` to apply it."
+            ("This rewrite changes the maths (unsafe). " if not chosen.safe else "") + f"Run `gradfix diagnose {flags} {shown}` to apply it."
         )
         raise typer.Exit(EXIT_FINDINGS)
     try:

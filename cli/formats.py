@@ -192,7 +192,9 @@ def sarif_log(reports: Sequence[FileReport], errors: Sequence[PathError] = ()) -
         "version": SARIF_VERSION,
         "runs": [
             {
-                "tool": {"driver": {"name": "gradfix", "version": __version__, "semanticVersion": __version__, "rules": [_sarif_rule(r) for r in rules]}},
+                "tool": {
+                    "driver": {"name": "gradfix", "version": __version__, "semanticVersion": __version__, "rules": [_sarif_rule(r) for r in rules]}
+                },
                 "columnKind": "unicodeCodePoints",
                 "originalUriBaseIds": {SOURCE_ROOT: {"uri": project_root().as_uri() + "/"}},
                 "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],

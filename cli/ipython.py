@@ -188,9 +188,7 @@ class Proposal:
                 f"the fix changes In [{min(earlier)}] to In [{failing}], and In [{magic}] is a cell magic, which cannot "
                 "be joined to other cells: apply the diff above by hand"
             )
-        return "\n\n".join(
-            f"# In [{n}]{', fixed by gradfix' if n in fixed else ''}\n{fixed.get(n, history.source_of(n))}" for n in cells
-        )
+        return "\n\n".join(f"# In [{n}]{', fixed by gradfix' if n in fixed else ''}\n{fixed.get(n, history.source_of(n))}" for n in cells)
 
 
 class AnomalyMode:

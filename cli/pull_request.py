@@ -284,8 +284,13 @@ def publish(workspace: Workspace, reports: Sequence[FileReport], github: GitHub)
     settings = workspace.settings
     changed = [r for r in reports if r.changed]
     outcome = Outcome(
-        "clean", workspace.base, settings.branch, None, [r.path for r in changed],
-        [f for r in reports for f in r.fixed], [f for r in reports for f in r.findings],
+        "clean",
+        workspace.base,
+        settings.branch,
+        None,
+        [r.path for r in changed],
+        [f for r in reports for f in r.fixed],
+        [f for r in reports for f in r.findings],
     )
     # Asked first: a token that cannot read the pull requests stops the run before anything is pushed.
     found, created = github.open_pull_request(settings.branch), False
@@ -362,10 +367,7 @@ def pull_request_body(reports: Sequence[FileReport], base: str) -> str:
         "",
         "| rule | where | what the fix guarantees |",
         "|---|---|---|",
-        *(
-            f"| {f.code} {rule_by_code(f.code).NAME} | `{markdown_cell(f.location)}` | {guarantee(f)} |"
-            for f in fixed
-        ),
+        *(f"| {f.code} {rule_by_code(f.code).NAME} | `{markdown_cell(f.location)}` | {guarantee(f)} |" for f in fixed),
     ]
     diffs = [_collapsed_diff(r) for r in reports if r.changed]
     tail = []

@@ -238,8 +238,7 @@ def print_verify_json(results: Sequence[CheckResult], skipped: Sequence[FixtureC
         for r in results
     ]
     records += [
-        {"case": str(c.directory), "rule": c.rule.CODE, "check": None, "passed": None, "skipped": True, "detail": _missing(c)}
-        for c in skipped
+        {"case": str(c.directory), "rule": c.rule.CODE, "check": None, "passed": None, "skipped": True, "detail": _missing(c)} for c in skipped
     ]
     sys.stdout.write(json.dumps(records, indent=2) + "\n")
 

@@ -40,9 +40,7 @@ class Result(Generic[Source]):
         return bool(self.fixed)
 
 
-def check(
-    source: Source, *, path: str = "<string>", select: Sequence[str] | str = (), ignore: Sequence[str] | str = ()
-) -> Result[Source]:
+def check(source: Source, *, path: str = "<string>", select: Sequence[str] | str = (), ignore: Sequence[str] | str = ()) -> Result[Source]:
     """The findings in ``source``, a module's code. ``select`` / ``ignore`` take rule codes,
     prefixes or names, as a list or one comma-separated string (``UnknownRuleError`` for an
     unknown one)."""

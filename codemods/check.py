@@ -44,9 +44,7 @@ _FILE_NOQA = re.compile(r"#\s*gradfix\s*:\s*noqa\b(?P<listed>\s*:(?P<codes>.*))?
 _CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
 
 
-def check_file(
-    path: str | Path, rules: Sequence[type[Rule]], mode: FixMode = FixMode.NONE, project: ProjectSummaries | None = None
-) -> FileReport:
+def check_file(path: str | Path, rules: Sequence[type[Rule]], mode: FixMode = FixMode.NONE, project: ProjectSummaries | None = None) -> FileReport:
     report = FileReport(str(path))
     try:
         data = Path(path).read_bytes()
@@ -93,9 +91,7 @@ def _cycle_collection_deferred() -> Iterator[None]:
 _FULL_COLLECTIONS_DEFERRED = 10**9  # collections of the middle generation before a full one
 
 
-def _check_python(
-    data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str, project: ProjectSummaries | None
-) -> FileReport:
+def _check_python(data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str, project: ProjectSummaries | None) -> FileReport:
     report = FileReport(path, original=data)
     try:
         text, encoding = decoded(data, path)
@@ -142,9 +138,7 @@ def _skeleton_finds_nothing(
     return True
 
 
-def _check_notebook(
-    data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str, project: ProjectSummaries | None
-) -> FileReport:
+def _check_notebook(data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str, project: ProjectSummaries | None) -> FileReport:
     """A notebook is checked as the Python source of its code cells; findings are placed by cell
     and a rewrite goes back into the cells it changed."""
     report = FileReport(path, original=data)
@@ -232,9 +226,7 @@ def _fix_until_stable(
             if error := compile_error(rewritten, path):
                 raise error
         except (cst.ParserSyntaxError, SyntaxError, ValueError) as error:
-            report.internal_errors.append(
-                f"{path}: internal error: a fix produced code that does not parse ({error}); the file was left as it was"
-            )
+            report.internal_errors.append(f"{path}: internal error: a fix produced code that does not parse ({error}); the file was left as it was")
             break
         applied = [v.finding for v in applicable if v.fix in chosen]
         found_again = find_violations(rewritten, rules)
@@ -268,7 +260,7 @@ def _final_line_endings_kept(original: bytes, rewritten: bytes) -> bytes:
     ``b"x = 1"``), at each parse."""
     if not original.endswith(b"\r"):
         return rewritten
-    return rewritten.rstrip(b"\r") + original[len(original.rstrip(b"\r")):]
+    return rewritten.rstrip(b"\r") + original[len(original.rstrip(b"\r")) :]
 
 
 def find_violations(analysis: FileAnalysis, rules: Sequence[type[Rule]]) -> list[Violation]:

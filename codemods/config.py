@@ -34,9 +34,27 @@ from .registry import RULE_MODULES, UnknownRuleError, codes_matching
 # Skipped in a folder's walk unless a configuration's `exclude` says otherwise (virtualenvs are
 # also told by their pyvenv.cfg, and what git ignores is skipped too).
 DEFAULT_EXCLUDE = (
-    ".git", ".hg", ".svn", ".bzr", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
-    ".tox", ".nox", ".venv", "venv", ".eggs", "*.egg-info", "build", "dist", "node_modules",
-    "site-packages", "__pypackages__", ".ipynb_checkpoints", ".gradfix_cache",
+    ".git",
+    ".hg",
+    ".svn",
+    ".bzr",
+    "__pycache__",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".tox",
+    ".nox",
+    ".venv",
+    "venv",
+    ".eggs",
+    "*.egg-info",
+    "build",
+    "dist",
+    "node_modules",
+    "site-packages",
+    "__pypackages__",
+    ".ipynb_checkpoints",
+    ".gradfix_cache",
 )
 PYPROJECT = "pyproject.toml"
 

@@ -128,9 +128,7 @@ def _without_blank_lines(statement: cst.BaseStatement) -> cst.BaseStatement:
     return statement.with_changes(leading_lines=[line for line in statement.leading_lines if not _is_blank(line)])
 
 
-def _with_lines(
-    statement: cst.BaseStatement, comments: list[cst.EmptyLine], blank_lines: list[cst.EmptyLine]
-) -> cst.BaseStatement:
+def _with_lines(statement: cst.BaseStatement, comments: list[cst.EmptyLine], blank_lines: list[cst.EmptyLine]) -> cst.BaseStatement:
     if not comments and not blank_lines:
         return statement
     leading = list(statement.leading_lines)

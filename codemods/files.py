@@ -135,9 +135,7 @@ def _walk(root: Path, errors: list[PathError], excluded: Callable[[Path], bool])
 
     for directory, subdirectories, filenames in os.walk(root, onerror=unreadable):
         subdirectories[:] = sorted(
-            d
-            for d in subdirectories
-            if not excluded(Path(directory, d)) and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
+            d for d in subdirectories if not excluded(Path(directory, d)) and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
         )
         for filename in sorted(filenames):
             if (filename.endswith(".py") or is_notebook(filename)) and not excluded(Path(directory, filename)):

@@ -197,9 +197,15 @@ CLIPPING_FUNCTIONS = {"clip_grad_norm_", "clip_grad_value_"}
 # backwards merged into one give such code the sum, where it saw each gradient apart; every other
 # step of a backward is linear in the gradient it carries.
 GRADIENT_HOOK_METHODS = {
-    "register_hook", "register_prehook", "register_backward_hook", "register_full_backward_hook",
-    "register_full_backward_pre_hook", "register_post_accumulate_grad_hook", "register_multi_grad_hook",
-    "register_module_backward_hook", "register_module_full_backward_hook",
+    "register_hook",
+    "register_prehook",
+    "register_backward_hook",
+    "register_full_backward_hook",
+    "register_full_backward_pre_hook",
+    "register_post_accumulate_grad_hook",
+    "register_multi_grad_hook",
+    "register_module_backward_hook",
+    "register_module_full_backward_hook",
     "register_module_full_backward_pre_hook",
 }
 AUTOGRAD_FUNCTION_BASES = {"torch.autograd.Function", "torch.autograd.function.Function"}

@@ -85,9 +85,11 @@ class Notebook:
 
     def describe(self, message: str) -> str:
         """``message`` with each ``line N`` of ``source`` named as the notebook shows it."""
+
         def relabel(match: re.Match[str]) -> str:
             place = self.locate(int(match.group(1)))
             return f"cell {place.cell}, line {place.line}"
+
         return _LINE_REFERENCE.sub(relabel, message)
 
     def with_source(self, rewritten: bytes) -> bytes:
@@ -360,8 +362,8 @@ def _unmasked_line(line: str) -> str:
 def _split_cells(source: str, first_cell: int) -> list[tuple[int, str]]:
     cells: list[tuple[int, list[str]]] = [(first_cell, [])]
     for line in source.splitlines(keepends=True):
-        if line.startswith(CELL_MARKER) and line[len(CELL_MARKER):].strip().isdigit():
-            cells.append((int(line[len(CELL_MARKER):]) - 1, []))
+        if line.startswith(CELL_MARKER) and line[len(CELL_MARKER) :].strip().isdigit():
+            cells.append((int(line[len(CELL_MARKER) :]) - 1, []))
         else:
             cells[-1][1].append(line)
     return [(index, "".join(lines)) for index, lines in cells]

@@ -268,24 +268,48 @@ def _node(node_type: type[cst.CSTNode], **fields: Any) -> Any:
 
 
 _BINARY = {
-    ast.Add: cst.Add, ast.Sub: cst.Subtract, ast.Mult: cst.Multiply, ast.MatMult: cst.MatrixMultiply,
-    ast.Div: cst.Divide, ast.FloorDiv: cst.FloorDivide, ast.Mod: cst.Modulo, ast.Pow: cst.Power,
-    ast.LShift: cst.LeftShift, ast.RShift: cst.RightShift, ast.BitOr: cst.BitOr, ast.BitXor: cst.BitXor,
+    ast.Add: cst.Add,
+    ast.Sub: cst.Subtract,
+    ast.Mult: cst.Multiply,
+    ast.MatMult: cst.MatrixMultiply,
+    ast.Div: cst.Divide,
+    ast.FloorDiv: cst.FloorDivide,
+    ast.Mod: cst.Modulo,
+    ast.Pow: cst.Power,
+    ast.LShift: cst.LeftShift,
+    ast.RShift: cst.RightShift,
+    ast.BitOr: cst.BitOr,
+    ast.BitXor: cst.BitXor,
     ast.BitAnd: cst.BitAnd,
 }
 _AUGMENTED = {
-    ast.Add: cst.AddAssign, ast.Sub: cst.SubtractAssign, ast.Mult: cst.MultiplyAssign,
-    ast.MatMult: cst.MatrixMultiplyAssign, ast.Div: cst.DivideAssign, ast.FloorDiv: cst.FloorDivideAssign,
-    ast.Mod: cst.ModuloAssign, ast.Pow: cst.PowerAssign, ast.LShift: cst.LeftShiftAssign,
-    ast.RShift: cst.RightShiftAssign, ast.BitOr: cst.BitOrAssign, ast.BitXor: cst.BitXorAssign,
+    ast.Add: cst.AddAssign,
+    ast.Sub: cst.SubtractAssign,
+    ast.Mult: cst.MultiplyAssign,
+    ast.MatMult: cst.MatrixMultiplyAssign,
+    ast.Div: cst.DivideAssign,
+    ast.FloorDiv: cst.FloorDivideAssign,
+    ast.Mod: cst.ModuloAssign,
+    ast.Pow: cst.PowerAssign,
+    ast.LShift: cst.LeftShiftAssign,
+    ast.RShift: cst.RightShiftAssign,
+    ast.BitOr: cst.BitOrAssign,
+    ast.BitXor: cst.BitXorAssign,
     ast.BitAnd: cst.BitAndAssign,
 }
 _UNARY = {ast.UAdd: cst.Plus, ast.USub: cst.Minus, ast.Not: cst.Not, ast.Invert: cst.BitInvert}
 _BOOLEAN = {ast.And: cst.And, ast.Or: cst.Or}
 _COMPARISON = {
-    ast.Eq: cst.Equal, ast.NotEq: cst.NotEqual, ast.Lt: cst.LessThan, ast.LtE: cst.LessThanEqual,
-    ast.Gt: cst.GreaterThan, ast.GtE: cst.GreaterThanEqual, ast.Is: cst.Is, ast.IsNot: cst.IsNot,
-    ast.In: cst.In, ast.NotIn: cst.NotIn,
+    ast.Eq: cst.Equal,
+    ast.NotEq: cst.NotEqual,
+    ast.Lt: cst.LessThan,
+    ast.LtE: cst.LessThanEqual,
+    ast.Gt: cst.GreaterThan,
+    ast.GtE: cst.GreaterThanEqual,
+    ast.Is: cst.Is,
+    ast.IsNot: cst.IsNot,
+    ast.In: cst.In,
+    ast.NotIn: cst.NotIn,
 }
 # Operators and punctuation are leaves without a place in the syntax tree: one of each serves all.
 _OPERATORS = {op: node_type() for table in (_BINARY, _UNARY, _BOOLEAN, _COMPARISON) for op, node_type in table.items()}
@@ -415,9 +439,7 @@ class _Builder:
         )
 
     def _while(self, node: ast.While) -> cst.While:
-        return _node(
-            cst.While, test=self._expression(node.test), body=self._suite(node.body), orelse=self._else(node.orelse)
-        )
+        return _node(cst.While, test=self._expression(node.test), body=self._suite(node.body), orelse=self._else(node.orelse))
 
     def _with(self, node: ast.With | ast.AsyncWith) -> cst.With:
         items = [
@@ -481,9 +503,17 @@ class _Builder:
         raise Unsupported(type(node).__name__)
 
     _compound: dict[type, Callable[[Any, Any], cst.BaseStatement]] = {
-        ast.If: _if, ast.For: _for, ast.AsyncFor: _for, ast.While: _while, ast.With: _with,
-        ast.AsyncWith: _with, ast.Try: _try, ast.FunctionDef: _function, ast.AsyncFunctionDef: _function,
-        ast.ClassDef: _class, ast.Match: _unsupported,
+        ast.If: _if,
+        ast.For: _for,
+        ast.AsyncFor: _for,
+        ast.While: _while,
+        ast.With: _with,
+        ast.AsyncWith: _with,
+        ast.Try: _try,
+        ast.FunctionDef: _function,
+        ast.AsyncFunctionDef: _function,
+        ast.ClassDef: _class,
+        ast.Match: _unsupported,
     }
     if hasattr(ast, "TryStar"):
         _compound[ast.TryStar] = _unsupported
@@ -558,10 +588,20 @@ class _Builder:
         return _node(cst.ImportAlias, name=self._dotted(alias.name), asname=asname)
 
     _simple: dict[type, Callable[[Any, Any], cst.BaseSmallStatement]] = {
-        ast.Expr: _expr, ast.Assign: _assign, ast.AugAssign: _augmented, ast.AnnAssign: _annotated,
-        ast.Return: _return, ast.Delete: _delete, ast.Raise: _raise, ast.Assert: _assert,
-        ast.Global: _global, ast.Nonlocal: _global, ast.Import: _import, ast.ImportFrom: _import_from,
-        ast.Pass: _keyword_statement(cst.Pass), ast.Break: _keyword_statement(cst.Break),
+        ast.Expr: _expr,
+        ast.Assign: _assign,
+        ast.AugAssign: _augmented,
+        ast.AnnAssign: _annotated,
+        ast.Return: _return,
+        ast.Delete: _delete,
+        ast.Raise: _raise,
+        ast.Assert: _assert,
+        ast.Global: _global,
+        ast.Nonlocal: _global,
+        ast.Import: _import,
+        ast.ImportFrom: _import_from,
+        ast.Pass: _keyword_statement(cst.Pass),
+        ast.Break: _keyword_statement(cst.Break),
         ast.Continue: _keyword_statement(cst.Continue),
     }
 
@@ -745,9 +785,7 @@ class _Builder:
         return _node(cst.Comparison, left=self._expression(node.left), comparisons=comparisons)
 
     def _if_expression(self, node: ast.IfExp) -> cst.IfExp:
-        return _node(
-            cst.IfExp, test=self._expression(node.test), body=self._expression(node.body), orelse=self._expression(node.orelse)
-        )
+        return _node(cst.IfExp, test=self._expression(node.test), body=self._expression(node.body), orelse=self._expression(node.orelse))
 
     def _lambda(self, node: ast.Lambda) -> cst.Lambda:
         return _node(cst.Lambda, params=self._parameters(node.args), body=self._expression(node.body))
@@ -813,20 +851,36 @@ class _Builder:
         return _node(cst.StarredElement, value=self._expression(node.value))
 
     _expressions: dict[type, Callable[[Any, Any], Any]] = {
-        ast.Name: _name_expression, ast.Constant: _constant, ast.JoinedStr: _strings, ast.Attribute: _attribute,
-        ast.Subscript: _subscript, ast.Call: _call, ast.BinOp: _binary, ast.UnaryOp: _unary, ast.BoolOp: _boolean,
-        ast.Compare: _compare, ast.IfExp: _if_expression, ast.Lambda: _lambda, ast.NamedExpr: _named,
-        ast.Await: _await, ast.Yield: _yield, ast.YieldFrom: _yield, ast.Tuple: _sequence, ast.List: _sequence,
-        ast.Set: _sequence, ast.Dict: _dict, ast.ListComp: _comprehension, ast.SetComp: _comprehension,
-        ast.GeneratorExp: _comprehension, ast.DictComp: _dict_comprehension, ast.Starred: _starred,
+        ast.Name: _name_expression,
+        ast.Constant: _constant,
+        ast.JoinedStr: _strings,
+        ast.Attribute: _attribute,
+        ast.Subscript: _subscript,
+        ast.Call: _call,
+        ast.BinOp: _binary,
+        ast.UnaryOp: _unary,
+        ast.BoolOp: _boolean,
+        ast.Compare: _compare,
+        ast.IfExp: _if_expression,
+        ast.Lambda: _lambda,
+        ast.NamedExpr: _named,
+        ast.Await: _await,
+        ast.Yield: _yield,
+        ast.YieldFrom: _yield,
+        ast.Tuple: _sequence,
+        ast.List: _sequence,
+        ast.Set: _sequence,
+        ast.Dict: _dict,
+        ast.ListComp: _comprehension,
+        ast.SetComp: _comprehension,
+        ast.GeneratorExp: _comprehension,
+        ast.DictComp: _dict_comprehension,
+        ast.Starred: _starred,
     }
-
 
 
 def _name(value: str) -> cst.Name:
     return _node(cst.Name, value=value)
-
-
 
 
 def _literals(text: str) -> list[str]:

@@ -81,8 +81,9 @@ class Rule:
         if fix is not None and any(self.analysis.updates_parameters(s) for s in fix.taken_away()):
             fix, message = None, message + " (not rewritten: the fix would remove or move an optimizer update)"
         if fix is not None and any(site.api.guessed for site in sites):
-            fix, message = None, message + (
-                " (not rewritten: gradfix cannot tell whether a `.backward(...)` here backwards its object or its argument)"
+            fix, message = (
+                None,
+                message + (" (not rewritten: gradfix cannot tell whether a `.backward(...)` here backwards its object or its argument)"),
             )
         kind = None if fix is None else (FixKind.SAFE if fix.safe else FixKind.UNSAFE)
         related_lines = tuple(sorted({self.analysis.line(n) for n in related} - {line}))

@@ -145,7 +145,9 @@ def _check_groups(
             i
             for i in indexes
             if reports[i].imports & importable
-            or reports[i].prefiltered and (original := reports[i].original) is not None and may_call(original, helpers)
+            or reports[i].prefiltered
+            and (original := reports[i].original) is not None
+            and may_call(original, helpers)
         ]
         for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
             reports[index] = report

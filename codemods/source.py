@@ -48,10 +48,7 @@ def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = 
 def may_call(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]]) -> bool:
     """Whether a file's text could call one of ``helpers`` (module, name and method, as
     ``summaries.written_names`` spells them)."""
-    return any(
-        module in source and name in source and (not method or re.search(rb"\b%s\s*\(" % method, source))
-        for module, name, method in helpers
-    )
+    return any(module in source and name in source and (not method or re.search(rb"\b%s\s*\(" % method, source)) for module, name, method in helpers)
 
 
 def decoded(data: bytes, path: str) -> tuple[str, str]:

@@ -59,9 +59,7 @@ def project_summaries(exports: Iterable[tuple[str, Mapping[str, ExportedSummary]
 def importable_names(project: ProjectSummaries | None) -> frozenset[str]:
     """The dotted names a file imports to call one of ``project``'s functions: the function's own,
     or its class's for a method (``steps.Criterion`` for ``steps.Criterion.__call__``)."""
-    return frozenset(
-        key[: len(key) - len(summary.name)] + summary.name.partition(".")[0] for key, summary in (project or {}).items()
-    )
+    return frozenset(key[: len(key) - len(summary.name)] + summary.name.partition(".")[0] for key, summary in (project or {}).items())
 
 
 def written_names(project: ProjectSummaries | None) -> frozenset[tuple[bytes, bytes, bytes]]:

@@ -95,9 +95,7 @@ class LastBatchOnly(Symptom):
 
     def gone(self, before: Run, after: Run) -> Judgement:
         # Under a step bound, reaching it where the buggy run ended first also backwards more.
-        more = _ran(after) and (
-            after.backward_calls > before.backward_calls or (after.status == "stopped" and before.status == "ok")
-        )
+        more = _ran(after) and (after.backward_calls > before.backward_calls or (after.status == "stopped" and before.status == "ok"))
         return more, f"{after.describe()}; {before.backward_calls} backward call(s) before the fix, {after.backward_calls} after"
 
 

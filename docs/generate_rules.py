@@ -33,10 +33,7 @@ def anchor(rule: type[Rule]) -> str:
 
 
 def readme_table() -> str:
-    rows = [
-        f"| {rule.CODE} | [`{rule.NAME}`](docs/rules.md#{anchor(rule)}) | {fix_kind(rule)} | {rule.SUMMARY} |"
-        for rule in all_rules()
-    ]
+    rows = [f"| {rule.CODE} | [`{rule.NAME}`](docs/rules.md#{anchor(rule)}) | {fix_kind(rule)} | {rule.SUMMARY} |" for rule in all_rules()]
     return "| code | name | fix | the bug |\n|------|------|-----|---------|\n" + "\n".join(rows) + "\n"
 
 

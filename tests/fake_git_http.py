@@ -40,12 +40,20 @@ class FakeGitServer:
         """The CGI exchange with ``git http-backend``: its header lines, a Status among them, then the content."""
         path, _, query = target.partition("?")
         environment = {
-            "PATH": os.environ["PATH"], "GIT_PROJECT_ROOT": str(self.root), "GIT_HTTP_EXPORT_ALL": "1",
-            "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-            "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query,
-            "CONTENT_TYPE": headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
-            "HTTP_CONTENT_ENCODING": headers.get("Content-Encoding", ""), "GIT_PROTOCOL": headers.get("Git-Protocol", ""),
-            "REMOTE_USER": "x-access-token", "REMOTE_ADDR": "127.0.0.1",  # a user: http-backend then accepts pushes
+            "PATH": os.environ["PATH"],
+            "GIT_PROJECT_ROOT": str(self.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "REQUEST_METHOD": method,
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "CONTENT_TYPE": headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "HTTP_CONTENT_ENCODING": headers.get("Content-Encoding", ""),
+            "GIT_PROTOCOL": headers.get("Git-Protocol", ""),
+            "REMOTE_USER": "x-access-token",
+            "REMOTE_ADDR": "127.0.0.1",  # a user: http-backend then accepts pushes
         }
         done = subprocess.run(["git", "http-backend"], input=body, env=environment, capture_output=True, timeout=60)
         head, _, content = done.stdout.partition(b"\r\n\r\n")

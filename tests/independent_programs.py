@@ -425,10 +425,7 @@ def generate(seed: int, forced: Mapping[str, str] = {}) -> Program:
 
     parts = {(slot.split(".", 1)[1], option) for slot, option in choices.made.items()}
     kind = RAISING_KIND if choices.raising_part else LEAKING_KIND if parts & LEAKING else CORRECT
-    shapes = {
-        s.label: f"{s.task}:{choices.made[f'{s.label}.{MAIN_PART[s.task]}']}+{choices.made[f'{s.label}.section.logging']}"
-        for s in sections
-    }
+    shapes = {s.label: f"{s.task}:{choices.made[f'{s.label}.{MAIN_PART[s.task]}']}+{choices.made[f'{s.label}.section.logging']}" for s in sections}
     source, retained_source = render(False), render(True)
     raising_label = raising.label if raising is not None else None
     return Program(seed, dict(choices.made), kind, choices.raising_part, raising_label, shapes, source, retained_source, tuple(line_sections))
@@ -623,9 +620,7 @@ def _regression(section: Section) -> None:
     # a sum after the loop) and no backward keeps its graph; a second backward of one loss is
     # another raising part.
     forward = section.pick("regression.forward", ("in_loop",) if schedule == "full_batch" else None)
-    backward = section.pick(
-        "regression.backward", None if forward == "in_loop" else ("plain", "autograd", "helper", "grad_check")
-    )
+    backward = section.pick("regression.backward", None if forward == "in_loop" else ("plain", "autograd", "helper", "grad_check"))
     extra = section.pick("regression.extra")
     section.data(STEPS, BATCH, FEATURES)
     section.data(STEPS, BATCH, 1, name="data_y")

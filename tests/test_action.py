@@ -37,9 +37,7 @@ def test_the_install_step_refuses_a_python_older_than_3_11_before_installing_any
     old.chmod(0o755)
     done = install_step(tmp_path, {"PATH": f"{old.parent}:{os.environ['PATH']}", "RUNNER_OS": "Linux", "RUNNER_ARCH": "X64"})
     assert done.returncode == 2
-    assert done.stderr == (
-        "gradfix: needs Python 3.11 or newer as python3, found: Python 3.10.12 (run actions/setup-python before this action)\n"
-    )
+    assert done.stderr == ("gradfix: needs Python 3.11 or newer as python3, found: Python 3.10.12 (run actions/setup-python before this action)\n")
     assert not (tmp_path / "gradfix-venv").exists()
 
 
@@ -109,8 +107,13 @@ def test_the_lock_pins_what_each_locked_package_needs_on_every_python_and_platfo
         for text in installed.requires or ():
             needed = Requirement(text)
             for python, platform in itertools.product(("3.11", "3.12", "3.13", "3.14"), ("linux", "darwin")):
-                where = {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": platform,
-                         "platform_system": {"linux": "Linux", "darwin": "Darwin"}[platform], "extra": ""}
+                where = {
+                    "python_version": python,
+                    "python_full_version": f"{python}.0",
+                    "sys_platform": platform,
+                    "platform_system": {"linux": "Linux", "darwin": "Darwin"}[platform],
+                    "extra": "",
+                }
                 if needed.marker is not None and not needed.marker.evaluate(where):
                     continue
                 key = needed.name.lower().replace("_", "-")
@@ -127,8 +130,9 @@ def test_every_line_of_a_multi_line_paths_input_is_checked(tmp_path):
     recorder.parent.mkdir(parents=True)
     recorder.write_text(RECORDING_GRADFIX)
     recorder.chmod(0o755)
-    done, _, _ = run_action({"mode": "check", "paths": "src\ntests/unit  notebooks\n\n*.py\n"}, runner_temp, tmp_path, tmp_path,
-                            environment={"RECORDED_STATUS": "0"})
+    done, _, _ = run_action(
+        {"mode": "check", "paths": "src\ntests/unit  notebooks\n\n*.py\n"}, runner_temp, tmp_path, tmp_path, environment={"RECORDED_STATUS": "0"}
+    )
     assert done.returncode == 0, done.stderr
     argv = (runner_temp / "argv").read_text().split("\0")[:-1]
     assert argv == ["check", "--output-format", "github", "--", "src", "tests/unit", "notebooks", "*.py"]
@@ -193,8 +197,9 @@ def test_every_example_workflow_is_pinned_least_privilege_audited_and_in_the_ci_
     if zizmor is None:
         pytest.skip("zizmor is not installed (it is in the test extra: pip install -e '.[test]')")
     for persona in ("regular", "pedantic"):
-        done = subprocess.run([zizmor, "--offline", "--persona", persona, "--format", "json", str(workflow)],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [zizmor, "--offline", "--persona", persona, "--format", "json", str(workflow)], capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0 and json.loads(done.stdout) == [], done.stdout + done.stderr
 
 

@@ -229,9 +229,7 @@ def test_gradient_effects():
         GradientEffect.SCALER_UPDATE,
         GradientEffect(0),
     ]
-    assert [analysis.updates_parameters(s) for s in analysis.module.body[6:]] == [
-        True, False, False, False, True, True, False, True, False
-    ]
+    assert [analysis.updates_parameters(s) for s in analysis.module.body[6:]] == [True, False, False, False, True, True, False, True, False]
 
 
 def site(code: str):
@@ -325,9 +323,7 @@ def test_nested_loops_reach_a_fixed_point(monkeypatch):
 
     passes = []
     original = dataflow.DataflowAnalysis._exec_body
-    monkeypatch.setattr(
-        dataflow.DataflowAnalysis, "_exec_body", lambda self, suite, env: passes.append(1) or original(self, suite, env)
-    )
+    monkeypatch.setattr(dataflow.DataflowAnalysis, "_exec_body", lambda self, suite, env: passes.append(1) or original(self, suite, env))
     analyse(
         """
         model = nn.Linear(2, 2)
@@ -433,7 +429,8 @@ class _VisitOrder(cst.CSTVisitor):
 def test_the_syntax_tree_holds_the_nodes_libcst_visits_in_its_order_and_their_parents():
     fixtures = sorted((Path(__file__).parent / "fixtures").rglob("*.py"))
     sources = [path.read_text() for path in fixtures[::8]]
-    sources.append(textwrap.dedent('''
+    sources.append(
+        textwrap.dedent("""
         from . import (a as b, c)  # comment
         from .. x import *
         @decorator(f"{value!r:>{width}}", *args, **kwargs)
@@ -452,7 +449,8 @@ def test_the_syntax_tree_holds_the_nodes_libcst_visits_in_its_order_and_their_pa
             finally:
                 w = (yield)
             return await (not a) if b else c
-    '''))
+    """)
+    )
     for source in sources:
         module = cst.parse_module(source)
         tree, visited = SyntaxTree(module), _VisitOrder()
@@ -499,14 +497,16 @@ class _EveryCall(cst.CSTVisitor):
 
 @pytest.mark.parametrize("visitor", [_Calls, _EveryCall])
 def test_a_replay_makes_the_calls_of_a_visit_of_the_module_or_of_a_subtree(visitor):
-    module = cst.parse_module(textwrap.dedent('''
+    module = cst.parse_module(
+        textwrap.dedent("""
         def skipped():
             loss.backward()
         def kept(model, x):
             def inner():
                 return model.head(x)
             return torch.sum(model(x).mean(dim=0))
-    '''))
+    """)
+    )
     tree = SyntaxTree(module)
     for root in (module, module.body[1]):
         replayed, visited = visitor(), visitor()
@@ -517,7 +517,8 @@ def test_a_replay_makes_the_calls_of_a_visit_of_the_module_or_of_a_subtree(visit
 
 
 def test_names_by_spelling_are_the_name_nodes_a_search_finds_under_a_node():
-    module = cst.parse_module(textwrap.dedent('''
+    module = cst.parse_module(
+        textwrap.dedent("""
         pred = model(x)
         def train(pred, loss):
             for step in range(3):
@@ -525,7 +526,8 @@ def test_names_by_spelling_are_the_name_nodes_a_search_finds_under_a_node():
                 loss.backward()
             return loss
         print(pred, loss)
-    '''))
+    """)
+    )
     tree = SyntaxTree(module)
     for root in (module, module.body[1], module.body[1].body):
         for spelled in ({"pred"}, {"loss", "pred"}, {"absent"}):
@@ -547,7 +549,7 @@ def test_names_by_spelling_are_the_name_nodes_a_search_finds_under_a_node():
     ],
 )
 def test_a_search_by_type_finds_what_a_libcst_matcher_finds(matcher, node_type, where):
-    source = textwrap.dedent('''
+    source = textwrap.dedent("""
         x.grad.zero_()
         y = model(x).detach()
         z = h.detach_().grad
@@ -556,7 +558,7 @@ def test_a_search_by_type_finds_what_a_libcst_matcher_finds(matcher, node_type, 
         def step(a):
             a.grad = None
             return f(g.detach(), False)
-    ''')
+    """)
     module = cst.parse_module(source)
     tree = SyntaxTree(module)
     for root in (module, module.body[-1]):
@@ -569,15 +571,15 @@ def test_a_search_by_type_finds_what_a_libcst_matcher_finds(matcher, node_type, 
 _FIXTURES = Path(__file__).parent / "fixtures"
 _PLACED_ALONE = {
     "decorators, comments, async, semicolons": (
-        '# header comment\n\n@decorate\n@(\n    wrap)\nclass Model(nn.Module):  # trailing\n    pass\n\n\n'
-        '# a comment before\nasync def f():\n    a = 1; b = 2\n'
+        "# header comment\n\n@decorate\n@(\n    wrap)\nclass Model(nn.Module):  # trailing\n    pass\n\n\n"
+        "# a comment before\nasync def f():\n    a = 1; b = 2\n"
     ),
     "continuations and strings": (
         'x = (\n    1 +\n    2)\ny = """a\nmulti-line\nstring"""; z = 3\nif x:\n    loss = model(x) \\\n'
-        '        .sum()\n    loss.backward()\nelse:\n    pass\n# footer\n'
+        "        .sum()\n    loss.backward()\nelse:\n    pass\n# footer\n"
     ),
-    "CRLF": 'a = 1\r\nfor step in range(3):\r\n    b = a\r\n',
-    "syntax this Python does not parse": 'type Alias = int\nloss.backward()\n',  # the whole module is rendered
+    "CRLF": "a = 1\r\nfor step in range(3):\r\n    b = a\r\n",
+    "syntax this Python does not parse": "type Alias = int\nloss.backward()\n",  # the whole module is rendered
     **{str(p.parent.relative_to(_FIXTURES)): p.read_text() for p in sorted(_FIXTURES.glob("*/*/before.py"))},
 }
 

@@ -104,7 +104,10 @@ def test_deeply_nested_code_is_an_error_for_its_file_not_a_crash_of_the_run(tmp_
     (tmp_path / "elif.py").write_text("import torch\nif a:\n    pass\n" + "elif a:\n    pass\n" * 12_000 + "x.backward()\n")
     (tmp_path / "train.py").write_bytes(BEFORE)
     result = subprocess.run(
-        [sys.executable, "-m", "gradfix", "fix", str(tmp_path)], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "gradfix", "fix", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "GRADFIX_NO_CACHE": "1"},
     )
     assert result.returncode == 2, result.stderr
@@ -120,9 +123,7 @@ def test_verify_refuses_fixture_scripts_that_are_not_regular_files(tmp_path):
     case.mkdir(parents=True)
     os.mkfifo(case / "before.py")
     (case / "after.py").write_bytes(AFTER)
-    result = subprocess.run(
-        [sys.executable, "-m", "gradfix", "verify", str(tmp_path)], capture_output=True, text=True, timeout=60
-    )
+    result = subprocess.run([sys.executable, "-m", "gradfix", "verify", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert f"error: {case / 'before.py'}: not a regular file" in result.stderr
 

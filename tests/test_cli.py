@@ -68,7 +68,15 @@ def test_check_json_output(cli, tmp_path):
     message = f"{broken}:1: cannot parse: '(' was never closed"
     assert both[-1] == {"path": str(broken), "cell": None, "line": 1, "code": "error", "message": message}
     missing = json.loads(cli("check", "--output-format", "json", tmp_path / "nope.py").stdout)
-    assert missing == [{"path": str(tmp_path / "nope.py"), "cell": None, "line": None, "code": "error", "message": f"{tmp_path / 'nope.py'}: no such file or directory"}]
+    assert missing == [
+        {
+            "path": str(tmp_path / "nope.py"),
+            "cell": None,
+            "line": None,
+            "code": "error",
+            "message": f"{tmp_path / 'nope.py'}: no such file or directory",
+        }
+    ]
 
 
 def test_fix_rewrites_in_place_and_exits_0(cli, tmp_path):
@@ -107,9 +115,7 @@ def test_diff_applies_with_git_apply(tmp_path):
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     write(tmp_path / "pkg" / "train.py", DOUBLE)
-    diff = subprocess.run(
-        [sys.executable, "-m", "gradfix", "fix", "--diff", "pkg"], cwd=tmp_path, capture_output=True, text=True
-    )
+    diff = subprocess.run([sys.executable, "-m", "gradfix", "fix", "--diff", "pkg"], cwd=tmp_path, capture_output=True, text=True)
     assert diff.returncode == 1, diff.stderr
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run(["git", "apply"], cwd=tmp_path, input=diff.stdout, text=True, check=True)
@@ -718,11 +724,12 @@ def test_check_unsafe_fixes_shows_what_an_unsafe_fix_would_do(cli, tmp_path):
     assert plain.exit_code == 1 and "+++ b/" not in plain.stdout
     shown = cli("check", "--unsafe-fixes", script)
     assert shown.exit_code == 1 and script.read_text() == (after_loop / "before.py").read_text()
-    diff = shown.stdout[shown.stdout.index("--- a/"):]
+    diff = shown.stdout[shown.stdout.index("--- a/") :]
     patched = tmp_path / "patched"
     write(patched / "train.py", (after_loop / "before.py").read_text())
-    subprocess.run(["patch", "-p1", "--quiet", "-d", str(patched), "-i", "-"], input=diff.replace(str(script).lstrip("/"), "train.py"),
-                   text=True, check=True)
+    subprocess.run(
+        ["patch", "-p1", "--quiet", "-d", str(patched), "-i", "-"], input=diff.replace(str(script).lstrip("/"), "train.py"), text=True, check=True
+    )
     assert (patched / "train.py").read_text() == (after_loop / "after.py").read_text()
     write(tmp_path / "pyproject.toml", "[tool.gradfix]\nunsafe-fixes = true\n")
     assert "+++ b/" in cli("check", script).stdout and "+++ b/" not in cli("check", "--no-unsafe-fixes", script).stdout
@@ -790,4 +797,8 @@ def test_verify_skips_a_case_whose_framework_is_not_installed(warm_cli, tmp_path
     assert result.exit_code == 0, result.output
     assert result.stderr == "0 passed, 0 failed, 1 skipped (1 fixture case(s))\n"
     assert result.stdout.splitlines()[1].split(None, 3) == [
-        "duplicate_backward/ok_deepspeed_cifar_fresh_forward_per_batch", "all", "skip", "needs deepspeed, which is not installed"]
+        "duplicate_backward/ok_deepspeed_cifar_fresh_forward_per_batch",
+        "all",
+        "skip",
+        "needs deepspeed, which is not installed",
+    ]

@@ -35,10 +35,6 @@ def test_every_file_is_checked_and_left_byte_identical(reports):
 
 
 def test_findings_are_the_reviewed_ones(reports):
-    found = sorted(
-        f"{Path(r.path).relative_to(CORPUS)}:{f.line}: {f.code}" for r in reports for f in r.findings
-    )
-    reviewed = sorted(
-        line for line in REVIEWED.read_text().splitlines() if line.strip() and not line.startswith("#")
-    )
+    found = sorted(f"{Path(r.path).relative_to(CORPUS)}:{f.line}: {f.code}" for r in reports for f in r.findings)
+    reviewed = sorted(line for line in REVIEWED.read_text().splitlines() if line.strip() and not line.startswith("#"))
     assert found == reviewed

@@ -57,9 +57,7 @@ def test_a_crashing_rule_is_an_internal_error_for_that_file_only():
     source = b"import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\n"
     report = check_source(source, [_Crashes], FixMode.SAFE, "train.py")
     assert report.rewritten is None and report.findings == []
-    assert report.internal_errors == [
-        "train.py: internal error: ValueError: a bug in a rule; the file was left as it was"
-    ]
+    assert report.internal_errors == ["train.py: internal error: ValueError: a bug in a rule; the file was left as it was"]
 
 
 def test_write_atomically_replaces_the_whole_file(tmp_path):

@@ -46,8 +46,7 @@ def test_annotation_escapes_what_would_end_or_split_the_command():
     line = formats.annotation(Finding("GF002", 3, 5, message, FixKind.SAFE, path=path))
     assert "\n" not in line and "\r" not in line
     assert line == (
-        "::error file=odd dir/100%25%2C a%3Ab%0D%0Ac.py,line=3,col=5,title=GF002 separate_backwards"
-        "::50%25 of `x`%0D%0Akept, for: y [safe fix]"
+        "::error file=odd dir/100%25%2C a%3Ab%0D%0Ac.py,line=3,col=5,title=GF002 separate_backwards::50%25 of `x`%0D%0Akept, for: y [safe fix]"
     )
     command, properties, text = decode_workflow_command(line)
     assert command == "error"
@@ -115,7 +114,7 @@ def apply_replacements(text, replacements):
     for replacement in sorted(replacements, key=lambda r: r["deletedRegion"]["charOffset"], reverse=True):
         region = replacement["deletedRegion"]
         start = region["charOffset"]
-        text = text[:start] + replacement["insertedContent"]["text"] + text[start + region["charLength"]:]
+        text = text[:start] + replacement["insertedContent"]["text"] + text[start + region["charLength"] :]
     return text
 
 
@@ -166,7 +165,9 @@ def test_sarif_places_errors_and_notebook_findings_on_lines_of_their_files(tmp_p
     assert not invocation["executionSuccessful"]
     [notification] = invocation["toolExecutionNotifications"]
     assert notification["message"]["text"].startswith("broken.py:1: cannot parse")
-    assert notification["locations"] == [{"physicalLocation": {"artifactLocation": {"uri": "broken.py", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 1}}}]
+    assert notification["locations"] == [
+        {"physicalLocation": {"artifactLocation": {"uri": "broken.py", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 1}}}
+    ]
     [finding] = log["runs"][0]["results"]
     assert finding["message"]["text"].startswith("cell 4, line 17: ")
     artifact = {"uri": "nb.ipynb", "uriBaseId": "%SRCROOT%"}

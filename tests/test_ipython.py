@@ -80,7 +80,11 @@ def start_kernel(tmp_path_factory):
             """A kernel whose working folder is a new empty one, after ``first_cells`` ran without error."""
             folder = tmp_path_factory.mktemp("kernel")
             client = NotebookClient(
-                nbformat.v4.new_notebook(), kernel_name="python3", allow_errors=True, timeout=120, shutdown_kernel="immediate",
+                nbformat.v4.new_notebook(),
+                kernel_name="python3",
+                allow_errors=True,
+                timeout=120,
+                shutdown_kernel="immediate",
                 resources={"metadata": {"path": str(folder)}},
             )
             running.enter_context(client.setup_kernel())

@@ -19,8 +19,20 @@ CODEMODS = "gradfix.codemods"
 PLAIN_LAYER = {
     f"{CODEMODS}.{name}"
     for name in (
-        "report", "files", "source", "frameworks", "summaries", "config", "cache", "shard", "notebook", "symptoms",
-        "registry", "rule", "run", "typed_json",
+        "report",
+        "files",
+        "source",
+        "frameworks",
+        "summaries",
+        "config",
+        "cache",
+        "shard",
+        "notebook",
+        "symptoms",
+        "registry",
+        "rule",
+        "run",
+        "typed_json",
     )
 }
 LIBCST_LAYER = {f"{CODEMODS}.{name}" for name in ("parse", "check", "edits", "analysis", "rules", "execution")}
@@ -123,10 +135,10 @@ def _loop() -> list[str]:
     path: list[str] = []
 
     def search(module: str) -> list[str]:
-        state[module], path[len(path):] = "open", [module]
+        state[module], path[len(path) :] = "open", [module]
         for target in sorted(IMPORTS[module][0] & MODULES.keys()):
             if state.get(target) == "open":
-                return path[path.index(target):] + [target]
+                return path[path.index(target) :] + [target]
             if target not in state and (found := search(target)):
                 return found
         state[module] = "done"

@@ -1,5 +1,5 @@
-"""ruff's lint rules (pyproject.toml's [tool.ruff]) hold for the project's own code, and mypy's strict
-checks ([tool.mypy]) for its plain layer."""
+"""ruff's lint rules and formatting (pyproject.toml's [tool.ruff]) hold for the project's own code, and
+mypy's strict checks ([tool.mypy]) for its plain layer."""
 
 import subprocess
 import sys
@@ -11,6 +11,16 @@ ROOT = Path(__file__).parents[1]
 def test_ruff_finds_nothing():
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", "codemods", "cli", "tests", "benchmarks", "docs"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_leaves_the_code_as_it_is():
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "codemods", "cli", "tests", "benchmarks", "docs", "gradfix"],
         cwd=ROOT,
         capture_output=True,
         text=True,

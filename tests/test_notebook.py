@@ -28,8 +28,7 @@ def notebook_of(*cells: str, language: str = "python") -> bytes:
     document = {
         "cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Training\n", "notes"]}]
         + [
-            {"cell_type": "code", "execution_count": i, "metadata": {"tags": []}, "outputs": [OUTPUT],
-             "source": text.splitlines(keepends=True)}
+            {"cell_type": "code", "execution_count": i, "metadata": {"tags": []}, "outputs": [OUTPUT], "source": text.splitlines(keepends=True)}
             for i, text in enumerate(cells, start=1)
         ],
         "metadata": {"kernelspec": {"name": "python3"}, "language_info": {"name": language}},
@@ -42,7 +41,9 @@ def notebook_of(*cells: str, language: str = "python") -> bytes:
 def hoisted_notebook() -> bytes:
     """The loss_hoisted fixture in three cells, with a magic and a shell line."""
     setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
-    return notebook_of("%matplotlib inline\n!pip install torch\n" + setup, "loss = " + training.split("\nfor ")[0], "for " + training.split("\nfor ", 1)[1])
+    return notebook_of(
+        "%matplotlib inline\n!pip install torch\n" + setup, "loss = " + training.split("\nfor ")[0], "for " + training.split("\nfor ", 1)[1]
+    )
 
 
 def code_of(data: bytes) -> str:
@@ -148,8 +149,9 @@ def test_diff_is_the_notebook_files_and_git_apply_takes_it_with_a_scripts(tmp_pa
     (tmp_path / "train.ipynb").write_bytes(original)
     script = tmp_path / "train.py"
     script.write_text(HOISTED.joinpath("before.py").read_text())
-    patch = subprocess.run([sys.executable, "-m", "gradfix", "fix", "--diff", "train.ipynb", "train.py"], cwd=tmp_path,
-                           capture_output=True, text=True)
+    patch = subprocess.run(
+        [sys.executable, "-m", "gradfix", "fix", "--diff", "train.ipynb", "train.py"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert patch.returncode == 1, patch.stderr
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run(["git", "apply"], cwd=tmp_path, input=patch.stdout, text=True, check=True)

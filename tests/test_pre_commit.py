@@ -32,9 +32,7 @@ def run_hook(hook: dict, folder: Path) -> subprocess.CompletedProcess:
     ]
     command, *options = shlex.split(hook["entry"])
     assert command == "gradfix"
-    return subprocess.run(
-        [sys.executable, "-m", "gradfix", *options, *hook["args"], *picked], capture_output=True, text=True, cwd=folder
-    )
+    return subprocess.run([sys.executable, "-m", "gradfix", *options, *hook["args"], *picked], capture_output=True, text=True, cwd=folder)
 
 
 def test_the_manifest_is_valid_and_runs_every_file_in_one_call():
@@ -47,9 +45,20 @@ def test_the_manifest_is_valid_and_runs_every_file_in_one_call():
 
 def test_check_hook_fails_on_findings_in_scripts_and_notebooks(tmp_path):
     (tmp_path / "train.py").write_text((DOUBLE / "before.py").read_text())
-    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1,
-                           "source": (DOUBLE / "before.py").read_text().splitlines(keepends=True)}],
-                "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    notebook = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "outputs": [],
+                "execution_count": 1,
+                "source": (DOUBLE / "before.py").read_text().splitlines(keepends=True),
+            }
+        ],
+        "metadata": {"language_info": {"name": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     (tmp_path / "explore.ipynb").write_text(json.dumps(notebook))
     (tmp_path / "notes.txt").write_text("loss.backward( not python")
     result = run_hook(hooks()["gradfix-check"], tmp_path)

@@ -35,8 +35,14 @@ FIND_PULL = f"{PULLS}?head=octo%3Agradfix%2Ffixes&state=open"
 
 
 # Git as the tests use it: no user or system configuration, a fixed identity for their commits.
-GIT_ENVIRONMENT = {"GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@example.test", "GIT_COMMITTER_NAME": "dev",
-                   "GIT_COMMITTER_EMAIL": "dev@example.test", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+GIT_ENVIRONMENT = {
+    "GIT_AUTHOR_NAME": "dev",
+    "GIT_AUTHOR_EMAIL": "dev@example.test",
+    "GIT_COMMITTER_NAME": "dev",
+    "GIT_COMMITTER_EMAIL": "dev@example.test",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 def git(directory, *args):
@@ -120,8 +126,13 @@ def pr(api, tmp_path):
 
     def run(*args):
         outputs.write_text("")
-        env = {"GITHUB_TOKEN": TOKEN, "GITHUB_REPOSITORY": REPOSITORY, "GITHUB_API_URL": api.url,
-               "GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": None}
+        env = {
+            "GITHUB_TOKEN": TOKEN,
+            "GITHUB_REPOSITORY": REPOSITORY,
+            "GITHUB_API_URL": api.url,
+            "GITHUB_OUTPUT": str(outputs),
+            "GITHUB_STEP_SUMMARY": None,
+        }
         result = CliRunner().invoke(app, ["pr", *map(str, args)], env=env)
         assert TOKEN not in result.output + result.stderr + outputs.read_text()
         run.outputs = outputs.read_text()
@@ -353,8 +364,10 @@ def record_environments(project, record):
     hooks; an fsmonitor (git runs it for the commands that read the index: fetch, and the check's
     `git check-ignore`); a clean filter for train.py (run by `git add` when the fixes are staged)."""
     hooks = project.checkout / ".git" / "hooks"
-    last_lines = {"fsmonitor": "exit 1",  # no answer: git looks at the files itself
-                  "clean": "cat"}  # the file as it is
+    last_lines = {
+        "fsmonitor": "exit 1",  # no answer: git looks at the files itself
+        "clean": "cat",
+    }  # the file as it is
     for name in (*HOOKS, "fsmonitor", "clean"):
         program = hooks / name  # the last two are no hooks' names: git runs them only as configured below
         program.write_text(f'#!/bin/sh\n{{ echo "== {name}"; env; }} >> "{record}"\n{last_lines.get(name, "cat > /dev/null")}\n')
@@ -393,7 +406,9 @@ def test_an_api_that_echoes_the_token_in_its_error_has_it_hidden(project, api, p
 
 @pytest.mark.parametrize("status", [401, 403, 404, 422, 502])
 def test_client_errors_never_show_the_token_the_api_echoes(api, status):
-    echo = Scripted(status, lambda request: {"message": f"you sent {request.authorization}", "errors": [{"message": f"header {request.authorization}"}]})
+    echo = Scripted(
+        status, lambda request: {"message": f"you sent {request.authorization}", "errors": [{"message": f"header {request.authorization}"}]}
+    )
     api.scripted += [echo] * 5
     with pytest.raises(GitHubError) as raised:
         GitHub(TOKEN, REPOSITORY, api.url, sleep=lambda seconds: None).update_pull_request(7, title="x")
@@ -407,7 +422,10 @@ def test_the_token_is_never_sent_in_clear_text_to_an_api_on_another_host(project
         monkeypatch.delenv(name, raising=False)
     result = pr("--api-url", "http://github.example/api/v3")
     assert result.exit_code == 2
-    assert "error: the GitHub API http://github.example/api/v3 (GITHUB_API_URL or --api-url) is not https: the token is not sent in clear text" in result.stderr
+    assert (
+        "error: the GitHub API http://github.example/api/v3 (GITHUB_API_URL or --api-url) is not https: the token is not sent in clear text"
+        in result.stderr
+    )
     assert api.requests == [] and not project.remote_has(DEFAULT_BRANCH)
 
 
@@ -490,15 +508,32 @@ def run_action(with_inputs, runner_temp, workspace, tmp_path, api_url="http://12
     runs = []
     for step in ACTION["runs"]["steps"][1:]:
         env = {name: EXPRESSION.sub(lambda m: context[m[1]], value) for name, value in step.get("env", {}).items()}
-        env |= {"GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(runner_temp),
-                "GITHUB_ACTION_PATH": str(ROOT), "GITHUB_REPOSITORY": REPOSITORY, "GITHUB_API_URL": api_url, **(environment or {})}
+        env |= {
+            "GITHUB_OUTPUT": str(outputs),
+            "GITHUB_STEP_SUMMARY": str(summary),
+            "RUNNER_TEMP": str(runner_temp),
+            "GITHUB_ACTION_PATH": str(ROOT),
+            "GITHUB_REPOSITORY": REPOSITORY,
+            "GITHUB_API_URL": api_url,
+            **(environment or {}),
+        }
         script = tmp_path / "step.sh"
         script.write_text(step["run"])
-        runs.append(subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=workspace,
-                                   env={**os.environ, **env}, capture_output=True, text=True, timeout=60))
+        runs.append(
+            subprocess.run(
+                ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                cwd=workspace,
+                env={**os.environ, **env},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        )
     written = read_step_outputs(outputs.read_text())
-    step_outputs = {name: EXPRESSION.sub(lambda m: written.get(m[1].removeprefix("steps.gradfix.outputs."), ""), spec["value"])
-                    for name, spec in ACTION["outputs"].items()}
+    step_outputs = {
+        name: EXPRESSION.sub(lambda m: written.get(m[1].removeprefix("steps.gradfix.outputs."), ""), spec["value"])
+        for name, spec in ACTION["outputs"].items()
+    }
     return runs[-1], step_outputs, summary.read_text()
 
 
@@ -523,8 +558,7 @@ def test_the_action_in_pr_mode_opens_the_pull_request_and_sets_its_outputs(proje
     git(tmp_path, "clone", "--quiet", "--depth=1", f"file://{project.remote}", str(checkout))
     done, outputs, _ = run_action({"mode": "pr", "labels": "bug", "draft": "true"}, runner_temp, checkout, tmp_path, api.url)
     assert done.returncode == 0, done.stderr
-    assert outputs == {"findings": "1", "changed-files": "train.py", "pull-request-number": "1",
-                       "pull-request-url": api.pulls[1]["html_url"]}
+    assert outputs == {"findings": "1", "changed-files": "train.py", "pull-request-number": "1", "pull-request-url": api.pulls[1]["html_url"]}
     assert [(r.method, r.path) for r in api.requests] == [("GET", FIND_PULL), ("POST", PULLS), ("POST", f"/repos/{REPOSITORY}/issues/1/labels")]
     assert api.pulls[1]["draft"] is True and project.show(DEFAULT_BRANCH, "train.py") == DOUBLE_FIXED
     assert git(project.remote, "rev-parse", f"{DEFAULT_BRANCH}^") == project.head("main")
@@ -548,15 +582,41 @@ RECORDING_GRADFIX = '#!/bin/sh\nprintf "%s\\0" "$@" > "$RUNNER_TEMP/argv"\nexit 
 @pytest.mark.parametrize(
     "inputs, status, argv, step_status",
     [
-        ({"mode": "check", "paths": "src  tests/x.py", "select": "GF002,GF003", "unsafe-fixes": "true"}, 1,
-         ["check", "--output-format", "github", "--select", "GF002,GF003", "--", "src", "tests/x.py"], 1),
+        (
+            {"mode": "check", "paths": "src  tests/x.py", "select": "GF002,GF003", "unsafe-fixes": "true"},
+            1,
+            ["check", "--output-format", "github", "--select", "GF002,GF003", "--", "src", "tests/x.py"],
+            1,
+        ),
         ({"mode": "check"}, 0, ["check", "--output-format", "github", "--", "."], 0),
-        ({"mode": "fix", "ignore": "GF004", "unsafe-fixes": "true"}, 1,
-         ["fix", "--output-format", "github", "--ignore", "GF004", "--unsafe-fixes", "--", "."], 0),
+        (
+            {"mode": "fix", "ignore": "GF004", "unsafe-fixes": "true"},
+            1,
+            ["fix", "--output-format", "github", "--ignore", "GF004", "--unsafe-fixes", "--", "."],
+            0,
+        ),
         ({"mode": "fix"}, 2, ["fix", "--output-format", "github", "--", "."], 2),
-        ({"mode": "pr", "base": "dev", "title": "Fix `$(touch pwned)` \"now\"", "labels": "a,b", "draft": "true", "branch": "fixes"}, 1,
-         ["pr", "--branch", "fixes", "--token-env", "GRADFIX_TOKEN", "--base", "dev", "--title", "Fix `$(touch pwned)` \"now\"",
-          "--label", "a,b", "--draft", "--", "."], 0),
+        (
+            {"mode": "pr", "base": "dev", "title": 'Fix `$(touch pwned)` "now"', "labels": "a,b", "draft": "true", "branch": "fixes"},
+            1,
+            [
+                "pr",
+                "--branch",
+                "fixes",
+                "--token-env",
+                "GRADFIX_TOKEN",
+                "--base",
+                "dev",
+                "--title",
+                'Fix `$(touch pwned)` "now"',
+                "--label",
+                "a,b",
+                "--draft",
+                "--",
+                ".",
+            ],
+            0,
+        ),
         ({"mode": "pr"}, 2, ["pr", "--branch", "gradfix/fixes", "--token-env", "GRADFIX_TOKEN", "--", "."], 2),
     ],
     ids=["check-findings", "check-clean", "fix-left", "fix-error", "pr-pending", "pr-error"],
@@ -592,8 +652,9 @@ def test_zizmor_finds_nothing_in_the_action_and_the_example_workflow():
     zizmor = shutil.which("zizmor")
     if zizmor is None:
         pytest.skip("zizmor is not installed (it is in the test extra: pip install -e '.[test]')")
-    done = subprocess.run([zizmor, "--offline", "--format", "json", str(ROOT / "action.yml"), str(EXAMPLE_WORKFLOW)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [zizmor, "--offline", "--format", "json", str(ROOT / "action.yml"), str(EXAMPLE_WORKFLOW)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout) == []
 

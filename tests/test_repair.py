@@ -25,9 +25,7 @@ def searched(name: str, runs, tmp_path):
 
 
 def test_sam_second_pass_gets_its_second_forward(runs, tmp_path):
-    script, diagnosis, result = searched(
-        FIXTURES / "separate_backwards" / "reported_report_sam_reused_output" / "reported.py", runs, tmp_path
-    )
+    script, diagnosis, result = searched(FIXTURES / "separate_backwards" / "reported_report_sam_reused_output" / "reported.py", runs, tmp_path)
     chosen = result.chosen
     assert chosen is not None and "again before the backward" in chosen.candidate.description
     assert not chosen.safe  # the second backward now sees the perturbed weights: the maths SAM means
@@ -40,9 +38,7 @@ def test_sam_second_pass_gets_its_second_forward(runs, tmp_path):
 
 
 def test_value_cached_in_init_is_detached_with_the_same_gradients(runs, tmp_path):
-    script, _, result = searched(
-        FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path
-    )
+    script, _, result = searched(FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path)
     chosen = result.chosen
     assert chosen is not None and chosen.safe, [a.outcome() for a in result.attempts]
     assert chosen.candidate.description == "detach the value where it is stored (line 23)"
@@ -62,9 +58,7 @@ def test_a_backward_whose_gradients_zero_grad_throws_away_is_dropped_safely(runs
 def test_no_candidate_works_and_nothing_is_written(runs, tmp_path):
     # The rebuilt LIF cell feeds its input only into the state the next batch reads: every
     # rewrite that runs stops the input weights training.
-    script, _, result = searched(
-        FIXTURES / "carried_state" / "reported_report_lif_namedtuple_state" / "reported.py", runs, tmp_path
-    )
+    script, _, result = searched(FIXTURES / "carried_state" / "reported_report_lif_namedtuple_state" / "reported.py", runs, tmp_path)
     assert result.attempts and all(not a.accepted for a in result.attempts)
     # Detaching the state after each backward follows its structure (a namedtuple), and runs.
     rebuilt = next(a for a in result.attempts if "state = type(state)(*(part.detach() for part in state))" in a.candidate.source.decode())
@@ -77,17 +71,13 @@ def test_no_candidate_works_and_nothing_is_written(runs, tmp_path):
 
 
 def test_a_detach_that_stops_a_parameter_training_is_refused(runs, tmp_path):
-    _, _, result = searched(
-        FIXTURES / "separate_backwards" / "reported_step_between_loader_loop" / "reported.py", runs, tmp_path
-    )
+    _, _, result = searched(FIXTURES / "separate_backwards" / "reported_step_between_loader_loop" / "reported.py", runs, tmp_path)
     detaching = [a for a in result.attempts if a.candidate.description.startswith("detach the value") and a.run.succeeded]
     assert detaching and all(a.lost.endswith("gets no gradient") and not a.accepted for a in detaching)
 
 
 def test_writing_refuses_a_script_edited_during_the_search(runs, tmp_path):
-    script, _, result = searched(
-        FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path
-    )
+    script, _, result = searched(FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path)
     script.write_text(script.read_text() + "# edited meanwhile\n")
     with pytest.raises(FileChanged):
         write_chosen(result, script)
@@ -137,11 +127,7 @@ def test_srgan_generator_step_computes_its_fake_and_score_again_and_no_detach_is
     assert chosen is not None and chosen.candidate.description == "compute line 64 again before the backward at line 74"
     assert not chosen.safe  # the generator now sees the updated discriminator: what the SRGAN authors did
     write_chosen(result, script)
-    assert (
-        "        optimizerD.step()\n"
-        "        fake_img = netG(z)\n"
-        "        fake_out = netD(fake_img).mean()\n"
-    ) in script.read_text()
+    assert ("        optimizerD.step()\n        fake_img = netG(z)\n        fake_out = netD(fake_img).mean()\n") in script.read_text()
     assert "optimizerD.step()" in script.read_text()
     assert runs.runner.run(script, BOUNDS).succeeded
 
@@ -194,9 +180,7 @@ def test_side_by_side_runs_reach_the_same_outcomes(runs, tmp_path):
 
 
 def test_a_bank_cleared_only_on_sync_is_cleared_every_micro_batch(runs, tmp_path):
-    script, _, result = searched(
-        FIXTURES / "carried_state" / "reported_accel_reference_bank_cleared_on_sync" / "reported.py", runs, tmp_path
-    )
+    script, _, result = searched(FIXTURES / "carried_state" / "reported_accel_reference_bank_cleared_on_sync" / "reported.py", runs, tmp_path)
     chosen = result.chosen
     assert chosen is not None and not chosen.safe, [a.outcome() for a in result.attempts]
     # The run names the bank that held the freed graph; it is cleared as each micro-batch starts.

@@ -138,7 +138,9 @@ def test_a_signal_ends_gradfix_with_one_line_and_kills_the_script(tmp_path, sign
     script.write_text("import os, time\nopen('script.pid', 'w').write(str(os.getpid()))\ntime.sleep(300)\n")
     command = subprocess.Popen(
         [sys.executable, "-m", "gradfix", "diagnose", "--timeout", "60", str(script)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     marker = tmp_path / "script.pid"
     deadline = time.monotonic() + 60

@@ -23,10 +23,33 @@ SHARED_CORPUS = SHARED_CASES.parent / "corpus"
 
 _OPERATOR_BASES = (cst.BaseBinaryOp, cst.BaseAugOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp)
 _FORMATTING_FIELDS = {
-    "lpar", "rpar", "leading_lines", "leading_whitespace", "lines_after_decorators", "header", "footer", "indent", "default_indent",
-    "default_newline", "has_trailing_newline", "encoding", "comma", "semicolon", "dot", "equal", "colon",
-    "first_colon", "second_colon", "lbracket", "rbracket", "lbrace", "rbrace", "star_tok", "trailing_whitespace",
-    "newline", "asname_comma",
+    "lpar",
+    "rpar",
+    "leading_lines",
+    "leading_whitespace",
+    "lines_after_decorators",
+    "header",
+    "footer",
+    "indent",
+    "default_indent",
+    "default_newline",
+    "has_trailing_newline",
+    "encoding",
+    "comma",
+    "semicolon",
+    "dot",
+    "equal",
+    "colon",
+    "first_colon",
+    "second_colon",
+    "lbracket",
+    "rbracket",
+    "lbrace",
+    "rbrace",
+    "star_tok",
+    "trailing_whitespace",
+    "newline",
+    "asname_comma",
 }
 
 
@@ -58,9 +81,7 @@ def differences(built: object, parsed: object, path: str = "module") -> Iterator
         a, b = getattr(built, name), getattr(parsed, name)
         if type(built) is cst.FormattedString and name == "parts":
             a, b = ([p for p in parts if type(p) is cst.FormattedStringExpression] for parts in (a, b))
-        elif (type(built) is cst.FormattedStringText and name == "value") or (
-            type(built) is cst.FormattedStringExpression and name == "conversion"
-        ):
+        elif (type(built) is cst.FormattedStringText and name == "value") or (type(built) is cst.FormattedStringExpression and name == "conversion"):
             continue
         yield from differences(a, b, f"{path}.{name}")
 
@@ -112,9 +133,14 @@ def test_the_skeleton_is_the_tree_libcst_builds_less_its_formatting(name, source
 def test_a_difference_of_shape_is_found():
     """The comparison itself: it tells a suite from a block, an operator from another, and ``elif``
     from ``else: if``."""
-    pairs = [("if a: b\n", "if a:\n    b\n"), ("x = a + b\n", "x = a - b\n"), ("x += 1\n", "x -= 1\n"),
-             ("if a:\n    pass\nelif b:\n    pass\n", "if a:\n    pass\nelse:\n    if b:\n        pass\n"),
-             ("a[(1, 2)]\n", "a[1, 2]\n"), ("x = 'a'\n", "x = \"a\"\n")]
+    pairs = [
+        ("if a: b\n", "if a:\n    b\n"),
+        ("x = a + b\n", "x = a - b\n"),
+        ("x += 1\n", "x -= 1\n"),
+        ("if a:\n    pass\nelif b:\n    pass\n", "if a:\n    pass\nelse:\n    if b:\n        pass\n"),
+        ("a[(1, 2)]\n", "a[1, 2]\n"),
+        ("x = 'a'\n", 'x = "a"\n'),
+    ]
     for first, second in pairs:
         assert list(differences(build_skeleton(first, "utf-8").module, cst.parse_module(second))), (first, second)
 

@@ -150,7 +150,9 @@ def backward_twice(net, x):
 """
     alone = checked(source)
     assert [(f.code, f.fix.value) for f in alone.fixed] == [("GF001", "unsafe")]  # net may be anything
-    called = checked(source + "backward_twice(nn.Linear(2, 1), torch.randn(3, 2))\nlayer = nn.Linear(2, 1)\nbackward_twice(layer, torch.randn(3, 2))\n")
+    called = checked(
+        source + "backward_twice(nn.Linear(2, 1), torch.randn(3, 2))\nlayer = nn.Linear(2, 1)\nbackward_twice(layer, torch.randn(3, 2))\n"
+    )
     assert [(f.code, f.fix.value) for f in called.fixed] == [("GF001", "unsafe")]  # one call passes an expression
     modules = checked(source + "layer = nn.Linear(2, 1)\nbackward_twice(layer, torch.randn(3, 2))\n")
     assert [(f.code, f.fix.value) for f in modules.fixed] == [("GF001", "safe")]
@@ -439,5 +441,7 @@ def test_every_entry_of_the_list_has_its_test_and_every_test_its_entry():
     from pathlib import Path
 
     listed = re.findall(r"\*Test:\* `(\w+)`", (Path(__file__).parents[1] / "codemods" / "analysis" / "UNKNOWNS.md").read_text())
-    defined = [name[5:] for name in globals() if name.startswith("test_") and name != "test_every_entry_of_the_list_has_its_test_and_every_test_its_entry"]
+    defined = [
+        name[5:] for name in globals() if name.startswith("test_") and name != "test_every_entry_of_the_list_has_its_test_and_every_test_its_entry"
+    ]
     assert listed == defined

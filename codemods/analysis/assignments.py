@@ -18,10 +18,7 @@ BOOKKEEPING_METHODS = {"detach_", "requires_grad_"}
 
 
 def _is_no_grad_block(node: cst.With) -> bool:
-    return any(
-        method_called(item.item) == "no_grad" or type(item.item) is cst.Call and is_name(item.item.func, "no_grad")
-        for item in node.items
-    )
+    return any(method_called(item.item) == "no_grad" or type(item.item) is cst.Call and is_name(item.item.func, "no_grad") for item in node.items)
 
 
 def is_inplace_method(name: str) -> bool:
@@ -86,8 +83,10 @@ class _Writes(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if not self.rebinding_only and isinstance(func, cst.Attribute) and (
-            func.attr.value in APPENDING_METHODS or is_inplace_method(func.attr.value)
+        if (
+            not self.rebinding_only
+            and isinstance(func, cst.Attribute)
+            and (func.attr.value in APPENDING_METHODS or is_inplace_method(func.attr.value))
         ):
             name = dotted_name(func.value)
             if name:

@@ -148,14 +148,15 @@ def with_retained_graph(api: BackwardApi, call: cst.Call) -> cst.Call:
     """The same call with ``retain_graph=True``."""
     existing = argument(call, api.retain_position, "retain_graph")
     if existing is not None:
-        return call.with_changes(
-            args=[arg.with_changes(value=cst.Name("True")) if arg is existing else arg for arg in call.args]
-        )
+        return call.with_changes(args=[arg.with_changes(value=cst.Name("True")) if arg is existing else arg for arg in call.args])
     args = list(call.args)
     if args:
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args.append(cst.Arg(value=cst.Name("True"), keyword=cst.Name("retain_graph"), equal=cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-    )))
+    args.append(
+        cst.Arg(
+            value=cst.Name("True"),
+            keyword=cst.Name("retain_graph"),
+            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+        )
+    )
     return call.with_changes(args=args)
-

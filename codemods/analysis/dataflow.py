@@ -78,9 +78,29 @@ _CONSTANT_EXPRESSIONS = (cst.SimpleString, cst.ConcatenatedString, cst.Lambda, c
 _CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
 _REDUCING_BUILTINS = {"sum", "max", "min"}
 _CREATION_FUNCTIONS = {
-    "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
-    "logspace", "eye", "tensor", "as_tensor", "from_numpy", "zeros_like", "ones_like", "empty_like",
-    "full_like", "rand_like", "randn_like", "randint_like", "manual_seed",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "arange",
+    "linspace",
+    "logspace",
+    "eye",
+    "tensor",
+    "as_tensor",
+    "from_numpy",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "manual_seed",
 }
 _MAX_SUMMARY_ROUNDS = 3
 
@@ -348,7 +368,8 @@ class DataflowAnalysis:
             isinstance(scope.node, cst.FunctionDef)
             and (
                 any(self.names.qualify(_decorator_callee(d)) in NO_GRAD_CONTEXTS for d in scope.node.decorators)
-                or scope.class_name in self.names.lightning_classes and scope.node.name.value in LIGHTNING_NO_GRAD_HOOKS
+                or scope.class_name in self.names.lightning_classes
+                and scope.node.name.value in LIGHTNING_NO_GRAD_HOOKS
             )
         )
         try:
@@ -360,7 +381,9 @@ class DataflowAnalysis:
             if isinstance(scope.node, cst.FunctionDef):
                 frame = self._frames[0]
                 # A generator function's call is an iterable of what it yields.
-                self.returned[scope.node] = _part(_joined(frame.yielded), ListOf(_joined(frame.yielded).structure)) if frame.yielded else _joined(frame.returned)
+                self.returned[scope.node] = (
+                    _part(_joined(frame.yielded), ListOf(_joined(frame.yielded).structure)) if frame.yielded else _joined(frame.returned)
+                )
             return end
         finally:
             self._scope, self._loops, self._frames, self._no_grad = saved
@@ -376,9 +399,7 @@ class DataflowAnalysis:
         if constructor:
             start.update(arguments)  # what it keeps on self, later calls read
         # A parameter whose .grad the function reads is a tensor that requires grad.
-        with_gradients = {
-            dotted_name(a.value) for a in self._tree.findall(node.body, cst.Attribute, is_grad)
-        }
+        with_gradients = {dotted_name(a.value) for a in self._tree.findall(node.body, cst.Attribute, is_grad)}
         for parameter in node.params.params:
             if parameter.name.value in with_gradients:
                 start[parameter.name.value] = LEAF
@@ -400,8 +421,7 @@ class DataflowAnalysis:
             kept = {
                 name: value
                 for name, value in left.items()
-                if name.startswith("self.")
-                and (name in written and value.origins or value.freed and name in start and not start[name].freed)
+                if name.startswith("self.") and (name in written and value.origins or value.freed and name in start and not start[name].freed)
             }
             key = (class_name, node.name.value)
             self.summaries[key] = replace(self.summaries[key], kept_on_self=kept)
@@ -600,9 +620,7 @@ class DataflowAnalysis:
             if small.value is not None:
                 self._assign(small.target, self._eval(small.value, env), env, small.value)
         elif isinstance(small, cst.AugAssign):
-            value = combine(
-                [self._eval(small.target, env), self._eval(small.value, env)], self._origin(small)
-            )
+            value = combine([self._eval(small.target, env), self._eval(small.value, env)], self._origin(small))
             self._assign(small.target, value, env)
         elif isinstance(small, cst.Expr):
             self._eval(small.value, env)
@@ -681,9 +699,7 @@ class DataflowAnalysis:
             ends = join_envs([end, *frame.continues, *frame.returns]) or {}
             new_back_edge = {name: ends[name] for name in loop.carried_names if name in ends}
             newly_freed = {
-                name
-                for name, value in ends.items()
-                if value.freed and name not in loop.carried_names and name in env and not env[name].freed
+                name for name, value in ends.items() if value.freed and name not in loop.carried_names and name in env and not env[name].freed
             } - freed_in_loop
             if loop.is_call:
                 newly_freed -= _local_names(loop.node)  # each call binds its own: the next one is not freed
@@ -712,10 +728,7 @@ class DataflowAnalysis:
                 values = [self._eval(s, env) for s in sources]
             else:
                 items = value.structure.items if isinstance(value.structure, TupleOf) else ()
-                values = [
-                    _part(value, items[i] if len(items) == len(elements) else UNKNOWN)
-                    for i in range(len(elements))
-                ]
+                values = [_part(value, items[i] if len(items) == len(elements) else UNKNOWN) for i in range(len(elements))]
             for element, element_value, element_source in zip(elements, values, sources):
                 self._assign(element, element_value, env, element_source)
             return
@@ -814,17 +827,13 @@ class DataflowAnalysis:
         if node_type in (cst.Tuple, cst.List):
             values = self._eval_all([e.value for e in node.elements], env)
             structure: Structure = (
-                TupleOf(tuple(v.structure for v in values))
-                if isinstance(node, cst.Tuple)
-                else ListOf(_join_structures(v.structure for v in values))
+                TupleOf(tuple(v.structure for v in values)) if isinstance(node, cst.Tuple) else ListOf(_join_structures(v.structure for v in values))
             )
             return _union(values, structure)
         if node_type in (cst.ListComp, cst.GeneratorExp, cst.SetComp):
             return self._eval_comprehension(node, env)
         if node_type is cst.Dict:
-            return _union(
-                self._eval_all([e.value for e in node.elements if isinstance(e, cst.DictElement)], env), UNKNOWN
-            )
+            return _union(self._eval_all([e.value for e in node.elements if isinstance(e, cst.DictElement)], env), UNKNOWN)
         if node_type in (cst.StarredElement, cst.Await):
             return self._eval(node.value if isinstance(node, cst.StarredElement) else node.expression, env)
         if node_type is cst.NamedExpr:
@@ -1018,9 +1027,7 @@ class DataflowAnalysis:
         if parameters is not None:
             self._record_arguments((class_name, "__init__"), parameters, call, values, freed=False)
 
-    def _record_arguments(
-        self, callee: object, parameters: Sequence[str], call: cst.Call, values: list[Value], freed: bool = True
-    ) -> None:
+    def _record_arguments(self, callee: object, parameters: Sequence[str], call: cst.Call, values: list[Value], freed: bool = True) -> None:
         """What ``call`` passes the graph-carrying parameters of ``callee``, joined with what other
         calls pass them. ``freed``: whether a freed graph stays freed inside (a helper that
         backwards it fails); a constructor keeps what it is given for later calls."""
@@ -1080,9 +1087,7 @@ class DataflowAnalysis:
             return False
         if isinstance(func, cst.Name) and func.value in _NON_GRAPH_BUILTINS:
             return False
-        if isinstance(func, cst.Attribute) and (
-            func.attr.value in APPENDING_METHODS or func.attr.value in _DETACHING_METHODS
-        ):
+        if isinstance(func, cst.Attribute) and (func.attr.value in APPENDING_METHODS or func.attr.value in _DETACHING_METHODS):
             return False
         return self.names.module(func, self._scope.class_name) is None
 
@@ -1114,12 +1119,7 @@ class DataflowAnalysis:
         name = self.names.qualify(node.func)
         if name in NO_GRAD_CONTEXTS:
             return True
-        return (
-            name == GRAD_MODE_SWITCH
-            and bool(node.args)
-            and isinstance(node.args[0].value, cst.Name)
-            and node.args[0].value.value == "False"
-        )
+        return name == GRAD_MODE_SWITCH and bool(node.args) and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == "False"
 
     def _record_backward(self, call: cst.Call, api: BackwardApi, env: Env) -> None:
         tensors = backward_calls.backwarded_expressions(api, call)
@@ -1366,9 +1366,7 @@ def _turns_off(call: cst.Call) -> bool:
 
 
 def _indexed_by(node: cst.Subscript, names: frozenset[str]) -> bool:
-    return any(
-        isinstance(element.slice, cst.Index) and read_names(element.slice.value) & names for element in node.slice
-    )
+    return any(isinstance(element.slice, cst.Index) and read_names(element.slice.value) & names for element in node.slice)
 
 
 def _element_of(value: Value) -> Value:
@@ -1465,14 +1463,11 @@ def _summary_key(summary: FunctionSummary) -> object:
 
 def _same_graphs(a: Env, b: Env) -> bool:
     return a.keys() == b.keys() and all(
-        (a[k].graph, a[k].origins, a[k].freed, a[k].backwarded) == (b[k].graph, b[k].origins, b[k].freed, b[k].backwarded)
-        for k in a
+        (a[k].graph, a[k].origins, a[k].freed, a[k].backwarded) == (b[k].graph, b[k].origins, b[k].freed, b[k].backwarded) for k in a
     )
 
 
-def expand(
-    origins: frozenset[Source], within: Loop | None, loops_read: list[tuple[Loop, Env, Env]] | None = None
-) -> frozenset[Source]:
+def expand(origins: frozenset[Source], within: Loop | None, loops_read: list[tuple[Loop, Env, Env]] | None = None) -> frozenset[Source]:
     """``origins`` with the ``Carried`` markers of loops nested inside ``within`` (of every loop when
     ``within`` is None) replaced by what they stand for: what entered that loop and what one of its
     iterations left behind. Markers of ``within`` itself and of outer loops are kept. ``loops_read``
@@ -1490,9 +1485,7 @@ def expand(
             if source.loop is not within:
                 pending.extend(source.origins)
             continue
-        if isinstance(source, Carried) and source.loop is not within and (
-            within is None or within.encloses(source.loop)
-        ):
+        if isinstance(source, Carried) and source.loop is not within and (within is None or within.encloses(source.loop)):
             if loops_read is not None:
                 loops_read.append((source.loop, source.loop.entry, source.loop.back_edge))
             for env in (source.loop.entry, source.loop.back_edge):

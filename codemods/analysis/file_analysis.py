@@ -135,9 +135,7 @@ class FileAnalysis:
         return False
 
     def _holds_graph(self, expression: cst.BaseExpression) -> bool:
-        return any(
-            (read := self.value_read(name)) is not None and read.graph for name in self.tree.findall(expression, cst.Name)
-        )
+        return any((read := self.value_read(name)) is not None and read.graph for name in self.tree.findall(expression, cst.Name))
 
     def read_only_where_assigned(self, loop: Loop, name: str) -> bool:
         """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
@@ -184,9 +182,7 @@ class FileAnalysis:
         statements = {
             source.statement
             for source in expand(site.value.origins, loop)
-            if isinstance(source, Origin)
-            and loop not in self.loops_around(source.statement)
-            and not self.contains(loop.node, source.statement)
+            if isinstance(source, Origin) and loop not in self.loops_around(source.statement) and not self.contains(loop.node, source.statement)
         }
         return sorted(statements, key=self.start)
 
@@ -219,9 +215,7 @@ class FileAnalysis:
             for call in self.tree.findall(statement, cst.Call)
             if self.names.module(call.func, self.class_name_of(statement)) is not None
         ]
-        return bool(modules) and not any(
-            module in self.names.stored_values or self._may_train(module, trained) for module in modules
-        )
+        return bool(modules) and not any(module in self.names.stored_values or self._may_train(module, trained) for module in modules)
 
     def _reads_a_leaf(self, statement: cst.CSTNode) -> bool:
         """Whether ``statement`` reads a tensor that requires grad of its own and that an optimizer
@@ -244,13 +238,7 @@ class FileAnalysis:
         if module is None:
             return True
         on_self = module.split(".")[0] == "self"
-        return any(
-            t == module
-            or t.startswith(module + ".")
-            or module.startswith(t + ".")
-            or on_self != (t.split(".")[0] == "self")
-            for t in trained
-        )
+        return any(t == module or t.startswith(module + ".") or module.startswith(t + ".") or on_self != (t.split(".")[0] == "self") for t in trained)
 
     def called_with_graph(self, scope: Scope) -> bool | None:
         """Whether a call of the function ``scope`` in this file passes it a graph-carrying
@@ -279,21 +267,14 @@ class FileAnalysis:
     def built_outside(self, scope: Scope, values: Sequence[Value]) -> list[cst.CSTNode]:
         """Statements outside the function ``scope`` that built part of the graphs of ``values``:
         globals it reads, attributes its instance was constructed with."""
-        statements = {
-            source.statement
-            for value in values
-            for source in self.value_nodes(value)
-            if not self.contains(scope.node, source.statement)
-        }
+        statements = {source.statement for value in values for source in self.value_nodes(value) if not self.contains(scope.node, source.statement)}
         return sorted(statements, key=self.start)
 
     def constructed_every_step(self, class_name: str) -> bool:
         """Whether some instance of the local class ``class_name`` is made in a loop that also
         backwards: each step then has a fresh instance."""
         training_loops = {loop for site in self.backward_sites for loop in site.loops if not loop.is_call}
-        return any(
-            set(loops) & training_loops for loops in self._dataflow.constructions.get(class_name, ())
-        )
+        return any(set(loops) & training_loops for loops in self._dataflow.constructions.get(class_name, ()))
 
     def site_of(self, call: cst.Call) -> BackwardSite:
         return self._dataflow.backward_sites[call]
@@ -348,10 +329,7 @@ class FileAnalysis:
         if self._opposite_branches_of_a_fixed_test(first, second):
             return True
         assigned = assigned_names(scope.body if isinstance(scope, cst.FunctionDef) else scope, tree=self.tree)
-        return any(
-            tests.get(name) is (not holds) and name not in assigned
-            for name, holds in self._branch_tests(first).items()
-        )
+        return any(tests.get(name) is (not holds) and name not in assigned for name, holds in self._branch_tests(first).items())
 
     def _opposite_branches_of_a_fixed_test(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
         """Whether the two sit in the body and the ``else`` of one ``if`` whose test reads nothing
@@ -568,8 +546,31 @@ def _tested_name(test: cst.BaseExpression) -> tuple[str, bool] | None:
 
 # Builtins that never see a tensor's gradient.
 _BUILTINS_WITHOUT_GRADIENTS = {
-    "print", "len", "float", "int", "bool", "str", "format", "repr", "isinstance", "range", "sum", "max",
-    "min", "abs", "round", "list", "tuple", "dict", "set", "zip", "enumerate", "sorted", "reversed", "any", "all",
+    "print",
+    "len",
+    "float",
+    "int",
+    "bool",
+    "str",
+    "format",
+    "repr",
+    "isinstance",
+    "range",
+    "sum",
+    "max",
+    "min",
+    "abs",
+    "round",
+    "list",
+    "tuple",
+    "dict",
+    "set",
+    "zip",
+    "enumerate",
+    "sorted",
+    "reversed",
+    "any",
+    "all",
 }
 
 
@@ -582,11 +583,10 @@ def _function_name(scope: Scope) -> str:
 def _assignments(block: cst.BaseSuite, name: str) -> list[cst.SimpleStatementLine]:
     """The statements of ``block`` itself (not nested ones) that assign ``name``."""
     return [
-        statement for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
-        if isinstance(statement, cst.SimpleStatementLine) and any(
-            isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets)
-            for small in statement.body
-        )
+        statement
+        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
+        if isinstance(statement, cst.SimpleStatementLine)
+        and any(isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets) for small in statement.body)
     ]
 
 

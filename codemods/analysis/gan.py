@@ -34,8 +34,23 @@ if TYPE_CHECKING:
 
 # Reads that take no graph from what they read: nothing to detach there.
 _GRAPHLESS_USES = {
-    "detach", "detach_", "data", "shape", "size", "dtype", "device", "dim", "numel", "item", "tolist",
-    "numpy", "requires_grad", "grad", "is_leaf", "grad_fn", "ndim",
+    "detach",
+    "detach_",
+    "data",
+    "shape",
+    "size",
+    "dtype",
+    "device",
+    "dim",
+    "numel",
+    "item",
+    "tolist",
+    "numpy",
+    "requires_grad",
+    "grad",
+    "is_leaf",
+    "grad_fn",
+    "ndim",
 }
 
 
@@ -80,10 +95,7 @@ def _gan_steps(analysis: "FileAnalysis", first: BackwardSite, second: BackwardSi
             elsewhere = [
                 site
                 for site in (first, second)
-                if any(
-                    _module_name(analysis, site, origin.node) == discriminator and origin.node not in on_output[site]
-                    for origin in graphs[site]
-                )
+                if any(_module_name(analysis, site, origin.node) == discriminator and origin.node not in on_output[site] for origin in graphs[site])
             ]
             if len(elsewhere) != 1:
                 elsewhere = [site for site in (first, second) if discriminator in _stepped_after(analysis, site)]
@@ -112,9 +124,7 @@ def _generator_outputs(analysis: "FileAnalysis", shared: set[Origin]) -> Iterabl
             yield target, analysis.value_nodes(value)
 
 
-def _reads_of_chain(
-    analysis: "FileAnalysis", own: frozenset[Origin], chain: frozenset[Origin]
-) -> tuple[tuple[cst.Name, ...], str]:
+def _reads_of_chain(analysis: "FileAnalysis", own: frozenset[Origin], chain: frozenset[Origin]) -> tuple[tuple[cst.Name, ...], str]:
     """The reads, in the nodes only the discriminator's graph has, of names whose graph is the
     generator's chain alone: detaching each cuts every path from the discriminator's loss into the
     chain (a name built in the discriminator's own part is cut at its own reads)."""
@@ -165,11 +175,7 @@ def _stepped_after(analysis: "FileAnalysis", site: BackwardSite) -> set[str]:
 
 
 def _calls_taking(nodes: set[Origin], name: str) -> set[cst.Call]:
-    return {
-        origin.node
-        for origin in nodes
-        if isinstance(origin.node, cst.Call) and any(dotted_name(arg.value) == name for arg in origin.node.args)
-    }
+    return {origin.node for origin in nodes if isinstance(origin.node, cst.Call) and any(dotted_name(arg.value) == name for arg in origin.node.args)}
 
 
 def _module_name(analysis: "FileAnalysis", site: BackwardSite, node: cst.CSTNode) -> str | None:

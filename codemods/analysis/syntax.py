@@ -61,7 +61,9 @@ def _compared_fields(node_type: type[cst.CSTNode]) -> tuple[str, ...]:
     nor the spellings the skeleton does not keep. (Punctuation is left out by its type.)"""
     left_out = _SPELLINGS.get(node_type, set())
     return tuple(
-        f.name for f in dataclasses.fields(node_type) if f.name not in ("lpar", "rpar") and not f.name.startswith("whitespace") and f.name not in left_out
+        f.name
+        for f in dataclasses.fields(node_type)
+        if f.name not in ("lpar", "rpar") and not f.name.startswith("whitespace") and f.name not in left_out
     )
 
 

@@ -35,17 +35,74 @@ from .values import TENSOR, UNKNOWN, Structure, TupleOf
 # Named one by one, not by a "Loss" suffix: AdaptiveLogSoftmaxWithLoss and LinearCrossEntropyLoss
 # hold a layer, and TripletMarginWithDistanceLoss calls whatever distance function it is given.
 _PARAMETERLESS = {
-    "BCELoss", "BCEWithLogitsLoss", "CTCLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "GaussianNLLLoss",
-    "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "MarginRankingLoss",
-    "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "NLLLoss", "NLLLoss2d",
-    "PoissonNLLLoss", "SmoothL1Loss", "SoftMarginLoss", "TripletMarginLoss",
-    "ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Tanh", "Sigmoid",
-    "Hardtanh", "Hardsigmoid", "Hardswish", "Softplus", "Softsign", "Softmax", "LogSoftmax",
-    "Softmin", "Threshold", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
-    "Identity", "Flatten", "Unflatten", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d",
-    "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
-    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Upsample", "PixelShuffle",
-    "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad2d", "CosineSimilarity",
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "CTCLoss",
+    "CosineEmbeddingLoss",
+    "CrossEntropyLoss",
+    "GaussianNLLLoss",
+    "HingeEmbeddingLoss",
+    "HuberLoss",
+    "KLDivLoss",
+    "L1Loss",
+    "MSELoss",
+    "MarginRankingLoss",
+    "MultiLabelMarginLoss",
+    "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss",
+    "NLLLoss",
+    "NLLLoss2d",
+    "PoissonNLLLoss",
+    "SmoothL1Loss",
+    "SoftMarginLoss",
+    "TripletMarginLoss",
+    "ReLU",
+    "ReLU6",
+    "LeakyReLU",
+    "ELU",
+    "SELU",
+    "CELU",
+    "GELU",
+    "SiLU",
+    "Mish",
+    "Tanh",
+    "Sigmoid",
+    "Hardtanh",
+    "Hardsigmoid",
+    "Hardswish",
+    "Softplus",
+    "Softsign",
+    "Softmax",
+    "LogSoftmax",
+    "Softmin",
+    "Threshold",
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "AlphaDropout",
+    "Identity",
+    "Flatten",
+    "Unflatten",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
+    "Upsample",
+    "PixelShuffle",
+    "ZeroPad2d",
+    "ConstantPad1d",
+    "ConstantPad2d",
+    "ReflectionPad2d",
+    "CosineSimilarity",
     "PairwiseDistance",
 }
 
@@ -350,9 +407,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 return self._detached(value.args[0].value, function)
             if callee == "map" and value.args:
                 mapped = value.args[0].value
-                return self.names.qualify(mapped) == "torch.Tensor.detach" or (
-                    isinstance(mapped, cst.Lambda) and self._detached(mapped.body, function)
-                ) or dotted_name(mapped) in self.names.detaching_functions
+                return (
+                    self.names.qualify(mapped) == "torch.Tensor.detach"
+                    or (isinstance(mapped, cst.Lambda) and self._detached(mapped.body, function))
+                    or dotted_name(mapped) in self.names.detaching_functions
+                )
         return False
 
     # instances -------------------------------------------------------------------------------
@@ -452,11 +511,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         elif method in HANDING_BACK_METHODS:
             passed = [dotted_name(arg.value) for arg in value.args if arg.keyword is None]
             chosen = [e for e, p in zip(elements, passed) if p in self.names.optimizers]
-            updated = {
-                dotted_name(e): self.names.optimized_modules[p]
-                for e, p in zip(elements, passed)
-                if p in self.names.optimized_modules
-            }
+            updated = {dotted_name(e): self.names.optimized_modules[p] for e, p in zip(elements, passed) if p in self.names.optimized_modules}
         else:
             return
         self.names.optimizers.update(name for name in map(dotted_name, chosen) if name is not None)
@@ -586,11 +641,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 return None  # parameter groups
             elif isinstance(part, cst.Name) and part.value in self.names.leaf_tensors:
                 self.names.optimized_leaves.add(part.value)
-            elif not (
-                isinstance(part, cst.Attribute)
-                and self.names.is_parameter(part, class_name)
-                and dotted_name(part.value) == "self"
-            ):
+            elif not (isinstance(part, cst.Attribute) and self.names.is_parameter(part, class_name) and dotted_name(part.value) == "self"):
                 return None  # ``model.weight``, a list built elsewhere: whose parameters is not known here
         return modules
 
@@ -704,8 +755,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
 _PARAMETER_METHODS = {"parameters", "named_parameters"}
 
 
-
-
 def _unpacked(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
     """The element-by-element assignments of ``a, b = x, y``; none for any other assignment."""
     if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(target.elements) == len(value.elements):
@@ -731,10 +780,7 @@ def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
         return False
     if names.qualify(value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
         return True
-    return any(
-        arg.keyword is not None and arg.keyword.value == "requires_grad" and is_name(arg.value, "True")
-        for arg in value.args
-    )
+    return any(arg.keyword is not None and arg.keyword.value == "requires_grad" and is_name(arg.value, "True") for arg in value.args)
 
 
 def _parameter(function: cst.FunctionDef, position: int, keyword: str | None, is_constructor: bool) -> str | None:

@@ -25,13 +25,32 @@ N = TypeVar("N", bound=cst.CSTNode)
 # rules is about where they are (an operator is read as its expression's field), and they are more
 # than half of a module's nodes. They are not in the tree (``findall`` of one of them walks the
 # subtree).
-LAYOUT = frozenset({
-    cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Newline, cst.Comment,
-    cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual, cst.LeftParen, cst.RightParen,
-    cst.LeftSquareBracket, cst.RightSquareBracket, cst.LeftCurlyBrace, cst.RightCurlyBrace,
-    *(getattr(cst, operator.__name__) for kind in (cst.BaseBinaryOp, cst.BaseAugOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp)
-      for operator in kind.__subclasses__()),
-})
+LAYOUT = frozenset(
+    {
+        cst.SimpleWhitespace,
+        cst.ParenthesizedWhitespace,
+        cst.TrailingWhitespace,
+        cst.EmptyLine,
+        cst.Newline,
+        cst.Comment,
+        cst.Comma,
+        cst.Dot,
+        cst.Colon,
+        cst.Semicolon,
+        cst.AssignEqual,
+        cst.LeftParen,
+        cst.RightParen,
+        cst.LeftSquareBracket,
+        cst.RightSquareBracket,
+        cst.LeftCurlyBrace,
+        cst.RightCurlyBrace,
+        *(
+            getattr(cst, operator.__name__)
+            for kind in (cst.BaseBinaryOp, cst.BaseAugOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp)
+            for operator in kind.__subclasses__()
+        ),
+    }
+)
 
 
 class SyntaxTree:
@@ -241,9 +260,14 @@ def _fields_in_visit_order(node_type: type[cst.CSTNode]) -> tuple[str, ...] | No
     except (OSError, TypeError):
         return None
     calls = [
-        node for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.startswith("visit_")
-        and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id.startswith("visit_")
+        and len(node.args) > 1
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
     ]
     calls.sort(key=lambda call: (call.lineno, call.col_offset))
     return tuple(dict.fromkeys(call.args[1].value for call in calls))

@@ -160,9 +160,7 @@ class Value:
             graph=self.graph or other.graph,
             origins=self.origins | other.origins,
             structure=structure,
-            may_be_none=self.may_be_none
-            or other.may_be_none
-            or NONE in (self.structure, other.structure),
+            may_be_none=self.may_be_none or other.may_be_none or NONE in (self.structure, other.structure),
             freed=self.freed or other.freed,
             backwarded=self.backwarded & other.backwarded,
             unbound=self.unbound or other.unbound,
@@ -178,9 +176,7 @@ CONSTANT = Value(graphless=True)  # no graph, proved: a constant, an object that
 LEAF = Value(graph=True, structure=TENSOR)
 
 
-def combine(
-    values: Iterable[Value], created_by: Origin | None, structure: Structure = TENSOR, known_operation: bool = True
-) -> Value:
+def combine(values: Iterable[Value], created_by: Origin | None, structure: Structure = TENSOR, known_operation: bool = True) -> Value:
     """The value of an operation on ``values``: it carries graph when any input does, and then the
     operation itself is a new interior node. A known operation (an operator, a torch function)
     of values proved graphless is proved graphless; an unknown function's result is not."""

@@ -161,9 +161,7 @@ def _explain_error(analysis: FileAnalysis, findings: list[Finding], diagnosis: D
     diagnosis.finding = _matching_finding(analysis, findings, diagnosis)
 
 
-def _measure_silent_bugs(
-    analysis: FileAnalysis, findings: list[Finding], last_batch: list[Finding], diagnosis: Diagnosis
-) -> None:
+def _measure_silent_bugs(analysis: FileAnalysis, findings: list[Finding], last_batch: list[Finding], diagnosis: Diagnosis) -> None:
     """A run without error: graphs that grow step after step, or a backward that ran fewer times
     than the loop before it, each matched to the rule that finds its cause."""
     run = diagnosis.run
@@ -189,9 +187,7 @@ def _measure_silent_bugs(
 def _loop_body_lines(analysis: FileAnalysis, finding: Finding) -> list[int]:
     """The first line of the body of each loop a finding names."""
     return [
-        analysis.line(loop.node.body.body[0])
-        for loop in analysis.loops
-        if not loop.is_call and analysis.line(loop.node) in finding.related_lines
+        analysis.line(loop.node.body.body[0]) for loop in analysis.loops if not loop.is_call and analysis.line(loop.node) in finding.related_lines
     ]
 
 
@@ -224,9 +220,7 @@ def _matching_finding(analysis: FileAnalysis, findings: list[Finding], diagnosis
         return named[0]
     function = analysis.function_at(diagnosis.graph.line) if diagnosis.graph else None
     if function is None:
-        failed_in_framework = diagnosis.failing is not None and _site_at(
-            analysis, analysis.statement_at(diagnosis.failing.line)
-        ) is None
+        failed_in_framework = diagnosis.failing is not None and _site_at(analysis, analysis.statement_at(diagnosis.failing.line)) is None
         return findings[0] if failed_in_framework and len(findings) == 1 else None
     lines_of_function = analysis.range(function)
     nearby = [f for f in findings if lines_of_function.start.line <= f.line <= lines_of_function.end.line]
@@ -290,8 +284,7 @@ def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
     loops = [loop for loop in analysis.loops_around(backward_statement) if not loop.is_call]
     if loops and not analysis.contains(loops[0].node, graph_statement):
         return (
-            f"the graph was built once, before the loop at line {analysis.line(loops[0].node)}, "
-            f"and the loop backwards through it on every iteration"
+            f"the graph was built once, before the loop at line {analysis.line(loops[0].node)}, and the loop backwards through it on every iteration"
         )
     if earlier_iteration:
         loop_line = analysis.line(loops[0].node) if loops else failing.line
@@ -303,14 +296,14 @@ def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
     if earlier is None:
         return "an earlier backward in this step already freed this graph"
     failing_site = _site_at(analysis, backward_statement)
-    if earlier.tensor is not None and failing_site is not None and failing_site.tensor is not None and earlier.tensor.deep_equals(
-        failing_site.tensor
+    if (
+        earlier.tensor is not None
+        and failing_site is not None
+        and failing_site.tensor is not None
+        and earlier.tensor.deep_equals(failing_site.tensor)
     ):
         return f"the same tensor was already backwarded at line {analysis.line(earlier.call)}"
-    return (
-        f"the backward at line {analysis.line(earlier.call)} already walked (and freed) this graph: "
-        f"the two losses share it"
-    )
+    return f"the backward at line {analysis.line(earlier.call)} already walked (and freed) this graph: the two losses share it"
 
 
 def _site_at(analysis: FileAnalysis, statement: cst.CSTNode):
@@ -323,7 +316,6 @@ def _earlier_backward(analysis: FileAnalysis, statement: cst.CSTNode):
     earlier = [
         site
         for site in analysis.backward_sites
-        if analysis.start(site.call) < analysis.start(statement)
-        and analysis.function_at(analysis.line(site.call)) is function
+        if analysis.start(site.call) < analysis.start(statement) and analysis.function_at(analysis.line(site.call)) is function
     ]
     return earlier[-1] if earlier else None

@@ -193,7 +193,6 @@ class Repair:
             )
         return "it runs clean and keeps every gradient, but their values differ from the retain_graph=True run: the maths changes"
 
-
     def _why_none(self) -> str:
         """Why no candidate was accepted, in one line."""
         if not self.attempts:
@@ -220,9 +219,7 @@ def write_chosen(searched: Repair, script: Path) -> None:
         write_atomically(path, rewritten, expected=original or searched.original)
 
 
-def repair(
-    diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budget: float = 120.0, jobs: int = 1
-) -> Repair:
+def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budget: float = 120.0, jobs: int = 1) -> Repair:
     """Search the candidate rewrites for ``diagnosis`` (a second-backward error) within ``budget``
     seconds in all; each run keeps the bounds of ``options``. With ``jobs`` above 1, that many
     runs go at once, the others on twins of ``runner`` (forked, so warm at once), closed when
@@ -370,14 +367,17 @@ def _got_further(attempts: list[Attempt], reached: RunResult) -> Attempt | None:
     return max(further, key=lambda a: progress(a.run), default=None)
 
 
-def _candidates_on_top_of(
-    attempt: Attempt, diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, deadline: float
-) -> list[Candidate]:
+def _candidates_on_top_of(attempt: Attempt, diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, deadline: float) -> list[Candidate]:
     """The candidates for where ``attempt``'s rewrite fails, each written on top of it."""
     base = attempt.candidate
     files = base.files(diagnosis.script)
     sources = tuple((str(path), rewritten) for path, (_, rewritten) in files.items())
-    run = _run_bounded(runner, diagnosis.script, replace(options, detect_anomaly=True, record_gradients=True, recorded_steps=COMPARED_STEPS, sources=sources), deadline)
+    run = _run_bounded(
+        runner,
+        diagnosis.script,
+        replace(options, detect_anomaly=True, record_gradients=True, recorded_steps=COMPARED_STEPS, sources=sources),
+        deadline,
+    )
     if run is None or run.status != "error" or SECOND_BACKWARD not in run.error_message:
         return []
     script_source = files.get(diagnosis.script, (b"", diagnosis.source))[1]
@@ -530,11 +530,7 @@ def _loop_around(analysis: FileAnalysis, statement: cst.CSTNode | None):
         return None
     function = analysis.function_at(analysis.line(statement))
     return next(
-        (
-            loop
-            for loop in analysis.loops_around(statement)
-            if not loop.is_call and analysis.function_at(analysis.line(loop.node)) is function
-        ),
+        (loop for loop in analysis.loops_around(statement) if not loop.is_call and analysis.function_at(analysis.line(loop.node)) is function),
         None,
     )
 
@@ -570,7 +566,9 @@ def _differentiable_gradients(blamed: _Blamed) -> Iterator[Proposal]:
             if len(args) > 3 and args[3].keyword is None:
                 continue  # retain_graph given by position
             args = [*args[:-1], args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if args else args
-            args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("create_graph"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+            args.append(
+                cst.Arg(cst.Name("True"), keyword=cst.Name("create_graph"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+            )
             rewritten = statement.deep_replace(call, call.with_changes(args=args))
             place = blamed.place(line)
             yield (
@@ -725,9 +723,7 @@ def _added_to_returned(blamed: _Blamed, earlier, failing: cst.CSTNode) -> Iterat
     (a trainer's hook, a loss computation): the loss added to what it returns instead."""
     analysis = blamed.analysis
     function = analysis.function_at(analysis.line(earlier.statement))
-    if function is None or not isinstance(function.body, cst.IndentedBlock) or any(
-        function is analysis.function_at(line) for line in blamed.failing
-    ):
+    if function is None or not isinstance(function.body, cst.IndentedBlock) or any(function is analysis.function_at(line) for line in blamed.failing):
         return  # the failing backward runs inside it: it does not backward what it returns
     if not _backwards_what_returns(analysis, failing, function.name.value):
         return
@@ -1338,7 +1334,12 @@ def _backward_fixes(analysis: FileAnalysis, failing: cst.CSTNode | None) -> Iter
                 f"no longer adds the gradients of the backward at line {earlier_line}",
             )
     if repeated:
-        yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), Kind.DROPS, f"no longer adds the gradients of the backward at line {line}"
+        yield (
+            f"drop the repeated backward at line {line}",
+            Fix(safe=False, remove=(failing,)),
+            Kind.DROPS,
+            f"no longer adds the gradients of the backward at line {line}",
+        )
     block = analysis.block_of(failing)
     if block is None or site.tensor is None:
         return
@@ -1350,7 +1351,12 @@ def _backward_fixes(analysis: FileAnalysis, failing: cst.CSTNode | None) -> Iter
             continue
         if earlier.tensor.deep_equals(site.tensor):
             if not repeated:
-                yield f"drop the repeated backward at line {line}", Fix(safe=False, remove=(failing,)), Kind.DROPS, f"no longer adds the gradients of the backward at line {line}"
+                yield (
+                    f"drop the repeated backward at line {line}",
+                    Fix(safe=False, remove=(failing,)),
+                    Kind.DROPS,
+                    f"no longer adds the gradients of the backward at line {line}",
+                )
             return
         total = cst.parse_expression(f"{code_of(earlier.tensor)} + {code_of(site.tensor)}")
         merged = earlier_statement.with_changes(body=[cst.Expr(earlier.with_tensor(total))])

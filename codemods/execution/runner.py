@@ -189,7 +189,6 @@ class RunResult:
             "crashed": "crashed: " + self.error_message,
         }[self.status]
 
-
     def _stopped(self) -> str:
         if self.stopped_by == "backward calls":
             return f"stopped after {self.backward_calls} backward call(s)"
@@ -853,9 +852,7 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
 
     def user_frames(frames) -> list[Frame]:
         return [
-            Frame(f.lineno, (f.line or "").strip(), "" if f.filename == script else f.filename)
-            for f in frames
-            if _in_user_code(f.filename, script)
+            Frame(f.lineno, (f.line or "").strip(), "" if f.filename == script else f.filename) for f in frames if _in_user_code(f.filename, script)
         ]
 
     def stop_at_time_bound() -> None:

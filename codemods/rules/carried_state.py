@@ -277,9 +277,7 @@ for inputs, targets in loader:
         (``model.hidden = None``), writes the attribute; ``self.<attribute>`` in another class is
         another object's."""
         attribute = name.split(".", 1)[1]
-        own_methods = {
-            s for s in self.analysis.class_body(method.scope.class_name) if isinstance(s, cst.FunctionDef)
-        }
+        own_methods = {s for s in self.analysis.class_body(method.scope.class_name) if isinstance(s, cst.FunctionDef)}
         called = {
             call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
             for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
@@ -336,11 +334,7 @@ def _reaches_previous_graph(site: BackwardSite, loop: Loop, name: str) -> bool:
     """Whether the loss backwarded at ``site`` reads ``name`` as the previous iteration left it,
     holding a graph."""
     left_behind = loop.back_edge.get(name)
-    return (
-        left_behind is not None
-        and left_behind.graph
-        and Carried(loop, name) in expand(site.value.origins, loop)
-    )
+    return left_behind is not None and left_behind.graph and Carried(loop, name) in expand(site.value.origins, loop)
 
 
 def _detached_in(body: cst.CSTNode, name: str) -> bool:
@@ -402,5 +396,3 @@ def _detach_statement(name: str, entry: Value, left_behind: Value) -> cst.BaseSt
     if entry.may_be_none or entry.structure is NONE or left_behind.may_be_none:
         return cst.parse_statement(f"if {name} is not None:\n    {code}")
     return cst.parse_statement(code)
-
-

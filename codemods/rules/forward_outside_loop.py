@@ -80,9 +80,7 @@ for epoch in range(epochs):
             runs = site.retain_graph is not False
             if runs:
                 message += " (the graph is kept, so the program runs; moving the forward changes its results)"
-            yield self.violation(
-                hoisted[0], message, self._fix(hoisted, loop, safe=not runs), related=(loop.node, site.call), sites=(site,)
-            )
+            yield self.violation(hoisted[0], message, self._fix(hoisted, loop, safe=not runs), related=(loop.node, site.call), sites=(site,))
 
     def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop, safe: bool) -> Fix | None:
         body = loop.node.body
@@ -112,9 +110,7 @@ for epoch in range(epochs):
         scope = loop.scope.node
         tree = self.analysis.tree
         return any(
-            not tree.contains(loop.node.body, node)
-            and not any(tree.contains(s, node) for s in hoisted)
-            and not self._in_nested_scope(node, scope)
+            not tree.contains(loop.node.body, node) and not any(tree.contains(s, node) for s in hoisted) and not self._in_nested_scope(node, scope)
             for node in tree.names(scope.body if isinstance(scope, cst.FunctionDef) else scope, names)
         )
 

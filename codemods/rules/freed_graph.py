@@ -89,10 +89,7 @@ class Classifier(pl.LightningModule):
             freeing = [
                 other
                 for other in self.analysis.backward_sites
-                if other is not site
-                and other.retain_graph is False
-                and not other.api.guessed
-                and self.analysis.graph_nodes(other) & nodes
+                if other is not site and other.retain_graph is False and not other.api.guessed and self.analysis.graph_nodes(other) & nodes
             ]
             if freeing and all(self.analysis.exclusive(other.statement, site.statement) for other in freeing):
                 continue  # no run reaches both

@@ -76,10 +76,7 @@ for real in loader:
                 f"{self.analysis.line(steps.generator_step.call)} backwards too; "
             )
             if steps.reused:
-                message += (
-                    f"`{code_of(steps.reused[0])}` is used by both losses: compute it again for the "
-                    "generator step"
-                )
+                message += f"`{code_of(steps.reused[0])}` is used by both losses: compute it again for the generator step"
             else:
                 message += f"give the discriminator `{steps.generator_output}.detach()`"
                 if steps.unfixable:

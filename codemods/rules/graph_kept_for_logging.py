@@ -10,6 +10,7 @@ from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import GraphsKeptAlive
 
+
 class GraphKeptForLogging(Rule):
     """
     A value kept across training steps keeps its whole graph alive, step after step.
@@ -82,10 +83,7 @@ print(total_loss / len(loader))
                 if not self._outlives_iteration(loop, store) or self._backwarded_later(loop, store):
                     continue
                 unfixable = self._why_graphs_may_be_needed(loop, store, held)
-                message = (
-                    f"`{code_of(statement.body[0])}` keeps the graph of every step alive in `{store}`; "
-                    f"store `{value.value}.detach()`"
-                )
+                message = f"`{code_of(statement.body[0])}` keeps the graph of every step alive in `{store}`; store `{value.value}.detach()`"
                 fix = None
                 if unfixable:
                     message += f" (not rewritten: {unfixable})"
@@ -148,9 +146,7 @@ print(total_loss / len(loader))
     def _backwarded_later(self, loop: Loop, store: str) -> bool:
         """Whether any backward's graph is built from the store (gradient accumulation)."""
         backwarded_names, graph_statements = self._names_backwards_read
-        return store in backwarded_names or any(
-            not self.analysis.contains(loop.node, statement) for statement in graph_statements.get(store, ())
-        )
+        return store in backwarded_names or any(not self.analysis.contains(loop.node, statement) for statement in graph_statements.get(store, ()))
 
     @cached_property
     def _names_backwards_read(self) -> tuple[set[str], dict[str, list[cst.CSTNode]]]:

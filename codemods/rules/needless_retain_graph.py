@@ -91,10 +91,7 @@ for x, y in loader:
         next iteration reads it before it is assigned again."""
         kept = {name for name, value in loop.back_edge.items() if value.graph and self.analysis.value_nodes(value) & nodes}
         return any(
-            Carried(loop, name) in expand(other.value.origins, loop)
-            for other in self.analysis.backward_sites
-            if loop in other.loops
-            for name in kept
+            Carried(loop, name) in expand(other.value.origins, loop) for other in self.analysis.backward_sites if loop in other.loops for name in kept
         )
 
     @staticmethod
@@ -116,4 +113,3 @@ for x, y in loader:
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         call = site.call.with_changes(args=args)
         return Fix(safe=True, replace=((site.statement, site.statement.deep_replace(site.call, call)),))
-
