@@ -279,6 +279,17 @@ class FileAnalysis:
     def site_of(self, call: cst.Call) -> BackwardSite:
         return self._dataflow.backward_sites[call]
 
+    def sites_in(self, statement: cst.CSTNode | None) -> list[BackwardSite]:
+        """The backwards whose statement is ``statement``, in the order of the source."""
+        return self._sites_by_statement.get(id(statement), [])
+
+    @cached_property
+    def _sites_by_statement(self) -> dict[int, list[BackwardSite]]:
+        sites: dict[int, list[BackwardSite]] = {}
+        for site in self.backward_sites:
+            sites.setdefault(id(site.statement), []).append(site)
+        return sites
+
     def trainer_hooks(self) -> Iterator[tuple[cst.FunctionDef, str]]:
         """Methods whose result a trainer backwards (``training_step`` of a LightningModule under
         automatic optimization, ``compute_loss`` of a Hugging Face Trainer), with their class."""

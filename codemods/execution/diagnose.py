@@ -307,7 +307,7 @@ def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
 
 
 def _site_at(analysis: FileAnalysis, statement: cst.CSTNode):
-    return next((site for site in analysis.backward_sites if site.statement is statement), None)
+    return next(iter(analysis.sites_in(statement)), None)
 
 
 def _earlier_backward(analysis: FileAnalysis, statement: cst.CSTNode):

@@ -601,7 +601,7 @@ def _merged_backwards(blamed: _Blamed, freeing: cst.CSTNode | None, failing: cst
 
 
 def _whole_backward(analysis: FileAnalysis, statement: cst.CSTNode | None):
-    return next((s for s in analysis.backward_sites if s.statement is statement and s.is_whole_statement), None)
+    return next((s for s in analysis.sites_in(statement) if s.is_whole_statement), None)
 
 
 def _unused_name(analysis: FileAnalysis, wanted: str) -> str:
@@ -749,7 +749,7 @@ def _backwards_what_returns(analysis: FileAnalysis, failing: cst.CSTNode, name: 
     assigned a call of ``name``."""
     site = _whole_backward(analysis, failing)
     if site is None:
-        return not any(s.statement is failing for s in analysis.backward_sites)
+        return not analysis.sites_in(failing)
     block = analysis.block_of(failing)
     if site.tensor is None or not isinstance(site.tensor, cst.Name) or block is None:
         return False

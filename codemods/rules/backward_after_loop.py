@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from functools import cached_property
 from typing import Iterator
 
 import libcst as cst
@@ -166,17 +165,7 @@ optimizer.step()
         return names & read_names(statement)
 
     def _site_of_statement(self, statement: cst.CSTNode) -> BackwardSite | None:
-        return next(
-            (s for s in self._sites_by_statement.get(statement, ()) if s.is_whole_statement and s.api.accumulates),
-            None,
-        )
-
-    @cached_property
-    def _sites_by_statement(self) -> dict[cst.CSTNode, list[BackwardSite]]:
-        sites: dict[cst.CSTNode, list[BackwardSite]] = {}
-        for site in self.analysis.backward_sites:
-            sites.setdefault(site.statement, []).append(site)
-        return sites
+        return next((s for s in self.analysis.sites_in(statement) if s.is_whole_statement and s.api.accumulates), None)
 
     def _zeroes(self, statement: cst.CSTNode) -> bool:
         return self.analysis.gradient_effects(statement) == GradientEffect.ZERO_GRAD
