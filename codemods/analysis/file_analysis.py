@@ -7,22 +7,22 @@ import ast
 from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 import libcst as cst
 from libcst.metadata import CodeRange
 
 from ..frameworks import GradientEffect
 from ..summaries import ExportedSummary, ProjectSummaries
-from .assignments import assigned_names, read_names, target_names
+from .assignments import assigned_names, read_names
 from .optimizers import gradient_effects
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
-from .syntax import expression_key, method_called
+from .syntax import method_called
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
-from .values import NUMBER, TENSOR, ListOf, Origin, TupleOf, Value
+from .values import TENSOR, ListOf, Origin, TupleOf, Value
 
 
 @dataclass(frozen=True)
@@ -114,59 +114,6 @@ class FileAnalysis:
     def value_read(self, name: cst.Name) -> Value | None:
         """What the name held where the program read it (None where the analysis never got)."""
         return self._dataflow.read_values.get(name)
-
-    def builds_afresh(self, site: BackwardSite, loop: Loop) -> bool:
-        """Whether an iteration of ``loop`` may add to the graph ``site`` backwards a part of its
-        own, so that something is left to backward once the values carried in from the previous
-        iteration are detached. False only when every part the iteration adds is plainly made of
-        carried graphs and numbers: ``state = state * 0.5; state.sum().backward()``."""
-        for origin in self.graph_nodes(site):
-            if not self.contains(loop.node, origin.node):
-                continue
-            for call in self.tree.findall(origin.node, cst.Call):
-                if not isinstance(call.func, cst.Attribute) or not self._holds_graph(call.func.value):
-                    return True  # a function or a method of something else: it may read parameters
-            for name in self.tree.findall(origin.node, cst.Name):
-                read = self.value_read(name)
-                if read is None or name.value in ("True", "False", "None"):
-                    continue  # not a read: an attribute's or a keyword's name
-                if (read.graph and not read.origins) or (not read.graph and read.structure is not NUMBER):
-                    return True  # a tensor that may require grad (a leaf, a parameter, an argument)
-        return False
-
-    def _holds_graph(self, expression: cst.BaseExpression) -> bool:
-        return any((read := self.value_read(name)) is not None and read.graph for name in self.tree.findall(expression, cst.Name))
-
-    def read_only_where_assigned(self, loop: Loop, name: str) -> bool:
-        """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
-        earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
-        loop writes nothing the test reads (``if args.with_prior_preservation:`` twice): the test
-        answers the same both times, so what is read is always this iteration's value (or the read
-        follows the assignment in the branch that makes it)."""
-        if "." in name:
-            return False
-        body = loop.node.body
-        written = assigned_names(body, tree=self.tree)
-        assigning: dict[str, list[cst.If]] = {}
-        for branch in self.tree.findall(body, cst.If):
-            # (a call may answer differently each time: `if random.random() < p:`)
-            invariant = not self.tree.findall(branch.test, cst.Call) and not read_names(branch.test) & written
-            if invariant and _always_assigns(branch.body, name):
-                assigning.setdefault(expression_key(branch.test), []).append(branch)
-        reads = [n for n in self.tree.names(body, [name]) if n in self._dataflow.read_values]
-        return bool(assigning and reads) and all(self._guarded_like(read, assigning, loop.node) for read in reads)
-
-    def _guarded_like(self, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode) -> bool:
-        node = read
-        while (parent := self.tree.parent(node)) is not None and parent is not loop:
-            if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
-                branches = assigning.get(expression_key(parent.test), ())
-                if any(self.tree.follows(parent, branch) for branch in branches):
-                    return True
-                if parent in branches and any(self.tree.follows(read, s) for s in _assignments(parent.body, read.value)):
-                    return True  # after the assignment, in the branch that makes it
-            node = parent
-        return False
 
     def iterates_graph(self, loop: Loop) -> bool:
         """Whether a ``for`` loop iterates over a value that carries a graph (``zip(inputs,
@@ -589,30 +536,3 @@ def _function_name(scope: Scope) -> str:
     """How the dataflow names a function: ``f`` or ``Class.method``."""
     name = scope.node.name.value
     return name if scope.class_name is None else f"{scope.class_name}.{name}"
-
-
-def _assignments(block: cst.BaseSuite, name: str) -> list[cst.SimpleStatementLine]:
-    """The statements of ``block`` itself (not nested ones) that assign ``name``."""
-    return [
-        statement
-        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
-        if isinstance(statement, cst.SimpleStatementLine)
-        and any(isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets) for small in statement.body)
-    ]
-
-
-def _always_assigns(block: cst.BaseSuite, name: str) -> bool:
-    """Whether every path through ``block`` assigns ``name`` (an if/else assigning it in both)."""
-    if _assignments(block, name):
-        return True
-    return any(
-        isinstance(statement, cst.If) and _always_assigns(statement.body, name) and _else_always_assigns(statement, name)
-        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
-    )
-
-
-def _else_always_assigns(statement: cst.If, name: str) -> bool:
-    orelse = statement.orelse
-    if isinstance(orelse, cst.If):
-        return _always_assigns(orelse.body, name) and _else_always_assigns(orelse, name)
-    return isinstance(orelse, cst.Else) and _always_assigns(orelse.body, name)

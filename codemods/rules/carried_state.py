@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
 import libcst as cst
 
@@ -19,6 +19,7 @@ from ..analysis import (
     detached,
     dotted_name,
     expand,
+    expression_key,
     find_nodes,
     is_detach,
     is_single_assignment,
@@ -105,7 +106,7 @@ for inputs, targets in loader:
                     if (
                         not _reaches_previous_graph(site, loop, name)
                         or _detached_in(loop.node.body, name)
-                        or self.analysis.read_only_where_assigned(loop, name)
+                        or self._read_only_where_assigned(loop, name)
                     ):
                         continue
                     if loop.back_edge[name].freed:
@@ -127,7 +128,7 @@ for inputs, targets in loader:
         shown = ", ".join(f"`{n}`" for n in names)
         first_update = updates[names[0]][0] if names[0] in updates else loop.node
         fix, unfixable = self._loop_fix(loop, names, safe=not retained)
-        if fix is not None and not all(self.analysis.builds_afresh(site, loop) for site in sites.values()):
+        if fix is not None and not all(self._builds_afresh(site, loop) for site in sites.values()):
             fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
         passed = self._passed_through_unread_code(loop, names)
         if passed is not None:
@@ -204,6 +205,59 @@ for inputs, targets in loader:
             insert_before=((body.body[0], tuple(at_start)),) if at_start else (),
             insert_after=((body.body[-1], tuple(at_end)),) if at_end else (),
         ), ""
+
+    def _builds_afresh(self, site: BackwardSite, loop: Loop) -> bool:
+        """Whether an iteration of ``loop`` may add to the graph ``site`` backwards a part of its
+        own, so that something is left to backward once the values carried in from the previous
+        iteration are detached. False only when every part the iteration adds is plainly made of
+        carried graphs and numbers: ``state = state * 0.5; state.sum().backward()``."""
+        for origin in self.analysis.graph_nodes(site):
+            if not self.analysis.contains(loop.node, origin.node):
+                continue
+            for call in self.analysis.tree.findall(origin.node, cst.Call):
+                if not isinstance(call.func, cst.Attribute) or not self._holds_graph(call.func.value):
+                    return True  # a function or a method of something else: it may read parameters
+            for name in self.analysis.tree.findall(origin.node, cst.Name):
+                read = self.analysis.value_read(name)
+                if read is None or name.value in ("True", "False", "None"):
+                    continue  # not a read: an attribute's or a keyword's name
+                if (read.graph and not read.origins) or (not read.graph and read.structure is not NUMBER):
+                    return True  # a tensor that may require grad (a leaf, a parameter, an argument)
+        return False
+
+    def _holds_graph(self, expression: cst.BaseExpression) -> bool:
+        return any((read := self.analysis.value_read(name)) is not None and read.graph for name in self.analysis.tree.findall(expression, cst.Name))
+
+    def _read_only_where_assigned(self, loop: Loop, name: str) -> bool:
+        """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
+        earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
+        loop writes nothing the test reads (``if args.with_prior_preservation:`` twice): the test
+        answers the same both times, so what is read is always this iteration's value (or the read
+        follows the assignment in the branch that makes it)."""
+        if "." in name:
+            return False
+        body = loop.node.body
+        written = assigned_names(body, tree=self.analysis.tree)
+        assigning: dict[str, list[cst.If]] = {}
+        for branch in self.analysis.tree.findall(body, cst.If):
+            # (a call may answer differently each time: `if random.random() < p:`)
+            invariant = not self.analysis.tree.findall(branch.test, cst.Call) and not read_names(branch.test) & written
+            if invariant and _always_assigns(branch.body, name):
+                assigning.setdefault(expression_key(branch.test), []).append(branch)
+        reads = [n for n in self.analysis.tree.names(body, [name]) if self.analysis.value_read(n) is not None]
+        return bool(assigning and reads) and all(self._guarded_like(read, assigning, loop.node) for read in reads)
+
+    def _guarded_like(self, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode) -> bool:
+        node = read
+        while (parent := self.analysis.tree.parent(node)) is not None and parent is not loop:
+            if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
+                branches = assigning.get(expression_key(parent.test), ())
+                if any(self.analysis.tree.follows(parent, branch) for branch in branches):
+                    return True
+                if parent in branches and any(self.analysis.tree.follows(read, s) for s in _assignments(parent.body, read.value)):
+                    return True  # after the assignment, in the branch that makes it
+            node = parent
+        return False
 
     # state a module keeps on self between calls -------------------------------------------
     def _stored_on_self_violations(self) -> Iterator[Violation]:
@@ -396,3 +450,30 @@ def _detach_statement(name: str, entry: Value, left_behind: Value) -> cst.BaseSt
     if entry.may_be_none or entry.structure is NONE or left_behind.may_be_none:
         return cst.parse_statement(f"if {name} is not None:\n    {code}")
     return cst.parse_statement(code)
+
+
+def _assignments(block: cst.BaseSuite, name: str) -> list[cst.SimpleStatementLine]:
+    """The statements of ``block`` itself (not nested ones) that assign ``name``."""
+    return [
+        statement
+        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
+        if isinstance(statement, cst.SimpleStatementLine)
+        and any(isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets) for small in statement.body)
+    ]
+
+
+def _always_assigns(block: cst.BaseSuite, name: str) -> bool:
+    """Whether every path through ``block`` assigns ``name`` (an if/else assigning it in both)."""
+    if _assignments(block, name):
+        return True
+    return any(
+        isinstance(statement, cst.If) and _always_assigns(statement.body, name) and _else_always_assigns(statement, name)
+        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
+    )
+
+
+def _else_always_assigns(statement: cst.If, name: str) -> bool:
+    orelse = statement.orelse
+    if isinstance(orelse, cst.If):
+        return _always_assigns(orelse.body, name) and _else_always_assigns(orelse, name)
+    return isinstance(orelse, cst.Else) and _always_assigns(orelse.body, name)
