@@ -609,3 +609,13 @@ def test_a_checked_files_syntax_tree_is_freed_without_the_cycle_collector(mode):
         gc.enable()
     assert sum(len(report.findings) + len(report.fixed) for report in reports) > 0
     assert left_to_the_collector == 0
+
+
+def test_with_reads_replaced_computes_each_read_where_it_stands():
+    from gradfix.codemods.analysis import code_of, with_reads_replaced
+
+    expression = cst.parse_expression("criterion(output * 2, target=x.output, output=output)")
+    replaced = with_reads_replaced(expression, "output", cst.parse_expression("a + b"))
+    assert code_of(replaced) == "criterion((a + b) * 2, target=x.output, output=(a + b))"
+    method = cst.parse_statement("def f(self):\n    g = lambda: self.cache\n    def h(self):\n        return self.cache\n    return self.cache.t()\n")
+    assert code_of(with_reads_replaced(method, "self.cache", cst.parse_expression("self.table(self.p)"))).count("self.table(self.p)") == 2

@@ -31,6 +31,7 @@ from .syntax import (
     is_single_call,
     loss_handed_to_trainer,
     method_called,
+    with_reads_replaced,
 )
 from .torch_names import dotted_name
 from .tree import find_nodes
@@ -76,4 +77,5 @@ __all__ = [
     "stepped_optimizers",
     "target_names",
     "with_retained_graph",
+    "with_reads_replaced",
 ]

@@ -37,7 +37,7 @@ from . import backward_calls
 from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, read_names, target_names
 from .syntax import is_grad, method_called
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
-from .tree import SyntaxTree, find_nodes
+from .tree import SyntaxTree
 from .values import (
     CONSTANT,
     DISTRIBUTION,
@@ -702,7 +702,7 @@ class DataflowAnalysis:
                 name for name, value in ends.items() if value.freed and name not in loop.carried_names and name in env and not env[name].freed
             } - freed_in_loop
             if loop.is_call:
-                newly_freed -= _local_names(loop.node)  # each call binds its own: the next one is not freed
+                newly_freed -= self._local_names(loop.node)  # each call binds its own: the next one is not freed
             converged = _same_graphs(new_back_edge, back_edge) and not newly_freed
             back_edge = new_back_edge
             freed_in_loop |= newly_freed
@@ -1091,6 +1091,14 @@ class DataflowAnalysis:
             return False
         return self.names.module(func, self._scope.class_name) is None
 
+    def _local_names(self, function: cst.FunctionDef) -> set[str]:
+        """The names a call of ``function`` binds afresh: its parameters and the plain names it assigns."""
+        params = function.params
+        parameters = [*params.params, *params.kwonly_params, *params.posonly_params]
+        parameters += [star for star in (params.star_arg, params.star_kwarg) if isinstance(star, cst.Param)]
+        assigned = {name for name in assigned_names(function.body, tree=self._tree) if "." not in name}
+        return ({p.name.value for p in parameters} | assigned) - self._declared_global(function)
+
     def _declared_global(self, scope: cst.CSTNode) -> frozenset[str]:
         """The names a function declares ``global`` or ``nonlocal``."""
         declared = self._globals_declared.get(scope)
@@ -1392,20 +1400,6 @@ def _reads_what_the_last_call_kept(method: Loop) -> bool:
     ]
     made = method.returned.origins.union(*(value.origins for value in method.back_edge.values()))
     return bool(kept) and not expand(made, method).isdisjoint(kept)
-
-
-def _local_names(function: cst.FunctionDef) -> set[str]:
-    """The names a call of ``function`` binds afresh: its parameters and the plain names it assigns."""
-    parameters = [*function.params.params, *function.params.kwonly_params, *function.params.posonly_params]
-    for star in (function.params.star_arg, function.params.star_kwarg):
-        if isinstance(star, cst.Param):
-            parameters.append(star)
-    shared = {
-        item.name.value
-        for statement in (*find_nodes(function.body, cst.Global), *find_nodes(function.body, cst.Nonlocal))
-        for item in statement.names
-    }
-    return {p.name.value for p in parameters} | {name for name in assigned_names(function.body) if "." not in name} - shared
 
 
 def _part(value: Value, structure: Structure) -> Value:

@@ -146,6 +146,41 @@ def as_operand(expression: cst.BaseExpression) -> cst.BaseExpression:
     return parenthesized(expression)
 
 
+def with_reads_replaced(node: cst.CSTNode, name: str, by: cst.BaseExpression) -> cst.CSTNode:
+    """``node`` with every read of ``name`` (``output``, or ``self.encoded``) computed by ``by`` instead:
+    not an attribute's own name (``x.output``), a keyword (``f(output=...)``), nor a read inside a
+    function defined in ``node`` (its names are its own)."""
+    replaced = as_operand(by)
+    not_reads: set[int] = set()
+
+    def spelled(expression: cst.CSTNode) -> str | None:
+        if isinstance(expression, cst.Name):
+            return expression.value
+        if isinstance(expression, cst.Attribute):
+            base = spelled(expression.value)
+            return f"{base}.{expression.attr.value}" if base else None
+        return None
+
+    class Replace(cst.CSTTransformer):
+        def visit_FunctionDef(self, function: cst.FunctionDef) -> bool:
+            return function is node
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> None:
+            not_reads.add(id(attribute.attr))
+
+        def visit_Arg(self, argument: cst.Arg) -> None:
+            if argument.keyword is not None:
+                not_reads.add(id(argument.keyword))
+
+        def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+            return replaced if original_node.value == name and id(original_node) not in not_reads else updated_node
+
+        def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+            return replaced if spelled(original_node) == name else updated_node
+
+    return node.visit(Replace())
+
+
 def detached(expression: cst.BaseExpression, structure: Structure = TENSOR) -> cst.BaseExpression | None:
     """``expression`` with every tensor in it detached, for the structures gradfix can write
     (a tensor, a list of tensors, a tuple of tensors or of tuples of tensors); None otherwise."""

@@ -12,12 +12,12 @@ from ..analysis import (
     Scope,
     TupleOf,
     Value,
-    as_operand,
     assigned_names,
     detached_where_stored,
     dotted_name,
     is_single_assignment,
     read_names,
+    with_reads_replaced,
 )
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
@@ -191,7 +191,7 @@ for step in range(steps):
         ):
             return None
         function = scope.node
-        computed = _replace_reads(function, target, expression)
+        computed = with_reads_replaced(function, target, expression)
         return None if computed is function else Fix(safe=False, replace=((function, computed),))
 
     def _makes_something(self, call: cst.Call) -> bool:
@@ -243,16 +243,3 @@ for step in range(steps):
                 related=(loop.node, site.call),
                 sites=(site,),
             )
-
-
-def _replace_reads(function: cst.FunctionDef, attribute: str, expression: cst.BaseExpression) -> cst.FunctionDef:
-    """``function`` with every ``self.x`` it reads (``attribute``) replaced by ``expression``."""
-
-    class Replace(cst.CSTTransformer):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is function  # (a nested function's ``self`` is not this one's)
-
-        def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-            return as_operand(expression) if dotted_name(original_node) == attribute else updated_node
-
-    return function.visit(Replace())

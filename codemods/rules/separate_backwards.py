@@ -18,6 +18,7 @@ from ..analysis import (
     is_single_assignment,
     read_names,
     stepped_optimizers,
+    with_reads_replaced,
 )
 from ..edits import Fix
 from ..frameworks import TENSOR_BACKWARD
@@ -235,7 +236,7 @@ for x, y_reg, y_cls in loader:
                 and self._graphless_apart_from(forward, set())
                 and self._graphless_apart_from(last.tensor, {name})
             ):
-                recomputed = last.with_tensor(_replace_name(last.tensor, name, forward))
+                recomputed = last.with_tensor(with_reads_replaced(last.tensor, name, forward))
                 line = last.statement.with_changes(body=[last.statement.body[0].with_changes(value=recomputed)])
                 return Fix(safe=False, replace=((last.statement, line),))
         return None
@@ -278,23 +279,6 @@ def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
     while isinstance(func, cst.Attribute):
         func = func.value
     return [func] if isinstance(func, cst.Name) else []
-
-
-def _replace_name(expression: cst.BaseExpression, name: str, by: cst.BaseExpression) -> cst.BaseExpression:
-    not_variables: set[int] = set()  # the name of ``x.output``, the keyword of ``f(output=...)``
-
-    class Replace(cst.CSTTransformer):
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            not_variables.add(id(node.attr))
-
-        def visit_Arg(self, node: cst.Arg) -> None:
-            if node.keyword is not None:
-                not_variables.add(id(node.keyword))
-
-        def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
-            return by if original_node.value == name and id(original_node) not in not_variables else updated_node
-
-    return expression.visit(Replace())
 
 
 def _sum(operands: list[cst.BaseExpression]) -> cst.BaseExpression:
