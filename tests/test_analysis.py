@@ -14,7 +14,19 @@ from gradfix.codemods.report import FixMode
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.analysis.syntax import is_detach, is_name
 from gradfix.codemods.analysis.tree import LAYOUT, SyntaxTree, find_nodes
-from gradfix.codemods.analysis import TENSOR, Carried, FileAnalysis, GradientEffect, ListOf, Origin, TupleOf, assigned_names, expand, read_names
+from gradfix.codemods.analysis import (
+    TENSOR,
+    Carried,
+    FileAnalysis,
+    GradientEffect,
+    ListOf,
+    Origin,
+    TupleOf,
+    Value,
+    assigned_names,
+    expand,
+    read_names,
+)
 
 
 def analyse(code: str) -> FileAnalysis:
@@ -141,6 +153,52 @@ def test_tuple_unpacking_and_recurrent_structures():
     assert loop.entry["hidden"].structure == TupleOf((TENSOR, TENSOR))
     assert loop.back_edge["hidden"].structure == TupleOf((TENSOR, TENSOR))
     assert loop.back_edge["output"].structure is TENSOR
+
+
+def test_an_imported_modules_function_named_in_place_changes_no_module_object():
+    analysis = analyse(
+        """
+        import commons
+        model = nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            norm = commons.clip_grad_value_(model.parameters(), None)
+            optimizer.step()
+            segment = commons.slice_segments(y, 0, 4)
+        """
+    )
+    loop = analysis.loops[0]
+    assert not loop.back_edge.get("commons", Value()).graph  # (it was read as a tensor changed in place)
+    assert not loop.back_edge["segment"].graph
+
+
+def test_items_of_a_tuple_hold_a_guessed_graph_and_items_of_a_list_a_proved_one():
+    analysis = analyse(
+        """
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(2, 2)
+
+            def forward(self, x):
+                return self.fc(x), x.argmax(-1)
+
+        model = Net()
+        for x in loader:
+            logits, indices = model(x)
+            first, second = [model(x), model(x)]
+            picked = model(x)[0]
+            loss = (logits + first + picked).sum()
+            loss.backward()
+        """
+    )
+    loss = analysis.statement_at(analysis.line(analysis.backward_sites[0].call) - 1)
+    read = {name.value: analysis.value_read(name) for name in m.findall(loss, m.Name())}
+    assert read["logits"].graph and read["logits"].guessed
+    assert read["first"].graph and not read["first"].guessed  # (a literal list: each item is known)
+    assert read["picked"].graph and read["picked"].guessed  # (an item of a tuple, picked by index)
 
 
 def test_a_loop_marks_what_an_iteration_receives_from_the_previous_one():

@@ -330,6 +330,31 @@ for step in range(3):
     assert codes(checked(source)) == ["GF004"] and b"self.cache = weights.detach()" in checked(source).rewritten
 
 
+def test_an_item_of_an_output_tuple_is_not_proved_to_hold_its_graph():
+    source = """\
+import torch
+from models import Generator, Discriminator
+net_g, net_d = Generator(), Discriminator()
+optim_g = torch.optim.AdamW(net_g.parameters())
+optim_d = torch.optim.AdamW(net_d.parameters())
+for x, y in loader:
+    y_hat, ids_slice = net_g(x)
+    y = torch.mul(y, ids_slice)
+    loss_disc = net_d(y).mean() - net_d(y_hat.detach()).mean()
+    optim_d.zero_grad()
+    loss_disc.backward()
+    optim_d.step()
+    loss_gen = -net_d(y_hat).mean() + (net_d(y) - 1).pow(2).mean()
+    optim_g.zero_grad()
+    loss_gen.backward()
+    optim_g.step()
+"""
+    report = checked(source)
+    assert codes(report) == ["GF002"] and report.rewritten is None  # ``y`` may hold no generator graph: reported, no y.detach()
+    proved = source.replace("y_hat, ids_slice = net_g(x)", "y_hat = net_g(x)\n    ids_slice = y_hat")
+    assert "GF005" in codes(checked(proved))  # (the same code, with the generator's output read whole)
+
+
 def test_a_detaching_helper_returns_no_graph():
     source = """\
 import torch

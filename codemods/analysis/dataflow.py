@@ -687,6 +687,7 @@ class DataflowAnalysis:
                     freed=value.freed,
                     unbound=value.unbound,
                     graphless=value.graphless,
+                    guessed=value.guessed,
                 )
             frame = _Frame(loop)
             self._frames.append(frame)
@@ -728,12 +729,12 @@ class DataflowAnalysis:
                 values = [self._eval(s, env) for s in sources]
             else:
                 items = value.structure.items if isinstance(value.structure, TupleOf) else ()
-                values = [_part(value, items[i] if len(items) == len(elements) else UNKNOWN) for i in range(len(elements))]
+                values = [_item_of(value, items[i] if len(items) == len(elements) else UNKNOWN) for i in range(len(elements))]
             for element, element_value, element_source in zip(elements, values, sources):
                 self._assign(element, element_value, env, element_source)
             return
         if isinstance(target, cst.StarredElement):
-            self._assign(target.value, _part(value, ListOf(UNKNOWN)), env)
+            self._assign(target.value, _item_of(value, ListOf(UNKNOWN)), env)
             return
         if isinstance(target, cst.Subscript):
             name = dotted_name(target.value)
@@ -801,7 +802,13 @@ class DataflowAnalysis:
             return NOTHING  # (what the caller sends back)
         if node_type is cst.IfExp:
             self._eval(node.test, env)
-            return self._eval(node.body, env).join(self._eval(node.orelse, env))
+            if not self._tree.findall(node.body, cst.Call) and not self._tree.findall(node.body, cst.NamedExpr):
+                return self._eval(node.body, env).join(self._eval(node.orelse, env))
+            # One branch runs, not both: ``loss.backward() if last else loss.backward(retain_graph=True)``.
+            otherwise = dict(env)
+            value = self._eval(node.body, env).join(self._eval(node.orelse, otherwise))
+            env.update(join_envs([env, otherwise]) or {})
+            return value
         if node_type is cst.Subscript:
             base = self._eval(node.value, env)
             for element in node.slice:
@@ -822,8 +829,8 @@ class DataflowAnalysis:
             ):
                 picked = frozenset({Element(loop, node, base.origins)})
                 # Another element each iteration, freed only if the container was when the loop began.
-                return Value(True, picked, element.structure, freed=dotted_name(node.value) in loop.freed_at_entry)
-            return _part(base, element.structure)
+                return Value(True, picked, element.structure, freed=dotted_name(node.value) in loop.freed_at_entry, guessed=element.guessed)
+            return element
         if node_type in (cst.Tuple, cst.List):
             values = self._eval_all([e.value for e in node.elements], env)
             structure: Structure = (
@@ -984,9 +991,14 @@ class DataflowAnalysis:
                 env[target] = _union([stored, item], ListOf(item_structure.join(item.structure)))
                 return CONSTANT
             tensor_method = receiver.structure is TENSOR
-            result = combine([receiver, *values], self._origin(node), TENSOR if tensor_method else UNKNOWN, known_operation=tensor_method)
-            if is_inplace_method(method) and target is not None:
-                env[target] = result
+            # A method of a graph-carrying receiver holds its graph as much as the receiver does; a
+            # method of anything else is a function gradfix cannot read.
+            guessed = (not tensor_method and not receiver.graph) or all(v.guessed for v in (receiver, *values) if v.graph)
+            result = combine(
+                [receiver, *values], self._origin(node), TENSOR if tensor_method else UNKNOWN, known_operation=tensor_method, guessed=guessed
+            )
+            if is_inplace_method(method) and target is not None and not self.names.is_imported_module(func.value):
+                env[target] = result  # (``commons.clip_grad_value_(...)`` changes no module object)
             return result
 
         values = self._eval_all(arguments, env)
@@ -1037,7 +1049,7 @@ class DataflowAnalysis:
         for name, value in bound.items():
             if name in parameters and value.graph:
                 # Carried markers name this round's loops: keep the places they stand for.
-                value = Value(True, self.graph_nodes(value), value.structure, freed=freed and value.freed)
+                value = Value(True, self.graph_nodes(value), value.structure, freed=freed and value.freed, guessed=value.guessed)
                 known[name] = known[name].join(value) if name in known else value
 
     def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
@@ -1277,7 +1289,7 @@ class DataflowAnalysis:
         for name in dict.fromkeys(dotted_name(a) for a in self._tree.findall(method.body, cst.Attribute)):
             value = env.get(name) if name is not None and name.startswith("self.") else None
             if value is not None and value.graph:
-                value = Value(True, self.graph_nodes(value), value.structure, freed=value.freed)
+                value = Value(True, self.graph_nodes(value), value.structure, freed=value.freed, guessed=value.guessed)
                 known[name] = known[name].join(value) if name in known else value
 
     def _freed_inside(self, call: cst.Call, summary: FunctionSummary, result: Value) -> Value:
@@ -1386,7 +1398,7 @@ def _element_of(value: Value) -> Value:
         item = _join_structures(structure.items)
     else:
         item = TENSOR if structure is TENSOR else UNKNOWN
-    return _part(value, item)
+    return _item_of(value, item)
 
 
 def _reads_what_the_last_call_kept(method: Loop) -> bool:
@@ -1403,9 +1415,18 @@ def _reads_what_the_last_call_kept(method: Loop) -> bool:
 
 
 def _part(value: Value, structure: Structure) -> Value:
-    """An element of ``value``, or an item unpacked from it: its graph (freed where the whole is),
-    with its own structure; not the very tensor a backward backwarded."""
-    return Value(value.graph, value.origins, structure, freed=value.freed, graphless=value.graphless)
+    """``value``'s graph (freed where it is) with another structure; not the very tensor a
+    backward backwarded."""
+    return Value(value.graph, value.origins, structure, freed=value.freed, graphless=value.graphless, guessed=value.guessed)
+
+
+def _item_of(container: Value, structure: Structure) -> Value:
+    """An item taken out of ``container`` (unpacked, indexed, iterated): the container's graph.
+    The rows of a tensor and the items of a list hold it as the whole does; the items of a tuple
+    or of a container of unknown shape are told apart by nothing gradfix sees (a model's
+    ``(logits, indices)``), so an item's graph is only guessed."""
+    homogeneous = container.structure is TENSOR or isinstance(container.structure, ListOf)
+    return replace(_part(container, structure), guessed=container.guessed or (container.graph and not homogeneous))
 
 
 def _join_structures(structures) -> Structure:
@@ -1419,6 +1440,7 @@ def _union(values: Sequence[Value], structure: Structure) -> Value:
         structure=structure,
         freed=any(v.freed for v in values),
         graphless=all(v.graphless for v in values),
+        guessed=any(v.guessed for v in values if v.graph),
     )
 
 

@@ -111,7 +111,9 @@ def _gan_steps(analysis: "FileAnalysis", first: BackwardSite, second: BackwardSi
 
 def _generator_outputs(analysis: "FileAnalysis", shared: set[Origin]) -> Iterable[tuple[str, frozenset[Origin]]]:
     """Names assigned a call's output that both graphs share (``fake = G(z)``,
-    ``fake = self.sample(n)``), each with the nodes that built it (the generator's chain)."""
+    ``fake = self.sample(n)``), each with the nodes that built it (the generator's chain). A value
+    whose graph is only guessed (an item of the generator's output tuple, a function gradfix cannot
+    read) is no generator's output: the discriminator may not reach the generator through it."""
     for origin in sorted(shared, key=lambda o: analysis.order(o.node)):
         if not isinstance(origin.node, cst.Call) or not is_single_assignment(origin.statement):
             continue
@@ -120,7 +122,7 @@ def _generator_outputs(analysis: "FileAnalysis", shared: set[Origin]) -> Iterabl
             continue
         target = dotted_name(assignment.targets[0].target)
         value = analysis.value_assigned(assignment.value)
-        if target is not None and value is not None:
+        if target is not None and value is not None and not value.guessed:
             yield target, analysis.value_nodes(value)
 
 

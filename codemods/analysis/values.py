@@ -149,6 +149,10 @@ class Value:
     # ``.item()``, anything computed with gradients off, a module or optimizer object. ``graph``
     # false alone only says the analysis saw none (a parameter, an unknown call's result).
     graphless: bool = False
+    # Its graph is only guessed: it came through an item of a tuple or a container of unknown
+    # shape (``out, idx = model(x)``: ``idx`` may be integers) or out of a function gradfix cannot
+    # read. Enough to report; a rewrite that cuts this value's graph needs it proved.
+    guessed: bool = False
 
     def join(self, other: "Value") -> "Value":
         """What a name may hold where two paths meet."""
@@ -165,6 +169,7 @@ class Value:
             backwarded=self.backwarded & other.backwarded,
             unbound=self.unbound or other.unbound,
             graphless=self.graphless and other.graphless,
+            guessed=(self.graph and self.guessed) or (other.graph and other.guessed),
         )
 
     def without_graph(self) -> "Value":
@@ -176,14 +181,20 @@ CONSTANT = Value(graphless=True)  # no graph, proved: a constant, an object that
 LEAF = Value(graph=True, structure=TENSOR)
 
 
-def combine(values: Iterable[Value], created_by: Origin | None, structure: Structure = TENSOR, known_operation: bool = True) -> Value:
+def combine(
+    values: Iterable[Value], created_by: Origin | None, structure: Structure = TENSOR, known_operation: bool = True, guessed: bool | None = None
+) -> Value:
     """The value of an operation on ``values``: it carries graph when any input does, and then the
     operation itself is a new interior node. A known operation (an operator, a torch function)
-    of values proved graphless is proved graphless; an unknown function's result is not."""
+    of values proved graphless is proved graphless; an unknown function's result is not, and its
+    graph is only guessed. ``guessed`` overrides that for a method called on a graph-carrying
+    value: whatever the receiver is, it holds a graph as much as the receiver does."""
     values = list(values)
     if not any(v.graph for v in values):
         return Value(structure=structure, graphless=known_operation and all(v.graphless for v in values))
     origins = frozenset().union(*(v.origins for v in values))
     if created_by is not None:
         origins |= {created_by}
-    return Value(graph=True, origins=origins, structure=structure, freed=any(v.freed for v in values))
+    if guessed is None:
+        guessed = not known_operation or all(v.guessed for v in values if v.graph)
+    return Value(graph=True, origins=origins, structure=structure, freed=any(v.freed for v in values), guessed=guessed)

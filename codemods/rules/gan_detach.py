@@ -25,7 +25,9 @@ class GanDetach(Rule):
     output; the generator step keeps ``D(fake)`` and trains through it. Both
     optimizers step as before. When one prediction on ``fake`` is reused by both losses (a
     relativistic GAN's ``pred_fake`` computed once), no single detach fixes it: gradfix reports, and
-    the fix is to compute the discriminator's prediction again for the generator step.
+    the fix is two predictions, one on ``fake.detach()`` for the discriminator step and one on
+    ``fake`` for the generator step (a prediction computed again for the generator step alone still
+    lets the discriminator's backward reach the generator, after its optimizer changed its weights).
     """
 
     CODE = "GF005"
@@ -66,17 +68,24 @@ for real in loader:
 """
 
     def violations(self) -> Iterator[Violation]:
+        reported: set[cst.Call] = set()
         for steps in self.analysis.gan_steps:
             d_step = steps.discriminator_step
             if d_step.retain_graph is not False or argument(d_step.call, None, "inputs") is not None:
                 continue  # the graph is kept, or the gradients confined, on purpose
+            if d_step.call in reported:
+                continue  # (a generator step written twice, in two branches of one expression)
+            reported.add(d_step.call)
             message = (
                 f"`{code_of(d_step.tensor or d_step.call)}` (the discriminator step) backwards through "
                 f"`{steps.generator_output}`, the generator's output, which the generator step at line "
                 f"{self.analysis.line(steps.generator_step.call)} backwards too; "
             )
             if steps.reused:
-                message += f"`{code_of(steps.reused[0])}` is used by both losses: compute it again for the generator step"
+                message += (
+                    f"`{code_of(steps.reused[0])}` is used by both losses: give the discriminator step its own prediction "
+                    f"on `{steps.generator_output}.detach()`, and the generator step its own on `{steps.generator_output}`"
+                )
             else:
                 message += f"give the discriminator `{steps.generator_output}.detach()`"
                 if steps.unfixable:

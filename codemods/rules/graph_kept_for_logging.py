@@ -5,7 +5,21 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import TENSOR, GradientEffect, Loop, Origin, Value, appended, code_of, dotted_name, expand, is_name, read_names, target_names
+from ..analysis import (
+    TENSOR,
+    GradientEffect,
+    Loop,
+    Origin,
+    Value,
+    appended,
+    assigned_names,
+    code_of,
+    dotted_name,
+    expand,
+    is_name,
+    read_names,
+    target_names,
+)
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import GraphsKeptAlive
@@ -15,7 +29,7 @@ class GraphKeptForLogging(Rule):
     """
     A value kept across training steps keeps its whole graph alive, step after step.
 
-    ``total_loss += loss``, ``losses.append(loss)``, ``history["loss"] = loss`` or
+    ``total_loss += loss``, ``losses.append(loss)``, ``history[step] = loss`` or
     ``predictions.append(output)`` inside the training loop store the *tensor*, and with it the
     graph that produced it: every activation the forward pass saved. Nothing fails; memory grows
     with every step until the process runs out of it (the classic "CUDA out of memory after a few
@@ -29,7 +43,9 @@ class GraphKeptForLogging(Rule):
 
     gradfix reports a graph-carrying value stored, in a loop whose iterations are training steps
     (an optimizer steps and a backward runs in it, or a trainer hook), in a store that outlives the
-    iteration (made before the loop and not made anew inside it). It rewrites when it can prove that
+    iteration (made before the loop and not made anew inside it). An item stored under the same key
+    in every iteration (``loss_dict["d"] = d_loss``) replaces the previous step's: it keeps one
+    step's graph, not every step's, and is left alone. It rewrites when it can prove that
     nothing needs the kept graphs: a backward that does not keep its graph has already walked them
     (so no later backward could), or, within the file's own code, no backward reads the store and
     nothing hands it on; and no code reads autograd's bookkeeping (``grad_fn``, ``requires_grad``)
@@ -75,6 +91,8 @@ print(total_loss / len(loader))
                 if kept is None:
                     continue
                 store, value = kept
+                if self._same_slot_every_iteration(loop, statement.body[0]):
+                    continue
                 held = self.analysis.value_read(value)
                 if held is None or not self.analysis.value_nodes(held):
                     continue  # no graph kept: a number, a detached tensor, a value made under no_grad
@@ -108,6 +126,22 @@ print(total_loss / len(loader))
             return True
         entry = loop.entry.get(store)
         return entry is not None and entry.structure is TENSOR
+
+    def _same_slot_every_iteration(self, loop: Loop, small: cst.BaseSmallStatement) -> bool:
+        """``store[key] = value`` with a key no iteration changes: literals, and in a loop statement
+        plain names it never assigns; no call, no attribute (``store[len(store)]``,
+        ``store[self.step]`` are a new slot every time). A trainer hook's iterations are its calls:
+        only a literal key is the same in each."""
+        if not isinstance(small, cst.Assign) or not isinstance(small.targets[0].target, cst.Subscript):
+            return False
+        key = small.targets[0].target.slice
+        if len(key) != 1 or not isinstance(key[0].slice, cst.Index):
+            return False
+        index = key[0].slice.value
+        read = read_names(index)
+        if self.analysis.tree.findall(index, cst.Call) or any("." in name for name in read):
+            return False
+        return not read if loop.is_call else not read & assigned_names(loop.node)
 
     def _trainer_hook(self, loop: Loop) -> bool:
         return any(hook is loop.node for hook, _ in self.analysis.trainer_hooks())
