@@ -305,6 +305,7 @@ class DataflowAnalysis:
             parts = attribute.split(".") if attribute is not None else ()
             for end in range(1, len(parts)):
                 self._attributes_of.setdefault(".".join(parts[:end]), []).append(attribute)
+        self.backward_sites: dict[cst.Call, BackwardSite] = {}
         for _ in range(_MAX_SUMMARY_ROUNDS):
             known = {key for key, summary in self.summaries.items() if summary.has_effect}
             arguments = {callee: _graph_facts(env) for callee, env in self.arguments.items()}
@@ -321,12 +322,17 @@ class DataflowAnalysis:
         definition got the summary the round ended with (none, when nothing defines it), and
         every body was walked with the arguments its callers ended up passing. Most files define
         their functions and classes before they call them, and take one round."""
-        return all(
-            _summary_facts(self.summaries.get(key)) == _summary_facts(seen) for key, seen in self._summaries_before_definition.items()
-        ) and all(_graph_facts(self.arguments.get(callee, {})) == facts for callee, facts in self._arguments_read)
+        return (
+            all(_summary_facts(self.summaries.get(key)) == _summary_facts(seen) for key, seen in self._summaries_before_definition.items())
+            and all(_graph_facts(self.arguments.get(callee, {})) == facts for callee, facts in self._arguments_read)
+            and all(self._walked_by(key, self.backward_sites) == walked for key, walked in self._sites_read_before_definition)
+        )
 
     def _run_module(self, module: cst.Module) -> None:
-        self.backward_sites: dict[cst.Call, BackwardSite] = {}
+        # A function defined after its caller has its backwards walked later in the round: the
+        # caller sees those of the previous round, as it sees that round's summary.
+        self._sites_of_last_round = self.backward_sites
+        self.backward_sites = {}
         self.loops: dict[LoopNode, Loop] = {}
         self.statement_loops: dict[cst.CSTNode, tuple[Loop, ...]] = {}
         self.forward_results: dict[str, Structure] = {}  # what calling a local nn.Module returns
@@ -348,6 +354,7 @@ class DataflowAnalysis:
         self._summaries_before_definition: dict[object, FunctionSummary | None] = {}
         self._summarized: set[object] = set()
         self._arguments_read: list[tuple[object, dict[str, tuple]]] = []
+        self._sites_read_before_definition: list[tuple[object, dict[cst.Call, frozenset[Origin]]]] = []
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._comprehension_names: frozenset[str] = frozenset()  # bound by the comprehensions being evaluated
@@ -1262,7 +1269,11 @@ class DataflowAnalysis:
         if not passed or summary.backwarded:
             return
         key = _summary_key(summary)
-        for site in self.backward_sites.values():
+        sites = self.backward_sites
+        if key not in self._summarized:
+            sites = self._sites_of_last_round
+            self._sites_read_before_definition.append((key, self._walked_by(key, sites)))
+        for site in sites.values():
             function = site.scope.node
             if (
                 not isinstance(function, cst.FunctionDef)
@@ -1277,6 +1288,15 @@ class DataflowAnalysis:
             walked = self.graph_nodes(site.value) & passed
             for name in self._sharing_graph(env, walked):
                 env[name] = replace(env[name], freed=True)
+
+    def _walked_by(self, key: object, sites: Mapping[cst.Call, BackwardSite]) -> dict[cst.Call, frozenset[Origin]]:
+        """What each backward of the function ``key`` walks, by call: a fact a caller met before
+        the definition reads from the previous round."""
+        return {
+            call: self.graph_nodes(site.value)
+            for call, site in sites.items()
+            if isinstance(site.scope.node, cst.FunctionDef) and _callee_key(site.scope.node, site.scope.class_name) == key
+        }
 
     def _record_object_state(self, callee: object, env: Env) -> None:
         """What a method of a plain class called on ``self`` finds on the object: the graphs the
