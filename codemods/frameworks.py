@@ -123,6 +123,10 @@ HANDING_BACK_METHODS = {"prepare", "setup", "setup_optimizers", "prepare_optimiz
 # Framework objects that wrap the model: calling one is a forward (``engine(batch)``).
 CALLED_AS_FORWARD = {"deepspeed"}
 
+# The frameworks' packages, as scripts import them: seconds to import, so the warm runner imports
+# the ones a script imports once, before it forks the runs.
+FRAMEWORK_PACKAGES = ("accelerate", "pytorch_lightning", "lightning_fabric", "transformers")
+
 # Trainers --------------------------------------------------------------------------------------------
 
 # Trainer base classes that backward what one of their subclass's methods returns.
@@ -139,6 +143,9 @@ TRAINER_HOOKS = {
     "transformers.trainer.Trainer": "compute_loss",
 }
 LIGHTNING_HOOK = "training_step"
+# What a trainer hook's return hands the trainer to backward, when it returns a dict (Lightning's
+# ``return {"loss": loss, "log": ...}``); a tuple hands its first item.
+HOOK_RETURNED_LOSS_KEY = "loss"
 # Trainers and the method that runs a module's hooks, given the module (``trainer.fit(model)``).
 TRAINER_RUNS = {"pytorch_lightning.Trainer": "fit", "lightning.pytorch.Trainer": "fit", "lightning.Trainer": "fit"}
 # LightningModule hooks the trainer runs with gradients off (torch.no_grad or inference mode).
@@ -175,6 +182,22 @@ class GradientEffect(enum.Flag):
 
 
 OPTIMIZER_BASES = {"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"}
+# Methods of ``torch.nn.Module`` that read parameters or gradients, or set modes, and change no
+# parameter's value (``model.zero_grad()``, ``[p.grad for p in model.parameters()]``).
+PARAMETER_KEEPING_METHODS = {
+    "parameters",
+    "named_parameters",
+    "buffers",
+    "named_buffers",
+    "modules",
+    "named_modules",
+    "children",
+    "named_children",
+    "state_dict",
+    "zero_grad",
+    "train",
+    "eval",
+}
 # Methods of optimizers (and their wrappers) that no tensor has.
 OPTIMIZER_ONLY_METHODS = {"zero_grad", "step", "add_param_group"}
 # What calling each method does, whatever object it is called on (a ``torch.optim`` optimizer, the

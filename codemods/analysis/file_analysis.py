@@ -12,7 +12,7 @@ from typing import Iterator, Sequence
 import libcst as cst
 from libcst.metadata import CodeRange
 
-from ..frameworks import GradientEffect
+from ..frameworks import PARAMETER_KEEPING_METHODS, GradientEffect
 from ..summaries import ExportedSummary, ProjectSummaries
 from .assignments import assigned_names, read_names
 from .optimizers import gradient_effects
@@ -436,6 +436,24 @@ class FileAnalysis:
         not look (a logger, an imported helper, a method of an object it does not know); None when
         every call is a torch function, a module's forward, a builtin, a tensor's method or a
         function of the file whose own body reads no gradient."""
+        return next(self._calls_not_read(node), None)
+
+    def may_change_parameters(self, node: cst.CSTNode) -> bool | None:
+        """Whether running ``node`` changes parameters: True when an optimizer steps in it; None
+        when gradfix cannot tell (the file updates parameters by hand, or ``node`` calls code
+        gradfix does not read, other than a module's methods that change no parameter); False
+        when nothing in it can."""
+        if GradientEffect.STEP in self.gradient_effects(node):
+            return True
+        unread = (
+            call
+            for call in self._calls_not_read(node)
+            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in PARAMETER_KEEPING_METHODS)
+        )
+        return None if self.names.updated_by_hand or next(unread, None) is not None else False
+
+    def _calls_not_read(self, node: cst.CSTNode) -> Iterator[cst.Call]:
+        """The calls in ``node`` into code gradfix does not see into."""
         for call in self.tree.findall(node, cst.Call):
             func = call.func
             if self.names.is_torch(func) or self.names.module(func, self.class_name_of(call)) is not None:
@@ -446,8 +464,7 @@ class FileAnalysis:
                 continue
             if call in self._dataflow.backward_sites:
                 continue
-            return call
-        return None
+            yield call
 
     def _is_tensor(self, expression: cst.BaseExpression) -> bool:
         """Whether ``expression`` is a tensor: a name holding one, what a torch function or a

@@ -24,13 +24,19 @@ class ForwardOutsideLoop(Rule):
     that depend on the model or on parameters; not the data, not the modules) to the top of the
     innermost loop that contains the backward, so each iteration runs its own forward pass.
 
+    The statements between them that compute from what the moved ones assign move with them
+    (``preds = logits[:, :2]`` between ``logits = model(x)`` and ``preds = preds.softmax(-1)``).
     When those values are also read outside the loop (printed before it, returned after it), the
     statements stay where they are and the loop computes its own copy of them. gradfix only
     reports, without rewriting anything, when the move could change what the program means: when a
-    moved statement's inputs are reassigned in the loop or on the way to it, or when it is not a
-    plain assignment. When the backward keeps
-    the graph (``retain_graph=True``, or a value gradfix cannot read), the program runs as it is,
-    and the move, which changes its results, is an unsafe fix.
+    moved statement reads a name that is assigned again in the loop, on the way to it or by the
+    moved statements themselves (``preds = preds.softmax(-1)`` alone, moved, would apply once
+    more in every iteration), or when it is not a plain assignment. When the backward keeps the
+    graph (``retain_graph=True``, or a value gradfix cannot read), the program runs as it is, and
+    the move, which changes its results, is an unsafe fix; and when nothing in the loop changes
+    the parameters (no optimizer steps in it), every iteration's forward would be the same: a
+    Jacobian's rows, a Fisher estimate's labels backwarded one by one from one kept graph. That
+    is correct code, and not reported.
     """
 
     CODE = "GF003"
@@ -78,14 +84,27 @@ for epoch in range(epochs):
             # A kept graph runs: every iteration trains on the first one's forward, and moving it
             # changes what the program computes.
             runs = site.retain_graph is not False
-            if runs:
+            changing = self.analysis.may_change_parameters(loop.node.body) if runs else True
+            if changing is False:
+                continue  # every iteration would compute the same forward: one kept graph is right
+            fix = self._fix(hoisted, loop, safe=not runs)
+            if changing is None:
+                message += (
+                    " (the graph is kept, so the program runs; not rewritten: gradfix cannot tell whether anything in the loop "
+                    "changes the parameters, and if nothing does, one forward is right)"
+                )
+                fix = None
+            elif runs:
                 message += " (the graph is kept, so the program runs; moving the forward changes its results)"
-            yield self.violation(hoisted[0], message, self._fix(hoisted, loop, safe=not runs), related=(loop.node, site.call), sites=(site,))
+            yield self.violation(hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,))
 
     def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop, safe: bool) -> Fix | None:
         body = loop.node.body
+        hoisted = self._with_what_they_feed(hoisted, loop)
         if not isinstance(body, cst.IndentedBlock) or not all(is_single_assignment(s) for s in hoisted):
             return None
+        assigned_by_the_move = set().union(*(assigned_names(s, rebinding_only=True) for s in hoisted))
+        assigned_in_the_loop = assigned_names(body, rebinding_only=True)
         defined: set[str] = set()
         for statement in hoisted:
             block = self.analysis.block_of(statement)
@@ -95,14 +114,34 @@ for epoch in range(epochs):
             on_the_way = [*block.statements[block.index(statement) + 1 : block.index(container)], container]
             rebound = set().union(*(assigned_names(s, rebinding_only=True) for s in on_the_way))
             inputs = read_names(statement.body[0].value) - defined
-            if inputs & rebound:
-                return None
+            if inputs & (rebound | assigned_in_the_loop | assigned_by_the_move):
+                return None  # moved, it would read another value than it reads where it is
             defined |= assigned_names(statement)
         if self._read_elsewhere(defined, hoisted, loop):
             # Its values are read outside the loop too: they stay, and the loop computes its own.
             copies = tuple(statement.with_changes(leading_lines=[]) for statement in hoisted)
             return Fix(safe=safe, insert_before=((body.body[0], copies),))
         return Fix(safe=safe, move=tuple((statement, body.body[0]) for statement in hoisted))
+
+    def _with_what_they_feed(self, hoisted: Sequence[cst.CSTNode], loop: Loop) -> list[cst.CSTNode]:
+        """``hoisted`` with the statements between them and the loop, in their blocks, that compute
+        from what they assign: a step of the forward that built no graph node of its own (an item
+        of a model's output, picked by an index) is still a step of it."""
+        moving = list(hoisted)
+        for statement in hoisted:
+            block = self.analysis.block_of(statement)
+            container = self.analysis.tree.child_holding(block.owner, loop.node) if block is not None else None
+            if container is None or block.index(statement) > block.index(container):
+                continue
+            for later in block.statements[block.index(statement) + 1 : block.index(container)]:
+                if (
+                    all(later is not s for s in moving)
+                    and is_single_assignment(later)
+                    and read_names(later.body[0].value)
+                    & set().union(*(assigned_names(s) for s in moving if self.analysis.order(s) < self.analysis.order(later)))
+                ):
+                    moving.append(later)
+        return sorted(moving, key=self.analysis.order)
 
     def _read_elsewhere(self, names: set[str], hoisted: Sequence[cst.CSTNode], loop: Loop) -> bool:
         """Whether any of ``names`` is used in the loop's scope outside the loop body (other than
