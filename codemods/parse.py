@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import libcst as cst
 from libcst import CSTNode
 
-from .analysis.tree import LAYOUT
+from .analysis import LAYOUT
 from .report import SourceError
 from .source import decoded
 

@@ -187,3 +187,15 @@ def test_the_plain_layer_never_loads_libcst(module):
 def test_the_hand_over_is_the_one_place_the_plain_layer_imports_the_libcst_layer():
     direct = {(m, t) for m in MODULES if _layer(m) == "plain" for t in set().union(*IMPORTS[m]) if _forbidden(t)}
     assert direct <= HAND_OVER
+
+
+def test_the_analysis_has_one_door():
+    analysis = f"{CODEMODS}.analysis"
+    inside = {m for m in MODULES if m.startswith(analysis + ".")}
+    through_the_side = {
+        (importer, target)
+        for importer in MODULES
+        if importer != analysis and importer not in inside
+        for target in set().union(*IMPORTS[importer]) & inside
+    }
+    assert through_the_side == set()

@@ -12,7 +12,7 @@ package: the framework rows in ``codemods.frameworks``, the cross-file summaries
 """
 
 from ..frameworks import GradientEffect
-from .assignments import assigned_names, read_names, target_names
+from .assignments import APPENDING_METHODS, assigned_names, read_names, target_names
 from .backward_calls import argument, with_retained_graph
 from .dataflow import BackwardSite, Loop, Scope, expand
 from .file_analysis import Block, FileAnalysis
@@ -34,10 +34,12 @@ from .syntax import (
     with_reads_replaced,
 )
 from .torch_names import dotted_name
-from .tree import find_nodes
+from .tree import LAYOUT, find_nodes
 from .values import NONE, NUMBER, TENSOR, UNKNOWN, Carried, Element, ListOf, Origin, Structure, TupleOf, Value
 
 __all__ = [
+    "APPENDING_METHODS",
+    "LAYOUT",
     "NONE",
     "NUMBER",
     "TENSOR",

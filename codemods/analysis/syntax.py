@@ -7,6 +7,7 @@ import functools
 
 import libcst as cst
 
+from ..frameworks import HOOK_RETURNED_LOSS_KEY
 from .tree import LAYOUT
 from .values import TENSOR, ListOf, Structure, TupleOf
 
@@ -100,7 +101,8 @@ def appended(small: cst.CSTNode) -> cst.Call | None:
 
 def loss_handed_to_trainer(returned: cst.BaseExpression) -> cst.BaseExpression | None:
     """What a trainer hook's ``return`` hands the trainer to backward: the value itself, the first
-    item of a tuple, the ``"loss"`` of a dict (None when a dict has no such key)."""
+    item of a tuple, the ``"loss"`` of a dict (``frameworks.HOOK_RETURNED_LOSS_KEY``; None when a
+    dict has no such key)."""
     if isinstance(returned, cst.Tuple) and returned.elements:
         return loss_handed_to_trainer(returned.elements[0].value)
     if isinstance(returned, cst.Dict):
@@ -108,7 +110,9 @@ def loss_handed_to_trainer(returned: cst.BaseExpression) -> cst.BaseExpression |
             (
                 loss_handed_to_trainer(element.value)
                 for element in returned.elements
-                if isinstance(element, cst.DictElement) and type(element.key) is cst.SimpleString and element.key.value in ('"loss"', "'loss'")
+                if isinstance(element, cst.DictElement)
+                and type(element.key) is cst.SimpleString
+                and element.key.evaluated_value == HOOK_RETURNED_LOSS_KEY
             ),
             None,
         )

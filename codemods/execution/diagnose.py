@@ -21,7 +21,7 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis import FileAnalysis, code_of, is_name, method_called
-from ..analysis.assignments import APPENDING_METHODS
+from ..analysis import APPENDING_METHODS
 from ..check import check_source, find_violations
 from ..files import unified_diff, write_atomically
 from ..parse import parse_source

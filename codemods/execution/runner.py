@@ -60,8 +60,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import typed_json
+from ..frameworks import FRAMEWORK_PACKAGES
 
-PRELOADED_FRAMEWORKS = ("accelerate", "pytorch_lightning", "lightning_fabric", "transformers")
 MEASURED_STEPS = 8  # a scan of the heap costs a quarter of a second; growth shows in a few steps
 STOP_SHARE = 0.9  # of a run's time: a run still training then stops with what it showed; the rest kills one stuck elsewhere
 COMPARED_STEPS = 8  # optimizer steps (backward calls without one) whose gradients a repair compares
@@ -535,7 +535,7 @@ def _import_frameworks_of(script: str) -> None:
     server, once, so that this run and every later one forks with them loaded. A script that needs
     none (most) starts without paying for them."""
     source = _regular_file_bytes(script).decode(errors="replace")
-    for framework in PRELOADED_FRAMEWORKS:
+    for framework in FRAMEWORK_PACKAGES:
         if framework not in sys.modules and re.search(rf"^\s*(?:import|from)\s+{framework}\b", source, re.MULTILINE):
             with contextlib.suppress(ImportError):
                 importlib.import_module(framework)
