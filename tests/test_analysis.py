@@ -201,6 +201,52 @@ def test_items_of_a_tuple_hold_a_guessed_graph_and_items_of_a_list_a_proved_one(
     assert read["picked"].graph and read["picked"].guessed  # (an item of a tuple, picked by index)
 
 
+def test_a_repeated_list_is_a_list_and_a_slot_reads_what_was_written_to_it():
+    analysis = analyse(
+        """
+        model = nn.Linear(2, 2)
+        losses = [None] * 3
+        for i in range(3):
+            losses[i] = model(torch.ones(1, 2)).sum()
+            losses[i].backward()
+        """
+    )
+    site = analysis.backward_sites[0]
+    assert isinstance(analysis.loops[0].entry["losses"].structure, ListOf)  # (not a tensor: no ``losses.detach()``)
+    written = analysis.line(site.statement) - 1
+    assert not site.value.freed and {analysis.line(o.statement) for o in site.value.origins if isinstance(o, Origin)} == {written}
+
+
+def test_two_branches_on_a_flag_set_once_before_both_are_exclusive():
+    analysis = analyse(
+        """
+        def step(model, x, per_item):
+            flag = per_item and x is not None
+            for item in x:
+                if flag:
+                    model(item).sum().backward()
+            if not flag:
+                model(x).sum().backward()
+            flag = False
+        """
+    )
+    first, second = analysis.backward_sites
+    assert not analysis.exclusive(first.statement, second.statement)  # (``flag`` is assigned again after them)
+    once = analyse(
+        """
+        def step(model, x, per_item):
+            flag = per_item and x is not None
+            for item in x:
+                if flag:
+                    model(item).sum().backward()
+            if not flag:
+                model(x).sum().backward()
+        """
+    )
+    first, second = once.backward_sites
+    assert once.exclusive(first.statement, second.statement)
+
+
 def test_a_loop_marks_what_an_iteration_receives_from_the_previous_one():
     analysis = analyse(
         """

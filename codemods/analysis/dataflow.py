@@ -358,6 +358,9 @@ class DataflowAnalysis:
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._comprehension_names: frozenset[str] = frozenset()  # bound by the comprehensions being evaluated
+        # The slots ``x[i]`` written since ``x`` and ``i`` last changed, by ``x`` and by ``i``: the env
+        # keeps each one's value under the key ``x[i]``.
+        self._slots: dict[str, set[str]] = {}
         self._returned_shapes: dict[cst.Call, Structure] = {}  # calls of the file's functions read as any call
         self._frames: list[_Frame] = []
         self._statement: cst.CSTNode = module
@@ -650,6 +653,7 @@ class DataflowAnalysis:
         elif isinstance(small, cst.Del):
             for name in target_names(small.target):
                 env.pop(name, None)
+                self._forget_slots(name, env)
         return env
 
     # loops -----------------------------------------------------------------------------------
@@ -747,10 +751,16 @@ class DataflowAnalysis:
             name = dotted_name(target.value)
             if name is not None:
                 held = env.get(name, NOTHING)
+                self._forget_slots(name, env)
                 if held.structure is TENSOR:  # an in-place copy into a tensor: a node of its graph
                     env[name] = combine([held, value], self._origin(target), TENSOR)
                 else:  # a dict, a list, a ParameterDict holds the value itself
                     env[name] = _union([held, value], held.structure)
+                    slot = _slot(target)
+                    if slot is not None:
+                        env[slot] = value
+                        for owner in (name, target.slice[0].slice.value.value):
+                            self._slots.setdefault(owner, set()).add(slot)
             return
         name = dotted_name(target)
         if name is None:
@@ -761,11 +771,17 @@ class DataflowAnalysis:
             value = value.without_graph()  # what is written to .data is never recorded
         for key in self._attributes_of.get(name, ()):
             env.pop(key, None)
+        self._forget_slots(name, env)
         if self._names_an_object(target):
             value = NOTHING  # model = DDP(model), engine, optimizer, … = deepspeed.initialize(…): not tensors
         if "." in name:
             self._escape([value])  # kept on an object: another call may backward it
         env[name] = value
+
+    def _forget_slots(self, name: str, env: Env) -> None:
+        """What was written to ``x[i]`` is what ``x[i]`` reads only until ``x`` or ``i`` changes."""
+        for slot in self._slots.get(name, ()):
+            env.pop(slot, None)
 
     # expressions -----------------------------------------------------------------------------
     def _origin(self, node: cst.CSTNode) -> Origin | None:
@@ -792,7 +808,12 @@ class DataflowAnalysis:
         if node_type is cst.Call:
             return self._eval_call(node, env)
         if node_type is cst.BinaryOperation:
-            return combine(self._eval_all([node.left, node.right], env), self._origin(node))
+            operands = self._eval_all([node.left, node.right], env)
+            # ``[None] * n``, ``pairs + [(a, b)]``: a list or a tuple repeated or joined is one still.
+            containers = [v.structure for v in operands if isinstance(v.structure, (ListOf, TupleOf))]
+            if containers:
+                return _part(_union(operands, UNKNOWN), containers[0] if isinstance(containers[0], ListOf) else UNKNOWN)
+            return combine(operands, self._origin(node))
         if node_type is cst.UnaryOperation:
             operand = self._eval(node.expression, env)
             return CONSTANT if isinstance(node.operator, cst.Not) else combine([operand], self._origin(node))
@@ -817,12 +838,16 @@ class DataflowAnalysis:
             env.update(join_envs([env, otherwise]) or {})
             return value
         if node_type is cst.Subscript:
+            slot = _slot(node)
+            written = env.get(slot) if slot is not None else None
             base = self._eval(node.value, env)
             for element in node.slice:
                 if isinstance(element.slice, cst.Index):
                     self._eval(element.slice.value, env)
             if base.structure is TENSOR:
                 return combine([base], self._origin(node))
+            if written is not None and not written.unbound:
+                return written  # ``losses[i] = loss`` then ``losses[i]``: this very value
             element = _element_of(base)
             loop = self._loops[-1] if self._loops else None
             if (
@@ -989,6 +1014,8 @@ class DataflowAnalysis:
                 if target is not None:
                     env[target] = value
                 return value
+            if target is not None and method not in APPENDING_METHODS:
+                self._forget_slots(target, env)  # (``insert``, ``pop``, ``clear``: the slots move)
             if method in APPENDING_METHODS and target is not None:
                 item = values[-1] if values else NOTHING
                 if method == "extend":
@@ -1407,6 +1434,15 @@ def _turns_off(call: cst.Call) -> bool:
 
 def _indexed_by(node: cst.Subscript, names: frozenset[str]) -> bool:
     return any(isinstance(element.slice, cst.Index) and read_names(element.slice.value) & names for element in node.slice)
+
+
+def _slot(node: cst.Subscript) -> str | None:
+    """``"losses[i]"`` for ``losses[i]``: a container's item picked by a plain name."""
+    container = dotted_name(node.value)
+    if container is None or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    index = node.slice[0].slice.value
+    return f"{container}[{index.value}]" if type(index) is cst.Name else None
 
 
 def _element_of(value: Value) -> Value:

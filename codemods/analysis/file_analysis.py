@@ -14,7 +14,7 @@ from libcst.metadata import CodeRange
 
 from ..frameworks import PARAMETER_KEEPING_METHODS, GradientEffect
 from ..summaries import ExportedSummary, ProjectSummaries
-from .assignments import assigned_names, read_names
+from .assignments import assigned_names, read_names, target_names
 from .optimizers import gradient_effects
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
@@ -286,8 +286,26 @@ class FileAnalysis:
             return False
         if self._opposite_branches_of_a_fixed_test(first, second):
             return True
-        assigned = assigned_names(scope.body if isinstance(scope, cst.FunctionDef) else scope, tree=self.tree)
-        return any(tests.get(name) is (not holds) and name not in assigned for name, holds in self._branch_tests(first).items())
+        return any(
+            tests.get(name) is (not holds) and self._same_value_at_both(name, scope, first, second)
+            for name, holds in self._branch_tests(first).items()
+        )
+
+    def _same_value_at_both(self, name: str, scope: cst.CSTNode, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether ``name`` holds one value wherever ``first`` and ``second`` run: nothing in the
+        scope assigns it, or only plain statements before both, in no loop around either
+        (``per_task = mask is not None`` at the top of the function)."""
+        body = scope.body if isinstance(scope, cst.FunctionDef) else scope
+        if name not in assigned_names(body, tree=self.tree):
+            return True
+        if any(name in target_names(loop.target) for loop in self.tree.findall(body, cst.For)) or any(
+            name in target_names(item.asname.name) for item in self.tree.findall(body, cst.WithItem) if item.asname is not None
+        ):
+            return False
+        writes = [statement for statement in self.tree.findall(body, cst.SimpleStatementLine) if name in assigned_names(statement, tree=self.tree)]
+        around = {id(loop) for node in (first, second) for loop in self.loops_around(node)}
+        start = min(self.order(first), self.order(second))
+        return bool(writes) and all(self.order(write) < start and not {id(loop) for loop in self.loops_around(write)} & around for write in writes)
 
     def _opposite_branches_of_a_fixed_test(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
         """Whether the two sit in the body and the ``else`` of one ``if`` whose test reads nothing

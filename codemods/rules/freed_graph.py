@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import BackwardSite, as_operand, assigned_names, code_of, dotted_name, loss_handed_to_trainer, read_names
+from ..analysis import BackwardSite, Origin, as_operand, assigned_names, code_of, dotted_name, loss_handed_to_trainer, read_names
 from ..edits import Fix
 from ..frameworks import AUTOGRAD_GRAD, TENSOR_BACKWARD, TRAINER_RUNS
 from ..rule import FixKind, Rule, Violation
@@ -89,7 +89,11 @@ class Classifier(pl.LightningModule):
             freeing = [
                 other
                 for other in self.analysis.backward_sites
-                if other is not site and other.retain_graph is False and not other.api.guessed and self.analysis.graph_nodes(other) & nodes
+                if other is not site
+                and other.retain_graph is False
+                and not other.api.guessed
+                and self.analysis.graph_nodes(other) & nodes
+                and self._may_run_before(other, site, self.analysis.graph_nodes(other) & nodes)
             ]
             if freeing and all(self.analysis.exclusive(other.statement, site.statement) for other in freeing):
                 continue  # no run reaches both
@@ -113,6 +117,20 @@ class Classifier(pl.LightningModule):
                 related=tuple(node for node in (*(other.call for other in earlier[-1:]), built) if node is not None),
                 sites=(site,),
             )
+
+    def _may_run_before(self, other: BackwardSite, site: BackwardSite, shared: frozenset[Origin]) -> bool:
+        """Whether ``other`` can free the shared graph before ``site`` backwards it: it comes first,
+        or a loop around both runs it again before ``site``'s next pass (a function's calls only when
+        some of the graph outlives a call: each call builds what its body builds afresh). A backward
+        of another function may run before, whatever the order of their definitions."""
+        if other.scope is not site.scope or self.analysis.order(other.call) < self.analysis.order(site.call):
+            return True
+        around_other = {id(loop) for loop in self.analysis.loops_around(other.statement)}
+        return any(
+            not loop.is_call or any(not self.analysis.contains(loop.node, origin.statement) for origin in shared)
+            for loop in self.analysis.loops_around(site.statement)
+            if id(loop) in around_other
+        )
 
     def _returned_to_the_trainer(self) -> Iterator[Violation]:
         """A trainer hook (Lightning's ``training_step`` under automatic optimization, a Hugging
