@@ -12,14 +12,15 @@ from typing import Iterator, Sequence
 import libcst as cst
 from libcst.metadata import CodeRange
 
-from ..frameworks import PARAMETER_KEEPING_METHODS, GradientEffect
+from ..frameworks import PARAMETER_KEEPING_METHODS, TENSOR_BACKWARD, GradientEffect
 from ..summaries import ExportedSummary, ProjectSummaries
 from .assignments import assigned_names, read_names, target_names
 from .optimizers import gradient_effects
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
-from .syntax import method_called
+from .backward_calls import argument
+from .syntax import as_operand, code_of, method_called
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
 from .values import TENSOR, ListOf, Origin, TupleOf, Value
@@ -524,6 +525,34 @@ class FileAnalysis:
     @cached_property
     def _module_functions(self) -> list[cst.FunctionDef]:
         return [s for s in self.module.body if isinstance(s, cst.FunctionDef)]
+
+    def merged_backward(self, sites: Sequence[BackwardSite]) -> cst.Call | None:
+        """One call that backwards every tensor of ``sites`` as their separate calls did (the last
+        one's call, on the sum), or None. Tensors given their own gradient (``out.backward(grad)``)
+        are backwarded together by ``torch.autograd.backward(tensors, gradients)``, which is what
+        it is for. Whether the merge keeps the program's meaning (nothing reads the first
+        gradient between them) is the caller's question."""
+        earlier, last = sites[:-1], sites[-1]
+        if any(site.api != last.api or site.tensor is None for site in sites) or any(site.retain_graph is None for site in earlier):
+            return None  # one merged call must backward them all the same way
+        gradients = [argument(site.call, 0, "gradient") if site.api == TENSOR_BACKWARD else None for site in sites]
+        retains = [argument(site.call, site.api.retain_position, "retain_graph") for site in sites]
+        for site, gradient, retain in zip(sites, gradients, retains):
+            kept = {id(gradient), id(retain), id(argument(site.call, site.api.tensor_position, site.api.tensor_keyword))}
+            if (site is not last or gradient is not None) and any(id(arg) not in kept for arg in site.call.args):
+                return None  # arguments other than the tensor, its gradient and retain_graph would be lost
+        if all(gradient is None for gradient in gradients):
+            total = as_operand(sites[0].tensor)
+            for site in sites[1:]:
+                total = cst.BinaryOperation(left=total, operator=cst.Add(), right=as_operand(site.tensor))
+            return last.with_tensor(total)
+        torch = next((name for name, qualified in self.names.aliases.items() if qualified == "torch"), None)
+        if torch is None:
+            return None
+        tensors = ", ".join(code_of(site.tensor) for site in sites)
+        given = ", ".join("None" if gradient is None else code_of(gradient.value) for gradient in gradients)
+        keep = "" if retains[-1] is None else f", retain_graph={code_of(retains[-1].value)}"
+        return cst.parse_expression(f"{torch}.autograd.backward([{tensors}], [{given}]{keep})")
 
     def updates_parameters(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` steps or zeroes an optimizer (or calls any other method of a known one)."""

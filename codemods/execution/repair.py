@@ -647,8 +647,10 @@ def _merged_across_branches(blamed: _Blamed, earlier, site) -> Iterator[Proposal
     between = block.statements[block.index(earlier.statement) + 1 : block.index(outer)]
     if any(analysis.updates_parameters(s) for s in between):
         return
-    total = cst.parse_expression(f"{code_of(earlier.tensor)} + {code_of(site.tensor)}")
-    merged = site.statement.with_changes(body=[cst.Expr(site.with_tensor(total))])
+    merged_call = analysis.merged_backward([earlier, site])
+    if merged_call is None:
+        return
+    merged = site.statement.with_changes(body=[cst.Expr(merged_call)])
     rewritten = outer.visit(_BranchMerge(analysis, set(map(id, branches)), site.statement, merged, earlier.statement))
     line, earlier_line = analysis.line(site.statement), analysis.line(earlier.statement)
     yield (

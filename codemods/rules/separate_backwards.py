@@ -9,8 +9,6 @@ from ..analysis import (
     Block,
     GradientEffect,
     Origin,
-    argument,
-    as_operand,
     assigned_names,
     code_of,
     expand,
@@ -21,7 +19,6 @@ from ..analysis import (
     with_reads_replaced,
 )
 from ..edits import Fix
-from ..frameworks import TENSOR_BACKWARD
 from ..rule import FixKind, Rule, Violation
 
 
@@ -188,29 +185,6 @@ for x, y_reg, y_cls in loader:
     def _between(self, block: Block, first: BackwardSite, second: BackwardSite) -> Sequence[cst.BaseStatement]:
         return block.statements[block.index(first.statement) + 1 : block.index(second.statement)]
 
-    def _merged_call(self, group: list[BackwardSite]) -> cst.Call | None:
-        """One call that backwards every tensor of ``group`` as the separate calls did, or None.
-        Tensors given their own gradient (``out.backward(grad)``) are backwarded together by
-        ``torch.autograd.backward(tensors, gradients)``, which is what it is for."""
-        earlier, last = group[:-1], group[-1]
-        if any(site.api != last.api for site in earlier) or any(site.retain_graph is None for site in earlier):
-            return None  # one merged call must backward them all the same way
-        gradients = [argument(site.call, 0, "gradient") if site.api == TENSOR_BACKWARD else None for site in group]
-        retains = [argument(site.call, site.api.retain_position, "retain_graph") for site in group]
-        for site, gradient, retain in zip(group, gradients, retains):
-            kept = {id(gradient), id(retain), id(argument(site.call, site.api.tensor_position, site.api.tensor_keyword))}
-            if (site is not last or gradient is not None) and any(id(arg) not in kept for arg in site.call.args):
-                return None  # arguments other than the tensor, its gradient and retain_graph would be lost
-        if all(gradient is None for gradient in gradients):
-            return last.with_tensor(_sum([site.tensor for site in group]))
-        torch = next((name for name, qualified in self.analysis.names.aliases.items() if qualified == "torch"), None)
-        if torch is None:
-            return None
-        tensors = ", ".join(code_of(site.tensor) for site in group)
-        given = ", ".join("None" if gradient is None else code_of(gradient.value) for gradient in gradients)
-        keep = "" if retains[-1] is None else f", retain_graph={code_of(retains[-1].value)}"
-        return cst.parse_expression(f"{torch}.autograd.backward([{tensors}], [{given}]{keep})")
-
     def _recompute_fix(self, group: list[BackwardSite], block: Block) -> Fix | None:
         """For two backwards with an optimizer step between (SAM's two steps): the second
         backward computes the shared forward again, after the step, in place of reading the one
@@ -256,7 +230,7 @@ for x, y_reg, y_cls in loader:
 
     def _fix(self, group: list[BackwardSite], block: Block) -> Fix | None:
         earlier, last = group[:-1], group[-1]
-        merged_call = self._merged_call(group)
+        merged_call = self.analysis.merged_backward(group)
         if merged_call is None:
             return None
         if self.analysis.names.gradient_hooks:
@@ -279,10 +253,3 @@ def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
     while isinstance(func, cst.Attribute):
         func = func.value
     return [func] if isinstance(func, cst.Name) else []
-
-
-def _sum(operands: list[cst.BaseExpression]) -> cst.BaseExpression:
-    total = as_operand(operands[0])
-    for operand in operands[1:]:
-        total = cst.BinaryOperation(left=total, operator=cst.Add(), right=as_operand(operand))
-    return total
