@@ -15,7 +15,9 @@ from gradfix.codemods.registry import all_rules
 from gradfix.codemods.analysis.syntax import is_detach, is_name
 from gradfix.codemods.analysis.tree import LAYOUT, SyntaxTree, find_nodes
 from gradfix.codemods.analysis import (
+    NUMBER,
     TENSOR,
+    UNKNOWN,
     Carried,
     FileAnalysis,
     GradientEffect,
@@ -723,3 +725,30 @@ def test_with_reads_replaced_computes_each_read_where_it_stands():
     assert code_of(replaced) == "criterion((a + b) * 2, target=x.output, output=(a + b))"
     method = cst.parse_statement("def f(self):\n    g = lambda: self.cache\n    def h(self):\n        return self.cache\n    return self.cache.t()\n")
     assert code_of(with_reads_replaced(method, "self.cache", cst.parse_expression("self.table(self.p)"))).count("self.table(self.p)") == 2
+
+
+def test_a_named_tuple_of_the_file_keeps_its_class_when_detached():
+    from gradfix.codemods.analysis import detached
+    from gradfix.codemods.analysis.values import RecordOf
+
+    analysis = analyse(
+        """
+        from typing import NamedTuple
+
+        class State(NamedTuple):
+            v: torch.Tensor
+            step: int
+
+        cell = nn.Linear(2, 2)
+        state = State(v=torch.zeros(1, 2), step=0)
+        for i in range(3):
+            state = State(cell(state.v), state.step + 1)
+            state.v.sum().backward()
+        """
+    )
+    structure = analysis.loops[0].back_edge["state"].structure
+    assert structure == RecordOf((TENSOR, NUMBER), "State")  # (``state.step + 1``: a number plus a number)
+    assert detached(cst.Name("state"), structure) is None  # (a number has no .detach())
+    tensors = RecordOf((TENSOR, TENSOR), "State")
+    assert cst.Module([]).code_for_node(detached(cst.Name("state"), tensors)) == "type(state)(*(h.detach() for h in state))"
+    assert RecordOf((TENSOR,), "State").join(TupleOf((TENSOR,))) is UNKNOWN  # (a plain tuple rebuilt would lose the fields' names)

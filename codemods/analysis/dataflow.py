@@ -52,6 +52,7 @@ from .values import (
     Element,
     ListOf,
     Origin,
+    RecordOf,
     Source,
     Structure,
     TupleOf,
@@ -813,7 +814,10 @@ class DataflowAnalysis:
             containers = [v.structure for v in operands if isinstance(v.structure, (ListOf, TupleOf))]
             if containers:
                 return _part(_union(operands, UNKNOWN), containers[0] if isinstance(containers[0], ListOf) else UNKNOWN)
-            return combine(operands, self._origin(node))
+            structures = {v.structure for v in operands}
+            # a tensor when one operand is; two numbers make a number; anything else is not known
+            structure = TENSOR if TENSOR in structures else NUMBER if structures == {NUMBER} else UNKNOWN
+            return combine(operands, self._origin(node), structure)
         if node_type is cst.UnaryOperation:
             operand = self._eval(node.expression, env)
             return CONSTANT if isinstance(node.operator, cst.Not) else combine([operand], self._origin(node))
@@ -903,6 +907,10 @@ class DataflowAnalysis:
         if self.names.module(node.value, self._scope.class_name) is not None:
             return NOTHING  # a submodule, or an attribute of one gradfix cannot name
         base = self._eval(node.value, env)
+        if isinstance(base.structure, RecordOf):
+            fields = self.names.record_classes.get(base.structure.name, ())
+            if node.attr.value in fields:
+                return _item_of(base, base.structure.items[fields.index(node.attr.value)])
         return replace(base, structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
 
     def _eval_call(self, node: cst.Call, env: Env) -> Value:
@@ -1036,6 +1044,8 @@ class DataflowAnalysis:
             return result
 
         values = self._eval_all(arguments, env)
+        if isinstance(func, cst.Name) and func.value in self.names.record_classes:
+            return _union(values, self._record_structure(func.value, node, values))
         if isinstance(func, cst.Name) and func.value in self.names.local_classes:
             self._record_construction(func.value, node, values)
             if func.value in self._constructor_parameters:
@@ -1066,6 +1076,19 @@ class DataflowAnalysis:
             values.append(LEAF)
         self._eval(func, env)
         return combine(values, self._origin(node), UNKNOWN, known_operation=False)
+
+    def _record_structure(self, class_name: str, call: cst.Call, values: list[Value]) -> Structure:
+        """``State(v, i)``, ``State(v=v, i=i)``: the named tuple with its fields' structures, when
+        the call gives every field (by position or by name) and nothing else."""
+        fields = self.names.record_classes[class_name]
+        given: dict[str, Structure] = {}
+        for position, (arg, value) in enumerate(zip(call.args, values)):
+            if arg.star or (arg.keyword is None and position >= len(fields)):
+                return UNKNOWN
+            given[fields[position] if arg.keyword is None else arg.keyword.value] = value.structure
+        if set(given) != set(fields):
+            return UNKNOWN
+        return RecordOf(tuple(given[name] for name in fields), class_name)
 
     def _record_construction(self, class_name: str, call: cst.Call, values: list[Value]) -> None:
         self.constructions.setdefault(class_name, []).append(tuple(reversed(self._loops)))

@@ -9,7 +9,7 @@ import libcst as cst
 
 from ..frameworks import HOOK_RETURNED_LOSS_KEY
 from .tree import LAYOUT
-from .values import TENSOR, ListOf, Structure, TupleOf
+from .values import TENSOR, ListOf, RecordOf, Structure, TupleOf
 
 _ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 _EMPTY_MODULE = cst.Module([])
@@ -187,12 +187,15 @@ def with_reads_replaced(node: cst.CSTNode, name: str, by: cst.BaseExpression) ->
 
 def detached(expression: cst.BaseExpression, structure: Structure = TENSOR) -> cst.BaseExpression | None:
     """``expression`` with every tensor in it detached, for the structures gradfix can write
-    (a tensor, a list of tensors, a tuple of tensors or of tuples of tensors); None otherwise."""
+    (a tensor, a list of tensors, a tuple of tensors or of tuples of tensors, a named tuple of the
+    file's own class holding tensors); None otherwise."""
     if structure is TENSOR:
         return cst.Call(func=cst.Attribute(value=as_operand(expression), attr=cst.Name("detach")))
     code = code_of(expression)
     if isinstance(structure, ListOf) and structure.item is TENSOR:
         return cst.parse_expression(f"[s.detach() for s in {code}]")
+    if isinstance(structure, RecordOf):
+        return cst.parse_expression(f"type({code})(*(h.detach() for h in {code}))") if set(structure.items) == {TENSOR} else None
     if isinstance(structure, TupleOf) and structure.items:
         items = set(structure.items)
         if items == {TENSOR}:

@@ -169,6 +169,8 @@ class TorchNames:
     detaching_functions: set[str] = field(default_factory=set)
     frameworks: dict[str, str] = field(default_factory=dict)  # dotted name -> "accelerator", "fabric", …
     local_classes: set[str] = field(default_factory=set)  # every class defined in the file
+    # The file's named tuple classes (``class State(NamedTuple)``), with their fields in order.
+    record_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     instances: dict[str, str] = field(default_factory=dict)  # dotted name -> local class it was built from
     constructed: dict[str, str] = field(default_factory=dict)  # dotted name -> qualified callee it came from
     trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
@@ -319,6 +321,14 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self.names.local_classes.add(class_name)
         for base in node.bases:
             name = self.names.qualify(base.value) or ""
+            if name == "typing.NamedTuple":
+                self.names.record_classes[class_name] = tuple(
+                    statement.body[0].target.value
+                    for statement in node.body.body
+                    if isinstance(statement, cst.SimpleStatementLine)
+                    and isinstance(statement.body[0], cst.AnnAssign)
+                    and isinstance(statement.body[0].target, cst.Name)
+                )
             hook = TRAINER_HOOKS.get(name) or self.names.trainer_hooks.get(name)
             self.names.frameworks.update(TRAINER_ATTRIBUTES.get(name, {}))
             if hook is not None:

@@ -118,8 +118,23 @@ class TupleOf(Structure):
     def join(self, other: Structure) -> Structure:
         if other is EMPTY:
             return self
-        if isinstance(other, TupleOf) and len(other.items) == len(self.items):
+        if type(other) is TupleOf and type(self) is TupleOf and len(other.items) == len(self.items):
             return TupleOf(tuple(a.join(b) for a, b in zip(self.items, other.items)))
+        return UNKNOWN
+
+
+@dataclass(frozen=True)
+class RecordOf(TupleOf):
+    """A named tuple of a class the file defines (``LIFState(v, i)``): a tuple whose rebuilt copy
+    must be the same class, since the code reads its fields by name (``state.v``)."""
+
+    name: str = ""
+
+    def join(self, other: Structure) -> Structure:
+        if other is EMPTY:
+            return self
+        if isinstance(other, RecordOf) and other.name == self.name and len(other.items) == len(self.items):
+            return RecordOf(tuple(a.join(b) for a, b in zip(self.items, other.items)), self.name)
         return UNKNOWN
 
 
