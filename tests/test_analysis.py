@@ -752,3 +752,24 @@ def test_a_named_tuple_of_the_file_keeps_its_class_when_detached():
     tensors = RecordOf((TENSOR, TENSOR), "State")
     assert cst.Module([]).code_for_node(detached(cst.Name("state"), tensors)) == "type(state)(*(h.detach() for h in state))"
     assert RecordOf((TENSOR,), "State").join(TupleOf((TENSOR,))) is UNKNOWN  # (a plain tuple rebuilt would lose the fields' names)
+
+
+def test_an_item_every_return_proves_graphless_is_graphless_at_the_call():
+    analysis = analyse(
+        """
+        model = nn.Linear(2, 2)
+
+        def path_regularize(fake, mean_length):
+            lengths = fake.pow(2).sum(1).sqrt()
+            mean = mean_length + 0.01 * (lengths.mean() - mean_length)
+            return (lengths - mean).pow(2).mean(), mean.detach(), lengths
+
+        mean_length = 0
+        for step in range(3):
+            penalty, mean_length, lengths = path_regularize(model(torch.ones(2, 2)), mean_length)
+            penalty.backward()
+        """
+    )
+    back = analysis.loops[0].back_edge
+    assert back["mean_length"].graphless and not back["mean_length"].graph  # (``mean.detach()`` in the only return)
+    assert back["penalty"].graph and back["lengths"].graph

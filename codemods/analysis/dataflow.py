@@ -186,6 +186,8 @@ class FunctionSummary:
     # The graphs a method builds and leaves on ``self`` (``self.reg_loss += decay * reg``), or that
     # a backward inside it freed, by attribute (parameters it keeps are leaves: nothing frees them).
     kept_on_self: Mapping[str, Value] = field(default_factory=dict)
+    # What each item holds, when every return writes out a tuple of the same length.
+    returned_items: tuple[Value, ...] | None = None
 
     @property
     def has_effect(self) -> bool:
@@ -216,7 +218,20 @@ class _Frame:
     breaks: list[Env] = field(default_factory=list)
     returns: list[Env] = field(default_factory=list)
     returned: list[Value] = field(default_factory=list)
+    # Each return's items, when it returns a tuple written out (``return loss, acc.item()``); None
+    # for a return of anything else.
+    returned_items: list[list[Value] | None] = field(default_factory=list)
     yielded: list[Value] = field(default_factory=list)
+
+    def items_returned(self) -> tuple[Value, ...] | None:
+        """What each position of the tuple every return writes out may hold; None unless each
+        return writes one of the same length (and nothing is yielded)."""
+        if self.yielded or not self.returned_items or any(items is None for items in self.returned_items):
+            return None
+        lengths = {len(items) for items in self.returned_items if items is not None}
+        if len(lengths) != 1:
+            return None
+        return tuple(_joined([items[position] for items in self.returned_items if items is not None]) for position in range(lengths.pop()))
 
 
 def join_envs(envs: Sequence[Env | None]) -> Env | None:
@@ -340,6 +355,10 @@ class DataflowAnalysis:
         # Local module classes whose methods keep a graph on ``self`` for the next call.
         self.stateful_classes: set[str] = set()
         self.returned: dict[cst.FunctionDef, Value] = {}
+        self.returned_items: dict[cst.FunctionDef, tuple[Value, ...] | None] = {}
+        self._tuple_items: dict[cst.Tuple, list[Value]] = {}  # each tuple written out, by its items
+        # A call of the file's function that returns a tuple written out, with that function's summary.
+        self._call_items: dict[cst.Call, FunctionSummary] = {}
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
         self.read_values: dict[cst.Name, Value] = {}  # what each name read held (in a loop: its last pass)
         self.assigned_values: dict[cst.BaseExpression, Value] = {}  # right-hand sides, as evaluated
@@ -395,6 +414,7 @@ class DataflowAnalysis:
                 self.returned[scope.node] = (
                     _part(_joined(frame.yielded), ListOf(_joined(frame.yielded).structure)) if frame.yielded else _joined(frame.returned)
                 )
+                self.returned_items[scope.node] = frame.items_returned()
             return end
         finally:
             self._scope, self._loops, self._frames, self._no_grad = saved
@@ -454,7 +474,7 @@ class DataflowAnalysis:
             and self._unconditional(site.statement, node)
         )
         name = node.name.value if class_name is None else f"{class_name}.{node.name.value}"
-        summary = FunctionSummary(name, tuple(parameters), backwarded, self.returned.get(node, NOTHING))
+        summary = FunctionSummary(name, tuple(parameters), backwarded, self.returned.get(node, NOTHING), returned_items=self.returned_items.get(node))
         key = node.name.value if class_name is None else (class_name, node.name.value)
         self.summaries[key] = summary
         self._summarized.add(key)
@@ -642,6 +662,8 @@ class DataflowAnalysis:
             if small.value is not None:
                 frame.returned.append(self._eval(small.value, env))
                 self._escape(frame.returned[-1:])
+                items = self._tuple_items.get(small.value) if isinstance(small.value, cst.Tuple) else None
+                frame.returned_items.append(None if items is None else [v.without_graph() if self._no_grad else v for v in items])
             frame.returns.append(env)
             raise _Terminated
         elif isinstance(small, cst.Raise):
@@ -723,6 +745,8 @@ class DataflowAnalysis:
                 break
         loop.entry, loop.back_edge = entry, back_edge
         loop.returned = _joined(frame.returned)
+        if isinstance(node, cst.FunctionDef):
+            self.returned_items[node] = frame.items_returned()
         return join_envs([env, end, *frame.breaks])
 
     # assignments -----------------------------------------------------------------------------
@@ -736,9 +760,12 @@ class DataflowAnalysis:
         if isinstance(target, (cst.Tuple, cst.List)):
             elements = [e.value for e in target.elements]
             sources: list[cst.BaseExpression | None] = [None] * len(elements)
+            known = self._items_of_the_call(source, value, elements) if isinstance(source, cst.Call) else None
             if isinstance(source, (cst.Tuple, cst.List)) and len(source.elements) == len(elements):
                 sources = [e.value for e in source.elements]
                 values = [self._eval(s, env) for s in sources]
+            elif known is not None:
+                values = known
             else:
                 items = value.structure.items if isinstance(value.structure, TupleOf) else ()
                 values = [_item_of(value, items[i] if len(items) == len(elements) else UNKNOWN) for i in range(len(elements))]
@@ -869,6 +896,8 @@ class DataflowAnalysis:
             return element
         if node_type in (cst.Tuple, cst.List):
             values = self._eval_all([e.value for e in node.elements], env)
+            if node_type is cst.Tuple and not any(isinstance(e, cst.StarredElement) for e in node.elements):
+                self._tuple_items[node] = values
             structure: Structure = (
                 TupleOf(tuple(v.structure for v in values)) if isinstance(node, cst.Tuple) else ListOf(_join_structures(v.structure for v in values))
             )
@@ -1289,6 +1318,8 @@ class DataflowAnalysis:
         if summary.returned.graphless and not summary.has_effect:
             # proved on every path, whatever it was given (``return float(acc.item())``)
             return Value(structure=summary.returned.structure, graphless=True)
+        if not summary.has_effect and summary.returned_items is not None:
+            self._call_items[call] = summary
         if not summary.has_effect:
             if not summary.returned.graph:
                 self._returned_shapes[call] = summary.returned.structure  # (the call is read as any other)
@@ -1309,6 +1340,17 @@ class DataflowAnalysis:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
             result = replace(result, graph=True, freed=frees, backwarded=summary.returned.backwarded)
         return self._freed_inside(call, summary, result)
+
+    def _items_of_the_call(self, call: cst.Call, whole: Value, targets: Sequence[cst.BaseExpression]) -> list[Value] | None:
+        """What each target of ``a, b = f(...)`` holds, for a function of the file whose every return
+        writes out a tuple of that length: nothing, where the returns prove an item graphless
+        (``return loss, acc.item()``, ``return penalty, mean.detach()``); the graph of the whole
+        call for any other item."""
+        summary = self._call_items.get(call)
+        items = summary.returned_items if summary is not None else None
+        if items is None or len(items) != len(targets) or not any(item.graphless for item in items):
+            return None
+        return [Value(structure=item.structure, graphless=True) if item.graphless else _item_of(whole, item.structure) for item in items]
 
     def _free_what_the_call_walked(self, summary: FunctionSummary, arguments: Sequence[Value], env: Env) -> None:
         """After a call of a function of the file whose body backwards, on every path and without
@@ -1543,6 +1585,7 @@ def _summary_facts(summary: FunctionSummary | None) -> tuple | None:
         tuple(site.call for site in summary.backwarded),
         (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded),
         _graph_facts(dict(summary.kept_on_self)),
+        None if summary.returned_items is None else tuple((v.graph, v.graphless, v.origins, v.structure) for v in summary.returned_items),
     )
 
 
