@@ -218,11 +218,18 @@ class FileAnalysis:
         statements = {source.statement for value in values for source in self.value_nodes(value) if not self.contains(scope.node, source.statement)}
         return sorted(statements, key=self.start)
 
+    def is_training_loop(self, loop: Loop) -> bool:
+        """Whether the iterations of ``loop`` are training steps: a backward runs and an optimizer
+        steps in each (a scheduler's step alone is none), or it is a trainer hook (``training_step``)
+        that the trainer calls once a step. An epoch loop that calls a ``train()`` function is not."""
+        if loop.is_call:
+            return any(hook is loop.node for hook, _ in self.trainer_hooks())
+        return (GradientEffect.STEP | GradientEffect.BACKWARD) in self.gradient_effects(loop.node.body)
+
     def constructed_every_step(self, class_name: str) -> bool:
-        """Whether some instance of the local class ``class_name`` is made in a loop that also
-        backwards: each step then has a fresh instance."""
-        training_loops = {loop for site in self.backward_sites for loop in site.loops if not loop.is_call}
-        return any(set(loops) & training_loops for loops in self._dataflow.constructions.get(class_name, ()))
+        """Whether some instance of the local class ``class_name`` is made in a training loop:
+        each step then has a fresh instance."""
+        return any(self.is_training_loop(loop) for loops in self._dataflow.constructions.get(class_name, ()) for loop in loops)
 
     def site_of(self, call: cst.Call) -> BackwardSite:
         return self._dataflow.backward_sites[call]

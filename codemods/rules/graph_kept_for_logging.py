@@ -7,7 +7,6 @@ import libcst as cst
 
 from ..analysis import (
     TENSOR,
-    GradientEffect,
     Loop,
     Origin,
     Value,
@@ -82,7 +81,7 @@ print(total_loss / len(loader))
 
     def violations(self) -> Iterator[Violation]:
         for loop in self.analysis.loops:
-            if not self._steps_training(loop):
+            if not self.analysis.is_training_loop(loop):
                 continue  # its iterations are not training steps: what it keeps dies with the step
             for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine):
                 if self.analysis.loops_around(statement)[:1] != (loop,) or len(statement.body) != 1:
@@ -109,15 +108,6 @@ print(total_loss / len(loader))
                     fix = Fix(safe=True, replace=((statement, statement.deep_replace(value, _detached(value))),))
                 yield self.violation(value, message, fix)
 
-    def _steps_training(self, loop: Loop) -> bool:
-        """A loop whose iterations are training steps: an optimizer steps in it, or it is a trainer
-        hook (``training_step``) that the trainer calls once a step. An epoch loop that calls a
-        ``train()`` function is not: what it keeps once an epoch is whatever ``train`` returns."""
-        if loop.is_call:
-            return self._trainer_hook(loop)
-        # (a scheduler's step alone is no training step)
-        return (GradientEffect.STEP | GradientEffect.BACKWARD) in self.analysis.gradient_effects(loop.node.body)
-
     @staticmethod
     def _makes_a_new_tensor(loop: Loop, store: str, small: cst.BaseSmallStatement) -> bool:
         """Whether the store gets a value computed from the kept one (a sum, a copy into a
@@ -143,9 +133,6 @@ print(total_loss / len(loader))
             return False
         return not read if loop.is_call else not read & assigned_names(loop.node)
 
-    def _trainer_hook(self, loop: Loop) -> bool:
-        return any(hook is loop.node for hook, _ in self.analysis.trainer_hooks())
-
     def _why_graphs_may_be_needed(self, loop: Loop, store: str, held: Value) -> str:
         """Why the kept graphs may still be needed, or "" when they cannot be."""
         if self._reads_bookkeeping(loop, store):
@@ -162,7 +149,7 @@ print(total_loss / len(loader))
         """Whether a backward that does not keep its graph walks what was stored, in the same
         iteration (the loop's own ``loss.backward()``, or the trainer's backward of what its hook
         returns): nothing can backward those graphs again."""
-        if self._trainer_hook(loop):
+        if loop.is_call:  # (a trainer hook: its training loop is the trainer's)
             return bool(self.analysis.value_nodes(held) & self.analysis.value_nodes(loop.returned))
         left = loop.back_edge.get(store)
         return held.freed or (left is not None and left.freed)
