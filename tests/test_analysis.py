@@ -773,3 +773,29 @@ def test_an_item_every_return_proves_graphless_is_graphless_at_the_call():
     back = analysis.loops[0].back_edge
     assert back["mean_length"].graphless and not back["mean_length"].graph  # (``mean.detach()`` in the only return)
     assert back["penalty"].graph and back["lengths"].graph
+
+
+def test_a_literal_flag_selects_the_returns_its_path_reaches():
+    analysis = analyse(
+        """
+        class Refiner(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = nn.Linear(2, 2)
+
+            def forward(self, x, return_codes=False):
+                codes = self.encoder(x)
+                if return_codes:
+                    return codes.sum(1), codes
+                return codes.sum(1)
+
+        model = Refiner()
+        both = model(torch.ones(1, 2), return_codes=True)
+        one = model(torch.ones(1, 2))
+        values, vectors = torch.linalg.eigh(torch.eye(2))
+        """
+    )
+    assigned = {statement.body[0].targets[0].target: analysis.value_assigned(statement.body[0].value) for statement in analysis.module.body[-3:]}
+    structures = [value.structure for value in assigned.values()]
+    assert structures[:2] == [TupleOf((TENSOR, TENSOR)), TENSOR]  # (by the flag; both returns joined would be unknown)
+    assert structures[2] == TupleOf((TENSOR, TENSOR))  # (eigh returns its values and its vectors)

@@ -64,7 +64,7 @@ def test_a_backward_whose_gradients_zero_grad_throws_away_is_dropped_safely(runs
 def test_no_candidate_works_and_nothing_is_written(runs, tmp_path):
     # The rebuilt LIF cell feeds its input only into the state the next batch reads: every
     # rewrite that runs stops the input weights training.
-    script, _, result = searched(FIXTURES / "carried_state" / "reported_report_lif_namedtuple_state" / "reported.py", runs, tmp_path)
+    script, _, result = searched(FIXTURES / "carried_state" / "unsafe_lif_namedtuple_state" / "before.py", runs, tmp_path)
     assert result.attempts and all(not a.accepted for a in result.attempts)
     # Detaching the state after each backward follows its structure (a namedtuple), and runs.
     rebuilt = next(a for a in result.attempts if "state = type(state)(*(part.detach() for part in state))" in a.candidate.source.decode())
@@ -198,7 +198,7 @@ def test_a_bank_cleared_only_on_sync_is_cleared_every_micro_batch(runs, tmp_path
 
 def test_cli_says_when_no_candidate_works_exits_1_and_writes_nothing(warm_cli, tmp_path):
     script = tmp_path / "train.py"
-    shutil.copy(FIXTURES / "carried_state" / "reported_report_lif_namedtuple_state" / "reported.py", script)
+    shutil.copy(FIXTURES / "carried_state" / "unsafe_lif_namedtuple_state" / "before.py", script)
     original = script.read_bytes()
     result = warm_cli("diagnose", "--fix", "--unsafe-fixes", script)
     assert result.exit_code == 1, result.output

@@ -31,11 +31,12 @@ from .syntax import (
     is_single_call,
     loss_handed_to_trainer,
     method_called,
+    with_backward_merged_into_branches,
     with_reads_replaced,
 )
 from .torch_names import dotted_name
 from .tree import LAYOUT, find_nodes
-from .values import NONE, NUMBER, TENSOR, UNKNOWN, Carried, Element, ListOf, Origin, Structure, TupleOf, Value
+from .values import NONE, NUMBER, TENSOR, UNKNOWN, Carried, Element, ListOf, Origin, RecordOf, Structure, TupleOf, Value
 
 __all__ = [
     "APPENDING_METHODS",
@@ -54,6 +55,7 @@ __all__ = [
     "ListOf",
     "Loop",
     "Origin",
+    "RecordOf",
     "Scope",
     "Structure",
     "TupleOf",
@@ -78,6 +80,7 @@ __all__ = [
     "read_names",
     "stepped_optimizers",
     "target_names",
+    "with_backward_merged_into_branches",
     "with_retained_graph",
     "with_reads_replaced",
 ]

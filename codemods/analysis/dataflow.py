@@ -78,6 +78,23 @@ _SAMPLING_METHODS = {"sample", "sample_n", "enumerate_support"}
 _CONSTANT_EXPRESSIONS = (cst.SimpleString, cst.ConcatenatedString, cst.Lambda, cst.Ellipsis)
 _CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
 _REDUCING_BUILTINS = {"sum", "max", "min"}
+# torch functions that return a (named) tuple of tensors, whatever their arguments, by length.
+_TUPLE_FUNCTIONS = {
+    "torch.linalg.eigh": 2,
+    "torch.linalg.eig": 2,
+    "torch.linalg.qr": 2,
+    "torch.linalg.slogdet": 2,
+    "torch.linalg.svd": 3,
+    "torch.linalg.inv_ex": 2,
+    "torch.linalg.cholesky_ex": 2,
+    "torch.sort": 2,
+    "torch.topk": 2,
+    "torch.kthvalue": 2,
+    "torch.aminmax": 2,
+    "torch.std_mean": 2,
+    "torch.var_mean": 2,
+    "torch.frexp": 2,
+}
 _CREATION_FUNCTIONS = {
     "zeros",
     "ones",
@@ -188,6 +205,9 @@ class FunctionSummary:
     kept_on_self: Mapping[str, Value] = field(default_factory=dict)
     # What each item holds, when every return writes out a tuple of the same length.
     returned_items: tuple[Value, ...] | None = None
+    # What a call returns when it passes True or False for a parameter some return's path tested.
+    returned_given: Mapping[tuple[str, bool], Value] = field(default_factory=dict)
+    literal_defaults: Mapping[str, bool] = field(default_factory=dict)  # parameters that default to True or False
 
     @property
     def has_effect(self) -> bool:
@@ -221,7 +241,20 @@ class _Frame:
     # Each return's items, when it returns a tuple written out (``return loss, acc.item()``); None
     # for a return of anything else.
     returned_items: list[list[Value] | None] = field(default_factory=list)
+    # For each return, the parameters whose truth its path tested (``if return_latents: return y, z``).
+    returned_truths: list[dict[str, bool]] = field(default_factory=list)
     yielded: list[Value] = field(default_factory=list)
+
+    def returned_given(self) -> dict[tuple[str, bool], Value]:
+        """What a call returns when it passes a parameter that one of the returns' paths tested as
+        True or as False: the returns that path may take."""
+        given: dict[tuple[str, bool], Value] = {}
+        for parameter in dict.fromkeys(name for truths in self.returned_truths for name in truths):
+            for truth in (True, False):
+                taken = [value for value, truths in zip(self.returned, self.returned_truths) if truths.get(parameter, truth) is truth]
+                if taken:
+                    given[(parameter, truth)] = _joined(taken)
+        return given
 
     def items_returned(self) -> tuple[Value, ...] | None:
         """What each position of the tuple every return writes out may hold; None unless each
@@ -356,6 +389,7 @@ class DataflowAnalysis:
         self.stateful_classes: set[str] = set()
         self.returned: dict[cst.FunctionDef, Value] = {}
         self.returned_items: dict[cst.FunctionDef, tuple[Value, ...] | None] = {}
+        self.returned_given: dict[cst.FunctionDef, dict[tuple[str, bool], Value]] = {}
         self._tuple_items: dict[cst.Tuple, list[Value]] = {}  # each tuple written out, by its items
         # A call of the file's function that returns a tuple written out, with that function's summary.
         self._call_items: dict[cst.Call, FunctionSummary] = {}
@@ -415,6 +449,7 @@ class DataflowAnalysis:
                     _part(_joined(frame.yielded), ListOf(_joined(frame.yielded).structure)) if frame.yielded else _joined(frame.returned)
                 )
                 self.returned_items[scope.node] = frame.items_returned()
+                self.returned_given[scope.node] = frame.returned_given()
             return end
         finally:
             self._scope, self._loops, self._frames, self._no_grad = saved
@@ -474,7 +509,20 @@ class DataflowAnalysis:
             and self._unconditional(site.statement, node)
         )
         name = node.name.value if class_name is None else f"{class_name}.{node.name.value}"
-        summary = FunctionSummary(name, tuple(parameters), backwarded, self.returned.get(node, NOTHING), returned_items=self.returned_items.get(node))
+        defaults = {
+            p.name.value: p.default.value == "True"
+            for p in node.params.params
+            if isinstance(p.default, cst.Name) and p.default.value in ("True", "False")
+        }
+        summary = FunctionSummary(
+            name,
+            tuple(parameters),
+            backwarded,
+            self.returned.get(node, NOTHING),
+            returned_items=self.returned_items.get(node),
+            returned_given=self.returned_given.get(node, {}),
+            literal_defaults=defaults,
+        )
         key = node.name.value if class_name is None else (class_name, node.name.value)
         self.summaries[key] = summary
         self._summarized.add(key)
@@ -664,6 +712,11 @@ class DataflowAnalysis:
                 self._escape(frame.returned[-1:])
                 items = self._tuple_items.get(small.value) if isinstance(small.value, cst.Tuple) else None
                 frame.returned_items.append(None if items is None else [v.without_graph() if self._no_grad else v for v in items])
+                function = self._scope.node
+                parameters = [p.name.value for p in function.params.params] if isinstance(function, cst.FunctionDef) else []
+                frame.returned_truths.append(
+                    {name: env[_truth_key(name)] is _TRUE for name in parameters if env.get(_truth_key(name)) in (_TRUE, _FALSE)}
+                )
             frame.returns.append(env)
             raise _Terminated
         elif isinstance(small, cst.Raise):
@@ -747,6 +800,7 @@ class DataflowAnalysis:
         loop.returned = _joined(frame.returned)
         if isinstance(node, cst.FunctionDef):
             self.returned_items[node] = frame.items_returned()
+            self.returned_given[node] = frame.returned_given()
         return join_envs([env, end, *frame.breaks])
 
     # assignments -----------------------------------------------------------------------------
@@ -800,6 +854,7 @@ class DataflowAnalysis:
         for key in self._attributes_of.get(name, ()):
             env.pop(key, None)
         self._forget_slots(name, env)
+        env.pop(_truth_key(name), None)
         if self._names_an_object(target):
             value = NOTHING  # model = DDP(model), engine, optimizer, … = deepspeed.initialize(…): not tensors
         if "." in name:
@@ -1147,6 +1202,8 @@ class DataflowAnalysis:
         if module.trainable and (forward is None or forward.returned.graph):
             values = [*values, LEAF]
         result = self.forward_results.get(module.class_name, UNKNOWN) if module.is_local else module.call_result
+        if forward is not None and forward.returned_given:
+            result = self._returned_structure(forward, node)
         called = combine(values, self._origin(node), result)
         return called if forward is None else self._freed_inside(node, forward, called)
 
@@ -1155,6 +1212,8 @@ class DataflowAnalysis:
             return Value(structure=TENSOR, graphless=True)
         if qualified.startswith("torch.distributions."):
             return combine(values, self._origin(node), DISTRIBUTION)
+        if qualified in _TUPLE_FUNCTIONS:
+            return combine(values, self._origin(node), TupleOf((TENSOR,) * _TUPLE_FUNCTIONS[qualified]))
         return combine(values, self._origin(node))
 
     def _eval_comprehension(self, node, env: Env) -> Value:
@@ -1315,31 +1374,48 @@ class DataflowAnalysis:
             self._record_object_state(_summary_key(summary), env)
             env.update(summary.kept_on_self)  # self.add_regularization_loss(...) in __init__: what it keeps stays
         self._free_what_the_call_walked(summary, values, env)
+        returned_structure = self._returned_structure(summary, call)
         if summary.returned.graphless and not summary.has_effect:
             # proved on every path, whatever it was given (``return float(acc.item())``)
-            return Value(structure=summary.returned.structure, graphless=True)
+            return Value(structure=returned_structure, graphless=True)
         if not summary.has_effect and summary.returned_items is not None:
             self._call_items[call] = summary
         if not summary.has_effect:
             if not summary.returned.graph:
-                self._returned_shapes[call] = summary.returned.structure  # (the call is read as any other)
+                self._returned_shapes[call] = returned_structure  # (the call is read as any other)
                 return None
             if not summary.returned.origins:
                 # only leaves it made or parameters (``w = torch.randn(..., requires_grad=True)``;
                 # ``return [w, b]``): what no operation built, no forward of it is repeated
-                return Value(graph=True, structure=summary.returned.structure)
+                return Value(graph=True, structure=returned_structure)
             # self.sample_G(n): a method that returns what it built from parameters
-            return self._freed_inside(call, summary, combine([*values, LEAF], self._origin(call), summary.returned.structure))
+            return self._freed_inside(call, summary, combine([*values, LEAF], self._origin(call), returned_structure))
         self._eval(call.func, env)
         for inner in summary.backwarded:
             api = summary.backward_api(inner)
             if backward_calls.tensor_expression(api, call) is not None:
                 self._record_backward(call, api, env)
-        result = combine(values, self._origin(call), summary.returned.structure, known_operation=False)
+        result = combine(values, self._origin(call), returned_structure, known_operation=False)
         if summary.returned.backwarded:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
             result = replace(result, graph=True, freed=frees, backwarded=summary.returned.backwarded)
         return self._freed_inside(call, summary, result)
+
+    def _returned_structure(self, summary: FunctionSummary, call: cst.Call) -> Structure:
+        """The structure a call of ``summary``'s function returns: where a return's path tested a
+        parameter this call gives as ``True`` or ``False`` (or leaves to such a default), that of
+        the returns the call can reach (``return y_hat, codes`` for ``return_latents=True``)."""
+        for (parameter, _), _value in summary.returned_given.items():
+            given = summary.literal_defaults.get(parameter)
+            position = summary.parameters.index(parameter) if parameter in summary.parameters else None
+            for index, arg in enumerate(call.args):
+                if arg.star:
+                    return summary.returned.structure
+                if (arg.keyword is not None and arg.keyword.value == parameter) or (arg.keyword is None and index == position):
+                    given = arg.value.value == "True" if type(arg.value) is cst.Name and arg.value.value in ("True", "False") else None
+            if given is not None and (parameter, given) in summary.returned_given:
+                return summary.returned_given[(parameter, given)].structure
+        return summary.returned.structure
 
     def _items_of_the_call(self, call: cst.Call, whole: Value, targets: Sequence[cst.BaseExpression]) -> list[Value] | None:
         """What each target of ``a, b = f(...)`` holds, for a function of the file whose every return
@@ -1477,6 +1553,10 @@ def _narrowed(test: cst.BaseExpression, env: Env) -> tuple[Env, Env]:
     """The environments at the start of an ``if``'s two branches: after ``x is None`` /
     ``x is not None``, ``x`` holds None on one side."""
     then_env, else_env = dict(env), dict(env)
+    tested = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
+    if type(tested) is cst.Name and tested.value not in ("True", "False", "None"):
+        true_side, false_side = (then_env, else_env) if tested is test else (else_env, then_env)
+        true_side[_truth_key(tested.value)], false_side[_truth_key(tested.value)] = _TRUE, _FALSE
     if (
         isinstance(test, cst.Comparison)
         and len(test.comparisons) == 1
@@ -1489,6 +1569,15 @@ def _narrowed(test: cst.BaseExpression, env: Env) -> tuple[Env, Env]:
             none_side = then_env if isinstance(operator, cst.Is) else else_env
             none_side[name] = Value(structure=NONE)
     return then_env, else_env
+
+
+# What a path's ``if flag:`` says of ``flag``, kept in the path's environment under ``flag?``.
+_TRUE = Value(graphless=True)
+_FALSE = Value(graphless=True)
+
+
+def _truth_key(name: str) -> str:
+    return f"{name}?"
 
 
 def _turns_off(call: cst.Call) -> bool:
@@ -1586,6 +1675,7 @@ def _summary_facts(summary: FunctionSummary | None) -> tuple | None:
         (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded),
         _graph_facts(dict(summary.kept_on_self)),
         None if summary.returned_items is None else tuple((v.graph, v.graphless, v.origins, v.structure) for v in summary.returned_items),
+        tuple(sorted((key, value.structure, value.graph) for key, value in summary.returned_given.items())),
     )
 
 

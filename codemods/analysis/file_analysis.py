@@ -478,13 +478,16 @@ class FileAnalysis:
         )
         return None if self.names.updated_by_hand or next(unread, None) is not None else False
 
-    def _calls_not_read(self, node: cst.CSTNode) -> Iterator[cst.Call]:
-        """The calls in ``node`` into code gradfix does not see into."""
+    def _calls_not_read(self, node: cst.CSTNode, reading: frozenset[str] = frozenset()) -> Iterator[cst.Call]:
+        """The calls in ``node`` into code gradfix does not see into. ``reading``: the functions
+        whose bodies are being read, on the way here (a recursive call is read once)."""
         for call in self.tree.findall(node, cst.Call):
             func = call.func
             if self.names.is_torch(func) or self.names.module(func, self.class_name_of(call)) is not None:
                 continue
-            if isinstance(func, cst.Name) and (func.value in _BUILTINS_WITHOUT_GRADIENTS or self._reads_no_gradient(func.value)):
+            if isinstance(func, cst.Name) and (
+                func.value in _BUILTINS_WITHOUT_GRADIENTS or func.value in reading or self._reads_no_gradient(func.value, reading)
+            ):
                 continue
             if isinstance(func, cst.Attribute) and (self._is_tensor(func.value) or self._is_container(func.value)):
                 continue
@@ -516,22 +519,15 @@ class FileAnalysis:
         value = self.value_read(expression) if isinstance(expression, cst.Name) else None
         return value is not None and isinstance(value.structure, (ListOf, TupleOf))
 
-    def _reads_no_gradient(self, function_name: str) -> bool:
-        """A module-level function of this file whose body steps, zeroes, clips, reads ``.grad``,
-        backwards and calls nothing gradfix cannot see into (one level deep)."""
-        function = next((f for f in self._module_functions if f.name.value == function_name), None)
-        if function is None or self.gradient_effects(function.body):
+    def _reads_no_gradient(self, function_name: str, reading: frozenset[str] = frozenset()) -> bool:
+        """A function of this file (the one function of that name, at any depth) whose body
+        neither steps, zeroes, clips, reads ``.grad`` nor backwards, and calls only what gradfix
+        sees into: torch, modules, builtins, tensors' methods, and functions of the file that do
+        the same (``gdpp_loss`` calling its nested ``compute_diversity``)."""
+        functions = [f for f in self._functions if f.name.value == function_name]
+        if len(functions) != 1 or self.gradient_effects(functions[0].body):
             return False
-        return all(
-            self.names.is_torch(call.func)
-            or (isinstance(call.func, cst.Name) and call.func.value in _BUILTINS_WITHOUT_GRADIENTS)
-            or self.names.module(call.func, None) is not None
-            for call in self.tree.findall(function.body, cst.Call)
-        )
-
-    @cached_property
-    def _module_functions(self) -> list[cst.FunctionDef]:
-        return [s for s in self.module.body if isinstance(s, cst.FunctionDef)]
+        return next(self._calls_not_read(functions[0].body, reading | {function_name}), None) is None
 
     def merged_backward(self, sites: Sequence[BackwardSite]) -> cst.Call | None:
         """One call that backwards every tensor of ``sites`` as their separate calls did (the last

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from typing import Sequence
+
 import libcst as cst
 
 from ..frameworks import HOOK_RETURNED_LOSS_KEY
-from .tree import LAYOUT
+from .tree import LAYOUT, find_nodes
 from .values import TENSOR, ListOf, RecordOf, Structure, TupleOf
 
 _ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
@@ -218,3 +220,36 @@ def detached_where_stored(statement: cst.SimpleStatementLine) -> cst.SimpleState
         argument = call.args[0].with_changes(value=detached(call.args[0].value))
         return statement.with_changes(body=[small.with_changes(value=call.with_changes(args=[argument]))])
     return None
+
+
+def with_backward_merged_into_branches(
+    outer: cst.If, branches: Sequence[cst.If], failing: cst.CSTNode, merged: cst.BaseStatement, earlier: cst.BaseStatement
+) -> cst.If:
+    """``outer`` with the backward statement ``failing`` (in one branch of each ``if`` of
+    ``branches``, ``outer`` first) replaced by ``merged``, which also backwards what ``earlier``
+    did, and ``earlier`` appended to every branch that does not lead to ``failing`` (an ``else``
+    added where there is none): every path still backwards the earlier loss once."""
+    return outer.visit(_BranchMerge({id(branch) for branch in branches}, failing, merged, earlier))
+
+
+class _BranchMerge(cst.CSTTransformer):
+    def __init__(self, branches: set[int], failing: cst.CSTNode, merged: cst.BaseStatement, earlier: cst.BaseStatement) -> None:
+        super().__init__()
+        self.branches, self.failing, self.merged, self.earlier = branches, failing, merged, earlier
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine) -> cst.BaseStatement:
+        return self.merged if original_node is self.failing else updated_node
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
+        if id(original_node) not in self.branches:
+            return updated_node
+        alone = self.earlier.with_changes(leading_lines=[])
+        if any(node is self.failing for node in find_nodes(original_node.body, cst.SimpleStatementLine)):
+            orelse = updated_node.orelse
+            if orelse is None:
+                return updated_node.with_changes(orelse=cst.Else(cst.IndentedBlock([alone])))
+            if isinstance(orelse, cst.Else):
+                return updated_node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=[*orelse.body.body, alone])))
+            return updated_node  # an elif: its own branches get the earlier backward
+        body = updated_node.body
+        return updated_node.with_changes(body=body.with_changes(body=[*body.body, alone]))

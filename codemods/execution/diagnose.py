@@ -72,11 +72,17 @@ class Diagnosis:
         return self.second_backward or bool(self.symptom)
 
     def confirmed_by(self, again: RunResult) -> tuple[bool, str]:
-        """Whether a run of the fixed script is free of what this diagnosis found."""
+        """Whether a run of the fixed script is free of what this diagnosis found, and still gives
+        a gradient to every parameter the original trained."""
         if self.symptom and self.rule is not None:
             return self.rule.SYMPTOM.gone(self.run, again)
+        if not again.succeeded:
+            return False, again.describe()
+        lost = gradients_lost(self.run, again)
+        if lost:
+            return False, f"it runs, but {lost}, which the original computes"
         ran = f"{again.optimizer_steps} optimizer step(s)" if again.optimizer_steps else f"{again.backward_calls} backward call(s)"
-        return again.succeeded, f"{ran} now run without error ({again.describe()})" if again.succeeded else again.describe()
+        return True, f"{ran} now run without error ({again.describe()})"
 
     @property
     def rule(self) -> type[Rule] | None:
@@ -132,6 +138,12 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
         mode = FixMode.UNSAFE if diagnosis.finding.fix is FixKind.UNSAFE else FixMode.SAFE
         report = check_source(source, [diagnosis.rule], mode, str(script))
         diagnosis.fix = report if report.changed else None
+        if diagnosis.fix is not None and mode is FixMode.UNSAFE and diagnosis.second_backward:
+            # An unsafe rewrite is tried first: one that stops a parameter training is no fix to
+            # write (the search looks for another, and says why each is refused).
+            trial = runner.run(script, replace(options, record_gradients=True, recorded_steps=1, sources=((str(script), report.rewritten),)))
+            if trial.succeeded and gradients_lost(run, trial):
+                diagnosis.fix = None
     return diagnosis
 
 
@@ -197,9 +209,23 @@ def _fixable_first(finding: Finding) -> tuple:
 
 def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions) -> RunResult:
     """Write the matching rule's rewrite to the script and run it again within the same bounds,
-    measuring again what showed a silent bug."""
+    measuring again what showed a silent bug, or noting the parameters its backwards reach."""
     write_atomically(diagnosis.script, diagnosis.fix.rewritten, expected=diagnosis.fix.original)
-    return runner.run(diagnosis.script, replace(options, detect_anomaly=False, measure_graphs=bool(diagnosis.symptom)))
+    measured = bool(diagnosis.symptom)
+    return runner.run(
+        diagnosis.script, replace(options, detect_anomaly=False, measure_graphs=measured, record_gradients=not measured, recorded_steps=1)
+    )
+
+
+def gradients_lost(original: RunResult, run: RunResult) -> str:
+    """The parameters the original trains (an optimizer's, or those it updates by hand) that no
+    backward of ``run`` reaches, in words; "" when there are none."""
+    trained = {label for label in original.reached_leaves if label.startswith("optimizer ") or label in original.updated_leaves}
+    lost = sorted(trained - run.reached_leaves)
+    if not lost:
+        return ""
+    first = original.leaf_names.get(lost[0], lost[0])
+    return f"{first}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''} gets no gradient"
 
 
 def _matching_finding(analysis: FileAnalysis, findings: list[Finding], diagnosis: Diagnosis) -> Finding | None:

@@ -67,12 +67,13 @@ from ..analysis import (
     is_single_call,
     method_called,
     read_names,
+    with_backward_merged_into_branches,
 )
 from ..parse import parse_source
 from ..edits import Fix, apply_fixes
 from ..files import write_atomically
 from ..report import SourceError
-from .diagnose import SECOND_BACKWARD, Diagnosis, _explain_error
+from .diagnose import SECOND_BACKWARD, Diagnosis, _explain_error, gradients_lost
 from .runner import COMPARED_STEPS, Frame, HeldGraph, RunOptions, RunResult, ScriptRunner
 
 CANDIDATE_TIME_SHARE = 3.0  # a candidate runs at most this many times the original's time to its error…
@@ -304,15 +305,15 @@ def _judge(attempt: Attempt, original: RunResult, retained: RunResult | None) ->
         return
     # Gradients something applies: an optimizer's, or those the original applied by hand (a
     # frozen encoder or a ground-truth tensor may require a gradient no one wants).
-    trained = {label for label in original.reached_leaves if label.startswith("optimizer ") or label in original.updated_leaves}
-    lost = sorted(trained - run.reached_leaves)
-    if not lost:
+    attempt.lost = gradients_lost(original, run)
+    if not attempt.lost:
         # An optimizer's parameter the original trains must get a gradient at each of its steps:
         # a cache detached after the first step still trains it once.
+        trained = {label for label in original.reached_leaves if label.startswith("optimizer ") or label in original.updated_leaves}
         lost = sorted({label for label, values in _step_gradients(run) if not values and label in trained})
-    if lost:
-        first = original.leaf_names.get(lost[0], lost[0])
-        attempt.lost = f"{first}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''} gets no gradient"
+        if lost:
+            first = original.leaf_names.get(lost[0], lost[0])
+            attempt.lost = f"{first}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''} gets no gradient"
     completed = _compared_gradients(original, original)
     if completed:
         actual = _compared_gradients(run, original)[: len(completed)]
@@ -651,7 +652,7 @@ def _merged_across_branches(blamed: _Blamed, earlier, site) -> Iterator[Proposal
     if merged_call is None:
         return
     merged = site.statement.with_changes(body=[cst.Expr(merged_call)])
-    rewritten = outer.visit(_BranchMerge(analysis, set(map(id, branches)), site.statement, merged, earlier.statement))
+    rewritten = with_backward_merged_into_branches(outer, branches, site.statement, merged, earlier.statement)
     line, earlier_line = analysis.line(site.statement), analysis.line(earlier.statement)
     yield (
         f"merge the backward at {blamed.place(earlier_line)} into the one at {blamed.place(line)}, and keep it alone where that one does not run",
@@ -659,32 +660,6 @@ def _merged_across_branches(blamed: _Blamed, earlier, site) -> Iterator[Proposal
         Kind.MERGES,
         f"backwards the losses of {blamed.place(earlier_line)} and {blamed.place(line)} together",
     )
-
-
-class _BranchMerge(cst.CSTTransformer):
-    """Rewrites the ``if`` statements on the way to the failing backward: that backward merged,
-    the earlier backward appended to every branch that does not lead to it."""
-
-    def __init__(self, analysis: FileAnalysis, branches: set[int], failing, merged, earlier) -> None:
-        super().__init__()
-        self.analysis, self.branches, self.failing, self.merged, self.earlier = analysis, branches, failing, merged, earlier
-
-    def leave_SimpleStatementLine(self, original_node, updated_node):
-        return self.merged if original_node is self.failing else updated_node
-
-    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
-        if id(original_node) not in self.branches:
-            return updated_node
-        alone = self.earlier.with_changes(leading_lines=[])
-        if self.analysis.contains(original_node.body, self.failing):
-            orelse = updated_node.orelse
-            if orelse is None:
-                return updated_node.with_changes(orelse=cst.Else(cst.IndentedBlock([alone])))
-            if isinstance(orelse, cst.Else):
-                return updated_node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=[*orelse.body.body, alone])))
-            return updated_node  # an elif: its own branches get the earlier backward
-        body = updated_node.body
-        return updated_node.with_changes(body=body.with_changes(body=[*body.body, alone]))
 
 
 def _deferred(blamed: _Blamed, earlier, site) -> Iterator[Proposal]:

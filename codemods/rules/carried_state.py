@@ -12,6 +12,7 @@ from ..analysis import (
     Carried,
     Loop,
     Origin,
+    RecordOf,
     Structure,
     Value,
     assigned_names,
@@ -127,7 +128,11 @@ for inputs, targets in loader:
         names = sorted(sites, key=lambda n: updates[n][1] if n in updates else (0, 0))
         shown = ", ".join(f"`{n}`" for n in names)
         first_update = updates[names[0]][0] if names[0] in updates else loop.node
-        fix, unfixable = self._loop_fix(loop, names, safe=not retained)
+        # A named tuple of the file's own class may mix the state with what feeds the parameters
+        # the loss reaches only through it (a spiking cell's input current): detached, those stop
+        # training, which gradfix cannot see. Its detach is for review.
+        records = any(isinstance(_state_structure(loop.entry[n], loop.back_edge[n]), RecordOf) for n in names if n in loop.entry)
+        fix, unfixable = self._loop_fix(loop, names, safe=not retained and not records)
         if fix is not None and not all(self._builds_afresh(site, loop) for site in sites.values()):
             fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
         passed = self._passed_through_unread_code(loop, names)

@@ -16,6 +16,7 @@ from ..analysis import (
     is_single_assignment,
     read_names,
     stepped_optimizers,
+    with_backward_merged_into_branches,
     with_reads_replaced,
 )
 from ..edits import Fix
@@ -40,7 +41,9 @@ class SeparateBackwards(Rule):
     ``self.manual_backward(loss)``, ``scaler.scale(loss).backward()``, ``torch.autograd.backward``)
     and merges within one of them: ``accelerator.backward(loss_a + loss_b)``. Outputs backwarded
     with gradients of their own (``boxes.backward(box_grads)``) are backwarded together by
-    ``torch.autograd.backward([boxes, scores], [box_grads, score_grads])``.
+    ``torch.autograd.backward([boxes, scores], [box_grads, score_grads])``. When the second
+    backward is an auxiliary loss behind a flag (``if use_gdpp: ... gdpp.backward()``), the sum is
+    backwarded inside the ``if``, and the first loss alone on the paths that skip it.
 
     When an optimizer steps or zeroes gradients between the two backwards, the program meant two
     updates, and when different optimizers take turns (a GAN's discriminator and generator steps,
@@ -115,20 +118,79 @@ for x, y_reg, y_cls in loader:
                     "backward's gradient on its own, and would see their sum)"
                 )
             yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group)
+        yield from self._into_a_branch()
+
+    def _into_a_branch(self) -> Iterator[Violation]:
+        """A backward, then an ``if`` of its block whose body backwards a loss sharing its graph (an
+        auxiliary loss behind a flag: ``if use_gdpp: gdpp.backward()``). The merged backward goes
+        in the ``if``, the first one alone to the paths that skip it: each path backwards the same
+        losses as before, once."""
+        eligible = [site for site in self.analysis.backward_sites if self._mergeable(site)]
+        for first in eligible:
+            block = self.analysis.block_of(first.statement)
+            if first.retain_graph is not False or block is None:
+                continue
+            for second in eligible:
+                inner = self.analysis.block_of(second.statement)
+                branch = self.analysis.tree.parent(inner.owner) if inner is not None else None
+                if (
+                    not isinstance(branch, cst.If)
+                    or not any(branch is statement for statement in block.statements)
+                    or block.index(branch) < block.index(first.statement)
+                    or not self.analysis.graph_nodes(first) & self.analysis.graph_nodes(second)
+                    or any({first, second} == steps.sites for steps in self.analysis.gan_steps)
+                    or self._updates_or_reads_between(first, second, block, branch, inner)
+                ):
+                    continue  # (an optimizer step or a gradient read between them: the two backwards mean two steps)
+                shared = min(self._shared_origins([first, second]), key=self.analysis.line)
+                yield self.violation(
+                    first.call,
+                    f"`{code_of(first.tensor)}` and `{code_of(second.tensor)}` share the graph built at line "
+                    f"{self.analysis.line(shared)} but are backwarded separately; backward their sum once where both run",
+                    self._branch_fix(first, second, block, branch, inner),
+                    related=(second.call,),
+                    sites=(first, second),
+                )
+                break
+
+    def _mergeable(self, site: BackwardSite) -> bool:
+        return (
+            site.api.accumulates
+            and site.tensor is not None
+            and site.is_whole_statement
+            and self.analysis.block_of(site.statement) is not None
+            and site.value.graph
+            and not site.value.backwarded
+        )
+
+    def _updates_or_reads_between(self, first: BackwardSite, second: BackwardSite, block: Block, branch: cst.If, inner: Block) -> bool:
+        between = [*block.statements[block.index(first.statement) + 1 : block.index(branch)], *inner.statements[: inner.index(second.statement)]]
+        return any(self.analysis.gradient_effects(node) & (GradientEffect.UPDATING | GradientEffect.READING) for node in (*between, branch.test))
+
+    def _branch_fix(self, first: BackwardSite, second: BackwardSite, block: Block, branch: cst.If, inner: Block) -> Fix | None:
+        """The two merged inside ``branch`` (an ``if`` with no ``elif``), and ``first`` alone in its
+        ``else``: only when nothing between them, the test included, reads or changes gradients or
+        gives the first tensor another meaning."""
+        merged_call = self.analysis.merged_backward([first, second])
+        if merged_call is None or self.analysis.names.gradient_hooks or isinstance(branch.orelse, cst.If):
+            return None
+        between = [*block.statements[block.index(first.statement) + 1 : block.index(branch)], *inner.statements[: inner.index(second.statement)]]
+        if any(self.analysis.sites_in(statement) for statement in between):
+            return None  # another backward between them
+        if any(self.analysis.gradient_effects(node) or self.analysis.call_that_may_read_gradients(node) for node in (*between, branch.test)):
+            return None
+        if read_names(first.call) & set().union(*(assigned_names(statement) for statement in between)):
+            return None
+        merged = second.statement.with_changes(body=[second.statement.body[0].with_changes(value=merged_call)])
+        rewritten = with_backward_merged_into_branches(branch, [branch], second.statement, merged, first.statement)
+        return Fix(safe=True, remove=(first.statement,), replace=((branch, rewritten),))
 
     def _groups(self) -> Iterator[tuple[list[BackwardSite], Block]]:
         """Runs of backward statements of one API in one block whose graphs overlap."""
         by_block: dict[int, tuple[Block, list[BackwardSite]]] = {}
         for site in self.analysis.backward_sites:
-            block = self.analysis.block_of(site.statement)
-            if (
-                site.api.accumulates
-                and site.tensor is not None
-                and site.is_whole_statement
-                and block is not None
-                and site.value.graph
-                and not site.value.backwarded
-            ):
+            if self._mergeable(site):
+                block = self.analysis.block_of(site.statement)
                 by_block.setdefault(id(block.owner), (block, []))[1].append(site)
         for block, sites in by_block.values():
             group: list[BackwardSite] = []
