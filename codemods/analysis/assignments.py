@@ -93,6 +93,74 @@ class _Writes(cst.CSTVisitor):
                 self.names.add(name)
 
 
+def local_names(function: cst.FunctionDef) -> set[str]:
+    """The names Python makes local to ``function``: those its own body binds as plain names
+    (assigned, augmented, loop and ``with`` targets, imports, nested ``def`` and ``class``,
+    ``except ... as``, ``del``), the parameters aside. A read of one never reads the global of
+    that name, even on a path that has not bound it yet (that path raises ``UnboundLocalError``)."""
+    visitor = _PlainBindings()
+    function.body.visit(visitor)
+    return visitor.names
+
+
+def _bound(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _bound(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return _bound(target.value)
+    return []  # ``x[i] = v`` and ``x.a = v`` read ``x``: they bind nothing
+
+
+class _PlainBindings(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.names.add(node.name.value)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self.names.add(node.name.value)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.names.update(_bound(node.target))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.names.update(_bound(node.target))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.names.update(_bound(node.target))
+
+    def visit_For(self, node: cst.For) -> None:
+        self.names.update(_bound(node.target))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.names.update(_bound(node.asname.name))
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.names.update(_bound(node.target))
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self.names.update(_bound(node.name.name))
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self.names.update(_bound(node.target))
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        bound = node.asname.name if node.asname is not None else node.name
+        while isinstance(bound, cst.Attribute):  # ``import os.path`` binds ``os``
+            bound = bound.value
+        self.names.update(_bound(bound))
+
+
 def assigned_names(node: cst.CSTNode, rebinding_only: bool = False, tree: SyntaxTree | None = None) -> set[str]:
     """Every name written anywhere inside ``node`` (not inside nested functions or classes).
     With ``rebinding_only``, only writes that bind a name to another object: not ``a.append(v)``,

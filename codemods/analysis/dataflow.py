@@ -34,7 +34,7 @@ from ..frameworks import (
 )
 from ..summaries import ExportedSummary, ProjectSummaries
 from . import backward_calls
-from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, read_names, target_names
+from .assignments import APPENDING_METHODS, BOOKKEEPING_METHODS, assigned_names, is_inplace_method, local_names, read_names, target_names
 from .syntax import is_grad, method_called
 from .torch_names import ModuleInfo, TorchNames, creates_parameter, dotted_name
 from .tree import SyntaxTree
@@ -647,7 +647,8 @@ class DataflowAnalysis:
         a long script has thousands of globals and hundreds of functions."""
         named = [name.value for name in self._tree.findall(function, cst.Name)]
         named += [dotted_name(attribute) for attribute in self._tree.findall(function, cst.Attribute)]
-        return {name: env[name] for name in dict.fromkeys(named) if name in env and env[name].graph}
+        local = self._local_names(function) | local_names(function) - self._declared_global(function)
+        return {name: env[name] for name in dict.fromkeys(named) if name in env and env[name].graph and name.split(".")[0] not in local}
 
     def _exec_if_chain(self, statement: cst.If, env: Env) -> Env | None:
         """``if``/``elif``/``else``. A chain of two or more tests with no ``else`` that assigns a name

@@ -214,8 +214,18 @@ class FileAnalysis:
 
     def built_outside(self, scope: Scope, values: Sequence[Value]) -> list[cst.CSTNode]:
         """Statements outside the function ``scope`` that built part of the graphs of ``values``:
-        globals it reads, attributes its instance was constructed with."""
-        statements = {source.statement for value in values for source in self.value_nodes(value) if not self.contains(scope.node, source.statement)}
+        globals it reads, attributes its instance was constructed with; not what its callers pass
+        it, which each call passes afresh."""
+        function = scope.node
+        key = function.name.value if scope.class_name is None else (scope.class_name, function.name.value)
+        parameters = {p.name.value for p in function.params.params} if isinstance(function, cst.FunctionDef) else set()
+        passed = {source for name, value in self._dataflow.arguments.get(key, {}).items() if name in parameters for source in self.value_nodes(value)}
+        statements = {
+            source.statement
+            for value in values
+            for source in self.value_nodes(value)
+            if not self.contains(scope.node, source.statement) and source not in passed
+        }
         return sorted(statements, key=self.start)
 
     def is_training_loop(self, loop: Loop) -> bool:
