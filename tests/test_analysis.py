@@ -799,3 +799,12 @@ def test_a_literal_flag_selects_the_returns_its_path_reaches():
     structures = [value.structure for value in assigned.values()]
     assert structures[:2] == [TupleOf((TENSOR, TENSOR)), TENSOR]  # (by the flag; both returns joined would be unknown)
     assert structures[2] == TupleOf((TENSOR, TENSOR))  # (eigh returns its values and its vectors)
+
+
+def test_retain_graph_added_to_a_call_written_one_argument_a_line_gets_its_own_line():
+    from gradfix.codemods.analysis import with_retained_graph
+    from gradfix.codemods.frameworks import AUTOGRAD_GRAD
+
+    call = cst.parse_expression("torch.autograd.grad(\n    outputs,\n    inputs,\n    allow_unused=True,\n)")
+    written = cst.Module([]).code_for_node(with_retained_graph(AUTOGRAD_GRAD, call))
+    assert written == "torch.autograd.grad(\n    outputs,\n    inputs,\n    allow_unused=True,\n    retain_graph=True,\n)"

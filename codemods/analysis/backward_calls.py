@@ -150,13 +150,16 @@ def with_retained_graph(api: BackwardApi, call: cst.Call) -> cst.Call:
     if existing is not None:
         return call.with_changes(args=[arg.with_changes(value=cst.Name("True")) if arg is existing else arg for arg in call.args])
     args = list(call.args)
-    if args:
-        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args.append(
-        cst.Arg(
-            value=cst.Name("True"),
-            keyword=cst.Name("retain_graph"),
-            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-        )
+    added = cst.Arg(
+        value=cst.Name("True"),
+        keyword=cst.Name("retain_graph"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
     )
-    return call.with_changes(args=args)
+    if len(args) > 1 and all(
+        isinstance(arg.comma, cst.Comma) and isinstance(arg.comma.whitespace_after, cst.ParenthesizedWhitespace) for arg in args[-2:]
+    ):
+        # one argument a line, with a trailing comma: the new one goes on a line of its own
+        args[-1], added = args[-1].with_changes(comma=args[-2].comma), added.with_changes(comma=args[-1].comma)
+    elif args:
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, added])
