@@ -33,8 +33,11 @@ class FreedGraph(Rule):
     train. ``retain_graph=True`` only hides it. gradfix rewrites only a trainer hook's two shapes,
     as unsafe fixes (the trainer may scale or clip what the hook returns): a gradient penalty's
     ``autograd.grad`` gets ``create_graph=True``, and a loss the hook backwards itself is returned
-    with the hook's loss for the trainer's one backward. Elsewhere, run ``gradfix diagnose --fix``
-    on the script to try the candidate fixes.
+    with the hook's loss for the trainer's one backward. And where a loop keeps adding to a loss
+    that was backwarded before it (``loss += part`` for SAM's second pass, on the first pass's
+    total), the sum starts afresh after the first backward: ``loss = loss.detach()`` (unsafe: the
+    first pass's losses are not backwarded again). Elsewhere, run ``gradfix diagnose --fix`` on
+    the script to try the candidate fixes.
     """
 
     CODE = "GF010"
@@ -109,14 +112,56 @@ class Classifier(pl.LightningModule):
             else:
                 by = "an earlier backward (a previous iteration's, or one gradfix does not place)"
             where = f", built at line {self.analysis.line(built)}" if built is not None else ""
+            message = (
+                f"`{code_of(site.tensor if site.tensor is not None else site.call)}` is backwarded through a graph that {by} already freed{where}; "
+            )
+            restart = self._restarted_sum(earlier[-1], site) if earlier else None
+            if restart is not None:
+                message += f"`{code_of(site.tensor)}` keeps adding to the loss that backward took: start the sum afresh after it"
+            else:
+                message += (
+                    "backward the losses together once, compute the value again after that backward, or detach what must "
+                    "not train (retain_graph=True only hides it)"
+                )
             yield self.violation(
                 site.call,
-                f"`{code_of(site.tensor if site.tensor is not None else site.call)}` is backwarded through a graph "
-                f"that {by} already freed{where}; backward the losses together once, compute the value again "
-                "after that backward, or detach what must not train (retain_graph=True only hides it)",
+                message,
+                restart,
                 related=tuple(node for node in (*(other.call for other in earlier[-1:]), built) if node is not None),
                 sites=(site,),
             )
+
+    def _restarted_sum(self, earlier: BackwardSite, site: BackwardSite) -> Fix | None:
+        """``loss.backward()``, then a loop that adds more to ``loss`` (``loss += part``) and backwards
+        it again (SAM's second pass summing the tasks' losses into the first pass's total): the
+        sum is started afresh after the first backward, ``loss = loss.detach()``, which keeps its
+        value and gives the second backward only what was added since. Unsafe: retain_graph=True
+        would have backwarded the first losses a second time."""
+        name = site.tensor.value if isinstance(site.tensor, cst.Name) else None
+        block = self.analysis.block_of(earlier.statement)
+        if (
+            name is None
+            or not isinstance(earlier.tensor, cst.Name)
+            or earlier.tensor.value != name
+            or block is None
+            or self.analysis.block_of(site.statement) is not block
+        ):
+            return None
+        between = block.statements[block.index(earlier.statement) + 1 : block.index(site.statement)]
+        adding = [
+            statement
+            for statement in between
+            if isinstance(statement, (cst.For, cst.While))
+            and any(
+                isinstance(update.target, cst.Name) and update.target.value == name and isinstance(update.operator, cst.AddAssign)
+                for update in self.analysis.tree.findall(statement.body, cst.AugAssign)
+            )
+        ]
+        rebound = any(name in assigned_names(statement, rebinding_only=True) for statement in between if statement not in adding)
+        if not adding or rebound:
+            return None
+        restart = cst.parse_statement(f"{name} = {name}.detach()")
+        return Fix(safe=False, insert_after=((earlier.statement, (restart,)),))
 
     def _may_run_before(self, other: BackwardSite, site: BackwardSite, shared: frozenset[Origin]) -> bool:
         """Whether ``other`` can free the shared graph before ``site`` backwards it: it comes first,
