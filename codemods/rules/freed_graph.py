@@ -4,7 +4,18 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import BackwardSite, Origin, as_operand, assigned_names, code_of, dotted_name, loss_handed_to_trainer, read_names
+from ..analysis import (
+    BackwardSite,
+    GradientEffect,
+    Origin,
+    as_operand,
+    assigned_names,
+    code_of,
+    dotted_name,
+    is_single_assignment,
+    loss_handed_to_trainer,
+    read_names,
+)
 from ..edits import Fix
 from ..frameworks import AUTOGRAD_GRAD, TENSOR_BACKWARD, TRAINER_RUNS
 from ..rule import FixKind, Rule, Violation
@@ -36,8 +47,11 @@ class FreedGraph(Rule):
     with the hook's loss for the trainer's one backward. And where a loop keeps adding to a loss
     that was backwarded before it (``loss += part`` for SAM's second pass, on the first pass's
     total), the sum starts afresh after the first backward: ``loss = loss.detach()`` (unsafe: the
-    first pass's losses are not backwarded again). Elsewhere, run ``gradfix diagnose --fix`` on
-    the script to try the candidate fixes.
+    first pass's losses are not backwarded again). Where an optimizer steps between the two
+    backwards and the second loss reads a forward of the same block (Sophia's periodic Hessian
+    estimate from the step's logits), that forward runs again where the second loss first reads
+    it (unsafe: at the stepped weights). Elsewhere, run ``gradfix diagnose --fix`` on the script to
+    try the candidate fixes.
     """
 
     CODE = "GF010"
@@ -116,8 +130,11 @@ class Classifier(pl.LightningModule):
                 f"`{code_of(site.tensor if site.tensor is not None else site.call)}` is backwarded through a graph that {by} already freed{where}; "
             )
             restart = self._restarted_sum(earlier[-1], site) if earlier else None
+            recompute = self._recomputed(earlier[-1], site, built) if earlier and restart is None and built is not None else None
             if restart is not None:
                 message += f"`{code_of(site.tensor)}` keeps adding to the loss that backward took: start the sum afresh after it"
+            elif recompute is not None:
+                message += f"an optimizer steps between them: compute line {self.analysis.line(built)} again after the step, where it is read"
             else:
                 message += (
                     "backward the losses together once, compute the value again after that backward, or detach what must "
@@ -126,7 +143,7 @@ class Classifier(pl.LightningModule):
             yield self.violation(
                 site.call,
                 message,
-                restart,
+                restart or recompute,
                 related=tuple(node for node in (*(other.call for other in earlier[-1:]), built) if node is not None),
                 sites=(site,),
             )
@@ -162,6 +179,39 @@ class Classifier(pl.LightningModule):
             return None
         restart = cst.parse_statement(f"{name} = {name}.detach()")
         return Fix(safe=False, insert_after=((earlier.statement, (restart,)),))
+
+    def _recomputed(self, earlier: BackwardSite, site: BackwardSite, built: cst.CSTNode) -> Fix | None:
+        """``logits, loss = model(x)``; ``loss.backward()``; ``optimizer.step()``; then code (in the
+        same block, or in an ``if`` of it) that builds a second loss from ``logits`` and backwards
+        it (Sophia's periodic Hessian estimate): the forward runs again where the second loss first
+        reads it, at the stepped weights. Only for a forward that is one assignment of that block,
+        whose inputs nothing changes up to there, with an optimizer step between. Unsafe: the
+        second loss is taken at the new weights, and the names it assigns hold the new values."""
+        block = self.analysis.block_of(earlier.statement)
+        if block is None or not is_single_assignment(built) or self.analysis.block_of(built) is not block:
+            return None
+        if block.index(built) > block.index(earlier.statement):
+            return None
+        inner = self.analysis.block_of(site.statement)
+        container = site.statement if inner is block else inner.owner if inner is not None else None
+        while container is not None and not any(container is statement for statement in block.statements):
+            if not isinstance(container, (cst.If, cst.Else, cst.IndentedBlock, cst.With)):
+                return None  # a loop or a function between: it runs another number of times
+            container = self.analysis.tree.parent(container)
+        if container is None or block.index(container) <= block.index(earlier.statement):
+            return None
+        computed = assigned_names(built)
+        candidates = inner.statements[: inner.index(site.statement) + 1] if inner is not block else [site.statement]
+        first_read = next((statement for statement in candidates if read_names(statement) & computed), None)
+        if first_read is None:
+            return None
+        on_the_way = [*block.statements[block.index(built) + 1 : block.index(container)], *candidates[: candidates.index(first_read)]]
+        if not any(self.analysis.gradient_effects(statement) & GradientEffect.STEP for statement in on_the_way):
+            return None  # (no step between: the two losses are one step's, backwarded together)
+        changed = set().union(*(assigned_names(statement) for statement in on_the_way if statement is not earlier.statement))
+        if (read_names(built.body[0].value) | computed) & changed:
+            return None
+        return Fix(safe=False, insert_before=((first_read, (built.with_changes(leading_lines=[]),)),))
 
     def _may_run_before(self, other: BackwardSite, site: BackwardSite, shared: frozenset[Origin]) -> bool:
         """Whether ``other`` can free the shared graph before ``site`` backwards it: it comes first,
