@@ -201,11 +201,17 @@ class Classifier(pl.LightningModule):
         if container is None or block.index(container) <= block.index(earlier.statement):
             return None
         computed = assigned_names(built)
-        candidates = inner.statements[: inner.index(site.statement) + 1] if inner is not block else [site.statement]
+        start = block.index(earlier.statement) + 1 if inner is block else 0
+        candidates = inner.statements[start : inner.index(site.statement) + 1]
         first_read = next((statement for statement in candidates if read_names(statement) & computed), None)
         if first_read is None:
             return None
-        on_the_way = [*block.statements[block.index(built) + 1 : block.index(container)], *candidates[: candidates.index(first_read)]]
+        before = block.statements[block.index(built) + 1 : block.index(container)] if inner is not block else []
+        on_the_way = [
+            *before,
+            *(block.statements[block.index(built) + 1 : start] if inner is block else []),
+            *candidates[: candidates.index(first_read)],
+        ]
         if not any(self.analysis.gradient_effects(statement) & GradientEffect.STEP for statement in on_the_way):
             return None  # (no step between: the two losses are one step's, backwarded together)
         changed = set().union(*(assigned_names(statement) for statement in on_the_way if statement is not earlier.statement))
