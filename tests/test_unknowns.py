@@ -355,6 +355,28 @@ for x, y in loader:
     assert "GF005" in codes(checked(proved))  # (the same code, with the generator's output read whole)
 
 
+def test_a_loop_calling_unread_code_may_change_the_parameters():
+    source = """\
+import torch
+import torch.nn as nn
+from helpers import accumulate
+model = nn.Linear(4, 3)
+x = torch.randn(5, 4)
+logits = model(x)
+for k in range(3):
+    logits[:, k].sum().backward(retain_graph=True)
+    accumulate(model)
+"""
+    report = checked(source)
+    assert codes(report) == ["GF003"] and report.rewritten is None  # (reported, not rewritten)
+    pure = source.replace("    accumulate(model)\n", "    print(k)\n")
+    assert codes(checked(pure)) == []  # (nothing changes the parameters: one kept graph is right)
+    stepping = source.replace("    accumulate(model)\n", "    optimizer.step()\n").replace(
+        "model = nn.Linear(4, 3)\n", "model = nn.Linear(4, 3)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    )
+    assert "GF003" in codes(checked(stepping)) and checked(stepping).rewritten is not None  # (the unsafe move)
+
+
 def test_a_detaching_helper_returns_no_graph():
     source = """\
 import torch
