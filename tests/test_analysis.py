@@ -220,22 +220,7 @@ def test_a_repeated_list_is_a_list_and_a_slot_reads_what_was_written_to_it():
 
 
 def test_two_branches_on_a_flag_set_once_before_both_are_exclusive():
-    analysis = analyse(
-        """
-        def step(model, x, per_item):
-            flag = per_item and x is not None
-            for item in x:
-                if flag:
-                    model(item).sum().backward()
-            if not flag:
-                model(x).sum().backward()
-            flag = False
-        """
-    )
-    first, second = analysis.backward_sites
-    assert not analysis.exclusive(first.statement, second.statement)  # (``flag`` is assigned again after them)
-    once = analyse(
-        """
+    step = """
         def step(model, x, per_item):
             flag = per_item and x is not None
             for item in x:
@@ -244,9 +229,10 @@ def test_two_branches_on_a_flag_set_once_before_both_are_exclusive():
             if not flag:
                 model(x).sum().backward()
         """
-    )
-    first, second = once.backward_sites
-    assert once.exclusive(first.statement, second.statement)
+    for code, exclusive in ((step, True), (step + "    flag = False\n", False)):  # (assigned again after them)
+        analysis = analyse(code)
+        first, second = analysis.backward_sites
+        assert analysis.exclusive(first.statement, second.statement) is exclusive
 
 
 def test_a_loop_marks_what_an_iteration_receives_from_the_previous_one():
