@@ -272,7 +272,9 @@ def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
         console.print("  second one must be rebuilt, or detached, before the backward at the first one.")
         return
     if diagnosis.fix is None:
-        console.print("  gradfix reports this shape but cannot prove a rewrite for it.")
+        console.print(
+            f"  {diagnosis.fix_refused}: not offered." if diagnosis.fix_refused else "  gradfix reports this shape but cannot prove a rewrite for it."
+        )
         return
     console.print("  fix:")
     print_diff(diagnosis.diff(diagnosis.fix.rewritten))

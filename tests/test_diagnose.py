@@ -90,6 +90,10 @@ def test_every_fixture_is_diagnosed_as_its_rule_and_fixed(case, runs, tmp_path):
     assert diagnosis.second_backward, diagnosis.run.describe()
     assert diagnosis.finding is not None and diagnosis.finding.code == case.rule.CODE
     assert diagnosis.failing is not None  # the backward line, or the script's call into the trainer that backwards
+    if case.unsafe and diagnosis.fix is None:
+        # refused: it would stop a parameter training (the search then looks for another rewrite)
+        assert diagnosis.fix_refused.startswith(f"{case.rule.CODE}'s unsafe fix runs, but ") and "gets no gradient" in diagnosis.fix_refused
+        return
     rerun = fix_and_rerun(diagnosis, runs.runner, BOUNDS)
     assert rerun.succeeded, rerun.describe()
     assert script.read_bytes() == case.file("after.py").read_bytes()

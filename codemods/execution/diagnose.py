@@ -49,6 +49,7 @@ class Diagnosis:
     kept_in: str = ""  # where the line that built the freed graph stores it, in plain words
     finding: Finding | None = None  # the rule's finding that matches
     fix: FileReport | None = None  # that rule's rewrite of the script, when it has one
+    fix_refused: str = ""  # why that rule's (unsafe) rewrite is not offered: what it stops training
     symptom: str = ""  # what the run measured of a silent bug (no error raised)
     notebook: Notebook | None = None  # when ``script`` runs a notebook's code cells
 
@@ -142,8 +143,9 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
             # An unsafe rewrite is tried first: one that stops a parameter training is no fix to
             # write (the search looks for another, and says why each is refused).
             trial = runner.run(script, replace(options, record_gradients=True, recorded_steps=1, sources=((str(script), report.rewritten),)))
-            if trial.succeeded and gradients_lost(run, trial):
-                diagnosis.fix = None
+            lost = gradients_lost(run, trial) if trial.succeeded else ""
+            if lost:
+                diagnosis.fix, diagnosis.fix_refused = None, f"{diagnosis.finding.code}'s unsafe fix runs, but {lost}"
     return diagnosis
 
 
