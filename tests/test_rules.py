@@ -278,3 +278,26 @@ def test_gf006_does_not_compute_again_an_expression_that_makes_a_parameter():
     )
     result = gradfix.fix(source, unsafe_fixes=True)
     assert not result.changed and [f.code for f in result.findings] == ["GF006"]
+
+
+@pytest.mark.parametrize("adding", ["loss += part", "loss = loss + part"])
+def test_a_sum_kept_adding_to_after_its_backward_starts_afresh_whichever_way_it_is_written(adding):
+    source = f"""\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 4)
+loss = 0
+for t in range(2):
+    part = model(x).pow(2).mean()
+    {adding}
+loss.backward()
+optimizer.step()
+for t in range(2):
+    part = model(x).abs().mean()
+    {adding}
+loss.backward()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.UNSAFE, "train.py")
+    assert b"loss.backward()\nloss = loss.detach()\noptimizer.step()" in report.rewritten

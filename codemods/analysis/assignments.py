@@ -25,12 +25,15 @@ def is_inplace_method(name: str) -> bool:
     return name.endswith("_") and not name.startswith("_")
 
 
-def target_names(target: cst.BaseExpression) -> list[str]:
-    """Names bound by an assignment target, with tuple unpacking flattened."""
+def target_names(target: cst.BaseExpression, bindings_only: bool = False) -> list[str]:
+    """Names bound by an assignment target, with tuple unpacking flattened (``x[i]`` and ``x.a``
+    name the ``x`` they write to, unless ``bindings_only``: they read ``x``, and bind nothing)."""
     if isinstance(target, (cst.Tuple, cst.List)):
-        return [name for element in target.elements for name in target_names(element.value)]
+        return [name for element in target.elements for name in target_names(element.value, bindings_only)]
     if isinstance(target, cst.StarredElement):
-        return target_names(target.value)
+        return target_names(target.value, bindings_only)
+    if bindings_only:
+        return [target.value] if isinstance(target, cst.Name) else []
     if isinstance(target, cst.Subscript):
         name = dotted_name(target.value)
         return [name] if name else []
@@ -104,13 +107,7 @@ def local_names(function: cst.FunctionDef) -> set[str]:
 
 
 def _bound(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [name for element in target.elements for name in _bound(element.value)]
-    if isinstance(target, cst.StarredElement):
-        return _bound(target.value)
-    return []  # ``x[i] = v`` and ``x.a = v`` read ``x``: they bind nothing
+    return target_names(target, bindings_only=True)
 
 
 class _PlainBindings(cst.CSTVisitor):

@@ -647,7 +647,7 @@ class DataflowAnalysis:
         a long script has thousands of globals and hundreds of functions."""
         named = [name.value for name in self._tree.findall(function, cst.Name)]
         named += [dotted_name(attribute) for attribute in self._tree.findall(function, cst.Attribute)]
-        local = self._local_names(function) | local_names(function) - self._declared_global(function)
+        local = self._local_names(function)
         return {name: env[name] for name in dict.fromkeys(named) if name in env and env[name].graph and name.split(".")[0] not in local}
 
     def _exec_if_chain(self, statement: cst.If, env: Env) -> Env | None:
@@ -715,9 +715,9 @@ class DataflowAnalysis:
                 frame.returned_items.append(None if items is None else [v.without_graph() if self._no_grad else v for v in items])
                 function = self._scope.node
                 parameters = [p.name.value for p in function.params.params] if isinstance(function, cst.FunctionDef) else []
-                frame.returned_truths.append(
-                    {name: env[_truth_key(name)] is _TRUE for name in parameters if env.get(_truth_key(name)) in (_TRUE, _FALSE)}
-                )
+                # (by identity: a join of the two markers is a value equal to both, and says neither)
+                truths = {name: env.get(_truth_key(name)) for name in parameters}
+                frame.returned_truths.append({name: held is _TRUE for name, held in truths.items() if held is _TRUE or held is _FALSE})
             frame.returns.append(env)
             raise _Terminated
         elif isinstance(small, cst.Raise):
@@ -1250,12 +1250,12 @@ class DataflowAnalysis:
         return self.names.module(func, self._scope.class_name) is None
 
     def _local_names(self, function: cst.FunctionDef) -> set[str]:
-        """The names a call of ``function`` binds afresh: its parameters and the plain names it assigns."""
+        """The names a call of ``function`` binds afresh: its parameters and the names Python makes
+        local to it (a write to ``x[i]`` or ``x.a`` binds no ``x``)."""
         params = function.params
         parameters = [*params.params, *params.kwonly_params, *params.posonly_params]
         parameters += [star for star in (params.star_arg, params.star_kwarg) if isinstance(star, cst.Param)]
-        assigned = {name for name in assigned_names(function.body, tree=self._tree) if "." not in name}
-        return ({p.name.value for p in parameters} | assigned) - self._declared_global(function)
+        return ({p.name.value for p in parameters} | local_names(function)) - self._declared_global(function)
 
     def _declared_global(self, scope: cst.CSTNode) -> frozenset[str]:
         """The names a function declares ``global`` or ``nonlocal``."""
@@ -1406,7 +1406,7 @@ class DataflowAnalysis:
         """The structure a call of ``summary``'s function returns: where a return's path tested a
         parameter this call gives as ``True`` or ``False`` (or leaves to such a default), that of
         the returns the call can reach (``return y_hat, codes`` for ``return_latents=True``)."""
-        for (parameter, _), _value in summary.returned_given.items():
+        for parameter in dict.fromkeys(name for name, _ in summary.returned_given):
             given = summary.literal_defaults.get(parameter)
             position = summary.parameters.index(parameter) if parameter in summary.parameters else None
             for index, arg in enumerate(call.args):

@@ -477,16 +477,23 @@ class FileAnalysis:
     def may_change_parameters(self, node: cst.CSTNode) -> bool | None:
         """Whether running ``node`` changes parameters: True when an optimizer steps in it; None
         when gradfix cannot tell (the file updates parameters by hand, or ``node`` calls code
-        gradfix does not read, other than a module's methods that change no parameter); False
+        gradfix does not read, other than a known module's methods that change no parameter); False
         when nothing in it can."""
         if GradientEffect.STEP in self.gradient_effects(node):
             return True
-        unread = (
-            call
-            for call in self._calls_not_read(node)
-            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in PARAMETER_KEEPING_METHODS)
-        )
+        unread = (call for call in self._calls_not_read(node) if not self._keeps_parameters(call))
         return None if self.names.updated_by_hand or next(unread, None) is not None else False
+
+    def _keeps_parameters(self, call: cst.Call) -> bool:
+        """A method of a module gradfix knows that changes no parameter (``model.zero_grad()``,
+        ``model.parameters()``); the same name on any other object may be anything
+        (``trainer.train()``)."""
+        func = call.func
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in PARAMETER_KEEPING_METHODS
+            and self.names.module(func.value, self.class_name_of(call)) is not None
+        )
 
     def _calls_not_read(self, node: cst.CSTNode, reading: frozenset[str] = frozenset()) -> Iterator[cst.Call]:
         """The calls in ``node`` into code gradfix does not see into. ``reading``: the functions

@@ -15,6 +15,7 @@ from ..analysis import (
     is_single_assignment,
     loss_handed_to_trainer,
     read_names,
+    target_names,
 )
 from ..edits import Fix
 from ..frameworks import AUTOGRAD_GRAD, TENSOR_BACKWARD, TRAINER_RUNS
@@ -170,8 +171,8 @@ class Classifier(pl.LightningModule):
             for statement in between
             if isinstance(statement, (cst.For, cst.While))
             and any(
-                isinstance(update.target, cst.Name) and update.target.value == name and isinstance(update.operator, cst.AddAssign)
-                for update in self.analysis.tree.findall(statement.body, cst.AugAssign)
+                _accumulates(small, name)
+                for small in [*self.analysis.tree.findall(statement.body, cst.AugAssign), *self.analysis.tree.findall(statement.body, cst.Assign)]
             )
         ]
         rebound = any(name in assigned_names(statement, rebinding_only=True) for statement in between if statement not in adding)
@@ -193,12 +194,15 @@ class Classifier(pl.LightningModule):
         if block.index(built) > block.index(earlier.statement):
             return None
         inner = self.analysis.block_of(site.statement)
-        container = site.statement if inner is block else inner.owner if inner is not None else None
-        while container is not None and not any(container is statement for statement in block.statements):
-            if not isinstance(container, (cst.If, cst.Else, cst.IndentedBlock, cst.With)):
-                return None  # a loop or a function between: it runs another number of times
-            container = self.analysis.tree.parent(container)
-        if container is None or block.index(container) <= block.index(earlier.statement):
+        container = self.analysis.tree.child_holding(block.owner, site.statement) if inner is not block else site.statement
+        if (
+            inner is None
+            or container is None
+            or site.scope is not earlier.scope
+            or self.analysis.loops_around(site.statement) != self.analysis.loops_around(earlier.statement)
+        ):
+            return None  # not under the same block, or a loop between: it runs another number of times
+        if block.index(container) <= block.index(earlier.statement):
             return None
         computed = assigned_names(built)
         start = block.index(earlier.statement) + 1 if inner is block else 0
@@ -206,12 +210,8 @@ class Classifier(pl.LightningModule):
         first_read = next((statement for statement in candidates if read_names(statement) & computed), None)
         if first_read is None:
             return None
-        before = block.statements[block.index(built) + 1 : block.index(container)] if inner is not block else []
-        on_the_way = [
-            *before,
-            *(block.statements[block.index(built) + 1 : start] if inner is block else []),
-            *candidates[: candidates.index(first_read)],
-        ]
+        up_to = start if inner is block else block.index(container)
+        on_the_way = [*block.statements[block.index(built) + 1 : up_to], *candidates[: candidates.index(first_read)]]
         if not any(self.analysis.gradient_effects(statement) & GradientEffect.STEP for statement in on_the_way):
             return None  # (no step between: the two losses are one step's, backwarded together)
         changed = set().union(*(assigned_names(statement) for statement in on_the_way if statement is not earlier.statement))
@@ -333,3 +333,11 @@ def _operands(expression: cst.BaseExpression | None) -> Iterator[cst.Name]:
         yield from _operands(expression.right)
     elif isinstance(expression, cst.UnaryOperation):
         yield from _operands(expression.expression)
+
+
+def _accumulates(small: cst.AugAssign | cst.Assign, name: str) -> bool:
+    """Whether ``small`` computes ``name`` from the value it replaces (``loss += part``,
+    ``loss = loss + part``)."""
+    if isinstance(small, cst.AugAssign):
+        return target_names(small.target, bindings_only=True) == [name]
+    return len(small.targets) == 1 and target_names(small.targets[0].target, bindings_only=True) == [name] and name in read_names(small.value)

@@ -139,15 +139,20 @@ for x, y_reg, y_cls in loader:
                     or block.index(branch) < block.index(first.statement)
                     or not self.analysis.graph_nodes(first) & self.analysis.graph_nodes(second)
                     or any({first, second} == steps.sites for steps in self.analysis.gan_steps)
-                    or self._updates_or_reads_between(first, second, block, branch, inner)
                 ):
+                    continue
+                between = [
+                    *block.statements[block.index(first.statement) + 1 : block.index(branch)],
+                    *inner.statements[: inner.index(second.statement)],
+                ]
+                if any(self.analysis.gradient_effects(node) & (GradientEffect.UPDATING | GradientEffect.READING) for node in (*between, branch.test)):
                     continue  # (an optimizer step or a gradient read between them: the two backwards mean two steps)
                 shared = min(self._shared_origins([first, second]), key=self.analysis.line)
                 yield self.violation(
                     first.call,
                     f"`{code_of(first.tensor)}` and `{code_of(second.tensor)}` share the graph built at line "
                     f"{self.analysis.line(shared)} but are backwarded separately; backward their sum once where both run",
-                    self._branch_fix(first, second, block, branch, inner),
+                    self._branch_fix(first, second, branch, between),
                     related=(second.call,),
                     sites=(first, second),
                 )
@@ -163,18 +168,13 @@ for x, y_reg, y_cls in loader:
             and not site.value.backwarded
         )
 
-    def _updates_or_reads_between(self, first: BackwardSite, second: BackwardSite, block: Block, branch: cst.If, inner: Block) -> bool:
-        between = [*block.statements[block.index(first.statement) + 1 : block.index(branch)], *inner.statements[: inner.index(second.statement)]]
-        return any(self.analysis.gradient_effects(node) & (GradientEffect.UPDATING | GradientEffect.READING) for node in (*between, branch.test))
-
-    def _branch_fix(self, first: BackwardSite, second: BackwardSite, block: Block, branch: cst.If, inner: Block) -> Fix | None:
+    def _branch_fix(self, first: BackwardSite, second: BackwardSite, branch: cst.If, between: Sequence[cst.BaseStatement]) -> Fix | None:
         """The two merged inside ``branch`` (an ``if`` with no ``elif``), and ``first`` alone in its
         ``else``: only when nothing between them, the test included, reads or changes gradients or
         gives the first tensor another meaning."""
         merged_call = self.analysis.merged_backward([first, second])
         if merged_call is None or self.analysis.names.gradient_hooks or isinstance(branch.orelse, cst.If):
             return None
-        between = [*block.statements[block.index(first.statement) + 1 : block.index(branch)], *inner.statements[: inner.index(second.statement)]]
         if any(self.analysis.sites_in(statement) for statement in between):
             return None  # another backward between them
         if any(self.analysis.gradient_effects(node) or self.analysis.call_that_may_read_gradients(node) for node in (*between, branch.test)):
