@@ -794,3 +794,24 @@ def test_retain_graph_added_to_a_call_written_one_argument_a_line_gets_its_own_l
     call = cst.parse_expression("torch.autograd.grad(\n    outputs,\n    inputs,\n    allow_unused=True,\n)")
     written = cst.Module([]).code_for_node(with_retained_graph(AUTOGRAD_GRAD, call))
     assert written == "torch.autograd.grad(\n    outputs,\n    inputs,\n    allow_unused=True,\n    retain_graph=True,\n)"
+
+
+def test_a_return_after_both_branches_of_a_flag_may_run_with_either_value():
+    analysis = analyse(
+        """
+        def pick(x, other, flag=False):
+            if flag:
+                y = x * 2
+            else:
+                y = x * 3
+            if other:
+                return y
+            if flag:
+                return y, y
+            return y
+
+        picked = pick(torch.ones(2), torch.rand(1) > 0.5, flag=True)
+        """
+    )
+    call = analysis.module.body[-1].body[0].value
+    assert analysis.value_assigned(call).structure is UNKNOWN  # (the first return runs with flag True too: a tensor or a pair)
