@@ -815,3 +815,50 @@ def test_a_return_after_both_branches_of_a_flag_may_run_with_either_value():
     )
     call = analysis.module.body[-1].body[0].value
     assert analysis.value_assigned(call).structure is UNKNOWN  # (the first return runs with flag True too: a tensor or a pair)
+
+
+@pytest.mark.parametrize(
+    ("filled", "freed"),
+    [
+        ("memory.append(model(x))", True),  # graphs left in the module's list by another function
+        ("memory.append(model(x).detach())", False),
+        ("local = []\n            local.append(model(x))", False),  # the function's own list: the caller never sees it
+    ],
+)
+def test_a_function_sees_the_module_names_other_functions_filled_before_it_is_called(filled, freed):
+    site = analyse(
+        f"""
+        model = nn.Linear(2, 1)
+        x = torch.ones(2)
+        memory = []
+
+        def remember():
+            {filled}
+
+        def update():
+            loss = sum(memory).sum()
+            loss.backward()
+
+        for step in range(3):
+            remember()
+            update()
+        """
+    ).backward_sites[-1]
+    assert site.value.graph is freed  # (``memory`` holds graphs only when ``remember`` left them there)
+    assert site.value.freed is freed  # the previous step's update freed what the list still holds
+
+
+def test_autograd_grad_walks_down_to_its_inputs_only():
+    analysis = analyse(
+        """
+        model = nn.Linear(2, 2)
+        critic = nn.Linear(2, 1)
+        fake = model(torch.ones(2))
+        mixed = fake * 0.5
+        score = critic(mixed)
+        gradients = torch.autograd.grad(score, mixed, create_graph=True)
+        """
+    )
+    site = analysis.backward_sites[-1]
+    walked = {analysis.line(origin.statement) for origin in analysis.graph_nodes(site)}
+    assert walked == {9}  # critic(mixed), not what built mixed from the generator

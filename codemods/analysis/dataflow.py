@@ -120,7 +120,7 @@ _CREATION_FUNCTIONS = {
     "randint_like",
     "manual_seed",
 }
-_MAX_SUMMARY_ROUNDS = 3
+_MAX_SUMMARY_ROUNDS = 5
 
 
 @dataclass(eq=False)
@@ -172,6 +172,9 @@ class BackwardSite:
     create_graph: Tristate
     loops: tuple[Loop, ...]  # innermost first
     scope: Scope
+    # What ``torch.autograd.grad`` is asked for the gradients of (its ``inputs``): it walks the
+    # graph down to them only, not the graph that built them (MAML's fast weights).
+    stops_at: Value = NOTHING
 
     @property
     def tensor(self) -> cst.BaseExpression | None:
@@ -200,9 +203,11 @@ class FunctionSummary:
     parameters: tuple[str, ...]  # as callers pass them (``self`` left out of methods)
     backwarded: tuple[BackwardSite, ...]  # backwards of a parameter, on every path through the body
     returned: Value  # what a call returns; ``backwarded`` says it was already backwarded inside
-    # The graphs a method builds and leaves on ``self`` (``self.reg_loss += decay * reg``), or that
-    # a backward inside it freed, by attribute (parameters it keeps are leaves: nothing frees them).
-    kept_on_self: Mapping[str, Value] = field(default_factory=dict)
+    # The graphs a call leaves where its caller sees them, or that a backward inside it freed there:
+    # on ``self`` for a method (``self.reg_loss += decay * reg``), in the module's names for a
+    # module-level function (``experience.extend(...)``), by name (parameters it keeps are leaves:
+    # nothing frees them).
+    left_for_caller: Mapping[str, Value] = field(default_factory=dict)
     # What each item holds, when every return writes out a tuple of the same length.
     returned_items: tuple[Value, ...] | None = None
     # What a call returns when it passes True or False for a parameter some return's path tested.
@@ -339,6 +344,7 @@ class DataflowAnalysis:
             for method in cls.body.body
             if isinstance(method, cst.FunctionDef) and method.name.value != "__init__"
         }
+        self._module_functions = {statement.name.value: statement for statement in module.body if isinstance(statement, cst.FunctionDef)}
         self._constructor_parameters = {
             cls.name.value: [p.name.value for p in init.params.params[1:]]
             for cls in tree.findall(module, cst.ClassDef)
@@ -350,6 +356,8 @@ class DataflowAnalysis:
         # chains under it without scanning every name of the environment.
         self._attributes_of: dict[str, list[str]] = {}
         self._globals_declared: dict[cst.CSTNode, frozenset[str]] = {}
+        self._locals_of: dict[cst.FunctionDef, set[str]] = {}  # (asked at every call of the file's functions)
+        self._named_by: dict[cst.FunctionDef, list[str]] = {}  # the names and chains a function reads of its scope's
         for attribute in dict.fromkeys(dotted_name(a) for a in tree.findall(module, cst.Attribute)):
             parts = attribute.split(".") if attribute is not None else ()
             for end in range(1, len(parts)):
@@ -444,6 +452,7 @@ class DataflowAnalysis:
             end = self._exec_block(body, env)
             if isinstance(scope.node, cst.FunctionDef):
                 frame = self._frames[0]
+                end = join_envs([end, *frame.returns])  # where the call hands back to its caller
                 # A generator function's call is an iterable of what it yields.
                 self.returned[scope.node] = (
                     _part(_joined(frame.yielded), ListOf(_joined(frame.yielded).structure)) if frame.yielded else _joined(frame.returned)
@@ -482,16 +491,26 @@ class DataflowAnalysis:
             start = {**start, **arguments}
             end = self._run_scope(scope, node.body.body, dict(start))
         left = self.loops[node].back_edge if called_repeatedly and node in self.loops else end
-        if class_name is not None and not constructor and left is not None:
-            written = assigned_names(node.body, tree=self._tree)
-            kept = {
-                name: value
-                for name, value in left.items()
-                if name.startswith("self.") and (name in written and value.origins or value.freed and name in start and not start[name].freed)
-            }
-            key = (class_name, node.name.value)
-            self.summaries[key] = replace(self.summaries[key], kept_on_self=kept)
+        if class_name is not None and not constructor:
+            self._leave_for_caller(node, class_name, start, left, lambda name: name.startswith("self."))
+        elif class_name is None and self._module_functions.get(node.name.value) is node:
+            local = self._local_names(node)
+            self._leave_for_caller(node, class_name, start, left, lambda name: name.split(".")[0] not in local)
         return end
+
+    def _leave_for_caller(self, node: cst.FunctionDef, class_name: str | None, start: Env, left: Env | None, shared) -> None:
+        """Records, in the function's summary, the graphs a call leaves in the ``shared`` names its
+        caller sees: those it writes, built from graphs, and those its backwards freed."""
+        if left is None:
+            return
+        written = assigned_names(node.body, tree=self._tree)
+        kept = {
+            name: value
+            for name, value in left.items()
+            if shared(name) and (name in written and value.origins or value.freed and name in start and not start[name].freed)
+        }
+        key = _callee_key(node, class_name)
+        self.summaries[key] = replace(self.summaries[key], left_for_caller=kept)
 
     def _summarize(self, node: cst.FunctionDef, class_name: str | None) -> None:
         parameters = [p.name.value for p in node.params.params]
@@ -645,10 +664,13 @@ class DataflowAnalysis:
         """The graph-carrying globals of ``env`` that ``function`` names (a name, or an attribute
         chain such as ``model.hidden``): looked up by what it names rather than copied whole, since
         a long script has thousands of globals and hundreds of functions."""
-        named = [name.value for name in self._tree.findall(function, cst.Name)]
-        named += [dotted_name(attribute) for attribute in self._tree.findall(function, cst.Attribute)]
-        local = self._local_names(function)
-        return {name: env[name] for name in dict.fromkeys(named) if name in env and env[name].graph and name.split(".")[0] not in local}
+        named = self._named_by.get(function)
+        if named is None:
+            local = self._local_names(function)
+            every = [name.value for name in self._tree.findall(function, cst.Name)]
+            every += [dotted_name(attribute) for attribute in self._tree.findall(function, cst.Attribute)]
+            named = self._named_by[function] = [name for name in dict.fromkeys(every) if name is not None and name.split(".")[0] not in local]
+        return {name: env[name] for name in named if name in env and env[name].graph}
 
     def _exec_if_chain(self, statement: cst.If, env: Env) -> Env | None:
         """``if``/``elif``/``else``. A chain of two or more tests with no ``else`` that assigns a name
@@ -737,7 +759,7 @@ class DataflowAnalysis:
     def _run_loop(self, node: LoopNode, env: Env, iteration) -> Env | None:
         loop = self.loops.get(node)
         if loop is None:
-            carried = assigned_names(node.body, tree=self._tree)
+            carried = assigned_names(node.body, tree=self._tree) | self._left_by_calls(node.body)
             if isinstance(node, cst.FunctionDef):
                 # Across calls only what is kept on the instance survives.
                 self_name = node.params.params[0].name.value if node.params.params else "self"
@@ -1252,10 +1274,13 @@ class DataflowAnalysis:
     def _local_names(self, function: cst.FunctionDef) -> set[str]:
         """The names a call of ``function`` binds afresh: its parameters and the names Python makes
         local to it (a write to ``x[i]`` or ``x.a`` binds no ``x``)."""
-        params = function.params
-        parameters = [*params.params, *params.kwonly_params, *params.posonly_params]
-        parameters += [star for star in (params.star_arg, params.star_kwarg) if isinstance(star, cst.Param)]
-        return ({p.name.value for p in parameters} | local_names(function)) - self._declared_global(function)
+        local = self._locals_of.get(function)
+        if local is None:
+            params = function.params
+            parameters = [*params.params, *params.kwonly_params, *params.posonly_params]
+            parameters += [star for star in (params.star_arg, params.star_kwarg) if isinstance(star, cst.Param)]
+            local = self._locals_of[function] = ({p.name.value for p in parameters} | local_names(function)) - self._declared_global(function)
+        return local
 
     def _declared_global(self, scope: cst.CSTNode) -> frozenset[str]:
         """The names a function declares ``global`` or ``nonlocal``."""
@@ -1296,11 +1321,9 @@ class DataflowAnalysis:
         retain_graph = backward_calls.retain_graph(api, call)
         # A kept graph, one gradfix cannot tell, or a tensor it guessed is not proved freed.
         frees = retain_graph is False and not api.guessed
-        walked = self.graph_nodes(value)
-        if api.name == "torch.autograd.grad" and (inputs := backward_calls.argument(call, 1, "inputs")) is not None:
-            # It walks (and frees) the graph between its outputs and its inputs only: what built
-            # the inputs (MAML's fast weights) is not run, and a later backward may walk it.
-            walked -= self.graph_nodes(self._eval(inputs.value, env))
+        inputs = backward_calls.argument(call, 1, "inputs") if api.name == "torch.autograd.grad" else None
+        stops_at = self._eval(inputs.value, env) if inputs is not None else NOTHING
+        walked = self.walked_nodes(value, stops_at)
         for name in self._sharing_graph(env, walked):
             held = env[name]
             # The very tensor (an alias holds the same value), not another that shares its graph.
@@ -1321,7 +1344,15 @@ class DataflowAnalysis:
             create_graph=backward_calls.create_graph(api, call),
             loops=tuple(reversed(self._loops)),
             scope=self._scope,
+            stops_at=stops_at,
         )
+
+    def walked_nodes(self, value: Value, stops_at: Value) -> frozenset[Origin]:
+        """The nodes a backward of ``value`` walks (and frees): all of its graph, except, for
+        ``autograd.grad``, the graph that built its ``inputs`` (``stops_at``): a later backward may
+        still walk that."""
+        walked = self.graph_nodes(value)
+        return walked - self.graph_nodes(stops_at) if stops_at.graph else walked
 
     def _sharing_graph(self, env: Env, nodes: frozenset[Origin]) -> list[str]:
         """The names of ``env`` whose graph has one of ``nodes``. A backward in a long script's
@@ -1373,7 +1404,12 @@ class DataflowAnalysis:
         self.graph_arguments[summary.name] = self.graph_arguments.get(summary.name, False) or any(v.graph for v in values)
         if isinstance(call.func, cst.Attribute) and dotted_name(call.func.value) == "self":
             self._record_object_state(_summary_key(summary), env)
-            env.update(summary.kept_on_self)  # self.add_regularization_loss(...) in __init__: what it keeps stays
+            env.update(summary.left_for_caller)  # self.add_regularization_loss(...) in __init__: what it keeps stays
+        elif self._module_functions.get(summary.name) is not None:
+            caller = self._scope.node
+            shadowed = self._local_names(caller) if isinstance(caller, cst.FunctionDef) else set()
+            self._record_module_state(summary.name, env, shadowed)
+            env.update((name, value) for name, value in summary.left_for_caller.items() if name.split(".")[0] not in shadowed)
         self._free_what_the_call_walked(summary, values, env)
         returned_structure = self._returned_structure(summary, call)
         if summary.returned.graphless and not summary.has_effect:
@@ -1478,6 +1514,26 @@ class DataflowAnalysis:
         for name in dict.fromkeys(dotted_name(a) for a in self._tree.findall(method.body, cst.Attribute)):
             value = env.get(name) if name is not None and name.startswith("self.") else None
             if value is not None and value.graph:
+                value = Value(True, self.graph_nodes(value), value.structure, freed=value.freed, guessed=value.guessed)
+                known[name] = known[name].join(value) if name in known else value
+
+    def _left_by_calls(self, body: cst.CSTNode) -> set[str]:
+        """The names that calls in ``body`` of the file's functions and methods may leave graphs in
+        for their caller (``remember()`` filling the module's ``memory``): a loop carries them."""
+        left: set[str] = set()
+        for call in self._tree.findall(body, cst.Call):
+            summary = self._summary_of(call.func)
+            if summary is not None:
+                left.update(summary.left_for_caller)
+        return left
+
+    def _record_module_state(self, callee: str, env: Env, shadowed: set[str]) -> None:
+        """What a module-level function finds in the module's names it reads when it is called
+        (``experience``, filled by another function before this call), joined over calls as its
+        parameters are; the caller's own local names (``shadowed``) are not those."""
+        known = self.arguments.setdefault(callee, {})
+        for name, value in self._globals_read(self._module_functions[callee], env).items():
+            if name.split(".")[0] not in shadowed:
                 value = Value(True, self.graph_nodes(value), value.structure, freed=value.freed, guessed=value.guessed)
                 known[name] = known[name].join(value) if name in known else value
 
@@ -1674,7 +1730,7 @@ def _summary_facts(summary: FunctionSummary | None) -> tuple | None:
         summary.parameters,
         tuple(site.call for site in summary.backwarded),
         (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded),
-        _graph_facts(dict(summary.kept_on_self)),
+        _graph_facts(dict(summary.left_for_caller)),
         None if summary.returned_items is None else tuple((v.graph, v.graphless, v.origins, v.structure) for v in summary.returned_items),
         tuple(sorted((key, value.structure, value.graph) for key, value in summary.returned_given.items())),
     )

@@ -91,8 +91,9 @@ class FileAnalysis:
         return sorted(self._dataflow.backward_sites.values(), key=lambda site: self.order(site.call))
 
     def graph_nodes(self, site: BackwardSite) -> frozenset[Origin]:
-        """Every place that built part of the graph ``site`` backwards, through all loop heads."""
-        return self.value_nodes(site.value)
+        """Every place that built part of the graph ``site`` walks, through all loop heads (for
+        ``autograd.grad``, down to its ``inputs``)."""
+        return self._dataflow.walked_nodes(site.value, site.stops_at)
 
     def value_nodes(self, value: Value) -> frozenset[Origin]:
         """Every place that built part of ``value``'s graph, through all loop heads."""

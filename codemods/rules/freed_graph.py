@@ -119,6 +119,8 @@ class Classifier(pl.LightningModule):
             shared = set().union(*(self.analysis.graph_nodes(other) & nodes for other in freeing)) if freeing else set()
             built = min((origin.statement for origin in shared), key=self.analysis.order, default=None)
             inside = self.analysis.calls_freeing(site)
+            if not freeing and not inside and site.stops_at.freed:
+                continue  # the freed part may be the graph below its inputs, which it does not walk
             if earlier:
                 by = f"the backward at line {self.analysis.line(earlier[-1].call)}"
             elif inside:
