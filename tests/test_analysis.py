@@ -862,3 +862,58 @@ def test_autograd_grad_walks_down_to_its_inputs_only():
     site = analysis.backward_sites[-1]
     walked = {analysis.line(origin.statement) for origin in analysis.graph_nodes(site)}
     assert walked == {9}  # critic(mixed), not what built mixed from the generator
+
+
+def test_a_cache_kept_by_a_submodule_names_the_training_loops_backward_that_walks_it():
+    source = textwrap.dedent(
+        """
+        import torch
+        import torch.nn as nn
+
+
+        class Attention(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.prefix = nn.Linear(4, 4)
+                self.cache = None
+
+            def forward(self, x):
+                if self.cache is None:
+                    self.cache = self.prefix(torch.ones(1, 4))
+                return x + self.cache
+
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.attention = Attention()
+
+            def forward(self, x):
+                return self.attention(x)
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.ModuleList(Block() for _ in range(2))
+                self.head = nn.Linear(4, 1)
+
+            def forward(self, x):
+                for block in self.blocks:
+                    x = block(x)
+                return self.head(x)
+
+
+        model = Model()
+        for step in range(3):
+            loss = model(torch.randn(2, 4)).sum()
+            loss.backward()
+        """
+    ).encode()
+    analysis = FileAnalysis(cst.parse_module(source))
+    call = next(c for c in analysis.tree.findall(analysis.module, cst.Call) if m.matches(c.func, m.Name("model")))
+    assert analysis.runs_methods_of(call, "Attention") and analysis.runs_methods_of(call, "Model")
+    assert not analysis.runs_methods_of(call, "Missing")
+    (finding,) = check_source(source, all_rules()).findings
+    assert (finding.code, finding.line) == ("GF004", 14)
+    assert 42 in finding.related_lines  # the loop's backward, where the error is raised

@@ -273,6 +273,34 @@ class FileAnalysis:
         cls = next((c for c in self._classes if c.name.value == name), None)
         return cls.body.body if cls is not None else ()
 
+    def runs_methods_of(self, node: cst.CSTNode, class_name: str) -> bool:
+        """Whether ``node`` calls a module of the file's class ``class_name``, or of one whose
+        constructor builds one (``GPT`` holds ``Block``s, each with a ``CausalSelfAttention``):
+        the call runs that class's methods."""
+        if not isinstance(node, cst.Call):
+            return False
+        module = self.names.module(node.func, self.class_name_of(node))
+        return module is not None and module.is_local and class_name in {module.class_name, *self._submodules.get(module.class_name, ())}
+
+    @cached_property
+    def _submodules(self) -> dict[str, set[str]]:
+        """The file's module classes whose instances each module class's ``__init__`` builds (as
+        attributes, in a ``ModuleList`` or a ``Sequential``), through every level."""
+        built: dict[str, set[str]] = {}
+        for name in self.names.module_classes:
+            constructor = self.constructor_of(name)
+            calls = self.tree.findall(constructor.body, cst.Call) if constructor is not None else []
+            built[name] = {call.func.value for call in calls if isinstance(call.func, cst.Name) and call.func.value in self.names.module_classes}
+        changed = True
+        while changed:
+            changed = False
+            for name, inner in built.items():
+                deeper = set().union(*(built.get(i, set()) for i in inner)) - inner
+                if deeper:
+                    inner |= deeper
+                    changed = True
+        return built
+
     def class_name_of(self, node: cst.CSTNode) -> str | None:
         """The name of the innermost class whose body holds ``node``."""
         while node is not None and not isinstance(node, cst.ClassDef):

@@ -288,13 +288,15 @@ for inputs, targets in loader:
                         "it caches a value built afresh, which detached stops training what built it after the first call; "
                         "computing it at every call keeps it trained; --unsafe-fixes detaches it"
                     )
+                backwarding = self._backwarding(method)
                 yield self.violation(
                     stores[0] if stores else method.node,
                     f"`{name}` keeps this call's graph for the next call of `{method.node.name.value}`; "
                     "detach it where it is stored" + (f" (not rewritten: {unfixable})" if unfixable else ""),
                     fix,
-                    related=(method.node, *stores[1:], *self._built_in(method, stored)),
-                    sites=self._backwarding(method),
+                    # (and the backwards that walk it again: where the error is raised)
+                    related=(method.node, *stores[1:], *self._built_in(method, stored), *(site.call for site in backwarding)),
+                    sites=backwarding,
                 )
 
     def _evolves(self, method: Loop, marker: Carried, stores: list[cst.CSTNode]) -> bool:
@@ -324,11 +326,16 @@ for inputs, targets in loader:
         return sorted((s for s in statements if self.analysis.contains(method.node, s)), key=self.analysis.order)
 
     def _backwarding(self, method: Loop) -> tuple[BackwardSite, ...]:
-        """The backwards whose graph holds what a call of ``method`` built."""
+        """The backwards whose graph holds what a call of ``method`` built: inside it, or through
+        a call of a module that runs it (the training loop's backward of ``model(x)``)."""
+        class_name = method.scope.class_name
         return tuple(
             site
             for site in self.analysis.backward_sites
-            if any(self.analysis.contains(method.node, origin.statement) for origin in self.analysis.graph_nodes(site))
+            if any(
+                self.analysis.contains(method.node, origin.statement) or self.analysis.runs_methods_of(origin.node, class_name)
+                for origin in self.analysis.graph_nodes(site)
+            )
         )
 
     def _written_elsewhere(self, method: Loop, name: str) -> bool:
