@@ -917,3 +917,23 @@ def test_a_cache_kept_by_a_submodule_names_the_training_loops_backward_that_walk
     (finding,) = check_source(source, all_rules()).findings
     assert (finding.code, finding.line) == ("GF004", 14)
     assert 42 in finding.related_lines  # the loop's backward, where the error is raised
+
+
+def test_the_items_of_a_module_container_are_modules_whose_calls_carry_their_parameters():
+    value = backwarded(
+        """
+        class Stack(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+
+            def forward(self, x):
+                for block in self.blocks:
+                    x = block(x)
+                return x
+
+        model = Stack()
+        model(torch.randn(2, 4)).sum().backward()
+        """
+    )
+    assert value.graph and value.origins

@@ -420,6 +420,7 @@ class DataflowAnalysis:
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._comprehension_names: frozenset[str] = frozenset()  # bound by the comprehensions being evaluated
+        self._module_items: set[str] = set()  # loop targets naming the items of a module container
         # The slots ``x[i]`` written since ``x`` and ``i`` last changed, by ``x`` and by ``i``: the env
         # keeps each one's value under the key ``x[i]``.
         self._slots: dict[str, set[str]] = {}
@@ -606,12 +607,20 @@ class DataflowAnalysis:
             # items of a dict of features, yields graphs.
             known = isinstance(items.structure, (ListOf, TupleOf)) or method_called(statement.iter) in ("items", "values")
             element = _element_of(items) if known else NOTHING
+            # ``for block in self.blocks``: each item of a module container is a module, and
+            # calling it a forward through its parameters.
+            container = self.names.module(statement.iter, self._scope.class_name)
+            modules = {statement.target.value} if container is not None and container.trainable and isinstance(statement.target, cst.Name) else set()
 
             def iteration(head: Env) -> Env | None:
                 self._assign(statement.target, element, head)
                 return self._exec_body(statement.body, head)
 
-            after = self._run_loop(statement, env, iteration)
+            self._module_items |= modules
+            try:
+                after = self._run_loop(statement, env, iteration)
+            finally:
+                self._module_items -= modules
             for name in self.names.leaves_made_by.get(statement, ()) if after is not None else ():
                 held = after.get(name, NOTHING)
                 after[name] = held if held.graph else LEAF  # for p in [W, b]: p.requires_grad = True
@@ -1179,7 +1188,7 @@ class DataflowAnalysis:
         # it is an object built around the module, an optimizer, a wrapper: the analysis cannot
         # tell, and nothing is rewritten on what ``x.backward(arg)`` of such a value backwards).
         module_arguments = [self.names.module(a, class_name) for a in arguments]
-        if any(m is not None and m.trainable for m in module_arguments):
+        if any(m is not None and m.trainable for m in module_arguments) or isinstance(func, cst.Name) and func.value in self._module_items:
             values.append(LEAF)
         self._eval(func, env)
         return combine(values, self._origin(node), UNKNOWN, known_operation=False)
