@@ -937,3 +937,36 @@ def test_the_items_of_a_module_container_are_modules_whose_calls_carry_their_par
         """
     )
     assert value.graph and value.origins
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "x.sum()",
+        "(x + w).mean()",
+        "torch.cat([x, -w]).view(-1)[1:].sum()",
+        "sum(p.sum() for p in [x, w])",
+        "(x * w).sum()",
+        "(x * 2).sum()",
+        "torch.tanh(x).sum()",
+        "layer(x).sum()",
+    ],
+)
+def test_a_backward_frees_a_graph_only_where_its_nodes_saved_tensors(expression):
+    code = f"""
+        layer = nn.Linear(2, 2)
+        x = torch.randn(3, 2, requires_grad=True)
+        w = torch.randn(3, 2, requires_grad=True)
+        y = {expression}
+        y.backward()
+        y.backward()
+        """
+    torch = pytest.importorskip("torch")
+    site = analyse(code).backward_sites[-1]
+    namespace = {"torch": torch, "nn": torch.nn}
+    try:
+        exec(textwrap.dedent(code), namespace)
+        raised = False
+    except RuntimeError:
+        raised = True
+    assert site.value.freed is raised  # as torch itself answers

@@ -121,6 +121,32 @@ _CREATION_FUNCTIONS = {
     "manual_seed",
 }
 _MAX_SUMMARY_ROUNDS = 5
+# Operations whose backward needs no tensor saved in the forward (sums, means, additions, and
+# what only moves, copies or joins values): a backward frees nothing of a graph built of these
+# from leaves, and a second backward through it runs.
+_SAVING_NOTHING_METHODS = {
+    "sum",
+    "mean",
+    "neg",
+    "view",
+    "view_as",
+    "reshape",
+    "reshape_as",
+    "flatten",
+    "squeeze",
+    "unsqueeze",
+    "expand",
+    "expand_as",
+    "t",
+    "transpose",
+    "permute",
+    "contiguous",
+    "clone",
+}
+_SAVING_NOTHING_FUNCTIONS = {
+    f"torch.{name}"
+    for name in ("sum", "mean", "add", "sub", "neg", "cat", "stack", "flatten", "reshape", "squeeze", "unsqueeze", "transpose", "permute", "clone")
+}
 
 
 @dataclass(eq=False)
@@ -1333,16 +1359,20 @@ class DataflowAnalysis:
         inputs = backward_calls.argument(call, 1, "inputs") if api.name == "torch.autograd.grad" else None
         stops_at = self._eval(inputs.value, env) if inputs is not None else NOTHING
         walked = self.walked_nodes(value, stops_at)
+        # It frees what the walked nodes saved for it; a graph of sums and views of leaves saved
+        # nothing, and what shares only such nodes can be backwarded again.
+        saving = frozenset(origin for origin in walked if self._saves_tensors(origin.node)) if frees else frozenset()
+        freed = set(self._sharing_graph(env, saving))
         for name in self._sharing_graph(env, walked):
             held = env[name]
             # The very tensor (an alias holds the same value), not another that shares its graph.
             backwarded = held.backwarded | {call} if any(held is v for v in values) else held.backwarded
-            env[name] = replace(held, freed=held.freed or frees, backwarded=backwarded)
+            env[name] = replace(held, freed=held.freed or name in freed, backwarded=backwarded)
         for tensor, held in zip(tensors, values):
             name = dotted_name(tensor)
             if name is not None:  # known to be this very tensor even when its graph is not
                 before = env.get(name, held)
-                env[name] = replace(before, freed=before.freed or frees, backwarded=before.backwarded | {call})
+                env[name] = replace(before, freed=before.freed or bool(saving), backwarded=before.backwarded | {call})
         self.backward_sites[call] = BackwardSite(
             call=call,
             statement=self._statement,
@@ -1355,6 +1385,26 @@ class DataflowAnalysis:
             scope=self._scope,
             stops_at=stops_at,
         )
+
+    def _saves_tensors(self, node: cst.CSTNode) -> bool:
+        """Whether the operation at ``node`` may save tensors for its backward: anything but an
+        addition, a subtraction, a negation, an index or slice, and the sums, means, views and
+        joins of ``_SAVING_NOTHING_METHODS`` and ``_SAVING_NOTHING_FUNCTIONS``."""
+        if isinstance(node, cst.BinaryOperation):
+            return not isinstance(node.operator, (cst.Add, cst.Subtract))
+        if isinstance(node, cst.AugAssign):
+            return not isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign))
+        if isinstance(node, cst.UnaryOperation):
+            return not isinstance(node.operator, (cst.Minus, cst.Plus))
+        if isinstance(node, cst.Subscript):
+            return False
+        if isinstance(node, cst.Call):
+            if (self.names.qualify(node.func) or "") in _SAVING_NOTHING_FUNCTIONS:
+                return False
+            return not (
+                isinstance(node.func, cst.Attribute) and node.func.attr.value in _SAVING_NOTHING_METHODS and not self.names.is_torch(node.func)
+            )
+        return True
 
     def walked_nodes(self, value: Value, stops_at: Value) -> frozenset[Origin]:
         """The nodes a backward of ``value`` walks (and frees): all of its graph, except, for

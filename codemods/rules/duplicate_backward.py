@@ -29,7 +29,9 @@ class DuplicateBackward(Rule):
     gradient check with ``torch.autograd.grad``, which adds nothing to ``.grad``, the fix lets that
     check keep the graph (``retain_graph=True``) for the real backward. When the first call already
     passes ``retain_graph=True`` on purpose, or gradfix cannot tell what it passes, nothing is
-    rewritten: the program runs, and the second backward is then deliberate.
+    rewritten: the program runs, and the second backward is then deliberate. A gradient check whose
+    graph saved no tensor (sums, means, views and concatenations of leaves) frees nothing, and the
+    backward after it runs and counts nothing twice: no finding.
     """
 
     CODE = "GF001"
@@ -60,8 +62,11 @@ for batch, target in loader:
         for site in self.analysis.backward_sites:
             if site.value.backwarded:
                 first = min((self.analysis.site_of(call) for call in site.value.backwarded), key=self._order)
-                if first.retain_graph is not True:  # a graph kept on purpose is backwarded again on purpose
-                    yield self._duplicate(first, site)
+                if first.retain_graph is True:
+                    continue  # a graph kept on purpose is backwarded again on purpose
+                if not first.api.accumulates and first.retain_graph is False and not site.value.freed:
+                    continue  # a gradient check that freed nothing (sums and views of leaves save no tensor) counts nothing twice
+                yield self._duplicate(first, site)
         yield from self._backwarded_for_the_trainer()
 
     def _order(self, site: BackwardSite) -> int:
