@@ -65,6 +65,13 @@ LoopNode = Union[cst.For, cst.While, cst.FunctionDef]
 
 _MAX_PASSES = 4
 _DETACHING_METHODS = {"detach", "item", "tolist", "numpy", "size", "dim", "numel", "nelement", "data_ptr", "ndimension"}
+# Tensor methods and torch functions whose result has no autograd history: comparisons, indices,
+# tests and integer casts (``torch.eq(pred, y).sum()`` counts correct answers).
+_NON_DIFFERENTIABLE = {
+    *("eq", "ne", "lt", "le", "gt", "ge", "isclose", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not"),
+    *("argmax", "argmin", "argsort", "nonzero", "count_nonzero", "bucketize", "searchsorted"),
+    *("long", "int", "bool", "short", "byte", "char"),
+}
 # Tensor methods that make a new tensor of the receiver's dtype and device, with no history.
 _FACTORY_METHODS = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
 # (``config``: a Hugging Face model's configuration object.)
@@ -429,7 +436,8 @@ class DataflowAnalysis:
         self._call_items: dict[cst.Call, FunctionSummary] = {}
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
         self.read_values: dict[cst.Name, Value] = {}  # what each name read held (in a loop: its last pass)
-        self.assigned_values: dict[cst.BaseExpression, Value] = {}  # right-hand sides, as evaluated
+        # Right-hand sides, and what ``+=`` adds or ``.append(...)`` stores, as evaluated.
+        self.assigned_values: dict[cst.BaseExpression, Value] = {}
         self.graph_arguments: dict[str, bool] = {}  # function -> whether a call in this file passes it a graph
         self.repeated_functions: set[str] = set()  # functions and methods called in a loop of this file
         self.no_grad_statements: set[cst.CSTNode] = set()  # run under no_grad / inference_mode
@@ -757,7 +765,8 @@ class DataflowAnalysis:
             if small.value is not None:
                 self._assign(small.target, self._eval(small.value, env), env, small.value)
         elif isinstance(small, cst.AugAssign):
-            value = combine([self._eval(small.target, env), self._eval(small.value, env)], self._origin(small))
+            added = self.assigned_values[small.value] = self._eval(small.value, env)
+            value = combine([self._eval(small.target, env), added], self._origin(small))
             self._assign(small.target, value, env)
         elif isinstance(small, cst.Expr):
             self._eval(small.value, env)
@@ -1152,6 +1161,8 @@ class DataflowAnalysis:
             target = dotted_name(func.value)
             if method in _DETACHING_METHODS or receiver.structure is DISTRIBUTION and method in _SAMPLING_METHODS:
                 return Value(structure=TENSOR if method == "detach" else UNKNOWN, graphless=True)
+            if method in _NON_DIFFERENTIABLE:
+                return Value(structure=TENSOR, graphless=True)
             if method in _FACTORY_METHODS:
                 asked = any(arg.keyword is not None and arg.keyword.value == "requires_grad" for arg in node.args)
                 return LEAF if asked else Value(structure=TENSOR, graphless=True)
@@ -1168,6 +1179,8 @@ class DataflowAnalysis:
                 self._forget_slots(target, env)  # (``insert``, ``pop``, ``clear``: the slots move)
             if method in APPENDING_METHODS and target is not None:
                 item = values[-1] if values else NOTHING
+                if arguments:
+                    self.assigned_values[arguments[-1]] = item
                 if method == "extend":
                     item = _element_of(item)
                 stored = env.get(target, NOTHING)
@@ -1266,7 +1279,7 @@ class DataflowAnalysis:
         return called if forward is None else self._freed_inside(node, forward, called)
 
     def _torch_call(self, node: cst.Call, qualified: str, values: list[Value]) -> Value:
-        if qualified.rsplit(".", 1)[-1] in _CREATION_FUNCTIONS:
+        if qualified.rsplit(".", 1)[-1] in _CREATION_FUNCTIONS or qualified.count(".") == 1 and qualified[6:] in _NON_DIFFERENTIABLE:
             return Value(structure=TENSOR, graphless=True)
         if qualified.startswith("torch.distributions."):
             return combine(values, self._origin(node), DISTRIBUTION)

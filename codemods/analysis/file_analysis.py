@@ -110,7 +110,8 @@ class FileAnalysis:
         return find_gan_steps(self)
 
     def value_assigned(self, expression: cst.BaseExpression) -> Value | None:
-        """What the right-hand side of an assignment evaluated to (None where never reached)."""
+        """What the right-hand side of an assignment, or what ``+=`` adds or ``.append(...)``
+        stores, evaluated to (None where never reached)."""
         return self._dataflow.assigned_values.get(expression)
 
     def value_read(self, name: cst.Name) -> Value | None:

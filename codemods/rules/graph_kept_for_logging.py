@@ -11,11 +11,11 @@ from ..analysis import (
     Origin,
     Value,
     appended,
+    as_operand,
     assigned_names,
     code_of,
     dotted_name,
     expand,
-    is_name,
     read_names,
     target_names,
 )
@@ -92,7 +92,7 @@ print(total_loss / len(loader))
                 store, value = kept
                 if self._same_slot_every_iteration(loop, statement.body[0]):
                     continue
-                held = self.analysis.value_read(value)
+                held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
                 if held is None or not self.analysis.value_nodes(held):
                     continue  # no graph kept: a number, a detached tensor, a value made under no_grad
                 if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, store, statement.body[0]):
@@ -100,7 +100,13 @@ print(total_loss / len(loader))
                 if not self._outlives_iteration(loop, store) or self._backwarded_later(loop, store):
                     continue
                 unfixable = self._why_graphs_may_be_needed(loop, store, held)
-                message = f"`{code_of(statement.body[0])}` keeps the graph of every step alive in `{store}`; store `{value.value}.detach()`"
+                if not unfixable and not isinstance(value, cst.Name) and held.structure is not TENSOR:
+                    unfixable = f"gradfix cannot tell that `{code_of(value)}` is one tensor"
+                message = f"`{code_of(statement.body[0])}` keeps the graph of every step alive in `{store}`; " + (
+                    f"store `{code_of(_detached(value))}`"
+                    if isinstance(value, cst.Name) or held.structure is TENSOR
+                    else "store its tensors detached"
+                )
                 fix = None
                 if unfixable:
                     message += f" (not rewritten: {unfixable})"
@@ -207,10 +213,11 @@ print(total_loss / len(loader))
 _BOOKKEEPING = {"grad_fn", "requires_grad", "is_leaf", "register_hook", "retain_grad", "backward", "grad", "_version"}
 
 
-def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.Name] | None:
+def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.BaseExpression] | None:
     """``(store, value)`` for ``store += value``, ``store = store + value``, ``store.append(value)``
-    and ``store[key] = value``."""
-    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) and isinstance(small.value, cst.Name):
+    and ``store[key] = value`` (``value`` a name, or for all but the sum written out any expression:
+    ``total += loss / n``)."""
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
         name = dotted_name(small.target)
         return (name, small.value) if name else None
     if isinstance(small, cst.Assign) and len(small.targets) == 1:
@@ -224,14 +231,14 @@ def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.Name] | None:
             and isinstance(value.right, cst.Name)
         ):
             return name, value.right
-        if isinstance(target, cst.Subscript) and isinstance(value, cst.Name) and dotted_name(target.value):
+        if isinstance(target, cst.Subscript) and dotted_name(target.value):
             return dotted_name(target.value), value
     call = appended(small)
-    if call is not None and is_name(call.args[0].value):
+    if call is not None:
         name = dotted_name(call.func.value)
         return (name, call.args[0].value) if name else None
     return None
 
 
-def _detached(value: cst.Name) -> cst.Call:
-    return cst.Call(func=cst.Attribute(value=value, attr=cst.Name("detach")))
+def _detached(value: cst.BaseExpression) -> cst.Call:
+    return cst.Call(func=cst.Attribute(value=as_operand(value), attr=cst.Name("detach")))
