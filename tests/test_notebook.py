@@ -255,3 +255,11 @@ def test_a_real_course_notebook_keeps_every_batch_graph_in_its_epoch_loss():
     cells = json.loads(report.rewritten)["cells"]
     assert cells[3]["source"][16] == "        train_loss += loss.detach()\n"
     assert cells[4]["source"][0] == "%%time\n"
+
+
+def test_a_future_import_that_opens_a_later_cell_compiles_where_jupyter_runs_it():
+    setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
+    data = notebook_of(setup, "from __future__ import print_function\nloss = " + training)
+    report = check_source(data, all_rules(), path="train.ipynb")
+    assert not report.errors
+    assert [f.code for f in report.findings] == ["GF003"]
