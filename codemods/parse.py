@@ -103,11 +103,11 @@ def compile_error(analysis: FileAnalysis, path: str) -> SyntaxError | None:
     """Why Python would not compile the analysed module (its syntax tree, which placing findings
     parsed already), or None. A notebook's cells are compiled one by one where they run, so a
     ``from __future__`` import that opens a later cell is in its place there."""
-    tree = analysis.python_tree
-    if is_notebook(path):
-        body = [s for s in tree.body if not (isinstance(s, ast.ImportFrom) and s.module == "__future__")]
-        tree = ast.Module(body=body, type_ignores=tree.type_ignores)
     try:
+        tree = analysis.python_tree
+        if is_notebook(path):
+            body = [s for s in tree.body if not (isinstance(s, ast.ImportFrom) and s.module == "__future__")]
+            tree = ast.Module(body=body, type_ignores=tree.type_ignores)
         with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
             warnings.simplefilter("ignore")
             compile(tree, path, "exec", dont_inherit=True)
