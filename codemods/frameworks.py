@@ -239,3 +239,13 @@ GRADIENT_HOOKING_LIBRARIES = ("opacus",)  # per-sample gradient clipping hooks e
 NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
 GRAD_MODE_SWITCH = "torch.set_grad_enabled"  # turns gradients off when its argument is False
 SCALED_LOSS_CONTEXTS = {"apex.amp.scale_loss", "amp.scale_loss"}  # `with amp.scale_loss(loss, opt) as scaled:`
+
+# Loggers -----------------------------------------------------------------------------------------------
+
+# Classes whose objects only read the tensors their methods are given (a logger writes numbers): a
+# graph handed to one does not escape to code that could backward it later.
+READING_LOGGERS = {
+    "torch.utils.tensorboard.SummaryWriter",
+    "torch.utils.tensorboard.writer.SummaryWriter",
+    "tensorboardX.SummaryWriter",
+}

@@ -301,3 +301,33 @@ loss.backward()
 """
     report = check_source(source.encode(), all_rules(), FixMode.UNSAFE, "train.py")
     assert b"loss.backward()\nloss = loss.detach()\noptimizer.step()" in report.rewritten
+
+
+@pytest.mark.parametrize(
+    ("writer", "reported"),
+    [
+        ("from torch.utils.tensorboard import SummaryWriter\nwriter = SummaryWriter('runs')", True),  # a logger only reads
+        ("from logs import Writer\nwriter = Writer('runs')", False),  # an object gradfix cannot read may keep the loss
+    ],
+)
+def test_gf009_a_loss_logged_to_a_tensorboard_writer_is_not_kept(writer, reported):
+    # https://github.com/sweetice/Deep-reinforcement-learning-with-pytorch/blob/7b9fac7e5e40ffdc6f7ccb8b0a81e7841370a996/Char09%20SAC/SAC.py
+    source = f"""\
+import torch
+import torch.nn as nn
+{writer}
+value, critic = nn.Linear(3, 1), nn.Linear(3, 1)
+optimizer = torch.optim.Adam([*value.parameters(), *critic.parameters()])
+for step in range(3):
+    state = torch.randn(4, 3)
+    value_loss = value(state).pow(2).mean()
+    critic_loss = critic(state).pow(2).mean()
+    writer.add_scalar("loss/value", value_loss, global_step=step)
+    optimizer.zero_grad()
+    value_loss.backward(retain_graph=True)
+    critic_loss.backward()
+    optimizer.step()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
+    assert [f.code for f in (*report.fixed, *report.findings)] == (["GF009"] if reported else [])
+    assert (b"value_loss.backward()\n" in (report.rewritten or b"")) is reported

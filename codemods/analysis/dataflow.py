@@ -28,6 +28,7 @@ from ..frameworks import (
     GRAD_MODE_SWITCH,
     LIGHTNING_NO_GRAD_HOOKS,
     NO_GRAD_CONTEXTS,
+    READING_LOGGERS,
     SCALED_LOSS_CONTEXTS,
     BackwardApi,
     Tristate,
@@ -1317,6 +1318,8 @@ class DataflowAnalysis:
             return False
         if isinstance(func, cst.Attribute) and (func.attr.value in APPENDING_METHODS or func.attr.value in _DETACHING_METHODS):
             return False
+        if isinstance(func, cst.Attribute) and self.names.constructed.get(dotted_name(func.value) or "") in READING_LOGGERS:
+            return False  # writer.add_scalar("loss", loss): the writer only reads it
         return self.names.module(func, self._scope.class_name) is None
 
     def _local_names(self, function: cst.FunctionDef) -> set[str]:
