@@ -274,13 +274,13 @@ for inputs, targets in loader:
                 if stored is None or not any(isinstance(o, Origin) for o in stored.origins):
                     continue
                 marker = Carried(method, name)
-                if marker not in expand(method.returned.origins, method) | expand(stored.origins, method):
+                stores = _stores(method.node, name)
+                if not self._read_by_the_next_call(method, marker, stores):
                     continue
                 if self._written_elsewhere(method, name):
                     continue  # another method resets or detaches it: the user manages the state
                 if self._called_only_at_construction(method):
                     continue  # no training step runs between its calls
-                stores = _stores(method.node, name)
                 evolves = self._evolves(method, marker, stores)
                 fix, unfixable = self._store_fix(method, name, stores, stored, safe=evolves)
                 if fix is not None and not evolves:
@@ -298,6 +298,15 @@ for inputs, targets in loader:
                     related=(method.node, *stores[1:], *self._built_in(method, stored), *(site.call for site in backwarding)),
                     sites=backwarding,
                 )
+
+    def _read_by_the_next_call(self, method: Loop, marker: Carried, stores: list[cst.CSTNode]) -> bool:
+        """Whether what a call leaves in the attribute reaches what the next call computes: its
+        result, or the attribute's new value (a store that adds to it, appends to it or computes
+        it from it). A path that leaves the attribute as it was (an early ``return``) carries
+        nothing by itself."""
+        if marker in expand(method.returned.origins, method):
+            return True
+        return any(not is_single_assignment(store) for store in stores) or self._evolves(method, marker, stores)
 
     def _evolves(self, method: Loop, marker: Carried, stores: list[cst.CSTNode]) -> bool:
         """Whether a store computes the attribute's new value from its previous one (a recurrent
