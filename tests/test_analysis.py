@@ -83,6 +83,7 @@ def test_graph_carrying_values(expression):
         "torch.eq(model(x).argmax(1), x[0]).sum().float()",  # comparisons and indices have no history
         "model(x).max(1)[1].long()",
         "(model(x) > 0).float()",
+        "torch.multinomial(model(x).softmax(-1), 1)",
     ],
 )
 def test_values_without_graph(expression):
@@ -973,3 +974,48 @@ def test_a_backward_frees_a_graph_only_where_its_nodes_saved_tensors(expression)
     except RuntimeError:
         raised = True
     assert site.value.freed is raised  # as torch itself answers
+
+
+@pytest.mark.parametrize(
+    ("unpacked", "indices_graph"),
+    [
+        ("values, indices = torch.topk(scores, 2)", False),
+        ("values, indices = scores.max(1)", False),
+        ("values, indices = scores.sort(dim=1)", False),
+        ("values, indices = scores.max(), scores.min()", True),  # two tensors written out: both hold the graph
+    ],
+)
+def test_the_indices_a_reduction_returns_beside_its_values_hold_no_graph(unpacked, indices_graph):
+    analysis = analyse(
+        f"""
+        model = nn.Linear(3, 3)
+        scores = model(torch.randn(2, 3))
+        {unpacked}
+        values.sum().backward()
+        indices.sum().backward()
+        """
+    )
+    values, indices = (site.value for site in analysis.backward_sites)
+    assert values.graph and indices.graph is indices_graph
+
+
+def test_a_frozen_module_of_the_files_own_class_adds_no_graph_of_its_own():
+    analysis = analyse(
+        """
+        class Encoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = nn.Linear(3, 3)
+
+            def forward(self, x):
+                return self.layer(x)
+
+        frozen = Encoder()
+        trained = Encoder()
+        for p in frozen.parameters():
+            p.requires_grad = False
+        frozen(torch.randn(2, 3)).sum().backward()
+        trained(torch.randn(2, 3)).sum().backward()
+        """
+    )
+    assert [site.value.graph for site in analysis.backward_sites] == [False, True]

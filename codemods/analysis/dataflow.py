@@ -70,7 +70,7 @@ _DETACHING_METHODS = {"detach", "item", "tolist", "numpy", "size", "dim", "numel
 # tests and integer casts (``torch.eq(pred, y).sum()`` counts correct answers).
 _NON_DIFFERENTIABLE = {
     *("eq", "ne", "lt", "le", "gt", "ge", "isclose", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not"),
-    *("argmax", "argmin", "argsort", "nonzero", "count_nonzero", "bucketize", "searchsorted"),
+    *("argmax", "argmin", "argsort", "nonzero", "count_nonzero", "bucketize", "searchsorted", "multinomial"),
     *("long", "int", "bool", "short", "byte", "char"),
 }
 # Tensor methods that make a new tensor of the receiver's dtype and device, with no history.
@@ -103,6 +103,10 @@ _TUPLE_FUNCTIONS = {
     "torch.var_mean": 2,
     "torch.frexp": 2,
 }
+# Reductions that return their values and the values' indices (``values, indices = x.topk(k)``;
+# ``max``, ``min`` and ``median`` only when given a dimension): the indices carry no graph.
+_WITH_INDICES = {"topk", "sort", "kthvalue", "mode", "cummax", "cummin"}
+_WITH_INDICES_GIVEN_A_DIMENSION = {"max", "min", "median"}
 _CREATION_FUNCTIONS = {
     "zeros",
     "ones",
@@ -1496,6 +1500,10 @@ class DataflowAnalysis:
             if not summary.returned.graph:
                 self._returned_shapes[call] = returned_structure  # (the call is read as any other)
                 return None
+            if self._frozen_module(call.func):
+                # a module whose parameters were all set not to require grad: its result holds
+                # what its inputs bring, and no graph of its own
+                return combine(values, self._origin(call), returned_structure)
             if not summary.returned.origins:
                 # only leaves it made or parameters (``w = torch.randn(..., requires_grad=True)``;
                 # ``return [w, b]``): what no operation built, no forward of it is repeated
@@ -1534,11 +1542,26 @@ class DataflowAnalysis:
         writes out a tuple of that length: nothing, where the returns prove an item graphless
         (``return loss, acc.item()``, ``return penalty, mean.detach()``); the graph of the whole
         call for any other item."""
+        if len(targets) == 2 and self._returns_indices(call):
+            return [_item_of(whole, TENSOR), Value(structure=TENSOR, graphless=True)]
         summary = self._call_items.get(call)
         items = summary.returned_items if summary is not None else None
         if items is None or len(items) != len(targets) or not any(item.graphless for item in items):
             return None
         return [Value(structure=item.structure, graphless=True) if item.graphless else _item_of(whole, item.structure) for item in items]
+
+    def _returns_indices(self, call: cst.Call) -> bool:
+        """Whether ``call`` is a torch reduction (function or tensor method) that returns values
+        and their indices."""
+        qualified = self.names.qualify(call.func) or ""
+        if qualified.startswith("torch.") and qualified.count(".") == 1:
+            name, given = qualified[6:], len(call.args) - 1  # (the tensor is the first argument)
+        elif isinstance(call.func, cst.Attribute) and not self.names.is_torch(call.func):
+            name, given = call.func.attr.value, len(call.args)
+        else:
+            return False
+        dimension = given > 0 or any(arg.keyword is not None and arg.keyword.value == "dim" for arg in call.args)
+        return name in _WITH_INDICES or name in _WITH_INDICES_GIVEN_A_DIMENSION and dimension
 
     def _free_what_the_call_walked(self, summary: FunctionSummary, arguments: Sequence[Value], env: Env) -> None:
         """After a call of a function of the file whose body backwards, on every path and without
@@ -1601,6 +1624,14 @@ class DataflowAnalysis:
             if summary is not None:
                 left.update(summary.left_for_caller)
         return left
+
+    def _frozen_module(self, func: cst.BaseExpression) -> bool:
+        """Whether ``func`` calls a frozen module, or a method of one (``model(x)``, ``model.generate(x)``)."""
+        class_name = self._scope.class_name
+        module = self.names.module(func, class_name)
+        if module is None and isinstance(func, cst.Attribute):
+            module = self.names.module(func.value, class_name)
+        return module is not None and module.frozen
 
     def _record_module_state(self, callee: str, env: Env, shadowed: set[str]) -> None:
         """What a module-level function finds in the module's names it reads when it is called
