@@ -440,6 +440,38 @@ for step in range(3):
     assert codes(checked(source.replace("w.requires_grad_()\n", ""))) == []
 
 
+def test_indices_and_comparisons_hold_no_graph():
+    source = """\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+correct, picked = 0, []
+for x, y in [(torch.randn(8, 4), torch.randint(0, 3, (8,)))] * 3:
+    logits = model(x)
+    _, predicted = logits.max(1)
+    correct += torch.eq(predicted, y).sum().float()
+    picked.append(torch.multinomial(logits.softmax(-1), 1))
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(logits, y).backward()
+    optimizer.step()
+"""
+    assert checked(source).findings == [] and checked(source).rewritten is None
+    assert codes(checked(source.replace("torch.eq(predicted, y).sum().float()", "logits.sum()"))) == ["GF007"]
+
+
+def test_a_graph_of_sums_of_leaves_is_not_freed():
+    source = """\
+import torch
+weights = [torch.randn(3, requires_grad=True) for _ in range(2)]
+total = sum(w.sum() for w in weights)
+gradients = torch.autograd.grad(total, weights)
+total.backward()
+"""
+    assert checked(source).findings == []
+    assert codes(checked(source.replace("w.sum()", "(w * w).sum()"))) == ["GF001"]
+
+
 def test_an_exhaustive_if_chain_hides_the_earlier_value():
     source = """\
 import torch
@@ -482,6 +514,32 @@ for x in torch.randn(3, 8, 4):
     assert codes(report) == ["GF002"] and report.rewritten is None
     assert codes(checked(re.sub(r"for p in .*\n.*\n", "", source))) == ["GF002"]
     assert checked(re.sub(r"for p in .*\n.*\n", "", source)).rewritten is not None
+
+
+def test_a_frozen_module_adds_no_graph_at_any_call():
+    source = """\
+import torch
+import torch.nn as nn
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 4)
+    def forward(self, x):
+        return self.layer(x)
+encoder = Encoder()
+head = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+features = encoder(torch.randn(8, 4))
+for p in encoder.parameters():
+    p.requires_grad = False
+for step in range(3):
+    loss = head(features).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    assert checked(source).findings == []  # (run as written, the first backward frees the encoder's graph: a miss)
+    assert codes(checked(source.replace("for p in encoder.parameters():\n    p.requires_grad = False\n", ""))) == ["GF006"]
 
 
 def test_every_entry_of_the_list_has_its_test_and_every_test_its_entry():
