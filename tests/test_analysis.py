@@ -997,25 +997,3 @@ def test_the_indices_a_reduction_returns_beside_its_values_hold_no_graph(unpacke
     )
     values, indices = (site.value for site in analysis.backward_sites)
     assert values.graph and indices.graph is indices_graph
-
-
-def test_a_frozen_module_of_the_files_own_class_adds_no_graph_of_its_own():
-    analysis = analyse(
-        """
-        class Encoder(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.layer = nn.Linear(3, 3)
-
-            def forward(self, x):
-                return self.layer(x)
-
-        frozen = Encoder()
-        trained = Encoder()
-        for p in frozen.parameters():
-            p.requires_grad = False
-        frozen(torch.randn(2, 3)).sum().backward()
-        trained(torch.randn(2, 3)).sum().backward()
-        """
-    )
-    assert [site.value.graph for site in analysis.backward_sites] == [False, True]
