@@ -331,3 +331,31 @@ for step in range(3):
     report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
     assert [f.code for f in (*report.fixed, *report.findings)] == (["GF009"] if reported else [])
     assert (b"value_loss.backward()\n" in (report.rewritten or b"")) is reported
+
+
+@pytest.mark.parametrize(("stored", "reported"), [("sum(rewards)", False), ("policy(state).sum() / len(rewards)", True)])
+def test_gf007_an_expression_stored_is_reported_only_when_its_graph_is_proved(stored, reported):
+    # https://github.com/udacity/deep-reinforcement-learning/blob/561eec3ae8678a23a4557f1a15414a9b076fdfff/reinforce/REINFORCE.ipynb
+    source = f"""\
+import torch
+import torch.nn as nn
+from agents import act, env
+policy = nn.Linear(4, 2)
+optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
+scores = []
+for episode in range(3):
+    log_probs, rewards = [], []
+    state = torch.randn(4)
+    for t in range(5):
+        action, log_prob = act(policy, state)  # (an imported helper: which item holds the graph is a guess)
+        log_probs.append(log_prob)
+        state, reward, done, _ = env.step(action)
+        rewards.append(reward)
+    loss = -torch.stack(log_probs).sum() * sum(rewards)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    scores.append({stored})
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
+    assert [f.code for f in report.findings] == (["GF007"] if reported else [])

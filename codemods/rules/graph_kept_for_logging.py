@@ -95,6 +95,8 @@ print(total_loss / len(loader))
                 held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
                 if held is None or not self.analysis.value_nodes(held):
                     continue  # no graph kept: a number, a detached tensor, a value made under no_grad
+                if not isinstance(value, cst.Name) and held.guessed:
+                    continue  # an expression whose graph came out of code gradfix cannot read (`sum(rewards)` of env.step's rewards)
                 if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, store, statement.body[0]):
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
                 if not self._outlives_iteration(loop, store) or self._backwarded_later(loop, store):
