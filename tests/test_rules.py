@@ -359,3 +359,35 @@ for episode in range(3):
 """
     report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
     assert [f.code for f in report.findings] == (["GF007"] if reported else [])
+
+
+@pytest.mark.parametrize(
+    ("update", "reported"),
+    [
+        ("fast = [w - 0.1 * g for w, g in zip(fast, grads)]", False),  # the fast weights hold every step's loss anyway
+        ("fast = [(w - 0.1 * g).detach().requires_grad_() for w, g in zip(fast, grads)]", True),  # cut: only the list keeps them
+    ],
+)
+def test_gf007_a_loss_the_carried_fast_weights_hold_anyway_is_not_reported(update, reported):
+    # https://github.com/facebookresearch/higher/blob/15a247ac06cac0d22601322677daff0dcfff062e/tests/test_higher.py
+    source = f"""\
+import torch
+import torch.nn.functional as F
+weights = [torch.randn(4, 3, requires_grad=True)]
+probe = torch.nn.Linear(4, 3)
+probe_optimizer = torch.optim.SGD(probe.parameters(), lr=0.1)
+fast = list(weights)
+inner_losses = []
+for step in range(4):
+    x, y = torch.randn(8, 4), torch.randn(8, 3)
+    loss = F.mse_loss(x @ fast[0], y)
+    grads = torch.autograd.grad(loss, fast, create_graph=True)
+    inner_losses.append(loss)
+    {update}
+    probe_optimizer.zero_grad()
+    F.mse_loss(probe(x), y).backward()
+    probe_optimizer.step()
+F.mse_loss(torch.randn(8, 4) @ fast[0], torch.randn(8, 3)).backward()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
+    assert [f.code for f in report.findings] == (["GF007"] if reported else [])

@@ -112,7 +112,8 @@ for inputs, targets in loader:
                         continue
                     if loop.back_edge[name].freed:
                         freed.setdefault(loop, {}).setdefault(name, site)
-                    elif site.retain_graph is True and self.analysis.updates_parameters(loop.node.body):
+                    elif site.retain_graph is True and site.create_graph is not True and self.analysis.updates_parameters(loop.node.body):
+                        # (with create_graph=True, gradients differentiated again later are the point: MAML's fast weights)
                         kept.setdefault(loop, {}).setdefault(name, site)
                     else:
                         continue  # full backpropagation through time, the graphs kept on purpose

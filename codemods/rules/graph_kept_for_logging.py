@@ -7,6 +7,7 @@ import libcst as cst
 
 from ..analysis import (
     TENSOR,
+    Carried,
     Loop,
     Origin,
     Value,
@@ -16,6 +17,7 @@ from ..analysis import (
     code_of,
     dotted_name,
     expand,
+    is_single_assignment,
     read_names,
     target_names,
 )
@@ -83,9 +85,14 @@ print(total_loss / len(loader))
         for loop in self.analysis.loops:
             if not self.analysis.is_training_loop(loop):
                 continue  # its iterations are not training steps: what it keeps dies with the step
-            for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine):
-                if self.analysis.loops_around(statement)[:1] != (loop,) or len(statement.body) != 1:
-                    continue
+            statements = [
+                statement
+                for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine)
+                if self.analysis.loops_around(statement)[:1] == (loop,) and len(statement.body) == 1
+            ]
+            stores = {kept[0] for statement in statements if (kept := _kept_value(statement.body[0])) is not None}
+            carried_on = self._carried_on(loop, stores)
+            for statement in statements:
                 kept = _kept_value(statement.body[0])
                 if kept is None:
                     continue
@@ -97,6 +104,8 @@ print(total_loss / len(loader))
                     continue  # no graph kept: a number, a detached tensor, a value made under no_grad
                 if not isinstance(value, cst.Name) and held.guessed:
                     continue  # an expression whose graph came out of code gradfix cannot read (`sum(rewards)` of env.step's rewards)
+                if self.analysis.value_nodes(held) <= carried_on:
+                    continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
                 if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, store, statement.body[0]):
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
                 if not self._outlives_iteration(loop, store) or self._backwarded_later(loop, store):
@@ -115,6 +124,33 @@ print(total_loss / len(loader))
                 else:
                     fix = Fix(safe=True, replace=((statement, statement.deep_replace(value, _detached(value))),))
                 yield self.violation(value, message, fix)
+
+    def _carried_on(self, loop: Loop, stores: set[str]) -> frozenset[Origin]:
+        """The graph the loop hands each next iteration in the names it rebinds from their previous
+        value, other than what it stores for later (MAML's fast weights, built from the step's
+        ``create_graph`` gradients, which hold that step's loss)."""
+        rebound = assigned_names(loop.node.body, rebinding_only=True, tree=self.analysis.tree) - stores
+        carried = [
+            value
+            for name in sorted(rebound & loop.carried_names)
+            if (value := loop.back_edge.get(name)) is not None and value.graph and self._never_cut(loop, name)
+        ]
+        return frozenset().union(*(self.analysis.value_nodes(value) for value in carried))
+
+    def _never_cut(self, loop: Loop, name: str) -> bool:
+        """Whether every assignment of ``name`` in the loop computes it from its previous value, so
+        that the chain of graphs it holds is never cut (no ``params = params.detach()`` between)."""
+        marker = Carried(loop, name)
+        assignments = [
+            statement
+            for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine)
+            if name in assigned_names(statement, rebinding_only=True, tree=self.analysis.tree)
+        ]
+        for statement in assignments:
+            assigned = self.analysis.value_assigned(statement.body[0].value) if is_single_assignment(statement) else None
+            if assigned is None or marker not in expand(assigned.origins, loop):
+                return False
+        return bool(assignments)
 
     @staticmethod
     def _makes_a_new_tensor(loop: Loop, store: str, small: cst.BaseSmallStatement) -> bool:
