@@ -997,3 +997,19 @@ def test_the_indices_a_reduction_returns_beside_its_values_hold_no_graph(unpacke
     )
     values, indices = (site.value for site in analysis.backward_sites)
     assert values.graph and indices.graph is indices_graph
+
+
+def test_a_helper_counting_correct_predictions_returns_no_graph():
+    # https://github.com/learnables/learn2learn/blob/db5cee3795490071282bbdfa81179ef732349196/examples/vision/protonet_miniimagenet.py
+    value = backwarded(
+        """
+        def accuracy(predictions, targets):
+            predictions = predictions.argmax(dim=1).view(targets.shape)
+            return (predictions == targets).sum().float() / targets.size(0)
+
+        model = nn.Linear(4, 3)
+        acc = accuracy(model(torch.randn(8, 4)), torch.randint(0, 3, (8,)))
+        acc.backward()
+        """
+    )
+    assert not value.graph

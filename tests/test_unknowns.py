@@ -377,6 +377,25 @@ for k in range(3):
     assert "GF003" in codes(checked(stepping)) and checked(stepping).rewritten is not None  # (the unsafe move)
 
 
+def test_a_graph_handed_to_another_package_may_be_backwarded():
+    # https://github.com/learnables/learn2learn/blob/db5cee3795490071282bbdfa81179ef732349196/examples/rl/maml_trpo.py
+    source = """\
+import torch
+import torch.nn as nn
+from cherry.algorithms import trpo
+policy = nn.Linear(4, 2)
+params = list(policy.parameters())
+for step in range(3):
+    out = policy(torch.randn(8, 4))
+    loss, kl = out.pow(2).mean(), out.exp().mean()
+    grads = torch.autograd.grad(loss, params, retain_graph=True)
+    Fvp = trpo.hessian_vector_product(kl, params)
+"""
+    report = checked(source)
+    assert report.findings == [] and report.rewritten is None  # the package's function may backward kl through the shared forward
+    assert codes(checked(source.replace("trpo.hessian_vector_product(kl, params)", "kl.item()"))) == ["GF009"]
+
+
 def test_a_detaching_helper_returns_no_graph():
     source = """\
 import torch

@@ -978,9 +978,10 @@ class DataflowAnalysis:
         if node_type is cst.BooleanOperation:
             return self._eval(node.left, env).join(self._eval(node.right, env))
         if node_type is cst.Comparison:
-            self._eval(node.left, env)
-            self._eval_all([c.comparator for c in node.comparisons], env)
-            return CONSTANT
+            # (of tensors, a tensor of booleans with no history: ``(logits.argmax(1) == y).sum()``)
+            operands = [self._eval(node.left, env), *self._eval_all([c.comparator for c in node.comparisons], env)]
+            tensors = any(v.graph or v.structure is TENSOR for v in operands)
+            return Value(structure=TENSOR, graphless=True) if tensors else CONSTANT
         if node_type is cst.Yield:
             value = self._eval(node.value, env) if isinstance(node.value, cst.BaseExpression) else NOTHING
             frame = next(f for f in reversed(self._frames) if f.loop is None or f.loop.is_call)
@@ -1201,6 +1202,8 @@ class DataflowAnalysis:
             )
             if is_inplace_method(method) and target is not None and not self.names.is_imported_module(func.value):
                 env[target] = result  # (``commons.clip_grad_value_(...)`` changes no module object)
+            if self._imported_code(func):
+                self._escape(values)  # trpo.hessian_vector_product(kl, params) may backward what it is given
             return result
 
         values = self._eval_all(arguments, env)
@@ -1235,6 +1238,8 @@ class DataflowAnalysis:
         if any(m is not None and m.trainable for m in module_arguments) or isinstance(func, cst.Name) and func.value in self._module_items:
             values.append(LEAF)
         self._eval(func, env)
+        if self._imported_code(func):
+            self._escape(values)  # another package's function may backward what it is given
         return combine(values, self._origin(node), UNKNOWN, known_operation=False)
 
     def _record_structure(self, class_name: str, call: cst.Call, values: list[Value]) -> Structure:
@@ -1322,9 +1327,20 @@ class DataflowAnalysis:
             return False
         if isinstance(func, cst.Attribute) and (func.attr.value in APPENDING_METHODS or func.attr.value in _DETACHING_METHODS):
             return False
-        if isinstance(func, cst.Attribute) and self.names.constructed.get(dotted_name(func.value) or "") in READING_LOGGERS:
-            return False  # writer.add_scalar("loss", loss): the writer only reads it
+        if self._only_reads(func):
+            return False
         return self.names.module(func, self._scope.class_name) is None
+
+    def _imported_code(self, func: cst.BaseExpression) -> bool:
+        """A function or class an import names (``trpo.hessian_vector_product``, ``from utils import
+        helper``), outside torch and the number libraries: code gradfix does not read here."""
+        name = dotted_name(func)
+        qualified = self.names.qualify(func) or ""
+        return name is not None and name.split(".")[0] in self.names.aliases and not qualified.startswith(("torch.", *_NUMBER_LIBRARIES))
+
+    def _only_reads(self, func: cst.BaseExpression) -> bool:
+        """A method of an object of a class that only reads what it is given (``writer.add_scalar``)."""
+        return isinstance(func, cst.Attribute) and self.names.constructed.get(dotted_name(func.value) or "") in READING_LOGGERS
 
     def _local_names(self, function: cst.FunctionDef) -> set[str]:
         """The names a call of ``function`` binds afresh: its parameters and the names Python makes
