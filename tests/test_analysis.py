@@ -1013,3 +1013,20 @@ def test_a_helper_counting_correct_predictions_returns_no_graph():
         """
     )
     assert not value.graph
+
+
+def test_the_rows_of_a_tensor_a_loop_iterates_hold_its_graph():
+    # https://github.com/kuangliu/pytorch-retinanet/blob/2d7c663350f330a34771a8fa6a4f37a2baa52a1d/retinanet.py
+    analysis = analyse(
+        """
+        trunk = nn.Conv2d(3, 4, 3)
+        head = nn.Conv2d(4, 2, 1)
+        maps = trunk(torch.randn(2, 3, 8, 8))
+        outputs = []
+        for feature_map in maps:
+            outputs.append(head(feature_map.unsqueeze(0)))
+        torch.cat(outputs).sum().backward()
+        """
+    )
+    walked = {analysis.line(origin.statement) for origin in analysis.graph_nodes(analysis.backward_sites[-1])}
+    assert 7 in walked  # maps = trunk(...): each feature map is a row of it

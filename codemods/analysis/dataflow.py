@@ -642,9 +642,11 @@ class DataflowAnalysis:
             return self._exec_if_chain(statement, env)
         if isinstance(statement, cst.For):
             items = self._eval(statement.iter, env)
-            # What a data loader or an unknown iterable yields is data; a list of losses, or the
-            # items of a dict of features, yields graphs.
-            known = isinstance(items.structure, (ListOf, TupleOf)) or method_called(statement.iter) in ("items", "values")
+            # What a data loader or an unknown iterable yields is data; a list of losses, the items
+            # of a dict of features, or the rows of a tensor, yield graphs.
+            known = (
+                isinstance(items.structure, (ListOf, TupleOf)) or items.structure is TENSOR or method_called(statement.iter) in ("items", "values")
+            )
             element = _element_of(items) if known else NOTHING
             # ``for block in self.blocks``: each item of a module container is a module, and
             # calling it a forward through its parameters.
