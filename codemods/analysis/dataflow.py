@@ -86,8 +86,13 @@ _SAMPLING_METHODS = {"sample", "sample_n", "enumerate_support"}
 _CONSTANT_EXPRESSIONS = (cst.SimpleString, cst.ConcatenatedString, cst.Lambda, cst.Ellipsis)
 _CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
 _REDUCING_BUILTINS = {"sum", "max", "min"}
+# Reductions that return their values and the values' indices (``values, indices = x.topk(k)``;
+# ``max``, ``min`` and ``median`` only when given a dimension): the indices carry no graph.
+_WITH_INDICES = {"topk", "sort", "kthvalue", "mode", "cummax", "cummin"}
+_WITH_INDICES_GIVEN_A_DIMENSION = {"max", "min", "median"}
 # torch functions that return a (named) tuple of tensors, whatever their arguments, by length.
 _TUPLE_FUNCTIONS = {
+    **{f"torch.{name}": 2 for name in _WITH_INDICES},
     "torch.linalg.eigh": 2,
     "torch.linalg.eig": 2,
     "torch.linalg.qr": 2,
@@ -95,18 +100,11 @@ _TUPLE_FUNCTIONS = {
     "torch.linalg.svd": 3,
     "torch.linalg.inv_ex": 2,
     "torch.linalg.cholesky_ex": 2,
-    "torch.sort": 2,
-    "torch.topk": 2,
-    "torch.kthvalue": 2,
     "torch.aminmax": 2,
     "torch.std_mean": 2,
     "torch.var_mean": 2,
     "torch.frexp": 2,
 }
-# Reductions that return their values and the values' indices (``values, indices = x.topk(k)``;
-# ``max``, ``min`` and ``median`` only when given a dimension): the indices carry no graph.
-_WITH_INDICES = {"topk", "sort", "kthvalue", "mode", "cummax", "cummin"}
-_WITH_INDICES_GIVEN_A_DIMENSION = {"max", "min", "median"}
 _CREATION_FUNCTIONS = {
     "zeros",
     "ones",
@@ -1269,9 +1267,15 @@ class DataflowAnalysis:
         backwards it fails); a constructor keeps what it is given for later calls."""
         bound = dict(zip(parameters, (v for arg, v in zip(call.args, values) if arg.keyword is None and not arg.star)))
         bound.update((arg.keyword.value, v) for arg, v in zip(call.args, values) if arg.keyword is not None)
+        self._record_found(callee, {name: value for name, value in bound.items() if name in parameters}, freed)
+
+    def _record_found(self, callee: object, found: Mapping[str, Value], freed: bool = True) -> None:
+        """What a call of ``callee`` finds in the names it reads (its parameters, its object's
+        attributes, the module's names), joined with what other calls find: the graph-carrying
+        values only. ``freed``: whether a freed graph stays freed inside."""
         known = self.arguments.setdefault(callee, {})
-        for name, value in bound.items():
-            if name in parameters and value.graph:
+        for name, value in found.items():
+            if value.graph:
                 # Carried markers name this round's loops: keep the places they stand for.
                 value = Value(True, self.graph_nodes(value), value.structure, freed=freed and value.freed, guessed=value.guessed)
                 known[name] = known[name].join(value) if name in known else value
@@ -1626,12 +1630,8 @@ class DataflowAnalysis:
         method = self._plain_methods.get(callee)
         if method is None:
             return
-        known = self.arguments.setdefault(callee, {})
-        for name in dict.fromkeys(dotted_name(a) for a in self._tree.findall(method.body, cst.Attribute)):
-            value = env.get(name) if name is not None and name.startswith("self.") else None
-            if value is not None and value.graph:
-                value = Value(True, self.graph_nodes(value), value.structure, freed=value.freed, guessed=value.guessed)
-                known[name] = known[name].join(value) if name in known else value
+        named = dict.fromkeys(dotted_name(a) for a in self._tree.findall(method.body, cst.Attribute))
+        self._record_found(callee, {name: env[name] for name in named if name is not None and name.startswith("self.") and name in env})
 
     def _left_by_calls(self, body: cst.CSTNode) -> set[str]:
         """The names that calls in ``body`` of the file's functions and methods may leave graphs in
@@ -1655,11 +1655,8 @@ class DataflowAnalysis:
         """What a module-level function finds in the module's names it reads when it is called
         (``experience``, filled by another function before this call), joined over calls as its
         parameters are; the caller's own local names (``shadowed``) are not those."""
-        known = self.arguments.setdefault(callee, {})
-        for name, value in self._globals_read(self._module_functions[callee], env).items():
-            if name.split(".")[0] not in shadowed:
-                value = Value(True, self.graph_nodes(value), value.structure, freed=value.freed, guessed=value.guessed)
-                known[name] = known[name].join(value) if name in known else value
+        found = self._globals_read(self._module_functions[callee], env)
+        self._record_found(callee, {name: value for name, value in found.items() if name.split(".")[0] not in shadowed})
 
     def _freed_inside(self, call: cst.Call, summary: FunctionSummary, result: Value) -> Value:
         """``result``, freed where what the function returns is freed inside it (a criterion that

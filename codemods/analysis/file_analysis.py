@@ -20,10 +20,10 @@ from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
 from .backward_calls import argument
-from .syntax import as_operand, code_of, method_called
+from .syntax import as_operand, code_of, is_single_assignment, method_called
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
-from .values import TENSOR, ListOf, Origin, TupleOf, Value
+from .values import TENSOR, Carried, ListOf, Origin, TupleOf, Value
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,20 @@ class FileAnalysis:
         """What the right-hand side of an assignment, or what ``+=`` adds or ``.append(...)``
         stores, evaluated to (None where never reached)."""
         return self._dataflow.assigned_values.get(expression)
+
+    def writes_of(self, loop: Loop, name: str) -> dict[cst.CSTNode, bool | None]:
+        """The statement lines of ``loop`` (a method walked as calls included) that write ``name``,
+        in order, each with whether it computes the new value from what the previous iteration
+        (or call) left: True or False for a plain assignment (``h = cell(x, h)``, ``cache = f(x)``),
+        None for a write that changes or adds to the old value (an append, ``+=``, ``x.add_(...)``)."""
+        marker = Carried(loop, name)
+        writes: dict[cst.CSTNode, bool | None] = {}
+        for statement in self.tree.findall(loop.node.body, cst.SimpleStatementLine):
+            if name not in assigned_names(statement, tree=self.tree):
+                continue
+            assigned = self.value_assigned(statement.body[0].value) if is_single_assignment(statement) else None
+            writes[statement] = None if not is_single_assignment(statement) else assigned is not None and marker in expand(assigned.origins, loop)
+        return writes
 
     def value_read(self, name: cst.Name) -> Value | None:
         """What the name held where the program read it (None where the analysis never got)."""

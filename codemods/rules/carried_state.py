@@ -274,15 +274,15 @@ for inputs, targets in loader:
                 stored = method.back_edge.get(name)
                 if stored is None or not any(isinstance(o, Origin) for o in stored.origins):
                     continue
-                marker = Carried(method, name)
-                stores = _stores(method.node, name)
-                if not self._read_by_the_next_call(method, marker, stores):
+                writes = self.analysis.writes_of(method, name)
+                stores = list(writes)
+                if not self._read_by_the_next_call(method, name, writes):
                     continue
                 if self._written_elsewhere(method, name):
                     continue  # another method resets or detaches it: the user manages the state
                 if self._called_only_at_construction(method):
                     continue  # no training step runs between its calls
-                evolves = self._evolves(method, marker, stores)
+                evolves = True in writes.values()  # a state computed from the last, not a cache
                 fix, unfixable = self._store_fix(method, name, stores, stored, safe=evolves)
                 if fix is not None and not evolves:
                     unfixable = (
@@ -300,23 +300,13 @@ for inputs, targets in loader:
                     sites=backwarding,
                 )
 
-    def _read_by_the_next_call(self, method: Loop, marker: Carried, stores: list[cst.CSTNode]) -> bool:
+    @staticmethod
+    def _read_by_the_next_call(method: Loop, name: str, writes: dict[cst.CSTNode, bool | None]) -> bool:
         """Whether what a call leaves in the attribute reaches what the next call computes: its
         result, or the attribute's new value (a store that adds to it, appends to it or computes
         it from it). A path that leaves the attribute as it was (an early ``return``) carries
         nothing by itself."""
-        if marker in expand(method.returned.origins, method):
-            return True
-        return any(not is_single_assignment(store) for store in stores) or self._evolves(method, marker, stores)
-
-    def _evolves(self, method: Loop, marker: Carried, stores: list[cst.CSTNode]) -> bool:
-        """Whether a store computes the attribute's new value from its previous one (a recurrent
-        state), not only keeps a value built afresh (a cache)."""
-        for store in stores:
-            assigned = self.analysis.value_assigned(store.body[0].value) if is_single_assignment(store) else None
-            if assigned is not None and marker in expand(assigned.origins, method):
-                return True
-        return False
+        return Carried(method, name) in expand(method.returned.origins, method) or any(w is not False for w in writes.values())
 
     def _called_only_at_construction(self, method: Loop) -> bool:
         """Whether every call of the method in the file is one its class's ``__init__`` makes
@@ -448,10 +438,6 @@ def _first_assignments(body: cst.CSTNode, names: set[str]) -> dict[str, tuple[cs
             if name in names and name not in found:
                 found[name] = (statement, (number, index))
     return found
-
-
-def _stores(function: cst.FunctionDef, name: str) -> list[cst.CSTNode]:
-    return [s for s in find_nodes(function.body, cst.SimpleStatementLine) if name in assigned_names(s)]
 
 
 def _state_structure(entry: Value, left_behind: Value) -> Structure | None:

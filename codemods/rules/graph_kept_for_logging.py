@@ -7,7 +7,6 @@ import libcst as cst
 
 from ..analysis import (
     TENSOR,
-    Carried,
     Loop,
     Origin,
     Value,
@@ -17,7 +16,6 @@ from ..analysis import (
     code_of,
     dotted_name,
     expand,
-    is_single_assignment,
     read_names,
     target_names,
 )
@@ -138,19 +136,10 @@ print(total_loss / len(loader))
         return frozenset().union(*(self.analysis.value_nodes(value) for value in carried))
 
     def _never_cut(self, loop: Loop, name: str) -> bool:
-        """Whether every assignment of ``name`` in the loop computes it from its previous value, so
-        that the chain of graphs it holds is never cut (no ``params = params.detach()`` between)."""
-        marker = Carried(loop, name)
-        assignments = [
-            statement
-            for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine)
-            if name in assigned_names(statement, rebinding_only=True, tree=self.analysis.tree)
-        ]
-        for statement in assignments:
-            assigned = self.analysis.value_assigned(statement.body[0].value) if is_single_assignment(statement) else None
-            if assigned is None or marker not in expand(assigned.origins, loop):
-                return False
-        return bool(assignments)
+        """Whether every write of ``name`` in the loop computes it from, or adds to, its previous
+        value, so that the chain of graphs it holds is never cut (no ``params = params.detach()``)."""
+        writes = self.analysis.writes_of(loop, name)
+        return bool(writes) and False not in writes.values()
 
     @staticmethod
     def _makes_a_new_tensor(loop: Loop, store: str, small: cst.BaseSmallStatement) -> bool:
