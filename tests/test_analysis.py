@@ -276,6 +276,52 @@ def test_detaching_at_the_top_of_the_loop_cuts_the_carried_graph():
     assert Carried(loop, "h") not in carried
 
 
+def test_writes_in_a_loop_say_whether_they_build_on_what_the_previous_iteration_left():
+    analysis = analyse(
+        """
+        cell = nn.GRUCell(2, 2)
+        h = torch.zeros(1, 2)
+        states, buffer, total = [], torch.zeros(4, 2), 0
+        for step in range(4):
+            prev = h
+            h = cell(torch.ones(1, 2), prev)
+            if step % 2:
+                states = []
+            states.append(h)
+            buffer[step] = h.detach()
+            total = total + step
+            for part in range(2):
+                pass
+            h.sum().backward()
+        """
+    )
+    loop = analysis.loops[0]
+    assert list(analysis.writes_of(loop, "h").values()) == [True]  # through the alias, by the dataflow
+    assert list(analysis.writes_of(loop, "states").values()) == [False, None]
+    assert list(analysis.writes_of(loop, "buffer").values()) == [None]  # an item written: the old tensor changed
+    assert list(analysis.writes_of(loop, "total").values()) == [True]  # no graph: the value reads the name
+    assert list(analysis.writes_of(loop, "part").values()) == [None]  # bound by a nested loop's header
+    assert not analysis.afresh_each_iteration(loop, "h") and not analysis.made_anew_in(loop, "h")
+    assert analysis.made_anew_in(loop, "states") and not analysis.afresh_each_iteration(loop, "states")
+    assert analysis.afresh_each_iteration(loop, "prev") and not analysis.made_anew_in(loop, "buffer")
+
+
+def test_attribute_writes_name_the_object_and_the_function_that_writes():
+    analysis = analyse(
+        """
+        class Model(nn.Module):
+            def reset(self):
+                self.hidden = None
+
+        model = Model()
+        model.hidden = torch.zeros(1)
+        """
+    )
+    reset = analysis.function_at(6)
+    assert analysis.attribute_writes("hidden") == [("self", reset), ("model", None)]
+    assert analysis.attribute_writes("cell") == []
+
+
 def test_state_kept_on_self_between_calls():
     analysis = analyse(
         """

@@ -391,3 +391,25 @@ F.mse_loss(torch.randn(8, 4) @ fast[0], torch.randn(8, 3)).backward()
 """
     report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
     assert [f.code for f in report.findings] == (["GF007"] if reported else [])
+
+
+def test_gf007_leaves_a_store_that_the_iterations_own_loss_is_computed_from():
+    # (the shape of tests/fixtures/carried_state/stored_states_list: `states.append(h.detach())`
+    # would stop the loss, computed from the stack of states, from training the cell at all)
+    source = """\
+import torch
+import torch.nn as nn
+cell = nn.Linear(3, 4)
+head = nn.Linear(4, 1)
+optimizer = torch.optim.SGD([*cell.parameters(), *head.parameters()], lr=0.1)
+states = []
+for step in range(5):
+    h = cell(torch.randn(1, 3))
+    states.append(h)
+    loss = head(torch.stack(states).mean(0)).pow(2).sum()
+    optimizer.zero_grad()
+    loss.backward(retain_graph=True)
+    optimizer.step()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
+    assert [f.code for f in report.findings] == ["GF004"]

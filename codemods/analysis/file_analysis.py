@@ -115,18 +115,69 @@ class FileAnalysis:
         return self._dataflow.assigned_values.get(expression)
 
     def writes_of(self, loop: Loop, name: str) -> dict[cst.CSTNode, bool | None]:
-        """The statement lines of ``loop`` (a method walked as calls included) that write ``name``,
-        in order, each with whether it computes the new value from what the previous iteration
-        (or call) left: True or False for a plain assignment (``h = cell(x, h)``, ``cache = f(x)``),
-        None for a write that changes or adds to the old value (an append, ``+=``, ``x.add_(...)``)."""
+        """The statements of ``loop`` (a method walked as calls included) that write ``name``, in
+        the order of the source, each with whether it computes the new value from what the previous
+        iteration (or call) left. True or False for a plain assignment that binds the whole name
+        (``h = cell(x, h)``, ``cache = f(x)``): told by the dataflow where the name may carry a graph
+        into the iteration (so through aliases: ``prev = h; h = f(prev)``), else by whether the value
+        reads the name. None for a write that changes or adds to the old value (an append, ``+=``,
+        ``x[i] = v``, ``x.add_(...)``) and for a binding a compound statement makes
+        (``for name in ...``, ``with ... as name``)."""
         marker = Carried(loop, name)
+        tracked = any(value is not None and value.graph for value in (loop.entry.get(name), loop.back_edge.get(name)))
         writes: dict[cst.CSTNode, bool | None] = {}
-        for statement in self.tree.findall(loop.node.body, cst.SimpleStatementLine):
-            if name not in assigned_names(statement, tree=self.tree):
-                continue
-            assigned = self.value_assigned(statement.body[0].value) if is_single_assignment(statement) else None
-            writes[statement] = None if not is_single_assignment(statement) else assigned is not None and marker in expand(assigned.origins, loop)
+        for statement in self._binding_statements(loop):
+            if isinstance(statement, cst.SimpleStatementLine):
+                if name not in assigned_names(statement, tree=self.tree):
+                    continue
+                target = statement.body[0].targets[0].target if is_single_assignment(statement) else None
+                if target is None or name not in (dotted_name(t) for t in _whole_targets(target)):
+                    writes[statement] = None
+                elif tracked:
+                    assigned = self.value_assigned(statement.body[0].value)
+                    writes[statement] = assigned is not None and marker in expand(assigned.origins, loop)
+                else:
+                    writes[statement] = name in read_names(statement.body[0].value)
+            elif name in _bound_by_header(statement):
+                writes[statement] = None
         return writes
+
+    def _binding_statements(self, loop: Loop) -> list[cst.CSTNode]:
+        """The statement lines of ``loop``'s body and its compound statements that bind names in
+        their header, in the order of the source."""
+        found: list[cst.CSTNode] = [*self.tree.findall(loop.node.body, cst.SimpleStatementLine)]
+        for kind in (cst.For, cst.With, cst.ExceptHandler):
+            found += self.tree.findall(loop.node.body, kind)
+        return sorted(found, key=self.order)
+
+    def attribute_writes(self, attribute: str) -> list[tuple[str, cst.FunctionDef | None]]:
+        """Where the file writes an attribute spelled ``attribute`` (``model.hidden = None``,
+        ``self.hidden.append(h)``): each as the object written to, by its name (``self``,
+        ``model``), and the function whose own statements write it (None: the module's)."""
+        return self._attribute_writes.get(attribute, [])
+
+    @cached_property
+    def _attribute_writes(self) -> dict[str, list[tuple[str, cst.FunctionDef | None]]]:
+        writes: dict[str, list[tuple[str, cst.FunctionDef | None]]] = {}
+        for function in [*self._functions, None]:
+            for written in assigned_names(self.module if function is None else function.body, tree=self.tree):
+                owner, _, attribute = written.rpartition(".")
+                if owner:
+                    writes.setdefault(attribute, []).append((owner, function))
+        return writes
+
+    def afresh_each_iteration(self, loop: Loop, name: str) -> bool:
+        """Whether each iteration of ``loop`` first binds ``name`` to a value not computed from what
+        the previous iteration left, in a statement of the loop's own body (not under a condition,
+        in a nested loop or after a ``+=``): what later statements of the iteration add to it is
+        this iteration's, and after the loop it holds the last iteration's value alone."""
+        first = next(iter(self.writes_of(loop, name).items()), None)
+        return first is not None and first[1] is False and any(first[0] is statement for statement in loop.node.body.body)
+
+    def made_anew_in(self, loop: Loop, name: str) -> bool:
+        """Whether some iteration of ``loop`` may bind ``name`` to a value not computed from what
+        the previous iteration left (``losses = []`` at an epoch's start, under a condition too)."""
+        return False in self.writes_of(loop, name).values()
 
     def value_read(self, name: cst.Name) -> Value | None:
         """What the name held where the program read it (None where the analysis never got)."""
@@ -664,3 +715,25 @@ def _function_name(scope: Scope) -> str:
     """How the dataflow names a function: ``f`` or ``Class.method``."""
     name = scope.node.name.value
     return name if scope.class_name is None else f"{scope.class_name}.{name}"
+
+
+def _whole_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The names and attributes an assignment target rebinds, tuple unpacking flattened (not
+    ``x[i]``, which changes ``x``)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [t for element in target.elements for t in _whole_targets(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return _whole_targets(target.value)
+    return [] if isinstance(target, cst.Subscript) else [target]
+
+
+def _bound_by_header(statement: cst.CSTNode) -> list[str]:
+    """The names a compound statement's header binds (its body's statements are walked apart)."""
+    if isinstance(statement, cst.For):
+        return target_names(statement.target)
+    if isinstance(statement, cst.With):
+        return [n for item in statement.items if item.asname is not None for n in target_names(item.asname.name)]
+    if isinstance(statement, cst.ExceptHandler) and statement.name is not None:
+        return target_names(statement.name.name)
+    return []
+

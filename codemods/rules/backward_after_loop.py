@@ -103,7 +103,7 @@ optimizer.step()
             site = self._site_of_statement(statement)
             if site is not None:
                 tensor = site.tensor.value if isinstance(site.tensor, cst.Name) else None
-                if tensor is not None and tensor not in computed_from and self._overwritten_each_iteration(loop, tensor):
+                if tensor is not None and tensor not in computed_from and self.analysis.afresh_each_iteration(loop, tensor):
                     return site, between, tensor, computing
                 read = _as_the_loop_left_them(read_names(site.statement), computed_from)
                 if read & _carried_names(loop.node.body.body):
@@ -145,7 +145,7 @@ optimizer.step()
         batch = set(target_names(loop.node.target))
         if name in batch:
             return True
-        if not self._overwritten_each_iteration(loop, name):
+        if not self.analysis.afresh_each_iteration(loop, name):
             return False
         carried = _carried_names(loop.node.body.body)
         assignments = [s for s in loop.node.body.body if name in assigned_names(s)]
@@ -169,27 +169,6 @@ optimizer.step()
 
     def _zeroes(self, statement: cst.CSTNode) -> bool:
         return self.analysis.gradient_effects(statement) == GradientEffect.ZERO_GRAD
-
-    @staticmethod
-    def _overwritten_each_iteration(loop: Loop, name: str) -> bool:
-        """``name`` is assigned afresh directly in the loop body (later ``name /= n`` on that fresh
-        value is fine): after the loop it holds the last iteration's value alone."""
-        fresh = False
-        for statement in loop.node.body.body:
-            if not isinstance(statement, cst.SimpleStatementLine):
-                if name in assigned_names(statement) and not fresh:
-                    return False  # assigned under a condition or in a nested loop: maybe accumulated
-                continue  # (after a fresh value, a nested loop adds this iteration's terms to it)
-            for small in statement.body:
-                if isinstance(small, cst.AugAssign) and name in target_names(small.target) and not fresh:
-                    return False  # accumulated across iterations
-                if isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets):
-                    if any(isinstance(t.target, (cst.Subscript, cst.Attribute)) for t in small.targets):
-                        return False  # output[:, i] = ...: stored into, across iterations
-                    if name in read_names(small.value) and not fresh:
-                        return False
-                    fresh = True
-        return fresh
 
 
 # What a tensor tells of itself without its values.

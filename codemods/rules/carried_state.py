@@ -106,7 +106,7 @@ for inputs, targets in loader:
                 for name in sorted(loop.carried_names - taken):
                     if (
                         not _reaches_previous_graph(site, loop, name)
-                        or _detached_in(loop.node.body, name)
+                        or self._detached_in(loop, name)
                         or self._read_only_where_assigned(loop, name)
                     ):
                         continue
@@ -125,10 +125,10 @@ for inputs, targets in loader:
                 yield self._loop_violation(loop, sites, retained=True)
 
     def _loop_violation(self, loop: Loop, sites: dict[str, BackwardSite], retained: bool) -> Violation:
-        updates = _first_assignments(loop.node.body, set(sites))
-        names = sorted(sites, key=lambda n: updates[n][1] if n in updates else (0, 0))
+        updates = {name: first for name in sites if (first := self._first_update(loop, name)) is not None}
+        names = sorted(sites, key=lambda n: (self.analysis.order(updates[n]), _position(updates[n], n)) if n in updates else (0, 0))
         shown = ", ".join(f"`{n}`" for n in names)
-        first_update = updates[names[0]][0] if names[0] in updates else loop.node
+        first_update = updates.get(names[0], loop.node)
         # A named tuple of the file's own class may mix the state with what feeds the parameters
         # the loss reaches only through it (a spiking cell's input current): detached, those stop
         # training, which gradfix cannot see. Its detach is for review.
@@ -162,6 +162,18 @@ for inputs, targets in loader:
             fix,
             related=(loop.node, *(site.call for site in sites.values())),
             sites=tuple(sites.values()),
+        )
+
+    def _first_update(self, loop: Loop, name: str) -> cst.SimpleStatementLine | None:
+        return next((s for s in self.analysis.writes_of(loop, name) if isinstance(s, cst.SimpleStatementLine)), None)
+
+    def _detached_in(self, loop: Loop, name: str) -> bool:
+        """Whether the loop detaches ``name`` itself somewhere (``if it > 0: h = h.detach()``): the
+        author manages that state, on paths the analysis does not tell apart."""
+        return any(
+            isinstance(write, cst.SimpleStatementLine)
+            and any(isinstance(small, cst.Assign) and find_nodes(small.value, cst.Call, is_detach) for small in write.body)
+            for write in self.analysis.writes_of(loop, name)
         )
 
     def _passed_through_unread_code(self, loop: Loop, names: list[str]) -> tuple[str, str] | None:
@@ -300,13 +312,15 @@ for inputs, targets in loader:
                     sites=backwarding,
                 )
 
-    @staticmethod
-    def _read_by_the_next_call(method: Loop, name: str, writes: dict[cst.CSTNode, bool | None]) -> bool:
+    def _read_by_the_next_call(self, method: Loop, name: str, writes: dict[cst.CSTNode, bool | None]) -> bool:
         """Whether what a call leaves in the attribute reaches what the next call computes: its
         result, or the attribute's new value (a store that adds to it, appends to it or computes
         it from it). A path that leaves the attribute as it was (an early ``return``) carries
-        nothing by itself."""
-        return Carried(method, name) in expand(method.returned.origins, method) or any(w is not False for w in writes.values())
+        nothing by itself, and a call that first binds it afresh (``self.cache = self.cache.detach()``)
+        changes only its own value after that."""
+        if Carried(method, name) in expand(method.returned.origins, method):
+            return True
+        return not self.analysis.afresh_each_iteration(method, name) and any(w is not False for w in writes.values())
 
     def _called_only_at_construction(self, method: Loop) -> bool:
         """Whether every call of the method in the file is one its class's ``__init__`` makes
@@ -342,23 +356,16 @@ for inputs, targets in loader:
         """Whether another method of the same class that the file calls, or code outside it
         (``model.hidden = None``), writes the attribute; ``self.<attribute>`` in another class is
         another object's."""
-        attribute = name.split(".", 1)[1]
         own_methods = {s for s in self.analysis.class_body(method.scope.class_name) if isinstance(s, cst.FunctionDef)}
         called = {
             call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
             for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
         }
-        functions = [f for f in self.analysis.tree.findall(self.analysis.module, cst.FunctionDef) if f is not method.node]
-        writers = [
-            # (a reset method that nothing calls resets nothing)
-            *((f.body, f) for f in functions if f.name.value != "__init__" and f.name.value in called),
-            (self.analysis.module, None),  # the module's own statements (``model.hidden = model.init_hidden()``)
-        ]
-        for body, function in writers:
-            for written in assigned_names(body):
-                owner, _, written_attribute = written.rpartition(".")
-                if written_attribute == attribute and owner and (owner != "self" or function in own_methods):
-                    return True
+        for owner, function in self.analysis.attribute_writes(name.split(".", 1)[1]):
+            if function is method.node or (function is not None and (function.name.value == "__init__" or function.name.value not in called)):
+                continue  # (a reset method that nothing calls resets nothing)
+            if owner != "self" or function in own_methods:
+                return True
         return False
 
     def _store_fix(self, method: Loop, name: str, stores: list[cst.CSTNode], stored: Value, safe: bool) -> tuple[Fix | None, str]:
@@ -403,15 +410,6 @@ def _reaches_previous_graph(site: BackwardSite, loop: Loop, name: str) -> bool:
     return left_behind is not None and left_behind.graph and Carried(loop, name) in expand(site.value.origins, loop)
 
 
-def _detached_in(body: cst.CSTNode, name: str) -> bool:
-    """Whether the loop detaches ``name`` itself somewhere (``if it > 0: h = h.detach()``): the
-    author manages that state, on paths the analysis does not tell apart."""
-    for assign in find_nodes(body, cst.Assign):
-        if any(name in target_names(t.target) for t in assign.targets) and find_nodes(assign.value, cst.Call, is_detach):
-            return True
-    return False
-
-
 def _continues(node: cst.CSTNode) -> bool:
     """Whether a ``continue`` of this loop (not of a loop nested in it) skips the end of its body."""
     for child in node.children:
@@ -425,19 +423,11 @@ def _continues(node: cst.CSTNode) -> bool:
     return False
 
 
-def _first_assignments(body: cst.CSTNode, names: set[str]) -> dict[str, tuple[cst.CSTNode, tuple[int, int]]]:
-    """For each name, the first statement in ``body`` that assigns it, and an order key."""
-    found: dict[str, tuple[cst.CSTNode, tuple[int, int]]] = {}
-    for number, statement in enumerate(find_nodes(body, cst.SimpleStatementLine)):
-        ordered: list[str] = []
-        for small in statement.body:
-            if isinstance(small, cst.Assign):
-                ordered += [n for t in small.targets for n in target_names(t.target)]
-            ordered += sorted(assigned_names(small) - set(ordered))
-        for index, name in enumerate(ordered):
-            if name in names and name not in found:
-                found[name] = (statement, (number, index))
-    return found
+def _position(statement: cst.SimpleStatementLine, name: str) -> tuple[int, str]:
+    """Where ``name`` stands among the names the statement assigns, for stating them in that order
+    (``output, (h, c) = lstm(x, (h, c))``)."""
+    targets = [n for small in statement.body if isinstance(small, cst.Assign) for t in small.targets for n in target_names(t.target)]
+    return (targets.index(name), "") if name in targets else (len(targets), name)
 
 
 def _state_structure(entry: Value, left_behind: Value) -> Structure | None:

@@ -48,7 +48,8 @@ class GraphKeptForLogging(Rule):
     nothing needs the kept graphs: a backward that does not keep its graph has already walked them
     (so no later backward could), or, within the file's own code, no backward reads the store and
     nothing hands it on; and no code reads autograd's bookkeeping (``grad_fn``, ``requires_grad``)
-    of what was kept. A store that is backwarded later (gradient accumulation) is left alone.
+    of what was kept. A store a backward reads (a loss computed from what it keeps, or gradient
+    accumulation) is left alone: its graphs are what that backward walks.
     """
 
     CODE = "GF007"
@@ -106,7 +107,7 @@ print(total_loss / len(loader))
                     continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
                 if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, store, statement.body[0]):
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
-                if not self._outlives_iteration(loop, store) or self._backwarded_later(loop, store):
+                if not self._outlives_iteration(loop, store) or self._backwarded(store):
                     continue
                 unfixable = self._why_graphs_may_be_needed(loop, store, held)
                 if not unfixable and not isinstance(value, cst.Name) and held.structure is not TENSOR:
@@ -191,33 +192,28 @@ print(total_loss / len(loader))
         """Made before the loop (or kept on the module across calls), and not made anew inside it."""
         if store not in loop.entry and not (loop.is_call and store.startswith("self.")):
             return False
-        for assign in self.analysis.tree.findall(loop.node.body, cst.Assign):
-            targets = {dotted_name(t.target) for t in assign.targets}
-            if store in targets and store not in read_names(assign.value):
-                return False
-        return True
+        return not self.analysis.made_anew_in(loop, store)
 
-    def _backwarded_later(self, loop: Loop, store: str) -> bool:
-        """Whether any backward's graph is built from the store (gradient accumulation)."""
-        backwarded_names, graph_statements = self._names_backwards_read
-        return store in backwarded_names or any(not self.analysis.contains(loop.node, statement) for statement in graph_statements.get(store, ()))
+    def _backwarded(self, store: str) -> bool:
+        """Whether a backward's graph is built from the store: this iteration's loss computed from
+        what it keeps (detached, that loss would stop training what built them), or gradient
+        accumulation after the loop."""
+        return store in self._names_backwards_read
 
     @cached_property
-    def _names_backwards_read(self) -> tuple[set[str], dict[str, list[cst.CSTNode]]]:
-        """The names the backwarded tensors read, and by name the statements of backwarded graphs
-        that read it: gathered once, not for each store."""
-        backwarded_names: set[str] = set()
-        graph_statements: dict[str, list[cst.CSTNode]] = {}
+    def _names_backwards_read(self) -> set[str]:
+        """The names the backwarded tensors and the statements of backwarded graphs read: gathered
+        once, not for each store."""
+        names: set[str] = set()
         seen: set[cst.CSTNode] = set()
         for site in self.analysis.backward_sites:
             if site.tensor is not None:
-                backwarded_names |= read_names(site.tensor)
+                names |= read_names(site.tensor)
             for origin in expand(site.value.origins, None):
                 if isinstance(origin, Origin) and origin.statement not in seen:
                     seen.add(origin.statement)
-                    for name in read_names(origin.statement):
-                        graph_statements.setdefault(name, []).append(origin.statement)
-        return backwarded_names, graph_statements
+                    names |= read_names(origin.statement)
+        return names
 
     def _reads_bookkeeping(self, loop: Loop, store: str) -> bool:
         """Whether the scope reads autograd's bookkeeping of the store or of a name taken from it
