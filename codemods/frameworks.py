@@ -120,6 +120,15 @@ FRAMEWORK_TUPLE_CONSTRUCTORS = {"deepspeed.initialize": "deepspeed"}
 # Methods of a framework object that hand back what they are given, position for position, wrapped
 # (``model, optimizer = accelerator.prepare(model, optimizer)``, ``fabric.setup``).
 HANDING_BACK_METHODS = {"prepare", "setup", "setup_optimizers", "prepare_optimizer"}
+# torch classes that wrap a module given as their first argument: calling one runs the wrapped
+# module's forward and returns what it returns (``model = nn.DataParallel(model)``).
+MODULE_WRAPPERS = {
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+}
 # Framework objects that wrap the model: calling one is a forward (``engine(batch)``).
 CALLED_AS_FORWARD = {"deepspeed"}
 

@@ -14,6 +14,7 @@ from gradfix.codemods.report import FixMode
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.analysis.syntax import is_detach, is_name
 from gradfix.codemods.analysis.tree import LAYOUT, SyntaxTree, find_nodes
+from gradfix.codemods.analysis.torch_names import ModuleInfo
 from gradfix.codemods.analysis import (
     NUMBER,
     TENSOR,
@@ -1076,3 +1077,45 @@ def test_the_rows_of_a_tensor_a_loop_iterates_hold_its_graph():
     )
     walked = {analysis.line(origin.statement) for origin in analysis.graph_nodes(analysis.backward_sites[-1])}
     assert 7 in walked  # maps = trunk(...): each feature map is a row of it
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["Variable(model(x))", "Variable(model(x), requires_grad=True)", "Variable(model(x).detach() * 2)"],
+)
+def test_a_variable_is_a_new_leaf_without_the_history_of_what_it_wraps(expression):
+    code = f"""
+        from torch.autograd import Variable
+        model = nn.Linear(2, 2)
+        x = torch.randn(3, 2)
+        out = {expression}
+        """
+    torch = pytest.importorskip("torch")
+    analysis = analyse(code)
+    namespace = {"torch": torch, "nn": torch.nn}
+    exec(textwrap.dedent(code), namespace)
+    assert namespace["out"].grad_fn is None  # as torch itself answers: no interior node
+    assert not analysis.value_nodes(analysis.value_assigned(find_nodes(analysis.module, cst.Assign)[-1].value))
+
+
+@pytest.mark.parametrize(
+    ("wrapping", "module"),
+    [
+        ("nn.DataParallel(Net())", ModuleInfo("Net", is_local=True)),
+        ("nn.parallel.DistributedDataParallel(Net().to(device))", ModuleInfo("Net", is_local=True)),
+        ("torch.nn.DataParallel(nn.LSTM(2, 2))", ModuleInfo("LSTM")),
+        ("nn.DataParallel(build_model())", None),  # a module gradfix cannot see: what it returns is unknown
+    ],
+)
+def test_a_module_wrapped_for_parallel_runs_is_the_module_it_wraps(wrapping, module):
+    analysis = analyse(
+        f"""
+        from models import build_model
+        class Net(nn.Module):
+            def forward(self, x):
+                return x
+        device = "cpu"
+        model = {wrapping}
+        """
+    )
+    assert analysis.names.modules.get("model") == module

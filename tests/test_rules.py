@@ -413,3 +413,29 @@ for step in range(5):
 """
     report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
     assert [f.code for f in report.findings] == ["GF004"]
+
+
+def test_gf010_names_a_freeing_backward_that_can_run_before_not_one_in_the_other_branch():
+    # https://github.com/NVIDIA/pix2pixHD/blob/14b3b3c7fff413086e3b58df52096f16b6891172/train.py
+    source = """\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+fp16 = False
+for step in range(3):
+    out = model(torch.randn(2, 4))
+    loss_g, loss_d = out.pow(2).mean(), out.abs().mean()
+    if fp16:
+        (loss_g * 2).backward()
+    else:
+        loss_g.backward()
+    if fp16:
+        (loss_d * 2).backward()
+    else:
+        loss_d.backward()
+    opt.step()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
+    assert [(f.code, f.line) for f in report.findings] == [("GF010", 14), ("GF010", 16)]
+    assert ["line 10" in report.findings[0].message, "line 12" in report.findings[1].message] == [True, True]

@@ -129,6 +129,7 @@ _CREATION_FUNCTIONS = {
     "randn_like",
     "randint_like",
     "manual_seed",
+    "Variable",  # torch.autograd.Variable(t): a new leaf sharing t's data, without its history
 }
 _MAX_SUMMARY_ROUNDS = 5
 # Operations whose backward needs no tensor saved in the forward (sums, means, additions, and

@@ -18,6 +18,7 @@ from ..frameworks import (
     GRADIENT_HOOK_METHODS,
     GRADIENT_HOOKING_LIBRARIES,
     HANDING_BACK_METHODS,
+    MODULE_WRAPPERS,
     LIGHTNING_AUTOMATIC_OPTIMIZATION,
     LIGHTNING_HOOK,
     LIGHTNING_OPTIMIZERS_HOOK,
@@ -489,16 +490,20 @@ class _TorchNamesCollector(cst.CSTVisitor):
         elif creates_parameter(self.names, value):
             self.names.leaf_tensors.add(name)
 
+    def _module_of(self, expression: cst.BaseExpression) -> ModuleInfo | None:
+        """The module an expression names or builds (``model``, ``Net()``, ``Net().to(device)``)."""
+        if isinstance(expression, cst.Call):
+            return self._constructed_module(expression)
+        return self.names.module(expression, self._classes[-1] if self._classes else None)
+
     def _constructed_module(self, value: cst.BaseExpression) -> ModuleInfo | None:
         if not isinstance(value, cst.Call):
             return None
         func = value.func
         if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_RETURNING:
-            inner = func.value
-            if isinstance(inner, cst.Call):
-                return self._constructed_module(inner)
-            known = self.names.module(inner, self._classes[-1] if self._classes else None)
-            return known
+            return self._module_of(func.value)
+        if self.names.qualify(func) in MODULE_WRAPPERS:
+            return self._module_of(value.args[0].value) if value.args else None  # the wrapped module
         class_name = self.names.module_class(func)
         if class_name is None:
             return None

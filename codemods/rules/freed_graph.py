@@ -115,7 +115,11 @@ class Classifier(pl.LightningModule):
             ]
             if freeing and all(self.analysis.exclusive(other.statement, site.statement) for other in freeing):
                 continue  # no run reaches both
-            earlier = [other for other in freeing if self.analysis.order(other.call) < self.analysis.order(site.call)]
+            earlier = [
+                other
+                for other in freeing
+                if self.analysis.order(other.call) < self.analysis.order(site.call) and not self.analysis.exclusive(other.statement, site.statement)
+            ]
             shared = set().union(*(self.analysis.graph_nodes(other) & nodes for other in freeing)) if freeing else set()
             built = min((origin.statement for origin in shared), key=self.analysis.order, default=None)
             inside = self.analysis.calls_freeing(site)
