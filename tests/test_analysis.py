@@ -1119,3 +1119,67 @@ def test_a_module_wrapped_for_parallel_runs_is_the_module_it_wraps(wrapping, mod
         """
     )
     assert analysis.names.modules.get("model") == module
+
+
+def test_a_helper_returning_a_number_librarys_result_returns_no_graph():
+    # https://github.com/quantumiracle/Popular-RL-Algorithms/blob/3b814ea159f1fc0b521d6e0e699a7945f770f105/qlearning_sarsa_mc.ipynb
+    analysis = analyse(
+        """
+        import numpy as np
+        actions = 2
+        net = nn.Linear(4, actions)
+
+        def policy(q_values, epsilon):
+            if np.random.rand() < epsilon:
+                return np.random.choice(actions)
+            return q_values.detach().argmax().item()
+
+        action = policy(net(torch.randn(4)), 0.1)
+        picked = np.squeeze(net(torch.randn(4)))
+        """
+    )
+    action, picked = (analysis.value_assigned(a.value) for a in find_nodes(analysis.module, cst.Assign)[-2:])
+    assert not action.graph
+    assert picked.graph  # (given a graph, numpy may hand the call to the tensor's own method)
+
+
+def test_a_module_of_the_file_moved_to_a_device_is_an_instance_of_its_class():
+    analysis = analyse(
+        """
+        class Actor(nn.Module):
+            def act(self, x):
+                return x
+        device = "cpu"
+        actor = Actor().to(device).train()
+        """
+    )
+    assert analysis.names.instances["actor"] == "Actor"
+
+
+def test_items_of_a_call_whose_other_return_is_proved_graphless_keep_their_own_graphs():
+    # https://github.com/quantumiracle/Popular-RL-Algorithms/blob/3b814ea159f1fc0b521d6e0e699a7945f770f105/ac.py
+    analysis = analyse(
+        """
+        from torch.distributions import Categorical
+        class Actor(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Linear(4, 2)
+
+            def act(self, state, deterministic):
+                probs = self.net(state).softmax(-1)
+                if deterministic:
+                    return probs.detach().cpu().numpy()
+                m = Categorical(probs)
+                action = m.sample()
+                return action.detach().cpu().numpy().squeeze(0), m.log_prob(action)
+
+        actor = Actor()
+        action, log_prob = actor.act(torch.randn(4), False)
+        kept_action = action
+        kept_log_prob = log_prob
+        """
+    )
+    action, log_prob = (analysis.value_assigned(a.value) for a in find_nodes(analysis.module, cst.Assign)[-2:])
+    assert not action.graph and action.graphless
+    assert log_prob.graph

@@ -300,13 +300,19 @@ class _Frame:
 
     def items_returned(self) -> tuple[Value, ...] | None:
         """What each position of the tuple every return writes out may hold; None unless each
-        return writes one of the same length (and nothing is yielded)."""
-        if self.yielded or not self.returned_items or any(items is None for items in self.returned_items):
+        return writes one of the same length, or returns a value proved to hold no graph, whose
+        items hold none (``return action.detach().numpy()`` beside ``return action, log_prob``),
+        and nothing is yielded."""
+        if self.yielded or not self.returned_items:
+            return None
+        if any(items is None and not value.graphless for items, value in zip(self.returned_items, self.returned)):
             return None
         lengths = {len(items) for items in self.returned_items if items is not None}
         if len(lengths) != 1:
             return None
-        return tuple(_joined([items[position] for items in self.returned_items if items is not None]) for position in range(lengths.pop()))
+        length = lengths.pop()
+        returned = [items if items is not None else [CONSTANT] * length for items in self.returned_items]
+        return tuple(_joined([items[position] for items in returned]) for position in range(length))
 
 
 def join_envs(envs: Sequence[Env | None]) -> Env | None:
@@ -1165,6 +1171,8 @@ class DataflowAnalysis:
                 return combine(values, self._origin(node), UNKNOWN, known_operation=False)
             receiver = self._eval(func.value, env)
             values = self._eval_all(arguments, env)
+            if qualified.startswith(_NUMBER_LIBRARIES) and not any(value.graph for value in values):
+                return CONSTANT  # (``np.random.choice(n)``: nothing these libraries keep holds a graph)
             target = dotted_name(func.value)
             if method in _DETACHING_METHODS or receiver.structure is DISTRIBUTION and method in _SAMPLING_METHODS:
                 return Value(structure=TENSOR if method == "detach" else UNKNOWN, graphless=True)
@@ -1198,8 +1206,14 @@ class DataflowAnalysis:
             # A method of a graph-carrying receiver holds its graph as much as the receiver does; a
             # method of anything else is a function gradfix cannot read.
             guessed = (not tensor_method and not receiver.graph) or all(v.guessed for v in (receiver, *values) if v.graph)
+            # (a method of what is proved to hold no graph, an array or a number, given nothing that
+            # holds one, returns nothing that holds one: ``action.detach().numpy().squeeze(0)``)
             result = combine(
-                [receiver, *values], self._origin(node), TENSOR if tensor_method else UNKNOWN, known_operation=tensor_method, guessed=guessed
+                [receiver, *values],
+                self._origin(node),
+                TENSOR if tensor_method else UNKNOWN,
+                known_operation=tensor_method or receiver.graphless,
+                guessed=guessed,
             )
             if is_inplace_method(method) and target is not None and not self.names.is_imported_module(func.value):
                 env[target] = result  # (``commons.clip_grad_value_(...)`` changes no module object)
