@@ -736,4 +736,3 @@ def _bound_by_header(statement: cst.CSTNode) -> list[str]:
     if isinstance(statement, cst.ExceptHandler) and statement.name is not None:
         return target_names(statement.name.name)
     return []
-

@@ -104,11 +104,7 @@ for inputs, targets in loader:
                 if loop.is_call:
                     continue
                 for name in sorted(loop.carried_names - taken):
-                    if (
-                        not _reaches_previous_graph(site, loop, name)
-                        or self._detached_in(loop, name)
-                        or self._read_only_where_assigned(loop, name)
-                    ):
+                    if not _reaches_previous_graph(site, loop, name) or self._detached_in(loop, name) or self._read_only_where_assigned(loop, name):
                         continue
                     if loop.back_edge[name].freed:
                         freed.setdefault(loop, {}).setdefault(name, site)
