@@ -1183,3 +1183,20 @@ def test_items_of_a_call_whose_other_return_is_proved_graphless_keep_their_own_g
     action, log_prob = (analysis.value_assigned(a.value) for a in find_nodes(analysis.module, cst.Assign)[-2:])
     assert not action.graph and action.graphless
     assert log_prob.graph
+
+
+@pytest.mark.parametrize("receiver", ["accelerator", "optimizer"])
+def test_a_method_ending_in_an_underscore_writes_no_graph_into_an_object_that_is_no_tensor(receiver):
+    # https://github.com/huggingface/accelerate/blob/16cb6eb80dd9aa8b4df1a63ef57863e455d53b83/examples/by_feature/gradient_accumulation_for_autoregressive_models.py
+    analysis = analyse(
+        f"""
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        model = nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loss = model(torch.randn(2)).sum()
+        {receiver}.clip_grad_norm_(loss, 1.0)
+        kept = {receiver}.num_processes
+        """
+    )
+    assert not analysis.value_assigned(find_nodes(analysis.module, cst.Assign)[-1].value).graph

@@ -439,3 +439,45 @@ for step in range(3):
     report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
     assert [(f.code, f.line) for f in report.findings] == [("GF010", 14), ("GF010", 16)]
     assert ["line 10" in report.findings[0].message, "line 12" in report.findings[1].message] == [True, True]
+
+
+def test_gf004_reports_a_kept_buffer_a_helper_method_writes_graph_carrying_items_into():
+    # https://github.com/facebookresearch/moco/blob/132aea9da9bb995a411c915c0420be3db62052f3/moco/builder.py
+    # (with the keys computed outside torch.no_grad(): the queue keeps every step's graph)
+    source = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class MoCo(nn.Module):
+    def __init__(self, dim=8, K=8):
+        super().__init__()
+        self.encoder = nn.Linear(4, dim)
+        self.K = K
+        self.register_buffer("queue", F.normalize(torch.randn(dim, K), dim=0))
+        self.ptr = 0
+
+    def _dequeue_and_enqueue(self, keys):
+        self.queue[:, self.ptr : self.ptr + keys.shape[0]] = keys.T
+        self.ptr = (self.ptr + keys.shape[0]) % self.K
+
+    def forward(self, im_q, im_k):
+        q = F.normalize(self.encoder(im_q), dim=1)
+        k = F.normalize(self.encoder(im_k), dim=1)
+        logits = torch.cat([(q * k).sum(1, keepdim=True), q @ self.queue.clone()], dim=1)
+        self._dequeue_and_enqueue(k)
+        return logits
+model = MoCo()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    logits = model(torch.randn(4, 4), torch.randn(4, 4))
+    loss = F.cross_entropy(logits, torch.zeros(4, dtype=torch.long))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
+    assert [(f.code, f.line) for f in report.findings] == [("GF004", 13)]
+    fixed = source.replace(
+        "k = F.normalize(self.encoder(im_k), dim=1)", "with torch.no_grad():\n            k = F.normalize(self.encoder(im_k), dim=1)"
+    )
+    assert check_source(fixed.encode(), all_rules(), FixMode.NONE, "train.py").findings == []

@@ -1215,8 +1215,15 @@ class DataflowAnalysis:
                 known_operation=tensor_method or receiver.graphless,
                 guessed=guessed,
             )
-            if is_inplace_method(method) and target is not None and not self.names.is_imported_module(func.value):
-                env[target] = result  # (``commons.clip_grad_value_(...)`` changes no module object)
+            if (
+                is_inplace_method(method)
+                and target is not None
+                and not self.names.is_imported_module(func.value)
+                and not self._names_an_object(func.value)
+            ):
+                # (``commons.clip_grad_value_(...)`` changes no module object, and
+                # ``accelerator.clip_grad_norm_(model.parameters(), 1.0)`` no graph into the accelerator)
+                env[target] = result
             if self._imported_code(func):
                 self._escape(values)  # trpo.hessian_vector_product(kl, params) may backward what it is given
             return result
