@@ -1200,3 +1200,27 @@ def test_a_method_ending_in_an_underscore_writes_no_graph_into_an_object_that_is
         """
     )
     assert not analysis.value_assigned(find_nodes(analysis.module, cst.Assign)[-1].value).graph
+
+
+@pytest.mark.parametrize(("rebound", "alias"), [("", "my_loss"), ("loss_fn = other_loss", None)])
+def test_a_name_bound_once_to_a_function_of_the_file_calls_that_function(rebound, alias):
+    # https://github.com/samuelyu2002/ImVisible/issues/2 (LYTNet's training script: `loss_fn = my_loss`)
+    analysis = analyse(
+        f"""
+        def my_loss(pred, target):
+            mse = F.mse_loss(pred, target)
+            return mse * 2, mse
+
+        def other_loss(pred, target):
+            return (pred - target).abs().mean()
+
+        loss_fn = my_loss
+        {rebound}
+        model = nn.Linear(2, 2)
+        loss, mse = loss_fn(model(torch.randn(2)), torch.randn(2))
+        kept = mse
+        """
+    )
+    assert analysis.names.function_aliases.get("loss_fn") == alias
+    kept = analysis.value_assigned(find_nodes(analysis.module, cst.Assign)[-1].value)
+    assert kept.graph and kept.structure is (TENSOR if alias else UNKNOWN)  # the item as the function returns it

@@ -479,6 +479,39 @@ for x, y in [(torch.randn(8, 4), torch.randint(0, 3, (8,)))] * 3:
     assert codes(checked(source.replace("torch.eq(predicted, y).sum().float()", "logits.sum()"))) == ["GF007"]
 
 
+def test_numbers_arrays_and_variables_hold_no_graph():
+    source = """\
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.autograd import Variable
+from envs import env
+policy = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+
+def act(logits, epsilon):
+    if np.random.rand() < epsilon:
+        return np.random.choice(2)
+    return logits.detach().numpy().squeeze(0).argmax()
+
+rewards, baselines = [], []
+for step in range(3):
+    logits = policy(torch.randn(1, 4))
+    reward = env.step(act(logits, 0.1))
+    rewards.append(reward)
+    baselines.append(Variable(logits))
+    optimizer.zero_grad()
+    logits.sum().backward()
+    optimizer.step()
+"""
+    assert checked(source).findings == [] and checked(source).rewritten is None
+    assert codes(checked(source.replace("Variable(logits)", "logits"))) == ["GF007"]
+    # An environment's reward given a graph-carrying action may hold its graph, or be a number: reported, not rewritten.
+    report = checked(source.replace("return np.random.choice(2)", "return logits"))
+    assert [f.code for f in report.findings] == ["GF007"] and report.rewritten is None
+    assert "cannot tell that `reward` is a tensor" in report.findings[0].message
+
+
 def test_a_graph_of_sums_of_leaves_is_not_freed():
     source = """\
 import torch

@@ -1727,7 +1727,7 @@ class DataflowAnalysis:
             instance = self.names.instance_class(func, class_name)
             if instance is not None:
                 return self._summary((instance, "__call__")) or self._summary((instance, "forward"))
-            return self._summary(func.value)
+            return self._summary(self.names.function_aliases.get(func.value, func.value))
         if isinstance(func, cst.Attribute):
             instance = self.names.instance_class(func.value, class_name)
             if instance is not None:

@@ -183,6 +183,8 @@ class TorchNames:
     record_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     instances: dict[str, str] = field(default_factory=dict)  # dotted name -> local class it was built from
     constructed: dict[str, str] = field(default_factory=dict)  # dotted name -> qualified callee it came from
+    # A name bound once, to one of the file's module-level functions (``loss_fn = my_loss``): that function.
+    function_aliases: dict[str, str] = field(default_factory=dict)
     trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
     lightning_classes: set[str] = field(default_factory=set)
     manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
@@ -290,6 +292,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._handed: list[tuple[str, str, int, str | None, cst.FunctionDef | None]] = []
         self._calls_of: dict[str, int] = {}  # the file's own functions, by how often the file calls them
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
+        self._bindings: dict[str, list[str | None]] = {}  # name -> what each assignment binds it to (a name, or None)
 
     # imports ---------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
@@ -491,6 +494,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return
         module = self._constructed_module(value)
         current_class = self._classes[-1] if self._classes else None
+        self._bindings.setdefault(name, []).append(value.value if isinstance(value, cst.Name) else None)
         if module is None and isinstance(value, cst.Name):
             self._aliases.append((current_class, name, value.value))
         if module is not None:
@@ -768,6 +772,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
             for attribute, module in list(attributes.items()):
                 if module.class_name in self._frozen_classes or f"self.{attribute}" in self._frozen_names:
                     attributes[attribute] = replace(module, frozen=True)
+        for name, bound in self._bindings.items():
+            function = self._callables.get(bound[0]) if len(bound) == 1 and bound[0] is not None else None
+            if function is not None and bound[0] not in self.names.local_classes and name not in self._callables:
+                self.names.function_aliases[name] = bound[0]
         for class_name, target, source in self._aliases:
             module = self.names.modules.get(source)
             if module is None:

@@ -110,8 +110,12 @@ print(total_loss / len(loader))
                 if not self._outlives_iteration(loop, store) or self._backwarded(store):
                     continue
                 unfixable = self._why_graphs_may_be_needed(loop, store, held)
-                if not unfixable and not isinstance(value, cst.Name) and held.structure is not TENSOR:
-                    unfixable = f"gradfix cannot tell that `{code_of(value)}` is one tensor"
+                if not unfixable and held.structure is not TENSOR:
+                    if not isinstance(value, cst.Name):
+                        unfixable = f"gradfix cannot tell that `{code_of(value)}` is one tensor"
+                    elif held.guessed and not held.backwarded:
+                        # (out of code gradfix cannot read, it may be a number: an environment's `reward`)
+                        unfixable = f"gradfix cannot tell that `{value.value}` is a tensor"
                 message = f"`{code_of(statement.body[0])}` keeps the graph of every step alive in `{store}`; " + (
                     f"store `{code_of(_detached(value))}`"
                     if isinstance(value, cst.Name) or held.structure is TENSOR
