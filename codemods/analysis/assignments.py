@@ -25,17 +25,18 @@ def is_inplace_method(name: str) -> bool:
     return name.endswith("_") and not name.startswith("_")
 
 
-def target_names(target: cst.BaseExpression, bindings_only: bool = False) -> list[str]:
+def target_names(target: cst.BaseExpression, bindings_only: bool = False, rebound_only: bool = False) -> list[str]:
     """Names bound by an assignment target, with tuple unpacking flattened (``x[i]`` and ``x.a``
-    name the ``x`` they write to, unless ``bindings_only``: they read ``x``, and bind nothing)."""
+    name the ``x`` they write to, unless ``bindings_only``: they read ``x``, and bind nothing).
+    With ``rebound_only``, the names and attributes bound anew, not the ``x`` an item write changes."""
     if isinstance(target, (cst.Tuple, cst.List)):
-        return [name for element in target.elements for name in target_names(element.value, bindings_only)]
+        return [name for element in target.elements for name in target_names(element.value, bindings_only, rebound_only)]
     if isinstance(target, cst.StarredElement):
-        return target_names(target.value, bindings_only)
+        return target_names(target.value, bindings_only, rebound_only)
     if bindings_only:
         return [target.value] if isinstance(target, cst.Name) else []
     if isinstance(target, cst.Subscript):
-        name = dotted_name(target.value)
+        name = None if rebound_only else dotted_name(target.value)
         return [name] if name else []
     name = dotted_name(target)
     return [name] if name else []

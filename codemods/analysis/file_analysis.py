@@ -131,7 +131,7 @@ class FileAnalysis:
                 if name not in assigned_names(statement, tree=self.tree):
                     continue
                 target = statement.body[0].targets[0].target if is_single_assignment(statement) else None
-                if target is None or name not in (dotted_name(t) for t in _whole_targets(target)):
+                if target is None or name not in target_names(target, rebound_only=True):
                     writes[statement] = None
                 elif tracked:
                     assigned = self.value_assigned(statement.body[0].value)
@@ -715,16 +715,6 @@ def _function_name(scope: Scope) -> str:
     """How the dataflow names a function: ``f`` or ``Class.method``."""
     name = scope.node.name.value
     return name if scope.class_name is None else f"{scope.class_name}.{name}"
-
-
-def _whole_targets(target: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The names and attributes an assignment target rebinds, tuple unpacking flattened (not
-    ``x[i]``, which changes ``x``)."""
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [t for element in target.elements for t in _whole_targets(element.value)]
-    if isinstance(target, cst.StarredElement):
-        return _whole_targets(target.value)
-    return [] if isinstance(target, cst.Subscript) else [target]
 
 
 def _bound_by_header(statement: cst.CSTNode) -> list[str]:

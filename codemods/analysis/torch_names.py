@@ -123,15 +123,6 @@ _MODULE_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dic
 _MODULE_RETURNING = {"to", "cuda", "cpu", "double", "float", "half", "train", "eval", "requires_grad_"}
 
 
-def _module_built(value: cst.Call) -> cst.Call | None:
-    """The construction under calls of module methods that return the module itself
-    (``Net(...).to(device).train()``), or None when ``value`` is not such a chain."""
-    inner = value
-    while isinstance(inner.func, cst.Attribute) and inner.func.attr.value in _MODULE_RETURNING and isinstance(inner.func.value, cst.Call):
-        inner = inner.func.value
-    return inner if inner is not value else None
-
-
 def dotted_name(node: cst.CSTNode) -> str | None:
     """``a.b.c`` for a chain of attributes on a name, else None."""
     # Exact types: a failed isinstance of a libcst class goes through ABCMeta, and this runs for
@@ -475,14 +466,12 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return
         if callee is not None:
             self.names.constructed[name] = callee
-        built = _module_built(value)  # (``Net(...).to(device)`` is the module ``Net(...)`` built)
-        built_class = self.names.qualify(built.func) if built is not None else None
         if kind is not None:
             self.names.frameworks[name] = kind
         elif callee in self.names.local_classes:
             self.names.instances[name] = callee
-        elif built_class in self.names.module_classes:
-            self.names.instances[name] = built_class
+        elif (module := self._constructed_module(value)) is not None and module.is_local:
+            self.names.instances[name] = module.class_name  # ``Net(...).to(device)``: the module ``Net(...)`` built
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
