@@ -315,6 +315,10 @@ class FileAnalysis:
         """The backwards whose statement is ``statement``, in the order of the source."""
         return self._sites_by_statement.get(id(statement), [])
 
+    def sites_after(self, site: BackwardSite) -> list[BackwardSite]:
+        """The backwards that stand after ``site`` in the source."""
+        return [other for other in self.backward_sites if self.order(other.call) > self.order(site.call)]
+
     @cached_property
     def _sites_by_statement(self) -> dict[int, list[BackwardSite]]:
         sites: dict[int, list[BackwardSite]] = {}

@@ -81,8 +81,7 @@ for x, y in loader:
             return False  # built before the loop: every iteration backwards through it again
         if any(self.analysis.iterates_graph(loop) for loop in site.loops):
             return False  # the loop hands out parts of a graph built before it, which every iteration walks
-        later = [o for o in self.analysis.backward_sites if self.analysis.order(o.call) > self.analysis.order(site.call)]
-        if any(self.analysis.graph_nodes(other) & nodes for other in later):
+        if any(self.analysis.graph_nodes(other) & nodes for other in self.analysis.sites_after(site)):
             return False  # (an earlier one can reach it only through a graph kept across iterations)
         return self.analysis.called_with_graph(site.scope) is False or not self._reaches_parameters(site, nodes)
 

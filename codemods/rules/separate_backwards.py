@@ -241,8 +241,7 @@ for x, y_reg, y_cls in loader:
         within = site.loops[0] if site.loops else None
         if within is not None and any(not self.analysis.contains(within.node, node.statement) for node in kept):
             return True
-        later = [other for other in self.analysis.backward_sites if self.analysis.order(other.call) > self.analysis.order(last.call)]
-        return any(self.analysis.graph_nodes(other) & kept for other in later)
+        return any(self.analysis.graph_nodes(other) & kept for other in self.analysis.sites_after(last))
 
     def _between(self, block: Block, first: BackwardSite, second: BackwardSite) -> Sequence[cst.BaseStatement]:
         return block.statements[block.index(first.statement) + 1 : block.index(second.statement)]
