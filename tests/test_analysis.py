@@ -1224,3 +1224,27 @@ def test_a_name_bound_once_to_a_function_of_the_file_calls_that_function(rebound
     assert analysis.names.function_aliases.get("loss_fn") == alias
     kept = analysis.value_assigned(find_nodes(analysis.module, cst.Assign)[-1].value)
     assert kept.graph and kept.structure is (TENSOR if alias else UNKNOWN)  # the item as the function returns it
+
+
+@pytest.mark.parametrize(
+    ("call", "graph"),
+    [
+        ("choice([model(x).sum(), model(x).mean()])", True),  # an item it is given, as it was
+        ("random.choice([model(x).sum(), model(x).mean()])", True),
+        ("sqrt(4.0) * np.pi", False),
+        ("random.random()", False),
+    ],
+)
+def test_a_number_library_given_a_graph_may_hand_it_back_however_it_is_imported(call, graph):
+    analysis = analyse(
+        f"""
+        import random
+        from random import choice
+        from math import sqrt
+        import numpy as np
+        model = nn.Linear(2, 2)
+        x = torch.randn(2)
+        picked = {call}
+        """
+    )
+    assert analysis.value_assigned(find_nodes(analysis.module, cst.Assign)[-1].value).graph is graph

@@ -1171,8 +1171,8 @@ class DataflowAnalysis:
                 return combine(values, self._origin(node), UNKNOWN, known_operation=False)
             receiver = self._eval(func.value, env)
             values = self._eval_all(arguments, env)
-            if qualified.startswith(_NUMBER_LIBRARIES) and not any(value.graph for value in values):
-                return CONSTANT  # (``np.random.choice(n)``: nothing these libraries keep holds a graph)
+            if _number_library_result(qualified, values):
+                return CONSTANT
             target = dotted_name(func.value)
             if method in _DETACHING_METHODS or receiver.structure is DISTRIBUTION and method in _SAMPLING_METHODS:
                 return Value(structure=TENSOR if method == "detach" else UNKNOWN, graphless=True)
@@ -1243,7 +1243,7 @@ class DataflowAnalysis:
             return NOTHING  # a module object
         if qualified.startswith("torch."):
             return self._torch_call(node, qualified, values)
-        if qualified.startswith(_NUMBER_LIBRARIES):
+        if _number_library_result(qualified, values):
             return CONSTANT
         if isinstance(func, cst.Name):
             if func.value in _NON_GRAPH_BUILTINS:
@@ -1828,6 +1828,14 @@ def _part(value: Value, structure: Structure) -> Value:
     """``value``'s graph (freed where it is) with another structure; not the very tensor a
     backward backwarded."""
     return Value(value.graph, value.origins, structure, freed=value.freed, graphless=value.graphless, guessed=value.guessed)
+
+
+def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:
+    """Whether a call of ``math``, ``numpy``, ``random`` or ``statistics`` returns nothing that holds
+    a graph: when it is given nothing that holds one (nothing these libraries keep holds a graph).
+    Given a graph, it may hand it back: ``random.choice(losses)``, ``np.squeeze(t)`` (numpy hands
+    the call to the tensor's own method)."""
+    return qualified.startswith(_NUMBER_LIBRARIES) and not any(value.graph for value in values)
 
 
 def _item_of(container: Value, structure: Structure) -> Value:

@@ -58,6 +58,7 @@ class FileAnalysis:
         self.names: TorchNames = collect_torch_names(self.tree)
         self._dataflow = DataflowAnalysis(module, self.names, imported, self.tree)
         self._blocks: dict[int, Block] = {}  # by id of the Module or IndentedBlock
+        self._writes: dict[tuple[cst.CSTNode, str], dict[cst.CSTNode, bool | None]] = {}  # by loop and name
         if source is not None:
             self.source = source
 
@@ -123,6 +124,12 @@ class FileAnalysis:
         reads the name. None for a write that changes or adds to the old value (an append, ``+=``,
         ``x[i] = v``, ``x.add_(...)``) and for a binding a compound statement makes
         (``for name in ...``, ``with ... as name``)."""
+        key = (loop.node, name)
+        if key not in self._writes:
+            self._writes[key] = self._find_writes(loop, name)
+        return self._writes[key]
+
+    def _find_writes(self, loop: Loop, name: str) -> dict[cst.CSTNode, bool | None]:
         marker = Carried(loop, name)
         tracked = any(value is not None and value.graph for value in (loop.entry.get(name), loop.back_edge.get(name)))
         writes: dict[cst.CSTNode, bool | None] = {}

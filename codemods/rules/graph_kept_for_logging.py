@@ -143,8 +143,7 @@ print(total_loss / len(loader))
     def _never_cut(self, loop: Loop, name: str) -> bool:
         """Whether every write of ``name`` in the loop computes it from, or adds to, its previous
         value, so that the chain of graphs it holds is never cut (no ``params = params.detach()``)."""
-        writes = self.analysis.writes_of(loop, name)
-        return bool(writes) and False not in writes.values()
+        return bool(self.analysis.writes_of(loop, name)) and not self.analysis.made_anew_in(loop, name)
 
     @staticmethod
     def _makes_a_new_tensor(loop: Loop, store: str, small: cst.BaseSmallStatement) -> bool:
