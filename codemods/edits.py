@@ -37,11 +37,14 @@ class Fix:
         moved = [] if self.reschedules_updates and not self.safe else [*self.move, *self.move_after]
         return [*self.remove, *(s for s, _ in moved), *(s for s, _ in self.replace)]
 
+    def statements(self) -> list[cst.BaseStatement]:
+        """Every statement this fix removes, moves, replaces or inserts next to."""
+        anchors = [*self.remove, *(s for pair in (*self.move, *self.move_after) for s in pair)]
+        return anchors + [a for a, _ in (*self.insert_before, *self.insert_after, *self.replace)]
+
     def touched(self) -> set[int]:
         """Identities of the statements this fix depends on; two fixes that share one conflict."""
-        anchors = [*self.remove, *(s for pair in (*self.move, *self.move_after) for s in pair)]
-        anchors += [a for a, _ in (*self.insert_before, *self.insert_after, *self.replace)]
-        return {id(a) for a in anchors}
+        return {id(a) for a in self.statements()}
 
 
 @dataclass

@@ -16,6 +16,17 @@ class FixKind(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class ProofLine:
+    """One obligation of a fix and its answer: ``proved``, or ``unknown``/``refuted`` by a construct
+    (``kind``) at ``line``."""
+
+    obligation: str
+    answer: str
+    line: int = 0
+    construct: str = ""
+
+
+@dataclass(frozen=True)
 class Finding:
     """One problem at one place, as users see it."""
 
@@ -30,6 +41,7 @@ class Finding:
     related_cells: tuple[int, ...] = ()  # in a notebook, the cell each of ``related_lines`` counts in
     end_line: int = 0  # where the flagged code ends (0: not known)
     end_column: int = 0
+    proof: tuple[ProofLine, ...] = ()  # the obligations of the fix on offer, each with its answer
 
     @property
     def location(self) -> str:

@@ -16,10 +16,10 @@ runs every fixture and the shared scripts through both trees."""
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
-from .report import Finding, FixKind
+from .report import Finding, FixKind, ProofLine
 from .symptoms import SECOND_BACKWARD, Symptom
 
 if TYPE_CHECKING:  # a rule's metadata is read without loading LibCST and the analysis
@@ -59,6 +59,10 @@ class Rule:
     # A rule for what the others do not explain: its violations about backwards that another
     # rule's violation names are dropped (``without_repeats``).
     DEFERS: ClassVar[bool] = False
+    # What a safe fix of this rule must prove beyond the bug: nothing it could disturb does something
+    # gradfix did not read (``analysis.closed_world.OBLIGATIONS``). A safe fix with one not proved is
+    # offered as unsafe.
+    OBLIGATIONS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, analysis: FileAnalysis) -> None:
         self.analysis = analysis
@@ -85,10 +89,32 @@ class Rule:
                 None,
                 message + (" (not rewritten: gradfix cannot tell whether a `.backward(...)` here backwards its object or its argument)"),
             )
+        proof: tuple[ProofLine, ...] = ()
+        if fix is not None and fix.safe and self.OBLIGATIONS:
+            fix, message, proof = self._proved(fix, message, (node, *(s.statement for s in sites), *fix.statements()))
         kind = None if fix is None else (FixKind.SAFE if fix.safe else FixKind.UNSAFE)
         related_lines = tuple(sorted({self.analysis.line(n) for n in related} - {line}))
-        finding = Finding(self.CODE, line, column + 1, message, kind, related_lines, end_line=end.line, end_column=end.column + 1)
+        finding = Finding(self.CODE, line, column + 1, message, kind, related_lines, end_line=end.line, end_column=end.column + 1, proof=proof)
         return Violation(finding, fix, tuple(sites), self.DEFERS)
+
+    def _proved(self, fix: Fix, message: str, about: tuple[cst.CSTNode, ...]) -> tuple[Fix, str, tuple[ProofLine, ...]]:
+        """The fix, safe only when every obligation of the rule is proved on its path, with the
+        message saying which one is not, and each obligation's answer."""
+        steps = self.analysis.closed_world.answer(self.OBLIGATIONS, about)
+        proof = tuple(
+            ProofLine(
+                step.obligation,
+                step.answer.value,
+                0 if step.found is None else self.analysis.line(step.found.node),
+                "" if step.found is None else step.found.construct.kind,
+            )
+            for step in steps
+        )
+        unproved = next((step for step in steps if not step.proved), None)
+        if unproved is None:
+            return fix, message, proof
+        line = 0 if unproved.found is None else self.analysis.line(unproved.found.node)
+        return replace(fix, safe=False), f"{message} (unsafe fix: {unproved.reason(line)})", proof
 
     @classmethod
     def documentation(cls) -> str:

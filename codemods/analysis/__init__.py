@@ -14,6 +14,7 @@ package: the framework rows in ``codemods.frameworks``, the cross-file summaries
 from ..frameworks import GradientEffect
 from .assignments import APPENDING_METHODS, assigned_names, read_names, target_names
 from .backward_calls import argument, with_retained_graph
+from .closed_world import NO_BOOKKEEPING_READS, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE
 from .dataflow import BackwardSite, Loop, Scope, expand
 from .file_analysis import Block, FileAnalysis
 from .gan import GanSteps
@@ -40,6 +41,10 @@ from .values import NONE, NUMBER, TENSOR, UNKNOWN, Carried, Element, ListOf, Ori
 
 __all__ = [
     "APPENDING_METHODS",
+    "NO_BOOKKEEPING_READS",
+    "NO_GRADIENT_HOOKS",
+    "NO_HIDDEN_BACKWARD",
+    "READS_MODELLED_CODE",
     "LAYOUT",
     "NONE",
     "NUMBER",

@@ -132,6 +132,14 @@ _CREATION_FUNCTIONS = {
     "Variable",  # torch.autograd.Variable(t): a new leaf sharing t's data, without its history
 }
 _MAX_SUMMARY_ROUNDS = 5
+# Operations whose backward certainly needs a tensor saved in the forward (their input or output),
+# so that a backward through them frees it and a second one raises: the must-answer beside
+# ``_saves_tensors``' may-answer. A layer of torch.nn with parameters saves its input too.
+_SAVING_FOR_CERTAIN = frozenset(
+    {"matmul", "mm", "bmm", "mv", "einsum", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "elu", "silu",
+     "softmax", "log_softmax", "sin", "cos", "linear", "conv1d", "conv2d", "conv3d", "mse_loss", "l1_loss", "cross_entropy", "nll_loss",
+     "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss", "kl_div", "layer_norm", "batch_norm", "norm"}
+)  # fmt: skip
 # Operations whose backward needs no tensor saved in the forward (sums, means, additions, and
 # what only moves, copies or joins values): a backward frees nothing of a graph built of these
 # from leaves, and a second backward through it runs.
@@ -369,6 +377,7 @@ class DataflowAnalysis:
     def __init__(self, module: cst.Module, names: TorchNames, imported: ProjectSummaries | None, tree: SyntaxTree) -> None:
         self.names = names
         self._tree = tree
+        self._module = module
         self.imported = imported or {}
         # Function summaries, by function name or (class, method); a call met before the function's
         # definition sees the summary of the previous round, so rounds repeat until they agree.
@@ -1469,6 +1478,35 @@ class DataflowAnalysis:
                 isinstance(node.func, cst.Attribute) and node.func.attr.value in _SAVING_NOTHING_METHODS and not self.names.is_torch(node.func)
             )
         return True
+
+    def saves_for_certain(self, node: cst.CSTNode, class_name: str | None = None, reading: frozenset[str] = frozenset()) -> bool:
+        """Whether the operation at ``node`` certainly saves a tensor for its backward: a matrix
+        product, a call of ``_SAVING_FOR_CERTAIN`` (torch's function or a tensor's method), or a
+        call of a torch.nn layer that holds parameters."""
+        if isinstance(node, cst.BinaryOperation):
+            return isinstance(node.operator, cst.MatrixMultiply)
+        if not isinstance(node, cst.Call):
+            return False
+        func = node.func
+        qualified = self.names.qualify(func) or ""
+        if qualified.startswith("torch.") and qualified.rsplit(".", 1)[1] in _SAVING_FOR_CERTAIN:
+            return True
+        if isinstance(func, cst.Attribute) and func.attr.value in _SAVING_FOR_CERTAIN and not qualified.startswith("torch."):
+            return True
+        module = self.names.module(func, class_name)
+        if module is None or not module.trainable:
+            return False
+        if module.is_local:  # the file's own class: what its forward certainly saves
+            return module.class_name not in reading and any(
+                self.saves_for_certain(node, module.class_name, reading | {module.class_name})
+                for method in self._methods(module.class_name, "forward")
+                for node in [*self._tree.findall(method.body, cst.Call), *self._tree.findall(method.body, cst.BinaryOperation)]
+            )
+        return bool(module.class_name)
+
+    def _methods(self, class_name: str, name: str) -> list[cst.FunctionDef]:
+        classes = self._tree.findall(self._module, cst.ClassDef, lambda c: c.name.value == class_name)
+        return [s for c in classes for s in c.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
 
     def walked_nodes(self, value: Value, stops_at: Value) -> frozenset[Origin]:
         """The nodes a backward of ``value`` walks (and frees): all of its graph, except, for

@@ -20,6 +20,7 @@ from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
 from .backward_calls import argument
+from .closed_world import ClosedWorld
 from .syntax import as_operand, code_of, is_single_assignment, method_called
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
@@ -85,6 +86,11 @@ class FileAnalysis:
     def imports(self) -> set[str]:
         """The dotted names this file imports (what it could use from other checked files)."""
         return set(self.names.aliases.values())
+
+    @cached_property
+    def closed_world(self) -> ClosedWorld:
+        """The constructs of the file gradfix does not see through, and what a fix may prove."""
+        return ClosedWorld(self)
 
     # facts -----------------------------------------------------------------------------------
     @cached_property
@@ -198,6 +204,16 @@ class FileAnalysis:
             return False
         values = (self.value_read(name) for name in self.tree.findall(loop.node.iter, cst.Name))
         return any(value is not None and value.graph for value in values)
+
+    def frees_what_they_saved(self, site: BackwardSite, statements: Sequence[cst.CSTNode]) -> bool:
+        """Whether the backward at ``site`` certainly frees a tensor that an operation of
+        ``statements`` saved (``DataflowAnalysis.saves_for_certain``): a graph of joins and sums
+        of parameters saves nothing, and a second backward through it runs."""
+        return any(
+            self._dataflow.saves_for_certain(origin.node)
+            for origin in self.graph_nodes(site)
+            if any(self.contains(s, origin.node) for s in statements)
+        )
 
     def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
         """Statements outside ``loop`` that built part of the graph ``site`` backwards in it."""
@@ -341,6 +357,8 @@ class FileAnalysis:
             name = cls.name.value
             if name not in hooks or name in self.names.manual_optimization:
                 continue
+            if name in self.names.lightning_classes and self.names.automatic_optimization_unknown:
+                continue  # whether Lightning backwards the result is not proved
             for statement in cls.body.body:
                 if isinstance(statement, cst.FunctionDef) and statement.name.value == hooks[name]:
                     yield statement, name

@@ -179,6 +179,9 @@ class TorchNames:
     trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
     lightning_classes: set[str] = field(default_factory=set)
     manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
+    # Whether Lightning optimizes automatically is proved only where ``automatic_optimization`` is
+    # never anything but a literal: set from an argument, a flag, a property or ``setattr``, it is unknown.
+    automatic_optimization_unknown: bool = False
     optimizer_classes: set[str] = field(default_factory=set)  # local torch.optim.Optimizer subclasses
     optimizers: set[str] = field(default_factory=set)  # dotted names bound to optimizers
     optimized_modules: dict[str, set[str]] = field(default_factory=dict)  # optimizer -> modules it updates
@@ -353,6 +356,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._classes.pop()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.name.value == LIGHTNING_AUTOMATIC_OPTIMIZATION:  # a property
+            self.names.automatic_optimization_unknown = True
         if not self._functions:
             if not self._classes:
                 self._callables[node.name.value] = node
@@ -447,6 +452,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             and is_name(node.value, "False")
         ):
             self.names.manual_optimization.add(self._classes[-1])
+        elif any(_names_automatic_optimization(t.target) for t in node.targets) and not is_name(node.value, "True", "False"):
+            self.names.automatic_optimization_unknown = True
 
     def _bind_framework(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         """``accelerator = Accelerator()``, ``engine, opt, _, _ = deepspeed.initialize(...)`` and
@@ -544,6 +551,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
         func = node.func
         if method_called(node) in GRADIENT_HOOK_METHODS or (self.names.qualify(func) or "").startswith(GRADIENT_HOOKING_LIBRARIES):
             self.names.gradient_hooks.append(node)
+        if is_name(func, "setattr", "__setattr__") or method_called(node) == "__setattr__":
+            named = [a.value for a in node.args[1:2]]
+            if not named or not isinstance(named[0], cst.SimpleString) or LIGHTNING_AUTOMATIC_OPTIMIZATION in named[0].value:
+                self.names.automatic_optimization_unknown = True
         callee = dotted_name(func)
         if callee in self._callables and callee not in self.names.local_classes:
             self._calls_of[callee] = self._calls_of.get(callee, 0) + 1
@@ -778,6 +789,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
 
 _PARAMETER_METHODS = {"parameters", "named_parameters"}
+
+
+def _names_automatic_optimization(target: cst.BaseExpression) -> bool:
+    return isinstance(target, (cst.Name, cst.Attribute)) and (dotted_name(target) or "").endswith(LIGHTNING_AUTOMATIC_OPTIMIZATION)
 
 
 def _unpacked(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:

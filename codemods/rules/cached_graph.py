@@ -5,6 +5,9 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis import (
+    READS_MODELLED_CODE,
+    NO_HIDDEN_BACKWARD,
+    NO_BOOKKEEPING_READS,
     NONE,
     BackwardSite,
     ListOf,
@@ -56,6 +59,7 @@ class CachedGraph(Rule):
     NAME = "cached_graph"
     SUMMARY = "a target built once by an untrained network keeps its graph across steps"
     FIX = FixKind.SAFE
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_BOOKKEEPING_READS)
     EXAMPLE_BEFORE = """\
 teacher = nn.Linear(8, 4)
 student = nn.Linear(8, 4)
@@ -63,7 +67,7 @@ optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
 target = teacher(x)
 for step in range(steps):
     optimizer.zero_grad()
-    loss = F.mse_loss(student(x), target)
+    loss = nn.functional.mse_loss(student(x), target)
     loss.backward()
     optimizer.step()
 """
@@ -74,7 +78,7 @@ optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
 target = teacher(x).detach()
 for step in range(steps):
     optimizer.zero_grad()
-    loss = F.mse_loss(student(x), target)
+    loss = nn.functional.mse_loss(student(x), target)
     loss.backward()
     optimizer.step()
 """

@@ -5,6 +5,9 @@ from typing import Iterator, Mapping, Sequence
 import libcst as cst
 
 from ..analysis import (
+    READS_MODELLED_CODE,
+    NO_HIDDEN_BACKWARD,
+    NO_BOOKKEEPING_READS,
     NONE,
     NUMBER,
     UNKNOWN,
@@ -68,8 +71,11 @@ class CarriedState(Rule):
     NAME = "carried_state"
     SUMMARY = "state carries its graph across training iterations"
     FIX = FixKind.SAFE
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_BOOKKEEPING_READS)
     EXAMPLE_BEFORE = """\
 lstm = nn.LSTM(8, size)
+head = nn.Linear(size, 1)
+criterion = nn.MSELoss()
 hidden = (torch.zeros(1, batch, size), torch.zeros(1, batch, size))
 for inputs, targets in loader:
     output, hidden = lstm(inputs, hidden)
@@ -80,6 +86,8 @@ for inputs, targets in loader:
 """
     EXAMPLE_AFTER = """\
 lstm = nn.LSTM(8, size)
+head = nn.Linear(size, 1)
+criterion = nn.MSELoss()
 hidden = (torch.zeros(1, batch, size), torch.zeros(1, batch, size))
 for inputs, targets in loader:
     hidden = tuple(h.detach() for h in hidden)

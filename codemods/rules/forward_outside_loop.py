@@ -4,7 +4,7 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from ..analysis import Loop, assigned_names, is_single_assignment, read_names
+from ..analysis import Loop, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, assigned_names, is_single_assignment, read_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
@@ -43,8 +43,10 @@ class ForwardOutsideLoop(Rule):
     NAME = "forward_outside_loop"
     SUMMARY = "the forward pass is computed before the loop that backwards it"
     FIX = FixKind.SAFE
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)
     EXAMPLE_BEFORE = """\
 model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+criterion = nn.MSELoss()
 prediction = model(x)
 for epoch in range(epochs):
     loss = criterion(prediction, y)
@@ -54,6 +56,7 @@ for epoch in range(epochs):
 """
     EXAMPLE_AFTER = """\
 model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+criterion = nn.MSELoss()
 for epoch in range(epochs):
     prediction = model(x)
     loss = criterion(prediction, y)
@@ -82,8 +85,9 @@ for epoch in range(epochs):
                 f"backwarded inside it (line {self.analysis.line(site.call)}); compute it in the loop"
             )
             # A kept graph runs: every iteration trains on the first one's forward, and moving it
-            # changes what the program computes.
-            runs = site.retain_graph is not False
+            # changes what the program computes. So does one whose part built before the loop is
+            # not proved to save a tensor the backward frees (a ``torch.cat`` of parameters).
+            runs = site.retain_graph is not False or not self.analysis.frees_what_they_saved(site, hoisted)
             changing = self.analysis.may_change_parameters(loop.node.body) if runs else True
             if changing is False:
                 continue  # every iteration would compute the same forward: one kept graph is right
@@ -94,8 +98,10 @@ for epoch in range(epochs):
                     "changes the parameters, and if nothing does, one forward is right)"
                 )
                 fix = None
-            elif runs:
+            elif runs and site.retain_graph is not False:
                 message += " (the graph is kept, so the program runs; moving the forward changes its results)"
+            elif runs:
+                message += " (the part built before the loop is not proved to save a tensor the backward frees, so the program may run; moving it changes its results)"
             yield self.violation(hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,))
 
     def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop, safe: bool) -> Fix | None:

@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import GanSteps, argument, code_of, detached
+from ..analysis import GanSteps, NO_BOOKKEEPING_READS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, argument, code_of, detached
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
@@ -34,11 +34,13 @@ class GanDetach(Rule):
     NAME = "gan_detach"
     SUMMARY = "the discriminator step backwards through the generator's output"
     FIX = FixKind.SAFE
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_BOOKKEEPING_READS)
     EXAMPLE_BEFORE = """\
 generator = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
 discriminator = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 1))
 opt_g = torch.optim.Adam(generator.parameters())
 opt_d = torch.optim.Adam(discriminator.parameters())
+bce = nn.BCEWithLogitsLoss()
 for real in loader:
     fake = generator(torch.randn(len(real), 16))
     opt_d.zero_grad()
@@ -55,6 +57,7 @@ generator = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
 discriminator = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 1))
 opt_g = torch.optim.Adam(generator.parameters())
 opt_d = torch.optim.Adam(discriminator.parameters())
+bce = nn.BCEWithLogitsLoss()
 for real in loader:
     fake = generator(torch.randn(len(real), 16))
     opt_d.zero_grad()

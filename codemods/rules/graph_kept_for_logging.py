@@ -6,6 +6,9 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis import (
+    READS_MODELLED_CODE,
+    NO_HIDDEN_BACKWARD,
+    NO_BOOKKEEPING_READS,
     TENSOR,
     Loop,
     Origin,
@@ -56,9 +59,12 @@ class GraphKeptForLogging(Rule):
     NAME = "graph_kept_for_logging"
     SUMMARY = "a value kept across training steps keeps every step's graph alive"
     FIX = FixKind.SAFE
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_BOOKKEEPING_READS)
     SYMPTOM = GraphsKeptAlive()
     EXAMPLE_BEFORE = """\
 model = nn.Linear(8, 1)
+criterion = nn.MSELoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 total_loss = 0
 for x, y in loader:
     optimizer.zero_grad()
@@ -70,6 +76,8 @@ print(total_loss / len(loader))
 """
     EXAMPLE_AFTER = """\
 model = nn.Linear(8, 1)
+criterion = nn.MSELoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 total_loss = 0
 for x, y in loader:
     optimizer.zero_grad()

@@ -4,7 +4,19 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import BackwardSite, Carried, Element, Origin, argument, code_of, expand, read_names
+from ..analysis import (
+    BackwardSite,
+    Carried,
+    Element,
+    NO_GRADIENT_HOOKS,
+    NO_HIDDEN_BACKWARD,
+    Origin,
+    READS_MODELLED_CODE,
+    argument,
+    code_of,
+    expand,
+    read_names,
+)
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import RunsCorrectly
@@ -32,10 +44,13 @@ class NeedlessRetainGraph(Rule):
     NAME = "needless_retain_graph"
     SUMMARY = "retain_graph=True keeps a graph nothing backwards again"
     FIX = FixKind.SAFE
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)
     KEEPS_GRADIENTS = True
     SYMPTOM = RunsCorrectly()
     EXAMPLE_BEFORE = """\
 model = nn.Linear(4, 1)
+criterion = nn.MSELoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for x, y in loader:
     optimizer.zero_grad()
     loss = criterion(model(x), y)
@@ -44,6 +59,8 @@ for x, y in loader:
 """
     EXAMPLE_AFTER = """\
 model = nn.Linear(4, 1)
+criterion = nn.MSELoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for x, y in loader:
     optimizer.zero_grad()
     loss = criterion(model(x), y)

@@ -5,6 +5,9 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from ..analysis import (
+    READS_MODELLED_CODE,
+    NO_HIDDEN_BACKWARD,
+    NO_GRADIENT_HOOKS,
     BackwardSite,
     Block,
     GradientEffect,
@@ -63,6 +66,7 @@ class SeparateBackwards(Rule):
     NAME = "separate_backwards"
     SUMMARY = "losses that share a graph are backwarded separately"
     FIX = FixKind.SAFE
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)
     KEEPS_GRADIENTS = True
     EXAMPLE_BEFORE = """\
 encoder = nn.Sequential(nn.Linear(10, 32), nn.Tanh())
@@ -70,8 +74,8 @@ regression_head = nn.Linear(32, 1)
 class_head = nn.Linear(32, 3)
 for x, y_reg, y_cls in loader:
     features = encoder(x)
-    loss_reg = mse(regression_head(features), y_reg)
-    loss_cls = cross_entropy(class_head(features), y_cls)
+    loss_reg = nn.functional.mse_loss(regression_head(features), y_reg)
+    loss_cls = nn.functional.cross_entropy(class_head(features), y_cls)
     optimizer.zero_grad()
     loss_reg.backward()
     loss_cls.backward()
@@ -83,8 +87,8 @@ regression_head = nn.Linear(32, 1)
 class_head = nn.Linear(32, 3)
 for x, y_reg, y_cls in loader:
     features = encoder(x)
-    loss_reg = mse(regression_head(features), y_reg)
-    loss_cls = cross_entropy(class_head(features), y_cls)
+    loss_reg = nn.functional.mse_loss(regression_head(features), y_reg)
+    loss_cls = nn.functional.cross_entropy(class_head(features), y_cls)
     optimizer.zero_grad()
     (loss_reg + loss_cls).backward()
     optimizer.step()

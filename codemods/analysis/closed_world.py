@@ -1,0 +1,541 @@
+"""The closed world a safe rewrite's proof may rest on.
+
+A rule proves its bug from the dataflow (``dataflow``): the graph is built here, freed there, walked
+again. That proof says nothing of the code the rewrite could disturb: something else may read the
+gradient the rewrite merges, keep the graph it frees, hook the backward it removes, or read the
+autograd bookkeeping of the value it detaches. The dataflow answers "may": what it does not
+understand may hold a graph. A safe rewrite needs the other question answered, "must not": nothing
+disturbs it. That answer can only come from code gradfix read and modelled, so this module asks it
+the other way round from a list of exceptions: **a construct is trusted because it is a row of the
+model, and anything else leaves the answer unknown.**
+
+Each fix declares its obligations (``OBLIGATIONS``: a name and the question it asks). For each,
+``ClosedWorld.answer`` finds the constructs on the fix's path, the code of the functions that hold the
+fix and its backwards, and of the file's functions they call, and, for what is set up once and holds
+for the whole program (hooks), the whole file. Each construct is a row of ``CONSTRUCTS``: what it is,
+why the analysis cannot see through it, and the obligations it leaves unknown or refutes. The answer
+is ``proved`` when no construct on the path touches the obligation, else ``unknown`` (or ``refuted``)
+at the first such construct's line. A safe fix with any obligation not proved is offered as unsafe,
+and says why (``Rule.violation``).
+
+What is modelled (so touches nothing): the file's own functions and classes (their bodies are on the
+path), torch's operator namespaces (``TORCH_OPERATOR_NAMESPACES``), modules of torch.nn and of the
+file, a tensor's and a container's methods, the builtins of ``MODELLED_BUILTINS``, the framework
+objects of ``frameworks``, optimizers, and calls of reading-only libraries (``READING_PACKAGES``). A
+call of anything else (another package, a module beside the file gradfix did not read, a parameter, an
+object of unknown class) is unknown when it is handed, or returns, something that may hold a graph,
+a tensor, a module, an optimizer or a framework object: that is where it could reach the program's
+autograd state. Code handed none of these can reach it only through torch's global switches (global
+module hooks, grad mode), which it would have to set itself: that residual is stated in UNKNOWNS.md.
+"""
+
+from __future__ import annotations
+
+import enum
+import weakref
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import libcst as cst
+
+from ..frameworks import CALLED_AS_FORWARD, FRAMEWORK_CONSTRUCTORS, FRAMEWORK_TUPLE_CONSTRUCTORS, MODULE_WRAPPERS, READING_LOGGERS, TRAINER_RUNS
+from .torch_names import dotted_name
+from .values import TENSOR, ListOf, TupleOf
+
+if TYPE_CHECKING:
+    from .file_analysis import FileAnalysis
+
+
+class Answer(str, enum.Enum):
+    PROVED = "proved"
+    UNKNOWN = "unknown"
+    REFUTED = "refuted"
+
+
+# The obligations a fix may declare, each with the question it asks, in a user's words.
+READS_MODELLED_CODE = "reads_modelled_code"
+NO_GRADIENT_HOOKS = "no_gradient_hooks"
+NO_HIDDEN_BACKWARD = "no_hidden_backward"
+NO_BOOKKEEPING_READS = "no_bookkeeping_reads"
+OBLIGATIONS: dict[str, str] = {
+    READS_MODELLED_CODE: "every call on the fix's path that is handed, or returns, a graph, a tensor or a module runs code gradfix read or models",
+    NO_GRADIENT_HOOKS: "no hook, custom autograd.Function or checkpoint can change the gradients the fix claims to keep",
+    NO_HIDDEN_BACKWARD: "no backward or graph read runs through a lambda, a closure, a nonlocal, a bound method or getattr",
+    NO_BOOKKEEPING_READS: "nothing reads the autograd bookkeeping (is_leaf, requires_grad, grad_fn) of what the fix changes",
+}
+# Obligations about what is set up once for the whole program: searched in the whole file.
+PROGRAM_WIDE = frozenset({NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS})
+
+
+@dataclass(frozen=True)
+class Construct:
+    """One row of the model: a construct, why the analysis cannot see through it, and what it does
+    to each obligation."""
+
+    kind: str
+    why: str
+    leaves_unknown: frozenset[str] = frozenset()
+    refutes: frozenset[str] = frozenset()
+
+
+_ALL = frozenset(OBLIGATIONS)
+UNREAD_CALL = Construct(
+    "a call of code gradfix did not read",
+    "it is handed (or returns) a graph, a tensor or a module, and may backward, hook, keep or read it",
+    leaves_unknown=_ALL,
+)
+DYNAMIC_ACCESS = Construct(
+    "a dynamic attribute or code access",
+    "getattr, setattr, delattr, vars, eval or exec reach names the analysis cannot follow",
+    leaves_unknown=_ALL,
+)
+DEFERRED_CODE = Construct(
+    "a lambda that calls or reads attributes",
+    "its body runs wherever it is called, which the dataflow does not follow",
+    leaves_unknown=frozenset({READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_BOOKKEEPING_READS}),
+)
+INNER_REBINDING = Construct(
+    "a nonlocal or global statement in a nested function",
+    "it rebinds a name of another scope whenever the nested function runs",
+    leaves_unknown=frozenset({READS_MODELLED_CODE, NO_HIDDEN_BACKWARD}),
+)
+METHOD_TAKEN = Construct(
+    "a method taken as a value",
+    "a bound method (``t.backward``, ``opt.step``) runs wherever it is called later",
+    leaves_unknown=frozenset({READS_MODELLED_CODE, NO_HIDDEN_BACKWARD}),
+)
+GRADIENT_HOOK = Construct(
+    "a gradient hook or a custom autograd.Function",
+    "it sees, and may change, the gradient of each backward on its own",
+    refutes=frozenset({NO_GRADIENT_HOOKS}),
+)
+UNMODELLED_TORCH = Construct(
+    "a torch call outside its operator namespaces",
+    "checkpointing, autograd's graph hooks and function transforms save, free and recompute differently",
+    leaves_unknown=frozenset({READS_MODELLED_CODE, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD}),
+)
+BOOKKEEPING_READ = Construct(
+    "a read of autograd bookkeeping",
+    "is_leaf, requires_grad and grad_fn change when a value is detached",
+    refutes=frozenset({NO_BOOKKEEPING_READS}),
+)
+EMPTIED_IN_PLACE = Construct(
+    "a container emptied or replaced in place",
+    "``.clear()``, a slice assignment or ``del x[...]`` changes what every alias of the container holds",
+    leaves_unknown=frozenset({READS_MODELLED_CODE}),
+)
+CONSTRUCTS: tuple[Construct, ...] = (
+    UNREAD_CALL,
+    DYNAMIC_ACCESS,
+    DEFERRED_CODE,
+    INNER_REBINDING,
+    METHOD_TAKEN,
+    GRADIENT_HOOK,
+    UNMODELLED_TORCH,
+    BOOKKEEPING_READ,
+    EMPTIED_IN_PLACE,
+)
+
+# torch's namespaces whose functions are operators on tensors (what the dataflow models a torch call
+# as: a differentiable function of its arguments, or a factory); the rest of torch (``torch.utils``,
+# ``torch.autograd.graph``, ``torch.func``, ``torch.jit``, ...) is not modelled.
+TORCH_OPERATOR_NAMESPACES = frozenset(
+    {
+        "torch",
+        "torch.nn",
+        "torch.nn.functional",
+        "torch.linalg",
+        "torch.fft",
+        "torch.special",
+        "torch.distributions",
+        "torch.optim",
+        "torch.optim.lr_scheduler",
+    }
+)
+# torch functions outside those namespaces that the analysis models by name.
+MODELLED_TORCH_FUNCTIONS = frozenset(
+    {
+        "torch.autograd.backward",
+        "torch.autograd.grad",
+        "torch.autograd.Variable",
+        "torch.nn.utils.clip_grad_norm_",
+        "torch.nn.utils.clip_grad_value_",
+        "torch.utils.data.DataLoader",
+        "torch.utils.data.TensorDataset",
+        "torch.cuda.amp.GradScaler",
+        "torch.amp.GradScaler",
+        "torch.cuda.amp.autocast",
+        "torch.amp.autocast",
+        "torch.cuda.is_available",
+        "torch.cuda.synchronize",
+        "torch.manual_seed",
+        "torch.no_grad",
+        "torch.enable_grad",
+        "torch.set_grad_enabled",
+        "torch.inference_mode",
+    }
+)
+# Builtins the analysis models: they compute on values and keep, hook or backward none of them.
+MODELLED_BUILTINS = frozenset(
+    {
+        "print", "len", "float", "int", "bool", "str", "format", "repr", "isinstance", "issubclass", "range", "sum", "max", "min",
+        "abs", "round", "list", "tuple", "dict", "set", "frozenset", "zip", "enumerate", "sorted", "reversed", "any", "all", "iter",
+        "next", "type", "id", "hash", "divmod", "pow", "hasattr", "super", "ValueError", "RuntimeError", "TypeError", "KeyError",
+        "AssertionError", "NotImplementedError", "StopIteration", "Exception", "map", "filter", "open", "input", "chr", "ord",
+    }
+)  # fmt: skip
+# Libraries whose calls compute on numbers, strings and files, or log what they are given: they read
+# a tensor at most (its value), and neither keep a graph, hook nor backward it.
+READING_PACKAGES = frozenset(
+    {"math", "numpy", "random", "time", "os", "sys", "json", "logging", "warnings", "argparse", "pathlib", "statistics", "collections",
+     "itertools", "functools", "copy", "pickle", "tqdm", "wandb", "datetime", "re", "string", "csv", "shutil", "glob", "matplotlib"}
+)  # fmt: skip
+# Methods of a list, dict, set or string built by the program: the dataflow models what they store.
+CONTAINER_METHODS = frozenset(
+    {"append", "extend", "insert", "pop", "get", "items", "keys", "values", "update", "setdefault", "copy", "index", "count",
+     "add", "discard", "join", "format", "split", "strip", "startswith", "endswith", "replace", "lower", "upper"}
+)  # fmt: skip
+# Methods that read a number or a detached copy out of a tensor (the dataflow's graphless reads).
+READING_METHODS = frozenset({"item", "tolist", "detach", "numpy", "cpu"})
+TENSOR_FACTORY_METHODS = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
+EMPTYING_METHODS = frozenset({"clear", "remove", "popitem"})
+# Methods of a tensor the analysis does not model as operators.
+TENSOR_HOOK_METHODS = frozenset({"register_hook", "register_post_accumulate_grad_hook", "retain_grad"})
+TENSOR_DEFERRED_METHODS = frozenset({"apply_", "map_", "map2_"})
+# Methods of a module or optimizer the analysis models (what it calls, trains or steps).
+MODELLED_OBJECT_METHODS = frozenset(
+    {"parameters", "named_parameters", "buffers", "named_buffers", "children", "modules", "named_modules", "train", "eval", "to", "cuda",
+     "cpu", "double", "float", "half", "bfloat16", "zero_grad", "step", "state_dict", "load_state_dict", "requires_grad_", "forward",
+     "add_param_group", "param_groups", "update", "scale", "unscale_", "get_last_lr", "backward", "log", "log_dict", "optimizers",
+     "manual_backward", "clip_gradients", "lr_schedulers", "print", "save", "wait_for_everyone", "prepare", "gather", "reduce",
+     "accumulate", "autocast", "no_sync", "is_main_process", "unwrap_model", "clip_grad_norm_", "clip_grad_value_", "all_gather",
+     "toggle_optimizer", "untoggle_optimizer", "add_scalar", "add_scalars", "add_histogram", "flush", "close", "add_module",
+     "register_buffer", "register_parameter", "get_scale", "named_children", "zero_"}
+)  # fmt: skip
+BOOKKEEPING_ATTRIBUTES = frozenset({"is_leaf", "requires_grad", "grad_fn", "_version", "_base", "output_nr"})
+_HOOK_REGISTRATIONS = frozenset(
+    {"register_hook", "register_full_backward_hook", "register_backward_hook", "register_full_backward_pre_hook", "register_forward_hook",
+     "register_forward_pre_hook", "register_post_accumulate_grad_hook", "register_module_full_backward_hook",
+     "register_module_forward_hook", "register_module_backward_hook", "register_module_forward_pre_hook", "register_multi_grad_hook"}
+)  # fmt: skip
+_READ_BASES = frozenset({"object", "torch.nn.Module", "typing.NamedTuple", "Exception"})
+_DYNAMIC_BUILTINS = frozenset({"getattr", "setattr", "delattr", "vars", "eval", "exec", "globals", "locals", "__import__"})
+
+
+@dataclass(frozen=True)
+class Found:
+    construct: Construct
+    node: cst.CSTNode
+
+
+@dataclass(frozen=True)
+class ProofStep:
+    """An obligation's answer: proved, or unknown/refuted at ``node`` by ``construct``."""
+
+    obligation: str
+    answer: Answer
+    found: Found | None = None
+
+    @property
+    def proved(self) -> bool:
+        return self.answer is Answer.PROVED
+
+    def reason(self, line: int) -> str:
+        """Why a fix resting on this obligation is not safe (``line``: where the construct is)."""
+        verb = "disproves" if self.answer is Answer.REFUTED else "leaves unknown"
+        kind = self.found.construct.kind if self.found is not None else "the analysis"
+        return f"{kind} at line {line} {verb} that {OBLIGATIONS[self.obligation]}"
+
+
+class ClosedWorld:
+    """The constructs of one file, found once, and the obligations' answers on any fix's path."""
+
+    def __init__(self, analysis: FileAnalysis) -> None:
+        # Weakly: the analysis keeps this object, and a cycle would leave the file's tree to the
+        # cycle collector.
+        self.analysis = weakref.proxy(analysis)
+
+    def answer(self, obligations: Sequence[str], about: Sequence[cst.CSTNode]) -> tuple[ProofStep, ...]:
+        """Each obligation's answer for a fix about ``about`` (its statements and backwards)."""
+        path = self._path(about)
+        steps = []
+        for obligation in obligations:
+            where = self._found if obligation in PROGRAM_WIDE else [f for f in self._found if any(self.analysis.contains(p, f.node) for p in path)]
+            refuting = next((f for f in where if obligation in f.construct.refutes), None)
+            unknown = next((f for f in where if obligation in f.construct.leaves_unknown), None)
+            if refuting is not None:
+                steps.append(ProofStep(obligation, Answer.REFUTED, refuting))
+            elif unknown is not None:
+                steps.append(ProofStep(obligation, Answer.UNKNOWN, unknown))
+            else:
+                steps.append(ProofStep(obligation, Answer.PROVED))
+        return tuple(steps)
+
+    # the path --------------------------------------------------------------------------------
+    def _path(self, about: Sequence[cst.CSTNode]) -> list[cst.CSTNode]:
+        """The scopes holding ``about`` (a function, or the module for top-level code) and the
+        file's functions they call, transitively."""
+        path: list[cst.CSTNode] = []
+        pending = [self._scope_of(node) for node in about]
+        while pending:
+            scope = pending.pop()
+            if any(scope is seen for seen in path):
+                continue
+            path.append(scope)
+            pending.extend(self._functions_called(scope))
+        return path
+
+    def _scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        scope: cst.CSTNode = node
+        while not isinstance(scope, (cst.FunctionDef, cst.Module)):
+            parent = self.analysis.tree.parent(scope)
+            if parent is None:
+                return self.analysis.module
+            scope = parent
+        return scope
+
+    def _functions_called(self, scope: cst.CSTNode) -> Iterator[cst.FunctionDef]:
+        if isinstance(scope, cst.Module):
+            return  # the whole file is on the path already
+        for call in self.analysis.tree.findall(scope, cst.Call):
+            yield from self._read_callees(call)
+
+    def _read_callees(self, call: cst.Call) -> list[cst.FunctionDef]:
+        """The file's functions (and methods, through ``self`` or an instance of a class of the file)
+        a call runs."""
+        func = call.func
+        if isinstance(func, cst.Name) and func.value in self.analysis.names.instances:
+            return self._methods_of(self.analysis.names.instances[func.value], "__call__") + self._methods_of(
+                self.analysis.names.instances[func.value], "forward"
+            )
+        if isinstance(func, cst.Name):
+            name = self.analysis.names.function_aliases.get(func.value, func.value)
+            functions = [f for f in self.analysis._functions if f.name.value == name and self.analysis.class_name_of(f) is None]
+            if functions:
+                return functions
+            return self._methods_of(name, "__init__") + self._methods_of(name, "forward") + self._methods_of(name, "__call__")
+        if isinstance(func, cst.Attribute):
+            owner = self.analysis.names.instance_class(func.value, self.analysis.class_name_of(call))
+            if owner is None and self.analysis.names.module(func.value, self.analysis.class_name_of(call)) is not None:
+                owner = self.analysis.names.module(func.value, self.analysis.class_name_of(call)).class_name
+            return self._methods_of(owner, func.attr.value)
+        return []
+
+    def _built_of_read_classes(self, class_name: str) -> bool:
+        """A class of the file whose construction runs only code gradfix read: each base is a class of
+        the file built so too, a torch.nn.Module, or a record (``NamedTuple``, ``object``)."""
+        classes = [c for c in self.analysis.tree.findall(self.analysis.module, cst.ClassDef) if c.name.value == class_name]
+        if len(classes) != 1:
+            return False
+        bases = [self.analysis.names.qualify(base.value) or "" for base in classes[0].bases]
+        return all(base in _READ_BASES or (base != class_name and self._built_of_read_classes(base)) for base in bases)
+
+    def _methods_of(self, class_name: str | None, method: str) -> list[cst.FunctionDef]:
+        body = self.analysis.class_body(class_name) if class_name in self.analysis.names.local_classes else ()
+        return [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == method]
+
+    # the constructs --------------------------------------------------------------------------
+    @cached_property
+    def _found(self) -> list[Found]:
+        found = [Found(construct, node) for construct, node in self._constructs()]
+        return sorted(found, key=lambda f: self.analysis.order(f.node))
+
+    def _constructs(self) -> Iterator[tuple[Construct, cst.CSTNode]]:
+        tree, names = self.analysis.tree, self.analysis.names
+        module = self.analysis.module
+        for call in tree.findall(module, cst.Call):
+            construct = self._call_construct(call)
+            if construct is not None:
+                yield construct, call
+        for attribute in tree.findall(module, cst.Attribute):
+            if attribute.attr.value in BOOKKEEPING_ATTRIBUTES and names.module(attribute.value, self.analysis.class_name_of(attribute)) is None:
+                yield BOOKKEEPING_READ, attribute
+            elif self._method_taken(attribute):
+                yield METHOD_TAKEN, attribute
+        for lam in tree.findall(module, cst.Lambda):
+            if tree.findall(lam.body, cst.Call) or tree.findall(lam.body, cst.Attribute):
+                yield DEFERRED_CODE, lam
+        for function in self.analysis._functions:
+            if self._nested(function):
+                for statement in tree.findall(function.body, cst.Nonlocal) + tree.findall(function.body, cst.Global):
+                    yield INNER_REBINDING, statement
+        for class_def in tree.findall(module, cst.ClassDef):
+            if any((names.qualify(base.value) or "").startswith("torch.autograd.") for base in class_def.bases):
+                yield GRADIENT_HOOK, class_def
+        for assign in tree.findall(module, cst.Assign):
+            if any(isinstance(t.target, cst.Subscript) and _is_slice(t.target) for t in assign.targets):
+                yield EMPTIED_IN_PLACE, assign
+        for deletion in tree.findall(module, cst.Del):
+            if tree.findall(deletion.target, cst.Subscript):
+                yield EMPTIED_IN_PLACE, deletion
+
+    def _call_construct(self, call: cst.Call) -> Construct | None:
+        """The row a call is, or None when it is modelled or touches nothing of autograd."""
+        analysis, names = self.analysis, self.analysis.names
+        func = call.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        if method in _HOOK_REGISTRATIONS:
+            return GRADIENT_HOOK
+        if isinstance(func, cst.Name) and func.value in _DYNAMIC_BUILTINS and func.value not in names.aliases:
+            return DYNAMIC_ACCESS
+        qualified = names.qualify(func)
+        logger = method is not None and names.constructed.get(dotted_name(func.value) or "") in READING_LOGGERS
+        if qualified in READING_LOGGERS or logger:
+            return None  # a logger reads what it is given (``frameworks.READING_LOGGERS``)
+        if qualified is not None and qualified.split(".")[0] == "torch":
+            if qualified in MODELLED_TORCH_FUNCTIONS or qualified.rsplit(".", 1)[0] in TORCH_OPERATOR_NAMESPACES:
+                return None
+            if method is not None and self._names_a_tensor(func.value):
+                return None  # a tensor kept on a torch-named object: its method
+            return UNMODELLED_TORCH
+        if self._modelled(call, func, method, qualified):
+            return None
+        if method in TENSOR_HOOK_METHODS:
+            return GRADIENT_HOOK
+        if method in EMPTYING_METHODS and self._is_container(func.value):
+            return EMPTIED_IN_PLACE
+        if method == "apply" and names.module(func.value, analysis.class_name_of(call)) is not None:
+            # ``model.apply(fn)`` runs ``fn`` on every submodule: read when ``fn`` is the file's own
+            applied = [arg.value for arg in call.args[:1]]
+            return None if applied and isinstance(applied[0], cst.Name) and self._read_callees(cst.Call(func=applied[0])) else UNREAD_CALL
+        return UNREAD_CALL if self._touches_autograd(call) else None
+
+    def _modelled(self, call: cst.Call, func: cst.BaseExpression, method: str | None, qualified: str | None) -> bool:
+        analysis, names = self.analysis, self.analysis.names
+        class_name = analysis.class_name_of(call)
+        if call in analysis._dataflow.backward_sites:
+            return True
+        if qualified is not None and qualified.split(".")[0] in READING_PACKAGES:
+            return True
+        if (
+            qualified in FRAMEWORK_CONSTRUCTORS
+            or qualified in FRAMEWORK_TUPLE_CONSTRUCTORS
+            or qualified in TRAINER_RUNS
+            or qualified in MODULE_WRAPPERS
+        ):
+            return True  # the framework objects of ``frameworks``: what they backward and run is in its tables
+        if isinstance(func, cst.Name):
+            if func.value in MODELLED_BUILTINS and func.value not in names.aliases:
+                return True
+            if self._read_callees(call) or self._built_of_read_classes(func.value) or names.framework(func) in CALLED_AS_FORWARD:
+                return True
+            info = names.module(func, class_name)
+            return info is not None and (info.is_local or names.module_class(cst.Name("nn")) is None) and _torch_or_local(info, names)
+        if isinstance(func, cst.Subscript):
+            return names.module(func, class_name) is not None  # a layer of a container of the file's modules
+        if isinstance(func, cst.Attribute):
+            receiver = func.value
+            info = names.module(func, class_name)
+            if info is not None:
+                return _torch_or_local(info, names)
+            built_by = names.constructed.get(dotted_name(receiver) or "", "")
+            if names.framework(receiver) is not None or TRAINER_RUNS.get(built_by) == method:
+                return True
+            if built_by in MODELLED_TORCH_FUNCTIONS and method in MODELLED_OBJECT_METHODS:
+                return True  # a GradScaler's
+            if method in READING_METHODS and self._may_hold_a_graph(receiver):
+                return True  # the dataflow reads these out of a graph as numbers or detached copies
+            if method in MODELLED_OBJECT_METHODS and (
+                names.module(receiver, class_name) is not None
+                or (dotted_name(receiver) or "") in names.optimizers
+                or names.framework(receiver) is not None
+                or dotted_name(receiver) in names.objects
+                or (dotted_name(receiver) == "self" and class_name in names.lightning_classes)
+            ):
+                return True
+            if self._read_callees(call):
+                return True
+            if method not in TENSOR_HOOK_METHODS and method not in TENSOR_DEFERRED_METHODS and self._names_a_tensor(receiver):
+                return True
+            if method in CONTAINER_METHODS and (
+                self._is_container(receiver) or isinstance(receiver, cst.Subscript) and self._is_container(receiver.value)
+            ):
+                return True
+            if method in TENSOR_FACTORY_METHODS:
+                return True  # only a tensor has them, and the dataflow models them as new leaves
+        return False
+
+    def _names_a_tensor(self, expression: cst.BaseExpression) -> bool:
+        """A tensor by the analysis (``FileAnalysis._is_tensor``), a parameter or a leaf the file
+        made, an operation on one, or what a tensor's method or item gives."""
+        names = self.analysis.names
+        if self.analysis._is_tensor(expression) or dotted_name(expression) in names.leaf_tensors:
+            return True
+        if isinstance(expression, cst.BinaryOperation):
+            return self._names_a_tensor(expression.left) or self._names_a_tensor(expression.right)
+        if isinstance(expression, cst.UnaryOperation):
+            return self._names_a_tensor(expression.expression)
+        if isinstance(expression, cst.Comparison):
+            return self._names_a_tensor(expression.left) or any(self._names_a_tensor(c.comparator) for c in expression.comparisons)
+        if isinstance(expression, cst.Attribute) and names.is_parameter(expression, self.analysis.class_name_of(expression)):
+            return True
+        if isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
+            return expression.func.attr.value not in TENSOR_HOOK_METHODS and self._names_a_tensor(expression.func.value)
+        if isinstance(expression, cst.Subscript) and isinstance(expression.value, cst.Name):
+            value = self.analysis.value_read(expression.value)
+            if value is not None and _holds_tensors(value.structure):
+                return True
+        return isinstance(expression, cst.Subscript) and self._names_a_tensor(expression.value)
+
+    def _may_hold_a_graph(self, expression: cst.BaseExpression) -> bool:
+        values = (self.analysis.value_read(name) for name in self.analysis.tree.findall(expression, cst.Name))
+        return any(value is not None and value.graph for value in values)
+
+    def _is_container(self, expression: cst.BaseExpression) -> bool:
+        return self.analysis._is_container(expression)
+
+    def _touches_autograd(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` may hand over or give back something of the program's autograd state: a
+        value that may hold a graph, a tensor or a container of them, a module, an optimizer, a
+        framework object (by the dataflow's *may* answers)."""
+        analysis, names = self.analysis, self.analysis.names
+        class_name = analysis.class_name_of(node)
+        assigned = analysis.value_assigned(node) if isinstance(node, cst.BaseExpression) else None
+        if assigned is not None and (assigned.graph or assigned.structure is TENSOR):
+            return True
+        for expression in [*analysis.tree.findall(node, cst.Name), *analysis.tree.findall(node, cst.Attribute)]:
+            dotted = dotted_name(expression)
+            if names.module(expression, class_name) is not None or names.framework(expression) is not None:
+                return True
+            if dotted is not None and (dotted in names.optimizers or dotted in names.leaf_tensors or dotted in names.objects):
+                return True
+            if isinstance(expression, cst.Attribute) and names.is_parameter(expression, class_name):
+                return True
+            if isinstance(expression, cst.Name):
+                value = analysis.value_read(expression)
+                if value is not None and (value.graph or value.backwarded or value.structure is TENSOR or _holds_tensors(value.structure)):
+                    return True
+        return False
+
+    def _method_taken(self, attribute: cst.Attribute) -> bool:
+        """``later = loss.backward``: a backward or an update taken as a value, not called."""
+        if attribute.attr.value not in ("backward", "step", "manual_backward"):
+            return False
+        parent = self.analysis.tree.parent(attribute)
+        return not (isinstance(parent, cst.Call) and parent.func is attribute)
+
+    def _nested(self, function: cst.FunctionDef) -> bool:
+        parent = self.analysis.tree.parent(function)
+        while parent is not None:
+            if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+                return True
+            parent = self.analysis.tree.parent(parent)
+        return False
+
+
+def _is_slice(target: cst.Subscript) -> bool:
+    return any(isinstance(element.slice, cst.Slice) for element in target.slice)
+
+
+def _holds_tensors(structure) -> bool:
+    if isinstance(structure, ListOf):
+        return structure.item is TENSOR or _holds_tensors(structure.item)
+    if isinstance(structure, TupleOf):
+        return any(item is TENSOR or _holds_tensors(item) for item in structure.items)
+    return False
+
+
+def _torch_or_local(info, names) -> bool:
+    """A module gradfix models when called: a torch.nn class, or a class of the file (read)."""
+    return info.is_local or bool(info.class_name)

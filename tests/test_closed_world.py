@@ -1,0 +1,80 @@
+"""Safe means proved: a safe fix rests only on code gradfix read and modelled.
+
+Two families of checks. The programs of ``../shared/real-breaks`` (each broken by a safe fix of an
+earlier gradfix, through a construct the analysis did not see through) get no safe rewrite. And a
+metamorphic check on every fixture that gets a safe rewrite: the same program with one opaque
+construct inserted on the fix's path (right after a backward of it) gets no safe fix from that rule.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from gradfix.codemods.check import check_source
+from gradfix.codemods.registry import all_rules
+from gradfix.codemods.report import FixMode
+
+REAL_BREAKS = Path(__file__).resolve().parents[2] / "shared" / "real-breaks"
+FIXTURES = Path(__file__).parent / "fixtures"
+RULES = {rule.NAME: rule for rule in all_rules()}
+
+
+def _programs() -> list[Path]:
+    if not REAL_BREAKS.is_dir():
+        return []
+    return sorted(p for p in REAL_BREAKS.iterdir() if p.suffix == ".py" or (p / "main.py").is_file())
+
+
+@pytest.mark.skipif(not REAL_BREAKS.is_dir(), reason="../shared/real-breaks is not beside the repository")
+@pytest.mark.parametrize("program", _programs(), ids=lambda p: p.name)
+def test_a_program_a_safe_fix_once_broke_gets_no_safe_rewrite(program):
+    files = sorted(program.glob("*.py")) if program.is_dir() else [program]
+    for path in files:
+        report = check_source(path.read_bytes(), all_rules(), FixMode.SAFE, str(path))
+        assert not report.changed, f"{path.name}: " + "; ".join(f.render() for f in report.fixed)
+
+
+# One opaque construct each, written after the backward of ``{tensor}``, and the obligation it
+# leaves unknown or disproves.
+OPAQUE_CONSTRUCTS = {
+    "a call of a module beside it": ("import unread_helpers\n", "unread_helpers.inspect({tensor})"),
+    "getattr": ("", 'getattr({tensor}, "shape")'),
+    "a lambda that reads it": ("", "(lambda: {tensor}.sum())()"),
+    "a method taken as a value": ("", "_later = {tensor}.backward"),
+}
+_BACKWARD = re.compile(r"^(?P<indent>[ \t]*)(?P<tensor>[A-Za-z_][\w.]*)\.backward\(.*\)\s*$", re.M)
+
+
+def _safely_fixed_fixtures() -> list[tuple[type, Path]]:
+    cases = []
+    for before in sorted(FIXTURES.glob("*/*/before.py")):
+        rule = RULES[before.parent.parent.name]
+        if before.parent.name.startswith("unsafe_") or rule.FIX is None or rule.FIX.value != "safe":
+            continue
+        source = before.read_text(encoding="utf-8")
+        if "from __future__" not in source and _BACKWARD.search(source):
+            cases.append((rule, before))
+    return cases
+
+
+def _with_construct(source: str, imports: str, statement: str) -> str:
+    match = _BACKWARD.search(source)
+    line = match.group("indent") + statement.format(tensor=match.group("tensor")) + "\n"
+    end = match.end() + 1
+    return imports + source[:end] + line + source[end:]
+
+
+@pytest.mark.parametrize("construct", OPAQUE_CONSTRUCTS, ids=list(OPAQUE_CONSTRUCTS))
+@pytest.mark.parametrize(("rule", "before"), _safely_fixed_fixtures(), ids=lambda v: getattr(v, "CODE", None) or v.parent.name)
+def test_an_opaque_construct_on_the_path_makes_the_fix_unsafe(rule, before, construct):
+    source = before.read_text(encoding="utf-8")
+    original = check_source(source.encode(), [rule], FixMode.SAFE, str(before))
+    if not original.fixed:
+        pytest.skip("the fixture's safe fix is made by its own rule only together with others")
+    imports, statement = OPAQUE_CONSTRUCTS[construct]
+    variant = _with_construct(source, imports, statement)
+    report = check_source(variant.encode(), [rule], FixMode.SAFE, str(before))
+    assert not report.fixed, f"a safe fix despite {construct}: " + "; ".join(f.render() for f in report.fixed)
