@@ -827,7 +827,7 @@ def _diagnose_script(
     if confirmed:
         render.stderr.print(f"fixed {shown}: {detail}")
         raise typer.Exit(EXIT_CLEAN)
-    render.stderr.print(f"applied the fix to {shown}, but it is not confirmed: {detail}")
+    render.stderr.print(f"the fix is not confirmed ({detail}); {shown} is left as it was")
     raise typer.Exit(EXIT_FINDINGS)
 
 

@@ -216,3 +216,47 @@ def test_shared_silent_cases_are_measured_and_matched(name, code, runs, tmp_path
     diagnosis = diagnose(script, runs.runner, BOUNDS)
     assert diagnosis.symptom, diagnosis.run.describe()
     assert diagnosis.finding is not None and diagnosis.finding.code == code
+
+
+WGAN_GP_PENALTY_IN_A_HELPER = """\
+# reduced from compute_gradient_penalty in https://github.com/eriklindernoren/PyTorch-GAN/blob/master/implementations/wgan_gp/wgan_gp.py
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+D = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))
+opt_g = torch.optim.Adam(G.parameters(), 1e-3)
+opt_d = torch.optim.Adam(D.parameters(), 1e-3)
+
+
+def gradient_penalty(critic, real, fake):
+    alpha = torch.rand(real.size(0), 1)
+    interp = alpha * real + (1 - alpha) * fake
+    grads = torch.autograd.grad(critic(interp).sum(), interp, create_graph=True)[0]
+    return ((grads.norm(2, dim=1) - 1) ** 2).mean()
+
+
+for step in range(3):
+    real = torch.randn(16, 2)
+    fake = G(torch.randn(16, 4))
+    opt_d.zero_grad()
+    d_loss = D(fake).mean() - D(real).mean() + 10 * gradient_penalty(D, real, fake)
+    d_loss.backward()
+    opt_d.step()
+    opt_g.zero_grad()
+    g_loss = -D(fake).mean()
+    g_loss.backward()
+    opt_g.step()
+"""
+
+
+def test_a_fix_whose_program_still_fails_is_taken_back(warm_cli, tmp_path):
+    # Detaching the generator's output everywhere the critic's step reads it also detaches the
+    # penalty's interpolation, which autograd.grad differentiates: the fixed program fails anew.
+    script = tmp_path / "wgan_gp.py"
+    script.write_text(WGAN_GP_PENALTY_IN_A_HELPER)
+    result = warm_cli("diagnose", "--fix", "--unsafe-fixes", script)
+    assert result.exit_code == 1
+    assert "is left as it was" in result.stderr and "fixed " not in result.stderr
+    assert script.read_text() == WGAN_GP_PENALTY_IN_A_HELPER

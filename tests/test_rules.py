@@ -481,3 +481,34 @@ for step in range(3):
         "k = F.normalize(self.encoder(im_k), dim=1)", "with torch.no_grad():\n            k = F.normalize(self.encoder(im_k), dim=1)"
     )
     assert check_source(fixed.encode(), all_rules(), FixMode.NONE, "train.py").findings == []
+
+
+LEARNED_INITIAL_STATE = """\
+import torch
+import torch.nn as nn
+rnn = nn.GRUCell(3, 4)
+head = nn.Linear(4, 1)
+h0 = nn.Parameter(torch.zeros(1, 4))
+opt = torch.optim.SGD([*rnn.parameters(), *head.parameters(), h0], lr=0.1)
+xs, ys = torch.randn(6, 2, 3), torch.randn(6, 2, 1)
+h = h0.expand(2, 4)
+for t in range(6):
+    h = rnn(xs[t], h)
+    loss = (head(h) - ys[t]).pow(2).mean()
+{backward}
+"""
+
+
+@pytest.mark.parametrize(
+    ("backward", "safe"),
+    [
+        ("    opt.zero_grad()\n    loss.backward()\n    opt.step()", True),  # every iteration frees what it carries
+        # Every other iteration: the detach would cut the graph the next backward walks (h0 and the window).
+        ("    if t % 2 == 1:\n        opt.zero_grad()\n        loss.backward()\n        opt.step()", False),
+    ],
+)
+def test_gf004_detaches_safely_only_where_the_backward_runs_every_iteration(backward, safe):
+    source = LEARNED_INITIAL_STATE.format(backward=backward).encode()
+    report = check_source(source, all_rules(), FixMode.SAFE, "train.py")
+    assert [f.code for f in report.fixed] == (["GF004"] if safe else [])
+    assert [f.fix.value for f in report.findings] == ([] if safe else ["unsafe"])

@@ -215,6 +215,16 @@ class FileAnalysis:
             if any(self.contains(s, origin.node) for s in statements)
         )
 
+    def runs_in_every_iteration(self, statement: cst.CSTNode, loop: Loop) -> bool:
+        """Whether ``statement`` runs, once, in every iteration of ``loop``: nothing between them
+        but blocks and ``with`` statements (no branch, ``try``, inner loop or nested function)."""
+        node = self.tree.parent(statement)
+        while node is not None and node is not loop.node:
+            if not isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite, cst.With)):
+                return False
+            node = self.tree.parent(node)
+        return node is loop.node
+
     def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
         """Statements outside ``loop`` that built part of the graph ``site`` backwards in it."""
         statements = {

@@ -211,12 +211,17 @@ def _fixable_first(finding: Finding) -> tuple:
 
 def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions) -> RunResult:
     """Write the matching rule's rewrite to the script and run it again within the same bounds,
-    measuring again what showed a silent bug, or noting the parameters its backwards reach."""
+    measuring again what showed a silent bug, or noting the parameters its backwards reach. A
+    rewrite the run does not confirm (``Diagnosis.confirmed_by``) is taken back: a fix whose program
+    still fails, or fails anew, is never left in the file."""
     write_atomically(diagnosis.script, diagnosis.fix.rewritten, expected=diagnosis.fix.original)
     measured = bool(diagnosis.symptom)
-    return runner.run(
+    again = runner.run(
         diagnosis.script, replace(options, detect_anomaly=False, measure_graphs=measured, record_gradients=not measured, recorded_steps=1)
     )
+    if not diagnosis.confirmed_by(again)[0]:
+        write_atomically(diagnosis.script, diagnosis.fix.original, expected=diagnosis.fix.rewritten)
+    return again
 
 
 def gradients_lost(original: RunResult, run: RunResult) -> str:

@@ -137,7 +137,11 @@ for inputs, targets in loader:
         # the loss reaches only through it (a spiking cell's input current): detached, those stop
         # training, which gradfix cannot see. Its detach is for review.
         records = any(isinstance(_state_structure(loop.entry[n], loop.back_edge[n]), RecordOf) for n in names if n in loop.entry)
-        fix, unfixable = self._loop_fix(loop, names, safe=not retained and not records)
+        # A detach in every iteration removes only a graph the backward freed when that backward runs
+        # in every iteration; one that runs on some (every k steps) backwards the graphs of the others,
+        # which the detach would cut (a window shortened, a learned initial state left untrained).
+        every_iteration = all(self.analysis.runs_in_every_iteration(site.statement, loop) for site in sites.values())
+        fix, unfixable = self._loop_fix(loop, names, safe=not retained and not records and every_iteration)
         if fix is not None and not all(self._builds_afresh(site, loop) for site in sites.values()):
             fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
         passed = self._passed_through_unread_code(loop, names)
@@ -160,6 +164,8 @@ for inputs, targets in loader:
                 f"of the loop at line {self.analysis.line(loop.node)} into the next backward; "
                 f"detach {them} where the iteration {where}"
             )
+        if fix is not None and not retained and not every_iteration:
+            message += " (unsafe fix: the backward does not run in every iteration, and the detach would cut the graphs of those it skips)"
         return self.violation(
             first_update,
             message + (f" (not rewritten: {unfixable})" if unfixable else ""),
