@@ -594,6 +594,45 @@ for step in range(3):
     assert codes(checked(source.replace("for p in encoder.parameters():\n    p.requires_grad = False\n", ""))) == ["GF006"]
 
 
+def test_unread_code_handed_nothing_of_autograd_leaves_the_fix_safe():
+    template = """\
+import torch
+import torch.nn as nn
+import helpers
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+config = helpers.load_config("train.yaml")
+for step in range(3):
+    optimizer.zero_grad()
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    loss.backward(retain_graph=True)
+    {handed}
+    optimizer.step()
+"""
+    alone = check_source(template.format(handed="helpers.log_step(step)").encode(), all_rules(), FixMode.SAFE, "train.py")
+    given = check_source(template.format(handed="helpers.log_step(loss)").encode(), all_rules(), FixMode.SAFE, "train.py")
+    assert [f.code for f in alone.fixed] == ["GF009"]  # handed a number: nothing of the graph reaches it
+    assert given.fixed == [] and not given.changed  # handed the loss: it may backward it
+
+
+def test_a_detach_is_safe_only_where_the_backward_runs_every_iteration():
+    template = """\
+import torch
+import torch.nn as nn
+cell = nn.RNNCell(3, 4)
+optimizer = torch.optim.SGD(cell.parameters(), lr=0.1)
+h = torch.zeros(2, 4)
+for step in range(6):
+    h = cell(torch.randn(2, 3), h)
+{backward}
+"""
+    every = "    optimizer.zero_grad()\n    h.pow(2).mean().backward()\n    optimizer.step()"
+    some = "    if step % 3 == 2:\n        optimizer.zero_grad()\n        h.pow(2).mean().backward()\n        optimizer.step()"
+    assert [f.code for f in check_source(template.format(backward=every).encode(), all_rules(), FixMode.SAFE, "train.py").fixed] == ["GF004"]
+    report = check_source(template.format(backward=some).encode(), all_rules(), FixMode.SAFE, "train.py")
+    assert report.fixed == [] and [(f.code, f.fix.value) for f in report.findings] == [("GF004", "unsafe")]
+
+
 def test_every_entry_of_the_list_has_its_test_and_every_test_its_entry():
     from pathlib import Path
 
