@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from gradfix.codemods.analysis.closed_world import OBLIGATIONS, constructs_against
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.rule import Rule
 
@@ -52,10 +53,26 @@ def rules_page() -> str:
             f"## {rule.CODE} {rule.NAME}\n\n"
             f"*{rule.SUMMARY}* (fix: {fix_kind(rule)}).{keeps}\n\n"
             f"{rule.documentation()}\n\n"
+            f"{proof_obligations(rule)}"
             f"Before:\n\n```python\n{rule.EXAMPLE_BEFORE}```\n\n"
             f"After:\n\n```python\n{rule.EXAMPLE_AFTER}```\n"
         )
     return "\n".join(sections)
+
+
+def proof_obligations(rule: type[Rule]) -> str:
+    """What the rule's safe fix must prove beyond the bug, and what leaves each unknown."""
+    if not rule.OBLIGATIONS:
+        return ""
+    rows = [
+        f"- {OBLIGATIONS[name]} (`{name}`); unknown or refuted by: " + ", ".join(c.kind for c in constructs_against(name)) + "."
+        for name in rule.OBLIGATIONS
+    ]
+    return (
+        "A safe fix is offered only when gradfix proves, on the fix's path:\n\n"
+        + "\n".join(rows)
+        + "\n\nOtherwise the fix is unsafe, and says which construct at which line.\n\n"
+    )
 
 
 def readme_with_table(readme: str) -> str:

@@ -223,6 +223,11 @@ _READ_BASES = frozenset({"object", "torch.nn.Module", "typing.NamedTuple", "Exce
 _DYNAMIC_BUILTINS = frozenset({"getattr", "setattr", "delattr", "vars", "eval", "exec", "globals", "locals", "__import__"})
 
 
+def constructs_against(obligation: str) -> list[Construct]:
+    """The rows of the model that leave ``obligation`` unknown or refute it."""
+    return [c for c in CONSTRUCTS if obligation in c.leaves_unknown or obligation in c.refutes]
+
+
 @dataclass(frozen=True)
 class Found:
     construct: Construct
