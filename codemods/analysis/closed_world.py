@@ -196,8 +196,19 @@ CONTAINER_METHODS = frozenset(
     {"append", "extend", "insert", "pop", "get", "items", "keys", "values", "update", "setdefault", "copy", "index", "count",
      "add", "discard", "join", "format", "split", "strip", "startswith", "endswith", "replace", "lower", "upper"}
 )  # fmt: skip
-# Methods that read a number or a detached copy out of a tensor (the dataflow's graphless reads).
-READING_METHODS = frozenset({"item", "tolist", "detach", "numpy", "cpu"})
+# A tensor's operator methods, as the dataflow models them (a differentiable function of the tensor):
+# called on a value that may hold a graph (only a tensor holds one), they are that operator.
+TENSOR_OPERATOR_METHODS = frozenset(
+    {"sum", "mean", "pow", "abs", "exp", "log", "sqrt", "neg", "view", "view_as", "reshape", "reshape_as", "flatten", "squeeze",
+     "unsqueeze", "expand", "expand_as", "t", "transpose", "permute", "contiguous", "clone", "float", "double", "half", "long", "int",
+     "to", "norm", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "sigmoid", "tanh", "relu", "clamp", "clamp_min",
+     "clamp_max", "matmul", "mm", "bmm", "mul", "div", "add", "sub", "square", "std", "var", "prod", "cumsum", "gather", "index_select",
+     "masked_fill", "split", "chunk", "repeat", "roll", "flip", "narrow", "select", "topk", "sort", "dim", "size", "numel",
+     "type_as", "requires_grad_", "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor", "item", "tolist",
+     "detach", "numpy", "cpu", "cuda", "all", "any", "eq", "ne", "gt", "lt", "ge", "le", "sign", "round", "floor", "ceil"}
+)  # fmt: skip
+# Methods whose result is a tensor again, copied or moved (``p.detach().double()``).
+COPYING_METHODS = frozenset({"detach", "cpu", "cuda", "to", "clone", "float", "double"})
 TENSOR_FACTORY_METHODS = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
 EMPTYING_METHODS = frozenset({"clear", "remove", "popitem"})
 # Methods of a tensor the analysis does not model as operators.
@@ -282,7 +293,7 @@ class ClosedWorld:
         """The scopes holding ``about`` (a function, or the module for top-level code) and the
         file's functions they call, transitively."""
         path: list[cst.CSTNode] = []
-        pending = [self._scope_of(node) for node in about]
+        pending = [part for node in about for part in self._code_of_scope(self._scope_of(node))]
         while pending:
             scope = pending.pop()
             if any(scope is seen for seen in path):
@@ -290,6 +301,13 @@ class ClosedWorld:
             path.append(scope)
             pending.extend(self._functions_called(scope))
         return path
+
+    def _code_of_scope(self, scope: cst.CSTNode) -> list[cst.CSTNode]:
+        """What runs when ``scope`` runs: a function's body, or the module's statements but its
+        definitions (a function or method it calls joins the path through the call)."""
+        if isinstance(scope, cst.Module):
+            return [s for s in scope.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+        return [scope]
 
     def _scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
         scope: cst.CSTNode = node
@@ -301,8 +319,6 @@ class ClosedWorld:
         return scope
 
     def _functions_called(self, scope: cst.CSTNode) -> Iterator[cst.FunctionDef]:
-        if isinstance(scope, cst.Module):
-            return  # the whole file is on the path already
         for call in self.analysis.tree.findall(scope, cst.Call):
             yield from self._read_callees(call)
 
@@ -439,8 +455,8 @@ class ClosedWorld:
                 return True
             if built_by in MODELLED_TORCH_FUNCTIONS and method in MODELLED_OBJECT_METHODS:
                 return True  # a GradScaler's
-            if method in READING_METHODS and self._may_hold_a_graph(receiver):
-                return True  # the dataflow reads these out of a graph as numbers or detached copies
+            if method in TENSOR_OPERATOR_METHODS and (self._may_hold_a_graph(receiver) or method == "detach"):
+                return True  # only a tensor holds a graph; ``detach`` is modelled by name, a copy without one
             if method in MODELLED_OBJECT_METHODS and (
                 names.module(receiver, class_name) is not None
                 or (dotted_name(receiver) or "") in names.optimizers
@@ -454,7 +470,10 @@ class ClosedWorld:
             if method not in TENSOR_HOOK_METHODS and method not in TENSOR_DEFERRED_METHODS and self._names_a_tensor(receiver):
                 return True
             if method in CONTAINER_METHODS and (
-                self._is_container(receiver) or isinstance(receiver, cst.Subscript) and self._is_container(receiver.value)
+                self._is_container(receiver)
+                or isinstance(receiver, cst.Subscript)
+                and self._is_container(receiver.value)
+                or self._container_attribute(receiver)
             ):
                 return True
             if method in TENSOR_FACTORY_METHODS:
@@ -476,12 +495,29 @@ class ClosedWorld:
         if isinstance(expression, cst.Attribute) and names.is_parameter(expression, self.analysis.class_name_of(expression)):
             return True
         if isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
-            return expression.func.attr.value not in TENSOR_HOOK_METHODS and self._names_a_tensor(expression.func.value)
+            method, receiver = expression.func.attr.value, expression.func.value
+            if method in COPYING_METHODS and self._may_hold_a_graph(receiver):
+                return True  # only a tensor holds a graph and has them
+            return method not in TENSOR_HOOK_METHODS and self._names_a_tensor(receiver)
         if isinstance(expression, cst.Subscript) and isinstance(expression.value, cst.Name):
             value = self.analysis.value_read(expression.value)
             if value is not None and _holds_tensors(value.structure):
                 return True
         return isinstance(expression, cst.Subscript) and self._names_a_tensor(expression.value)
+
+    def _container_attribute(self, expression: cst.BaseExpression) -> bool:
+        """``self.losses`` where every assignment of the file to that attribute is a list, dict or set
+        display or comprehension."""
+        name = dotted_name(expression)
+        if name is None or not name.startswith("self.") or name.count(".") != 1:
+            return False
+        values = [
+            assign.value
+            for assign in self.analysis.tree.findall(self.analysis.module, cst.Assign)
+            if any(dotted_name(target.target) == name for target in assign.targets)
+        ]
+        displays = (cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)
+        return bool(values) and all(isinstance(value, displays) for value in values)
 
     def _may_hold_a_graph(self, expression: cst.BaseExpression) -> bool:
         values = (self.analysis.value_read(name) for name in self.analysis.tree.findall(expression, cst.Name))
