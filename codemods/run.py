@@ -12,7 +12,7 @@ import ctypes
 import os
 import signal
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -218,8 +218,16 @@ def _map_files(
         # and chunks of 32 files left one worker idle at the end (0.2 s of diffusers' cold check).
         chunk = max(1, min(4, len(files) // (jobs * 4)))
         try:
-            jobs_done = pool.map(_check_file_job, [(path, rules, mode, project) for path in files], chunksize=chunk)
-            return list(_each_known(jobs_done, known))
+            # Each chunk's future, with the index of its first file.
+            chunks = {
+                pool.submit(_check_files_job, files[first : first + chunk], rules, mode, project): first for first in range(0, len(files), chunk)
+            }
+            found: dict[int, FileReport] = {}
+            for done in as_completed(chunks):  # each known as soon as it is, not behind a slower file
+                for index, report in enumerate(done.result(), chunks[done]):
+                    known(report)
+                    found[index] = report
+            return [found[index] for index in range(len(files))]
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
@@ -241,7 +249,7 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode, ProjectSummaries | None]) -> FileReport:
+def _check_files_job(files: Sequence[Path], rules: Sequence[type[Rule]], mode: FixMode, project: ProjectSummaries | None) -> list[FileReport]:
     from .check import check_file  # loaded by the process that forked this one
 
-    return check_file(*job)
+    return [check_file(path, rules, mode, project) for path in files]

@@ -14,7 +14,7 @@ from .conftest import FIXTURES
 from .test_runner import alive
 
 DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
-FINISHED = 7  # files the run checks before it reaches the one it never finishes
+FINISHED = 7  # files the run checks besides the one it never finishes
 PATIENCE = 300  # seconds: a bound no healthy run comes near, even on a loaded machine
 
 # gradfix's command, with a check that never ends for blocked.py: its worker notes its pid, then waits.
@@ -63,12 +63,12 @@ def entries(folder: Path) -> list[Path]:
 
 @pytest.fixture
 def blocked_run(tmp_path):
-    """``gradfix check --jobs 2`` on ``FINISHED`` files and ``blocked.py`` (checked last, never
-    finished), running in a process of its own. Whatever the run left alive is killed afterwards."""
+    """``gradfix check --jobs 2`` on ``blocked.py`` (the first file: never finished) and
+    ``FINISHED`` more, running in a process of its own. Whatever the run left alive is killed afterwards."""
     tree, mark = tmp_path / "tree", tmp_path / "blocked"
     tree.mkdir()
     for index in range(FINISHED):
-        (tree / f"a_{index}.py").write_text(DOUBLE)
+        (tree / f"train_{index}.py").write_text(DOUBLE)
     (tree / "blocked.py").write_text(DOUBLE)
     environment = {key: value for key, value in os.environ.items() if key != "GRADFIX_NO_CACHE"}
     environment["XDG_CACHE_HOME"] = str(tmp_path / "user-cache")
