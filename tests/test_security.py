@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from .test_runner import SPAWNS, alive, assert_gone
 DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
 DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
 CLEAN = (FIXTURES / "separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
+ROOT = Path(__file__).resolve().parents[1]
 GRADFIX = [sys.executable, "-P", "-m", "gradfix"]  # as the console script: nothing from the working folder on sys.path
 
 
@@ -43,6 +45,14 @@ class Payload:
 
     def __reduce__(self):
         return exec, (f"open({str(self.mark)!r}, 'w').write('unpickled')",)
+
+
+def test_every_test_security_md_names_exists():
+    """A promise whose test was renamed or removed has no test."""
+    named = re.findall(r"`(?:(tests/\w+\.py)::)?(test_\w+)`", (ROOT / "SECURITY.md").read_text())
+    assert len(named) > 20
+    for file, name in named:
+        assert f"def {name}(" in (ROOT / (file or "tests/test_security.py")).read_text(), f"{file or 'tests/test_security.py'}::{name}"
 
 
 # check and fix -----------------------------------------------------------------------------------
