@@ -7,13 +7,19 @@ mode, and the summaries of other files' functions the report was computed with (
 into a sibling is checked again when the sibling's summaries change).
 
 The folder lives in the checked tree by default, and the tree is not trusted: a pull request can
-commit a ``.gradfix_cache`` of its own. An entry's report says which file to write and what
-(``fix``, ``pr``), so entries are only ever served to the machine that wrote them: keys are HMACs
-under a secret of this machine, kept outside any tree (``machine_secret``), so an entry nobody here
-wrote has a name no lookup computes. Entries are JSON checked field by field against
-``FileReport`` when read (``typed_json``), never pickles: a foreign, partial or malformed entry is a
-miss. The folder is not followed through symbolic links (it, its entries folder and its
-``.gitignore`` must be real folders and files), so a committed link cannot send writes elsewhere.
+commit a ``.gradfix_cache`` of its own, a CI cache can be restored from anywhere, and another user
+may write a shared folder. An entry's report says which file ``fix`` writes and what, so entries
+are only ever served to the user that wrote them, on the machine that wrote them, for the file
+they were written for. Under a secret of this user on this machine, kept outside any tree
+(``machine_secret``), an entry's name is an HMAC of its key, and its bytes begin with an HMAC of
+that name and of its body: an entry nobody here wrote has a name no lookup computes, and an entry
+edited, or copied over another one, fails its MAC. A report is served only for the path and the
+bytes it was made of (``Key``), so nothing downstream writes a path that an entry names. Entries
+are JSON checked field by field against ``FileReport`` when read (``typed_json``), never pickles:
+a foreign, partial or malformed entry is a miss. The folder is not followed through symbolic
+links (it, its entries folder and its ``.gitignore`` must be real folders and files), so a
+committed link cannot send writes elsewhere; a folder or secret of another user, or one that
+other users may write, is not used at all.
 
 Entries are written to a temporary file and renamed into place, so two runs sharing the folder see
 either a whole entry or none.
@@ -21,12 +27,14 @@ either a whole entry or none.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
 import secrets
 import stat
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
@@ -41,19 +49,41 @@ from .rule import Rule
 
 DEFAULT_FOLDER = ".gradfix_cache"
 SECRET_BYTES = 32
+MAC_BYTES = hashlib.sha256().digest_size  # at the head of an entry, before its body
+FOLDER_MODE = 0o755  # no other user may write it, whatever the umask
 _CODE_ROOT = Path(__file__).resolve().parent
 
 
+class NoSecret(Exception):
+    """Why this user has no secret the cache may use: none can be kept, or the one kept is another
+    user's or other users may read or write it."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """The entry of one file's report: its name, and the file it must answer for (the path asked
+    for and the bytes read from it)."""
+
+    name: str
+    path: str
+    data: bytes
+
+
 class ReportCache:
-    """``secret``: the key of this machine's entries (``machine_secret()`` by default); without
-    one (no user cache folder can be written) nothing is read or kept."""
+    """``secret``: the key of this user's entries (``machine_secret()`` by default); without one
+    (none can be kept, or the one kept is not to be trusted) nothing is read or kept."""
 
     def __init__(self, folder: str | Path, version: str = __version__, secret: bytes | None = None) -> None:
         self.folder = Path(folder)
         self._entries = self.folder / _code_digest(version)
-        self._secret = secret if secret is not None else machine_secret()
+        self._secret, self._without_secret = secret, ""
+        if secret is None:
+            try:
+                self._secret = machine_secret()
+            except NoSecret as why:
+                self._without_secret = str(why)
 
-    def key(self, path: str | Path, data: bytes, rules: Sequence[type[Rule]], mode: FixMode, project: ProjectSummaries | None) -> str:
+    def key(self, path: str | Path, data: bytes, rules: Sequence[type[Rule]], mode: FixMode, project: ProjectSummaries | None) -> Key:
         digest = hmac.new(self._secret or b"", digestmod=hashlib.sha256)
         for part in (
             os.fsencode(str(path)),
@@ -64,28 +94,38 @@ class ReportCache:
         ):
             digest.update(len(part).to_bytes(8, "little"))
             digest.update(part)
-        return digest.hexdigest()
+        return Key(digest.hexdigest(), str(path), data)
 
-    def load(self, key: str) -> FileReport | None:
-        if not self._secret or not _real_folder(self.folder) or not _real_folder(self._entries):
+    def load(self, key: Key) -> FileReport | None:
+        """The report kept under ``key``, if this user's gradfix wrote it there, for that file and
+        those bytes; anything else is a miss, replaced by the next store."""
+        if not self._secret:
             return None
         try:
-            return typed_json.loads((self._entries / key).read_bytes(), FileReport)
-        except (OSError, typed_json.UnexpectedData):  # missing, partial or foreign: a miss, replaced by the next store
+            if _untrusted(self.folder) or _untrusted(self._entries):
+                return None
+            entry = (self._entries / key.name).read_bytes()
+            body = entry[MAC_BYTES:]
+            if not hmac.compare_digest(entry[:MAC_BYTES], self._mac(key, body)):  # edited, or kept under another key
+                return None
+            report = typed_json.loads(body, FileReport)
+        except (OSError, typed_json.UnexpectedData):  # missing, partial or of another shape
             return None
+        return report if _answers(report, key) else None
 
-    def store(self, key: str, report: FileReport) -> None:
+    def store(self, key: Key, report: FileReport) -> None:
         """Keep ``report``; a folder that cannot be written only costs the next run its speed."""
         if not self._secret:
             return
         try:
-            if not self._created_folder():
+            if self._refusal():
                 return
-            descriptor, temporary = tempfile.mkstemp(dir=self._entries, prefix=f".{key}.")
+            descriptor, temporary = tempfile.mkstemp(dir=self._entries, prefix=f".{key.name}.")
             try:
                 with os.fdopen(descriptor, "wb") as handle:
-                    handle.write(typed_json.dumps(report, FileReport))
-                os.replace(temporary, self._entries / key)
+                    body = typed_json.dumps(report, FileReport)
+                    handle.write(self._mac(key, body) + body)
+                os.replace(temporary, self._entries / key.name)
             except BaseException:
                 os.unlink(temporary)
                 raise
@@ -95,45 +135,53 @@ class ReportCache:
     def unusable(self) -> str:
         """Why no entry can be kept (made here if need be), or "" when entries can be."""
         if not self._secret:
-            return "no secret for its entries can be kept in the user's cache folder"
+            return self._without_secret or "no secret for its entries"
         try:
-            if not self._created_folder():
-                return "it, or the folder of its entries, is not a real folder (a link or a file)"
+            refusal = self._refusal()
         except OSError as error:
             return f"cannot be made: {error.strerror or error}"
-        return "" if os.access(self._entries, os.W_OK) else "cannot be written"
+        return refusal or ("" if os.access(self._entries, os.W_OK) else "cannot be written")
 
-    def _created_folder(self) -> bool:
-        """The entries folder exists, made here if need be; False if the tree put something else
-        (a link, a file) in its place."""
-        if _real_folder(self.folder) and _real_folder(self._entries):
-            return True
+    def _mac(self, key: Key, body: bytes) -> bytes:
+        return hmac.digest(self._secret or b"", key.name.encode() + body, "sha256")
+
+    def _refusal(self) -> str:
+        """Why the entries folder cannot hold entries (made here if need be), or "" when it can."""
+        made = False
         for folder in (self.folder, self._entries):
-            folder.mkdir(parents=True, exist_ok=True)
-            if not _real_folder(folder):
-                return False
-        # Like .ruff_cache: git ignores the folder without an entry in the project's .gitignore.
-        try:
-            descriptor = os.open(self.folder / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        except FileExistsError:
-            return True
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write("*\n")
-        return True
+            if not os.path.isdir(folder):  # (a file there: "File exists")
+                folder.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
+                made = True
+            if refusal := _untrusted(folder):
+                return refusal
+        if made:  # Like .ruff_cache: git ignores the folder without an entry in the project's .gitignore.
+            with contextlib.suppress(FileExistsError):
+                descriptor = os.open(self.folder / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(descriptor, "w") as handle:
+                    handle.write("*\n")
+        return ""
 
 
-def machine_secret() -> bytes | None:
+def machine_secret() -> bytes:
     """A random key of this user on this machine, made on first use in the user's cache folder
-    (``$XDG_CACHE_HOME/gradfix``, else ``~/.cache/gradfix``), which no checked tree holds; None
-    when that folder cannot be written."""
+    (``$XDG_CACHE_HOME/gradfix``, else ``~/.cache/gradfix``), which no checked tree holds.
+    ``NoSecret`` when that folder cannot be written, or when the key kept there is another
+    user's or other users may read or write it (whoever knows it can write entries this user
+    trusts)."""
     home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     path = Path(home, "gradfix", "cache-secret")
     try:
-        secret = path.read_bytes()
+        with open(path, "rb") as handle:
+            kept = os.fstat(handle.fileno())  # of the file read, wherever a link sends it
+            if kept.st_uid != os.geteuid():
+                raise NoSecret(f"its secret {path} belongs to another user")
+            if kept.st_mode & 0o077:
+                raise NoSecret(f"its secret {path} can be read or written by other users (chmod 600 it)")
+            secret = handle.read()
     except FileNotFoundError:
         secret = b""
-    except OSError:
-        return None
+    except OSError as error:
+        raise NoSecret(f"its secret {path} cannot be read: {error.strerror or error}") from None
     if len(secret) == SECRET_BYTES:
         return secret
     secret = secrets.token_bytes(SECRET_BYTES)
@@ -145,16 +193,29 @@ def machine_secret() -> bytes | None:
         # Two first runs at once each keep their own for this run; the entries of the one that
         # loses are never read again, which costs only their time.
         os.replace(temporary, path)
-    except OSError:
-        return None
+    except OSError as error:
+        raise NoSecret(f"no secret for its entries can be kept in {path.parent}: {error.strerror or error}") from None
     return secret
 
 
-def _real_folder(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
+def _untrusted(folder: Path) -> str:
+    """Why ``folder`` may not hold entries (``OSError`` if it is missing), or "" when it is a real
+    folder of this user that no other user may write."""
+    status = os.lstat(folder)
+    if not stat.S_ISDIR(status.st_mode):
+        return f"{folder} is not a real folder (a link or a file)"
+    if status.st_uid != os.geteuid():
+        return f"{folder} belongs to another user"
+    if status.st_mode & 0o022:
+        return f"{folder} can be written by other users (chmod go-w it)"
+    return ""
+
+
+def _answers(report: FileReport, key: Key) -> bool:
+    """Whether ``report`` is of the file ``key`` asks for: its path (and its findings'), and the
+    bytes read from it."""
+    findings = (*report.findings, *report.fixed)
+    return report.path == key.path and report.original == key.data and all(f.path == key.path for f in findings)
 
 
 @lru_cache(maxsize=None)

@@ -11,7 +11,9 @@
     "tests/*" = ["GF001"]
 
 Each file takes the table of the nearest ``pyproject.toml`` above it that has one (as ruff does), so
-results never depend on the order of the paths. A pattern (of ``exclude`` and ``per-file-ignores``)
+results never depend on the order of the paths; the search stops at the top of the git work tree
+(the folder holding ``.git``, a folder or a file), so a ``pyproject.toml`` outside the repository
+(a home folder's, a CI runner's work folder's) never changes its results. A pattern (of ``exclude`` and ``per-file-ignores``)
 without a ``/`` matches a file's or a folder's name; one with a ``/`` matches the path relative to
 the folder of the ``pyproject.toml``; ``*`` matches any characters, ``/`` included (as ruff's
 globs do). The command line wins (``Overrides``). ``--config FILE`` reads every file's settings
@@ -158,7 +160,7 @@ class Settings:
             found = _load(candidate, pyproject=True) if candidate.is_file() else None
             if found is not None:
                 found = self._with_table(found)
-            elif folder.parent == folder:
+            elif folder.parent == folder or _is_work_tree_top(folder):
                 found = self._with_table(Config())
             else:
                 found = self._in(folder.parent)
@@ -272,4 +274,8 @@ def project_root(start: str | Path | None = None) -> Path:
     files relative to it, so every job of a CI matrix splits the tree the same way, and GitHub
     names files relative to it."""
     folder = Path(os.path.abspath(start or Path.cwd()))
-    return next((f for f in (folder, *folder.parents) if (f / ".git").exists()), folder)
+    return next((f for f in (folder, *folder.parents) if _is_work_tree_top(f)), folder)
+
+
+def _is_work_tree_top(folder: Path) -> bool:
+    return (folder / ".git").exists()  # a folder, or a file naming it (a worktree, a submodule)

@@ -8,8 +8,11 @@ pays for them; ``check`` checks one file, and is imported only when some file mu
 
 from __future__ import annotations
 
+import ctypes
 import os
-from concurrent.futures import ProcessPoolExecutor
+import signal
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from .rule import Rule
     from .shard import Shard
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
 # Called once a file is checked (or answered by the cache), with how many are and how many there are.
 Progress = Callable[[int, int], None]
 
@@ -163,9 +167,11 @@ def _cached_map(
     cache: ReportCache | None,
     checked: Callable[[], None] = lambda: None,
 ) -> list[FileReport]:
-    """Reports for ``files``; ``checked`` is called as each is known."""
+    """Reports for ``files``; ``checked`` is called as each is known. A report from the cache is of
+    the very path asked for (``ReportCache.load``), and each new one is kept as soon as it is
+    known, so a run killed midway keeps what it had checked."""
     if cache is None:
-        return _map_files(files, rules, mode, jobs, project, checked)
+        return _map_files(files, rules, mode, jobs, project, lambda report: checked())
     reports: list[FileReport | None] = []
     for path in files:
         try:
@@ -177,10 +183,14 @@ def _cached_map(
         if reports[-1] is not None:
             checked()
     missing = [i for i, report in enumerate(reports) if report is None]
-    for index, report in zip(missing, _map_files([files[i] for i in missing], rules, mode, jobs, project, checked)):
-        reports[index] = report
+
+    def kept(report: FileReport) -> None:
         if report.original is not None:  # keyed by the bytes the check read, even if the file changed since
-            cache.store(cache.key(files[index], report.original, rules, mode, project), report)
+            cache.store(cache.key(report.path, report.original, rules, mode, project), report)
+        checked()
+
+    for index, report in zip(missing, _map_files([files[i] for i in missing], rules, mode, jobs, project, kept)):
+        reports[index] = report
     return [report for report in reports if report is not None]  # (every one is known by now)
 
 
@@ -190,8 +200,9 @@ def _map_files(
     mode: FixMode,
     jobs: int | None,
     project: ProjectSummaries | None,
-    checked: Callable[[], None],
+    known: Callable[[FileReport], None],
 ) -> list[FileReport]:
+    """Reports for ``files``, in order; ``known`` is called with each as it is known."""
     if not files:
         return []
     # LibCST and the analysis load here, in this process before it forks the workers, and only when
@@ -201,26 +212,44 @@ def _map_files(
     jobs = jobs or os.cpu_count() or 1
     rules = tuple(rules)  # a selection's rules are imported here too, once, not by each worker
     if jobs == 1 or len(files) < 2 * jobs:
-        return list(_each_checked((check_file(path, rules, mode, project) for path in files), checked))
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
+        return list(_each_known((check_file(path, rules, mode, project) for path in files), known))
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork"), initializer=_die_with, initargs=(os.getpid(),)) as pool:
         # Small chunks: the files that must be parsed cluster (a folder of long training scripts),
         # and chunks of 32 files left one worker idle at the end (0.2 s of diffusers' cold check).
         chunk = max(1, min(4, len(files) // (jobs * 4)))
         try:
-            jobs_done = pool.map(_check_file_job, [(path, rules, mode, project) for path in files], chunksize=chunk)
-            return list(_each_checked(jobs_done, checked))
+            # Each chunk's future, with the index of its first file.
+            chunks = {
+                pool.submit(_check_files_job, files[first : first + chunk], rules, mode, project): first for first in range(0, len(files), chunk)
+            }
+            found: dict[int, FileReport] = {}
+            for done in as_completed(chunks):  # each known as soon as it is, not behind a slower file
+                for index, report in enumerate(done.result(), chunks[done]):
+                    known(report)
+                    found[index] = report
+            return [found[index] for index in range(len(files))]
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
 
 
-def _each_checked(reports: Iterator[FileReport], checked: Callable[[], None]) -> Iterator[FileReport]:
+def _each_known(reports: Iterator[FileReport], known: Callable[[FileReport], None]) -> Iterator[FileReport]:
     for report in reports:
-        checked()
+        known(report)
         yield report
 
 
-def _check_file_job(job: tuple[Path, Sequence[type[Rule]], FixMode, ProjectSummaries | None]) -> FileReport:
+def _die_with(parent: int) -> None:
+    """A worker's first step: on Linux, be killed when ``parent`` dies, SIGKILL included (else a
+    killed run leaves its workers waiting for work for ever); ``parent`` may have died already,
+    before the kernel was asked."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _check_files_job(files: Sequence[Path], rules: Sequence[type[Rule]], mode: FixMode, project: ProjectSummaries | None) -> list[FileReport]:
     from .check import check_file  # loaded by the process that forked this one
 
-    return check_file(*job)
+    return [check_file(path, rules, mode, project) for path in files]

@@ -1,13 +1,16 @@
 """The cache of reports (``codemods.cache``), ``--shard`` and ``--output-format json-lines``."""
 
+import hmac
 import json
+import os
+import shutil
 
 import pytest
 from typer.testing import CliRunner
 
 from gradfix.cli.app import app
 from gradfix.codemods import check
-from gradfix.codemods.cache import ReportCache
+from gradfix.codemods.cache import MAC_BYTES, ReportCache
 from gradfix.codemods.report import FixMode
 from gradfix.codemods.run import check_files
 from gradfix.codemods.registry import all_rules, select_rules
@@ -46,6 +49,19 @@ def checked(monkeypatch):
 
 def run(files, cache, rules=None, mode=FixMode.NONE):
     return [(r.path, r.findings, r.rewritten, r.errors) for r in check_files(files, rules or all_rules(), mode, 1, cache)]
+
+
+def entries(folder):
+    return sorted(path for path in folder.rglob("*") if path.is_file() and path.name != ".gitignore")
+
+
+SECRET = b"this machine's".ljust(32)
+
+
+def sealed(entry, body):
+    """``body`` as this machine's gradfix (``SECRET``) would write it in ``entry``: behind the MAC
+    of the entry's name and body, which only a writer that knows the secret can compute."""
+    return hmac.digest(SECRET, entry.name.encode() + body, "sha256") + body
 
 
 def test_an_unchanged_file_is_served_and_a_changed_one_checked_again(tmp_path, checked):
@@ -131,14 +147,81 @@ TAMPERED = {
 
 @pytest.mark.parametrize("tampered", TAMPERED.values(), ids=TAMPERED.keys())
 def test_an_entry_of_another_shape_is_a_miss(tmp_path, checked, tampered):
+    """Even behind a MAC this machine's gradfix computed (an entry of an older or broken one)."""
     script = tmp_path / "train.py"
     script.write_text(DOUBLE)
-    cache = ReportCache(tmp_path / "cache")
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
     cold = run([script], cache)
-    [entry] = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name != ".gitignore"]
-    entry.write_bytes(tampered(entry.read_bytes()))
+    [entry] = entries(tmp_path / "cache")
+    entry.write_bytes(sealed(entry, tampered(entry.read_bytes()[MAC_BYTES:])))
     assert run([script], cache) == cold
     assert checked == ["train.py", "train.py"]
+
+
+def test_an_edited_entry_or_one_copied_over_another_is_a_miss(tmp_path, checked):
+    """Whoever can write the folder (a shared one, a restored CI cache) cannot change what an entry
+    says, nor serve one file's report for another."""
+    bad, good = tmp_path / "bad.py", tmp_path / "good.py"
+    bad.write_text(DOUBLE)
+    good.write_text(CLEAN)
+    cache = ReportCache(tmp_path / "cache")
+    run([bad], cache)
+    [bad_entry] = entries(tmp_path / "cache")
+    clean = run([good], cache)
+    [good_entry] = [entry for entry in entries(tmp_path / "cache") if entry != bad_entry]
+    shutil.copyfile(bad_entry, good_entry)
+    assert run([good], cache) == clean
+    data = bad_entry.read_bytes()
+    head, body = data[: data.index(b'{"path":')], json.loads(data[data.index(b'{"path":') :])
+    bad_entry.write_bytes(head + json.dumps({**body, "findings": []}, separators=(",", ":")).encode())  # a report of the right shape
+    assert run([bad], cache)[0][1]
+    assert checked == ["bad.py", "good.py", "good.py", "bad.py"]
+
+
+def test_a_report_is_served_only_for_the_path_and_bytes_it_was_made_of(tmp_path):
+    bad, good = tmp_path / "bad.py", tmp_path / "good.py"
+    bad.write_text(DOUBLE)
+    good.write_text(CLEAN)
+    cache = ReportCache(tmp_path / "cache")
+    [report] = check_files([bad], all_rules(), FixMode.SAFE, 1, None)
+    for path, data in ((good, good.read_bytes()), (good, bad.read_bytes()), (bad, good.read_bytes())):
+        key = cache.key(path, data, all_rules(), FixMode.SAFE, None)
+        cache.store(key, report)
+        assert cache.load(key) is None, (path, data)
+    key = cache.key(bad, bad.read_bytes(), all_rules(), FixMode.SAFE, None)
+    cache.store(key, report)
+    assert cache.load(key) == report
+
+
+def hand_to_another_user(path):
+    os.chown(path, 65534, 65534)
+
+
+UNTRUSTED = {
+    "a cache folder others may write": (lambda folder, secret: os.chmod(folder, 0o777), "can be written by other users"),
+    "an entries folder others may write": (lambda folder, secret: os.chmod(entries(folder)[0].parent, 0o775), "can be written by other users"),
+    "a cache folder of another user": (lambda folder, secret: hand_to_another_user(folder), "belongs to another user"),
+    "an entries folder of another user": (lambda folder, secret: hand_to_another_user(entries(folder)[0].parent), "belongs to another user"),
+    "a secret others may read": (lambda folder, secret: os.chmod(secret, 0o644), "can be read or written by other users"),
+    "a secret others may write": (lambda folder, secret: os.chmod(secret, 0o620), "can be read or written by other users"),
+    "a secret of another user": (lambda folder, secret: hand_to_another_user(secret), "belongs to another user"),
+}
+
+
+@pytest.mark.parametrize(("untrust", "why"), UNTRUSTED.values(), ids=UNTRUSTED.keys())
+def test_a_folder_or_secret_others_could_write_is_not_used(tmp_path, checked, untrust, why):
+    if "another user" in why and os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    script, folder = tmp_path / "train.py", tmp_path / "cache"
+    script.write_text(DOUBLE)
+    cold = run([script], ReportCache(folder))
+    kept = entries(folder)
+    untrust(folder, tmp_path / "user-cache" / "gradfix" / "cache-secret")
+    cache = ReportCache(folder)
+    assert why in cache.unusable()
+    assert run([script], cache) == cold
+    assert run([script], cache) == cold
+    assert checked == ["train.py"] * 3 and entries(folder) == kept
 
 
 def test_entries_are_served_only_with_the_secret_they_were_written_with(tmp_path, checked):

@@ -2,10 +2,12 @@
 ``fix`` never do with the checked tree, and what ``verify`` and ``diagnose`` keep from the scripts
 they run."""
 
+import base64
 import contextlib
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -25,6 +27,8 @@ from .test_runner import SPAWNS, alive, assert_gone
 
 DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
 DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
+CLEAN = (FIXTURES / "separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
+ROOT = Path(__file__).resolve().parents[1]
 GRADFIX = [sys.executable, "-P", "-m", "gradfix"]  # as the console script: nothing from the working folder on sys.path
 
 
@@ -41,6 +45,14 @@ class Payload:
 
     def __reduce__(self):
         return exec, (f"open({str(self.mark)!r}, 'w').write('unpickled')",)
+
+
+def test_every_test_security_md_names_exists():
+    """A promise whose test was renamed or removed has no test."""
+    named = re.findall(r"`(?:(tests/\w+\.py)::)?(test_\w+)`", (ROOT / "SECURITY.md").read_text())
+    assert len(named) > 20
+    for file, name in named:
+        assert f"def {name}(" in (ROOT / (file or "tests/test_security.py")).read_text(), f"{file or 'tests/test_security.py'}::{name}"
 
 
 # check and fix -----------------------------------------------------------------------------------
@@ -100,6 +112,63 @@ def test_the_cache_follows_no_link_of_the_tree(tmp_path, cli_with_cache, link, t
     (tree / link).symlink_to(elsewhere / target)
     assert cli_with_cache("machine", "check", ".").exit_code == 1
     assert sorted(os.listdir(elsewhere)) == ["victim"] and (elsewhere / "victim").read_text() == "kept\n"
+
+
+def cache_entries(tree: Path) -> list[Path]:
+    return [path for path in (tree / ".gradfix_cache").rglob("*") if path.is_file() and path.name != ".gitignore"]
+
+
+def report_json(entry: Path) -> tuple[bytes, dict]:
+    """An entry's head (its MAC) and its report, as whoever can write the folder reads them."""
+    data = entry.read_bytes()
+    start = data.index(b'{"path":')
+    return data[:start], json.loads(data[start:])
+
+
+def test_fix_writes_only_the_file_it_read_whatever_an_entry_says(tmp_path, cli_with_cache):
+    tree, victim = tmp_path / "tree", tmp_path / "victim"
+    victim.write_text("kept\n")
+    (tree / "train.py").write_text(DOUBLE)
+    assert cli_with_cache("machine", "fix", "--diff", ".").exit_code == 1  # the cache holds train.py's fix
+    [entry] = cache_entries(tree)
+    head, report = report_json(entry)
+    written = {"original": base64.b64encode(b"kept\n").decode(), "rewritten": base64.b64encode(b"whatever the cache says\n").decode()}
+    entry.write_bytes(head + json.dumps({**report, "path": str(victim), **written}).encode())
+    fixed = cli_with_cache("machine", "fix", ".")
+    assert fixed.exit_code == 0, fixed.stdout
+    assert victim.read_text() == "kept\n"
+    assert (tree / "train.py").read_text() == DOUBLE_FIXED
+
+
+def test_an_entry_copied_over_another_files_is_not_served_for_it(tmp_path, cli_with_cache):
+    tree = tmp_path / "tree"
+    (tree / "double.py").write_text(DOUBLE)
+    (tree / "clean.py").write_text(CLEAN)
+    assert cli_with_cache("machine", "check", "double.py").exit_code == 1
+    [double_entry] = cache_entries(tree)
+    assert cli_with_cache("machine", "check", "clean.py").exit_code == 0
+    [clean_entry] = [entry for entry in cache_entries(tree) if entry != double_entry]
+    shutil.copyfile(double_entry, clean_entry)
+    checked = cli_with_cache("machine", "check", "clean.py")
+    assert checked.exit_code == 0 and checked.stdout == "", checked.stdout
+
+
+@pytest.mark.parametrize("opened", ["folder", "secret"])
+def test_a_cache_folder_or_secret_others_could_write_is_refused_and_said(tmp_path, cli_with_cache, opened):
+    shared, secret = tmp_path / "shared", tmp_path / "machine" / "gradfix" / "cache-secret"
+    shared.mkdir()
+    (tmp_path / "tree" / "train.py").write_text(DOUBLE)
+    assert cli_with_cache("machine", "check", ".").exit_code == 1  # makes this machine's secret
+    if opened == "folder":
+        os.chmod(shared, 0o777)
+        why = f"{shared} can be written by other users (chmod go-w it)"
+    else:
+        os.chmod(secret, 0o644)
+        why = f"its secret {secret} can be read or written by other users (chmod 600 it)"
+    result = cli_with_cache("machine", "check", "--cache-dir", str(shared), ".")
+    assert result.exit_code == 1 and "GF002" in result.stdout
+    assert f"warning: --cache-dir {shared}: {why}; checking without the cache\n" in result.stderr
+    assert os.listdir(shared) == []
 
 
 # verify and diagnose -------------------------------------------------------------------------------
