@@ -12,7 +12,8 @@ The token reaches git as an HTTP header through ``GIT_CONFIG_*`` variables of gi
 environment: never on a command line, in a remote URL or in ``.git/config``; and only the git
 commands that talk to the remote (fetch, ls-remote, push) get it. The variables that held it are
 taken out of the environment before anything starts, and git runs with hooks and fsmonitor off,
-so no program git or gradfix starts sees it. It is never sent over http to another machine.
+so no program git or gradfix starts sees it. It is never sent over http to another machine, and
+what git says is shown with the token masked, in every form it may be echoed back in.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from gradfix.codemods.files import unified_diff, write_atomically
 from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.registry import rule_by_code
 
-from .github_api import GitHub, GitHubError, PullRequest, PullRequestExists, in_clear_text
+from .github_api import GitHub, GitHubError, PullRequest, PullRequestExists, in_clear_text, token_echoes
 from .formats import markdown_cell
 
 DEFAULT_BRANCH = "gradfix/fixes"
@@ -91,7 +92,7 @@ class Git:
 
     def __init__(self, directory: Path, token: str | None = None, remote_url: str = "") -> None:
         self.directory = directory
-        self._secrets = (token, _basic_credentials(token)) if token else ()
+        self._echoes = token_echoes(token) if token else None
         inherited = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
         self._environment = inherited | _config_variables(_PROGRAMS_OFF)
         self._remote_environment = inherited | _config_variables(_PROGRAMS_OFF + _header_entries(remote_url, token))
@@ -115,16 +116,14 @@ class Git:
                 stdin=subprocess.DEVNULL,
             )
         except (OSError, subprocess.TimeoutExpired) as error:
-            raise GitError(f"git {args[0]}: {error}") from None
+            raise GitError(self._redacted(f"git {args[0]}: {error}")) from None
         if done.returncode != 0:
             said = " ".join((done.stderr or done.stdout).split()) or f"exit status {done.returncode}"
             raise GitError(self._redacted(f"git {' '.join(args[:2])} failed: {said}"))
         return done.stdout.strip()
 
     def _redacted(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        return self._echoes.sub("***", text) if self._echoes else text
 
 
 def _basic_credentials(token: str) -> str:
