@@ -23,7 +23,7 @@ from typer.core import TyperCommand
 from gradfix import __version__
 from gradfix.codemods.cache import DEFAULT_FOLDER, ReportCache
 from gradfix.codemods.config import ConfigError, Overrides, Settings, inline_table, project_root
-from gradfix.codemods.files import FileChanged, PathError, collect_files, unified_diff, write_atomically
+from gradfix.codemods.files import FileChanged, PathError, collect_files, path_lines, unified_diff, write_atomically
 from gradfix.codemods.report import FileReport, FixKind, FixMode, SourceError
 from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.registry import RULE_MODULES, UnknownRuleError, all_rules, codes_matching, rule_by_code
@@ -521,7 +521,7 @@ def fix(
     elif not diff:
         left = sum(len(r.findings) for r in reports)
         _print_results(
-            output_format, reports, errors, {"findings": str(left), "changed-files": "\n".join(formats.repository_path(r.path) for r in changed)}
+            output_format, reports, errors, {"findings": str(left), "changed-files": path_lines(formats.repository_path(r.path) for r in changed)}
         )
     if show_fixes:
         render.print_fixed(f for r in reports for f in r.fixed)

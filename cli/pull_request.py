@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from gradfix.codemods.files import unified_diff, write_atomically
+from gradfix.codemods.files import path_lines, unified_diff, write_atomically
 from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.registry import rule_by_code
 
@@ -272,7 +272,7 @@ class Outcome:
         open_pr = self.pull_request if self.action not in ("closed", "clean") else None
         return {
             "findings": str(len(self.fixed) + len(self.left)),
-            "changed-files": "\n".join(self.changed_files),
+            "changed-files": path_lines(self.changed_files),
             "pull-request-number": str(open_pr.number) if open_pr else "",
             "pull-request-url": open_pr.url if open_pr else "",
         }

@@ -17,7 +17,7 @@ import tempfile
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from .config import Config
 from .notebook import Notebook, file_lines, is_notebook
@@ -274,6 +274,33 @@ def _first_changed_line(lines: list[str], header: int) -> int:
             return max(line, 1)
         line += 1
     return max(line, 1)
+
+
+def path_lines(paths: Iterable[str]) -> str:
+    """``paths`` one a line, unambiguous whatever their names: a path that holds a double quote,
+    a backslash, a control character (a newline) or bytes that are not UTF-8 is written as git
+    writes it (with ``core.quotePath`` off): in double quotes, those as C escapes."""
+    return "\n".join(_quoted(path) for path in paths)
+
+
+_C_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def _quoted(path: str) -> str:
+    escaped = "".join(_escaped(c) for c in path)
+    return f'"{escaped}"' if escaped != path else path
+
+
+def _escaped(character: str) -> str:
+    """``character`` as git writes it in a quoted path: a C escape for a double quote, a
+    backslash, a control character or a byte that is not UTF-8 (``os.fsdecode`` keeps one as a
+    lone surrogate); itself otherwise."""
+    code = ord(character)
+    if character in _C_ESCAPES:
+        return _C_ESCAPES[character]
+    if code < 0x20 or code == 0x7F:
+        return f"\\{code:03o}"
+    return f"\\{code - 0xDC00:03o}" if 0xDC80 <= code <= 0xDCFF else character
 
 
 def _diff_name(path: str) -> str:

@@ -291,6 +291,14 @@ def test_a_file_that_cannot_be_checked_does_not_hold_back_the_others_fixes(proje
     assert project.show(DEFAULT_BRANCH, "train.py") == DOUBLE_FIXED
 
 
+def test_changed_files_quotes_a_name_that_holds_a_newline(project, api, pr):
+    project.push_to_base({"new\nline.py": TWICE})
+    result = pr()
+    assert result.exit_code == 1, result.output
+    assert project.show(DEFAULT_BRANCH, "new\nline.py") == TWICE_FIXED
+    assert read_step_outputs(pr.outputs)["changed-files"].split("\n") == ['"new\\nline.py"', "train.py"]
+
+
 def test_usage_errors_exit_2(project, api, pr, monkeypatch, tmp_path):
     assert "error: no GitHub token: set NOPE" in CliRunner().invoke(app, ["pr", "--token-env", "NOPE"], env={"NOPE": None}).stderr
     result = pr("--base", "gradfix/fixes")
