@@ -23,7 +23,15 @@ from typer.core import TyperCommand
 from gradfix import __version__
 from gradfix.codemods.cache import DEFAULT_FOLDER, ReportCache
 from gradfix.codemods.config import ConfigError, Overrides, Settings, inline_table, project_root
-from gradfix.codemods.files import FileChanged, PathError, collect_files, path_lines, unified_diff, write_atomically
+from gradfix.codemods.files import (
+    FileChanged,
+    PathError,
+    collect_files,
+    path_lines,
+    sweep_stale_temporaries,
+    unified_diff,
+    write_atomically,
+)
 from gradfix.codemods.report import FileReport, FixKind, FixMode, SourceError
 from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.registry import RULE_MODULES, UnknownRuleError, all_rules, codes_matching, rule_by_code
@@ -503,6 +511,8 @@ def fix(
         [report] = reports
         sys.stdout.buffer.write(report.rewritten or report.original or b"")
         sys.stdout.flush()
+    if not (diff or from_stdin):
+        sweep_stale_temporaries(r.path for r in reports)
     for report in changed:
         if diff:
             render.print_diff(unified_diff(report))

@@ -1,6 +1,7 @@
 """Files on disk: which ones a run checks (``collect_files``: folders walked, what git ignores left
 out, each file once), how a fix is written (``write_atomically``: never half a file, never over
-someone's edit) and shown (``unified_diff``)."""
+someone's edit; ``sweep_stale_temporaries`` removes what a killed write left) and shown
+(``unified_diff``)."""
 
 from __future__ import annotations
 
@@ -173,17 +174,23 @@ class FileChanged(Exception):
         super().__init__(f"{path}: changed since gradfix read it; not written")
 
 
+# What write_atomically names its temporary file: ``.NAME.PID.RANDOM.gradfix``, beside the file
+# it replaces; the pid of the process writing it tells whether a write is still under way.
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[a-z0-9_]+\.gradfix")
+
+
 def write_atomically(path: str | Path, data: bytes, expected: bytes | None = None) -> None:
     """Replace ``path`` with ``data`` so that it is, at every moment, either old or new. A symlink
     is written through (its target is replaced); owner, group, mode and extended attributes are
     kept where the process may (setuid and setgid only with the owner and group they had). A
     file with several hard links is updated in place, so that every name sees the fix, with
     signals held off until it is whole. With ``expected``, raise ``FileChanged`` instead of
-    writing when the file no longer holds those bytes just before the replace."""
+    writing when the file no longer holds those bytes just before the replace. No temporary file
+    outlives an exception."""
     target = Path(os.path.realpath(path))
     status = target.stat()
-    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".gradfix")
     try:
+        descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.", suffix=".gradfix")
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -201,9 +208,49 @@ def write_atomically(path: str | Path, data: bytes, expected: bytes | None = Non
         else:
             os.replace(temporary, target)
     except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        # By its name, not by ``temporary``: an interruption inside mkstemp leaves a file the
+        # code here was never told the name of.
+        for name, pid, entry in _temporaries(target.parent):
+            if (name, pid) == (target.name, os.getpid()):
+                with contextlib.suppress(OSError):  # the error to raise is the one that stopped the write
+                    os.unlink(entry)
         raise
+
+
+def sweep_stale_temporaries(paths: Iterable[str | Path]) -> None:
+    """Remove, in the folders that hold ``paths`` (not where a link among them points: that may
+    be out of the tree), the temporary files of writes that were killed: regular files named as
+    ``write_atomically`` names them whose writer is no running process."""
+    for folder in {os.path.dirname(os.path.abspath(path)) for path in paths}:
+        for _, pid, entry in _temporaries(Path(folder)):
+            if not _running(pid):
+                with contextlib.suppress(FileNotFoundError):  # another run swept it first
+                    os.unlink(entry)
+
+
+def _temporaries(folder: Path) -> Iterator[tuple[str, int, Path]]:
+    """The name of the file each temporary of ``write_atomically`` in ``folder`` stands for, the
+    pid of its writer and its path: regular files only, never a link."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # a folder that cannot be read holds nothing to sweep
+        return
+    for entry in entries:
+        named = _TEMPORARY.fullmatch(entry.name)
+        if named and entry.is_file(follow_symlinks=False):
+            yield named["name"], int(named["pid"]), Path(entry.path)
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` runs here, another user's too (signal 0 only asks); a pid no
+    process can have is taken as running, so that nothing is removed on its account."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        pass
+    return True
 
 
 def _kept_mode(original: os.stat_result, replacement: os.stat_result) -> int:

@@ -1,11 +1,17 @@
-"""The Action's list of changed files is unambiguous whatever the names."""
+"""What a write leaves: no temporary file left by a write that was stopped, and one a killed run
+left is removed by the next; the Action's list of changed files is unambiguous whatever the names."""
 
 import os
+import subprocess
+import sys
+import tempfile
 
+import pytest
 from typer.testing import CliRunner
 
 from gradfix.cli.app import app
 from gradfix.codemods import files
+from gradfix.codemods.files import FileChanged, sweep_stale_temporaries, write_atomically
 
 from .conftest import FIXTURES
 from .test_pull_request import read_step_outputs
@@ -16,6 +22,109 @@ BEFORE, AFTER = (PAIR / "before.py").read_bytes(), (PAIR / "after.py").read_byte
 
 def cli(*args, env=None):
     return CliRunner().invoke(app, [*map(str, args[:1]), "--no-cache", *map(str, args[1:])], env=env)
+
+
+# temporaries ----------------------------------------------------------------------------------
+@pytest.fixture
+def pids():
+    """The pid of a process that has ended and that of one still running."""
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    ended.wait()
+    running = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    yield ended.pid, running.pid
+    running.stdin.close()
+    running.wait()
+
+
+def test_the_next_run_removes_the_temporaries_of_a_killed_write_and_only_those(tmp_path, pids):
+    ended, running = pids
+    (tmp_path / "train.py").write_bytes(BEFORE)
+    stale = tmp_path / f".train.py.{ended}.k3x_9qaz.gradfix"
+    under_way = tmp_path / f".train.py.{running}.p0m1n2b3.gradfix"
+    older_kind = tmp_path / ".train.py.k3x_9qaz.gradfix"  # no pid: whose it is cannot be told
+    link = tmp_path / f".helper.py.{ended}.aaaaaaaa.gradfix"
+    folder = tmp_path / f".data.py.{ended}.bbbbbbbb.gradfix"
+    # Where a link checked points is not a folder the run walks: what is there is not its to remove.
+    elsewhere = tmp_path / "linked" / f".real.py.{ended}.cccccccc.gradfix"
+    for path in (stale, under_way, older_kind, elsewhere):
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"half a fix")
+    link.symlink_to(tmp_path / "train.py")
+    folder.mkdir()
+    (tmp_path / "linked" / "real.py").write_bytes(BEFORE)
+    (tmp_path / "alias.py").symlink_to("linked/real.py")
+    result = cli("fix", tmp_path / "train.py", tmp_path / "alias.py")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "train.py").read_bytes() == AFTER == (tmp_path / "linked" / "real.py").read_bytes()
+    assert not stale.exists()
+    assert all(p.exists() for p in (under_way, older_kind, link, folder, elsewhere))
+
+
+def test_the_temporary_of_a_write_under_way_is_named_by_its_writer_and_never_swept(tmp_path, monkeypatch):
+    target = tmp_path / "train.py"
+    target.write_bytes(BEFORE)
+    replace, seen = os.replace, []
+
+    def sweep_then_replace(source, destination):
+        sweep_stale_temporaries([target])  # another run, in the same folder, while this one writes
+        seen.append(os.path.basename(source))
+        replace(source, destination)
+
+    monkeypatch.setattr(files.os, "replace", sweep_then_replace)
+    write_atomically(target, AFTER)
+    [name] = seen
+    assert name.startswith(f".train.py.{os.getpid()}.") and name.endswith(".gradfix")
+    assert target.read_bytes() == AFTER and [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
+def _interrupted_inside_mkstemp(monkeypatch):
+    """A signal that arrives in mkstemp after it made the file, before its name is returned."""
+    made = tempfile.mkstemp
+
+    def mkstemp(*args, **kwargs):
+        descriptor, _ = made(*args, **kwargs)
+        os.close(descriptor)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", mkstemp)
+
+
+def _failing(owner, name, error):
+    """``owner.name`` raising ``error``."""
+
+    def install(monkeypatch):
+        def fail(*args, **kwargs):
+            raise error
+
+        monkeypatch.setattr(owner, name, fail)
+
+    return install
+
+
+@pytest.mark.parametrize(
+    ("stop", "raised", "hard_linked"),
+    [
+        (_interrupted_inside_mkstemp, KeyboardInterrupt, False),
+        (_failing(files.os, "fsync", OSError(5, "Input/output error")), OSError, False),
+        (_failing(files.os, "chown", OSError(5, "Input/output error")), OSError, False),
+        (_failing(files, "_copy_extended_attributes", KeyboardInterrupt()), KeyboardInterrupt, False),
+        (_failing(files.os, "chmod", OSError(28, "No space left on device")), OSError, False),
+        (_failing(files.os, "replace", KeyboardInterrupt()), KeyboardInterrupt, False),
+        (_failing(files, "_overwrite_in_place", OSError(28, "No space left on device")), OSError, True),
+        (lambda monkeypatch: None, FileChanged, False),  # the file was edited since it was read
+    ],
+    ids=["inside-mkstemp", "fsync", "chown", "xattrs", "chmod", "replace", "in-place", "changed"],
+)
+def test_a_write_stopped_anywhere_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch, stop, raised, hard_linked):
+    target = tmp_path / "train.py"
+    target.write_bytes(BEFORE)
+    if hard_linked:
+        os.link(target, tmp_path / "copy.py")
+    stop(monkeypatch)
+    with pytest.raises(raised):
+        write_atomically(target, AFTER, expected=BEFORE if raised is not FileChanged else b"as read\n")
+    assert target.read_bytes() == BEFORE
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["copy.py", "train.py"] if hard_linked else ["train.py"])
 
 
 # the Action's changed-files output --------------------------------------------------------------
