@@ -1,7 +1,7 @@
 """Files on disk: which ones a run checks (``collect_files``: folders walked, what git ignores left
 out, each file once), how a fix is written (``write_atomically``: never half a file, never over
-someone's edit; ``sweep_stale_temporaries`` removes what a killed write left) and shown
-(``unified_diff``)."""
+someone's edit, never over a read-only file; ``sweep_stale_temporaries`` removes what a killed
+write left) and shown (``unified_diff``)."""
 
 from __future__ import annotations
 
@@ -181,7 +181,8 @@ _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[a-z0-9_]+\.gradfix")
 
 def write_atomically(path: str | Path, data: bytes, expected: bytes | None = None) -> None:
     """Replace ``path`` with ``data`` so that it is, at every moment, either old or new. A symlink
-    is written through (its target is replaced); owner, group, mode and extended attributes are
+    is written through (its target is replaced); a file without write permission (read-only even
+    for root) is not written (``PermissionError``). Owner, group, mode and extended attributes are
     kept where the process may (setuid and setgid only with the owner and group they had). A
     file with several hard links is updated in place, so that every name sees the fix, with
     signals held off until it is whole. With ``expected``, raise ``FileChanged`` instead of
@@ -189,6 +190,8 @@ def write_atomically(path: str | Path, data: bytes, expected: bytes | None = Non
     outlives an exception."""
     target = Path(os.path.realpath(path))
     status = target.stat()
+    if not (status.st_mode & 0o222 and os.access(target, os.W_OK)):
+        raise PermissionError(errno.EACCES, "the file is read-only", str(path))
     try:
         descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.", suffix=".gradfix")
         with os.fdopen(descriptor, "wb") as handle:

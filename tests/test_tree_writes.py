@@ -1,5 +1,6 @@
-"""What a write leaves: no temporary file left by a write that was stopped, and one a killed run
-left is removed by the next; the Action's list of changed files is unambiguous whatever the names."""
+"""Where a fix may write, and what a write leaves: none over a read-only file, no temporary file
+left by a write that was stopped, and one a killed run left is removed by the next; the Action's
+list of changed files is unambiguous whatever the names."""
 
 import os
 import subprocess
@@ -22,6 +23,25 @@ BEFORE, AFTER = (PAIR / "before.py").read_bytes(), (PAIR / "after.py").read_byte
 
 def cli(*args, env=None):
     return CliRunner().invoke(app, [*map(str, args[:1]), "--no-cache", *map(str, args[1:])], env=env)
+
+
+def error_lines(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+
+
+# read-only files ------------------------------------------------------------------------------
+def test_a_read_only_file_is_an_error_of_its_own_and_the_others_are_fixed(tmp_path):
+    (tmp_path / "train.py").write_bytes(BEFORE)
+    locked = tmp_path / "locked.py"
+    locked.write_bytes(BEFORE)
+    locked.chmod(0o444)  # root may write it too: the mode says it is not to be written
+    result = cli("fix", tmp_path)
+    assert result.exit_code == 2, result.output
+    assert error_lines(result) == [f"error: {locked}: cannot write: the file is read-only"]
+    assert f"{locked}:" in result.stdout and "GF002" in result.stdout  # its finding is still there
+    assert locked.read_bytes() == BEFORE and (locked.stat().st_mode & 0o777) == 0o444
+    assert (tmp_path / "train.py").read_bytes() == AFTER
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["locked.py", "train.py"]
 
 
 # temporaries ----------------------------------------------------------------------------------
