@@ -14,6 +14,10 @@ commands that talk to the remote (fetch, ls-remote, push) get it. The variables 
 taken out of the environment before anything starts, and git runs with hooks and fsmonitor off,
 so no program git or gradfix starts sees it. It is never sent over http to another machine, and
 what git says is shown with the token masked, in every form it may be echoed back in.
+
+A fix is never written through a link out of the worktree (the walk skips one, and the file is
+left out of the pull request); the commit holds the files the fixes wrote: a link's target, not
+the link.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from gradfix.codemods.files import path_lines, unified_diff, write_atomically
+from gradfix.codemods.files import path_lines, unified_diff
 from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.registry import rule_by_code
 
@@ -167,6 +171,15 @@ class Workspace:
     source: Path  # the top of the checkout the command was run in
     invoked_in: Path  # the folder it was run in, which the paths given are relative to
 
+    @property
+    def root(self) -> Path:
+        """The worktree: no fix is written outside it."""
+        return self.git.directory
+
+    def committed_path(self, path: str) -> str:
+        """The file ``path`` names in the worktree (its links followed), as git names it there."""
+        return Path(os.path.relpath(os.path.realpath(path), os.path.realpath(self.root))).as_posix()
+
     def paths(self, given: Sequence[str]) -> list[str]:
         """The paths given (relative to where the command ran) as the same paths in the worktree."""
         inside = []
@@ -279,7 +292,8 @@ class Outcome:
 
 
 def publish(workspace: Workspace, reports: Sequence[FileReport], github: GitHub) -> Outcome:
-    """Bring the fixes branch and the pull request in line with the fixes in ``reports``."""
+    """Bring the fixes branch and the pull request in line with the fixes in ``reports``, written
+    into the worktree already."""
     settings = workspace.settings
     changed = [r for r in reports if r.changed]
     outcome = Outcome(
@@ -287,7 +301,7 @@ def publish(workspace: Workspace, reports: Sequence[FileReport], github: GitHub)
         workspace.base,
         settings.branch,
         None,
-        [r.path for r in changed],
+        [workspace.committed_path(r.path) for r in changed],
         [f for r in reports for f in r.fixed],
         [f for r in reports for f in r.findings],
     )
@@ -296,7 +310,7 @@ def publish(workspace: Workspace, reports: Sequence[FileReport], github: GitHub)
     if not changed:
         _withdraw(workspace, github, found, outcome)
         return outcome
-    wrote = _push_fixes(workspace, changed)
+    wrote = _push_fixes(workspace, outcome.changed_files)
     title, description = settings.title, pull_request_body(reports, workspace.base)
     body = with_fingerprint(title, description)
     if found is None:
@@ -317,13 +331,11 @@ def publish(workspace: Workspace, reports: Sequence[FileReport], github: GitHub)
     return outcome
 
 
-def _push_fixes(workspace: Workspace, changed: Sequence[FileReport]) -> bool:
-    """Write the fixes into the worktree and push them as one commit on the base's tip, unless
-    the remote branch holds exactly that already; whether it pushed."""
+def _push_fixes(workspace: Workspace, changed: Sequence[str]) -> bool:
+    """Push the files ``changed`` in the worktree as one commit on the base's tip, unless the
+    remote branch holds exactly that already; whether it pushed."""
     settings, git = workspace.settings, workspace.git
-    for report in changed:
-        write_atomically(report.path, report.rewritten, expected=report.original)
-    git("add", "--", *(r.path for r in changed))
+    git("add", "--", *changed)
     tree = git("write-tree")
     if workspace.branch_holds(tree):
         return False

@@ -1,7 +1,8 @@
 """Files on disk: which ones a run checks (``collect_files``: folders walked, what git ignores left
-out, each file once), how a fix is written (``write_atomically``: never half a file, never over
-someone's edit, never over a read-only file; ``sweep_stale_temporaries`` removes what a killed
-write left) and shown (``unified_diff``)."""
+out, no link out of the folder walked, each file once), how a fix is written (``write_atomically``:
+never half a file, never over someone's edit, never over a read-only file or through a link out of
+the root it was found in; ``sweep_stale_temporaries`` removes what a killed write left) and shown
+(``unified_diff``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from .config import Config
+from .config import Config, project_root
 from .notebook import Notebook, file_lines, is_notebook
 from .report import FileReport
 
@@ -81,7 +82,14 @@ def collect_files(
                 elif kind != "not a regular file":  # a FIFO or device found by a walk is skipped
                     errors.append(PathError(str(found), f"{found}: {kind}"))
             ignored = _git_ignored(path, walked)
-            kept = [f for f in walked if f not in ignored]
+            kept = []
+            for found in (f for f in walked if f not in ignored):
+                # As black and ruff: a walk never follows a link out of the folder named, where a
+                # fix would write into someone else's file.
+                if outside(found, path):
+                    notices.append(f"{found}: a symbolic link out of {path} (to {os.path.realpath(found)}): skipped")
+                else:
+                    kept.append(found)
             if not kept:
                 notices.append(f"{path}: no Python file or notebook to check")
             files += kept
@@ -111,6 +119,25 @@ def _one_name_each(files: list[Path]) -> list[Path]:
         elif os.path.islink(kept[place[identity]]) and not os.path.islink(path):
             kept[place[identity]] = path
     return kept
+
+
+def outside(path: str | Path, root: str | Path) -> bool:
+    """Whether ``path``, its links followed, is outside ``root`` (its links followed too)."""
+    top = os.path.realpath(root)
+    return os.path.commonpath([os.path.realpath(path), top]) != top
+
+
+def write_root(path: str | Path, named: Sequence[str | Path]) -> Path:
+    """The folder a fix of ``path``, found by ``collect_files(named)``, may write in: the folder
+    named whose walk found it; for a file named itself, the work tree that holds the name (its own
+    folder outside one). A link named on the command line is read wherever it points, as black
+    and ruff read it, but a fix is not written through it out of the project."""
+    given = Path(path)
+    if given not in map(Path, named):
+        for folder in map(Path, named):
+            if folder in given.parents:
+                return folder
+    return project_root(given.parent)
 
 
 def unreadable_kind(path: Path) -> str:
@@ -167,11 +194,22 @@ def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
     return {f for f in files if os.path.abspath(f) in ignored}
 
 
-class FileChanged(Exception):
+class NotWritten(Exception):
+    """A fix gradfix refuses to write; the message reads ``path: why; not written``."""
+
+
+class FileChanged(NotWritten):
     """The file on disk is no longer what gradfix read: writing would lose someone's edit."""
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(f"{path}: changed since gradfix read it; not written")
+
+
+class OutsideRoot(NotWritten):
+    """The file is a link to a file outside the folder the fix may write in."""
+
+    def __init__(self, path: str | Path, root: str | Path) -> None:
+        super().__init__(f"{path}: a symbolic link out of {root} (to {os.path.realpath(path)}); not written")
 
 
 # What write_atomically names its temporary file: ``.NAME.PID.RANDOM.gradfix``, beside the file
@@ -179,16 +217,18 @@ class FileChanged(Exception):
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[a-z0-9_]+\.gradfix")
 
 
-def write_atomically(path: str | Path, data: bytes, expected: bytes | None = None) -> None:
+def write_atomically(path: str | Path, data: bytes, expected: bytes | None = None, root: str | Path | None = None) -> None:
     """Replace ``path`` with ``data`` so that it is, at every moment, either old or new. A symlink
-    is written through (its target is replaced); a file without write permission (read-only even
-    for root) is not written (``PermissionError``). Owner, group, mode and extended attributes are
-    kept where the process may (setuid and setgid only with the owner and group they had). A
-    file with several hard links is updated in place, so that every name sees the fix, with
-    signals held off until it is whole. With ``expected``, raise ``FileChanged`` instead of
-    writing when the file no longer holds those bytes just before the replace. No temporary file
-    outlives an exception."""
+    is written through (its target is replaced), unless its target is outside ``root``
+    (``OutsideRoot``); a file without write permission (read-only even for root) is not written
+    (``PermissionError``). Owner, group, mode and extended attributes are kept where the process
+    may (setuid and setgid only with the owner and group they had). A file with several hard
+    links is updated in place, so that every name sees the fix, with signals held off until it is
+    whole. With ``expected``, raise ``FileChanged`` instead of writing when the file no longer
+    holds those bytes just before the replace. No temporary file outlives an exception."""
     target = Path(os.path.realpath(path))
+    if root is not None and outside(target, root):
+        raise OutsideRoot(path, root)
     status = target.stat()
     if not (status.st_mode & 0o222 and os.access(target, os.W_OK)):
         raise PermissionError(errno.EACCES, "the file is read-only", str(path))

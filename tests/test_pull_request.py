@@ -291,6 +291,37 @@ def test_a_file_that_cannot_be_checked_does_not_hold_back_the_others_fixes(proje
     assert project.show(DEFAULT_BRANCH, "train.py") == DOUBLE_FIXED
 
 
+def test_a_link_out_of_the_worktree_is_skipped_and_left_out_of_the_pull_request(project, api, pr, tmp_path):
+    victim = tmp_path / "outside" / "victim.py"
+    victim.parent.mkdir()
+    victim.write_text(TWICE)
+    (project.checkout / "model.py").symlink_to(victim)
+    git(project.checkout, "add", "model.py")
+    git(project.checkout, "commit", "--quiet", "-m", "a link out of the repository")
+    git(project.checkout, "push", "--quiet", "origin", "main")
+    result = pr()
+    assert result.exit_code == 1, result.output
+    assert "warning: model.py: a symbolic link out of . (to " in result.stderr
+    assert "1 fix(es) in 1 file(s)" in result.stderr and "GF001" not in api.pulls[1]["body"]
+    assert victim.read_text() == TWICE
+    assert git(project.remote, "diff", "--name-only", f"main..{DEFAULT_BRANCH}") == "train.py"
+    assert read_step_outputs(pr.outputs)["changed-files"] == "train.py"
+
+
+def test_a_link_in_the_worktree_commits_the_fixed_file_it_points_to(project, api, pr):
+    (project.checkout / "build").mkdir()  # a folder the walk excludes: the link is the file's only name
+    (project.checkout / "build" / "model.py").write_text(TWICE)
+    (project.checkout / "model.py").symlink_to("build/model.py")
+    git(project.checkout, "add", "model.py", "build/model.py")
+    git(project.checkout, "commit", "--quiet", "-m", "a link into the repository")
+    git(project.checkout, "push", "--quiet", "origin", "main")
+    result = pr()
+    assert result.exit_code == 1, result.output
+    assert project.show(DEFAULT_BRANCH, "build/model.py") == TWICE_FIXED
+    assert project.show(DEFAULT_BRANCH, "model.py") == "build/model.py\n"  # still the link
+    assert read_step_outputs(pr.outputs)["changed-files"].split("\n") == ["build/model.py", "train.py"]
+
+
 def test_changed_files_quotes_a_name_that_holds_a_newline(project, api, pr):
     project.push_to_base({"new\nline.py": TWICE})
     result = pr()

@@ -1,6 +1,7 @@
-"""Where a fix may write, and what a write leaves: none over a read-only file, no temporary file
-left by a write that was stopped, and one a killed run left is removed by the next; the Action's
-list of changed files is unambiguous whatever the names."""
+"""Where a fix may write, and what a write leaves: no write through a link out of the folder walked
+or out of the project, none over a read-only file, no temporary file left by a write that was
+stopped, and one a killed run left is removed by the next; the Action's list of changed files is
+unambiguous whatever the names."""
 
 import os
 import subprocess
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from gradfix.cli.app import app
 from gradfix.codemods import files
-from gradfix.codemods.files import FileChanged, sweep_stale_temporaries, write_atomically
+from gradfix.codemods.files import FileChanged, OutsideRoot, sweep_stale_temporaries, write_atomically
 
 from .conftest import FIXTURES
 from .test_pull_request import read_step_outputs
@@ -27,6 +28,79 @@ def cli(*args, env=None):
 
 def error_lines(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A file outside the tree that a link of the tree points to."""
+    outside = tmp_path / "outside" / "victim.py"
+    outside.parent.mkdir()
+    outside.write_bytes(BEFORE)
+    return outside
+
+
+# links ----------------------------------------------------------------------------------------
+def test_a_walk_skips_a_link_out_of_the_folder_named_and_says_so(tmp_path, victim, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "train.py").write_bytes(BEFORE)
+    (tmp_path / "tree" / "model.py").symlink_to("../outside/victim.py")
+    notice = f"warning: tree/model.py: a symbolic link out of tree (to {victim}): skipped"
+    checked = cli("check", "tree")
+    assert checked.exit_code == 1, checked.output
+    assert {line.split(":")[0] for line in checked.stdout.splitlines()} == {"tree/train.py"}
+    assert notice in checked.stderr
+    fixed = cli("fix", "tree")
+    assert fixed.exit_code == 0, fixed.output
+    assert notice in fixed.stderr
+    assert victim.read_bytes() == BEFORE and (tmp_path / "tree" / "train.py").read_bytes() == AFTER
+    assert (tmp_path / "tree" / "model.py").is_symlink()
+
+
+def test_a_walk_still_follows_a_link_that_stays_in_the_folder_named(tmp_path):
+    (tmp_path / "tree" / "kept").mkdir(parents=True)
+    (tmp_path / "tree" / "kept" / "train.md").write_bytes(BEFORE)  # not walked itself: not a .py
+    (tmp_path / "tree" / "train.py").symlink_to("kept/train.md")
+    result = cli("fix", tmp_path / "tree")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "tree" / "kept" / "train.md").read_bytes() == AFTER and "warning" not in result.stderr
+
+
+def test_a_link_named_on_the_command_line_is_read_but_not_written_through_out_of_the_project(tmp_path, victim):
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "train.py").write_bytes(BEFORE)
+    (project / "model.py").symlink_to("../outside/victim.py")
+    checked = cli("check", project / "model.py")
+    assert checked.exit_code == 1 and f"{project / 'model.py'}:" in checked.stdout, checked.output
+    fixed = cli("fix", project / "model.py", project / "train.py")
+    assert fixed.exit_code == 2, fixed.output
+    assert error_lines(fixed) == [f"error: {project / 'model.py'}: a symbolic link out of {project} (to {victim}); not written"]
+    assert f"{project / 'model.py'}:" in fixed.stdout  # its finding is still there
+    assert victim.read_bytes() == BEFORE and (project / "train.py").read_bytes() == AFTER
+
+
+def test_a_link_named_on_the_command_line_into_its_own_project_is_fixed(tmp_path):
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "src").mkdir()
+    (project / "src" / "real.py").write_bytes(BEFORE)
+    (project / "scripts").mkdir()
+    (project / "scripts" / "train.py").symlink_to("../src/real.py")
+    result = cli("fix", project / "scripts" / "train.py")
+    assert result.exit_code == 0, result.output
+    assert (project / "src" / "real.py").read_bytes() == AFTER and (project / "scripts" / "train.py").is_symlink()
+
+
+def test_write_atomically_refuses_a_link_out_of_its_root(tmp_path, victim):
+    (tmp_path / "tree").mkdir()
+    link = tmp_path / "tree" / "model.py"
+    link.symlink_to(victim)
+    with pytest.raises(OutsideRoot, match="a symbolic link out of"):
+        write_atomically(link, AFTER, expected=BEFORE, root=tmp_path / "tree")
+    assert victim.read_bytes() == BEFORE
+    write_atomically(link, AFTER, expected=BEFORE, root=tmp_path)
+    assert victim.read_bytes() == AFTER
 
 
 # read-only files ------------------------------------------------------------------------------
