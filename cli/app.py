@@ -31,7 +31,7 @@ from gradfix.codemods.files import (
     path_lines,
     sweep_stale_temporaries,
     unified_diff,
-    write_atomically,
+    write_fix,
     write_root,
 )
 from gradfix.codemods.report import FileReport, FixKind, FixMode, SourceError
@@ -578,7 +578,7 @@ def _write_fixes(reports: list[FileReport], errors: list[PathError], root_of: Ca
     written all the same."""
     for report in (r for r in reports if r.changed):
         try:
-            write_atomically(report.path, report.rewritten, expected=report.original, root=root_of(report.path))
+            write_fix(report.path, report.rewritten, report.original, root_of(report.path))
         except NotWritten as error:
             errors.append(PathError(report.path, str(error)))
             _not_written(report)

@@ -1,8 +1,8 @@
 """Files on disk: which ones a run checks (``collect_files``: folders walked, what git ignores left
 out, no link out of the folder walked, each file once), how a fix is written (``write_atomically``:
-never half a file, never over someone's edit, never over a read-only file or through a link out of
-the root it was found in; ``sweep_stale_temporaries`` removes what a killed write left) and shown
-(``unified_diff``)."""
+never half a file, never over someone's edit; ``write_fix``: a fix of a checked tree, never over a
+read-only file nor through a link out of the root it was found in; ``sweep_stale_temporaries``
+removes what a killed write left) and shown (``unified_diff``)."""
 
 from __future__ import annotations
 
@@ -212,26 +212,41 @@ class OutsideRoot(NotWritten):
         super().__init__(f"{path}: a symbolic link out of {root} (to {os.path.realpath(path)}); not written")
 
 
+class ReadOnly(NotWritten):
+    """The file is read-only: no write permission for this user, or no write bit at all (which
+    root could write through, but which says the file is not to be written)."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(f"{path}: read-only; not written")
+
+
+def write_fix(path: str | Path, data: bytes, expected: bytes, root: str | Path) -> None:
+    """Write a fix of a file of a checked tree (``write_atomically``) as black and ruff write a
+    file they format: not through a link out of ``root`` (``OutsideRoot``), not over a read-only
+    file (``ReadOnly``)."""
+    if outside(path, root):
+        raise OutsideRoot(path, root)
+    mode = os.stat(path).st_mode
+    if not (mode & 0o222 and os.access(path, os.W_OK)):
+        raise ReadOnly(path)
+    write_atomically(path, data, expected)
+
+
 # What write_atomically names its temporary file: ``.NAME.PID.RANDOM.gradfix``, beside the file
 # it replaces; the pid of the process writing it tells whether a write is still under way.
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[a-z0-9_]+\.gradfix")
 
 
-def write_atomically(path: str | Path, data: bytes, expected: bytes | None = None, root: str | Path | None = None) -> None:
+def write_atomically(path: str | Path, data: bytes, expected: bytes | None = None) -> None:
     """Replace ``path`` with ``data`` so that it is, at every moment, either old or new. A symlink
-    is written through (its target is replaced), unless its target is outside ``root``
-    (``OutsideRoot``); a file without write permission (read-only even for root) is not written
-    (``PermissionError``). Owner, group, mode and extended attributes are kept where the process
-    may (setuid and setgid only with the owner and group they had). A file with several hard
-    links is updated in place, so that every name sees the fix, with signals held off until it is
-    whole. With ``expected``, raise ``FileChanged`` instead of writing when the file no longer
-    holds those bytes just before the replace. No temporary file outlives an exception."""
+    is written through (its target is replaced); owner, group, mode and extended attributes are
+    kept where the process may (setuid and setgid only with the owner and group they had). A
+    file with several hard links is updated in place, so that every name sees the fix, with
+    signals held off until it is whole. With ``expected``, raise ``FileChanged`` instead of
+    writing when the file no longer holds those bytes just before the replace. No temporary file
+    outlives an exception."""
     target = Path(os.path.realpath(path))
-    if root is not None and outside(target, root):
-        raise OutsideRoot(path, root)
     status = target.stat()
-    if not (status.st_mode & 0o222 and os.access(target, os.W_OK)):
-        raise PermissionError(errno.EACCES, "the file is read-only", str(path))
     try:
         descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.", suffix=".gradfix")
         with os.fdopen(descriptor, "wb") as handle:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gradfix.cli.app import app
 from gradfix.codemods import files
-from gradfix.codemods.files import FileChanged, OutsideRoot, sweep_stale_temporaries, write_atomically
+from gradfix.codemods.files import FileChanged, OutsideRoot, sweep_stale_temporaries, write_atomically, write_fix
 
 from .conftest import FIXTURES
 from .test_pull_request import read_step_outputs
@@ -92,14 +92,14 @@ def test_a_link_named_on_the_command_line_into_its_own_project_is_fixed(tmp_path
     assert (project / "src" / "real.py").read_bytes() == AFTER and (project / "scripts" / "train.py").is_symlink()
 
 
-def test_write_atomically_refuses_a_link_out_of_its_root(tmp_path, victim):
+def test_a_fix_is_not_written_through_a_link_out_of_its_root(tmp_path, victim):
     (tmp_path / "tree").mkdir()
     link = tmp_path / "tree" / "model.py"
     link.symlink_to(victim)
     with pytest.raises(OutsideRoot, match="a symbolic link out of"):
-        write_atomically(link, AFTER, expected=BEFORE, root=tmp_path / "tree")
+        write_fix(link, AFTER, BEFORE, tmp_path / "tree")
     assert victim.read_bytes() == BEFORE
-    write_atomically(link, AFTER, expected=BEFORE, root=tmp_path)
+    write_fix(link, AFTER, BEFORE, tmp_path)
     assert victim.read_bytes() == AFTER
 
 
@@ -111,7 +111,7 @@ def test_a_read_only_file_is_an_error_of_its_own_and_the_others_are_fixed(tmp_pa
     locked.chmod(0o444)  # root may write it too: the mode says it is not to be written
     result = cli("fix", tmp_path)
     assert result.exit_code == 2, result.output
-    assert error_lines(result) == [f"error: {locked}: cannot write: the file is read-only"]
+    assert error_lines(result) == [f"error: {locked}: read-only; not written"]
     assert f"{locked}:" in result.stdout and "GF002" in result.stdout  # its finding is still there
     assert locked.read_bytes() == BEFORE and (locked.stat().st_mode & 0o777) == 0o444
     assert (tmp_path / "train.py").read_bytes() == AFTER
