@@ -213,21 +213,20 @@ class OutsideRoot(NotWritten):
 
 
 class ReadOnly(NotWritten):
-    """The file is read-only: no write permission for this user, or no write bit at all (which
-    root could write through, but which says the file is not to be written)."""
+    """The file is read-only for this user: replacing it (which its folder's permissions allow)
+    would rewrite a file the user may not write."""
 
     def __init__(self, path: str | Path) -> None:
-        super().__init__(f"{path}: read-only; not written")
+        super().__init__(f"{path}: read-only (no permission to write it); not written")
 
 
 def write_fix(path: str | Path, data: bytes, expected: bytes, root: str | Path) -> None:
     """Write a fix of a file of a checked tree (``write_atomically``) as black and ruff write a
-    file they format: not through a link out of ``root`` (``OutsideRoot``), not over a read-only
-    file (``ReadOnly``)."""
+    file they format: not through a link out of ``root`` (``OutsideRoot``), and only where the
+    user may write the file itself (``ReadOnly``; root may write any)."""
     if outside(path, root):
         raise OutsideRoot(path, root)
-    mode = os.stat(path).st_mode
-    if not (mode & 0o222 and os.access(path, os.W_OK)):
+    if not os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
         raise ReadOnly(path)
     write_atomically(path, data, expected)
 

@@ -3,10 +3,13 @@ or out of the project, none over a read-only file, no temporary file left by a w
 stopped, and one a killed run left is removed by the next; the Action's list of changed files is
 unambiguous whatever the names."""
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -18,6 +21,7 @@ from gradfix.codemods.files import FileChanged, OutsideRoot, sweep_stale_tempora
 from .conftest import FIXTURES
 from .test_pull_request import read_step_outputs
 
+NOBODY = 65534
 PAIR = FIXTURES / "separate_backwards" / "shared_trunk_for_loop"
 BEFORE, AFTER = (PAIR / "before.py").read_bytes(), (PAIR / "after.py").read_bytes()
 
@@ -104,18 +108,39 @@ def test_a_fix_is_not_written_through_a_link_out_of_its_root(tmp_path, victim):
 
 
 # read-only files ------------------------------------------------------------------------------
-def test_a_read_only_file_is_an_error_of_its_own_and_the_others_are_fixed(tmp_path):
-    (tmp_path / "train.py").write_bytes(BEFORE)
-    locked = tmp_path / "locked.py"
-    locked.write_bytes(BEFORE)
-    locked.chmod(0o444)  # root may write it too: the mode says it is not to be written
-    result = cli("fix", tmp_path)
-    assert result.exit_code == 2, result.output
-    assert error_lines(result) == [f"error: {locked}: read-only; not written"]
-    assert f"{locked}:" in result.stdout and "GF002" in result.stdout  # its finding is still there
-    assert locked.read_bytes() == BEFORE and (locked.stat().st_mode & 0o777) == 0o444
-    assert (tmp_path / "train.py").read_bytes() == AFTER
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["locked.py", "train.py"]
+@contextlib.contextmanager
+def without_root():
+    """The user a fix runs as, if not root: root may write any file (black and ruff write it
+    too), so a test run as root checks and fixes as nobody, its imports made first."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.seteuid(NOBODY)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
+def test_a_file_the_user_may_not_write_is_an_error_of_its_own_and_the_others_are_fixed():
+    folder = Path(tempfile.mkdtemp(prefix="gradfix-read-only-"))  # pytest's own is root's alone
+    try:
+        folder.chmod(0o777)
+        writable, locked = folder / "train.py", folder / "locked.py"
+        for script, mode in ((writable, 0o666), (locked, 0o444)):
+            script.write_bytes(BEFORE)
+            script.chmod(mode)
+        assert cli("check", folder).exit_code == 1  # the imports a fix needs, made as root
+        with without_root():
+            result = cli("fix", folder)
+        assert result.exit_code == 2, result.output
+        assert error_lines(result) == [f"error: {locked}: read-only (no permission to write it); not written"]
+        assert f"{locked}:" in result.stdout and "GF002" in result.stdout  # its finding is still there
+        assert locked.read_bytes() == BEFORE and (locked.stat().st_mode & 0o777) == 0o444
+        assert writable.read_bytes() == AFTER
+        assert sorted(p.name for p in folder.iterdir()) == ["locked.py", "train.py"]
+    finally:
+        shutil.rmtree(folder)
 
 
 # temporaries ----------------------------------------------------------------------------------
