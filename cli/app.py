@@ -23,7 +23,17 @@ from typer.core import TyperCommand
 from gradfix import __version__
 from gradfix.codemods.cache import DEFAULT_FOLDER, ReportCache
 from gradfix.codemods.config import ConfigError, Overrides, Settings, inline_table, project_root
-from gradfix.codemods.files import FileChanged, PathError, collect_files, unified_diff, write_atomically
+from gradfix.codemods.files import (
+    FileChanged,
+    NotWritten,
+    PathError,
+    collect_files,
+    path_lines,
+    sweep_stale_temporaries,
+    unified_diff,
+    write_fix,
+    write_root,
+)
 from gradfix.codemods.report import FileReport, FixKind, FixMode, SourceError
 from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.registry import RULE_MODULES, UnknownRuleError, all_rules, codes_matching, rule_by_code
@@ -503,25 +513,19 @@ def fix(
         [report] = reports
         sys.stdout.buffer.write(report.rewritten or report.original or b"")
         sys.stdout.flush()
-    for report in changed:
-        if diff:
+    if diff:
+        for report in changed:
             render.print_diff(unified_diff(report))
-        elif not from_stdin:
-            try:
-                write_atomically(report.path, report.rewritten, expected=report.original)
-            except FileChanged as error:
-                errors.append(PathError(report.path, str(error)))
-                _not_written(report)
-            except OSError as error:
-                errors.append(PathError(report.path, f"{report.path}: cannot write: {error.strerror or error}"))
-                _not_written(report)
+    elif not from_stdin:
+        sweep_stale_temporaries(r.path for r in reports)
+        _write_fixes(reports, errors, lambda path: write_root(path, paths))
     changed = [r for r in reports if r.changed]
     if from_stdin:
         render.print_findings((f for r in reports for f in r.findings), to_stderr=True)
     elif not diff:
         left = sum(len(r.findings) for r in reports)
         _print_results(
-            output_format, reports, errors, {"findings": str(left), "changed-files": "\n".join(formats.repository_path(r.path) for r in changed)}
+            output_format, reports, errors, {"findings": str(left), "changed-files": path_lines(formats.repository_path(r.path) for r in changed)}
         )
     if show_fixes:
         render.print_fixed(f for r in reports for f in r.fixed)
@@ -566,6 +570,21 @@ def _ask(question: str) -> str:
         if answer in ("y", "n", "a", "q"):
             return answer
         render.stderr.print("answer y, n, a or q")
+
+
+def _write_fixes(reports: list[FileReport], errors: list[PathError], root_of: Callable[[str], Path]) -> None:
+    """Write each report's rewrite, inside the folder ``root_of`` its path; one that cannot be
+    written is an error of its file, whose findings are then still there, and the others are
+    written all the same."""
+    for report in (r for r in reports if r.changed):
+        try:
+            write_fix(report.path, report.rewritten, report.original, root_of(report.path))
+        except NotWritten as error:
+            errors.append(PathError(report.path, str(error)))
+            _not_written(report)
+        except OSError as error:
+            errors.append(PathError(report.path, f"{report.path}: cannot write: {error.strerror or error}"))
+            _not_written(report)
 
 
 def _not_written(report: FileReport) -> None:
@@ -624,7 +643,8 @@ def pr(
         github = GitHub(token, repository or "", api_url)
         with pull_request.base_checkout(settings, token) as workspace:
             reports, errors = _run(workspace.paths(paths or ["."]), checked, overrides, jobs, fixing=True)
-            # As `fix` does, a file that cannot be checked does not hold back the other files' fixes.
+            # As `fix` does, a file that cannot be checked or written does not hold back the other files' fixes.
+            _write_fixes(reports, errors, lambda path: workspace.root)
             outcome = pull_request.publish(workspace, reports, github)
     except (pull_request.GitError, GitHubError) as error:
         render.stderr.print(f"error: {error}")

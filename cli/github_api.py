@@ -4,11 +4,13 @@ Requests that fail on the server's side (5xx, a secondary rate limit, a dropped 
 retried with exponential backoff, honouring ``Retry-After``; what retrying cannot mend (401, 403,
 404, 422) raises ``GitHubError`` with one line that says which permission or setting is missing,
 and so does an answer that is not the API's (a proxy's HTML page). The token is sent in a header
-only, over https (or to this machine), and appears in no message, not even one the server echoes.
+only, over https (or to this machine), and appears in no message nor answer gradfix shows, not
+even echoed back encoded (``token_echoes``).
 """
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import re
@@ -49,6 +51,27 @@ def in_clear_text(url: str) -> bool:
         return not ipaddress.ip_address(parts.hostname or "").is_loopback
     except ValueError:
         return True
+
+
+def token_echoes(token: str) -> re.Pattern[str]:
+    """Every form a server, a proxy or git may echo ``token`` back in: as is, with any of its
+    characters percent-encoded, in base64 (standard or URL-safe) wherever it stands in the text
+    encoded (``x-access-token:TOKEN`` of an HTTP basic header among them), and each reversed."""
+    forms = [token, token[::-1]]
+    data = token.encode()
+    for offset in range(3):
+        # The characters of the base64 of a text holding the token ``offset`` bytes after a
+        # multiple of three that depend on the token's bits alone, whatever is around it.
+        encoded = base64.b64encode(bytes(offset) + data).decode()
+        inner = encoded[-(-8 * offset // 6) : 8 * (offset + len(data)) // 6]
+        for alphabet in (inner, inner.translate(str.maketrans("+/", "-_"))):
+            forms += [alphabet, alphabet[::-1]]
+    return re.compile("|".join(_percent_encodable(form) for form in dict.fromkeys(forms) if form))
+
+
+def _percent_encodable(text: str) -> str:
+    """A pattern for ``text`` with any of its characters percent-encoded (hex in either case)."""
+    return "".join(f"(?:{re.escape(c)}|(?i:{''.join(f'%{byte:02x}' for byte in c.encode())}))" for c in text)
 
 
 class PullRequestExists(GitHubError):
@@ -113,6 +136,7 @@ class GitHub:
         self.owner, self.repository = named["owner"], repository
         self.api_url = api_url.rstrip("/")
         self._token = token
+        self._echoes = token_echoes(token) if token else None
         self._sleep = sleep
         self._opener = urllib.request.build_opener(_SameHostRedirects)
 
@@ -158,7 +182,7 @@ class GitHub:
                     raise _error_for(error.code, what, said, self.api_url, self.repository) from None
             except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
                 if final:
-                    reason = getattr(error, "reason", error)
+                    reason = self._redacted(str(getattr(error, "reason", error)))
                     raise GitHubError(f"cannot reach the GitHub API at {self.api_url} ({what}): {reason}") from None
                 wait = FIRST_BACKOFF * 2**attempt
             self._sleep(wait)
@@ -168,7 +192,7 @@ class GitHub:
         """An answer that is not JSON, or not of the shape ``read`` reads, is not the API's (a
         proxy's or a login page, a web server's index)."""
         try:
-            return read(json.loads(data) if data else None)
+            return read(self._redacted_answer(json.loads(data) if data else None))
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise GitHubError(
                 f"{what}: a {content_type} answer that is not what the GitHub API at {self.api_url} answers; "
@@ -190,7 +214,18 @@ class GitHub:
 
     def _redacted(self, text: str) -> str:
         """``text`` without the token: a server (or a proxy) may echo the Authorization header."""
-        return text.replace(self._token, "***") if self._token else text
+        return self._echoes.sub("***", text) if self._echoes else text
+
+    def _redacted_answer(self, answer: object) -> object:
+        """A JSON answer with the token out of every string in it: what gradfix prints of a pull
+        request (its address) comes from the answer."""
+        if isinstance(answer, str):
+            return self._redacted(answer)
+        if isinstance(answer, list):
+            return [self._redacted_answer(item) for item in answer]
+        if isinstance(answer, dict):
+            return {key: self._redacted_answer(value) for key, value in answer.items()}
+        return answer
 
 
 class _Unprocessable(GitHubError):

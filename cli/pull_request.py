@@ -12,7 +12,12 @@ The token reaches git as an HTTP header through ``GIT_CONFIG_*`` variables of gi
 environment: never on a command line, in a remote URL or in ``.git/config``; and only the git
 commands that talk to the remote (fetch, ls-remote, push) get it. The variables that held it are
 taken out of the environment before anything starts, and git runs with hooks and fsmonitor off,
-so no program git or gradfix starts sees it. It is never sent over http to another machine.
+so no program git or gradfix starts sees it. It is never sent over http to another machine, and
+what git says is shown with the token masked, in every form it may be echoed back in.
+
+A fix is never written through a link out of the worktree (the walk skips one, and the file is
+left out of the pull request); the commit holds the files the fixes wrote: a link's target, not
+the link.
 """
 
 from __future__ import annotations
@@ -30,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from gradfix.codemods.files import unified_diff, write_atomically
+from gradfix.codemods.files import path_lines, unified_diff
 from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.registry import rule_by_code
 
-from .github_api import GitHub, GitHubError, PullRequest, PullRequestExists, in_clear_text
+from .github_api import GitHub, GitHubError, PullRequest, PullRequestExists, in_clear_text, token_echoes
 from .formats import markdown_cell
 
 DEFAULT_BRANCH = "gradfix/fixes"
@@ -91,7 +96,7 @@ class Git:
 
     def __init__(self, directory: Path, token: str | None = None, remote_url: str = "") -> None:
         self.directory = directory
-        self._secrets = (token, _basic_credentials(token)) if token else ()
+        self._echoes = token_echoes(token) if token else None
         inherited = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
         self._environment = inherited | _config_variables(_PROGRAMS_OFF)
         self._remote_environment = inherited | _config_variables(_PROGRAMS_OFF + _header_entries(remote_url, token))
@@ -115,16 +120,14 @@ class Git:
                 stdin=subprocess.DEVNULL,
             )
         except (OSError, subprocess.TimeoutExpired) as error:
-            raise GitError(f"git {args[0]}: {error}") from None
+            raise GitError(self._redacted(f"git {args[0]}: {error}")) from None
         if done.returncode != 0:
             said = " ".join((done.stderr or done.stdout).split()) or f"exit status {done.returncode}"
             raise GitError(self._redacted(f"git {' '.join(args[:2])} failed: {said}"))
         return done.stdout.strip()
 
     def _redacted(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        return self._echoes.sub("***", text) if self._echoes else text
 
 
 def _basic_credentials(token: str) -> str:
@@ -167,6 +170,15 @@ class Workspace:
     branch_commit: str | None  # the fixes branch on the remote, if it exists
     source: Path  # the top of the checkout the command was run in
     invoked_in: Path  # the folder it was run in, which the paths given are relative to
+
+    @property
+    def root(self) -> Path:
+        """The worktree: no fix is written outside it."""
+        return self.git.directory
+
+    def committed_path(self, path: str) -> str:
+        """The file ``path`` names in the worktree (its links followed), as git names it there."""
+        return Path(os.path.relpath(os.path.realpath(path), os.path.realpath(self.root))).as_posix()
 
     def paths(self, given: Sequence[str]) -> list[str]:
         """The paths given (relative to where the command ran) as the same paths in the worktree."""
@@ -273,14 +285,15 @@ class Outcome:
         open_pr = self.pull_request if self.action not in ("closed", "clean") else None
         return {
             "findings": str(len(self.fixed) + len(self.left)),
-            "changed-files": "\n".join(self.changed_files),
+            "changed-files": path_lines(self.changed_files),
             "pull-request-number": str(open_pr.number) if open_pr else "",
             "pull-request-url": open_pr.url if open_pr else "",
         }
 
 
 def publish(workspace: Workspace, reports: Sequence[FileReport], github: GitHub) -> Outcome:
-    """Bring the fixes branch and the pull request in line with the fixes in ``reports``."""
+    """Bring the fixes branch and the pull request in line with the fixes in ``reports``, written
+    into the worktree already."""
     settings = workspace.settings
     changed = [r for r in reports if r.changed]
     outcome = Outcome(
@@ -288,7 +301,7 @@ def publish(workspace: Workspace, reports: Sequence[FileReport], github: GitHub)
         workspace.base,
         settings.branch,
         None,
-        [r.path for r in changed],
+        [workspace.committed_path(r.path) for r in changed],
         [f for r in reports for f in r.fixed],
         [f for r in reports for f in r.findings],
     )
@@ -297,7 +310,7 @@ def publish(workspace: Workspace, reports: Sequence[FileReport], github: GitHub)
     if not changed:
         _withdraw(workspace, github, found, outcome)
         return outcome
-    wrote = _push_fixes(workspace, changed)
+    wrote = _push_fixes(workspace, outcome.changed_files)
     title, description = settings.title, pull_request_body(reports, workspace.base)
     body = with_fingerprint(title, description)
     if found is None:
@@ -318,13 +331,11 @@ def publish(workspace: Workspace, reports: Sequence[FileReport], github: GitHub)
     return outcome
 
 
-def _push_fixes(workspace: Workspace, changed: Sequence[FileReport]) -> bool:
-    """Write the fixes into the worktree and push them as one commit on the base's tip, unless
-    the remote branch holds exactly that already; whether it pushed."""
+def _push_fixes(workspace: Workspace, changed: Sequence[str]) -> bool:
+    """Push the files ``changed`` in the worktree as one commit on the base's tip, unless the
+    remote branch holds exactly that already; whether it pushed."""
     settings, git = workspace.settings, workspace.git
-    for report in changed:
-        write_atomically(report.path, report.rewritten, expected=report.original)
-    git("add", "--", *(r.path for r in changed))
+    git("add", "--", *changed)
     tree = git("write-tree")
     if workspace.branch_holds(tree):
         return False

@@ -1,6 +1,8 @@
 """Files on disk: which ones a run checks (``collect_files``: folders walked, what git ignores left
-out, each file once), how a fix is written (``write_atomically``: never half a file, never over
-someone's edit) and shown (``unified_diff``)."""
+out, no link out of the folder walked, each file once), how a fix is written (``write_atomically``:
+never half a file, never over someone's edit; ``write_fix``: a fix of a checked tree, never over a
+read-only file nor through a link out of the root it was found in; ``sweep_stale_temporaries``
+removes what a killed write left) and shown (``unified_diff``)."""
 
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ import tempfile
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
-from .config import Config
+from .config import Config, project_root
 from .notebook import Notebook, file_lines, is_notebook
 from .report import FileReport
 
@@ -80,7 +82,14 @@ def collect_files(
                 elif kind != "not a regular file":  # a FIFO or device found by a walk is skipped
                     errors.append(PathError(str(found), f"{found}: {kind}"))
             ignored = _git_ignored(path, walked)
-            kept = [f for f in walked if f not in ignored]
+            kept = []
+            for found in (f for f in walked if f not in ignored):
+                # As black and ruff: a walk never follows a link out of the folder named, where a
+                # fix would write into someone else's file.
+                if outside(found, path):
+                    notices.append(f"{found}: a symbolic link out of {path} (to {os.path.realpath(found)}): skipped")
+                else:
+                    kept.append(found)
             if not kept:
                 notices.append(f"{path}: no Python file or notebook to check")
             files += kept
@@ -110,6 +119,25 @@ def _one_name_each(files: list[Path]) -> list[Path]:
         elif os.path.islink(kept[place[identity]]) and not os.path.islink(path):
             kept[place[identity]] = path
     return kept
+
+
+def outside(path: str | Path, root: str | Path) -> bool:
+    """Whether ``path``, its links followed, is outside ``root`` (its links followed too)."""
+    top = os.path.realpath(root)
+    return os.path.commonpath([os.path.realpath(path), top]) != top
+
+
+def write_root(path: str | Path, named: Sequence[str | Path]) -> Path:
+    """The folder a fix of ``path``, found by ``collect_files(named)``, may write in: the folder
+    named whose walk found it; for a file named itself, the work tree that holds the name (its own
+    folder outside one). A link named on the command line is read wherever it points, as black
+    and ruff read it, but a fix is not written through it out of the project."""
+    given = Path(path)
+    if given not in map(Path, named):
+        for folder in map(Path, named):
+            if folder in given.parents:
+                return folder
+    return project_root(given.parent)
 
 
 def unreadable_kind(path: Path) -> str:
@@ -166,11 +194,46 @@ def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
     return {f for f in files if os.path.abspath(f) in ignored}
 
 
-class FileChanged(Exception):
+class NotWritten(Exception):
+    """A fix gradfix refuses to write; the message reads ``path: why; not written``."""
+
+
+class FileChanged(NotWritten):
     """The file on disk is no longer what gradfix read: writing would lose someone's edit."""
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(f"{path}: changed since gradfix read it; not written")
+
+
+class OutsideRoot(NotWritten):
+    """The file is a link to a file outside the folder the fix may write in."""
+
+    def __init__(self, path: str | Path, root: str | Path) -> None:
+        super().__init__(f"{path}: a symbolic link out of {root} (to {os.path.realpath(path)}); not written")
+
+
+class ReadOnly(NotWritten):
+    """The file is read-only for this user: replacing it (which its folder's permissions allow)
+    would rewrite a file the user may not write."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(f"{path}: read-only (no permission to write it); not written")
+
+
+def write_fix(path: str | Path, data: bytes, expected: bytes, root: str | Path) -> None:
+    """Write a fix of a file of a checked tree (``write_atomically``) as black and ruff write a
+    file they format: not through a link out of ``root`` (``OutsideRoot``), and only where the
+    user may write the file itself (``ReadOnly``; root may write any)."""
+    if outside(path, root):
+        raise OutsideRoot(path, root)
+    if not os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+        raise ReadOnly(path)
+    write_atomically(path, data, expected)
+
+
+# What write_atomically names its temporary file: ``.NAME.PID.RANDOM.gradfix``, beside the file
+# it replaces; the pid of the process writing it tells whether a write is still under way.
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[a-z0-9_]+\.gradfix")
 
 
 def write_atomically(path: str | Path, data: bytes, expected: bytes | None = None) -> None:
@@ -179,11 +242,12 @@ def write_atomically(path: str | Path, data: bytes, expected: bytes | None = Non
     kept where the process may (setuid and setgid only with the owner and group they had). A
     file with several hard links is updated in place, so that every name sees the fix, with
     signals held off until it is whole. With ``expected``, raise ``FileChanged`` instead of
-    writing when the file no longer holds those bytes just before the replace."""
+    writing when the file no longer holds those bytes just before the replace. No temporary file
+    outlives an exception."""
     target = Path(os.path.realpath(path))
     status = target.stat()
-    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".gradfix")
     try:
+        descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.", suffix=".gradfix")
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -201,9 +265,49 @@ def write_atomically(path: str | Path, data: bytes, expected: bytes | None = Non
         else:
             os.replace(temporary, target)
     except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        # By its name, not by ``temporary``: an interruption inside mkstemp leaves a file the
+        # code here was never told the name of.
+        for name, pid, entry in _temporaries(target.parent):
+            if (name, pid) == (target.name, os.getpid()):
+                with contextlib.suppress(OSError):  # the error to raise is the one that stopped the write
+                    os.unlink(entry)
         raise
+
+
+def sweep_stale_temporaries(paths: Iterable[str | Path]) -> None:
+    """Remove, in the folders that hold ``paths`` (not where a link among them points: that may
+    be out of the tree), the temporary files of writes that were killed: regular files named as
+    ``write_atomically`` names them whose writer is no running process."""
+    for folder in {os.path.dirname(os.path.abspath(path)) for path in paths}:
+        for _, pid, entry in _temporaries(Path(folder)):
+            if not _running(pid):
+                with contextlib.suppress(FileNotFoundError):  # another run swept it first
+                    os.unlink(entry)
+
+
+def _temporaries(folder: Path) -> Iterator[tuple[str, int, Path]]:
+    """The name of the file each temporary of ``write_atomically`` in ``folder`` stands for, the
+    pid of its writer and its path: regular files only, never a link."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # a folder that cannot be read holds nothing to sweep
+        return
+    for entry in entries:
+        named = _TEMPORARY.fullmatch(entry.name)
+        if named and entry.is_file(follow_symlinks=False):
+            yield named["name"], int(named["pid"]), Path(entry.path)
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` runs here, another user's too (signal 0 only asks); a pid no
+    process can have is taken as running, so that nothing is removed on its account."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        pass
+    return True
 
 
 def _kept_mode(original: os.stat_result, replacement: os.stat_result) -> int:
@@ -274,6 +378,33 @@ def _first_changed_line(lines: list[str], header: int) -> int:
             return max(line, 1)
         line += 1
     return max(line, 1)
+
+
+def path_lines(paths: Iterable[str]) -> str:
+    """``paths`` one a line, unambiguous whatever their names: a path that holds a double quote,
+    a backslash, a control character (a newline) or bytes that are not UTF-8 is written as git
+    writes it (with ``core.quotePath`` off): in double quotes, those as C escapes."""
+    return "\n".join(_quoted(path) for path in paths)
+
+
+_C_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def _quoted(path: str) -> str:
+    escaped = "".join(_escaped(c) for c in path)
+    return f'"{escaped}"' if escaped != path else path
+
+
+def _escaped(character: str) -> str:
+    """``character`` as git writes it in a quoted path: a C escape for a double quote, a
+    backslash, a control character or a byte that is not UTF-8 (``os.fsdecode`` keeps one as a
+    lone surrogate); itself otherwise."""
+    code = ord(character)
+    if character in _C_ESCAPES:
+        return _C_ESCAPES[character]
+    if code < 0x20 or code == 0x7F:
+        return f"\\{code:03o}"
+    return f"\\{code - 0xDC00:03o}" if 0xDC80 <= code <= 0xDCFF else character
 
 
 def _diff_name(path: str) -> str:

@@ -281,7 +281,7 @@ def test_a_write_that_fails_is_not_counted_as_fixed(cli, tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("gradfix.cli.app.write_atomically", full)
+    monkeypatch.setattr("gradfix.codemods.files.write_atomically", full)
     result = cli("fix", script)
     assert result.exit_code == 2
     assert "Fixed 0 finding(s) in 0 file(s)" in result.stderr

@@ -2,6 +2,7 @@
 git's http-backend) and a fake GitHub API on 127.0.0.1 that records every request; the GitHub
 client's retries and errors; the token's secrecy."""
 
+import base64
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 from gradfix.cli import github_api
 from gradfix.cli.app import app
-from gradfix.cli.github_api import GitHub, GitHubError
+from gradfix.cli.github_api import GitHub, GitHubError, token_echoes
 from gradfix.cli.pull_request import DEFAULT_BRANCH, Git, GitError, fingerprint_in
 
 from .conftest import FIXTURES
@@ -134,7 +135,7 @@ def pr(api, tmp_path):
             "GITHUB_STEP_SUMMARY": None,
         }
         result = CliRunner().invoke(app, ["pr", *map(str, args)], env=env)
-        assert TOKEN not in result.output + result.stderr + outputs.read_text()
+        assert not token_echoes(TOKEN).search(result.output + result.stderr + outputs.read_text())
         run.outputs = outputs.read_text()
         return result
 
@@ -288,6 +289,45 @@ def test_a_file_that_cannot_be_checked_does_not_hold_back_the_others_fixes(proje
     assert result.exit_code == 2
     assert "error: broken.py:1: cannot parse" in result.stderr and "Opened pull request #1" in result.stderr
     assert project.show(DEFAULT_BRANCH, "train.py") == DOUBLE_FIXED
+
+
+def test_a_link_out_of_the_worktree_is_skipped_and_left_out_of_the_pull_request(project, api, pr, tmp_path):
+    victim = tmp_path / "outside" / "victim.py"
+    victim.parent.mkdir()
+    victim.write_text(TWICE)
+    (project.checkout / "model.py").symlink_to(victim)
+    git(project.checkout, "add", "model.py")
+    git(project.checkout, "commit", "--quiet", "-m", "a link out of the repository")
+    git(project.checkout, "push", "--quiet", "origin", "main")
+    result = pr()
+    assert result.exit_code == 1, result.output
+    assert "warning: model.py: a symbolic link out of . (to " in result.stderr
+    assert "1 fix(es) in 1 file(s)" in result.stderr and "GF001" not in api.pulls[1]["body"]
+    assert victim.read_text() == TWICE
+    assert git(project.remote, "diff", "--name-only", f"main..{DEFAULT_BRANCH}") == "train.py"
+    assert read_step_outputs(pr.outputs)["changed-files"] == "train.py"
+
+
+def test_a_link_in_the_worktree_commits_the_fixed_file_it_points_to(project, api, pr):
+    (project.checkout / "build").mkdir()  # a folder the walk excludes: the link is the file's only name
+    (project.checkout / "build" / "model.py").write_text(TWICE)
+    (project.checkout / "model.py").symlink_to("build/model.py")
+    git(project.checkout, "add", "model.py", "build/model.py")
+    git(project.checkout, "commit", "--quiet", "-m", "a link into the repository")
+    git(project.checkout, "push", "--quiet", "origin", "main")
+    result = pr()
+    assert result.exit_code == 1, result.output
+    assert project.show(DEFAULT_BRANCH, "build/model.py") == TWICE_FIXED
+    assert project.show(DEFAULT_BRANCH, "model.py") == "build/model.py\n"  # still the link
+    assert read_step_outputs(pr.outputs)["changed-files"].split("\n") == ["build/model.py", "train.py"]
+
+
+def test_changed_files_quotes_a_name_that_holds_a_newline(project, api, pr):
+    project.push_to_base({"new\nline.py": TWICE})
+    result = pr()
+    assert result.exit_code == 1, result.output
+    assert project.show(DEFAULT_BRANCH, "new\nline.py") == TWICE_FIXED
+    assert read_step_outputs(pr.outputs)["changed-files"].split("\n") == ['"new\\nline.py"', "train.py"]
 
 
 def test_usage_errors_exit_2(project, api, pr, monkeypatch, tmp_path):
@@ -444,12 +484,53 @@ def test_the_token_is_never_sent_in_clear_text_to_a_remote_on_another_host(proje
     assert api.requests == []
 
 
-def test_a_failing_git_command_hides_the_token(project):
-    encoded = basic_credentials(TOKEN).split()[1]
-    for shown in (TOKEN, encoded):
-        with pytest.raises(GitError) as raised:
-            Git(project.checkout, TOKEN)("show", f"{shown}:train.py")
-        assert shown not in str(raised.value) and "***" in str(raised.value)
+def _base64(text, alphabet=base64.b64encode):
+    return alphabet(text.encode()).decode()
+
+
+# Each form a server, a proxy or git may echo the token back in.
+ECHOES = {
+    "plain": TOKEN,
+    "percent-encoded": "".join(f"%{byte:02X}" for byte in TOKEN.encode()),
+    "partly-percent-encoded-in-lower-case": TOKEN[:4] + "".join(f"%{byte:02x}" for byte in TOKEN[4:20].encode()) + TOKEN[20:],
+    "base64": _base64(TOKEN),
+    "base64-unpadded": _base64(TOKEN).rstrip("="),
+    "base64-after-one-byte": _base64(f"x{TOKEN}"),
+    "base64-after-two-bytes": _base64(f"xy{TOKEN}"),
+    "base64-of-the-credentials": basic_credentials(TOKEN).split()[1],
+    "url-safe-base64-of-the-credentials": _base64(f"x-access-token:{TOKEN}", base64.urlsafe_b64encode),
+    "reversed": TOKEN[::-1],
+    "reversed-base64-of-the-credentials": basic_credentials(TOKEN).split()[1][::-1],
+}
+
+
+@pytest.mark.parametrize("shown", ECHOES.values(), ids=ECHOES.keys())
+def test_a_failing_git_command_hides_the_token_in_every_form(project, shown):
+    with pytest.raises(GitError) as raised:
+        Git(project.checkout, TOKEN)("show", f"{shown}:train.py")
+    said = str(raised.value)
+    assert "invalid object name" in said and "***" in said
+    assert not token_echoes(TOKEN).search(said) and shown not in said
+
+
+@pytest.mark.parametrize("shown", ECHOES.values(), ids=ECHOES.keys())
+def test_an_api_error_hides_the_token_in_every_form(api, shown):
+    api.scripted.append(Scripted(401, {"message": f"Bad credentials: {shown}"}))
+    with pytest.raises(GitHubError) as raised:
+        GitHub(TOKEN, REPOSITORY, api.url, sleep=lambda seconds: None).update_pull_request(7, title="x")
+    said = str(raised.value)
+    assert "GitHub said: Bad credentials: " in said and "***" in said
+    assert not token_echoes(TOKEN).search(said) and shown not in said
+
+
+def test_a_pull_request_address_that_echoes_the_token_is_shown_masked(project, api, pr):
+    api.open_pull(DEFAULT_BRANCH, "main")
+    api.pulls[1]["html_url"] += f"?from={ECHOES['base64-of-the-credentials']}"
+    result = pr()  # the fixture fails the test if a form of the token shows
+    assert result.exit_code == 1, result.output
+    shown = read_step_outputs(pr.outputs)["pull-request-url"]
+    assert shown.startswith(f"https://github.test/{REPOSITORY}/pull/1?from=") and "***" in shown
+    assert f"Updated pull request #1 ({shown})" in result.stderr
 
 
 # answers and names gradfix refuses --------------------------------------------------------------
