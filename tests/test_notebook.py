@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from gradfix.cli.app import app
 from gradfix.codemods import files
+from gradfix.codemods import notebook as notebook_module
 from gradfix.codemods.check import check_source
 from gradfix.codemods.report import FixMode
 from gradfix.codemods.notebook import Notebook, NotebookError
@@ -265,6 +266,20 @@ def test_a_notebook_that_cannot_be_read_is_an_error_of_its_own_and_the_other_fil
     assert "internal error" not in result.stderr
     assert (tmp_path / "train.py").read_text() == HOISTED.joinpath("after.py").read_text()
     assert (tmp_path / "bad.ipynb").read_text() == text
+
+
+def test_a_notebook_gradfix_fails_on_is_an_internal_error_of_its_own_and_the_other_files_are_fixed(tmp_path, monkeypatch):
+    def unforeseen(document):
+        raise KeyError("cells")
+
+    monkeypatch.setattr(notebook_module, "_malformation", unforeseen)
+    (tmp_path / "train.ipynb").write_bytes(hoisted_notebook())
+    (tmp_path / "train.py").write_text(HOISTED.joinpath("before.py").read_text())
+    result = CliRunner().invoke(app, ["fix", "--jobs", "1", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert f"error: {tmp_path / 'train.ipynb'}: internal error: KeyError: 'cells'; the file was left as it was" in result.stderr
+    assert (tmp_path / "train.py").read_text() == HOISTED.joinpath("after.py").read_text()
+    assert (tmp_path / "train.ipynb").read_bytes() == hoisted_notebook()
 
 
 def test_a_syntax_error_is_placed_by_cell(tmp_path):
