@@ -33,6 +33,13 @@ _LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 _BLANK = re.compile(r"[ \t\n\r]*")
 # Half of a UTF-16 pair, alone: JSON's "\ud800" escape reads as one, and no UTF-8 text holds it.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Reading a notebook's JSON takes memory: a few times its size in strings (outputs: images, logs),
+# and some 150 bytes for each value (object, array, string or number), which `[{},{},…]` packs in
+# three bytes. A notebook over either limit is refused before its JSON is decoded; its code cells
+# are then held to the limits of any code (``source.MAX_LINES``, ``source.MAX_WORDS_AND_SYMBOLS``).
+MAX_NOTEBOOK_BYTES = 10 << 20
+MAX_NOTEBOOK_VALUES = 500_000
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 class NotebookError(ValueError):
@@ -54,6 +61,9 @@ class Notebook:
 
     def __init__(self, data: bytes, path: str) -> None:
         self.path = path
+        too_large = _over_json_limits(data)
+        if too_large:
+            raise NotebookError(f"{path}: too large to check: {too_large} (clear its outputs, or exclude it)")
         try:
             self.text = data.decode("utf-8")
             self.document: dict[str, Any] = json.loads(self.text, object_pairs_hook=_object_of_unique_keys)
@@ -238,6 +248,19 @@ class _Scanner:
             if self.text[position] == ",":
                 position = self._blank(position + 1)
         return position + 1
+
+
+def _over_json_limits(data: bytes) -> str:
+    """How a notebook's bytes are over ``MAX_NOTEBOOK_BYTES``, or hold more values than
+    ``MAX_NOTEBOOK_VALUES`` (about as many as the brackets and commas outside strings), or ""."""
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        return f"{len(data):,} bytes, over gradfix's limit of {MAX_NOTEBOOK_BYTES:,} for a notebook"
+    if len(data) > MAX_NOTEBOOK_VALUES:
+        structure = _JSON_STRING.sub(b"", data)
+        values = sum(map(structure.count, (b"{", b"[", b",")))
+        if values > MAX_NOTEBOOK_VALUES:
+            return f"about {values:,} JSON values, over gradfix's limit of {MAX_NOTEBOOK_VALUES:,} for a notebook"
+    return ""
 
 
 def _object_of_unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
