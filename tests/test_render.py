@@ -1,7 +1,7 @@
 """Text of the checked files (quoted code, a path) as gradfix prints it for people: shown, never
 obeyed. No control character reaches the terminal and no printed line is a CI runner's workflow
 command, in every human format: the finding lines of `text` and `concise`, coloured or piped, the
-errors and fixed findings on stderr, a diff shown in a terminal."""
+errors and fixed findings on stderr, a diff shown in a terminal, the lines diagnose quotes."""
 
 import io
 import re
@@ -99,6 +99,19 @@ def test_a_piped_diff_keeps_the_files_bytes_for_git_apply(tmp_path):
     result = CliRunner().invoke(app, ["fix", "--unsafe-fixes", "--diff", str(tmp_path / "train.py")])
     assert result.exit_code == 1, result.output
     assert "\n ::error file=a.py::pwned\n" in result.stdout and "\x1b[2J\x1b]0;title\x07" in result.stdout
+
+
+def test_diagnose_shows_the_lines_it_quotes_escaped(warm_cli, tmp_path):
+    script = tmp_path / "twice.py"
+    script.write_text(
+        "import torch\nw = torch.ones(1, requires_grad=True)\ny = (w * 2).sum()\ny.backward()\ny.backward()  # \x1b]0;x\x07 ##[error]x\n"
+    )
+    result = warm_cli("diagnose", script)
+    assert result.exit_code == 1, result.output
+    explained, _, diff = result.stdout.partition("  fix:\n")
+    assert "  failed at  line 5: y.backward()  # \\x1b]0;x\\x07 ##\\x5berror]x   (on its 1st call)\n" in explained
+    assert_shown_not_obeyed(explained)
+    assert "\n-y.backward()  # \x1b]0;x\x07 ##[error]x\n" in diff  # piped: the file's bytes
 
 
 @pytest.mark.parametrize(
