@@ -37,6 +37,7 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # and some 150 bytes for each value (object, array, string or number), which `[{},{},…]` packs in
 # three bytes. A notebook over either limit is refused before its JSON is decoded; its code cells
 # are then held to the limits of any code (``source.MAX_LINES``, ``source.MAX_WORDS_AND_SYMBOLS``).
+# Code at those limits with 10 MB of outputs took 295 MB to check (benchmarks/file_size_memory.py).
 MAX_NOTEBOOK_BYTES = 10 << 20
 MAX_NOTEBOOK_VALUES = 500_000
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)

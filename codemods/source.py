@@ -26,9 +26,9 @@ _BACKWARD_CALL = re.compile(rb"backward\s*\(")
 # A check's memory grows with the code it parses: LibCST's tree takes about 1.6 KB for each word or
 # symbol and 6 KB more for each line (a statement's own nodes), the analysis a third on top
 # (benchmarks/file_size_memory.py: 1 MB of training code took 800 MB, 1 MB of `a;a;…` 2 GB). Code
-# over either limit is refused before anything parses it: the largest within them took 250 MB to
-# check (310 MB to fix), and 200 KB of training code (53,000 words and symbols, 5,800 lines) is
-# well inside.
+# over either limit is refused before anything parses it: the largest code within them took at most
+# 251 MB to check and 328 MB to fix, and 200 KB of training code (53,000 words and symbols, 5,800
+# lines) is well inside.
 MAX_LINES = 10_000
 MAX_WORDS_AND_SYMBOLS = 70_000
 _WORD_OR_SYMBOL = re.compile(rb"[\w\x80-\xff]+|[^\w\s]")  # a name, number or keyword, or one other character
