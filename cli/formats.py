@@ -8,6 +8,7 @@ import difflib
 import io
 import json
 import os
+import re
 import secrets
 import tokenize
 from collections import Counter
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gradfix import __version__
+from gradfix.cli.render import visible
 from gradfix.codemods.config import project_root
 from gradfix.codemods.files import PathError
 from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
@@ -80,8 +82,10 @@ def report_errors(report: FileReport) -> list[PathError]:
 
 
 def _command(properties: Mapping[str, str], message: str) -> str:
+    """An ``error`` command; its message (which may quote the checked code) is one line, its
+    control characters shown (``visible``): the runner writes it into the log as it decodes it."""
     joined = ",".join(f"{key}={escape_property(value)}" for key, value in properties.items())
-    return f"::error {joined}::{escape_data(message)}"
+    return f"::error {joined}::{escape_data(visible(message))}"
 
 
 def _notebook(report: FileReport) -> Notebook | None:
@@ -133,9 +137,41 @@ def step_summary(reports: Sequence[FileReport]) -> str:
         rule = rule_by_code(finding.code)
         fix = finding.fix.value if finding.fix is not None else "by hand"
         location = dataclasses.replace(finding, path=repository_path(finding.path)).location
-        cells = (f"`{location}`", f"{finding.code} {rule.NAME}", finding.message, fix)
-        lines.append("| " + " | ".join(markdown_cell(cell) for cell in cells) + " |")
+        lines.append(f"| {code_span(location)} | {finding.code} {rule.NAME} | {markdown_message(finding.message)} | {fix} |")
     return "\n".join(lines) + "\n"
+
+
+def markdown_text(text: str) -> str:
+    """Text of the checked files as Markdown that shows it as it is, inside a cell of a table: its
+    control characters escaped (``visible``), and a backslash before each character that could
+    start markup inside a line (emphasis, code, a link or image, HTML, an entity, strikethrough,
+    maths, a cell's end)."""
+    return _INLINE_MARKUP.sub(r"\\\g<0>", visible(text))
+
+
+_INLINE_MARKUP = re.compile(r"[\\`*_\[\]<>&~|$]")
+
+
+def code_span(text: str) -> str:
+    """``text`` as a code span inside a cell of a table, which no backtick of it can close: its
+    fence is a run of backticks longer than any in it, spaced from a backtick at either end of the
+    text, or from blanks at both (a span drops one space at each end when it has one at both),
+    and a ``|`` is escaped, as a table reads it before the span."""
+    text = visible(text).replace("|", "\\|")
+    fence = "`" * (1 + max(map(len, re.findall("`+", text)), default=0))
+    padding = " " if "`" in (text[:1], text[-1:]) or text[:1] == text[-1:] == " " else ""
+    return f"{fence}{padding}{text}{padding}{fence}"
+
+
+def markdown_message(message: str) -> str:
+    """A finding's message in Markdown: what it quotes between backticks as code spans, the rest
+    as text. The quoted code is the checked file's, and may hold backticks of its own: they only
+    move where a span starts or ends, as every part is escaped as what it becomes (an odd
+    backtick, which would open no span, is text)."""
+    parts = message.split("`")
+    if len(parts) % 2 == 0:
+        parts[-2:] = [parts[-2] + "`" + parts[-1]]
+    return "".join(code_span(part) if index % 2 else markdown_text(part) for index, part in enumerate(parts))
 
 
 def markdown_cell(text: str) -> str:

@@ -1,5 +1,7 @@
 """How results look: findings, diffs and summaries. Diagnostics go to stderr; findings, diffs and
-machine output to stdout, uncoloured when stdout is not a terminal or NO_COLOR is set."""
+machine output to stdout, uncoloured when stdout is not a terminal or NO_COLOR is set. Text of the
+checked files (a path, quoted code, a script's error) is printed with its control characters
+escaped (``printed_line``); a diff piped to a file or to ``git apply`` keeps its bytes."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gradfix.codemods.files import PathError, unified_diff
+from gradfix.codemods.notebook import file_lines
 from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.registry import rule_by_code
 from gradfix.codemods.rule import Rule
@@ -25,6 +28,28 @@ if TYPE_CHECKING:
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
+
+
+def visible(text: str) -> str:
+    """Text of the checked files (quoted code, a path) as it is shown, never obeyed: each character
+    Python would not print as it is (a control character of C0 or C1, DEL, half of a UTF-16 pair,
+    a line separator, a format character that hides itself) is its escape, as ``repr`` writes it
+    (``\\n``, ``\\x1b``, ``\\u202e``). So no escape sequence reaches a terminal, and the text
+    stays on one line."""
+    if text.isprintable():
+        return text
+    return "".join(character if character.isprintable() else ascii(character)[1:-1] for character in text)
+
+
+def printed_line(text: str) -> str:
+    """A line gradfix prints holding text of the checked files: ``visible``, and never a workflow
+    command of the CI runner that reads gradfix's output. GitHub's obeys a line that starts with
+    ``::`` after its blanks, and a ``##[`` anywhere in one; their escapes are shown instead."""
+    line = visible(text).replace("##[", "##\\x5b")
+    blanks = len(line) - len(line.lstrip())
+    if line.startswith("::", blanks):
+        line = line[:blanks] + "\\x3a" + line[blanks + 1 :]
+    return line
 
 
 def _stdout() -> Console:
@@ -41,24 +66,24 @@ def print_diff(diff: str) -> None:
         sys.stdout.flush()
         return
     console = _stdout()
-    for line in diff.splitlines():
+    for line in file_lines(diff):
         style = next((s for prefix, s in _DIFF_STYLES if line.startswith(prefix)), "")
-        console.print(Text(line, style=style))
+        console.print(Text(printed_line(line.removesuffix("\n").removesuffix("\r")), style=style))
 
 
 def print_findings(findings: Iterable[Finding], to_stderr: bool = False) -> None:
     """One line per finding, on stdout (on stderr when stdout carries code)."""
     stream = sys.stderr if to_stderr else sys.stdout
     if not (stderr.is_terminal if to_stderr else coloured_stdout()):
-        stream.writelines(finding.render() + "\n" for finding in findings)
+        stream.writelines(printed_line(finding.render()) + "\n" for finding in findings)
         stream.flush()
         return
     console = stderr if to_stderr else _stdout()
     for finding in findings:
         text = Text()
-        text.append(f"{finding.location}:", style="bold")
+        text.append(f"{printed_line(finding.location)}:", style="bold")
         text.append(f" {finding.code}", style="bold red")
-        text.append(f" {finding.message}")
+        text.append(f" {printed_line(finding.message)}")
         if finding.fix is not None:
             text.append(f" [{finding.fix.value} fix]", style="dim")
         console.print(text)
@@ -111,7 +136,7 @@ def findings_records(findings: Iterable[Finding], reports: Sequence[FileReport] 
 
 def print_errors(reports: Sequence[FileReport], extra: Sequence[PathError] = ()) -> None:
     for error in all_errors(reports, extra):
-        stderr.print(Text("error: ", style="bold red") + Text(error.message))
+        stderr.print(Text("error: ", style="bold red") + Text(printed_line(error.message)))
 
 
 def fix_summary(reports: Sequence[FileReport], diff: bool) -> str:
@@ -163,7 +188,7 @@ def statistics_table(findings: Sequence[Finding]) -> Table:
 def print_fixed(findings: Iterable[Finding]) -> None:
     """The findings the fixes removed, one line each, on stderr (stdout may carry code or a diff)."""
     for finding in findings:
-        stderr.print(Text(f"fixed {finding.location}: {finding.code} {finding.message}"))
+        stderr.print(Text(printed_line(f"fixed {finding.location}: {finding.code} {finding.message}")))
 
 
 def rule_record(rule: type[Rule]) -> dict:
@@ -251,19 +276,20 @@ def print_diagnosis(diagnosis: Diagnosis, show_output: bool) -> None:
         console.print(Text("script output:", style="bold"))
         console.print(Text(run.stdout + run.stderr))
     if diagnosis.symptom:
-        console.print(Text(f"{shown}: runs, but {diagnosis.describe(diagnosis.symptom)}", style="bold red"))
+        console.print(Text(printed_line(f"{shown}: runs, but {diagnosis.describe(diagnosis.symptom)}"), style="bold red"))
     elif not diagnosis.second_backward:
         if run.succeeded:
-            console.print(f"no error in {run.backward_calls} step(s) ({run.describe()})")
+            console.print(Text(printed_line(f"no error in {run.backward_calls} step(s) ({run.describe()})")))
         else:
-            console.print(Text(f"{shown}: {run.describe()}", style="bold"))
+            console.print(Text(printed_line(f"{shown}: {run.describe()}"), style="bold"))
             if run.status == "error" and not show_output and run.traceback:
-                console.print(Text(run.traceback.rstrip()))
+                for line in run.traceback.rstrip().split("\n"):
+                    console.print(Text(printed_line(line)))
         return
     else:
-        console.print(Text(f"{shown}: RuntimeError: {diagnosis.run.error_message.split('.')[0]}", style="bold red"))
+        console.print(Text(printed_line(f"{shown}: RuntimeError: {diagnosis.run.error_message.split('.')[0]}"), style="bold red"))
     for line in diagnosis_lines(diagnosis, diagnosis.describe):
-        console.print(line)
+        console.print(Text(printed_line(line)))
     if diagnosis.finding is None:
         if diagnosis.symptom:
             console.print("  No gradfix rule finds the cause: look for losses or outputs kept across steps.")
@@ -307,7 +333,7 @@ def print_repair(searched: Repair, diagnosis: Diagnosis) -> None:
     """The candidates a repair search ran, one line each, and the diff of the one it chose."""
     console = _stdout()
     for line in repair_lines(searched, diagnosis.describe):
-        console.print(Text(line))
+        console.print(Text(printed_line(line)))
     chosen = searched.chosen
     if chosen is None:
         return

@@ -63,13 +63,20 @@ def check_source(
 ) -> FileReport:
     """Findings (and, by ``mode``, fixes) for one file's bytes; ``project`` holds the summaries of
     the other checked files' functions, for calls of them."""
-    skipped = prefiltered_report(data, path, project)
-    if skipped is not None:
-        return skipped
-    with _cycle_collection_deferred():
-        if is_notebook(path):
-            return _check_notebook(data, rules, mode, path, project)
-        return _check_python(data, rules, mode, path, project)
+    try:
+        skipped = prefiltered_report(data, path, project)
+        if skipped is not None:
+            return skipped
+        with _cycle_collection_deferred():
+            if is_notebook(path):
+                return _check_notebook(data, rules, mode, path, project)
+            return _check_python(data, rules, mode, path, project)
+    except Exception as error:  # a bug in gradfix must not stop the other files
+        return FileReport(path, original=data, internal_errors=[_internal_error(path, error)])
+
+
+def _internal_error(path: str, error: Exception) -> str:
+    return f"{path}: internal error: {type(error).__name__}: {error}; the file was left as it was"
 
 
 @contextlib.contextmanager
@@ -110,7 +117,7 @@ def _check_python(data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path:
     except (RecursionError, MemoryError) as error:
         report.errors.append(f"{path}: too deeply nested to analyse ({type(error).__name__})")
     except Exception as error:  # a bug in gradfix must not stop the other files
-        report.internal_errors.append(f"{path}: internal error: {type(error).__name__}: {error}; the file was left as it was")
+        report.internal_errors.append(_internal_error(path, error))
         report.findings, report.fixed, report.rewritten = [], [], None
     return report
 

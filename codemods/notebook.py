@@ -15,6 +15,7 @@ import io
 import json
 import re
 import tokenize
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,6 +31,16 @@ PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "autoreload"
 _MAGIC_LINE = re.compile(r"^\s*[%!]|^\s*\?{1,2}[\w.*]|^\s*[\w.*]+\?{1,2}\s*$|^\s*[\w.\[\], ]+=\s*[%!]")
 _LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 _BLANK = re.compile(r"[ \t\n\r]*")
+# Half of a UTF-16 pair, alone: JSON's "\ud800" escape reads as one, and no UTF-8 text holds it.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Reading a notebook's JSON takes memory: a few times its size in strings (outputs: images, logs),
+# and some 150 bytes for each value (object, array, string or number), which `[{},{},…]` packs in
+# three bytes. A notebook over either limit is refused before its JSON is decoded; its code cells
+# are then held to the limits of any code (``source.MAX_LINES``, ``source.MAX_WORDS_AND_SYMBOLS``).
+# Code at those limits with 10 MB of outputs took 295 MB to check (benchmarks/file_size_memory.py).
+MAX_NOTEBOOK_BYTES = 10 << 20
+MAX_NOTEBOOK_VALUES = 500_000
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 class NotebookError(ValueError):
@@ -51,18 +62,23 @@ class Notebook:
 
     def __init__(self, data: bytes, path: str) -> None:
         self.path = path
+        too_large = _over_json_limits(data)
+        if too_large:
+            raise NotebookError(f"{path}: too large to check: {too_large} (clear its outputs, or exclude it)")
         try:
             self.text = data.decode("utf-8")
-            self.document: dict[str, Any] = json.loads(self.text)
+            self.document: dict[str, Any] = json.loads(self.text, object_pairs_hook=_object_of_unique_keys)
+            malformed = _malformation(self.document)
+            self._spans = {} if malformed else _source_spans(self.text)
         except (UnicodeDecodeError, ValueError) as error:
             raise NotebookError(f"{path}: not a Jupyter notebook ({type(error).__name__}: {error})") from None
-        malformed = _malformation(self.document)
+        except RecursionError:
+            raise NotebookError(f"{path}: not a Jupyter notebook (its JSON is nested too deep to read)") from None
         if malformed:
             raise NotebookError(f"{path}: not a Jupyter notebook ({malformed})")
         cells = self.document["cells"]
         self.language = str(self.document.get("metadata", {}).get("language_info", {}).get("name", "python"))
         self.code_cells = [i for i, cell in enumerate(cells) if cell.get("cell_type") == "code"]
-        self._spans = _source_spans(self.text)
         lines: list[str] = []
         self._cell_starts: list[tuple[int, int]] = []  # (first source line, cell index), in order
         self._indents: dict[int, str] = {}  # the indentation IPython strips from a cell before running it
@@ -235,6 +251,30 @@ class _Scanner:
         return position + 1
 
 
+def _over_json_limits(data: bytes) -> str:
+    """How a notebook's bytes are over ``MAX_NOTEBOOK_BYTES``, or hold more values than
+    ``MAX_NOTEBOOK_VALUES`` (about as many as the brackets and commas outside strings), or ""."""
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        return f"{len(data):,} bytes, over gradfix's limit of {MAX_NOTEBOOK_BYTES:,} for a notebook"
+    if len(data) > MAX_NOTEBOOK_VALUES:
+        structure = _JSON_STRING.sub(b"", data)
+        values = sum(map(structure.count, (b"{", b"[", b",")))
+        if values > MAX_NOTEBOOK_VALUES:
+            return f"about {values:,} JSON values, over gradfix's limit of {MAX_NOTEBOOK_VALUES:,} for a notebook"
+    return ""
+
+
+def _object_of_unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, read only where no key is repeated in it: readers disagree on which of two
+    ``cells`` is the notebook (``json`` keeps the last), and a rewrite must edit the one that was
+    checked."""
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        repeated = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        raise ValueError(f"the key {json.dumps(repeated)} is repeated in one object")
+    return document
+
+
 def _malformation(document: Any) -> str:
     """What makes ``document`` (a notebook's JSON) not a notebook this module can read, or ""."""
     if not isinstance(document, dict):
@@ -259,6 +299,8 @@ def _malformation(document: Any) -> str:
             isinstance(source, str) or isinstance(source, list) and all(isinstance(line, str) for line in source)
         ):
             return f"the source of cell {number} is not text"
+        if cell.get("cell_type") == "code" and (surrogate := _LONE_SURROGATE.search(cell_source(cell))):
+            return f"the source of cell {number} holds a lone surrogate ({ascii(surrogate[0])[1:-1]}), which is not text"
     return ""
 
 

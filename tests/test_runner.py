@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gradfix.codemods.execution.runner import RunOptions, ScriptRunner
+from gradfix.codemods.execution.runner import RunOptions, ScriptRunner, script_environment
 
 # A child in the script's process group, one in a session of its own, and a daemon (a double fork
 # in a new session, whose middle process leaves): none is in the group gradfix kills.
@@ -52,6 +52,44 @@ def test_a_variable_reaches_the_script_only_when_passed(runs, tmp_path, monkeypa
     assert runs.runner.run(script).stdout == "None None\n"
     passed = runs.runner.run(script, RunOptions(pass_env=("KEPT_TOKEN", "MY_SETTING")))
     assert passed.stdout == "kept mine\n", passed.describe()
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("HTTPS_PROXY", "http://ghp_token@proxy:3128"),  # a token as the user, no password
+        ("HTTP_PROXY", "http://user:pa/ss@proxy:3128"),  # a slash in the password
+        ("https_proxy", "http://user:pass word@proxy:3128"),  # a space in it
+        ("http_proxy", "user:secret@proxy:3128"),  # no scheme: urllib and curl read it as a proxy's
+        ("TORCH_HUB_URL", "https://user:secret@hub.internal/models"),
+        ("TORCH_HUB_AUTHORIZATION", "Basic dXNlcjpwYXNz"),
+        ("TORCH_HUB_BEARER", "eyJhbGciOi"),
+        ("NVIDIA_REQUEST_SIGNATURE", "5d41402abc4b2a76"),
+        ("TORCH_SSL_PASSPHRASE", "hunter2"),
+        ("CUDA_REGISTRY_CREDS", "user:secret"),
+        ("TORCH_HUB_CRED", "user:secret"),
+    ],
+)
+def test_a_credential_in_an_allowed_variable_does_not_reach_the_script(name, value):
+    assert script_environment({name: value, "LANG": "C.UTF-8"}) == {"LANG": "C.UTF-8"}
+
+
+def test_settings_of_cuda_torch_nccl_and_a_proxy_without_credentials_reach_the_script():
+    settings = {
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "TORCH_CUDA_ARCH_LIST": "8.0;8.6+PTX",
+        "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+        "TORCH_HOME": "/cache/torch",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "NCCL_IB_HCA": "mlx5_0:1",
+        "NCCL_ASYNC_ERROR_HANDLING": "1",
+        "HTTPS_PROXY": "http://proxy.internal:3128",
+        "NO_PROXY": "localhost,.internal",
+        "PATH": "/home/me/.nvm/versions/node@18/bin:/usr/bin",  # an @ in a folder's name
+    }
+    assert script_environment(settings) == settings
 
 
 @pytest.mark.parametrize("how", ["ends", "hang"])

@@ -85,9 +85,11 @@ ALLOWED_ENVIRONMENT_PREFIXES = (
     "OMP_", "MKL_", "KMP_", "OPENBLAS_",
 )  # fmt: skip
 # Allowed names can still hold a secret (TORCH_HUB_TOKEN, a proxy's password): those are left out.
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "COOKIE", "PRIVATE")
-_SECRET_PARTS = frozenset({"PAT", "AUTH", "PWD", "PASS", "DSN", "JWT", "SESSION"})  # GH_PAT, not PATH
-_CREDENTIALS_IN_URL = re.compile(r"://[^/@\s]*:[^/@\s]*@")
+_SECRET_WORDS = (
+    "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "KEY", "CREDENTIAL", "CREDS", "COOKIE", "PRIVATE",
+    "AUTHORIZATION", "BEARER", "SIGNATURE",
+)  # fmt: skip
+_SECRET_PARTS = frozenset({"PAT", "AUTH", "PWD", "PASS", "CRED", "DSN", "JWT", "SESSION", "OTP", "HMAC"})  # GH_PAT, not PATH
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
@@ -211,11 +213,16 @@ def script_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _looks_secret(name: str, value: str) -> bool:
+    """Whether a variable's name says it holds a secret, or its value holds a URL's user
+    information (``token@``, ``user:password@``) whatever the password holds (a slash, a space):
+    an @ anywhere after a scheme, or anywhere in a proxy's setting, which may leave the scheme out
+    (``user:password@proxy:3128``). The variable is dropped whole."""
     upper = name.upper()
     return (
         any(word in upper for word in _SECRET_WORDS)
         or not _SECRET_PARTS.isdisjoint(re.split(r"[^A-Z0-9]+", upper))
-        or _CREDENTIALS_IN_URL.search(value) is not None
+        or "@" in value.partition("://")[2]
+        or (upper.endswith("_PROXY") and "@" in value)
     )
 
 
