@@ -104,6 +104,8 @@ def finding_record(finding: Finding) -> dict:
         "related_lines": list(finding.related_lines),
         # In a notebook, the cell each related line counts in (null in a script).
         "related_cells": list(finding.related_cells) if finding.cell is not None else None,
+        # The fix's proof obligations, each proved, or unknown/refuted by a construct at a line.
+        "proof": [{"obligation": p.obligation, "answer": p.answer, "line": p.line or None, "construct": p.construct or None} for p in finding.proof],
     }
 
 

@@ -78,3 +78,27 @@ def test_an_opaque_construct_on_the_path_makes_the_fix_unsafe(rule, before, cons
     variant = _with_construct(source, imports, statement)
     report = check_source(variant.encode(), [rule], FixMode.SAFE, str(before))
     assert not report.fixed, f"a safe fix despite {construct}: " + "; ".join(f.render() for f in report.fixed)
+
+
+def test_a_finding_carries_the_answer_of_each_obligation_into_machine_output():
+    from gradfix.cli.render import finding_record
+
+    path = Path(__file__).parent / "proof_example.py"
+    source = b"""\
+import torch
+import torch.nn as nn
+import helpers
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    optimizer.zero_grad()
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    loss.backward(retain_graph=True)
+    optimizer.step()
+    helpers.show(model)
+"""
+    report = check_source(source, all_rules(), FixMode.NONE, str(path))
+    (record,) = [finding_record(f) for f in report.findings]
+    assert record["fix"] == "unsafe" and "at line 11" in record["message"]
+    proof = {step["obligation"]: (step["answer"], step["line"]) for step in record["proof"]}
+    assert proof["reads_modelled_code"] == ("unknown", 11) and proof["no_hidden_backward"] == ("unknown", 11)
