@@ -101,7 +101,7 @@ def test_deeply_nested_code_is_an_error_for_its_file_not_a_crash_of_the_run(tmp_
     # on the first (RecursionError) and the third (MemoryError) and reads the second flat.
     (tmp_path / "sum.py").write_text("import torch\nx = " + "+".join(["1"] * 12_000) + "\nx.backward()\n")
     (tmp_path / "both.py").write_text("import torch\nx = " + " and ".join(["a"] * 12_000) + "\nx.backward()\n")
-    (tmp_path / "elif.py").write_text("import torch\nif a:\n    pass\n" + "elif a:\n    pass\n" * 12_000 + "x.backward()\n")
+    (tmp_path / "elif.py").write_text("import torch\nif a:\n    pass\n" + "elif a: pass\n" * 5_000 + "x.backward()\n")
     (tmp_path / "train.py").write_bytes(BEFORE)
     result = subprocess.run(
         [sys.executable, "-m", "gradfix", "fix", str(tmp_path)],
