@@ -292,7 +292,8 @@ def test_a_syntax_error_is_placed_by_cell(tmp_path):
 
 def test_a_real_course_notebook_keeps_every_batch_graph_in_its_epoch_loss():
     real = Path(__file__).parent / "notebooks" / "real_train_loss_summed_as_tensors.ipynb"
-    report = check_source(real.read_bytes(), all_rules(), FixMode.SAFE, "course.ipynb")
+    # `model` and `loss_fn` are train_step's parameters: what they run is not read, so the detach is unsafe.
+    report = check_source(real.read_bytes(), all_rules(), FixMode.UNSAFE, "course.ipynb")
     [fixed] = report.fixed
     assert (fixed.code, fixed.cell, fixed.line) == ("GF007", 4, 17)
     cells = json.loads(report.rewritten)["cells"]
