@@ -268,7 +268,7 @@ def test_a_file_is_checked_with_the_summaries_of_the_helpers_it_imports(tmp_path
 
 
 def test_check_paths_gives_each_file_its_configuration_and_says_each_file_checked(tmp_path):
-    double = (FIXTURES / "duplicate_backward" / "attribute_out_loss" / "before.py").read_bytes()
+    double = (FIXTURES / "duplicate_backward" / "unsafe_attribute_out_loss" / "before.py").read_bytes()
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
         for name in ("one.py", "two.py", "three.py"):

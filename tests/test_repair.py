@@ -152,7 +152,7 @@ def test_a_backward_inside_training_step_is_dropped_for_the_scaled_one(runs, tmp
 
 def test_a_graph_built_in_a_sibling_module_is_detached_in_that_module(runs, tmp_path):
     # The neural style tutorial as users lay it out: the losses in their own module beside the script.
-    tutorial = (FIXTURES / "cached_graph" / "tutorial_style_loss_target_in_init" / "before.py").read_text()
+    tutorial = (FIXTURES / "cached_graph" / "unsafe_tutorial_style_loss_target_in_init" / "before.py").read_text()
     head, rest = tutorial.split("class ContentLoss", 1)
     losses, script_rest = ("class ContentLoss" + rest).split("def get_style_model_and_losses", 1)
     module = tmp_path / "style_losses.py"

@@ -207,6 +207,8 @@ TENSOR_OPERATOR_METHODS = frozenset(
      "type_as", "requires_grad_", "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor", "item", "tolist",
      "detach", "numpy", "cpu", "cuda", "all", "any", "eq", "ne", "gt", "lt", "ge", "le", "sign", "round", "floor", "ceil"}
 )  # fmt: skip
+# Attributes of a tensor that are tensors (``weight.grad``).
+TENSOR_ATTRIBUTES = frozenset({"grad", "data", "T", "mT", "real", "imag"})
 # Methods whose result is a tensor again, copied or moved (``p.detach().double()``).
 COPYING_METHODS = frozenset({"detach", "cpu", "cuda", "to", "clone", "float", "double"})
 TENSOR_FACTORY_METHODS = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
@@ -494,6 +496,10 @@ class ClosedWorld:
             return self._names_a_tensor(expression.left) or any(self._names_a_tensor(c.comparator) for c in expression.comparisons)
         if isinstance(expression, cst.Attribute) and names.is_parameter(expression, self.analysis.class_name_of(expression)):
             return True
+        if isinstance(expression, cst.Attribute) and expression.attr.value in TENSOR_ATTRIBUTES and self._names_a_tensor(expression.value):
+            return True
+        if self._tensor_attribute(expression):
+            return True
         if isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
             method, receiver = expression.func.attr.value, expression.func.value
             if method in COPYING_METHODS and self._may_hold_a_graph(receiver):
@@ -504,6 +510,22 @@ class ClosedWorld:
             if value is not None and _holds_tensors(value.structure):
                 return True
         return isinstance(expression, cst.Subscript) and self._names_a_tensor(expression.value)
+
+    def _tensor_attribute(self, expression: cst.BaseExpression) -> bool:
+        """``self.state`` where every assignment of the file to that attribute is ``None`` or a tensor
+        (by ``_names_a_tensor``, one level: a value read from another such attribute is not followed)."""
+        name = dotted_name(expression)
+        if name is None or not name.startswith("self.") or name.count(".") != 1:
+            return False
+        values = [
+            assign.value
+            for assign in self.analysis.tree.findall(self.analysis.module, cst.Assign)
+            if any(dotted_name(target.target) == name for target in assign.targets)
+        ]
+        return bool(values) and all(
+            (isinstance(value, cst.Name) and value.value == "None") or (dotted_name(value) != name and self.analysis._is_tensor(value))
+            for value in values
+        )
 
     def _container_attribute(self, expression: cst.BaseExpression) -> bool:
         """``self.losses`` where every assignment of the file to that attribute is a list, dict or set
