@@ -172,7 +172,8 @@ def test_an_edited_entry_or_one_copied_over_another_is_a_miss(tmp_path, checked)
     shutil.copyfile(bad_entry, good_entry)
     assert run([good], cache) == clean
     data = bad_entry.read_bytes()
-    head, body = data[: data.index(b'{"path":')], json.loads(data[data.index(b'{"path":') :])
+    start = data.index(b'{"path":')  # the report, after the entry's head
+    head, body = data[:start], json.loads(data[start:])
     bad_entry.write_bytes(head + json.dumps({**body, "findings": []}, separators=(",", ":")).encode())  # a report of the right shape
     assert run([bad], cache)[0][1]
     assert checked == ["bad.py", "good.py", "good.py", "bad.py"]
