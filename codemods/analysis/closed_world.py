@@ -444,14 +444,14 @@ class ClosedWorld:
             if self._read_callees(call) or self._built_of_read_classes(func.value) or names.framework(func) in CALLED_AS_FORWARD:
                 return True
             info = names.module(func, class_name)
-            return info is not None and (info.is_local or names.module_class(cst.Name("nn")) is None) and _torch_or_local(info, names)
+            return info is not None and (info.is_local or names.module_class(cst.Name("nn")) is None) and _torch_or_local(info)
         if isinstance(func, cst.Subscript):
             return names.module(func, class_name) is not None  # a layer of a container of the file's modules
         if isinstance(func, cst.Attribute):
             receiver = func.value
             info = names.module(func, class_name)
             if info is not None:
-                return _torch_or_local(info, names)
+                return _torch_or_local(info)
             built_by = names.constructed.get(dotted_name(receiver) or "", "")
             if names.framework(receiver) is not None or TRAINER_RUNS.get(built_by) == method:
                 return True
@@ -514,30 +514,28 @@ class ClosedWorld:
     def _tensor_attribute(self, expression: cst.BaseExpression) -> bool:
         """``self.state`` where every assignment of the file to that attribute is ``None`` or a tensor
         (by ``_names_a_tensor``, one level: a value read from another such attribute is not followed)."""
+        values = self._values_of_self_attribute(expression)
+        return bool(values) and all(
+            (isinstance(value, cst.Name) and value.value == "None")
+            or (dotted_name(value) != dotted_name(expression) and self.analysis._is_tensor(value))
+            for value in values
+        )
+
+    def _values_of_self_attribute(self, expression: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """Every value the file assigns to ``self.X`` when ``expression`` is ``self.X``, else none."""
         name = dotted_name(expression)
         if name is None or not name.startswith("self.") or name.count(".") != 1:
-            return False
-        values = [
+            return []
+        return [
             assign.value
             for assign in self.analysis.tree.findall(self.analysis.module, cst.Assign)
             if any(dotted_name(target.target) == name for target in assign.targets)
         ]
-        return bool(values) and all(
-            (isinstance(value, cst.Name) and value.value == "None") or (dotted_name(value) != name and self.analysis._is_tensor(value))
-            for value in values
-        )
 
     def _container_attribute(self, expression: cst.BaseExpression) -> bool:
         """``self.losses`` where every assignment of the file to that attribute is a list, dict or set
         display or comprehension."""
-        name = dotted_name(expression)
-        if name is None or not name.startswith("self.") or name.count(".") != 1:
-            return False
-        values = [
-            assign.value
-            for assign in self.analysis.tree.findall(self.analysis.module, cst.Assign)
-            if any(dotted_name(target.target) == name for target in assign.targets)
-        ]
+        values = self._values_of_self_attribute(expression)
         displays = (cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)
         return bool(values) and all(isinstance(value, displays) for value in values)
 
@@ -599,6 +597,6 @@ def _holds_tensors(structure) -> bool:
     return False
 
 
-def _torch_or_local(info, names) -> bool:
+def _torch_or_local(info) -> bool:
     """A module gradfix models when called: a torch.nn class, or a class of the file (read)."""
     return info.is_local or bool(info.class_name)
