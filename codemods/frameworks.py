@@ -117,6 +117,9 @@ FRAMEWORK_CONSTRUCTORS = {
 }
 # Functions returning a tuple whose first element is such an object (and whose second is an optimizer).
 FRAMEWORK_TUPLE_CONSTRUCTORS = {"deepspeed.initialize": "deepspeed"}
+# The keyword that hands such a constructor the model its engine wraps: calling the engine runs
+# that model's forward (``engine(x)`` is ``model(x)``).
+WRAPPED_MODEL_KEYWORDS = {"deepspeed.initialize": "model"}
 # Methods of a framework object that hand back what they are given, position for position, wrapped
 # (``model, optimizer = accelerator.prepare(model, optimizer)``, ``fabric.setup``).
 HANDING_BACK_METHODS = {"prepare", "setup", "setup_optimizers", "prepare_optimizer"}

@@ -181,9 +181,11 @@ def test_an_imported_modules_function_named_in_place_changes_no_module_object():
     assert not loop.back_edge["segment"].graph
 
 
-def test_items_of_a_tuple_hold_a_guessed_graph_and_items_of_a_list_a_proved_one():
+def test_items_of_a_tuple_hold_the_graph_their_callee_proves_and_are_guessed_otherwise():
     analysis = analyse(
         """
+        from helpers import unread
+
         class Net(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -197,15 +199,18 @@ def test_items_of_a_tuple_hold_a_guessed_graph_and_items_of_a_list_a_proved_one(
             logits, indices = model(x)
             first, second = [model(x), model(x)]
             picked = model(x)[0]
-            loss = (logits + first + picked).sum()
+            out, aux = unread(model, x)
+            loss = (logits + first + picked + out).sum() * indices.float().mean()
             loss.backward()
         """
     )
     loss = analysis.statement_at(analysis.line(analysis.backward_sites[0].call) - 1)
     read = {name.value: analysis.value_read(name) for name in m.findall(loss, m.Name())}
-    assert read["logits"].graph and read["logits"].guessed
+    assert read["logits"].graph and not read["logits"].guessed  # (the forward gradfix read returns it built by a layer)
     assert read["first"].graph and not read["first"].guessed  # (a literal list: each item is known)
     assert read["picked"].graph and read["picked"].guessed  # (an item of a tuple, picked by index)
+    assert read["out"].graph and read["out"].guessed  # (an item of what code gradfix did not read returns)
+    assert read["indices"].graphless  # (the callee's argmax)
 
 
 def test_a_repeated_list_is_a_list_and_a_slot_reads_what_was_written_to_it():

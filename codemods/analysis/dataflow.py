@@ -78,7 +78,7 @@ _FACTORY_METHODS = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tenso
 # (``config``: a Hugging Face model's configuration object.)
 _NON_GRAPH_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "ndim", "config"}
 # Libraries of plain numbers: what they return carries no graph (and a graph cannot enter numpy).
-_NUMBER_LIBRARIES = ("math.", "numpy.", "random.", "statistics.")
+_NUMBER_LIBRARIES = ("math.", "numpy.", "random.", "statistics.", "time.")
 # (not ``round``: ``round(tensor)`` is a tensor with a graph)
 _NON_GRAPH_BUILTINS = {"float", "int", "bool", "str", "len", "print", "range", "repr", "format", "isinstance", "id", "hash"}
 # A torch distribution's samples carry no graph (``rsample`` is the differentiable one).
@@ -257,6 +257,7 @@ class FunctionSummary:
     returned_items: tuple[Value, ...] | None = None
     # What a call returns when it passes True or False for a parameter some return's path tested.
     returned_given: Mapping[tuple[str, bool], Value] = field(default_factory=dict)
+    items_given: Mapping[tuple[str, bool], tuple[Value, ...] | None] = field(default_factory=dict)  # (as ``returned_items``)
     literal_defaults: Mapping[str, bool] = field(default_factory=dict)  # parameters that default to True or False
 
     @property
@@ -306,21 +307,32 @@ class _Frame:
                     given[(parameter, truth)] = _joined(taken)
         return given
 
-    def items_returned(self) -> tuple[Value, ...] | None:
+    def items_returned(self, given: tuple[str, bool] | None = None) -> tuple[Value, ...] | None:
         """What each position of the tuple every return writes out may hold; None unless each
         return writes one of the same length, or returns a value proved to hold no graph, whose
         items hold none (``return action.detach().numpy()`` beside ``return action, log_prob``),
-        and nothing is yielded."""
+        and nothing is yielded. ``given``: of the returns a call passing that parameter's truth
+        may take (as ``returned_given``)."""
         if self.yielded or not self.returned_items:
             return None
-        if any(items is None and not value.graphless for items, value in zip(self.returned_items, self.returned)):
+        parameter, truth = given or ("", True)
+        taken = [
+            (items, value)
+            for items, value, truths in zip(self.returned_items, self.returned, self.returned_truths)
+            if truths.get(parameter, truth) is truth
+        ]
+        if any(items is None and not value.graphless for items, value in taken):
             return None
-        lengths = {len(items) for items in self.returned_items if items is not None}
+        lengths = {len(items) for items, _ in taken if items is not None}
         if len(lengths) != 1:
             return None
         length = lengths.pop()
-        returned = [items if items is not None else [CONSTANT] * length for items in self.returned_items]
+        returned = [items if items is not None else [CONSTANT] * length for items, _ in taken]
         return tuple(_joined([items[position] for items in returned]) for position in range(length))
+
+    def items_given(self) -> dict[tuple[str, bool], tuple[Value, ...] | None]:
+        """``items_returned`` for each truth of a parameter that a return's path tested."""
+        return {key: self.items_returned(key) for key in self.returned_given()}
 
 
 def join_envs(envs: Sequence[Env | None]) -> Env | None:
@@ -450,9 +462,13 @@ class DataflowAnalysis:
         self.returned: dict[cst.FunctionDef, Value] = {}
         self.returned_items: dict[cst.FunctionDef, tuple[Value, ...] | None] = {}
         self.returned_given: dict[cst.FunctionDef, dict[tuple[str, bool], Value]] = {}
+        self.items_given: dict[cst.FunctionDef, dict[tuple[str, bool], tuple[Value, ...] | None]] = {}
         self._tuple_items: dict[cst.Tuple, list[Value]] = {}  # each tuple written out, by its items
         # A call of the file's function that returns a tuple written out, with that function's summary.
-        self._call_items: dict[cst.Call, FunctionSummary] = {}
+        # What each item of a call's tuple result holds, where the callee says it: the returns of
+        # a function or forward of the file, or a torch.nn module's outputs.
+        self._call_items: dict[cst.Call, tuple[Value, ...]] = {}
+        self._differentiable_outputs: set[cst.CSTNode] = set()  # calls of torch.nn modules returning tuples
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
         self.read_values: dict[cst.Name, Value] = {}  # what each name read held (in a loop: its last pass)
         # Right-hand sides, and what ``+=`` adds or ``.append(...)`` stores, as evaluated.
@@ -477,6 +493,7 @@ class DataflowAnalysis:
         # The slots ``x[i]`` written since ``x`` and ``i`` last changed, by ``x`` and by ``i``: the env
         # keeps each one's value under the key ``x[i]``.
         self._slots: dict[str, set[str]] = {}
+        self._literal_slots: set[str] = set()  # the slots picked by a literal key (``x["a"]``, ``x[0]``)
         self._returned_shapes: dict[cst.Call, Structure] = {}  # calls of the file's functions read as any call
         self._frames: list[_Frame] = []
         self._statement: cst.CSTNode = module
@@ -513,6 +530,7 @@ class DataflowAnalysis:
                 )
                 self.returned_items[scope.node] = frame.items_returned()
                 self.returned_given[scope.node] = frame.returned_given()
+                self.items_given[scope.node] = frame.items_given()
             return end
         finally:
             self._scope, self._loops, self._frames, self._no_grad = saved
@@ -568,7 +586,8 @@ class DataflowAnalysis:
 
     def _summarize(self, node: cst.FunctionDef, class_name: str | None) -> None:
         parameters = [p.name.value for p in node.params.params]
-        if class_name is not None and parameters:
+        static = any(_decorator_callee(d).value == "staticmethod" for d in node.decorators if isinstance(_decorator_callee(d), cst.Name))
+        if class_name is not None and parameters and not static:
             parameters = parameters[1:]  # self
         sites = (self.backward_sites.get(call) for call in self._tree.findall(node, cst.Call))  # not all the file's
         backwarded = tuple(
@@ -594,6 +613,7 @@ class DataflowAnalysis:
             self.returned.get(node, NOTHING),
             returned_items=self.returned_items.get(node),
             returned_given=self.returned_given.get(node, {}),
+            items_given=self.items_given.get(node, {}),
             literal_defaults=defaults,
         )
         key = node.name.value if class_name is None else (class_name, node.name.value)
@@ -889,6 +909,7 @@ class DataflowAnalysis:
         if isinstance(node, cst.FunctionDef):
             self.returned_items[node] = frame.items_returned()
             self.returned_given[node] = frame.returned_given()
+            self.items_given[node] = frame.items_given()
         return join_envs([env, end, *frame.breaks])
 
     # assignments -----------------------------------------------------------------------------
@@ -898,11 +919,15 @@ class DataflowAnalysis:
         value: Value,
         env: Env,
         source: cst.BaseExpression | None = None,
+        differentiable: bool = False,
     ) -> None:
+        """``differentiable``: ``value`` is a tuple of differentiable outputs of a torch.nn module,
+        each holding its graph (what ``(h, c)`` of ``out, (h, c) = lstm(x)`` unpacks)."""
         if isinstance(target, (cst.Tuple, cst.List)):
             elements = [e.value for e in target.elements]
             sources: list[cst.BaseExpression | None] = [None] * len(elements)
             known = self._items_of_the_call(source, value, elements) if isinstance(source, cst.Call) else None
+            differentiable = differentiable or source in self._differentiable_outputs
             if isinstance(source, (cst.Tuple, cst.List)) and len(source.elements) == len(elements):
                 sources = [e.value for e in source.elements]
                 values = [self._eval(s, env) for s in sources]
@@ -910,9 +935,9 @@ class DataflowAnalysis:
                 values = known
             else:
                 items = value.structure.items if isinstance(value.structure, TupleOf) else ()
-                values = [_item_of(value, items[i] if len(items) == len(elements) else UNKNOWN) for i in range(len(elements))]
+                values = [_item_of(value, items[i] if len(items) == len(elements) else UNKNOWN, differentiable) for i in range(len(elements))]
             for element, element_value, element_source in zip(elements, values, sources):
-                self._assign(element, element_value, env, element_source)
+                self._assign(element, element_value, env, element_source, differentiable)
             return
         if isinstance(target, cst.StarredElement):
             self._assign(target.value, _item_of(value, ListOf(UNKNOWN)), env)
@@ -921,15 +946,19 @@ class DataflowAnalysis:
             name = dotted_name(target.value)
             if name is not None:
                 held = env.get(name, NOTHING)
-                self._forget_slots(name, env)
+                slot = _slot(target)
+                # (a write by a literal key leaves the items of the other literal keys where they are)
+                self._forget_slots(name, env, keep_literal=slot is not None and type(target.slice[0].slice.value) is not cst.Name)
                 if held.structure is TENSOR:  # an in-place copy into a tensor: a node of its graph
                     env[name] = combine([held, value], self._origin(target), TENSOR)
                 else:  # a dict, a list, a ParameterDict holds the value itself
                     env[name] = _union([held, value], held.structure)
-                    slot = _slot(target)
                     if slot is not None:
                         env[slot] = value
-                        for owner in (name, target.slice[0].slice.value.value):
+                        index = target.slice[0].slice.value
+                        if type(index) is not cst.Name:
+                            self._literal_slots.add(slot)
+                        for owner in (name, index.value) if type(index) is cst.Name else (name,):
                             self._slots.setdefault(owner, set()).add(slot)
             return
         name = dotted_name(target)
@@ -949,10 +978,12 @@ class DataflowAnalysis:
             self._escape([value])  # kept on an object: another call may backward it
         env[name] = value
 
-    def _forget_slots(self, name: str, env: Env) -> None:
-        """What was written to ``x[i]`` is what ``x[i]`` reads only until ``x`` or ``i`` changes."""
+    def _forget_slots(self, name: str, env: Env, keep_literal: bool = False) -> None:
+        """What was written to ``x[i]`` is what ``x[i]`` reads only until ``x`` or ``i`` changes
+        (``keep_literal``: ``x`` changes only at a literal key; ``x["a"]`` is still what was written)."""
         for slot in self._slots.get(name, ()):
-            env.pop(slot, None)
+            if not (keep_literal and slot in self._literal_slots):
+                env.pop(slot, None)
 
     # expressions -----------------------------------------------------------------------------
     def _origin(self, node: cst.CSTNode) -> Origin | None:
@@ -1146,6 +1177,9 @@ class DataflowAnalysis:
         if called_module is not None:
             return self._module_call(called_module, node, arguments, env)
         if self.names.framework(func) in CALLED_AS_FORWARD:  # the engine wraps the model
+            wrapped = self.names.wrapped_modules.get(dotted_name(func) or "")
+            if wrapped is not None:
+                return self._module_call(wrapped, node, arguments, env)
             return combine([*self._eval_all(arguments, env), LEAF], self._origin(node), UNKNOWN)
 
         if isinstance(func, cst.Attribute) and not self.names.is_torch(func.value):
@@ -1174,10 +1208,14 @@ class DataflowAnalysis:
                 if method == "parameters" and module.trainable:
                     return Value(graph=True, structure=ListOf(TENSOR))  # its parameters: leaves that require grad
                 summary = self._summary((module.class_name, method)) if module.is_local else None
+                if summary is not None and not summary.has_effect and (items := self._returned_items(summary, node)) is not None:
+                    self._call_items[node] = items
                 if summary is not None and summary.returned.graph:  # builds its result from parameters
                     return combine([*values, LEAF], self._origin(node), summary.returned.structure)
-                # D.compute_loss(fake, …): from its inputs (and maybe parameters gradfix does not see)
-                return combine(values, self._origin(node), UNKNOWN, known_operation=False)
+                # D.compute_loss(fake, …): from its inputs (and maybe parameters gradfix does not see);
+                # a method gradfix read that returns tensors computes them from its inputs
+                read_tensors = summary is not None and _tensors_only(summary.returned.structure)
+                return combine(values, self._origin(node), UNKNOWN, known_operation=read_tensors)
             receiver = self._eval(func.value, env)
             values = self._eval_all(arguments, env)
             if _number_library_result(qualified, values):
@@ -1212,16 +1250,17 @@ class DataflowAnalysis:
                 env[target] = _union([stored, item], ListOf(item_structure.join(item.structure)))
                 return CONSTANT
             tensor_method = receiver.structure is TENSOR
+            read_tensors = self._returns_tensors_gradfix_read(node)
             # A method of a graph-carrying receiver holds its graph as much as the receiver does; a
-            # method of anything else is a function gradfix cannot read.
-            guessed = (not tensor_method and not receiver.graph) or all(v.guessed for v in (receiver, *values) if v.graph)
+            # method of anything else is a function gradfix cannot read, unless it read it.
+            guessed = (not tensor_method and not receiver.graph and not read_tensors) or all(v.guessed for v in (receiver, *values) if v.graph)
             # (a method of what is proved to hold no graph, an array or a number, given nothing that
             # holds one, returns nothing that holds one: ``action.detach().numpy().squeeze(0)``)
             result = combine(
                 [receiver, *values],
                 self._origin(node),
                 TENSOR if tensor_method else UNKNOWN,
-                known_operation=tensor_method or receiver.graphless,
+                known_operation=tensor_method or receiver.graphless or read_tensors,
                 guessed=guessed,
             )
             if (
@@ -1271,7 +1310,13 @@ class DataflowAnalysis:
         self._eval(func, env)
         if self._imported_code(func):
             self._escape(values)  # another package's function may backward what it is given
-        return combine(values, self._origin(node), UNKNOWN, known_operation=False)
+        return combine(values, self._origin(node), UNKNOWN, known_operation=self._returns_tensors_gradfix_read(node))
+
+    def _returns_tensors_gradfix_read(self, call: cst.Call) -> bool:
+        """Whether ``call`` calls a function of the file whose every return is a tensor (or a tuple
+        of them): computed from what it is given by operations gradfix read, its result's graph
+        is not a guess."""
+        return _tensors_only(self._returned_shapes.get(call, UNKNOWN))
 
     def _record_structure(self, class_name: str, call: cst.Call, values: list[Value]) -> Structure:
         """``State(v, i)``, ``State(v=v, i=i)``: the named tuple with its fields' structures, when
@@ -1323,6 +1368,12 @@ class DataflowAnalysis:
         if forward is not None and forward.returned_given:
             result = self._returned_structure(forward, node)
         called = combine(values, self._origin(node), result)
+        if forward is not None and not forward.has_effect and (items := self._returned_items(forward, node)) is not None:
+            self._call_items[node] = items
+        elif forward is None and isinstance(result, TupleOf):
+            # every output of a torch.nn module is computed from its input and its parameters
+            self._call_items[node] = tuple(Value(graph=True, structure=item) for item in result.items)
+            self._differentiable_outputs.add(node)
         return called if forward is None else self._freed_inside(node, forward, called)
 
     def _torch_call(self, node: cst.Call, qualified: str, values: list[Value]) -> Value:
@@ -1576,8 +1627,8 @@ class DataflowAnalysis:
         if summary.returned.graphless and not summary.has_effect:
             # proved on every path, whatever it was given (``return float(acc.item())``)
             return Value(structure=returned_structure, graphless=True)
-        if not summary.has_effect and summary.returned_items is not None:
-            self._call_items[call] = summary
+        if not summary.has_effect and (items := self._returned_items(summary, call)) is not None:
+            self._call_items[call] = items
         if not summary.has_effect:
             if not summary.returned.graph:
                 self._returned_shapes[call] = returned_structure  # (the call is read as any other)
@@ -1604,33 +1655,37 @@ class DataflowAnalysis:
         return self._freed_inside(call, summary, result)
 
     def _returned_structure(self, summary: FunctionSummary, call: cst.Call) -> Structure:
-        """The structure a call of ``summary``'s function returns: where a return's path tested a
-        parameter this call gives as ``True`` or ``False`` (or leaves to such a default), that of
-        the returns the call can reach (``return y_hat, codes`` for ``return_latents=True``)."""
-        for parameter in dict.fromkeys(name for name, _ in summary.returned_given):
-            given = summary.literal_defaults.get(parameter)
-            position = summary.parameters.index(parameter) if parameter in summary.parameters else None
-            for index, arg in enumerate(call.args):
-                if arg.star:
-                    return summary.returned.structure
-                if (arg.keyword is not None and arg.keyword.value == parameter) or (arg.keyword is None and index == position):
-                    given = arg.value.value == "True" if type(arg.value) is cst.Name and arg.value.value in ("True", "False") else None
-            if given is not None and (parameter, given) in summary.returned_given:
-                return summary.returned_given[(parameter, given)].structure
-        return summary.returned.structure
+        """The structure a call of ``summary``'s function returns (``_given``)."""
+        given = _given(summary, call)
+        return summary.returned.structure if given is None else summary.returned_given[given].structure
+
+    def _returned_items(self, summary: FunctionSummary, call: cst.Call) -> tuple[Value, ...] | None:
+        """What each item of the tuple a call of ``summary``'s function returns holds (``_given``)."""
+        given = _given(summary, call)
+        return summary.returned_items if given is None else summary.items_given.get(given)
 
     def _items_of_the_call(self, call: cst.Call, whole: Value, targets: Sequence[cst.BaseExpression]) -> list[Value] | None:
         """What each target of ``a, b = f(...)`` holds, for a function of the file whose every return
         writes out a tuple of that length: nothing, where the returns prove an item graphless
         (``return loss, acc.item()``, ``return penalty, mean.detach()``); the graph of the whole
-        call for any other item."""
+        call for any other item, guessed only where the returns do not prove it a tensor or a graph."""
         if len(targets) == 2 and self._returns_indices(call):
             return [_item_of(whole, TENSOR), Value(structure=TENSOR, graphless=True)]
-        summary = self._call_items.get(call)
-        items = summary.returned_items if summary is not None else None
-        if items is None or len(items) != len(targets) or not any(item.graphless for item in items):
+        items = self._call_items.get(call)
+        if items is None or len(items) != len(targets):
             return None
-        return [Value(structure=item.structure, graphless=True) if item.graphless else _item_of(whole, item.structure) for item in items]
+        groups = _sharing_groups(items)
+        call_origin = self._origin(call)
+        values = []
+        for index, item in enumerate(items):
+            value = replace(_part(whole, item.structure), guessed=whole.guessed or item.guessed or not (item.graph or item.structure is TENSOR))
+            if call_origin in value.origins and groups[index] != groups[0]:
+                # Items the callee builds from no node in common share nothing of the call: each
+                # group of them stands for its own part (``return policy_loss, q1_loss, q2_loss``
+                # of three networks).
+                value = replace(value, origins=value.origins - {call_origin} | {Origin(targets[groups[index]], call_origin.statement)})
+            values.append(Value(structure=item.structure, graphless=True) if item.graphless else value)
+        return values
 
     def _returns_indices(self, call: cst.Call) -> bool:
         """Whether ``call`` is a torch reduction (function or tensor method) that returns values
@@ -1829,12 +1884,15 @@ def _indexed_by(node: cst.Subscript, names: frozenset[str]) -> bool:
 
 
 def _slot(node: cst.Subscript) -> str | None:
-    """``"losses[i]"`` for ``losses[i]``: a container's item picked by a plain name."""
+    """``"losses[i]"`` for ``losses[i]``: a container's item picked by a plain name, or by a string
+    or integer literal (``losses["recon"]``)."""
     container = dotted_name(node.value)
     if container is None or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
         return None
     index = node.slice[0].slice.value
-    return f"{container}[{index.value}]" if type(index) is cst.Name else None
+    if type(index) is cst.Name:
+        return f"{container}[{index.value}]"
+    return f"{container}[{index.value}]" if type(index) in (cst.SimpleString, cst.Integer) else None
 
 
 def _element_of(value: Value) -> Value:
@@ -1869,20 +1927,60 @@ def _part(value: Value, structure: Structure) -> Value:
 
 
 def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:
-    """Whether a call of ``math``, ``numpy``, ``random`` or ``statistics`` returns nothing that holds
+    """Whether a call of ``math``, ``numpy``, ``random``, ``statistics`` or ``time`` returns nothing that holds
     a graph: when it is given nothing that holds one (nothing these libraries keep holds a graph).
     Given a graph, it may hand it back: ``random.choice(losses)``, ``np.squeeze(t)`` (numpy hands
     the call to the tensor's own method)."""
     return qualified.startswith(_NUMBER_LIBRARIES) and not any(value.graph for value in values)
 
 
-def _item_of(container: Value, structure: Structure) -> Value:
+def _item_of(container: Value, structure: Structure, differentiable: bool = False) -> Value:
     """An item taken out of ``container`` (unpacked, indexed, iterated): the container's graph.
     The rows of a tensor and the items of a list hold it as the whole does; the items of a tuple
     or of a container of unknown shape are told apart by nothing gradfix sees (a model's
-    ``(logits, indices)``), so an item's graph is only guessed."""
-    homogeneous = container.structure is TENSOR or isinstance(container.structure, ListOf)
+    ``(logits, indices)``), so an item's graph is only guessed; not where every item is a
+    differentiable output of a torch.nn module (``differentiable``: an LSTM's ``(h, c)``)."""
+    homogeneous = container.structure is TENSOR or isinstance(container.structure, ListOf) or differentiable
     return replace(_part(container, structure), guessed=container.guessed or (container.graph and not homogeneous))
+
+
+def _given(summary: FunctionSummary, call: cst.Call) -> tuple[str, bool] | None:
+    """Where a return's path tested a parameter this call gives as ``True`` or ``False`` (or leaves
+    to such a default), that parameter and its truth: the call reaches those returns only
+    (``return y_hat, codes`` for ``return_latents=True``)."""
+    for parameter in dict.fromkeys(name for name, _ in summary.returned_given):
+        given = summary.literal_defaults.get(parameter)
+        position = summary.parameters.index(parameter) if parameter in summary.parameters else None
+        for index, arg in enumerate(call.args):
+            if arg.star:
+                return None
+            if (arg.keyword is not None and arg.keyword.value == parameter) or (arg.keyword is None and index == position):
+                given = arg.value.value == "True" if type(arg.value) is cst.Name and arg.value.value in ("True", "False") else None
+        if given is not None and (parameter, given) in summary.returned_given:
+            return (parameter, given)
+    return None
+
+
+def _sharing_groups(items: Sequence[Value]) -> list[int]:
+    """For each of a callee's returned items, the first item it is joined to by nodes of the
+    callee's graph they both hold (directly or through other items). Where the callee says
+    nothing of the graph of an item that may hold one (a torch.nn module's outputs, a value
+    built from an argument), all are one group."""
+    nodes = [{source.node for source in item.origins if isinstance(source, Origin)} for item in items]
+    if any(not graph_nodes and not item.graphless for item, graph_nodes in zip(items, nodes)):
+        return [0] * len(items)
+    groups = list(range(len(items)))
+    for index in range(len(items)):
+        for earlier in range(index):
+            if nodes[index] & nodes[earlier] and groups[index] != groups[earlier]:
+                joined, into = max(groups[index], groups[earlier]), min(groups[index], groups[earlier])
+                groups = [into if group == joined else group for group in groups]
+    return groups
+
+
+def _tensors_only(structure: Structure) -> bool:
+    """A tensor, or a tuple whose every item is one (or such a tuple)."""
+    return structure is TENSOR or type(structure) is TupleOf and all(_tensors_only(item) for item in structure.items)
 
 
 def _join_structures(structures) -> Structure:
@@ -1920,9 +2018,14 @@ def _summary_facts(summary: FunctionSummary | None) -> tuple | None:
         tuple(site.call for site in summary.backwarded),
         (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded),
         _graph_facts(dict(summary.left_for_caller)),
-        None if summary.returned_items is None else tuple((v.graph, v.graphless, v.origins, v.structure) for v in summary.returned_items),
+        _items_facts(summary.returned_items),
         tuple(sorted((key, value.structure, value.graph) for key, value in summary.returned_given.items())),
+        tuple(sorted((key, _items_facts(items)) for key, items in summary.items_given.items())),
     )
+
+
+def _items_facts(items: tuple[Value, ...] | None) -> tuple | None:
+    return None if items is None else tuple((v.graph, v.graphless, v.guessed, v.origins, v.structure) for v in items)
 
 
 def _callee_key(function: cst.FunctionDef, class_name: str | None) -> object:

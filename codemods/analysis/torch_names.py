@@ -27,6 +27,7 @@ from ..frameworks import (
     OPTIMIZER_ONLY_METHODS,
     TRAINER_ATTRIBUTES,
     TRAINER_HOOKS,
+    WRAPPED_MODEL_KEYWORDS,
 )
 from .syntax import is_detach, is_name, method_called
 from .tree import SyntaxTree
@@ -173,6 +174,7 @@ class TorchNames:
     # The file's named tuple classes (``class State(NamedTuple)``), with their fields in order.
     record_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     instances: dict[str, str] = field(default_factory=dict)  # dotted name -> local class it was built from
+    wrapped_modules: dict[str, ModuleInfo] = field(default_factory=dict)  # an engine -> the model it runs (``WRAPPED_MODEL_KEYWORDS``)
     constructed: dict[str, str] = field(default_factory=dict)  # dotted name -> qualified callee it came from
     # A name bound once, to one of the file's module-level functions (``loss_fn = my_loss``): that function.
     function_aliases: dict[str, str] = field(default_factory=dict)
@@ -466,6 +468,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if len(target.elements) > 1 and dotted_name(target.elements[1].value):
                 self.names.optimizers.add(dotted_name(target.elements[1].value))  # engine, optimizer, …
             target, kind = target.elements[0].value, FRAMEWORK_TUPLE_CONSTRUCTORS[callee]
+            keyword = WRAPPED_MODEL_KEYWORDS.get(callee or "")
+            wrapped = next((self._module_of(arg.value) for arg in value.args if arg.keyword is not None and arg.keyword.value == keyword), None)
+            if wrapped is not None and dotted_name(target) is not None:
+                self.names.wrapped_modules[dotted_name(target)] = wrapped
         else:
             kind = FRAMEWORK_CONSTRUCTORS.get(callee or "")
         name = dotted_name(target)
@@ -488,7 +494,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         name = dotted_name(target)
         if name is None:
             return
-        module = self._constructed_module(value)
+        module = self._constructed_module(value) or self._built_modules(value)
         current_class = self._classes[-1] if self._classes else None
         self._bindings.setdefault(name, []).append(value.value if isinstance(value, cst.Name) else None)
         if module is None and isinstance(value, cst.Name):
@@ -508,6 +514,21 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if isinstance(expression, cst.Call):
             return self._constructed_module(expression)
         return self.names.module(expression, self._classes[-1] if self._classes else None)
+
+    def _built_modules(self, value: cst.BaseExpression) -> ModuleInfo | None:
+        """A plain list or tuple of modules the expression builds (``[nn.Linear(6, 1) for _ in
+        range(3)]``, ``(encoder, decoder)``): named as a container of modules, whose items are
+        modules (``heads[0](x)``), as an ``nn.ModuleList`` is."""
+        if isinstance(value, (cst.ListComp, cst.GeneratorExp)) and value.for_in.inner_for_in is None:
+            items = [value.elt]
+        elif isinstance(value, (cst.List, cst.Tuple)) and value.elements:
+            items = [element.value for element in value.elements]
+        else:
+            return None
+        if any(isinstance(element, cst.StarredElement) for element in getattr(value, "elements", ())):
+            return None
+        modules = [self._module_of(item) for item in items]
+        return ModuleInfo("") if all(module is not None for module in modules) else None
 
     def _constructed_module(self, value: cst.BaseExpression) -> ModuleInfo | None:
         if not isinstance(value, cst.Call):
