@@ -37,7 +37,7 @@ from gradfix.codemods.files import (
 from gradfix.codemods.report import FileReport, FixKind, FixMode, SourceError
 from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.registry import RULE_MODULES, UnknownRuleError, all_rules, codes_matching, rule_by_code
-from gradfix.codemods.run import check_paths, excluded_by, excluded_when_named, rules_and_mode
+from gradfix.codemods.run import check_paths, excluded_by, excluded_when_named, rules_and_mode, hide_hints
 from gradfix.codemods.shard import Shard
 from gradfix.codemods.execution.runner import STOP_SHARE, RunOptions, ScriptRunner
 
@@ -153,6 +153,14 @@ UnsafeFixes = Annotated[
     Optional[bool],
     typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that change what the program computes.", show_default=False),
 ]
+HintsOption = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--hints/--no-hints",
+        help="Also report findings that rest on what gradfix could only guess (code it did not read): hints, never fixed.",
+        show_default=False,
+    ),
+]
 OutputFormatOption = Annotated[
     OutputFormat,
     typer.Option("--output-format", metavar="FORMAT", help="How findings are printed: text, concise, json, json-lines, github or sarif."),
@@ -228,6 +236,7 @@ def _selection(
     unsafe_fixes: Optional[bool] = None,
     exclude: Optional[List[str]] = None,
     extend_exclude: Optional[List[str]] = None,
+    hints: Optional[bool] = None,
 ) -> tuple[Settings, Overrides]:
     """The settings every file reads (``--config``) and what the command line says over them."""
     if select is not None and not _split(select):
@@ -244,6 +253,7 @@ def _selection(
         unsafe_fixes=unsafe_fixes,
         exclude=tuple(_split(exclude)) if exclude is not None else None,
         extend_exclude=tuple(_split(extend_exclude)),
+        hints=hints,
     )
     files = [value for value in config or () if os.path.isfile(value)]
     if len(files) > 1:
@@ -279,10 +289,14 @@ def _run(
             data = sys.stdin.buffer.read()
             if force_exclude and stdin_filename and excluded_when_named(settings, overrides)(Path(name)):
                 return [FileReport(name, original=data)], []
-            rules, mode = rules_and_mode(settings, overrides, Path(name) if stdin_filename else Path.cwd(), fixing)
+            named = Path(name) if stdin_filename else Path.cwd()
+            rules, mode = rules_and_mode(settings, overrides, named, fixing)
             from gradfix.codemods.check import check_source
 
-            return [check_source(data, rules, mode, name)], []
+            report = check_source(data, rules, mode, name)
+            if not overrides.shows_hints(settings.for_path(named)):
+                hide_hints(report)
+            return [report], []
         with _progress() as advance:
             checked = check_paths(
                 paths, overrides, settings, fixing=fixing, jobs=jobs, cache=cache, shard=shard, force_exclude=force_exclude, progress=advance
@@ -383,6 +397,7 @@ def check(
     jobs: Jobs = None,
     output_format: OutputFormatOption = OutputFormat.text,
     stdin_filename: StdinFilename = None,
+    hints: HintsOption = None,
     statistics: Annotated[bool, typer.Option("--statistics", help="Count the findings per rule instead of listing them (text or JSON).")] = False,
     unsafe_fixes: Annotated[
         Optional[bool],
@@ -403,7 +418,7 @@ def check(
         _usage_error(f"--statistics counts findings as text or JSON, not as {output_format.value}")
     if watch and STDIN in paths:
         _usage_error("--watch watches files: it cannot read stdin")
-    settings, overrides = _selection(config, select, extend_select, ignore, None, exclude, extend_exclude)
+    settings, overrides = _selection(config, select, extend_select, ignore, None, exclude, extend_exclude, hints)
     cache, part = _cache(cache_dir, no_cache), _shard(shard)
 
     def once() -> int:
@@ -469,6 +484,7 @@ def fix(
     jobs: Jobs = None,
     output_format: OutputFormatOption = OutputFormat.text,
     stdin_filename: StdinFilename = None,
+    hints: HintsOption = None,
     show_fixes: Annotated[bool, typer.Option("--show-fixes", help="List each finding the fixes removed.")] = False,
     interactive: Annotated[
         bool, typer.Option("--interactive", "-i", help="Show each rule's fix in each file and ask before applying it (needs a terminal).")
@@ -494,7 +510,7 @@ def fix(
         _usage_error(f"--diff and stdin put code on stdout: they cannot go with --output-format {output_format.value}")
     if exit_zero and exit_non_zero_on_fix:
         _usage_error("--exit-zero and --exit-non-zero-on-fix contradict each other")
-    settings, overrides = _selection(config, select, extend_select, ignore, unsafe_fixes, exclude, extend_exclude)
+    settings, overrides = _selection(config, select, extend_select, ignore, unsafe_fixes, exclude, extend_exclude, hints)
     reports, errors = _run(
         paths,
         settings,

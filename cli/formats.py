@@ -53,7 +53,7 @@ def annotation(finding: Finding, file_line: int | None = None) -> str:
     properties["title"] = f"{finding.code} {rule_by_code(finding.code).NAME}"
     place = "" if finding.cell is None else f"cell {finding.cell}, line {finding.line}: "
     marker = f" [{finding.fix.value} fix]" if finding.fix is not None else ""
-    return _command(properties, place + finding.message + marker)
+    return _command(properties, place + finding.message + marker, "notice" if finding.hint else "error")
 
 
 def error_annotation(error: PathError, file_line: int | None = None) -> str:
@@ -81,11 +81,12 @@ def report_errors(report: FileReport) -> list[PathError]:
     return [PathError(report.path, message) for message in [*report.errors, *report.internal_errors]]
 
 
-def _command(properties: Mapping[str, str], message: str) -> str:
-    """An ``error`` command; its message (which may quote the checked code) is one line, its
-    control characters shown (``visible``): the runner writes it into the log as it decodes it."""
+def _command(properties: Mapping[str, str], message: str, level: str = "error") -> str:
+    """An ``error`` (or ``notice``) command; its message (which may quote the checked code) is one
+    line, its control characters shown (``visible``): the runner writes it into the log as it
+    decodes it."""
     joined = ",".join(f"{key}={escape_property(value)}" for key, value in properties.items())
-    return f"::error {joined}::{escape_data(visible(message))}"
+    return f"::{level} {joined}::{escape_data(visible(message))}"
 
 
 def _notebook(report: FileReport) -> Notebook | None:
@@ -271,7 +272,7 @@ def _sarif_result(finding: Finding, rule_index: int, notebook: Notebook | None) 
     result = {
         "ruleId": finding.code,
         "ruleIndex": rule_index,
-        "level": "error",
+        "level": "note" if finding.hint else "error",  # (a hint rests on a guess)
         "message": {"text": place + finding.message},
         "locations": [location],
         "properties": {"fix": finding.fix.value if finding.fix is not None else "none"},

@@ -106,6 +106,8 @@ def finding_record(finding: Finding) -> dict:
         "related_cells": list(finding.related_cells) if finding.cell is not None else None,
         # The fix's proof obligations, each proved, or unknown/refuted by a construct at a line.
         "proof": [{"obligation": p.obligation, "answer": p.answer, "line": p.line or None, "construct": p.construct or None} for p in finding.proof],
+        # The finding rests on what gradfix could only guess (shown only with --hints).
+        "hint": finding.hint,
     }
 
 
@@ -158,15 +160,18 @@ def check_summary(reports: Sequence[FileReport]) -> str:
     findings."""
     findings = [f for r in reports for f in r.findings]
     unchecked = sum(bool(r.errors or r.internal_errors) for r in reports)
+    hidden = sum(r.hints_hidden for r in reports)
+    # (a hint rests on what gradfix could only guess: it is counted, and shown on request)
+    hints = f" {hidden} hint(s) not shown (`--hints` shows them)." if hidden else ""
     if not findings:
         summary = f"No findings in {len(reports) - unchecked} file(s)"
-        return summary + (f"; {unchecked} could not be checked." if unchecked else ".")
+        return summary + (f"; {unchecked} could not be checked." if unchecked else ".") + hints
     safe = sum(f.fix is FixKind.SAFE for f in findings)
     unsafe = sum(f.fix is FixKind.UNSAFE for f in findings)
     summary = f"Found {len(findings)} finding(s) in {sum(bool(r.findings) for r in reports)} file(s); {safe} can be fixed with `gradfix fix`"
     if unsafe:
         summary += f", {unsafe} more with `gradfix fix --unsafe-fixes`"
-    return summary + "."
+    return summary + "." + hints
 
 
 def statistics(findings: Sequence[Finding]) -> list[dict]:

@@ -40,11 +40,14 @@ class Result(Generic[Source]):
         return bool(self.fixed)
 
 
-def check(source: Source, *, path: str = "<string>", select: Sequence[str] | str = (), ignore: Sequence[str] | str = ()) -> Result[Source]:
+def check(
+    source: Source, *, path: str = "<string>", select: Sequence[str] | str = (), ignore: Sequence[str] | str = (), hints: bool = False
+) -> Result[Source]:
     """The findings in ``source``, a module's code. ``select`` / ``ignore`` take rule codes,
     prefixes or names, as a list or one comma-separated string (``UnknownRuleError`` for an
-    unknown one)."""
-    return _result(source, _report(source, path, select, ignore, FixMode.NONE))
+    unknown one). ``hints``: also the findings that rest on what gradfix could only guess
+    (``Finding.hint``)."""
+    return _result(source, _report(source, path, select, ignore, FixMode.NONE), hints)
 
 
 def fix(
@@ -54,11 +57,13 @@ def fix(
     select: Sequence[str] | str = (),
     ignore: Sequence[str] | str = (),
     unsafe_fixes: bool = False,
+    hints: bool = False,
 ) -> Result[Source]:
     """``source`` with every fix applied that gradfix can prove (and, with ``unsafe_fixes``, the
-    ones that change the maths), with what was fixed and what is left."""
+    ones that change the maths), with what was fixed and what is left (with ``hints``, the hints
+    too: they have no fix)."""
     mode = FixMode.UNSAFE if unsafe_fixes else FixMode.SAFE
-    return _result(source, _report(source, path, select, ignore, mode))
+    return _result(source, _report(source, path, select, ignore, mode), hints)
 
 
 def check_paths(
@@ -68,15 +73,16 @@ def check_paths(
     ignore: Sequence[str] | str = (),
     fixing: bool = False,
     unsafe_fixes: bool | None = None,
+    hints: bool | None = None,
     jobs: int | None = None,
 ) -> run.Checked:
     """The Python files and notebooks under ``paths`` as ``gradfix check`` (``fixing``: ``gradfix
     fix``) finds them: each with the ``[tool.gradfix]`` table of its nearest ``pyproject.toml``, and
-    ``select`` / ``ignore`` / ``unsafe_fixes`` over it as the command line's options. Nothing is
+    ``select`` / ``ignore`` / ``unsafe_fixes`` / ``hints`` over it as the command line's options. Nothing is
     written: a fixed file's report holds its new bytes (``rewritten``)."""
     select, ignore = (None if select is None else patterns(select)), patterns(ignore)
     codes_matching([*(select or ()), *ignore])  # UnknownRuleError for a pattern that chooses no rule
-    overrides = Overrides(select=None if select is None else tuple(select), ignore=tuple(ignore), unsafe_fixes=unsafe_fixes)
+    overrides = Overrides(select=None if select is None else tuple(select), ignore=tuple(ignore), unsafe_fixes=unsafe_fixes, hints=hints)
     return run.check_paths(paths, overrides, fixing=fixing, jobs=jobs)
 
 
@@ -85,9 +91,10 @@ def _report(source: str | bytes, path: str, select: Sequence[str] | str, ignore:
     return check_source(data, select_rules(select, ignore), mode, path)
 
 
-def _result(source: Source, report: FileReport) -> Result[Source]:
+def _result(source: Source, report: FileReport, hints: bool) -> Result[Source]:
     fixed_source = source
     if report.rewritten is not None:
         fixed_source = report.rewritten.decode("utf-8") if isinstance(source, str) else report.rewritten
     errors = (*report.errors, *report.internal_errors)
-    return Result(fixed_source, tuple(report.findings), tuple(report.fixed), errors)
+    findings = report.findings if hints else run.without_hints(report.findings)
+    return Result(fixed_source, tuple(findings), tuple(report.fixed), errors)

@@ -5,6 +5,7 @@
     extend-select = []         # added to select
     ignore = ["GF004"]
     unsafe-fixes = false
+    hints = false              # also report findings that rest on what gradfix could only guess
     exclude = [...]            # replaces the folders and files skipped by default
     extend-exclude = ["generated", "experiments/*.py"]
     [tool.gradfix.per-file-ignores]
@@ -71,6 +72,7 @@ class Config:
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     unsafe_fixes: bool = False
+    hints: bool = False  # findings that rest on a guess shown too
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     extend_exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -120,6 +122,7 @@ class Overrides:
     unsafe_fixes: bool | None = None
     exclude: tuple[str, ...] | None = None
     extend_exclude: tuple[str, ...] = ()
+    hints: bool | None = None
 
     def codes(self, config: Config, path: str | Path) -> set[str]:
         """The codes of the rules that check ``path``, whose settings are ``config``. Raises
@@ -129,6 +132,9 @@ class Overrides:
 
     def unsafe(self, config: Config) -> bool:
         return config.unsafe_fixes if self.unsafe_fixes is None else self.unsafe_fixes
+
+    def shows_hints(self, config: Config) -> bool:
+        return config.hints if self.hints is None else self.hints
 
     def applied(self, config: Config) -> Config:
         """``config`` with the exclusions of the command line."""
@@ -227,7 +233,8 @@ def _load(path: Path, pyproject: bool) -> Config | None:
 
 
 _LISTS = ("select", "extend-select", "ignore", "exclude", "extend-exclude")
-_KEYS = (*_LISTS, "unsafe-fixes", "per-file-ignores")
+_SWITCHES = ("unsafe-fixes", "hints")
+_KEYS = (*_LISTS, *_SWITCHES, "per-file-ignores")
 _RULE_LISTS = ("select", "extend-select", "ignore")
 
 
@@ -239,7 +246,7 @@ def _fields(table: dict[str, Any], where: str, table_name: str = "") -> dict[str
         named = f"{table_name}{key}"
         if key not in _KEYS:
             raise ConfigError(f"{where}: unknown key {named} (known: {', '.join(_KEYS)})")
-        if key == "unsafe-fixes":
+        if key in _SWITCHES:
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}: {named} must be true or false")
         elif key == "per-file-ignores":

@@ -42,6 +42,9 @@ class Finding:
     end_line: int = 0  # where the flagged code ends (0: not known)
     end_column: int = 0
     proof: tuple[ProofLine, ...] = ()  # the obligations of the fix on offer, each with its answer
+    # The bug rests on a fact gradfix could only guess (a "may", not a "must"): shown only when
+    # hints are asked for (``--hints``), and never with a fix.
+    hint: bool = False
 
     @property
     def location(self) -> str:
@@ -51,7 +54,7 @@ class Finding:
 
     def render(self) -> str:
         """One line, the same with or without colour; ends with the kind of fix on offer."""
-        marker = f" [{self.fix.value} fix]" if self.fix is not None else ""
+        marker = f" [{self.fix.value} fix]" if self.fix is not None else (" [hint]" if self.hint else "")
         return f"{self.location}: {self.code} {self.message}{marker}"
 
 
@@ -78,6 +81,7 @@ class FileReport:
     exports: dict[str, ExportedSummary] = field(default_factory=dict)  # summaries other files may import
     imports: set[str] = field(default_factory=set)  # dotted names the file imports
     prefiltered: bool = False  # never parsed: its text could not backward (``may_backward``)
+    hints_hidden: int = 0  # hints (findings resting on a guess) left out, as not asked for
 
     @property
     def changed(self) -> bool:

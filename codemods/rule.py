@@ -77,11 +77,16 @@ class Rule:
         fix: Fix | None = None,
         related: tuple[cst.CSTNode, ...] = (),
         sites: Sequence[BackwardSite] = (),
+        guess: str = "",
     ) -> Violation:
         """``sites``: the backwards the finding (and its fix) reasons about; a fix resting on a
-        backward whose tensor gradfix guessed is not made."""
+        backward whose tensor gradfix guessed is not made. ``guess``: what the bug rests on that
+        gradfix could only guess ("may", not "must"), in a user's words; the finding is then a hint,
+        without a fix."""
         line, column = self.analysis.start(node)
         end = self.analysis.range(node).end
+        if guess:
+            fix, message = None, f"{message} (hint: {guess})"
         if fix is not None and any(self.analysis.updates_parameters(s) for s in fix.taken_away()):
             fix, message = None, message + " (not rewritten: the fix would remove or move an optimizer update)"
         if fix is not None and any(site.api.guessed for site in sites):
@@ -94,7 +99,9 @@ class Rule:
             fix, message, proof = self._proved(fix, message, (node, *(s.statement for s in sites), *fix.statements()))
         kind = None if fix is None else (FixKind.SAFE if fix.safe else FixKind.UNSAFE)
         related_lines = tuple(sorted({self.analysis.line(n) for n in related} - {line}))
-        finding = Finding(self.CODE, line, column + 1, message, kind, related_lines, end_line=end.line, end_column=end.column + 1, proof=proof)
+        finding = Finding(
+            self.CODE, line, column + 1, message, kind, related_lines, end_line=end.line, end_column=end.column + 1, proof=proof, hint=bool(guess)
+        )
         return Violation(finding, fix, tuple(sites), self.DEFERS)
 
     def _proved(self, fix: Fix, message: str, about: tuple[cst.CSTNode, ...]) -> tuple[Fix, str, tuple[ProofLine, ...]]:

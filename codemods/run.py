@@ -22,7 +22,7 @@ from .summaries import ProjectSummaries, importable_names, project_summaries, wr
 from .config import Overrides, Settings, project_root
 from .files import PathError, collect_files
 from .registry import RuleSelection
-from .report import FileReport, FixMode
+from .report import FileReport, Finding, FixMode
 from .source import may_call
 
 if TYPE_CHECKING:
@@ -69,7 +69,22 @@ def check_paths(
         rules, mode = rules_and_mode(settings, overrides, path, fixing)
         groups.setdefault((rules.codes, mode), []).append(index)
     selections = [(RuleSelection(codes), mode, indexes) for (codes, mode), indexes in groups.items()]
-    return Checked(_check_groups(found.files, selections, jobs, cache, progress), found.errors, found.notices)
+    reports = _check_groups(found.files, selections, jobs, cache, progress)
+    for path, report in zip(found.files, reports):
+        if not overrides.shows_hints(settings.for_path(path)):
+            hide_hints(report)
+    return Checked(reports, found.errors, found.notices)
+
+
+def hide_hints(report: FileReport) -> None:
+    """Leave out the report's hints (findings that rest on a guess), which are shown only when
+    asked for, and count them; the cache keeps them, so asking needs no new check."""
+    findings = without_hints(report.findings)
+    report.hints_hidden, report.findings = len(report.findings) - len(findings), findings
+
+
+def without_hints(findings: list[Finding]) -> list[Finding]:
+    return [finding for finding in findings if not finding.hint]
 
 
 def excluded_by(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:

@@ -275,7 +275,7 @@ for segment in torch.randn(4, 5, 2, 3):
 """
     report = checked(source)
     assert codes(report) == ["GF004"] and report.rewritten is None
-    assert "passes through `repackage_hidden`" in report.findings[0].message
+    assert report.findings[0].hint and "passes through `repackage_hidden`" in report.findings[0].message
 
 
 def test_a_graph_carrying_object_is_not_a_tensor():
@@ -506,10 +506,10 @@ for step in range(3):
 """
     assert checked(source).findings == [] and checked(source).rewritten is None
     assert codes(checked(source.replace("Variable(logits)", "logits"))) == ["GF007"]
-    # An environment's reward given a graph-carrying action may hold its graph, or be a number: reported, not rewritten.
+    # An environment's reward given a graph-carrying action may hold its graph, or be a number: a hint, not rewritten.
     report = checked(source.replace("return np.random.choice(2)", "return logits"))
-    assert [f.code for f in report.findings] == ["GF007"] and report.rewritten is None
-    assert "cannot tell that `reward` is a tensor" in report.findings[0].message
+    assert [(f.code, f.hint) for f in report.findings] == [("GF007", True)] and report.rewritten is None
+    assert "`reward` may hold no graph" in report.findings[0].message
 
 
 def test_a_graph_of_sums_of_leaves_is_not_freed():
@@ -631,6 +631,77 @@ for step in range(6):
     assert [f.code for f in check_source(template.format(backward=every).encode(), all_rules(), FixMode.SAFE, "train.py").fixed] == ["GF004"]
     report = check_source(template.format(backward=some).encode(), all_rules(), FixMode.SAFE, "train.py")
     assert report.fixed == [] and [(f.code, f.fix.value) for f in report.findings] == [("GF004", "unsafe")]
+
+
+def test_a_value_kept_from_unread_code_is_a_hint():
+    template = """\
+import torch
+import torch.nn as nn
+{helper}
+model = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+history = []
+for x in torch.randn(3, 4, 3):
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    train_loss, val_loss = evaluate_model(model, x)
+    history.append(train_loss)
+"""
+    unread = checked(template.format(helper="from previous_chapters import evaluate_model"))
+    read = checked(template.format(helper="def evaluate_model(model, x):\n    return model(x).mean(), model(x).abs().mean()\n"))
+    assert [(f.code, f.hint, f.fix) for f in unread.findings] == [("GF007", True, None)]
+    assert [(f.code, f.hint) for f in [*read.findings, *read.fixed]] == [("GF007", False)]
+
+
+def test_items_of_one_call_share_only_what_their_callee_builds_in_common():
+    template = """\
+import torch
+import torch.nn as nn
+{helper}
+encoder, policy, critic = nn.Linear(3, 3), nn.Linear(3, 1), nn.Linear(3, 1)
+optimizer = torch.optim.SGD([*encoder.parameters(), *policy.parameters(), *critic.parameters()], lr=0.1)
+for x in torch.randn(3, 4, 3):
+    policy_loss, critic_loss = losses(x)
+    optimizer.zero_grad()
+    policy_loss.backward()
+    critic_loss.backward()
+    optimizer.step()
+"""
+    separate = checked(template.format(helper="def losses(x):\n    return policy(x).mean(), critic(x).pow(2).mean()\n"))
+    shared = checked(template.format(helper="def losses(x):\n    h = encoder(x)\n    return policy(h).mean(), critic(h).pow(2).mean()\n"))
+    unread = checked(template.format(helper="from rl_utils import losses"))
+    assert codes(separate) == []
+    assert codes(shared) == ["GF002"] and not [*shared.findings, *shared.fixed][0].hint
+    assert codes(unread) == ["GF002"] and unread.rewritten is None
+
+
+def test_an_attribute_no_backward_reads_again_is_a_hint():
+    template = """\
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 1)
+        self.outputs = []
+    def forward(self, x):
+        y = self.fc(x).mean()
+        self.outputs.append(y)
+        return {returned}
+model = Model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.randn(3, 4, 3):
+    loss = model(x)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    kept = [f for f in checked(template.format(returned="y")).findings if f.code == "GF004"]
+    read_again = [f for f in checked(template.format(returned="y + sum(self.outputs)")).findings if f.code == "GF004"]
+    assert [f.hint for f in kept] == [True]
+    assert [f.hint for f in read_again] == [False]
 
 
 def test_every_entry_of_the_list_has_its_test_and_every_test_its_entry():

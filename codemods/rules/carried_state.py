@@ -145,9 +145,13 @@ for inputs, targets in loader:
         if fix is not None and not all(self._builds_afresh(site, loop) for site in sites.values()):
             fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
         passed = self._passed_through_unread_code(loop, names)
+        guessed = [name for name in names if loop.back_edge[name].guessed]
+        guess = ""
         if passed is not None:
             name, function = passed
-            fix, unfixable = None, f"`{name}` passes through `{function}`, which gradfix cannot read: if it detaches it, there is no bug"
+            guess = f"`{name}` passes through `{function}`, which gradfix cannot read: if it detaches it, there is no bug"
+        elif guessed:
+            guess = f"what `{guessed[0]}` carries comes out of code gradfix did not read, and may hold no graph"
         them = "them" if len(names) > 1 else "it"
         where = "ends" if fix is not None and fix.insert_after else "starts"
         if retained:
@@ -172,6 +176,7 @@ for inputs, targets in loader:
             fix,
             related=(loop.node, *(site.call for site in sites.values())),
             sites=tuple(sites.values()),
+            guess=guess,
         )
 
     def _first_update(self, loop: Loop, name: str) -> cst.SimpleStatementLine | None:
@@ -197,7 +202,9 @@ for inputs, targets in loader:
             function = dotted_name(call.func) if isinstance(call, cst.Call) else None
             if function is None or function.split(".")[0] not in imports or (self.analysis.names.qualify(call.func) or "").startswith("torch."):
                 continue
-            for name in set(names) & assigned_names(statement) & read_names(call):
+            # (``hidden[i] = repackage_hidden(hidden[i])`` writes into the state as well)
+            written = {dotted_name(_stored_into(target.target)) for target in statement.body[0].targets}
+            for name in set(names) & written & read_names(call):
                 return name, function
         return None
 
@@ -312,6 +319,11 @@ for inputs, targets in loader:
                         "computing it at every call keeps it trained; --unsafe-fixes detaches it"
                     )
                 backwarding = self._backwarding(method)
+                guess = ""
+                if stored.guessed:
+                    guess = f"what `{name}` keeps comes out of code gradfix did not read, and may hold no graph"
+                elif not self._backwarded_again(method, name, backwarding):
+                    guess = f"no backward gradfix sees walks what `{name}` keeps again: it holds each call's graph until it is cleared"
                 yield self.violation(
                     stores[0] if stores else method.node,
                     f"`{name}` keeps this call's graph for the next call of `{method.node.name.value}`; "
@@ -320,6 +332,7 @@ for inputs, targets in loader:
                     # (and the backwards that walk it again: where the error is raised)
                     related=(method.node, *stores[1:], *self._built_in(method, stored), *(site.call for site in backwarding)),
                     sites=backwarding,
+                    guess=guess,
                 )
 
     def _read_by_the_next_call(self, method: Loop, name: str, writes: dict[cst.CSTNode, bool | None]) -> bool:
@@ -331,6 +344,15 @@ for inputs, targets in loader:
         if Carried(method, name) in expand(method.returned.origins, method):
             return True
         return not self.analysis.afresh_each_iteration(method, name) and any(w is not False for w in writes.values())
+
+    def _backwarded_again(self, method: Loop, name: str, backwarding: Sequence[BackwardSite]) -> bool:
+        """Whether a backward walks what the previous call left in the attribute: the call's result
+        is built from it (and the training loop backwards that result), or a backward inside
+        the call reads it."""
+        carried = Carried(method, name)
+        return carried in expand(method.returned.origins, method) or any(
+            carried in expand(site.value.origins, method) for site in backwarding if self.analysis.contains(method.node, site.call)
+        )
 
     def _called_only_at_construction(self, method: Loop) -> bool:
         """Whether every call of the method in the file is one its class's ``__init__`` makes
@@ -411,6 +433,13 @@ for inputs, targets in loader:
             if dotted_name(node) == name and self.analysis.tree.follows(node, store):
                 return True
         return False
+
+
+def _stored_into(target: cst.BaseExpression) -> cst.BaseExpression:
+    """The name a target writes: ``hidden`` of ``hidden[i]``, ``hidden`` itself."""
+    while isinstance(target, cst.Subscript):
+        target = target.value
+    return target
 
 
 def _reaches_previous_graph(site: BackwardSite, loop: Loop, name: str) -> bool:

@@ -118,12 +118,8 @@ print(total_loss / len(loader))
                 if not self._outlives_iteration(loop, store) or self._backwarded(store):
                     continue
                 unfixable = self._why_graphs_may_be_needed(loop, store, held)
-                if not unfixable and held.structure is not TENSOR:
-                    if not isinstance(value, cst.Name):
-                        unfixable = f"gradfix cannot tell that `{code_of(value)}` is one tensor"
-                    elif held.guessed and not held.backwarded:
-                        # (out of code gradfix cannot read, it may be a number: an environment's `reward`)
-                        unfixable = f"gradfix cannot tell that `{value.value}` is a tensor"
+                if not unfixable and held.structure is not TENSOR and not isinstance(value, cst.Name):
+                    unfixable = f"gradfix cannot tell that `{code_of(value)}` is one tensor"
                 message = f"`{code_of(statement.body[0])}` keeps the graph of every step alive in `{store}`; " + (
                     f"store `{code_of(_detached(value))}`"
                     if isinstance(value, cst.Name) or held.structure is TENSOR
@@ -134,7 +130,12 @@ print(total_loss / len(loader))
                     message += f" (not rewritten: {unfixable})"
                 else:
                     fix = Fix(safe=True, replace=((statement, statement.deep_replace(value, _detached(value))),))
-                yield self.violation(value, message, fix)
+                # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
+                # environment's `reward`, `time.time() - start`); a tensor a backward walked is one.
+                guess = (
+                    f"`{code_of(value)}` may hold no graph: it comes out of code gradfix did not read" if held.guessed and not held.backwarded else ""
+                )
+                yield self.violation(value, message, fix, guess=guess)
 
     def _carried_on(self, loop: Loop, stores: set[str]) -> frozenset[Origin]:
         """The graph the loop hands each next iteration in the names it rebinds from their previous

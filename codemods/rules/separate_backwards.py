@@ -121,7 +121,7 @@ for x, y_reg, y_cls in loader:
                     f" (not rewritten: the hook or autograd Function at line {self.analysis.line(hook)} sees each "
                     "backward's gradient on its own, and would see their sum)"
                 )
-            yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group)
+            yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group, guess=_guess(group))
         yield from self._into_a_branch()
 
     def _into_a_branch(self) -> Iterator[Violation]:
@@ -159,6 +159,7 @@ for x, y_reg, y_cls in loader:
                     self._branch_fix(first, second, branch, between),
                     related=(second.call,),
                     sites=(first, second),
+                    guess=_guess((first, second)),
                 )
                 break
 
@@ -318,3 +319,12 @@ def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
     while isinstance(func, cst.Attribute):
         func = func.value
     return [func] if isinstance(func, cst.Name) else []
+
+
+def _guess(sites: Sequence[BackwardSite]) -> str:
+    """Why the losses may not share a graph after all: one of them came out of code gradfix did not
+    read, or is an item of a tuple its callee does not say holds the shared graph."""
+    guessed = next((site for site in sites if site.value.guessed), None)
+    if guessed is None:
+        return ""
+    return f"`{code_of(guessed.tensors[0])}` comes out of code gradfix did not read, and may not hold the graph it seems to share"
