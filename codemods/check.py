@@ -24,7 +24,7 @@ from .summaries import ProjectSummaries
 from .edits import apply_fixes, compatible
 from .notebook import Notebook, NotebookError, is_notebook
 from .parse import Skeleton, build_skeleton, compile_error, parse_decoded, parse_trusted, refuse_deep_nesting
-from .registry import RULE_MODULES
+from .registry import RULE_MODULES, all_rules
 from .report import FileReport, Finding, FixMode, SourceError
 from .rule import Rule, Violation, without_repeats
 from .source import decoded, prefiltered_report, skips_parse
@@ -271,8 +271,13 @@ def _final_line_endings_kept(original: bytes, rewritten: bytes) -> bytes:
 
 
 def find_violations(analysis: FileAnalysis, rules: Sequence[type[Rule]]) -> list[Violation]:
-    """What ``rules`` find in an analysed module, less what ``# noqa`` comments silence."""
-    found = without_repeats([violation for rule in rules for violation in rule(analysis).violations()])
+    """What ``rules`` find in an analysed module, less what ``# noqa`` comments silence. A deferring
+    rule's violation about backwards another rule names is dropped whether or not that rule is
+    selected: one bug has one code, however the other is turned off (``--ignore``,
+    ``per-file-ignores``, ``# noqa``)."""
+    selected = {rule.CODE for rule in rules}
+    running = [*rules, *(rule for rule in all_rules() if rule.CODE not in selected and not rule.DEFERS)] if any(r.DEFERS for r in rules) else rules
+    found = [v for v in without_repeats([violation for rule in running for violation in rule(analysis).violations()]) if v.finding.code in selected]
     if found:
         silenced = Suppressions(analysis.source.decode(analysis.module.encoding))
         found = [v for v in found if not silenced.silences(v.finding)]
