@@ -563,7 +563,7 @@ class ClosedWorld:
                 return True
             if isinstance(expression, cst.Attribute) and names.is_parameter(expression, class_name):
                 return True
-            if isinstance(expression, cst.Name):
+            if isinstance(expression, (cst.Name, cst.Attribute)):
                 value = analysis.value_read(expression)
                 if value is not None and (value.graph or value.backwarded or value.structure is TENSOR or _holds_tensors(value.structure)):
                     return True

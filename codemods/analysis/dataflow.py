@@ -468,9 +468,12 @@ class DataflowAnalysis:
         # What each item of a call's tuple result holds, where the callee says it: the returns of
         # a function or forward of the file, or a torch.nn module's outputs.
         self._call_items: dict[cst.Call, tuple[Value, ...]] = {}
+        self._read_callees: dict[cst.Call, object] = {}  # calls read as any other, of the file's functions
+        # What a function of the file returns in the walk with what its callers pass it.
+        self.returned_with_arguments: dict[object, Value] = {}
         self._differentiable_outputs: set[cst.CSTNode] = set()  # calls of torch.nn modules returning tuples
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
-        self.read_values: dict[cst.Name, Value] = {}  # what each name read held (in a loop: its last pass)
+        self.read_values: dict[cst.Name | cst.Attribute, Value] = {}  # what each name (attribute) read held (in a loop: its last pass)
         # Right-hand sides, and what ``+=`` adds or ``.append(...)`` stores, as evaluated.
         self.assigned_values: dict[cst.BaseExpression, Value] = {}
         self.graph_arguments: dict[str, bool] = {}  # function -> whether a call in this file passes it a graph
@@ -562,6 +565,8 @@ class DataflowAnalysis:
         if arguments and not constructor:
             start = {**start, **arguments}
             end = self._run_scope(scope, node.body.body, dict(start))
+            if any(name in arguments for name in self.summaries[callee].parameters):
+                self.returned_with_arguments[callee] = self.returned.get(node, NOTHING)
         left = self.loops[node].back_edge if called_repeatedly and node in self.loops else end
         if class_name is not None and not constructor:
             self._leave_for_caller(node, class_name, start, left, lambda name: name.startswith("self."))
@@ -883,6 +888,7 @@ class DataflowAnalysis:
                     unbound=value.unbound,
                     graphless=value.graphless,
                     guessed=value.guessed,
+                    unread=value.unread,
                 )
             frame = _Frame(loop)
             self._frames.append(frame)
@@ -1004,7 +1010,8 @@ class DataflowAnalysis:
             self.read_values[node] = env.get(node.value, NOTHING)
             return self.read_values[node]
         if node_type is cst.Attribute:
-            return self._eval_attribute(node, env)
+            self.read_values[node] = self._eval_attribute(node, env)
+            return self.read_values[node]
         if node_type in (cst.Integer, cst.Float, cst.Imaginary):
             return Value(structure=NUMBER, graphless=True)
         if node_type is cst.Call:
@@ -1067,7 +1074,14 @@ class DataflowAnalysis:
             ):
                 picked = frozenset({Element(loop, node, base.origins)})
                 # Another element each iteration, freed only if the container was when the loop began.
-                return Value(True, picked, element.structure, freed=dotted_name(node.value) in loop.freed_at_entry, guessed=element.guessed)
+                return Value(
+                    True,
+                    picked,
+                    element.structure,
+                    freed=dotted_name(node.value) in loop.freed_at_entry,
+                    guessed=element.guessed,
+                    unread=element.unread,
+                )
             return element
         if node_type in (cst.Tuple, cst.List):
             values = self._eval_all([e.value for e in node.elements], env)
@@ -1212,10 +1226,9 @@ class DataflowAnalysis:
                     self._call_items[node] = items
                 if summary is not None and summary.returned.graph:  # builds its result from parameters
                     return combine([*values, LEAF], self._origin(node), summary.returned.structure)
-                # D.compute_loss(fake, …): from its inputs (and maybe parameters gradfix does not see);
-                # a method gradfix read that returns tensors computes them from its inputs
-                read_tensors = summary is not None and _tensors_only(summary.returned.structure)
-                return combine(values, self._origin(node), UNKNOWN, known_operation=read_tensors)
+                # D.compute_loss(fake, …): from its inputs (and maybe parameters gradfix does not see)
+                read = self._read_result(summary and _summary_key(summary), node, values, UNKNOWN)
+                return read if read is not None else combine(values, self._origin(node), UNKNOWN, known_operation=False)
             receiver = self._eval(func.value, env)
             values = self._eval_all(arguments, env)
             if _number_library_result(qualified, values):
@@ -1250,18 +1263,18 @@ class DataflowAnalysis:
                 env[target] = _union([stored, item], ListOf(item_structure.join(item.structure)))
                 return CONSTANT
             tensor_method = receiver.structure is TENSOR
-            read_tensors = self._returns_tensors_gradfix_read(node)
             # A method of a graph-carrying receiver holds its graph as much as the receiver does; a
             # method of anything else is a function gradfix cannot read, unless it read it.
-            guessed = (not tensor_method and not receiver.graph and not read_tensors) or all(v.guessed for v in (receiver, *values) if v.graph)
+            guessed = (not tensor_method and not receiver.graph) or all(v.guessed for v in (receiver, *values) if v.graph)
             # (a method of what is proved to hold no graph, an array or a number, given nothing that
             # holds one, returns nothing that holds one: ``action.detach().numpy().squeeze(0)``)
-            result = combine(
+            result = self._read_result(self._read_callees.get(node), node, values, UNKNOWN) or combine(
                 [receiver, *values],
                 self._origin(node),
                 TENSOR if tensor_method else UNKNOWN,
-                known_operation=tensor_method or receiver.graphless or read_tensors,
+                known_operation=tensor_method or receiver.graphless,
                 guessed=guessed,
+                unread=(not tensor_method and not receiver.graph and not receiver.graphless) or all(v.unread for v in (receiver, *values) if v.graph),
             )
             if (
                 is_inplace_method(method)
@@ -1310,13 +1323,22 @@ class DataflowAnalysis:
         self._eval(func, env)
         if self._imported_code(func):
             self._escape(values)  # another package's function may backward what it is given
-        return combine(values, self._origin(node), UNKNOWN, known_operation=self._returns_tensors_gradfix_read(node))
+        read = self._read_result(self._read_callees.get(node), node, values, UNKNOWN)
+        return read if read is not None else combine(values, self._origin(node), UNKNOWN, known_operation=False)
 
-    def _returns_tensors_gradfix_read(self, call: cst.Call) -> bool:
-        """Whether ``call`` calls a function of the file whose every return is a tensor (or a tuple
-        of them): computed from what it is given by operations gradfix read, its result's graph
-        is not a guess."""
-        return _tensors_only(self._returned_shapes.get(call, UNKNOWN))
+    def _read_result(self, callee: object, call: cst.Call, values: list[Value], structure: Structure) -> Value | None:
+        """What a call of a function of the file returns, where its summary (a walk with no graph in
+        its parameters) says nothing of what it makes of its arguments' graphs, as the walk with
+        what its callers pass shows it (``returned_with_arguments``): none, when that walk returns
+        none (a helper that detaches what it is given, or computes with gradients off); a graph
+        built from its arguments by the operations it runs otherwise, guessed (or out of code gradfix
+        did not read) where that walk's is. None where no caller passed it a graph."""
+        returned = self.returned_with_arguments.get(callee) if callee is not None else None
+        if returned is None:
+            return None
+        if not returned.graph:
+            return Value(structure=structure)
+        return combine(values, self._origin(call), structure, guessed=returned.guessed or None, unread=returned.unread or None)
 
     def _record_structure(self, class_name: str, call: cst.Call, values: list[Value]) -> Structure:
         """``State(v, i)``, ``State(v=v, i=i)``: the named tuple with its fields' structures, when
@@ -1353,7 +1375,7 @@ class DataflowAnalysis:
         for name, value in found.items():
             if value.graph:
                 # Carried markers name this round's loops: keep the places they stand for.
-                value = Value(True, self.graph_nodes(value), value.structure, freed=freed and value.freed, guessed=value.guessed)
+                value = Value(True, self.graph_nodes(value), value.structure, freed=freed and value.freed, guessed=value.guessed, unread=value.unread)
                 known[name] = known[name].join(value) if name in known else value
 
     def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
@@ -1632,6 +1654,7 @@ class DataflowAnalysis:
         if not summary.has_effect:
             if not summary.returned.graph:
                 self._returned_shapes[call] = returned_structure  # (the call is read as any other)
+                self._read_callees[call] = _summary_key(summary)
                 return None
             if self._frozen_module(call.func):
                 # a module whose parameters were all set not to require grad: its result holds
@@ -1923,7 +1946,7 @@ def _reads_what_the_last_call_kept(method: Loop) -> bool:
 def _part(value: Value, structure: Structure) -> Value:
     """``value``'s graph (freed where it is) with another structure; not the very tensor a
     backward backwarded."""
-    return Value(value.graph, value.origins, structure, freed=value.freed, graphless=value.graphless, guessed=value.guessed)
+    return Value(value.graph, value.origins, structure, freed=value.freed, graphless=value.graphless, guessed=value.guessed, unread=value.unread)
 
 
 def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:
@@ -1995,6 +2018,7 @@ def _union(values: Sequence[Value], structure: Structure) -> Value:
         freed=any(v.freed for v in values),
         graphless=all(v.graphless for v in values),
         guessed=any(v.guessed for v in values if v.graph),
+        unread=any(v.unread for v in values if v.graph),
     )
 
 

@@ -18,6 +18,7 @@ from .assignments import assigned_names, read_names, target_names
 from .optimizers import gradient_effects
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
+from .guards import read_only_where_assigned
 from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
 from .backward_calls import argument
 from .closed_world import ClosedWorld
@@ -192,8 +193,9 @@ class FileAnalysis:
         the previous iteration left (``losses = []`` at an epoch's start, under a condition too)."""
         return False in self.writes_of(loop, name).values()
 
-    def value_read(self, name: cst.Name) -> Value | None:
-        """What the name held where the program read it (None where the analysis never got)."""
+    def value_read(self, name: cst.Name | cst.Attribute) -> Value | None:
+        """What the name (or attribute) held where the program read it (None where the analysis
+        never got)."""
         return self._dataflow.read_values.get(name)
 
     def iterates_graph(self, loop: Loop) -> bool:
@@ -215,6 +217,11 @@ class FileAnalysis:
             if any(self.contains(s, origin.node) for s in statements)
         )
 
+    def read_only_where_assigned(self, loop: Loop, name: str) -> bool:
+        """Whether ``name`` is read in ``loop`` only where this iteration assigned it, under tests
+        that answer the same twice (``guards``)."""
+        return read_only_where_assigned(self, loop, name)
+
     def runs_in_every_iteration(self, statement: cst.CSTNode, loop: Loop) -> bool:
         """Whether ``statement`` runs, once, in every iteration of ``loop``: nothing between them
         but blocks and ``with`` statements (no branch, ``try``, inner loop or nested function)."""
@@ -224,6 +231,17 @@ class FileAnalysis:
                 return False
             node = self.tree.parent(node)
         return node is loop.node
+
+    def unread_value(self, statements: Sequence[cst.CSTNode]) -> cst.BaseExpression | None:
+        """The first value ``statements`` assign whose graph came out of code gradfix did not read
+        (``create_transform(model=encoder)`` may return a transform, not a forward)."""
+        for statement in statements:
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+                value = self.value_assigned(small.value)
+                if value is not None and value.graph and value.unread:
+                    return small.value
+        return None
 
     def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
         """Statements outside ``loop`` that built part of the graph ``site`` backwards in it."""

@@ -286,6 +286,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         # (name, callee, position, keyword, the function passing it): names passed to the file's own
         # functions and classes, stored only if the callee stores (or passes on) the parameter.
         self._handed: list[tuple[str, str, int, str | None, cst.FunctionDef | None]] = []
+        self._handed_modules: list[tuple[str, int, str | None, ModuleInfo]] = []  # modules built in a call's arguments
         self._calls_of: dict[str, int] = {}  # the file's own functions, by how often the file calls them
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
         self._bindings: dict[str, list[str | None]] = {}  # name -> what each assignment binds it to (a name, or None)
@@ -582,10 +583,12 @@ class _TorchNamesCollector(cst.CSTVisitor):
         for position, arg in enumerate(node.args):
             name = dotted_name(arg.value)
             if callee in self._callables or callee in self.names.local_classes:
+                keyword = arg.keyword.value if arg.keyword is not None else None
                 if name is not None and not arg.star:
-                    keyword = arg.keyword.value if arg.keyword is not None else None
                     self._handed.append((name, callee, position, keyword, self._functions[-1] if self._functions else None))
                     continue
+                if not arg.star and (built := self._constructed_module(arg.value)) is not None:
+                    self._handed_modules.append((callee, position, keyword, built))  # ``train(Net(), data)``
             self._note_stored(arg.value)
         if method_called(node) == "add_param_group":
             self._add_parameter_group(node)
@@ -772,14 +775,15 @@ class _TorchNamesCollector(cst.CSTVisitor):
         """A parameter of one of the file's functions that every call in the file passes a module
         (``backward_outputs(conv1, conv2, x)``) names a module: calling it is a forward."""
         passed: dict[tuple[str, str], list[ModuleInfo]] = {}
-        for name, callee, position, keyword, _ in self._handed:
+        handed = [(callee, position, keyword, self.names.modules.get(name)) for name, callee, position, keyword, _ in self._handed]
+        for callee, position, keyword, module in [*handed, *self._handed_modules]:
             function = self._callables.get(callee)
             parameter = None if function is None or callee not in self._calls_of else _parameter(function, position, keyword, False)
-            module = self.names.modules.get(name)
             if parameter is not None and module is not None:
                 passed.setdefault((callee, parameter), []).append(module)
         for (callee, parameter), modules in passed.items():
-            if len(modules) == self._calls_of[callee] and parameter not in self.names.modules:
+            # (a parameter only seen calling a module's method, ``model.parameters()``, is a module of no known class)
+            if len(modules) == self._calls_of[callee] and not self.names.modules.get(parameter, ModuleInfo("")).class_name:
                 same = all(module == modules[0] for module in modules)
                 self.names.modules[parameter] = modules[0] if same else ModuleInfo("", frozen=all(m.frozen for m in modules))
 

@@ -168,6 +168,10 @@ class Value:
     # shape (``out, idx = model(x)``: ``idx`` may be integers) or out of a function gradfix cannot
     # read. Enough to report; a rewrite that cuts this value's graph needs it proved.
     guessed: bool = False
+    # Its graph came out of code gradfix did not read (a function of another package, a parameter
+    # called): a guess of the first kind, which no fact of the file can settle. (An item of a
+    # tuple the file's own code builds is guessed, not unread.)
+    unread: bool = False
 
     def join(self, other: "Value") -> "Value":
         """What a name may hold where two paths meet."""
@@ -185,6 +189,7 @@ class Value:
             unbound=self.unbound or other.unbound,
             graphless=self.graphless and other.graphless,
             guessed=(self.graph and self.guessed) or (other.graph and other.guessed),
+            unread=(self.graph and self.unread) or (other.graph and other.unread),
         )
 
     def without_graph(self) -> "Value":
@@ -197,13 +202,19 @@ LEAF = Value(graph=True, structure=TENSOR)
 
 
 def combine(
-    values: Iterable[Value], created_by: Origin | None, structure: Structure = TENSOR, known_operation: bool = True, guessed: bool | None = None
+    values: Iterable[Value],
+    created_by: Origin | None,
+    structure: Structure = TENSOR,
+    known_operation: bool = True,
+    guessed: bool | None = None,
+    unread: bool | None = None,
 ) -> Value:
     """The value of an operation on ``values``: it carries graph when any input does, and then the
     operation itself is a new interior node. A known operation (an operator, a torch function)
     of values proved graphless is proved graphless; an unknown function's result is not, and its
-    graph is only guessed. ``guessed`` overrides that for a method called on a graph-carrying
-    value: whatever the receiver is, it holds a graph as much as the receiver does."""
+    graph is only guessed (``unread``: out of code gradfix did not read). ``guessed`` and
+    ``unread`` override that for a method called on a graph-carrying value: whatever the receiver
+    is, it holds a graph as much as the receiver does."""
     values = list(values)
     if not any(v.graph for v in values):
         return Value(structure=structure, graphless=known_operation and all(v.graphless for v in values))
@@ -212,4 +223,6 @@ def combine(
         origins |= {created_by}
     if guessed is None:
         guessed = not known_operation or all(v.guessed for v in values if v.graph)
-    return Value(graph=True, origins=origins, structure=structure, freed=any(v.freed for v in values), guessed=guessed)
+    if unread is None:
+        unread = not known_operation or all(v.unread for v in values if v.graph)
+    return Value(graph=True, origins=origins, structure=structure, freed=any(v.freed for v in values), guessed=guessed, unread=unread)

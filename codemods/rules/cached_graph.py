@@ -5,6 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis import (
+    NO_GRADIENT_HOOKS,
     READS_MODELLED_CODE,
     NO_HIDDEN_BACKWARD,
     NO_BOOKKEEPING_READS,
@@ -59,7 +60,7 @@ class CachedGraph(Rule):
     NAME = "cached_graph"
     SUMMARY = "a target built once by an untrained network keeps its graph across steps"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_BOOKKEEPING_READS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
     EXAMPLE_BEFORE = """\
 teacher = nn.Linear(8, 4)
 student = nn.Linear(8, 4)

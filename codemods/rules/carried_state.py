@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 import libcst as cst
 
 from ..analysis import (
+    NO_GRADIENT_HOOKS,
     READS_MODELLED_CODE,
     NO_HIDDEN_BACKWARD,
     NO_BOOKKEEPING_READS,
@@ -18,12 +19,10 @@ from ..analysis import (
     RecordOf,
     Structure,
     Value,
-    assigned_names,
     code_of,
     detached,
     dotted_name,
     expand,
-    expression_key,
     find_nodes,
     is_detach,
     is_single_assignment,
@@ -71,7 +70,7 @@ class CarriedState(Rule):
     NAME = "carried_state"
     SUMMARY = "state carries its graph across training iterations"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_BOOKKEEPING_READS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
     EXAMPLE_BEFORE = """\
 lstm = nn.LSTM(8, size)
 head = nn.Linear(size, 1)
@@ -112,7 +111,11 @@ for inputs, targets in loader:
                 if loop.is_call:
                     continue
                 for name in sorted(loop.carried_names - taken):
-                    if not _reaches_previous_graph(site, loop, name) or self._detached_in(loop, name) or self._read_only_where_assigned(loop, name):
+                    if (
+                        not _reaches_previous_graph(site, loop, name)
+                        or self._detached_in(loop, name)
+                        or self.analysis.read_only_where_assigned(loop, name)
+                    ):
                         continue
                     if loop.back_edge[name].freed:
                         freed.setdefault(loop, {}).setdefault(name, site)
@@ -145,13 +148,13 @@ for inputs, targets in loader:
         if fix is not None and not all(self._builds_afresh(site, loop) for site in sites.values()):
             fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
         passed = self._passed_through_unread_code(loop, names)
-        guessed = [name for name in names if loop.back_edge[name].guessed]
+        unread = [name for name in names if loop.back_edge[name].unread]
         guess = ""
         if passed is not None:
             name, function = passed
             guess = f"`{name}` passes through `{function}`, which gradfix cannot read: if it detaches it, there is no bug"
-        elif guessed:
-            guess = f"what `{guessed[0]}` carries comes out of code gradfix did not read, and may hold no graph"
+        elif unread:
+            guess = f"what `{unread[0]}` carries comes out of code gradfix did not read, and may hold no graph"
         them = "them" if len(names) > 1 else "it"
         where = "ends" if fix is not None and fix.insert_after else "starts"
         if retained:
@@ -192,20 +195,21 @@ for inputs, targets in loader:
         )
 
     def _passed_through_unread_code(self, loop: Loop, names: list[str]) -> tuple[str, str] | None:
-        """A state the iteration hands to an imported function and takes back from it
-        (``hidden = repackage_hidden(hidden)``): that function may be the detach."""
+        """A state the iteration hands to an imported function on its way to its next value
+        (``hidden = repackage_hidden(hidden)``, ``state = cell(x, refresh(state))``): that function
+        may be the detach."""
         imports = self.analysis.names.aliases
         for statement in loop.node.body.body:
             if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(statement.body[0], cst.Assign):
                 continue
-            call = statement.body[0].value
-            function = dotted_name(call.func) if isinstance(call, cst.Call) else None
-            if function is None or function.split(".")[0] not in imports or (self.analysis.names.qualify(call.func) or "").startswith("torch."):
-                continue
             # (``hidden[i] = repackage_hidden(hidden[i])`` writes into the state as well)
             written = {dotted_name(_stored_into(target.target)) for target in statement.body[0].targets}
-            for name in set(names) & written & read_names(call):
-                return name, function
+            for call in self.analysis.tree.findall(statement.body[0].value, cst.Call):
+                function = dotted_name(call.func)
+                if function is None or function.split(".")[0] not in imports or (self.analysis.names.qualify(call.func) or "").startswith("torch."):
+                    continue
+                for name in sorted(set(names) & written & read_names(call)):
+                    return name, function
         return None
 
     def _loop_fix(self, loop: Loop, names: list[str], safe: bool) -> tuple[Fix | None, str]:
@@ -263,37 +267,6 @@ for inputs, targets in loader:
     def _holds_graph(self, expression: cst.BaseExpression) -> bool:
         return any((read := self.analysis.value_read(name)) is not None and read.graph for name in self.analysis.tree.findall(expression, cst.Name))
 
-    def _read_only_where_assigned(self, loop: Loop, name: str) -> bool:
-        """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
-        earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
-        loop writes nothing the test reads (``if args.with_prior_preservation:`` twice): the test
-        answers the same both times, so what is read is always this iteration's value (or the read
-        follows the assignment in the branch that makes it)."""
-        if "." in name:
-            return False
-        body = loop.node.body
-        written = assigned_names(body, tree=self.analysis.tree)
-        assigning: dict[str, list[cst.If]] = {}
-        for branch in self.analysis.tree.findall(body, cst.If):
-            # (a call may answer differently each time: `if random.random() < p:`)
-            invariant = not self.analysis.tree.findall(branch.test, cst.Call) and not read_names(branch.test) & written
-            if invariant and _always_assigns(branch.body, name):
-                assigning.setdefault(expression_key(branch.test), []).append(branch)
-        reads = [n for n in self.analysis.tree.names(body, [name]) if self.analysis.value_read(n) is not None]
-        return bool(assigning and reads) and all(self._guarded_like(read, assigning, loop.node) for read in reads)
-
-    def _guarded_like(self, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode) -> bool:
-        node = read
-        while (parent := self.analysis.tree.parent(node)) is not None and parent is not loop:
-            if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
-                branches = assigning.get(expression_key(parent.test), ())
-                if any(self.analysis.tree.follows(parent, branch) for branch in branches):
-                    return True
-                if parent in branches and any(self.analysis.tree.follows(read, s) for s in _assignments(parent.body, read.value)):
-                    return True  # after the assignment, in the branch that makes it
-            node = parent
-        return False
-
     # state a module keeps on self between calls -------------------------------------------
     def _stored_on_self_violations(self) -> Iterator[Violation]:
         for method in self.analysis.loops:
@@ -320,7 +293,7 @@ for inputs, targets in loader:
                     )
                 backwarding = self._backwarding(method)
                 guess = ""
-                if stored.guessed:
+                if stored.unread:
                     guess = f"what `{name}` keeps comes out of code gradfix did not read, and may hold no graph"
                 elif not self._backwarded_again(method, name, backwarding):
                     guess = f"no backward gradfix sees walks what `{name}` keeps again: it holds each call's graph until it is cleared"
@@ -487,30 +460,3 @@ def _detach_statement(name: str, entry: Value, left_behind: Value) -> cst.BaseSt
     if entry.may_be_none or entry.structure is NONE or left_behind.may_be_none:
         return cst.parse_statement(f"if {name} is not None:\n    {code}")
     return cst.parse_statement(code)
-
-
-def _assignments(block: cst.BaseSuite, name: str) -> list[cst.SimpleStatementLine]:
-    """The statements of ``block`` itself (not nested ones) that assign ``name``."""
-    return [
-        statement
-        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
-        if isinstance(statement, cst.SimpleStatementLine)
-        and any(isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets) for small in statement.body)
-    ]
-
-
-def _always_assigns(block: cst.BaseSuite, name: str) -> bool:
-    """Whether every path through ``block`` assigns ``name`` (an if/else assigning it in both)."""
-    if _assignments(block, name):
-        return True
-    return any(
-        isinstance(statement, cst.If) and _always_assigns(statement.body, name) and _else_always_assigns(statement, name)
-        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
-    )
-
-
-def _else_always_assigns(statement: cst.If, name: str) -> bool:
-    orelse = statement.orelse
-    if isinstance(orelse, cst.If):
-        return _always_assigns(orelse.body, name) and _else_always_assigns(orelse, name)
-    return isinstance(orelse, cst.Else) and _always_assigns(orelse.body, name)

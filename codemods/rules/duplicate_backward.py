@@ -4,7 +4,16 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import BackwardSite, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, assigned_names, code_of, loss_handed_to_trainer, with_retained_graph
+from ..analysis import (
+    NO_GRADIENT_HOOKS,
+    BackwardSite,
+    NO_HIDDEN_BACKWARD,
+    READS_MODELLED_CODE,
+    assigned_names,
+    code_of,
+    loss_handed_to_trainer,
+    with_retained_graph,
+)
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
@@ -38,7 +47,7 @@ class DuplicateBackward(Rule):
     NAME = "duplicate_backward"
     SUMMARY = "the same tensor is backwarded twice"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)
     EXAMPLE_BEFORE = """\
 model = nn.Linear(8, 2)
 criterion = nn.CrossEntropyLoss()

@@ -4,7 +4,7 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from ..analysis import Loop, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, assigned_names, is_single_assignment, read_names
+from ..analysis import Loop, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, assigned_names, code_of, is_single_assignment, read_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
@@ -102,7 +102,9 @@ for epoch in range(epochs):
                 message += " (the graph is kept, so the program runs; moving the forward changes its results)"
             elif runs:
                 message += " (the part built before the loop is not proved to save a tensor the backward frees, so the program may run; moving it changes its results)"
-            yield self.violation(hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,))
+            yield self.violation(
+                hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,), guess=_guess(self.analysis.unread_value(hoisted))
+            )
 
     def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop, safe: bool) -> Fix | None:
         body = loop.node.body
@@ -166,3 +168,7 @@ for epoch in range(epochs):
                 return True
             parent = self.analysis.tree.parent(parent)
         return False
+
+
+def _guess(unread: cst.BaseExpression | None) -> str:
+    return "" if unread is None else f"`{code_of(unread)}` comes out of code gradfix did not read, and may hold no graph"

@@ -6,12 +6,14 @@ import libcst as cst
 
 from ..analysis import (
     BackwardSite,
+    Carried,
     GradientEffect,
     Origin,
     as_operand,
     assigned_names,
     code_of,
     dotted_name,
+    expand,
     is_single_assignment,
     loss_handed_to_trainer,
     read_names,
@@ -125,6 +127,8 @@ class Classifier(pl.LightningModule):
             inside = self.analysis.calls_freeing(site)
             if not freeing and not inside and site.stops_at.freed:
                 continue  # the freed part may be the graph below its inputs, which it does not walk
+            if not earlier and not inside and self._carried_only_by_impossible_paths(site):
+                continue  # (``if flag:`` assigns it and a later ``if flag:`` reads it: never the previous iteration's)
             if earlier:
                 by = f"the backward at line {self.analysis.line(earlier[-1].call)}"
             elif inside:
@@ -153,7 +157,29 @@ class Classifier(pl.LightningModule):
                 restart or recompute,
                 related=tuple(node for node in (*(other.call for other in earlier[-1:]), built) if node is not None),
                 sites=(site,),
+                guess=self._guess(site, placed=bool(earlier or inside)),
             )
+
+    def _guess(self, site: BackwardSite, placed: bool) -> str:
+        """Why the graph may not be freed after all: the backwarded value, or (when no backward in
+        the file is placed before it) what was built before its loop, came out of code gradfix did
+        not read."""
+        if site.value.unread:
+            return f"`{code_of(site.tensor if site.tensor is not None else site.call)}` comes out of code gradfix did not read, and may not hold the graph it seems to"
+        loop = next((loop for loop in site.loops if not loop.is_call), None)
+        unread = None if placed or loop is None else self.analysis.unread_value(self.analysis.built_before_loop(site, loop))
+        return "" if unread is None else f"`{code_of(unread)}`, built before the loop, comes out of code gradfix did not read, and may hold no graph"
+
+    def _carried_only_by_impossible_paths(self, site: BackwardSite) -> bool:
+        """Whether every name that carries the previous iteration's graph into this backward is
+        read only where the iteration assigned it (``FileAnalysis.read_only_where_assigned``): the
+        path that would read the previous value is one no run takes."""
+        for loop in site.loops:
+            origins = expand(site.value.origins, loop)
+            carried = [name for name in loop.carried_names if Carried(loop, name) in origins]
+            if carried and all(self.analysis.read_only_where_assigned(loop, name) for name in carried):
+                return True
+        return False
 
     def _restarted_sum(self, earlier: BackwardSite, site: BackwardSite) -> Fix | None:
         """``loss.backward()``, then a loop that adds more to ``loss`` (``loss += part``) and backwards

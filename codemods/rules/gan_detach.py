@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import GanSteps, NO_BOOKKEEPING_READS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, argument, code_of, detached
+from ..analysis import NO_GRADIENT_HOOKS, GanSteps, NO_BOOKKEEPING_READS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, argument, code_of, detached
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 
@@ -34,7 +34,7 @@ class GanDetach(Rule):
     NAME = "gan_detach"
     SUMMARY = "the discriminator step backwards through the generator's output"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_BOOKKEEPING_READS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
     EXAMPLE_BEFORE = """\
 generator = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
 discriminator = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 1))

@@ -6,6 +6,7 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis import (
+    NO_GRADIENT_HOOKS,
     READS_MODELLED_CODE,
     NO_HIDDEN_BACKWARD,
     NO_BOOKKEEPING_READS,
@@ -59,7 +60,7 @@ class GraphKeptForLogging(Rule):
     NAME = "graph_kept_for_logging"
     SUMMARY = "a value kept across training steps keeps every step's graph alive"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_BOOKKEEPING_READS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
     SYMPTOM = GraphsKeptAlive()
     EXAMPLE_BEFORE = """\
 model = nn.Linear(8, 1)
@@ -133,7 +134,7 @@ print(total_loss / len(loader))
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`); a tensor a backward walked is one.
                 guess = (
-                    f"`{code_of(value)}` may hold no graph: it comes out of code gradfix did not read" if held.guessed and not held.backwarded else ""
+                    f"`{code_of(value)}` may hold no graph: it comes out of code gradfix did not read" if held.unread and not held.backwarded else ""
                 )
                 yield self.violation(value, message, fix, guess=guess)
 

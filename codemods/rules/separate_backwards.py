@@ -323,8 +323,8 @@ def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
 
 def _guess(sites: Sequence[BackwardSite]) -> str:
     """Why the losses may not share a graph after all: one of them came out of code gradfix did not
-    read, or is an item of a tuple its callee does not say holds the shared graph."""
-    guessed = next((site for site in sites if site.value.guessed), None)
-    if guessed is None:
+    read."""
+    unread = next((site for site in sites if site.value.unread), None)
+    if unread is None:
         return ""
-    return f"`{code_of(guessed.tensors[0])}` comes out of code gradfix did not read, and may not hold the graph it seems to share"
+    return f"`{code_of(unread.tensors[0])}` comes out of code gradfix did not read, and may not hold the graph it seems to share"

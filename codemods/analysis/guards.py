@@ -1,0 +1,86 @@
+"""Tests that answer the same twice in one iteration: a value assigned under ``if flag:`` and read
+under a later ``if flag:`` of the same iteration is this iteration's value, on every path a run
+can take. The dataflow joins the paths of the two tests independently, so it also sees the
+impossible one (the first test false, the second true) that reads the previous iteration's value;
+rules that would report a graph carried over by that path ask ``read_only_where_assigned``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import libcst as cst
+
+from .assignments import assigned_names, read_names, target_names
+from .syntax import expression_key
+
+if TYPE_CHECKING:
+    from .dataflow import Loop
+    from .file_analysis import FileAnalysis
+
+
+def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str) -> bool:
+    """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
+    earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
+    loop writes nothing the test reads (``if args.with_prior_preservation:`` twice): the test
+    answers the same both times, so what is read is always this iteration's value (or the read
+    follows the assignment in the branch that makes it)."""
+    if "." in name:
+        return False
+    body = loop.node.body
+    written = assigned_names(body, tree=analysis.tree)
+    assigning: dict[str, list[cst.If]] = {}
+    for branch in analysis.tree.findall(body, cst.If):
+        # (a call may answer differently each time: `if random.random() < p:`)
+        invariant = not analysis.tree.findall(branch.test, cst.Call) and not read_names(branch.test) & written
+        if invariant and _always_assigns(branch.body, name):
+            assigning.setdefault(expression_key(branch.test), []).append(branch)
+    reads = [n for n in analysis.tree.names(body, [name]) if analysis.value_read(n) is not None]
+    return bool(assigning and reads) and all(_guarded_like(analysis, read, assigning, loop.node) for read in reads)
+
+
+def _guarded_like(analysis: FileAnalysis, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode) -> bool:
+    node: cst.CSTNode = read
+    while (parent := analysis.tree.parent(node)) is not None and parent is not loop:
+        if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
+            # (``if flag and i < n:`` holds only where ``if flag:`` does)
+            branches = [branch for conjunct in _conjuncts(parent.test) for branch in assigning.get(expression_key(conjunct), ())]
+            if any(analysis.tree.follows(parent, branch) for branch in branches):
+                return True
+            if parent in branches and any(analysis.tree.follows(read, s) for s in _assignments(parent.body, read.value)):
+                return True  # after the assignment, in the branch that makes it
+        node = parent
+    return False
+
+
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """``test`` and, for ``a and b``, each of ``a`` and ``b`` (and theirs): what ``test`` implies."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) and not test.lpar:
+        return [test, *_conjuncts(test.left), *_conjuncts(test.right)]
+    return [test]
+
+
+def _assignments(block: cst.BaseSuite, name: str) -> list[cst.SimpleStatementLine]:
+    """The statements of ``block`` itself (not nested ones) that assign ``name``."""
+    return [
+        statement
+        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
+        if isinstance(statement, cst.SimpleStatementLine)
+        and any(isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets) for small in statement.body)
+    ]
+
+
+def _always_assigns(block: cst.BaseSuite, name: str) -> bool:
+    """Whether every path through ``block`` assigns ``name`` (an if/else assigning it in both)."""
+    if _assignments(block, name):
+        return True
+    return any(
+        isinstance(statement, cst.If) and _always_assigns(statement.body, name) and _else_always_assigns(statement, name)
+        for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
+    )
+
+
+def _else_always_assigns(statement: cst.If, name: str) -> bool:
+    orelse = statement.orelse
+    if isinstance(orelse, cst.If):
+        return _always_assigns(orelse.body, name) and _else_always_assigns(orelse, name)
+    return isinstance(orelse, cst.Else) and _always_assigns(orelse.body, name)

@@ -1,0 +1,181 @@
+"""Facts the analysis proves from code it read, each with the variant that hides the fact (the
+code moved out of the file, or the fact made false), which changes the answer. A finding in the
+default output rests on such facts; what rests on a guess is a hint (tests/test_hints.py)."""
+
+import gradfix
+
+HEADER = """\
+import torch
+import torch.nn as nn
+"""
+
+
+def found(source, **options):
+    return [(f.code, f.hint, f.fix and f.fix.value) for f in gradfix.check(HEADER + source, hints=True, **options).findings]
+
+
+CARRIED_THROUGH_A_HELPER = """\
+{helper}
+cell = nn.RNNCell(3, 4)
+optimizer = torch.optim.SGD(cell.parameters(), lr=0.1)
+state = torch.zeros(2, 4)
+for step in range(3):
+    state = cell(torch.randn(2, 3), refresh(state))
+    loss = state.pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_helper_of_the_file_that_detaches_what_it_is_given_passes_no_graph_on():
+    detaching = CARRIED_THROUGH_A_HELPER.format(helper="def refresh(h):\n    return h.detach() * 1.0\n")
+    keeping = CARRIED_THROUGH_A_HELPER.format(helper="def refresh(h):\n    return h * 1.0\n")
+    unread = CARRIED_THROUGH_A_HELPER.format(helper="from rnn_utils import refresh\n")
+    assert found(detaching) == []
+    assert [(code, hint) for code, hint, _ in found(keeping)] == [("GF004", False)]
+    assert [(code, hint) for code, hint, _ in found(unread)] == [("GF004", True)]
+
+
+PRIOR = """\
+import sys
+with_prior = "--prior" in sys.argv
+model = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(4, 3)).pow(2).mean()
+    if with_prior:
+        prior_loss = model(torch.randn(4, 3)).abs().mean()
+    if {second}:
+        loss = loss + prior_loss
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_value_assigned_and_read_under_the_same_flag_is_this_iterations():
+    assert found(PRIOR.format(second="with_prior")) == []
+    assert found(PRIOR.format(second="with_prior and step > 0")) == []  # (implies the flag)
+    # Under another test, the previous iteration's value may be read: its freed graph, reported.
+    assert [code for code, *_ in found(PRIOR.format(second="step > 0"))] in (["GF004"], ["GF010"])
+
+
+def test_a_graph_built_before_the_loop_by_unread_code_is_a_hint_and_so_is_what_follows():
+    source = """\
+from transforms import create_transform
+encoder = nn.Linear(3, 3)
+optimizer = torch.optim.SGD(encoder.parameters(), lr=0.1)
+transform = create_transform(model=encoder)
+for step in range(3):
+    loss = (encoder(torch.randn(4, 3)) * transform).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    assert {hint for _, hint, _ in found(source)} == {True}
+    read = source.replace("from transforms import create_transform\n", "def create_transform(model):\n    return model(torch.ones(1, 3))\n")
+    assert ("GF003", False) in [(code, hint) for code, hint, _ in found(read)]
+
+
+def test_modules_in_a_plain_list_and_losses_in_a_dict_are_what_they_hold():
+    source = """\
+trunk = nn.Linear(4, 6)
+heads = [nn.Linear(6, 1) for _ in range(2)]
+optimizer = torch.optim.SGD([*trunk.parameters(), *heads[0].parameters(), *heads[1].parameters()], lr=0.1)
+for step in range(2):
+    features = torch.relu(trunk(torch.randn(5, 4)))
+    losses = {}
+    losses["a"] = heads[0](features).mean()
+    losses["b"] = heads[1](features).pow(2).mean()
+    optimizer.zero_grad()
+    losses["a"].backward()
+    losses["b"].backward()
+    optimizer.step()
+"""
+    assert found(source) == [("GF002", False, "safe")]
+    # Heads a function gradfix did not read made: calling one may build anything.
+    unread = source.replace("heads = [nn.Linear(6, 1) for _ in range(2)]", "from nets import make_heads\nheads = make_heads(2)")
+    assert [(code, hint) for code, hint, _ in found(unread)] == [("GF002", True)]
+
+
+def test_a_deepspeed_engine_runs_the_forward_of_the_model_it_wraps():
+    source = """\
+import deepspeed
+
+
+class TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(4, 6)
+        self.a, self.b = nn.Linear(6, 3), nn.Linear(6, 4)
+
+    def forward(self, x):
+        h = self.trunk(x)
+        return self.a(h), self.b(h)
+
+
+model = TwoHeads()
+engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config={})
+for step in range(2):
+    logits, reconstruction = engine(torch.randn(4, 4))
+    engine.backward(logits.mean())
+    engine.backward(reconstruction.mean())
+    engine.step()
+"""
+    assert [(code, hint) for code, hint, _ in found(source)] == [("GF002", False)]
+
+
+def test_a_staticmethod_called_on_self_passes_its_first_argument_first():
+    source = """\
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.register_buffer("centre", torch.zeros(2))
+
+    @staticmethod
+    def mean_of(features, weights):
+        return (features * weights).mean(0)
+
+    def forward(self, x):
+        features = self.fc(x)
+        centre = 0.9 * self.centre + 0.1 * self.mean_of(features, torch.ones(1))
+        self.centre = centre
+        return (features - centre).pow(2).mean()
+
+
+model = Model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(4, 3))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    assert [(code, hint) for code, hint, _ in found(source)] == [("GF004", False)]
+    detached = source.replace("self.mean_of(features, torch.ones(1))", "self.mean_of(features.detach(), torch.ones(1))")
+    assert found(detached) == []
+
+
+def test_an_unread_call_handed_an_attribute_that_holds_a_graph_leaves_the_fix_unproved():
+    source = """\
+import unread_helpers
+model = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+class Output:
+    def __init__(self, loss):
+        self.loss = loss
+
+
+for step in range(2):
+    out = Output(model(torch.randn(5, 4)).pow(2).mean())
+    out.loss.backward()
+    {between}
+    out.loss.backward()
+    optimizer.step()
+"""
+    assert found(source.format(between="print(step)")) == [("GF001", False, "safe")]
+    assert found(source.format(between="unread_helpers.inspect(out.loss)")) == [("GF001", False, "unsafe")]
