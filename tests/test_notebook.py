@@ -307,3 +307,16 @@ def test_a_future_import_that_opens_a_later_cell_compiles_where_jupyter_runs_it(
     report = check_source(data, all_rules(), path="train.ipynb")
     assert not report.errors
     assert [f.code for f in report.findings] == ["GF003"]
+
+
+def test_a_cell_with_a_top_level_await_is_checked_and_fixed():
+    # IPython runs a cell's top-level `await`, `async for` and `async with` in its event loop.
+    setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
+    awaiting = "import asyncio\nawait asyncio.sleep(0)\nasync with asyncio.Lock():\n    pass\n"
+    original = notebook_of(setup + awaiting, "loss = " + training)
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    assert not report.errors
+    assert [(f.code, f.cell, f.line) for f in report.fixed] == [("GF003", 3, 1)]
+    cells = json.loads(report.rewritten)["cells"]
+    assert "".join(cells[1]["source"]) == setup + awaiting
+    assert "".join(cells[2]["source"]) == HOISTED.joinpath("after.py").read_text().removeprefix(setup + "\n")
