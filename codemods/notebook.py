@@ -1,12 +1,15 @@
 """Jupyter notebooks as Python source, and back.
 
 The code cells, in order, become one Python source that the analysis, the rules and the runner read
-like any script: each cell after the first starts with a marker line naming it, and IPython's magics and shell
-lines (``%matplotlib inline``, ``!pip install …``, ``%%time``), with the lines a backslash continues
-them onto, become comments that keep their text; one that is the first line of a block (``if …:``
-then ``!cmd``) becomes a ``pass`` statement with that comment, as the block needs one. A rewrite of that source is written back into the cells it changed, and nowhere else: the
-new source replaces the old one's text in the JSON, laid out as the old one was, so outputs,
-metadata, untouched cells and the file's own indentation and key order keep their bytes.
+like any script: each cell after the first starts with a marker line naming it, and each line of
+IPython's magics and shell lines (``%matplotlib inline``, ``!pip install …``, ``%%time``),
+with the lines a backslash continues them onto, becomes a ``pass`` statement whose comment keeps the
+line as it was written, at the indentation IPython runs it at. A statement, not a comment: LibCST
+keeps a comment with the statement below it, which a fix may move (into a loop) or remove. A rewrite
+of that source is written back into the cells it changed, and nowhere else, and only where it left
+each of those lines as it was: the new source replaces the old one's text in the JSON, laid out as
+the old one was, so outputs, metadata, untouched cells, the magics and the file's own indentation
+and key order keep their bytes.
 """
 
 from __future__ import annotations
@@ -22,8 +25,7 @@ from typing import Any, Callable
 # A statement, not a comment: LibCST keeps a comment with the statement below it, so a fix that
 # removes a cell's first statement would take a comment marker away with it.
 CELL_MARKER = "pass  # gradfix-cell "
-MAGIC_MARKER = "# gradfix-magic: "
-MAGIC_STATEMENT = "pass  " + MAGIC_MARKER
+MAGIC_MARKER = "pass  # gradfix-magic: "
 # Cell magics whose body is still Python that runs; any other cell magic makes the cell not Python.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "autoreload"}
 # `%magic`, `!shell`, `?name`, `name?`, and `files = !ls`, where a statement starts.
@@ -82,12 +84,15 @@ class Notebook:
         lines: list[str] = []
         self._cell_starts: list[tuple[int, int]] = []  # (first source line, cell index), in order
         self._indents: dict[int, str] = {}  # the indentation IPython strips from a cell before running it
+        self._magics: dict[int, list[str]] = {}  # each cell's masked lines, which no rewrite may change
         for index in self.code_cells:
             if lines or self._cell_starts:
                 lines.append(f"{CELL_MARKER}{index + 1}\n")
             self._cell_starts.append((len(lines) + 1, index))
             self._indents[index], source = _without_leading_indent(cell_source(cells[index]))
-            lines += [line if line.endswith("\n") else line + "\n" for line in _masked(source)]
+            masked = [line if line.endswith("\n") else line + "\n" for line in _masked(source)]
+            self._magics[index] = _magic_lines("".join(masked))
+            lines += masked
         self.source = "".join(lines).encode("utf-8")
 
     @property
@@ -110,12 +115,16 @@ class Notebook:
 
     def with_source(self, rewritten: bytes) -> bytes:
         """The notebook with its code cells replaced by those of ``rewritten`` (a rewrite of
-        ``source``); only the text of the sources that changed is replaced."""
+        ``source``); only the text of the sources that changed is replaced. Raises
+        ``NotebookError`` for a rewrite that moves code across cells, or moves, changes or removes
+        a line of IPython syntax: it is written back as it was, where it was."""
         cells = _split_cells(rewritten.decode("utf-8"), self.code_cells[0]) if self.code_cells else []
         if [index for index, _ in cells] != self.code_cells:
             raise NotebookError(f"{self.path}: a rewrite moved code across cells; the notebook was left as it was")
         edits = []
         for index, text in cells:
+            if _magic_lines(text) != self._magics[index]:
+                raise NotebookError(f"{self.path}: a rewrite moved a magic or shell line of cell {index + 1}; the notebook was left as it was")
             old = cell_source(self.document["cells"][index])
             new = _unmasked(text)
             if not old.endswith("\n") and new.endswith("\n"):
@@ -330,33 +339,30 @@ def _masked(source: str) -> list[str]:
     lines = source.splitlines(keepends=True)
     if lines and lines[0].startswith("%%"):
         magic = (lines[0][2:].split() or [""])[0]
-        body = _masked_magics(lines[1:]) if magic in PYTHON_CELL_MAGICS else [_mask(line) for line in lines[1:]]
-        return [_mask(lines[0]), *body]
+        if magic not in PYTHON_CELL_MAGICS:
+            return [_mask(line, "") for line in lines]
+        return [_mask(lines[0], ""), *_masked_magics(lines[1:])]
     return _masked_magics(lines)
 
 
 def _masked_magics(lines: list[str]) -> list[str]:
-    """``lines`` with each line of IPython syntax masked, and the lines a backslash at its end
-    continues it onto (IPython joins them)."""
+    """``lines`` with each line of IPython syntax masked at its indentation, and the lines a
+    backslash at its end continues it onto (IPython joins them) at the same one."""
     masked: list[str] = []
-    continued = False
+    indent = None  # of the line of IPython syntax being masked
     for line in lines:
-        marker = MAGIC_MARKER if continued else _magic_marker(line, masked)
-        masked.append(line if marker is None else _mask(line, marker))
-        continued = marker is not None and line.rstrip("\r\n").endswith("\\")
+        if indent is None and _is_ipython_syntax(line, masked):
+            indent = line[: len(line) - len(line.lstrip(" \t"))]
+        masked.append(line if indent is None else _mask(line, indent))
+        if not line.rstrip("\r\n").endswith("\\"):
+            indent = None
     return masked
 
 
-def _magic_marker(line: str, before: list[str]) -> str | None:
-    """How ``line`` is masked if it is IPython syntax (it looks like it, does not compile, and
-    starts a statement: it is not inside brackets or a string that the code ``before`` it opened);
-    as a statement where it is the first line of a block. None for a line of Python."""
-    if not _MAGIC_LINE.search(line) or _compiles(line.strip()):
-        return None
-    last = _last_token(before)
-    if last is None:
-        return None
-    return MAGIC_STATEMENT if last == ":" else MAGIC_MARKER
+def _is_ipython_syntax(line: str, before: list[str]) -> bool:
+    """Whether ``line`` looks like IPython syntax, does not compile, and starts a statement: it is
+    not inside brackets or a string that the code ``before`` it opened."""
+    return bool(_MAGIC_LINE.search(line)) and not _compiles(line.strip()) and _ends_statements(before)
 
 
 def _compiles(line: str) -> bool:
@@ -367,26 +373,20 @@ def _compiles(line: str) -> bool:
     return True
 
 
-def _last_token(before: list[str]) -> str | None:
-    """The last token of the code ``before`` a line ("" for none), or None when a bracket or a
-    string it opens is still open (the line continues it)."""
-    last = ""
+def _ends_statements(before: list[str]) -> bool:
+    """Whether the code ``before`` a line leaves no bracket or string open (the line would continue it)."""
     try:
-        for token in tokenize.generate_tokens(io.StringIO("".join(before)).readline):
-            if token.type not in _LAYOUT_TOKENS:
-                last = token.string
+        list(tokenize.generate_tokens(io.StringIO("".join(before)).readline))  # raises where one is left open
     except (tokenize.TokenError, SyntaxError):
-        return None
-    return last
+        return False
+    return True
 
 
-_LAYOUT_TOKENS = {tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
-
-
-def _mask(line: str, marker: str = MAGIC_MARKER) -> str:
-    body = line.rstrip("\n")
-    indent = body[: len(body) - len(body.lstrip())]
-    return f"{indent}{marker}{body.lstrip()}\n"
+def _mask(line: str, indent: str) -> str:
+    """``line`` as a statement at ``indent`` whose comment is the line as it was written."""
+    text = line.rstrip("\r\n")
+    ending = line[len(text) :] or "\n"
+    return f"{indent}{MAGIC_MARKER}{text}{ending}"
 
 
 def _unmasked(text: str) -> str:
@@ -394,11 +394,13 @@ def _unmasked(text: str) -> str:
 
 
 def _unmasked_line(line: str) -> str:
-    code = line.lstrip()
-    for marker in (MAGIC_STATEMENT, MAGIC_MARKER):
-        if code.startswith(marker):
-            return line.replace(marker, "", 1)
-    return line
+    code = line.lstrip(" \t")
+    return code[len(MAGIC_MARKER) :] if code.startswith(MAGIC_MARKER) else line
+
+
+def _magic_lines(text: str) -> list[str]:
+    """The lines of masked IPython syntax in ``text``, as they are masked."""
+    return [line for line in text.splitlines(keepends=True) if line.lstrip(" \t").startswith(MAGIC_MARKER)]
 
 
 def _split_cells(source: str, first_cell: int) -> list[tuple[int, str]]:

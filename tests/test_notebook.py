@@ -52,22 +52,22 @@ def code_of(data: bytes) -> str:
     return "".join("".join(c["source"]) + "\n" for c in cells if c["cell_type"] == "code")
 
 
-def test_magics_and_shell_lines_become_comments_and_come_back_unchanged():
+def test_magics_and_shell_lines_become_statements_and_come_back_unchanged():
     data = notebook_of("%matplotlib inline\n!pip install torch\nfiles = !ls\nimport torch\nx = torch.ones(2)\nx?\ntorch.*Tensor?", "%%bash\necho hi")
     notebook = Notebook(data, "nb.ipynb")
     source = notebook.source.decode()
     assert "\nimport torch\nx = torch.ones(2)\n" in source
     for magic in ("%matplotlib inline", "!pip install torch", "files = !ls", "x?", "torch.*Tensor?", "%%bash", "echo hi"):
-        assert f"# gradfix-magic: {magic}\n" in source
+        assert f"pass  # gradfix-magic: {magic}\n" in source
     compile(source, "nb", "exec")
     assert notebook.with_source(notebook.source) == data
 
 
-def test_shell_lines_under_a_python_cell_magic_become_comments():
+def test_shell_lines_under_a_python_cell_magic_are_masked():
     # The first cell of Lightning's examples/pytorch/bug_report/bug_report_model.ipynb.
     data = notebook_of("%%capture\n! pip install -qU pytorch-lightning", "import torch")
     source = Notebook(data, "nb.ipynb").source.decode()
-    assert "# gradfix-magic: ! pip install -qU pytorch-lightning\n" in source
+    assert "pass  # gradfix-magic: ! pip install -qU pytorch-lightning\n" in source
     compile(source, "nb", "exec")
 
 
@@ -80,9 +80,9 @@ def test_shell_lines_continued_by_a_backslash_and_magics_that_are_a_whole_block_
     )
     notebook = Notebook(data, "nb.ipynb")
     source = notebook.source.decode()
-    assert "# gradfix-magic: !pip install --quiet \\\n    # gradfix-magic: torch \\\n  # gradfix-magic: numpy\n" in source
-    assert ":\n    pass  # gradfix-magic: !nvidia-smi\n" in source
-    assert ":\n    pass  # gradfix-magic: %time torch.ones(2)\n    x = 1\n" in source
+    assert "pass  # gradfix-magic: !pip install --quiet \\\npass  # gradfix-magic:     torch \\\npass  # gradfix-magic:   numpy\n" in source
+    assert ":\n    pass  # gradfix-magic:     !nvidia-smi\n" in source
+    assert ":\n    pass  # gradfix-magic:     %time torch.ones(2)\n    x = 1\n" in source
     compile(source, "nb", "exec")
     assert notebook.with_source(notebook.source) == data
 
@@ -201,6 +201,16 @@ def test_a_rewrite_that_crosses_a_cell_boundary_is_refused():
         notebook.with_source(without_marker)
 
 
+@pytest.mark.parametrize("rewrite", ["moved into the loop", "removed"])
+def test_a_rewrite_that_moves_or_removes_a_magic_line_is_refused(rewrite):
+    notebook = Notebook(notebook_of("import torch", "!nvidia-smi\nfor step in range(3):\n    x = torch.ones(2)\n"), "train.ipynb")
+    masked = b"pass  # gradfix-magic: !nvidia-smi\n"
+    kept = masked.replace(b"pass", b"    pass") if rewrite == "moved into the loop" else b""
+    rewritten = notebook.source.replace(masked, b"").replace(b"    x = ", kept + b"    x = ")
+    with pytest.raises(NotebookError, match="moved a magic or shell line of cell 3"):
+        notebook.with_source(rewritten)
+
+
 def test_cli_walks_notebooks_and_fixes_them(tmp_path):
     (tmp_path / "train.ipynb").write_bytes(hoisted_notebook())
     (tmp_path / ".ipynb_checkpoints").mkdir()
@@ -309,6 +319,9 @@ def test_a_future_import_that_opens_a_later_cell_compiles_where_jupyter_runs_it(
     assert [f.code for f in report.findings] == ["GF003"]
 
 
+COMMENTED = FIXTURES / "forward_outside_loop" / "comments_and_formatting"
+
+
 def test_a_cell_with_a_top_level_await_is_checked_and_fixed():
     # IPython runs a cell's top-level `await`, `async for` and `async with` in its event loop.
     setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
@@ -320,3 +333,18 @@ def test_a_cell_with_a_top_level_await_is_checked_and_fixed():
     cells = json.loads(report.rewritten)["cells"]
     assert "".join(cells[1]["source"]) == setup + awaiting
     assert "".join(cells[2]["source"]) == HOISTED.joinpath("after.py").read_text().removeprefix(setup + "\n")
+
+
+def test_a_fix_writes_every_magic_line_back_byte_for_byte_and_nothing_else():
+    # The forward the fix moves into the loop has magics above it: they stay where they were, as
+    # the user wrote them, and the loop does not start to run them.
+    setup, _, training = COMMENTED.joinpath("before.py").read_text().partition("# forward pass\n")
+    magics = "%time z = 1\nfiles = !ls\ntorch.nn.Linear?\n!pip install --quiet \\\n    torch\n"
+    loop_magic = "    !echo epoch\n"
+    training = "# forward pass\n" + training.replace("# odd spacing\n", "# odd spacing\n" + loop_magic)
+    first = "%%time\n" + setup
+    original = notebook_of(first, magics + training)
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    assert [f.code for f in report.fixed] == ["GF003"] and not report.findings and not report.errors
+    fixed = magics + COMMENTED.joinpath("after.py").read_text().removeprefix(setup).replace("# odd spacing\n", "# odd spacing\n" + loop_magic)
+    assert report.rewritten == notebook_of(first, fixed)
