@@ -2,7 +2,7 @@
 
 The code cells, in order, become one Python source that the analysis, the rules and the runner read
 like any script: each cell after the first starts with a marker line naming it, and each line of
-IPython's magics and shell lines (``%matplotlib inline``, ``!pip install …``, ``%%time``),
+IPython's magics and shell lines (``%matplotlib inline``, ``!pip install …``, ``%%time``, ``cd data``),
 with the lines a backslash continues them onto, becomes a ``pass`` statement whose comment keeps the
 line as it was written, at the indentation IPython runs it at. A statement, not a comment: LibCST
 keeps a comment with the statement below it, which a fix may move (into a loop) or remove. A rewrite
@@ -28,6 +28,17 @@ CELL_MARKER = "pass  # gradfix-cell "
 MAGIC_MARKER = "pass  # gradfix-magic: "
 # Cell magics whose body is still Python that runs; any other cell magic makes the cell not Python.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "autoreload"}
+# IPython's line magics (its own, and the shell commands it aliases), which it runs without their
+# `%` (automagic): `cd data`, `pip install torch`. A line of them that is Python too (`ls -la`, `pwd`)
+# is read as Python, as IPython reads it in a cell of more than one line.
+AUTOMAGICS = frozenset(
+    "alias alias_magic autoawait autocall automagic bookmark cat cd code_wrap colors conda config cp debug dhist dirs"
+    " doctest_mode ed edit env gui hist history killbgscripts ldir lf lk ll load load_ext loadpy logoff logon logstart"
+    " logstate logstop ls lsmagic lx macro magic mamba matplotlib micromamba mkdir mv notebook page pastebin pdb pdef pdoc"
+    " pfile pinfo pinfo2 pip popd pprint precision prun psearch psource pushd pwd pycat pylab quickref recall rehashx"
+    " reload_ext rep rerun reset reset_selective rm rmdir run save sc set_env sx system tb time timeit unalias unload_ext"
+    " uv who who_ls whos xdel xmode".split()
+)
 # `%magic`, `!shell`, `?name`, `name?`, and `files = !ls`, where a statement starts.
 # (IPython's help, `x?` and `?x`, takes wildcards too: `torch.*Tensor?` searches the names.)
 _MAGIC_LINE = re.compile(r"^\s*[%!]|^\s*\?{1,2}[\w.*]|^\s*[\w.*]+\?{1,2}\s*$|^\s*[\w.\[\], ]+=\s*[%!]")
@@ -362,7 +373,8 @@ def _masked_magics(lines: list[str]) -> list[str]:
 def _is_ipython_syntax(line: str, before: list[str]) -> bool:
     """Whether ``line`` looks like IPython syntax, does not compile, and starts a statement: it is
     not inside brackets or a string that the code ``before`` it opened."""
-    return bool(_MAGIC_LINE.search(line)) and not _compiles(line.strip()) and _ends_statements(before)
+    looks_like_it = _MAGIC_LINE.search(line) or (line.split() or [""])[0] in AUTOMAGICS
+    return bool(looks_like_it) and not _compiles(line.strip()) and _ends_statements(before)
 
 
 def _compiles(line: str) -> bool:

@@ -322,6 +322,21 @@ def test_a_future_import_that_opens_a_later_cell_compiles_where_jupyter_runs_it(
 COMMENTED = FIXTURES / "forward_outside_loop" / "comments_and_formatting"
 
 
+def test_automagic_lines_are_masked_and_the_rest_of_the_cell_is_checked():
+    # IPython runs a line magic typed without its `%` (`cd data`, `pip install torch`); a line
+    # that is also Python (`ls -la`, `pwd`) it reads as Python in a cell of several lines.
+    setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
+    automagics = "pip install torch\ncd data\nconda install -y pytorch \\\n    torchvision\nmkdir out\nls -la\n"
+    notebook = Notebook(notebook_of(automagics + setup, "loss = " + training), "nb.ipynb")
+    source = notebook.source.decode()
+    for line in ("pip install torch", "cd data", "conda install -y pytorch \\", "    torchvision", "mkdir out"):
+        assert f"pass  # gradfix-magic: {line}\n" in source
+    assert "\nls -la\n" in source
+    report = check_source(notebook_of(automagics + setup, "loss = " + training), all_rules(), path="train.ipynb")
+    assert not report.errors
+    assert [(f.code, f.cell, f.line) for f in report.findings] == [("GF003", 3, 1)]
+
+
 def test_a_cell_with_a_top_level_await_is_checked_and_fixed():
     # IPython runs a cell's top-level `await`, `async for` and `async with` in its event loop.
     setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
@@ -339,7 +354,7 @@ def test_a_fix_writes_every_magic_line_back_byte_for_byte_and_nothing_else():
     # The forward the fix moves into the loop has magics above it: they stay where they were, as
     # the user wrote them, and the loop does not start to run them.
     setup, _, training = COMMENTED.joinpath("before.py").read_text().partition("# forward pass\n")
-    magics = "%time z = 1\nfiles = !ls\ntorch.nn.Linear?\n!pip install --quiet \\\n    torch\n"
+    magics = "%time z = 1\nfiles = !ls\ntorch.nn.Linear?\ncd data\n!pip install --quiet \\\n    torch\n"
     loop_magic = "    !echo epoch\n"
     training = "# forward pass\n" + training.replace("# odd spacing\n", "# odd spacing\n" + loop_magic)
     first = "%%time\n" + setup
