@@ -350,6 +350,20 @@ def test_a_cell_with_a_top_level_await_is_checked_and_fixed():
     assert "".join(cells[2]["source"]) == HOISTED.joinpath("after.py").read_text().removeprefix(setup + "\n")
 
 
+def test_the_cells_are_one_module_in_cell_order():
+    # A helper defined in cell 3 is read where cell 9 calls it: it backwards the loss, which the
+    # loop then backwards again.
+    helper = "def backward_and_step(loss):\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    training = "for step in range(3):\n    loss = (model(x) - y).pow(2).mean()\n    backward_and_step(loss)\n    loss.backward()\n"
+    setup = "import torch\nmodel = torch.nn.Linear(3, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    cells = [setup, helper, "x = torch.randn(4, 3)", "%matplotlib inline", "print(x.shape)", "y = torch.randn(4, 1)", "import math", training]
+    report = check_source(notebook_of(*cells), all_rules(), path="train.ipynb")
+    assert [(f.code, f.cell, f.line) for f in report.findings] == [("GF001", 9, 4)]
+    assert "first at cell 9, line 3" in report.findings[0].message
+    without_the_helper = notebook_of(*cells[:1], "def backward_and_step(loss):\n    pass\n", *cells[2:])
+    assert check_source(without_the_helper, all_rules(), path="train.ipynb").findings == []
+
+
 def test_a_fix_writes_every_magic_line_back_byte_for_byte_and_nothing_else():
     # The forward the fix moves into the loop has magics above it: they stay where they were, as
     # the user wrote them, and the loop does not start to run them.
