@@ -42,6 +42,7 @@ AUTOMAGICS = frozenset(
 # `%magic`, `!shell`, `?name`, `name?`, and `files = !ls`, where a statement starts.
 # (IPython's help, `x?` and `?x`, takes wildcards too: `torch.*Tensor?` searches the names.)
 _MAGIC_LINE = re.compile(r"^\s*[%!]|^\s*\?{1,2}[\w.*]|^\s*[\w.*]+\?{1,2}\s*$|^\s*[\w.\[\], ]+=\s*[%!]")
+_PYTHON_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 _LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 _BLANK = re.compile(r"[ \t\n\r]*")
 # Half of a UTF-16 pair, alone: JSON's "\ud800" escape reads as one, and no UTF-8 text holds it.
@@ -101,7 +102,7 @@ class Notebook:
                 lines.append(f"{CELL_MARKER}{index + 1}\n")
             self._cell_starts.append((len(lines) + 1, index))
             self._indents[index], source = _without_leading_indent(cell_source(cells[index]))
-            masked = [line if line.endswith("\n") else line + "\n" for line in _masked(source)]
+            masked = [line if line.endswith(("\n", "\r")) else line + "\n" for line in _masked(source)]
             self._magics[index] = _magic_lines("".join(masked))
             lines += masked
         self.source = "".join(lines).encode("utf-8")
@@ -143,7 +144,7 @@ class Notebook:
             if new == _without_leading_indent(old)[1]:
                 continue
             indent = self._indents[index]
-            new = "".join(indent + line if line.strip() else line for line in new.splitlines(keepends=True))
+            new = "".join(indent + line if line.strip() else line for line in _code_lines(new))
             if new != old:
                 edits.append((self._spans[index], self._source_text(self._spans[index], new)))
         text = self.text
@@ -332,7 +333,7 @@ def cell_source(cell: dict[str, Any]) -> str:
 def _without_leading_indent(source: str) -> tuple[str, str]:
     """The indentation of a cell's first line, and the cell without it where a line starts with
     it: IPython strips it so before it runs the cell (a cell pasted with every line indented)."""
-    lines = source.splitlines(keepends=True)
+    lines = _code_lines(source)
     indent = lines[0][: len(lines[0]) - len(lines[0].lstrip(" \t"))] if lines else ""
     if not indent or not lines[0].strip():
         return "", source
@@ -346,8 +347,14 @@ def file_lines(text: str) -> list[str]:
     return [line + "\n" for line in lines[:-1]] + [lines[-1]] * bool(lines[-1])
 
 
+def _code_lines(text: str) -> list[str]:
+    """``text``'s lines as Python counts them: ended by ``\\n``, ``\\r\\n`` or ``\\r`` (``str.splitlines``
+    also ends one at a form feed or a line separator, which strings and comments may hold)."""
+    return _PYTHON_LINE.findall(text)
+
+
 def _masked(source: str) -> list[str]:
-    lines = source.splitlines(keepends=True)
+    lines = _code_lines(source)
     if lines and lines[0].startswith("%%"):
         magic = (lines[0][2:].split() or [""])[0]
         if magic not in PYTHON_CELL_MAGICS:
@@ -402,7 +409,7 @@ def _mask(line: str, indent: str) -> str:
 
 
 def _unmasked(text: str) -> str:
-    return "".join(_unmasked_line(line) for line in text.splitlines(keepends=True))
+    return "".join(_unmasked_line(line) for line in _code_lines(text))
 
 
 def _unmasked_line(line: str) -> str:
@@ -412,12 +419,12 @@ def _unmasked_line(line: str) -> str:
 
 def _magic_lines(text: str) -> list[str]:
     """The lines of masked IPython syntax in ``text``, as they are masked."""
-    return [line for line in text.splitlines(keepends=True) if line.lstrip(" \t").startswith(MAGIC_MARKER)]
+    return [line for line in _code_lines(text) if line.lstrip(" \t").startswith(MAGIC_MARKER)]
 
 
 def _split_cells(source: str, first_cell: int) -> list[tuple[int, str]]:
     cells: list[tuple[int, list[str]]] = [(first_cell, [])]
-    for line in source.splitlines(keepends=True):
+    for line in _code_lines(source):
         if line.startswith(CELL_MARKER) and line[len(CELL_MARKER) :].strip().isdigit():
             cells.append((int(line[len(CELL_MARKER) :]) - 1, []))
         else:

@@ -377,3 +377,16 @@ def test_a_fix_writes_every_magic_line_back_byte_for_byte_and_nothing_else():
     assert [f.code for f in report.fixed] == ["GF003"] and not report.findings and not report.errors
     fixed = magics + COMMENTED.joinpath("after.py").read_text().removeprefix(setup).replace("# odd spacing\n", "# odd spacing\n" + loop_magic)
     assert report.rewritten == notebook_of(first, fixed)
+
+
+def test_a_cell_is_split_into_lines_where_python_splits_it():
+    # Python ends a line at "\n", "\r\n" or "\r"; str.splitlines also ends one at "\f" or "\u2028".
+    setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
+    odd = 'label = "a\fb\u2028c"\n\f\n!echo a\fb\nx = 1\ry = 2\r\n'
+    original = notebook_of(setup + odd, "loss = " + training)
+    notebook = Notebook(original, "train.ipynb")
+    assert f"\n{odd.replace('!echo', 'pass  # gradfix-magic: !echo')}" in notebook.source.decode()
+    assert notebook.with_source(notebook.source) == original
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    assert [(f.code, f.cell, f.line) for f in report.fixed] == [("GF003", 3, 1)] and not report.errors
+    assert json.loads(report.rewritten)["cells"][1] == json.loads(original)["cells"][1]
