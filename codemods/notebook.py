@@ -39,6 +39,10 @@ AUTOMAGICS = frozenset(
     " reload_ext rep rerun reset reset_selective rm rmdir run save sc set_env sx system tb time timeit unalias unload_ext"
     " uv who who_ls whos xdel xmode".split()
 )
+# A line magic's name (one of AUTOMAGICS) and what may follow a command's name but never a name
+# that starts a statement of Python: not a bracket, an operator or a keyword (`config = dict(` is
+# Python, `cd data`, `rm -rf out` and `run "train.py"` are not).
+_AUTOMAGIC_LINE = re.compile(r"^\s*(\w+)[ \t]+(?!(?:and|or|not|in|is|if|else)\b)(?:[\w\"'$~{./]|-[\w-]|-\s*$)")
 # `%magic`, `!shell`, `?name`, `name?`, and `files = !ls`, where a statement starts.
 # (IPython's help, `x?` and `?x`, takes wildcards too: `torch.*Tensor?` searches the names.)
 _MAGIC_LINE = re.compile(r"^\s*[%!]|^\s*\?{1,2}[\w.*]|^\s*[\w.*]+\?{1,2}\s*$|^\s*[\w.\[\], ]+=\s*[%!]")
@@ -380,7 +384,8 @@ def _masked_magics(lines: list[str]) -> list[str]:
 def _is_ipython_syntax(line: str, before: list[str]) -> bool:
     """Whether ``line`` looks like IPython syntax, does not compile, and starts a statement: it is
     not inside brackets or a string that the code ``before`` it opened."""
-    looks_like_it = _MAGIC_LINE.search(line) or (line.split() or [""])[0] in AUTOMAGICS
+    automagic = _AUTOMAGIC_LINE.match(line)
+    looks_like_it = _MAGIC_LINE.search(line) or automagic is not None and automagic[1] in AUTOMAGICS
     return bool(looks_like_it) and not _compiles(line.strip()) and _ends_statements(before)
 
 

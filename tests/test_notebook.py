@@ -326,15 +326,22 @@ def test_automagic_lines_are_masked_and_the_rest_of_the_cell_is_checked():
     # IPython runs a line magic typed without its `%` (`cd data`, `pip install torch`); a line
     # that is also Python (`ls -la`, `pwd`) it reads as Python in a cell of several lines.
     setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
-    automagics = "pip install torch\ncd data\nconda install -y pytorch \\\n    torchvision\nmkdir out\nls -la\n"
+    automagics = "pip install torch\ncd data\nconda install -y pytorch \\\n    torchvision\nmkdir out\ncd -\nls -la\n"
     notebook = Notebook(notebook_of(automagics + setup, "loss = " + training), "nb.ipynb")
     source = notebook.source.decode()
-    for line in ("pip install torch", "cd data", "conda install -y pytorch \\", "    torchvision", "mkdir out"):
+    for line in ("pip install torch", "cd data", "conda install -y pytorch \\", "    torchvision", "mkdir out", "cd -"):
         assert f"pass  # gradfix-magic: {line}\n" in source
     assert "\nls -la\n" in source
     report = check_source(notebook_of(automagics + setup, "loss = " + training), all_rules(), path="train.ipynb")
     assert not report.errors
     assert [(f.code, f.cell, f.line) for f in report.findings] == [("GF003", 3, 1)]
+
+
+def test_python_that_starts_with_a_line_magics_name_is_python():
+    # The first line of each statement does not compile alone; none is a command.
+    code = "config = dict(\n    lr=1e-3,\n)\nhistory, run = (\n    [], 0)\ntime [\n    0] = 1\nenv: dict = {\n}\nsave if run else (\n    load)\n"
+    source = Notebook(notebook_of(code), "nb.ipynb").source.decode()
+    assert source == code
 
 
 def test_a_cell_with_a_top_level_await_is_checked_and_fixed():
