@@ -1,12 +1,15 @@
 """Jupyter notebooks as Python source, and back.
 
 The code cells, in order, become one Python source that the analysis, the rules and the runner read
-like any script: each cell after the first starts with a marker line naming it, and IPython's magics and shell
-lines (``%matplotlib inline``, ``!pip install …``, ``%%time``), with the lines a backslash continues
-them onto, become comments that keep their text; one that is the first line of a block (``if …:``
-then ``!cmd``) becomes a ``pass`` statement with that comment, as the block needs one. A rewrite of that source is written back into the cells it changed, and nowhere else: the
-new source replaces the old one's text in the JSON, laid out as the old one was, so outputs,
-metadata, untouched cells and the file's own indentation and key order keep their bytes.
+like any script: each cell after the first starts with a marker line naming it, and each line of
+IPython's magics and shell lines (``%matplotlib inline``, ``!pip install …``, ``%%time``, ``cd data``),
+with the lines a backslash continues them onto, becomes a ``pass`` statement whose comment keeps the
+line as it was written, at the indentation IPython runs it at. A statement, not a comment: LibCST
+keeps a comment with the statement below it, which a fix may move (into a loop) or remove. A rewrite
+of that source is written back into the cells it changed, and nowhere else, and only where it left
+each of those lines as it was: the new source replaces the old one's text in the JSON, laid out as
+the old one was, so outputs, metadata, untouched cells, the magics and the file's own indentation
+and key order keep their bytes.
 """
 
 from __future__ import annotations
@@ -22,13 +25,28 @@ from typing import Any, Callable
 # A statement, not a comment: LibCST keeps a comment with the statement below it, so a fix that
 # removes a cell's first statement would take a comment marker away with it.
 CELL_MARKER = "pass  # gradfix-cell "
-MAGIC_MARKER = "# gradfix-magic: "
-MAGIC_STATEMENT = "pass  " + MAGIC_MARKER
+MAGIC_MARKER = "pass  # gradfix-magic: "
 # Cell magics whose body is still Python that runs; any other cell magic makes the cell not Python.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "autoreload"}
+# IPython's line magics (its own, and the shell commands it aliases), which it runs without their
+# `%` (automagic): `cd data`, `pip install torch`. A line of them that is Python too (`ls -la`, `pwd`)
+# is read as Python, as IPython reads it in a cell of more than one line.
+AUTOMAGICS = frozenset(
+    "alias alias_magic autoawait autocall automagic bookmark cat cd code_wrap colors conda config cp debug dhist dirs"
+    " doctest_mode ed edit env gui hist history killbgscripts ldir lf lk ll load load_ext loadpy logoff logon logstart"
+    " logstate logstop ls lsmagic lx macro magic mamba matplotlib micromamba mkdir mv notebook page pastebin pdb pdef pdoc"
+    " pfile pinfo pinfo2 pip popd pprint precision prun psearch psource pushd pwd pycat pylab quickref recall rehashx"
+    " reload_ext rep rerun reset reset_selective rm rmdir run save sc set_env sx system tb time timeit unalias unload_ext"
+    " uv who who_ls whos xdel xmode".split()
+)
+# A line magic's name (one of AUTOMAGICS) and what may follow a command's name but never a name
+# that starts a statement of Python: not a bracket, an operator or a keyword (`config = dict(` is
+# Python, `cd data`, `rm -rf out` and `run "train.py"` are not).
+_AUTOMAGIC_LINE = re.compile(r"^\s*(\w+)[ \t]+(?!(?:and|or|not|in|is|if|else)\b)(?:[\w\"'$~{./]|-[\w-]|-\s*$)")
 # `%magic`, `!shell`, `?name`, `name?`, and `files = !ls`, where a statement starts.
 # (IPython's help, `x?` and `?x`, takes wildcards too: `torch.*Tensor?` searches the names.)
 _MAGIC_LINE = re.compile(r"^\s*[%!]|^\s*\?{1,2}[\w.*]|^\s*[\w.*]+\?{1,2}\s*$|^\s*[\w.\[\], ]+=\s*[%!]")
+_PYTHON_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 _LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 _BLANK = re.compile(r"[ \t\n\r]*")
 # Half of a UTF-16 pair, alone: JSON's "\ud800" escape reads as one, and no UTF-8 text holds it.
@@ -82,12 +100,15 @@ class Notebook:
         lines: list[str] = []
         self._cell_starts: list[tuple[int, int]] = []  # (first source line, cell index), in order
         self._indents: dict[int, str] = {}  # the indentation IPython strips from a cell before running it
+        self._magics: dict[int, list[str]] = {}  # each cell's masked lines, which no rewrite may change
         for index in self.code_cells:
             if lines or self._cell_starts:
                 lines.append(f"{CELL_MARKER}{index + 1}\n")
             self._cell_starts.append((len(lines) + 1, index))
             self._indents[index], source = _without_leading_indent(cell_source(cells[index]))
-            lines += [line if line.endswith("\n") else line + "\n" for line in _masked(source)]
+            masked = [line if line.endswith(("\n", "\r")) else line + "\n" for line in _masked(source)]
+            self._magics[index] = _magic_lines("".join(masked))
+            lines += masked
         self.source = "".join(lines).encode("utf-8")
 
     @property
@@ -110,12 +131,16 @@ class Notebook:
 
     def with_source(self, rewritten: bytes) -> bytes:
         """The notebook with its code cells replaced by those of ``rewritten`` (a rewrite of
-        ``source``); only the text of the sources that changed is replaced."""
+        ``source``); only the text of the sources that changed is replaced. Raises
+        ``NotebookError`` for a rewrite that moves code across cells, or moves, changes or removes
+        a line of IPython syntax: it is written back as it was, where it was."""
         cells = _split_cells(rewritten.decode("utf-8"), self.code_cells[0]) if self.code_cells else []
         if [index for index, _ in cells] != self.code_cells:
             raise NotebookError(f"{self.path}: a rewrite moved code across cells; the notebook was left as it was")
         edits = []
         for index, text in cells:
+            if _magic_lines(text) != self._magics[index]:
+                raise NotebookError(f"{self.path}: a rewrite moved a magic or shell line of cell {index + 1}; the notebook was left as it was")
             old = cell_source(self.document["cells"][index])
             new = _unmasked(text)
             if not old.endswith("\n") and new.endswith("\n"):
@@ -123,7 +148,7 @@ class Notebook:
             if new == _without_leading_indent(old)[1]:
                 continue
             indent = self._indents[index]
-            new = "".join(indent + line if line.strip() else line for line in new.splitlines(keepends=True))
+            new = "".join(indent + line if line.strip() else line for line in _code_lines(new))
             if new != old:
                 edits.append((self._spans[index], self._source_text(self._spans[index], new)))
         text = self.text
@@ -312,7 +337,7 @@ def cell_source(cell: dict[str, Any]) -> str:
 def _without_leading_indent(source: str) -> tuple[str, str]:
     """The indentation of a cell's first line, and the cell without it where a line starts with
     it: IPython strips it so before it runs the cell (a cell pasted with every line indented)."""
-    lines = source.splitlines(keepends=True)
+    lines = _code_lines(source)
     indent = lines[0][: len(lines[0]) - len(lines[0].lstrip(" \t"))] if lines else ""
     if not indent or not lines[0].strip():
         return "", source
@@ -326,37 +351,42 @@ def file_lines(text: str) -> list[str]:
     return [line + "\n" for line in lines[:-1]] + [lines[-1]] * bool(lines[-1])
 
 
+def _code_lines(text: str) -> list[str]:
+    """``text``'s lines as Python counts them: ended by ``\\n``, ``\\r\\n`` or ``\\r`` (``str.splitlines``
+    also ends one at a form feed or a line separator, which strings and comments may hold)."""
+    return _PYTHON_LINE.findall(text)
+
+
 def _masked(source: str) -> list[str]:
-    lines = source.splitlines(keepends=True)
+    lines = _code_lines(source)
     if lines and lines[0].startswith("%%"):
         magic = (lines[0][2:].split() or [""])[0]
-        body = _masked_magics(lines[1:]) if magic in PYTHON_CELL_MAGICS else [_mask(line) for line in lines[1:]]
-        return [_mask(lines[0]), *body]
+        if magic not in PYTHON_CELL_MAGICS:
+            return [_mask(line, "") for line in lines]
+        return [_mask(lines[0], ""), *_masked_magics(lines[1:])]
     return _masked_magics(lines)
 
 
 def _masked_magics(lines: list[str]) -> list[str]:
-    """``lines`` with each line of IPython syntax masked, and the lines a backslash at its end
-    continues it onto (IPython joins them)."""
+    """``lines`` with each line of IPython syntax masked at its indentation, and the lines a
+    backslash at its end continues it onto (IPython joins them) at the same one."""
     masked: list[str] = []
-    continued = False
+    indent = None  # of the line of IPython syntax being masked
     for line in lines:
-        marker = MAGIC_MARKER if continued else _magic_marker(line, masked)
-        masked.append(line if marker is None else _mask(line, marker))
-        continued = marker is not None and line.rstrip("\r\n").endswith("\\")
+        if indent is None and _is_ipython_syntax(line, masked):
+            indent = line[: len(line) - len(line.lstrip(" \t"))]
+        masked.append(line if indent is None else _mask(line, indent))
+        if not line.rstrip("\r\n").endswith("\\"):
+            indent = None
     return masked
 
 
-def _magic_marker(line: str, before: list[str]) -> str | None:
-    """How ``line`` is masked if it is IPython syntax (it looks like it, does not compile, and
-    starts a statement: it is not inside brackets or a string that the code ``before`` it opened);
-    as a statement where it is the first line of a block. None for a line of Python."""
-    if not _MAGIC_LINE.search(line) or _compiles(line.strip()):
-        return None
-    last = _last_token(before)
-    if last is None:
-        return None
-    return MAGIC_STATEMENT if last == ":" else MAGIC_MARKER
+def _is_ipython_syntax(line: str, before: list[str]) -> bool:
+    """Whether ``line`` looks like IPython syntax, does not compile, and starts a statement: it is
+    not inside brackets or a string that the code ``before`` it opened."""
+    automagic = _AUTOMAGIC_LINE.match(line)
+    looks_like_it = _MAGIC_LINE.search(line) or automagic is not None and automagic[1] in AUTOMAGICS
+    return bool(looks_like_it) and not _compiles(line.strip()) and _ends_statements(before)
 
 
 def _compiles(line: str) -> bool:
@@ -367,43 +397,39 @@ def _compiles(line: str) -> bool:
     return True
 
 
-def _last_token(before: list[str]) -> str | None:
-    """The last token of the code ``before`` a line ("" for none), or None when a bracket or a
-    string it opens is still open (the line continues it)."""
-    last = ""
+def _ends_statements(before: list[str]) -> bool:
+    """Whether the code ``before`` a line leaves no bracket or string open (the line would continue it)."""
     try:
-        for token in tokenize.generate_tokens(io.StringIO("".join(before)).readline):
-            if token.type not in _LAYOUT_TOKENS:
-                last = token.string
+        list(tokenize.generate_tokens(io.StringIO("".join(before)).readline))  # raises where one is left open
     except (tokenize.TokenError, SyntaxError):
-        return None
-    return last
+        return False
+    return True
 
 
-_LAYOUT_TOKENS = {tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
-
-
-def _mask(line: str, marker: str = MAGIC_MARKER) -> str:
-    body = line.rstrip("\n")
-    indent = body[: len(body) - len(body.lstrip())]
-    return f"{indent}{marker}{body.lstrip()}\n"
+def _mask(line: str, indent: str) -> str:
+    """``line`` as a statement at ``indent`` whose comment is the line as it was written."""
+    text = line.rstrip("\r\n")
+    ending = line[len(text) :] or "\n"
+    return f"{indent}{MAGIC_MARKER}{text}{ending}"
 
 
 def _unmasked(text: str) -> str:
-    return "".join(_unmasked_line(line) for line in text.splitlines(keepends=True))
+    return "".join(_unmasked_line(line) for line in _code_lines(text))
 
 
 def _unmasked_line(line: str) -> str:
-    code = line.lstrip()
-    for marker in (MAGIC_STATEMENT, MAGIC_MARKER):
-        if code.startswith(marker):
-            return line.replace(marker, "", 1)
-    return line
+    code = line.lstrip(" \t")
+    return code[len(MAGIC_MARKER) :] if code.startswith(MAGIC_MARKER) else line
+
+
+def _magic_lines(text: str) -> list[str]:
+    """The lines of masked IPython syntax in ``text``, as they are masked."""
+    return [line for line in _code_lines(text) if line.lstrip(" \t").startswith(MAGIC_MARKER)]
 
 
 def _split_cells(source: str, first_cell: int) -> list[tuple[int, str]]:
     cells: list[tuple[int, list[str]]] = [(first_cell, [])]
-    for line in source.splitlines(keepends=True):
+    for line in _code_lines(source):
         if line.startswith(CELL_MARKER) and line[len(CELL_MARKER) :].strip().isdigit():
             cells.append((int(line[len(CELL_MARKER) :]) - 1, []))
         else:

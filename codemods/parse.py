@@ -102,15 +102,18 @@ def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:
 def compile_error(analysis: FileAnalysis, path: str) -> SyntaxError | None:
     """Why Python would not compile the analysed module (its syntax tree, which placing findings
     parsed already), or None. A notebook's cells are compiled one by one where they run, so a
-    ``from __future__`` import that opens a later cell is in its place there."""
+    ``from __future__`` import that opens a later cell is in its place there; and IPython runs a
+    cell's top-level ``await``, ``async for`` and ``async with`` in its event loop."""
+    flags = 0
     try:
         tree = analysis.python_tree
         if is_notebook(path):
             body = [s for s in tree.body if not (isinstance(s, ast.ImportFrom) and s.module == "__future__")]
             tree = ast.Module(body=body, type_ignores=tree.type_ignores)
+            flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
         with warnings.catch_warnings():  # the checked code's own warnings are not gradfix's to print
             warnings.simplefilter("ignore")
-            compile(tree, path, "exec", dont_inherit=True)
+            compile(tree, path, "exec", flags=flags, dont_inherit=True)
     except SyntaxError as error:
         return error
     return None

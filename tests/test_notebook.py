@@ -52,22 +52,22 @@ def code_of(data: bytes) -> str:
     return "".join("".join(c["source"]) + "\n" for c in cells if c["cell_type"] == "code")
 
 
-def test_magics_and_shell_lines_become_comments_and_come_back_unchanged():
+def test_magics_and_shell_lines_become_statements_and_come_back_unchanged():
     data = notebook_of("%matplotlib inline\n!pip install torch\nfiles = !ls\nimport torch\nx = torch.ones(2)\nx?\ntorch.*Tensor?", "%%bash\necho hi")
     notebook = Notebook(data, "nb.ipynb")
     source = notebook.source.decode()
     assert "\nimport torch\nx = torch.ones(2)\n" in source
     for magic in ("%matplotlib inline", "!pip install torch", "files = !ls", "x?", "torch.*Tensor?", "%%bash", "echo hi"):
-        assert f"# gradfix-magic: {magic}\n" in source
+        assert f"pass  # gradfix-magic: {magic}\n" in source
     compile(source, "nb", "exec")
     assert notebook.with_source(notebook.source) == data
 
 
-def test_shell_lines_under_a_python_cell_magic_become_comments():
+def test_shell_lines_under_a_python_cell_magic_are_masked():
     # The first cell of Lightning's examples/pytorch/bug_report/bug_report_model.ipynb.
     data = notebook_of("%%capture\n! pip install -qU pytorch-lightning", "import torch")
     source = Notebook(data, "nb.ipynb").source.decode()
-    assert "# gradfix-magic: ! pip install -qU pytorch-lightning\n" in source
+    assert "pass  # gradfix-magic: ! pip install -qU pytorch-lightning\n" in source
     compile(source, "nb", "exec")
 
 
@@ -80,9 +80,9 @@ def test_shell_lines_continued_by_a_backslash_and_magics_that_are_a_whole_block_
     )
     notebook = Notebook(data, "nb.ipynb")
     source = notebook.source.decode()
-    assert "# gradfix-magic: !pip install --quiet \\\n    # gradfix-magic: torch \\\n  # gradfix-magic: numpy\n" in source
-    assert ":\n    pass  # gradfix-magic: !nvidia-smi\n" in source
-    assert ":\n    pass  # gradfix-magic: %time torch.ones(2)\n    x = 1\n" in source
+    assert "pass  # gradfix-magic: !pip install --quiet \\\npass  # gradfix-magic:     torch \\\npass  # gradfix-magic:   numpy\n" in source
+    assert ":\n    pass  # gradfix-magic:     !nvidia-smi\n" in source
+    assert ":\n    pass  # gradfix-magic:     %time torch.ones(2)\n    x = 1\n" in source
     compile(source, "nb", "exec")
     assert notebook.with_source(notebook.source) == data
 
@@ -201,6 +201,16 @@ def test_a_rewrite_that_crosses_a_cell_boundary_is_refused():
         notebook.with_source(without_marker)
 
 
+@pytest.mark.parametrize("rewrite", ["moved into the loop", "removed"])
+def test_a_rewrite_that_moves_or_removes_a_magic_line_is_refused(rewrite):
+    notebook = Notebook(notebook_of("import torch", "!nvidia-smi\nfor step in range(3):\n    x = torch.ones(2)\n"), "train.ipynb")
+    masked = b"pass  # gradfix-magic: !nvidia-smi\n"
+    kept = masked.replace(b"pass", b"    pass") if rewrite == "moved into the loop" else b""
+    rewritten = notebook.source.replace(masked, b"").replace(b"    x = ", kept + b"    x = ")
+    with pytest.raises(NotebookError, match="moved a magic or shell line of cell 3"):
+        notebook.with_source(rewritten)
+
+
 def test_cli_walks_notebooks_and_fixes_them(tmp_path):
     (tmp_path / "train.ipynb").write_bytes(hoisted_notebook())
     (tmp_path / ".ipynb_checkpoints").mkdir()
@@ -307,3 +317,83 @@ def test_a_future_import_that_opens_a_later_cell_compiles_where_jupyter_runs_it(
     report = check_source(data, all_rules(), path="train.ipynb")
     assert not report.errors
     assert [f.code for f in report.findings] == ["GF003"]
+
+
+COMMENTED = FIXTURES / "forward_outside_loop" / "comments_and_formatting"
+
+
+def test_automagic_lines_are_masked_and_the_rest_of_the_cell_is_checked():
+    # IPython runs a line magic typed without its `%` (`cd data`, `pip install torch`); a line
+    # that is also Python (`ls -la`, `pwd`) it reads as Python in a cell of several lines.
+    setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
+    automagics = "pip install torch\ncd data\nconda install -y pytorch \\\n    torchvision\nmkdir out\ncd -\nls -la\n"
+    notebook = Notebook(notebook_of(automagics + setup, "loss = " + training), "nb.ipynb")
+    source = notebook.source.decode()
+    for line in ("pip install torch", "cd data", "conda install -y pytorch \\", "    torchvision", "mkdir out", "cd -"):
+        assert f"pass  # gradfix-magic: {line}\n" in source
+    assert "\nls -la\n" in source
+    report = check_source(notebook_of(automagics + setup, "loss = " + training), all_rules(), path="train.ipynb")
+    assert not report.errors
+    assert [(f.code, f.cell, f.line) for f in report.findings] == [("GF003", 3, 1)]
+
+
+def test_python_that_starts_with_a_line_magics_name_is_python():
+    # The first line of each statement does not compile alone; none is a command.
+    code = "config = dict(\n    lr=1e-3,\n)\nhistory, run = (\n    [], 0)\ntime [\n    0] = 1\nenv: dict = {\n}\nsave if run else (\n    load)\n"
+    source = Notebook(notebook_of(code), "nb.ipynb").source.decode()
+    assert source == code
+
+
+def test_a_cell_with_a_top_level_await_is_checked_and_fixed():
+    # IPython runs a cell's top-level `await`, `async for` and `async with` in its event loop.
+    setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
+    awaiting = "import asyncio\nawait asyncio.sleep(0)\nasync with asyncio.Lock():\n    pass\n"
+    original = notebook_of(setup + awaiting, "loss = " + training)
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    assert not report.errors
+    assert [(f.code, f.cell, f.line) for f in report.fixed] == [("GF003", 3, 1)]
+    cells = json.loads(report.rewritten)["cells"]
+    assert "".join(cells[1]["source"]) == setup + awaiting
+    assert "".join(cells[2]["source"]) == HOISTED.joinpath("after.py").read_text().removeprefix(setup + "\n")
+
+
+def test_the_cells_are_one_module_in_cell_order():
+    # A helper defined in cell 3 is read where cell 9 calls it: it backwards the loss, which the
+    # loop then backwards again.
+    helper = "def backward_and_step(loss):\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    training = "for step in range(3):\n    loss = (model(x) - y).pow(2).mean()\n    backward_and_step(loss)\n    loss.backward()\n"
+    setup = "import torch\nmodel = torch.nn.Linear(3, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    cells = [setup, helper, "x = torch.randn(4, 3)", "%matplotlib inline", "print(x.shape)", "y = torch.randn(4, 1)", "import math", training]
+    report = check_source(notebook_of(*cells), all_rules(), path="train.ipynb")
+    assert [(f.code, f.cell, f.line) for f in report.findings] == [("GF001", 9, 4)]
+    assert "first at cell 9, line 3" in report.findings[0].message
+    without_the_helper = notebook_of(*cells[:1], "def backward_and_step(loss):\n    pass\n", *cells[2:])
+    assert check_source(without_the_helper, all_rules(), path="train.ipynb").findings == []
+
+
+def test_a_fix_writes_every_magic_line_back_byte_for_byte_and_nothing_else():
+    # The forward the fix moves into the loop has magics above it: they stay where they were, as
+    # the user wrote them, and the loop does not start to run them.
+    setup, _, training = COMMENTED.joinpath("before.py").read_text().partition("# forward pass\n")
+    magics = "%time z = 1\nfiles = !ls\ntorch.nn.Linear?\ncd data\n!pip install --quiet \\\n    torch\n"
+    loop_magic = "    !echo epoch\n"
+    training = "# forward pass\n" + training.replace("# odd spacing\n", "# odd spacing\n" + loop_magic)
+    first = "%%time\n" + setup
+    original = notebook_of(first, magics + training)
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    assert [f.code for f in report.fixed] == ["GF003"] and not report.findings and not report.errors
+    fixed = magics + COMMENTED.joinpath("after.py").read_text().removeprefix(setup).replace("# odd spacing\n", "# odd spacing\n" + loop_magic)
+    assert report.rewritten == notebook_of(first, fixed)
+
+
+def test_a_cell_is_split_into_lines_where_python_splits_it():
+    # Python ends a line at "\n", "\r\n" or "\r"; str.splitlines also ends one at "\f" or "\u2028".
+    setup, _, training = HOISTED.joinpath("before.py").read_text().partition("\nloss = ")
+    odd = 'label = "a\fb\u2028c"\n\f\n!echo a\fb\nx = 1\ry = 2\r\n'
+    original = notebook_of(setup + odd, "loss = " + training)
+    notebook = Notebook(original, "train.ipynb")
+    assert f"\n{odd.replace('!echo', 'pass  # gradfix-magic: !echo')}" in notebook.source.decode()
+    assert notebook.with_source(notebook.source) == original
+    report = check_source(original, all_rules(), FixMode.SAFE, "train.ipynb")
+    assert [(f.code, f.cell, f.line) for f in report.fixed] == [("GF003", 3, 1)] and not report.errors
+    assert json.loads(report.rewritten)["cells"][1] == json.loads(original)["cells"][1]
