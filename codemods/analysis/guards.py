@@ -27,7 +27,8 @@ def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str) -> b
     if "." in name:
         return False
     body = loop.node.body
-    written = assigned_names(body, tree=analysis.tree)
+    # (what the loop statement itself binds changes every iteration: ``for step in ...``)
+    written = assigned_names(body, tree=analysis.tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())
     assigning: dict[str, list[cst.If]] = {}
     for branch in analysis.tree.findall(body, cst.If):
         # (a call may answer differently each time: `if random.random() < p:`)
@@ -35,12 +36,25 @@ def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str) -> b
         if invariant and _always_assigns(branch.body, name):
             assigning.setdefault(expression_key(branch.test), []).append(branch)
     reads = [n for n in analysis.tree.names(body, [name]) if analysis.value_read(n) is not None]
-    return bool(assigning and reads) and all(_guarded_like(analysis, read, assigning, loop.node) for read in reads)
+    if not (assigning and reads):
+        return False
+    if all(_guarded_like(analysis, read, assigning, loop.node) for read in reads):
+        return True
+    # Or every write is in such a branch and every read comes after one: the test true, this
+    # iteration assigned it; false, no iteration does, and what is read is the value from before
+    # the loop, never a previous iteration's.
+    branches = [branch for group in assigning.values() for branch in group]
+    writes = [statement for statement in analysis.tree.findall(body, cst.SimpleStatementLine) if _assignments_of(statement, name)]
+    return all(any(analysis.contains(branch, write) for branch in branches) for write in writes) and all(
+        any(analysis.tree.follows(read, branch) for branch in branches) for read in reads
+    )
 
 
 def _guarded_like(analysis: FileAnalysis, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode) -> bool:
     node: cst.CSTNode = read
     while (parent := analysis.tree.parent(node)) is not None and parent is not loop:
+        if isinstance(parent, cst.IndentedBlock) and any(analysis.tree.follows(read, s) for s in _assignments(parent, read.value)):
+            return True  # after an assignment of its own block: this iteration's value
         if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
             # (``if flag and i < n:`` holds only where ``if flag:`` does)
             branches = [branch for conjunct in _conjuncts(parent.test) for branch in assigning.get(expression_key(conjunct), ())]
@@ -64,9 +78,17 @@ def _assignments(block: cst.BaseSuite, name: str) -> list[cst.SimpleStatementLin
     return [
         statement
         for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
-        if isinstance(statement, cst.SimpleStatementLine)
-        and any(isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets) for small in statement.body)
+        if isinstance(statement, cst.SimpleStatementLine) and _assignments_of(statement, name)
     ]
+
+
+def _assignments_of(statement: cst.SimpleStatementLine, name: str) -> bool:
+    return any(isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and name in _targets(small) for small in statement.body)
+
+
+def _targets(small: cst.Assign | cst.AugAssign | cst.AnnAssign) -> set[str]:
+    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+    return {written for target in targets for written in target_names(target)}
 
 
 def _always_assigns(block: cst.BaseSuite, name: str) -> bool:
