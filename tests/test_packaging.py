@@ -1,6 +1,9 @@
 """gradfix as users install it. The wheel, built offline from the files the build reads, holds the
-command, the licence and the Python API's types, and runs from a fresh environment."""
+command, the licence and the Python API's types, and runs from a fresh environment. The oldest
+versions of the dependencies pyproject.toml declares run the commands as the versions the tests
+run with do (``python -m pytest -m network``: they come from the package registry)."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -10,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from packaging.version import Version
 
 import gradfix
@@ -19,6 +23,8 @@ from .conftest import FIXTURES
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 DOUBLE = FIXTURES / "separate_backwards" / "shared_trunk_for_loop"
+# A run over this many files draws a progress bar in a terminal (cli.app._PROGRESS_MIN_FILES).
+MANY_FILES = 25
 
 
 def environment(folder: Path, *options: str) -> Path:
@@ -94,3 +100,63 @@ def test_the_version_names_the_release_it_is_or_leads_to():
         assert version.is_devrelease and Version(version.base_version) > released
     else:
         assert version == released
+
+
+def _floors() -> list[Requirement]:
+    """The runtime dependencies at the lowest versions pyproject.toml accepts."""
+    floors = []
+    for declared in PYPROJECT["project"]["dependencies"]:
+        requirement = Requirement(declared)
+        [lowest] = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+        floors.append(Requirement(f"{requirement.name}=={lowest}"))
+    return floors
+
+
+def _in_a_terminal(command: list, cwd: Path) -> tuple[int, str]:
+    """The exit code and output (ANSI styles left out) of a command whose stdout and stderr are a
+    terminal, as a user's are: a long run's progress bar and coloured diffs are drawn."""
+    leader, follower = os.openpty()
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, cwd=cwd, env={**os.environ, "COLUMNS": "200"})
+    os.close(follower)
+    output = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 1 << 16)
+        except OSError:  # EIO: the command's end closed the terminal's last follower
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    return process.wait(), re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode()).replace("\r\n", "\n")
+
+
+@pytest.mark.network
+def test_the_lowest_declared_dependencies_run_the_commands_as_the_tested_ones_do(wheel, tmp_path):
+    floors = _floors()
+    python = environment(tmp_path / "venv")  # nothing of the interpreter's: the registry's packages only
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel, *map(str, floors)], check=True)
+    listed = subprocess.run(
+        [python, "-c", "import sys, importlib.metadata as m; print(*map(m.version, sys.argv[1:]))", *(floor.name for floor in floors)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    installed = listed.stdout.split()
+    assert all(floor.specifier.contains(version) for floor, version in zip(floors, installed, strict=True)), installed
+
+    work = tmp_path / "work"
+    (work / "many").mkdir(parents=True)
+    (work / "train.py").write_text((DOUBLE / "before.py").read_text())
+    for n in range(MANY_FILES):
+        (work / "many" / f"train_{n:02}.py").write_text((DOUBLE / "before.py").read_text())
+    lowest, tested = [python.parent / "gradfix"], [sys.executable, "-m", "gradfix"]
+    for arguments in (["--version"], ["check", "train.py"], ["fix", "--diff", "train.py"], ["explain", "GF001"], ["rules"], ["check", "nowhere.py"]):
+        old, new = (subprocess.run([*command, *arguments], capture_output=True, text=True, cwd=work) for command in (lowest, tested))
+        assert (old.returncode, old.stdout, old.stderr) == (new.returncode, new.stdout, new.stderr), arguments
+    assert (work / "train.py").read_text() == (DOUBLE / "before.py").read_text()
+
+    checked_status, checked = _in_a_terminal([*lowest, "check", "many"], work)
+    assert checked_status == 1 and checked.count(": GF002 ") == MANY_FILES, checked
+    diff_status, diff = _in_a_terminal([*lowest, "fix", "--diff", "train.py"], work)
+    assert diff_status == 1 and "+    (loss_reg + loss_cls).backward()\n" in diff, diff
