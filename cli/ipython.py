@@ -34,8 +34,9 @@ What the extension does, and what it never does:
   cannot safely be forked (its thread pools do not survive a fork).
 * **A fix is code for the user to run:** ``%gradfix fix`` replaces the cell it runs in with the
   fixed code (IPython's ``set_next_input`` with ``replace=True``; a terminal puts it at the next
-  prompt): the failing cell's fixed source, or, when the fix also changes earlier cells, every cell
-  from the first changed one to the failing one, fixed, as one cell. A fix that changes the maths
+  prompt) and prints it, for the frontends that ignore that request (nbclient, Colab): the failing
+  cell's fixed source, or, when the fix also changes earlier cells, every cell from the first
+  changed one to the failing one, fixed, as one cell. A fix that changes the maths
   needs ``%gradfix fix --unsafe-fixes``, as on the command line.
 * A failing cell that is the code of an earlier cell run again (a training cell executed twice)
   backwards a graph that cell's first run freed: the explanation says so, and no fix is offered, as
@@ -420,8 +421,12 @@ class Extension:
             raise UsageError("no fix to apply: gradfix applies the fix it showed for the last error, and it showed none")
         if not proposal.safe and not unsafe_fixes:
             raise UsageError("this fix changes the maths (unsafe): `%gradfix fix --unsafe-fixes` applies it")
-        self.shell.set_next_input(proposal.code_to_run(), replace=True)
-        print(f"gradfix: this cell now holds the fixed code of In [{proposal.failing_cell}] (in a terminal: at the next prompt); run it.")
+        code = proposal.code_to_run()
+        self.shell.set_next_input(code, replace=True)
+        print(
+            f"gradfix: this cell now holds the fixed code of In [{proposal.failing_cell}] (in a terminal: at the next prompt); run it. "
+            f"Where the notebook ignores the request to replace this cell (nbclient, Colab), it is unchanged: the code to run is below.\n{code}"
+        )
 
     def switch_anomaly(self, on: bool) -> None:
         if on:

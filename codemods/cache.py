@@ -2,9 +2,10 @@
 
 An entry is one file's ``FileReport``, stored under a key made of everything the report depends on:
 the file's path and bytes, gradfix's version and a digest of its own code (so that neither a new
-release nor an edit of a development install serves an old result), the selected rules, the fix
-mode, and the summaries of other files' functions the report was computed with (a file that calls
-into a sibling is checked again when the sibling's summaries change).
+release nor an edit of a development install serves an old result), the Python and the LibCST
+that read the file (a file 3.11 cannot compile may be one 3.13 compiles), the selected rules, the
+fix mode, and the summaries of other files' functions the report was computed with (a file that
+calls into a sibling is checked again when the sibling's summaries change).
 
 The folder lives in the checked tree by default, and the tree is not trusted: a pull request can
 commit a ``.gradfix_cache`` of its own, a CI cache can be restored from anywhere, and another user
@@ -31,11 +32,14 @@ import contextlib
 import hashlib
 import hmac
 import os
+import platform
 import secrets
 import stat
+import sys
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
@@ -75,7 +79,7 @@ class ReportCache:
 
     def __init__(self, folder: str | Path, version: str = __version__, secret: bytes | None = None) -> None:
         self.folder = Path(folder)
-        self._entries = self.folder / _code_digest(version)
+        self._entries = self.folder / _code_digest(version, _python_and_libcst())
         self._secret, self._without_secret = secret, ""
         if secret is None:
             try:
@@ -218,10 +222,16 @@ def _answers(report: FileReport, key: Key) -> bool:
     return report.path == key.path and report.original == key.data and all(f.path == key.path for f in findings)
 
 
+def _python_and_libcst() -> str:
+    """The Python (implementation and version) that compiles a checked file and the LibCST that
+    parses it; LibCST's version is read from its metadata, as this layer never imports LibCST."""
+    return f"{sys.implementation.name} {platform.python_version()} libcst {metadata.version('libcst')}"
+
+
 @lru_cache(maxsize=None)
-def _code_digest(version: str) -> str:
-    """gradfix's version and the bytes of its analysis and rules."""
-    digest = hashlib.sha256(version.encode())
+def _code_digest(version: str, python_and_libcst: str) -> str:
+    """gradfix's version, the bytes of its analysis and rules, and what reads the checked files."""
+    digest = hashlib.sha256(f"{version}\n{python_and_libcst}".encode())
     for source in sorted(_CODE_ROOT.rglob("*.py")):
         digest.update(os.fsencode(source.relative_to(_CODE_ROOT)))
         digest.update(source.read_bytes())

@@ -5,12 +5,11 @@ As a library: ``gradfix.check(source)``, ``gradfix.fix(source)`` and ``gradfix.c
 (see ``gradfix.codemods.api``)."""
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
-try:
-    __version__ = version("gradfix")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+# The release this code is, or the one it leads to while ".devN" ends it (PEP 440); the package's
+# metadata is built from it (pyproject.toml), so a source tree and an editable install say it too.
+__version__ = "0.2.0.dev0"
 
 # Each name and the module it is imported from on first use: `import gradfix` (the command's
 # start-up, the runner's server) stays cheap, and Ctrl-C during the command's start-up reaches its
@@ -25,6 +24,11 @@ _LAZY = {
     "UnknownRuleError": "gradfix.codemods.registry",
 }
 __all__ = [*_LAZY, "__version__"]
+
+if TYPE_CHECKING:  # what a type checker reads of those names (py.typed); `as` re-exports them (PEP 484)
+    from gradfix.codemods.api import Result as Result, check as check, check_paths as check_paths, fix as fix
+    from gradfix.codemods.registry import UnknownRuleError as UnknownRuleError
+    from gradfix.codemods.report import Finding as Finding, FixKind as FixKind
 
 
 def __getattr__(name: str):

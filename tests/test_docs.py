@@ -176,13 +176,9 @@ def test_every_path_of_the_layout_exists():
     assert checked > 30
 
 
-def test_the_changelog_has_a_section_for_the_version_and_one_line_per_change():
-    import tomllib
-
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+def test_the_changelog_has_one_line_per_change():
+    """(Which section names the version: test_packaging.)"""
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
-    headings = re.findall(r"^## \[([^\]]+)\]", changelog, re.MULTILINE)
-    assert headings[:2] == ["Unreleased", version]
     continued = [line for line in changelog.splitlines() if line.startswith(" ")]
     assert continued == [], "a change is one line"
 

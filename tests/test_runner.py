@@ -167,22 +167,45 @@ def test_a_server_that_dies_during_a_run_is_a_crash_and_takes_the_script_along(r
     assert_gone(pid)
 
 
+# `python -m gradfix` as a terminal starts it: with Python's Ctrl-C handler, which Python (and so
+# gradfix) leaves out when it starts with SIGINT ignored, as a shell's background job (pytest run
+# with `&`) passes it on. Given a file's path, gradfix is held right after it read the pid of the
+# script its server started, before its run knows that pid: where a busy machine's scheduler may
+# leave it while the script already runs. The file says it is held there.
+AS_FROM_A_TERMINAL = """\
+import runpy, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+held, sys.argv = sys.argv[1], ["gradfix", *sys.argv[2:]]
+if held:
+    from gradfix.codemods.execution import runner
+    receive_number = runner._receive_number
+    def read_then_held(stream):
+        number = receive_number(stream)
+        open(held, "w").write("held")
+        time.sleep(300)
+    runner._receive_number = read_then_held
+runpy.run_module("gradfix", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["while the script runs", "as its pid reaches gradfix"])
 @pytest.mark.parametrize(("signal_number", "status", "said"), [(15, 143, "terminated"), (2, 130, "interrupted")])
-def test_a_signal_ends_gradfix_with_one_line_and_kills_the_script(tmp_path, signal_number, status, said):
+def test_a_signal_ends_gradfix_with_one_line_and_kills_the_script(tmp_path, signal_number, status, said, held):
     import subprocess
     import sys
 
     script = tmp_path / "hang.py"
     script.write_text("import os, time\nopen('script.pid', 'w').write(str(os.getpid()))\ntime.sleep(300)\n")
+    marker, held_marker = tmp_path / "script.pid", tmp_path / "held"
     command = subprocess.Popen(
-        [sys.executable, "-m", "gradfix", "diagnose", "--timeout", "60", str(script)],
+        [sys.executable, "-c", AS_FROM_A_TERMINAL, str(held_marker) if held else "", "diagnose", "--timeout", "60", str(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    marker = tmp_path / "script.pid"
+    started = [marker, held_marker] if held else [marker]
     deadline = time.monotonic() + 60
-    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+    while not all(path.exists() and path.read_text() for path in started) and time.monotonic() < deadline:
         time.sleep(0.1)
     os.kill(command.pid, signal_number)
     _, stderr = command.communicate(timeout=30)

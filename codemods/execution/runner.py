@@ -257,6 +257,14 @@ class ScriptRunner:
             self._server.wait(10)
             self._server = None
 
+    def _abandon(self) -> None:
+        """Leave the server to end a run whose script gradfix cannot kill, not knowing its pid: the
+        server kills it, and all it started, when gradfix's process ends (or reads these closed
+        requests once the script has ended by itself). Waiting for the server here would outlast
+        the script's run."""
+        self._server.stdin.close()
+        self._server = None
+
     def twin(self) -> "ScriptRunner":
         """Another runner whose server is forked from this one's, warm at once (frameworks this
         one imported included): for runs side by side. Close it like any runner."""
@@ -303,6 +311,9 @@ class ScriptRunner:
         except (EOFError, BrokenPipeError):
             self._server = None  # the next run starts a new one
             return RunResult("crashed", error_message="gradfix's runner process died (out of memory, or killed)")
+        except BaseException:  # Ctrl-C, SIGTERM before the script's pid reached gradfix: it may run already
+            self._abandon()
+            raise
         try:
             timed_out = not _readable(server.stdout, options.timeout)
         except BaseException:  # Ctrl-C, SIGTERM: the script goes with gradfix
