@@ -25,7 +25,7 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache, partial
+from functools import cached_property, lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Sequence
@@ -40,7 +40,6 @@ from gradfix import __version__
 from gradfix.codemods.check import check_file, check_source
 from gradfix.codemods.config import ConfigError, Overrides, Settings, project_root
 from gradfix.codemods.files import collect_files
-from gradfix.codemods.notebook import is_notebook
 from gradfix.codemods.registry import RULE_MODULES, RuleSelection, all_rules, rule_by_code
 from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
 from gradfix.codemods.run import excluded_by, excluded_when_named, rules_and_mode
@@ -81,17 +80,27 @@ def build_server() -> GradfixServer:
     async def hover(ls: GradfixServer, params: types.HoverParams) -> types.Hover | None:
         return await ls.hover(params.text_document.uri, params.position)
 
-    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL]))
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL], resolve_provider=True)
+    )
     async def code_actions(ls: GradfixServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         return await ls.code_actions(params.text_document.uri, params.range, params.context.only)
+
+    @server.feature(types.CODE_ACTION_RESOLVE)
+    async def resolve(ls: GradfixServer, action: types.CodeAction) -> types.CodeAction:
+        return await ls.resolve(action)
 
     return server
 
 
 class GradfixServer(LanguageServer):
+    """The documents' checks and what is asked of them; everything but the checks runs on the
+    event loop's thread."""
+
     def __init__(self) -> None:
+        # Whole documents: pygls applies an incremental change by str.splitlines, which also ends a
+        # line at a form feed or a line separator.
         super().__init__("gradfix", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
-        # pygls applies an incremental change by str.splitlines, which also ends a line at a form feed.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradfix-check")
         self._checker = Checker()  # used on the worker thread only
         self._checks: dict[str, tuple[int | None, asyncio.Future[Checked]]] = {}  # uri -> its latest check
@@ -108,9 +117,9 @@ class GradfixServer(LanguageServer):
         checked again."""
         if (path := _checked_path(uri)) is not None:
             self._worker.submit(self._checker.forget, path)
-        for checked in list(self._checks):
-            del self._checks[checked]
-            self.diagnose(checked)
+        for document in list(self._checks):
+            del self._checks[document]
+            self.diagnose(document)
 
     def closed(self, uri: str) -> None:
         self._checks.pop(uri, None)
@@ -129,40 +138,34 @@ class GradfixServer(LanguageServer):
         return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=explained), range=checked.range(found[0]))
 
     async def code_actions(self, uri: str, requested: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
+        """The quick fixes of the findings in ``requested`` and the fix of every safe finding. An
+        editor asks for them whenever the cursor moves: a client that resolves an action's edit
+        when it is chosen gets none computed here (the worker stays free for diagnostics)."""
         checked = await self._checked(uri)
         if checked is None:
             return []
         start, end = checked.text_position(requested.start), checked.text_position(requested.end)
-        actions = []
+        offered = []
         if _wanted(types.CodeActionKind.QuickFix, only):
-            for finding in checked.report.findings:
-                if finding.fix is not None and checked.start(finding) <= end and start <= checked.end(finding):
-                    action = await self._quick_fix(checked, finding)
-                    if action is not None:
-                        actions.append(action)
+            offered += [
+                _quick_fix(checked, f) for f in checked.report.findings if f.fix is not None and checked.start(f) <= end and start <= checked.end(f)
+            ]
         if _wanted(FIX_ALL, only) and any(f.fix is FixKind.SAFE for f in checked.report.findings):
-            fixed = await self._on_worker(checked.fixed, checked.rules.codes, FixMode.SAFE)
-            if fixed.rewritten is not None:
-                actions.append(types.CodeAction("Fix all safe gradfix findings", kind=FIX_ALL, edit=self._edit(checked, fixed.rewritten)))
-        return actions
+            offered.append(types.CodeAction("Fix all safe gradfix findings", kind=FIX_ALL, data=_fixing(uri, checked.rules.codes, FixMode.SAFE)))
+        if _resolves_edits(self.client_capabilities):
+            return offered
+        return [action for action in [await self.resolve(action) for action in offered] if action.edit is not None]
 
-    async def _quick_fix(self, checked: Checked, finding: Finding) -> types.CodeAction | None:
-        """The rule's fix in the document, offered on each finding it removes (a rule's fix is
-        computed for the whole file, as ``gradfix fix --interactive`` offers it)."""
-        unsafe = finding.fix is FixKind.UNSAFE
-        fixed = await self._on_worker(checked.fixed, (finding.code,), FixMode.UNSAFE if unsafe else FixMode.SAFE)
-        removed = {(f.code, f.line, f.column) for f in fixed.fixed}
-        places = sum((f.code, f.line, f.column) in removed for f in checked.report.findings)
-        if fixed.rewritten is None or (finding.code, finding.line, finding.column) not in removed:
-            return None
-        title = f"Fix {finding.code}" + (f" in {places} places" if places > 1 else "") + (" (unsafe: changes the maths)" if unsafe else "")
-        return types.CodeAction(
-            title,
-            kind=types.CodeActionKind.QuickFix,
-            diagnostics=[checked.diagnostic(finding)],
-            is_preferred=not unsafe,
-            edit=self._edit(checked, fixed.rewritten),
-        )
+    async def resolve(self, action: types.CodeAction) -> types.CodeAction:
+        """``action`` with its edit, for the document's present version (none when its fix no
+        longer changes it)."""
+        uri, codes, mode = action.data["uri"], tuple(action.data["codes"]), FixMode(action.data["mode"])
+        checked = await self._checked(uri)
+        if checked is not None:
+            fixed = await asyncio.get_running_loop().run_in_executor(self._worker, checked.fixed, codes, mode)
+            if fixed.rewritten is not None:
+                action.edit = self._edit(checked, fixed.rewritten)
+        return action
 
     def _edit(self, checked: Checked, rewritten: bytes) -> types.WorkspaceEdit:
         """The smallest edit from the checked version to its ``rewritten`` code, for that version
@@ -173,9 +176,6 @@ class GradfixServer(LanguageServer):
             document = types.OptionalVersionedTextDocumentIdentifier(uri=checked.uri, version=checked.version)
             return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(text_document=document, edits=[edit])])
         return types.WorkspaceEdit(changes={checked.uri: [edit]})
-
-    async def _on_worker(self, function, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._worker, partial(function, *args))
 
     async def _checked(self, uri: str) -> Checked | None:
         future = self._check(uri)
@@ -191,9 +191,8 @@ class GradfixServer(LanguageServer):
         known = self._checks.get(uri)
         if known is not None and known[0] == document.version:
             return known[1]
-        future = asyncio.get_running_loop().run_in_executor(
-            self._worker, partial(self._checker.check, uri, document.version, document.source, path, self.workspace.position_codec)
-        )
+        codec = self.workspace.position_codec
+        future = asyncio.get_running_loop().run_in_executor(self._worker, self._checker.check, uri, document.version, document.source, path, codec)
         self._checks[uri] = (document.version, future)
         return future
 
@@ -204,12 +203,13 @@ class GradfixServer(LanguageServer):
             future = self._check(uri)
             while future is not None:
                 checked = await future
-                latest = self._check(uri)
+                latest = self._check(uri)  # (None once the document is closed)
                 if latest is future:
                     self._say(checked)
                     diagnostics = [checked.diagnostic(f) for f in checked.report.findings]
                     self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=checked.version))
-                future = None if latest is future else latest
+                    return
+                future = latest
         finally:
             del self._publishing[uri]
 
@@ -226,16 +226,42 @@ class GradfixServer(LanguageServer):
                 self.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=f"gradfix: no findings shown: {error}"))
 
 
+def _quick_fix(checked: Checked, finding: Finding) -> types.CodeAction:
+    """The fix of the finding's rule in the document, in the mode its kind of fix needs (as
+    ``gradfix fix --interactive`` offers a rule's fixes file by file); the title counts the
+    findings it fixes when there are several."""
+    mode = FixMode.UNSAFE if finding.fix is FixKind.UNSAFE else FixMode.SAFE
+    places = sum(f.code == finding.code and mode.allows(f.fix) for f in checked.report.findings)
+    return types.CodeAction(
+        f"Fix {finding.code}" + (f" in {places} places" if places > 1 else "") + (" (unsafe: changes the maths)" if mode is FixMode.UNSAFE else ""),
+        kind=types.CodeActionKind.QuickFix,
+        diagnostics=[checked.diagnostic(finding)],
+        is_preferred=mode is FixMode.SAFE,
+        data=_fixing(checked.uri, (finding.code,), mode),
+    )
+
+
+def _fixing(uri: str, codes: tuple[str, ...], mode: FixMode) -> dict[str, object]:
+    """What an action fixes, as it comes back to be resolved."""
+    return {"uri": uri, "codes": list(codes), "mode": mode.value}
+
+
+def _resolves_edits(capabilities: types.ClientCapabilities) -> bool:
+    support = capabilities.text_document and capabilities.text_document.code_action and capabilities.text_document.code_action.resolve_support
+    return bool(support) and "edit" in support.properties
+
+
 def _wanted(kind: str, only: Sequence[str] | None) -> bool:
     """Whether the client asks for actions of ``kind`` (``only`` names kinds or their parents)."""
     return only is None or any(kind == asked or kind.startswith(f"{asked}.") for asked in only)
 
 
 def _checked_path(uri: str) -> Path | None:
-    """The file a document is, when the server checks it: a Python file on disk (not a notebook)."""
+    """The file a document is, when the server checks it: a Python file (not a notebook's cell,
+    not an unsaved buffer: settings and the project are found from the file's folder)."""
     if urlparse(uri).scheme != "file" or (path := to_fs_path(uri)) is None:
         return None
-    return None if is_notebook(path) or not path.endswith((".py", ".pyi")) else Path(path)
+    return Path(path) if path.endswith(".py") else None
 
 
 @dataclass

@@ -45,15 +45,25 @@ def _recording_client() -> LanguageClient:
     return client
 
 
-@pytest_lsp.fixture(
-    config=ClientServerConfig(
-        # As an editor starts the console script: nothing from the working folder on sys.path.
-        server_command=[sys.executable, "-P", "-m", "gradfix", "server"],
-        client_factory=_recording_client,
-    )
+SERVER = ClientServerConfig(
+    # As an editor starts the console script: nothing from the working folder on sys.path.
+    server_command=[sys.executable, "-P", "-m", "gradfix", "server"],
+    client_factory=_recording_client,
 )
+
+
+@pytest_lsp.fixture(config=SERVER)
 async def client(lsp_client: LanguageClient):
+    """A client that says what VS Code says it can do (resolve an action's edit when it is chosen)."""
     await lsp_client.initialize_session(types.InitializeParams(capabilities=client_capabilities("visual-studio-code")))
+    yield
+    await lsp_client.shutdown_session()
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def bare_client(lsp_client: LanguageClient):
+    """A client that says it can do nothing beyond the protocol's minimum."""
+    await lsp_client.initialize_session(types.InitializeParams(capabilities=types.ClientCapabilities()))
     yield
     await lsp_client.shutdown_session()
 
@@ -102,12 +112,19 @@ class Document:
         params = types.CodeActionParams(text_document=types.TextDocumentIdentifier(uri=self.uri), range=at, context=context)
         return list(await self.client.text_document_code_action_async(params) or [])
 
-    def applied(self, action: types.CodeAction) -> str:
-        """The text once the action's edit is applied, as the client applies it."""
-        [change] = action.edit.document_changes
-        assert change.text_document.uri == self.uri and change.text_document.version == self.version
+    async def applied(self, action: types.CodeAction) -> str:
+        """The text once the action's edit is applied, as the client applies it (resolving the
+        action first when it came without its edit)."""
+        if action.edit is None:
+            action = await self.client.code_action_resolve_async(action)
+        if action.edit.document_changes is None:
+            edits = action.edit.changes[self.uri]
+        else:
+            [change] = action.edit.document_changes
+            assert change.text_document.uri == self.uri and change.text_document.version == self.version
+            edits = change.edits
         text = self.text
-        for edit in sorted(change.edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
+        for edit in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
             text = text[: _offset(text, edit.range.start)] + edit.new_text + text[_offset(text, edit.range.end) :]
         return text
 
@@ -150,15 +167,25 @@ async def test_a_safe_quick_fix_and_fix_all_edit_the_document_into_the_fixed_fil
     document = Document(client, project / "train.py", (TWICE / "before.py").read_text())
     [diagnostic] = await document.diagnostics()
     [quick_fix, fix_all] = await document.actions(diagnostic.range)
+    assert quick_fix.edit is None and fix_all.edit is None  # computed when chosen: this client resolves them
     assert (quick_fix.title, quick_fix.kind, quick_fix.is_preferred) == ("Fix GF001", types.CodeActionKind.QuickFix, True)
     assert [d.code for d in quick_fix.diagnostics] == ["GF001"]
-    assert document.applied(quick_fix) == (TWICE / "after.py").read_text()
+    assert await document.applied(quick_fix) == (TWICE / "after.py").read_text()
     assert (fix_all.title, fix_all.kind) == ("Fix all safe gradfix findings", "source.fixAll.gradfix")
-    assert document.applied(fix_all) == (TWICE / "after.py").read_text()
+    assert await document.applied(fix_all) == (TWICE / "after.py").read_text()
     # On save, an editor asks for the fix-all action alone; on a line without a finding there is no quick fix.
     assert [a.kind for a in await document.actions(diagnostic.range, only=["source.fixAll"])] == ["source.fixAll.gradfix"]
     elsewhere = types.Range(start=types.Position(line=2, character=0), end=types.Position(line=2, character=0))
     assert [a.kind for a in await document.actions(elsewhere)] == ["source.fixAll.gradfix"]
+
+
+@pytest.mark.asyncio
+async def test_a_client_that_does_not_resolve_actions_gets_their_edits_with_them(bare_client, project):
+    document = Document(bare_client, project / "train.py", (TWICE / "before.py").read_text())
+    [diagnostic] = await document.diagnostics()
+    [quick_fix, fix_all] = await document.actions(diagnostic.range)
+    assert quick_fix.edit.changes and fix_all.edit.changes  # with the edit, as `changes`: it takes no versioned edits
+    assert await document.applied(quick_fix) == await document.applied(fix_all) == (TWICE / "after.py").read_text()
 
 
 @pytest.mark.asyncio
@@ -168,7 +195,7 @@ async def test_an_unsafe_fix_says_so_is_not_preferred_and_is_not_part_of_fix_all
     assert [d.code for d in diagnostics] == ["GF004", "GF008"]  # GF004 is reported, with no fix
     [quick_fix] = await document.actions(diagnostics[1].range)
     assert (quick_fix.title, quick_fix.is_preferred) == ("Fix GF008 (unsafe: changes the maths)", False)
-    assert document.applied(quick_fix) == (AFTER_THE_LOOP / "after.py").read_text()
+    assert await document.applied(quick_fix) == (AFTER_THE_LOOP / "after.py").read_text()
     assert await document.actions(diagnostics[0].range) == []
 
 
