@@ -155,6 +155,20 @@ async def test_a_finding_is_a_diagnostic_with_its_range_related_line_and_rule_pa
     assert diagnostic.code_description.href == f"{(ROOT / 'docs' / 'rules.md').as_uri()}#{anchor}"
 
 
+@pytest.mark.asyncio
+async def test_columns_count_utf16_code_units_and_a_form_feed_ends_no_line(client, project):
+    """The protocol's default: a character beyond the Basic Multilingual Plane is two units.
+    Python does not end a line at a form feed, and neither does the protocol."""
+    before = (TWICE / "before.py").read_text()
+    text = before.replace("    loss.backward()\n    optimizer.step()", '    print("\U0001f600"); loss.backward()  # \x0c\n    optimizer.step()')
+    document = Document(client, project / "train.py", text.replace("torch.manual_seed(0)", "torch.manual_seed(0)  # page\x0cbreak"))
+    [diagnostic] = await document.diagnostics()
+    assert _where(diagnostic) == (17, 4 + len('print("??"); '), 17, 4 + len('print("??"); loss.backward()'))
+    at = types.Position(line=17, character=diagnostic.range.end.character - 1)
+    hover = await client.text_document_hover_async(types.HoverParams(text_document=types.TextDocumentIdentifier(uri=document.uri), position=at))
+    assert hover.range == diagnostic.range
+
+
 def test_the_rules_page_of_a_github_install_is_at_its_commit():
     direct_url = {"url": "https://github.com/someone/gradfix.git", "vcs_info": {"vcs": "git", "commit_id": "0123abc"}}
     assert rules_page(direct_url) == "https://github.com/someone/gradfix/blob/0123abc/docs/rules.md"
