@@ -698,6 +698,16 @@ def explain(
     typer.echo(render.explanation(rule))
 
 
+@app.command(cls=Command)
+def server(verbose: Verbose = False) -> None:
+    """Run the language server for editors, on stdin and stdout (README: "In your editor")."""
+    if importlib.util.find_spec("pygls") is None:
+        _usage_error("the language server needs pygls: install gradfix with its `server` extra (gradfix[server]), or pip install pygls")
+    from .server import serve
+
+    serve()
+
+
 def _require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
         render.stderr.print("error: this command runs code and needs PyTorch installed (pip install torch)")
