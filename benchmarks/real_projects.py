@@ -3,8 +3,8 @@
 usage: python benchmarks/real_projects.py [PROJECTS_DIR] [--verdicts FILE]
 
 PROJECTS_DIR (default ../projects, beside the repository, as ../shared is) holds one folder per project, named owner+name, each an export
-of the commit named in tests/real_projects/verdicts.tsv. Runs ``gradfix check --output-format
-json-lines`` on each and prints, per project: files, findings, rewrites offered (safe, unsafe), how
+of the commit named in tests/real_projects/verdicts.tsv. Runs ``gradfix check --hints --output-format
+json-lines`` on each (a hint's rule is written ``GF004 hint``: findings and hints are counted apart) and prints, per project: files, findings, rewrites offered (safe, unsafe), how
 many findings and parse errors have a verdict, the findings' verdicts (bug / false / unsure), the parse
 errors, and those on files Python or Jupyter runs (errors false); then every finding without a verdict,
 which is what a review has to read next. A finding has a verdict when a row names its project,
@@ -33,7 +33,7 @@ def read_verdicts(path: Path) -> dict[tuple[str, str, str], str]:
 
 def findings(folder: Path) -> list[dict]:
     run = subprocess.run(
-        [sys.executable, "-m", "gradfix", "check", "--output-format", "json-lines", "--no-cache", "--exit-zero", str(folder)],
+        [sys.executable, "-m", "gradfix", "check", "--hints", "--output-format", "json-lines", "--no-cache", "--exit-zero", str(folder)],
         capture_output=True,
         text=True,
         check=False,
@@ -66,11 +66,13 @@ def main() -> int:
         files = sum(1 for path in folder.rglob("*") if path.suffix in (".py", ".ipynb") and path.is_file())
         counts = Counter()
         for finding in found:
-            code = finding["code"]
+            # (a hint's verdict is kept under its code and "hint": it is counted apart)
+            code = finding["code"] + (" hint" if finding.get("hint") else "")
             counts["errors" if code == "error" else "findings"] += 1
             if finding.get("fix"):
                 counts[finding["fix"]] += 1
-            verdict = verdicts.get((project, location(finding, folder), code))
+            # (a verdict given before the finding became a hint still judges it)
+            verdict = verdicts.get((project, location(finding, folder), code)) or verdicts.get((project, location(finding, folder), finding["code"]))
             if verdict is None:
                 unreviewed.append(f"{project} {location(finding, folder)} {code} {finding['message']}")
             else:
