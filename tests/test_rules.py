@@ -123,7 +123,9 @@ for batch in loader:
     ("first", "second", "reported"),
     [
         ("args.with_prior", "args.with_prior", False),  # the same flag both times: always this step's
-        ("args.with_prior", "args.other_flag", True),  # another test may hold when the first did not
+        # The first false, no iteration assigns it: the read is never a previous iteration's value.
+        ("args.with_prior", "args.other_flag", False),
+        ("batch.sum() > 0", "args.with_prior", True),  # the loop's own variable: a test answered anew each time
         ("random.random() < 0.5", "random.random() < 0.5", True),  # a call answers anew each time
         ("out.sum() > 0", "out.sum() > 0", True),  # reads what the loop writes
     ],

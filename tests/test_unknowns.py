@@ -255,7 +255,10 @@ for step in range(3):
     opt.step()
 """
     report = checked(source)
-    assert codes(report) == ["GF003"] and "    pred = smooth(model(x))" in report.rewritten.decode()
+    assert [(f.code, f.hint) for f in report.findings] == [("GF003", True)] and report.rewritten is None
+    # With the function read (a tensor built from its argument), the bug is proved, and moved.
+    read = checked(source.replace("from mylib import smooth\n", "def smooth(t):\n    return t * 0.5\n"))
+    assert codes(read) == ["GF003"] and "    pred = smooth(model(x))" in read.rewritten.decode()
 
 
 def test_a_state_through_an_imported_helper_is_not_rewritten():

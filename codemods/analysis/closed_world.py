@@ -488,6 +488,9 @@ class ClosedWorld:
         names = self.analysis.names
         if self.analysis._is_tensor(expression) or dotted_name(expression) in names.leaf_tensors:
             return True
+        read = self.analysis.value_read(expression) if isinstance(expression, (cst.Name, cst.Attribute)) else None
+        if read is not None and read.structure is TENSOR:
+            return True  # (``self.data`` the program assigned a tensor)
         if isinstance(expression, cst.BinaryOperation):
             return self._names_a_tensor(expression.left) or self._names_a_tensor(expression.right)
         if isinstance(expression, cst.UnaryOperation):
@@ -555,7 +558,10 @@ class ClosedWorld:
         assigned = analysis.value_assigned(node) if isinstance(node, cst.BaseExpression) else None
         if assigned is not None and (assigned.graph or assigned.structure is TENSOR):
             return True
+        keywords = {id(arg.keyword) for arg in analysis.tree.findall(node, cst.Arg) if arg.keyword is not None}
         for expression in [*analysis.tree.findall(node, cst.Name), *analysis.tree.findall(node, cst.Attribute)]:
+            if id(expression) in keywords:
+                continue  # (``model=`` names a parameter of the callee, not a value of the program)
             dotted = dotted_name(expression)
             if names.module(expression, class_name) is not None or names.framework(expression) is not None:
                 return True

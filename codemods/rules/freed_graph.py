@@ -177,7 +177,12 @@ class Classifier(pl.LightningModule):
         for loop in site.loops:
             origins = expand(site.value.origins, loop)
             carried = [name for name in loop.carried_names if Carried(loop, name) in origins]
-            if carried and all(self.analysis.read_only_where_assigned(loop, name) for name in carried):
+            # (a graph built before the loop is walked by the first iteration's backward, whatever the tests say)
+            if (
+                carried
+                and all(self.analysis.read_only_where_assigned(loop, name) for name in carried)
+                and not self.analysis.built_before_loop(site, loop)
+            ):
                 return True
         return False
 
