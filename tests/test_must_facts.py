@@ -204,3 +204,23 @@ def test_a_value_assigned_under_a_test_that_answers_the_same_every_iteration_is_
     # value built before the loop (diffusers' DreamBooth prompt embeddings).
     assert found(EMBEDDINGS.format(test="custom_prompts")) == []
     assert [code for code, *_ in found(EMBEDDINGS.format(test="step % 2 == 0"))] in (["GF004"], ["GF010"])
+
+
+def test_a_module_known_only_by_its_use_runs_a_forward_gradfix_did_not_read():
+    template = """\
+{built}
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+history = []
+for t in range(3):
+    out = model(torch.randn(4, 3))
+    kept = out.mean()
+    history.append(kept)
+    loss = out.pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    built_here = found(template.format(built="model = nn.Linear(3, 1)"))
+    unread = found(template.format(built="from registry import build\nmodel = build('critic')"))
+    assert [(code, hint) for code, hint, _ in built_here] == [("GF007", False)]
+    assert [(code, hint) for code, hint, _ in unread] == [("GF007", True)]

@@ -1389,7 +1389,10 @@ class DataflowAnalysis:
         result = self.forward_results.get(module.class_name, UNKNOWN) if module.is_local else module.call_result
         if forward is not None and forward.returned_given:
             result = self._returned_structure(forward, node)
-        called = combine(values, self._origin(node), result)
+        # A module known only by its use runs a forward gradfix did not read: what it returns may be
+        # anything (a detached output, a dict), so its graph is a guess of that kind.
+        unread = True if module.unread else None
+        called = combine(values, self._origin(node), result, guessed=unread, unread=unread)
         if forward is not None and not forward.has_effect and (items := self._returned_items(forward, node)) is not None:
             self._call_items[node] = items
         elif forward is None and isinstance(result, TupleOf):

@@ -144,6 +144,9 @@ class ModuleInfo:
     class_name: str  # the class's short name, e.g. "LSTM", or "" when unknown
     is_local: bool = False  # a class defined in the same file
     frozen: bool = False  # its parameters were set not to require grad
+    # Known to be a module only by how it is used (``model.parameters()``, an ``nn.Module``
+    # annotation): its class, so its forward, is code gradfix did not read.
+    unread: bool = False
 
     @property
     def trainable(self) -> bool:
@@ -373,7 +376,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 continue
             qualified = self.names.qualify(annotation.annotation)
             if qualified == "torch.nn.Module":
-                self.names.modules[param.name.value] = ModuleInfo("")
+                self.names.modules[param.name.value] = ModuleInfo("", unread=True)
             elif qualified in FRAMEWORK_CONSTRUCTORS:
                 self.names.frameworks[param.name.value] = FRAMEWORK_CONSTRUCTORS[qualified]
 
@@ -612,9 +615,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if name is None:
                 return
             if name.startswith("self.") and name.count(".") == 1 and self._classes:
-                self.names.self_modules.setdefault(self._classes[-1], {}).setdefault(name[5:], ModuleInfo(""))
+                self.names.self_modules.setdefault(self._classes[-1], {}).setdefault(name[5:], ModuleInfo("", unread=True))
             elif not name.startswith("self."):
-                self.names.modules.setdefault(name, ModuleInfo(""))
+                self.names.modules.setdefault(name, ModuleInfo("", unread=True))
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         self._note_update_by_hand(node, node.target, node.value)
@@ -707,6 +710,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
         model.parameters(): p -= lr * p.grad`` (or ``p.data.add_(...)``) trains it by hand;
         ``for p in [W, b]: p.requires_grad = True`` makes tensors leaves that require grad."""
         self._note_leaves_made(node)
+        iterated = self.names.module(node.iter, self._classes[-1] if self._classes else None)
+        if iterated is not None and not iterated.unread and isinstance(node.target, cst.Name):
+            self.names.modules.setdefault(node.target.value, ModuleInfo(""))  # ``for model in models:`` of modules built here
         if method_called(node.iter) not in _PARAMETER_METHODS:
             return
         target = node.target.elements[-1].value if isinstance(node.target, cst.Tuple) and node.target.elements else node.target
