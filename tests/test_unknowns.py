@@ -354,8 +354,12 @@ for x, y in loader:
 """
     report = checked(source)
     assert codes(report) == ["GF002"] and report.rewritten is None  # ``y`` may hold no generator graph: reported, no y.detach()
-    proved = source.replace("y_hat, ids_slice = net_g(x)", "y_hat = net_g(x)\n    ids_slice = y_hat")
-    assert "GF005" in codes(checked(proved))  # (the same code, with the generator's output read whole)
+    # The same code with the generator's output read whole, and the networks' classes read.
+    proved = source.replace("from models import Generator, Discriminator\n", "").replace(
+        "Generator(), Discriminator()", "nn.Linear(4, 4), nn.Linear(4, 1)"
+    )
+    proved = "import torch.nn as nn\n" + proved.replace("y_hat, ids_slice = net_g(x)", "y_hat = net_g(x)\n    ids_slice = y_hat")
+    assert "GF005" in codes(checked(proved))
 
 
 def test_a_loop_calling_unread_code_may_change_the_parameters():

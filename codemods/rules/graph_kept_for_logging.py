@@ -133,10 +133,23 @@ print(total_loss / len(loader))
                     fix = Fix(safe=True, replace=((statement, statement.deep_replace(value, _detached(value))),))
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`); a tensor a backward walked is one.
-                guess = (
-                    f"`{code_of(value)}` may hold no graph: it comes out of code gradfix did not read" if held.unread and not held.backwarded else ""
-                )
+                proved = held.backwarded or (isinstance(value, cst.Name) and self._backwarded_later(loop, statement, value.value))
+                guess = f"`{code_of(value)}` may hold no graph: it comes out of code gradfix did not read" if held.unread and not proved else ""
                 yield self.violation(value, message, fix, guess=guess)
+
+    def _backwarded_later(self, loop: Loop, statement: cst.CSTNode, name: str) -> bool:
+        """Whether a backward later in the same iteration walks ``name`` as ``statement`` kept it
+        (``train_loss += loss`` then ``loss.backward()``): a tensor a backward walks holds a graph."""
+        writes = self.analysis.writes_of(loop, name)
+        tree = self.analysis.tree
+        return any(
+            isinstance(site.tensor, cst.Name)
+            and site.tensor.value == name
+            and site.loops[:1] == (loop,)
+            and tree.follows(site.call, statement)
+            and not any(tree.follows(write, statement) and tree.follows(site.call, write) for write in writes)
+            for site in self.analysis.backward_sites
+        )
 
     def _carried_on(self, loop: Loop, stores: set[str]) -> frozenset[Origin]:
         """The graph the loop hands each next iteration in the names it rebinds from their previous
