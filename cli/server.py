@@ -40,7 +40,7 @@ from gradfix import __version__
 from gradfix.codemods.check import check_file, check_source
 from gradfix.codemods.config import ConfigError, Overrides, Settings, project_root
 from gradfix.codemods.files import collect_files
-from gradfix.codemods.registry import RULE_MODULES, RuleSelection, all_rules, rule_by_code
+from gradfix.codemods.registry import RULE_MODULES, RuleSelection, all_rules, rule_anchor, rule_by_code
 from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
 from gradfix.codemods.run import excluded_by, excluded_when_named, rules_and_mode
 from gradfix.codemods.summaries import ExportedSummary, ProjectSummaries, module_names, project_summaries
@@ -410,7 +410,7 @@ class Checker:
 def rules_page_link(code: str) -> str | None:
     """The rule's section of docs/rules.md where this installation came from (``rules_page``)."""
     base = _rules_page()
-    return None if base is None or code not in RULE_MODULES else f"{base}#{code.lower()}-{RULE_MODULES[code]}"
+    return None if base is None or code not in RULE_MODULES else f"{base}#{rule_anchor(code)}"
 
 
 @lru_cache(maxsize=None)

@@ -87,6 +87,11 @@ def rule_by_code(code: str) -> type[Rule]:
     raise UnknownRuleError(code)
 
 
+def rule_anchor(code: str) -> str:
+    """The anchor GitHub gives a rule's heading in docs/rules.md (``GF001`` → ``gf001-duplicate_backward``)."""
+    return f"{code.lower()}-{RULE_MODULES[code]}"
+
+
 def codes_matching(patterns: Iterable[str]) -> set[str]:
     """The codes that rule codes, code prefixes (``GF00`` is GF001…GF009) or rule names
     (``duplicate_backward``) choose, in any case; ``UnknownRuleError`` for one that chooses none."""

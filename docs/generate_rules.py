@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from gradfix.codemods.analysis.closed_world import OBLIGATIONS, constructs_against
-from gradfix.codemods.registry import all_rules
+from gradfix.codemods.registry import all_rules, rule_anchor
 from gradfix.codemods.rule import Rule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,8 +29,7 @@ def fix_kind(rule: type[Rule]) -> str:
 
 
 def anchor(rule: type[Rule]) -> str:
-    """The anchor GitHub gives the rule's heading in docs/rules.md."""
-    return f"{rule.CODE.lower()}-{rule.NAME}"
+    return rule_anchor(rule.CODE)
 
 
 def readme_table() -> str:

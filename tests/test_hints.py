@@ -1,8 +1,7 @@
 """Hints: a finding that rests on what gradfix could only guess ("may", not "must") is not in the
 default output, never carries a fix, and is shown on request (``--hints``, ``hints = true``,
-``hints=True``). Each test pairs a program whose bug gradfix proves from code it read with the
-variant that hides one fact (the helper moved into a module it does not read), which turns the
-finding into a hint."""
+``hints=True``), in every output. Which facts make a finding a hint: test_unknowns.py (the entries
+of UNKNOWNS.md's "What a finding needs") and test_must_facts.py."""
 
 import json
 import textwrap
@@ -57,93 +56,6 @@ def test_the_same_value_from_code_gradfix_did_not_read_is_a_hint_without_a_fix()
     assert (hint.code, hint.hint, hint.fix) == ("GF007", True, None)
     assert "hint: `kept` may hold no graph" in hint.message
     assert gradfix.fix(source, unsafe_fixes=True, hints=True).source == source
-
-
-def test_a_state_passed_through_an_unread_helper_is_a_hint_and_a_local_detaching_one_no_finding():
-    loop = """\
-import torch
-import torch.nn as nn
-{helper}
-rnn = nn.RNN(3, 4)
-optimizer = torch.optim.SGD(rnn.parameters(), lr=0.1)
-hidden = torch.zeros(1, 2, 4)
-for step in range(3):
-    hidden = repackage(hidden)
-    out, hidden = rnn(torch.randn(5, 2, 3), hidden)
-    loss = out.sum()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-"""
-    unread = loop.format(helper="from utils import repackage")
-    detaching = loop.format(helper="def repackage(h):\n    return h.detach()\n")
-    keeping = loop.format(helper="def repackage(h):\n    return h * 1.0\n")
-    assert codes(gradfix.check(keeping).findings) == [("GF004", False)]
-    assert gradfix.check(detaching).findings == ()
-    assert gradfix.check(unread).findings == ()
-    (hint,) = gradfix.check(unread, hints=True).findings
-    assert hint.code == "GF004" and hint.hint and hint.fix is None
-    assert "passes through `repackage`" in hint.message
-
-
-def test_a_list_on_self_that_no_backward_reads_again_is_a_hint():
-    source = """\
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(3, 1)
-        self.outputs = []
-
-    def forward(self, x):
-        y = self.fc(x).mean()
-        self.outputs.append(y)
-        return y
-
-
-model = Model()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
-    loss = model(torch.randn(4, 3))
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-"""
-    default, shown = gradfix.check(source).findings, gradfix.check(source, hints=True).findings
-    assert "GF004" not in [f.code for f in default]
-    assert ("GF004", True) in codes(shown)
-    # Read again by the next call's result, the same list is the bug itself.
-    read_again = source.replace("        return y\n", "        return y + sum(self.outputs)\n")
-    assert ("GF004", False) in codes(gradfix.check(read_again).findings)
-
-
-def test_losses_of_one_helper_built_by_separate_networks_share_nothing_and_of_one_encoder_share_it():
-    template = """\
-import torch
-import torch.nn as nn
-
-encoder, head_a, head_b = nn.Linear(3, 3), nn.Linear(3, 1), nn.Linear(3, 1)
-optimizer = torch.optim.SGD([*encoder.parameters(), *head_a.parameters(), *head_b.parameters()], lr=0.1)
-
-
-def losses(x):
-{body}
-
-
-for step in range(3):
-    loss_a, loss_b = losses(torch.randn(4, 3))
-    optimizer.zero_grad()
-    loss_a.backward()
-    loss_b.backward()
-    optimizer.step()
-"""
-    separate = "    return head_a(x).mean(), head_b(x).mean()"
-    shared = "    features = encoder(x)\n    return head_a(features).mean(), head_b(features).mean()"
-    assert gradfix.check(template.format(body=separate), hints=True).findings == ()
-    assert codes(gradfix.check(template.format(body=shared)).findings) == [("GF002", False)]
 
 
 def test_time_is_a_number_library():

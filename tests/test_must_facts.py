@@ -57,6 +57,10 @@ for step in range(3):
 def test_a_value_assigned_and_read_under_the_same_flag_is_this_iterations():
     assert found(PRIOR.format(first="with_prior", second="with_prior")) == []
     assert found(PRIOR.format(first="with_prior", second="with_prior and step > 0")) == []  # (implies the flag)
+    # Under a test that changes between iterations, the branch that assigns is not reached every
+    # time: the previous iteration's value is read on the others.
+    nested = PRIOR.replace("    if {first}:\n        prior_loss", "    if step % 2 == 0:\n      if {first}:\n        prior_loss")
+    assert [code for code, *_ in found(nested.format(first="with_prior", second="with_prior"))] in (["GF004"], ["GF010"])
     # Assigned under a test that changes between iterations, the previous iteration's value (its
     # graph freed) is read on the others: reported.
     assert [code for code, *_ in found(PRIOR.format(first="step % 2 == 0", second="with_prior"))] in (["GF004"], ["GF010"])

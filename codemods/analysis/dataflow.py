@@ -2004,11 +2004,6 @@ def _sharing_groups(items: Sequence[Value]) -> list[int]:
     return groups
 
 
-def _tensors_only(structure: Structure) -> bool:
-    """A tensor, or a tuple whose every item is one (or such a tuple)."""
-    return structure is TENSOR or type(structure) is TupleOf and all(_tensors_only(item) for item in structure.items)
-
-
 def _join_structures(structures) -> Structure:
     return reduce(lambda joined, structure: joined.join(structure), structures, EMPTY)
 

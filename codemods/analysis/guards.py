@@ -31,9 +31,11 @@ def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str) -> b
     written = assigned_names(body, tree=analysis.tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())
     assigning: dict[str, list[cst.If]] = {}
     for branch in analysis.tree.findall(body, cst.If):
-        # (a call may answer differently each time: `if random.random() < p:`)
-        invariant = not analysis.tree.findall(branch.test, cst.Call) and not read_names(branch.test) & written
-        if invariant and _always_assigns(branch.body, name):
+        if (
+            _invariant(analysis, branch.test, written)
+            and _runs_whenever_its_test_holds(analysis, branch, loop.node, written)
+            and _always_assigns(branch.body, name)
+        ):
             assigning.setdefault(expression_key(branch.test), []).append(branch)
     reads = [n for n in analysis.tree.names(body, [name]) if analysis.value_read(n) is not None]
     if not (assigning and reads):
@@ -48,6 +50,26 @@ def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str) -> b
     return all(any(analysis.contains(branch, write) for branch in branches) for write in writes) and all(
         any(analysis.tree.follows(read, branch) for branch in branches) for read in reads
     )
+
+
+def _invariant(analysis: FileAnalysis, test: cst.BaseExpression, written: set[str]) -> bool:
+    """A test that answers the same in every iteration: it calls nothing (``random.random() < p``
+    answers anew) and reads nothing the loop writes."""
+    return not analysis.tree.findall(test, cst.Call) and not read_names(test) & written
+
+
+def _runs_whenever_its_test_holds(analysis: FileAnalysis, branch: cst.If, loop: cst.CSTNode, written: set[str]) -> bool:
+    """Whether every iteration reaches ``branch``'s test: it is nested in the loop body only under
+    tests that answer the same every iteration, not in an inner loop (which may run no time), a
+    ``try``, or under a test that changes (``if step % 2:``)."""
+    node = analysis.tree.parent(branch)
+    while node is not None and node is not loop:
+        if isinstance(node, (cst.For, cst.While, cst.Try, cst.TryStar)):
+            return False
+        if isinstance(node, cst.If) and not _invariant(analysis, node.test, written):
+            return False
+        node = analysis.tree.parent(node)
+    return True
 
 
 def _guarded_like(analysis: FileAnalysis, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode) -> bool:
