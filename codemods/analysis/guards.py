@@ -31,16 +31,12 @@ def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str) -> b
     written = assigned_names(body, tree=analysis.tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())
     assigning: dict[str, list[cst.If]] = {}
     for branch in analysis.tree.findall(body, cst.If):
-        if (
-            _invariant(analysis, branch.test, written)
-            and _runs_whenever_its_test_holds(analysis, branch, loop.node, written)
-            and _always_assigns(branch.body, name)
-        ):
+        if _invariant(analysis, branch.test, written) and _always_assigns(branch.body, name):
             assigning.setdefault(expression_key(branch.test), []).append(branch)
     reads = [n for n in analysis.tree.names(body, [name]) if analysis.value_read(n) is not None]
     if not (assigning and reads):
         return False
-    if all(_guarded_like(analysis, read, assigning, loop.node) for read in reads):
+    if all(_guarded_like(analysis, read, assigning, loop.node, written) for read in reads):
         return True
     # Or every write is in such a branch and every read comes after one: the test true, this
     # iteration assigned it; false, no iteration does, and what is read is the value from before
@@ -48,7 +44,7 @@ def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str) -> b
     branches = [branch for group in assigning.values() for branch in group]
     writes = [statement for statement in analysis.tree.findall(body, cst.SimpleStatementLine) if _assignments_of(statement, name)]
     return all(any(analysis.contains(branch, write) for branch in branches) for write in writes) and all(
-        any(analysis.tree.follows(read, branch) for branch in branches) for read in reads
+        any(_runs_before(analysis, branch, read, written) for branch in branches) for read in reads
     )
 
 
@@ -58,12 +54,14 @@ def _invariant(analysis: FileAnalysis, test: cst.BaseExpression, written: set[st
     return not analysis.tree.findall(test, cst.Call) and not read_names(test) & written
 
 
-def _runs_whenever_its_test_holds(analysis: FileAnalysis, branch: cst.If, loop: cst.CSTNode, written: set[str]) -> bool:
-    """Whether every iteration reaches ``branch``'s test: it is nested in the loop body only under
-    tests that answer the same every iteration, not in an inner loop (which may run no time), a
-    ``try``, or under a test that changes (``if step % 2:``)."""
+def _runs_before(analysis: FileAnalysis, branch: cst.If, read: cst.CSTNode, written: set[str]) -> bool:
+    """Whether ``branch`` comes before ``read`` and its test is reached whenever the read is: from
+    the branch up to the first statement that holds the read too, no inner loop (which may run no
+    time), no ``try``, and only tests that answer the same every iteration (not ``if step % 2:``)."""
+    if not analysis.tree.follows(read, branch):
+        return False
     node = analysis.tree.parent(branch)
-    while node is not None and node is not loop:
+    while node is not None and not analysis.contains(node, read):
         if isinstance(node, (cst.For, cst.While, cst.Try, cst.TryStar)):
             return False
         if isinstance(node, cst.If) and not _invariant(analysis, node.test, written):
@@ -72,7 +70,7 @@ def _runs_whenever_its_test_holds(analysis: FileAnalysis, branch: cst.If, loop: 
     return True
 
 
-def _guarded_like(analysis: FileAnalysis, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode) -> bool:
+def _guarded_like(analysis: FileAnalysis, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode, written: set[str]) -> bool:
     node: cst.CSTNode = read
     while (parent := analysis.tree.parent(node)) is not None and parent is not loop:
         if isinstance(parent, cst.IndentedBlock) and any(analysis.tree.follows(read, s) for s in _assignments(parent, read.value)):
@@ -80,7 +78,7 @@ def _guarded_like(analysis: FileAnalysis, read: cst.Name, assigning: Mapping[str
         if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
             # (``if flag and i < n:`` holds only where ``if flag:`` does)
             branches = [branch for conjunct in _conjuncts(parent.test) for branch in assigning.get(expression_key(conjunct), ())]
-            if any(analysis.tree.follows(parent, branch) for branch in branches):
+            if any(_runs_before(analysis, branch, parent, written) for branch in branches):
                 return True
             if parent in branches and any(analysis.tree.follows(read, s) for s in _assignments(parent.body, read.value)):
                 return True  # after the assignment, in the branch that makes it
