@@ -37,20 +37,19 @@ from pygls.uris import to_fs_path
 from pygls.workspace.position_codec import PositionCodec
 
 from gradfix import __version__
-from gradfix.codemods.check import check_file, check_source
-from gradfix.codemods.config import ConfigError, Overrides, Settings, project_root
-from gradfix.codemods.files import collect_files
-from gradfix.codemods.registry import RULE_MODULES, RuleSelection, all_rules, rule_anchor, rule_by_code
+from gradfix.codemods.check import check_source
+from gradfix.codemods.config import ConfigError, Overrides, Settings
+from gradfix.codemods.registry import RULE_MODULES, RuleSelection, rule_anchor, rule_by_code
 from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
-from gradfix.codemods.run import excluded_by, excluded_when_named, rules_and_mode
-from gradfix.codemods.summaries import ExportedSummary, ProjectSummaries, module_names, project_summaries
+from gradfix.codemods.project import ModuleSummaries, ProjectModules
+from gradfix.codemods.run import excluded_when_named, rules_and_mode
+from gradfix.codemods.summaries import ProjectSummaries
 
 from . import render
 
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.gradfix"
 # Lines as the protocol and Python count them: a form feed or a line separator does not end one.
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
-_WORD = re.compile(r"\w+")
 
 
 def serve() -> None:
@@ -115,8 +114,6 @@ class GradfixServer(LanguageServer):
     def saved(self, uri: str) -> None:
         """A saved file may change what a module of the project exports: every open document is
         checked again."""
-        if (path := _checked_path(uri)) is not None:
-            self._worker.submit(self._checker.forget, path)
         for document in list(self._checks):
             del self._checks[document]
             self.diagnose(document)
@@ -276,7 +273,7 @@ class Checked:
     codec: PositionCodec
     report: FileReport
     rules: RuleSelection = field(default_factory=lambda: RuleSelection(()))
-    project: ProjectSummaries | None = None
+    project: ProjectSummaries = field(default_factory=dict)
     problem: str = ""  # why it was not checked: a configuration that cannot be read
     _fixes: dict[tuple[tuple[str, ...], FixMode], FileReport] = field(default_factory=dict)  # used on the worker thread only
 
@@ -349,16 +346,12 @@ class Checked:
 
 
 class Checker:
-    """Checks documents, each with the summaries of the project's modules its text names, read
-    from disk as ``gradfix check`` of the whole project reads them (``run.check_paths``): of all the
-    project's summaries, a file can import or call only those of modules it names. The project is
-    the git work tree the document is in (its folder outside one), its modules the files a walk of
-    it finds, each checked on its own; a module's summaries are kept until its file changes on
-    disk, and the walk until a file it did not find is saved."""
+    """Checks documents, each with the summaries of the project modules its text imports, read from
+    disk at each check as ``gradfix check`` reads them (``project.ProjectModules``); a module's
+    summaries are kept by the digest of its bytes, so a saved module is read as it is now."""
 
     def __init__(self) -> None:
-        self._walks: dict[Path, dict[str, list[Path]]] = {}  # project root -> a module's own name -> its files
-        self._exports: dict[Path, tuple[tuple[int, int], dict[str, ExportedSummary]]] = {}  # by size and time
+        self._summaries = ModuleSummaries()
 
     def check(self, uri: str, version: int | None, text: str, path: Path, codec: PositionCodec) -> Checked:
         settings, overrides = Settings(), Overrides()
@@ -367,44 +360,11 @@ class Checker:
             if excluded_when_named(settings, overrides)(path):
                 return Checked(uri, version, text, path, codec, FileReport(str(path), original=data))
             rules, _ = rules_and_mode(settings, overrides, path, fixing=False)
-            project = self._named(path, text, settings)
+            project = ProjectModules(settings, self._summaries).project_for(path, data)
         except ConfigError as error:
             return Checked(uri, version, text, path, codec, FileReport(str(path), original=data), problem=str(error))
-        report = check_source(data, rules, FixMode.NONE, str(path), project or None)
-        return Checked(uri, version, text, path, codec, report, rules, project or None)
-
-    def forget(self, saved: Path) -> None:
-        """A saved file: a walk that did not find it is done again when next needed."""
-        for root, modules in list(self._walks.items()):
-            if root in saved.parents and not any(saved in files for files in modules.values()):
-                del self._walks[root]
-
-    def _named(self, path: Path, text: str, settings: Settings) -> ProjectSummaries:
-        """The project's summaries of the modules whose names ``text`` holds, as the whole
-        project's index holds them (a name two files could mean is left out)."""
-        root = project_root(path.parent)
-        modules = self._modules(root, settings)
-        files = sorted({file for word in set(_WORD.findall(text)) & modules.keys() for file in modules[word]})
-        return project_summaries((str(file.relative_to(root)), self._exports_of(file)) for file in files)
-
-    def _modules(self, root: Path, settings: Settings) -> dict[str, list[Path]]:
-        if root not in self._walks:
-            modules: dict[str, list[Path]] = {}
-            for file in collect_files([root], excluded_by(settings, Overrides())).files:
-                for name in module_names(file.relative_to(root))[:1]:
-                    modules.setdefault(name, []).append(file)
-            self._walks[root] = modules
-        return self._walks[root]
-
-    def _exports_of(self, file: Path) -> dict[str, ExportedSummary]:
-        try:
-            status = file.stat()
-        except OSError:
-            return {}
-        stamp = (status.st_size, status.st_mtime_ns)
-        if self._exports.get(file, (None, {}))[0] != stamp:
-            self._exports[file] = (stamp, check_file(file, all_rules(), FixMode.NONE).exports)
-        return self._exports[file][1]
+        report = check_source(data, rules, FixMode.NONE, str(path), project)
+        return Checked(uri, version, text, path, codec, report, rules, project)
 
 
 def rules_page_link(code: str) -> str | None:

@@ -1,11 +1,13 @@
 """Reports of unchanged files, kept from one run to the next (as ruff keeps ``.ruff_cache``).
 
-An entry is one file's ``FileReport``, stored under a key made of everything the report depends on:
-the file's path and bytes, gradfix's version and a digest of its own code (so that neither a new
-release nor an edit of a development install serves an old result), the Python and the LibCST
-that read the file (a file 3.11 cannot compile may be one 3.13 compiles), the selected rules, the
-fix mode, and the summaries of other files' functions the report was computed with (a file that
-calls into a sibling is checked again when the sibling's summaries change).
+An entry is one file's ``FileReport``, or the summaries a module of the project exports to the files
+that import it (``project``: they depend on its bytes alone). A report is stored under a key made
+of everything it depends on: the file's path and bytes, gradfix's version and a digest of its own
+code (so that neither a new release nor an edit of a development install serves an old result),
+the Python and the LibCST that read the file (a file 3.11 cannot compile may be one 3.13
+compiles), the selected rules, the fix mode, and the summaries of the project modules' functions
+the report was computed with (a file that calls into a sibling is checked again when the
+sibling's summaries change).
 
 The folder lives in the checked tree by default, and the tree is not trusted: a pull request can
 commit a ``.gradfix_cache`` of its own, a CI cache can be restored from anywhere, and another user
@@ -16,7 +18,7 @@ they were written for. Under a secret of this user on this machine, kept outside
 that name and of its body: an entry nobody here wrote has a name no lookup computes, and an entry
 edited, or copied over another one, fails its MAC. A report is served only for the path and the
 bytes it was made of (``Key``), so nothing downstream writes a path that an entry names. Entries
-are JSON checked field by field against ``FileReport`` when read (``typed_json``), never pickles:
+are JSON checked field by field against their type when read (``typed_json``), never pickles:
 a foreign, partial or malformed entry is a miss. The folder is not followed through symbolic
 links (it, its entries folder and its ``.gitignore`` must be real folders and files), so a
 committed link cannot send writes elsewhere; a folder or secret of another user, or one that
@@ -46,7 +48,7 @@ from typing import Sequence
 from gradfix import __version__
 
 from . import typed_json
-from .summaries import ProjectSummaries
+from .summaries import Exports, ProjectSummaries
 from .report import FileReport, FixMode
 from .registry import rule_codes
 from .rule import Rule
@@ -88,37 +90,60 @@ class ReportCache:
                 self._without_secret = str(why)
 
     def key(self, path: str | Path, data: bytes, rules: Sequence[type[Rule]], mode: FixMode, project: ProjectSummaries | None) -> Key:
-        digest = hmac.new(self._secret or b"", digestmod=hashlib.sha256)
-        for part in (
-            os.fsencode(str(path)),
-            ",".join(rule_codes(rules)).encode(),
-            mode.value.encode(),
-            repr(sorted(project.items()) if project else []).encode(),
-            data,
-        ):
-            digest.update(len(part).to_bytes(8, "little"))
-            digest.update(part)
-        return Key(digest.hexdigest(), str(path), data)
+        parts = (",".join(rule_codes(rules)).encode(), mode.value.encode(), repr(sorted(project.items()) if project else []).encode())
+        return self._key((os.fsencode(str(path)), *parts, data), str(path), data)
 
     def load(self, key: Key) -> FileReport | None:
         """The report kept under ``key``, if this user's gradfix wrote it there, for that file and
         those bytes; anything else is a miss, replaced by the next store."""
+        body = self._entry(key)
+        try:
+            report = typed_json.loads(body, FileReport) if body is not None else None
+        except typed_json.UnexpectedData:  # of another shape
+            return None
+        return report if report is not None and _answers(report, key) else None
+
+    def store(self, key: Key, report: FileReport) -> None:
+        """Keep ``report``; a folder that cannot be written only costs the next run its speed."""
+        self._keep(key, typed_json.dumps(report, FileReport))
+
+    def load_exports(self, module: bytes) -> Exports | None:
+        """The summaries kept for a project module of these bytes (``project.ModuleSummaries``),
+        which depend on nothing else."""
+        body = self._entry(self._exports_key(module))
+        try:
+            return typed_json.loads(body, Exports) if body is not None else None
+        except typed_json.UnexpectedData:
+            return None
+
+    def store_exports(self, module: bytes, exports: Exports) -> None:
+        self._keep(self._exports_key(module), typed_json.dumps(exports, Exports))
+
+    def _exports_key(self, module: bytes) -> Key:
+        return self._key((b"module summaries", module), "", module)
+
+    def _key(self, parts: Sequence[bytes], path: str, data: bytes) -> Key:
+        digest = hmac.new(self._secret or b"", digestmod=hashlib.sha256)
+        for part in parts:
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+        return Key(digest.hexdigest(), path, data)
+
+    def _entry(self, key: Key) -> bytes | None:
+        """The body kept under ``key`` if this user's gradfix wrote it there; None for a missing,
+        partial, edited or foreign entry."""
         if not self._secret:
             return None
         try:
             if _untrusted(self.folder) or _untrusted(self._entries):
                 return None
             entry = (self._entries / key.name).read_bytes()
-            body = entry[MAC_BYTES:]
-            if not hmac.compare_digest(entry[:MAC_BYTES], self._mac(key, body)):  # edited, or kept under another key
-                return None
-            report = typed_json.loads(body, FileReport)
-        except (OSError, typed_json.UnexpectedData):  # missing, partial or of another shape
+        except OSError:
             return None
-        return report if _answers(report, key) else None
+        body = entry[MAC_BYTES:]
+        return body if hmac.compare_digest(entry[:MAC_BYTES], self._mac(key, body)) else None  # else edited, or kept under another key
 
-    def store(self, key: Key, report: FileReport) -> None:
-        """Keep ``report``; a folder that cannot be written only costs the next run its speed."""
+    def _keep(self, key: Key, body: bytes) -> None:
         if not self._secret:
             return
         try:
@@ -127,7 +152,6 @@ class ReportCache:
             descriptor, temporary = tempfile.mkstemp(dir=self._entries, prefix=f".{key.name}.")
             try:
                 with os.fdopen(descriptor, "wb") as handle:
-                    body = typed_json.dumps(report, FileReport)
                     handle.write(self._mac(key, body) + body)
                 os.replace(temporary, self._entries / key.name)
             except BaseException:

@@ -20,7 +20,8 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from .analysis import FileAnalysis
-from .summaries import ProjectSummaries
+from .project import ModuleSummaries, ProjectModules
+from .summaries import ExportedSummary, ProjectSummaries
 from .edits import apply_fixes, compatible
 from .notebook import Notebook, NotebookError, is_notebook
 from .parse import Skeleton, build_skeleton, compile_error, parse_decoded, parse_trusted, refuse_deep_nesting
@@ -62,8 +63,12 @@ def check_source(
     project: ProjectSummaries | None = None,
 ) -> FileReport:
     """Findings (and, by ``mode``, fixes) for one file's bytes; ``project`` holds the summaries of
-    the other checked files' functions, for calls of them."""
+    the functions of the project's modules the file imports, for calls of them: by default read
+    from disk around ``path`` (``project.ProjectModules``), none for a name that is no place
+    (``<string>``, ``-``)."""
     try:
+        if project is None:
+            project = ProjectModules(summaries=_MODULE_SUMMARIES).project_for(path, data) if _is_place(path) else {}
         skipped = prefiltered_report(data, path, project)
         if skipped is not None:
             return skipped
@@ -73,6 +78,30 @@ def check_source(
             return _check_python(data, rules, mode, path, project)
     except Exception as error:  # a bug in gradfix must not stop the other files
         return FileReport(path, original=data, internal_errors=[_internal_error(path, error)])
+
+
+# Summaries by the digest of a module's bytes: never stale, so kept for the life of the process.
+_MODULE_SUMMARIES = ModuleSummaries()
+
+
+def _is_place(path: str) -> bool:
+    return path != "-" and not path.startswith("<")
+
+
+def module_exports(data: bytes) -> dict[str, ExportedSummary]:
+    """What a module of the project exports to the files that import it: the summaries of its
+    functions, from its bytes alone (analysed with no project of its own). A module gradfix cannot
+    read or analyse exports nothing: calls of it stay calls of code gradfix did not read."""
+    try:
+        text, encoding = decoded(data, "<module>")
+        skeleton = build_skeleton(text, encoding)
+        if skeleton is None:
+            refuse_deep_nesting(text, "<module>")
+        with _cycle_collection_deferred():
+            module = skeleton.module if skeleton is not None else parse_decoded(data, "<module>")
+            return FileAnalysis(module, {}, data, skeleton and skeleton.python_tree).exports()
+    except Exception:  # (what cannot be analysed is unread, which no finding and no fix rests on)
+        return {}
 
 
 def _internal_error(path: str, error: Exception) -> str:
@@ -126,8 +155,8 @@ def _skeleton_finds_nothing(
     report: FileReport, skeleton: Skeleton, data: bytes, rules: Sequence[type[Rule]], project: ProjectSummaries | None
 ) -> bool:
     """Whether the rules find nothing in the file's skeleton (``skeleton``), which is what they
-    would find in LibCST's tree of it; the report then takes the file's exports. Anything else (a
-    finding, an error of the analysis) is for the full check.
+    would find in LibCST's tree of it. Anything else (a finding, an error of the analysis) is for
+    the full check.
     The first finding settles it, before any ``# noqa`` is read: a skeleton's lines are not the
     file's, so only the full check can tell which comment silences which finding.
     The skeleton's tree is LibCST's, and the analysis walks it by recursion: a tree too deep for
@@ -137,7 +166,6 @@ def _skeleton_finds_nothing(
         analysis = FileAnalysis(skeleton.module, project, data, skeleton.python_tree)
         if any(True for rule in rules for _ in rule(analysis).violations()):
             return False
-        report.exports, report.imports = analysis.exports(), analysis.imports()
     except RecursionError as error:
         raise SourceError(f"{report.path}: too deeply nested to analyse ({type(error).__name__})") from None
     except Exception:  # the full check meets the same error in the analysis, and reports it
@@ -164,7 +192,6 @@ def _check_notebook(data: bytes, rules: Sequence[type[Rule]], mode: FixMode, pat
     report.prefiltered = checked.prefiltered
     report.errors = [_error_in_cells(notebook, error) for error in checked.errors]
     report.internal_errors = checked.internal_errors
-    report.exports, report.imports = checked.exports, checked.imports
     report.findings = [_in_cells(notebook, finding) for finding in checked.findings]
     report.fixed = [_in_cells(notebook, finding) for finding in checked.fixed]
     if checked.rewritten is not None:
@@ -214,7 +241,6 @@ def _fix_until_stable(
     ``python_tree``: Python's own tree of the file, where it was parsed already."""
     data = report.original
     analysis = FileAnalysis(module, project, data, python_tree)
-    report.exports, report.imports = analysis.exports(), analysis.imports()
     violations = find_violations(analysis, rules)
     if violations and (error := compile_error(analysis, path)):
         # LibCST parses more than this Python compiles (3.12 syntax, `continue` outside a loop):

@@ -8,6 +8,7 @@
     hints = false              # also report findings that rest on what gradfix could only guess
     exclude = [...]            # replaces the folders and files skipped by default
     extend-exclude = ["generated", "experiments/*.py"]
+    src = [".", "src"]         # where the project's absolute imports are found (``project``)
     [tool.gradfix.per-file-ignores]
     "tests/*" = ["GF001"]
 
@@ -76,6 +77,7 @@ class Config:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     extend_exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    src: tuple[str, ...] = (".", "src")  # relative to ``root`` (the work tree's top without a file)
     path: Path | None = None  # the file it came from; None: no file has a table
     root: Path | None = None  # the folder its patterns are relative to (the file's)
 
@@ -232,7 +234,7 @@ def _load(path: Path, pyproject: bool) -> Config | None:
     return Config(path=path, root=path.parent, **_fields(table, str(path), "[tool.gradfix] "))
 
 
-_LISTS = ("select", "extend-select", "ignore", "exclude", "extend-exclude")
+_LISTS = ("select", "extend-select", "ignore", "exclude", "extend-exclude", "src")
 _SWITCHES = ("unsafe-fixes", "hints")
 _KEYS = (*_LISTS, *_SWITCHES, "per-file-ignores")
 _RULE_LISTS = ("select", "extend-select", "ignore")

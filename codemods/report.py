@@ -7,8 +7,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from .summaries import ExportedSummary
-
 
 class FixKind(str, enum.Enum):
     SAFE = "safe"  # keeps what the program computes, or only removes the error
@@ -78,8 +76,6 @@ class FileReport:
     rewritten: bytes | None = None  # set only when fixes changed the file
     errors: list[str] = field(default_factory=list)  # bad input: the file could not be checked
     internal_errors: list[str] = field(default_factory=list)  # a fix gradfix made was wrong
-    exports: dict[str, ExportedSummary] = field(default_factory=dict)  # summaries other files may import
-    imports: set[str] = field(default_factory=set)  # dotted names the file imports
     prefiltered: bool = False  # never parsed: its text could not backward (``may_backward``)
     hints_hidden: int = 0  # hints (findings resting on a guess) left out, as not asked for
 

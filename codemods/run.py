@@ -1,8 +1,8 @@
 """Many files: the one entry point of a run over paths (``check_paths``: the CLI, the Python API and
 the GitHub Action call it). It finds the files, gives each the rules and fix mode of its own
-configuration, checks each once on several processes, answers unchanged ones from the cache, and
-checks again, with their summaries, the files that call another checked file's functions (across
-every configuration). Nothing here loads LibCST or the analysis: a run answered by the cache never
+configuration and the summaries of the project modules it imports (``project``: read from disk,
+named in the run or not), checks each once on several processes, and answers unchanged ones from
+the cache. Nothing here loads LibCST or the analysis: a run answered by the cache never
 pays for them; ``check`` checks one file, and is imported only when some file must be checked.
 """
 
@@ -16,14 +16,15 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
-from .summaries import ProjectSummaries, importable_names, project_summaries, written_names
+from .summaries import Exports, ProjectSummaries
 from .config import Overrides, Settings, project_root
 from .files import PathError, collect_files
 from .registry import RuleSelection
 from .report import FileReport, Finding, FixMode
-from .source import may_call
+from .project import ModuleSummaries, ProjectModules, modules_imported
 
 if TYPE_CHECKING:
     from .cache import ReportCache
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .shard import Shard
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
+T, R = TypeVar("T"), TypeVar("R")
 # Called once a file is checked (or answered by the cache), with how many are and how many there are.
 Progress = Callable[[int, int], None]
 
@@ -69,7 +71,7 @@ def check_paths(
         rules, mode = rules_and_mode(settings, overrides, path, fixing)
         groups.setdefault((rules.codes, mode), []).append(index)
     selections = [(RuleSelection(codes), mode, indexes) for (codes, mode), indexes in groups.items()]
-    reports = _check_groups(found.files, selections, jobs, cache, progress)
+    reports = _check_groups(found.files, selections, jobs, cache, progress, settings)
     for path, report in zip(found.files, reports):
         if not overrides.shows_hints(settings.for_path(path)):
             hide_hints(report)
@@ -129,7 +131,7 @@ def check_files(
 ) -> list[FileReport]:
     """Reports for ``files``, in order, all checked by ``rules`` in ``mode`` (``check_paths``
     gives each file its own)."""
-    return _check_groups(files, [(rules, mode, range(len(files)))], jobs, cache, None)
+    return _check_groups(files, [(rules, mode, range(len(files)))], jobs, cache, None, Settings())
 
 
 def _check_groups(
@@ -138,15 +140,21 @@ def _check_groups(
     jobs: int | None,
     cache: ReportCache | None,
     progress: Progress | None,
+    settings: Settings,
 ) -> list[FileReport]:
     """Reports for ``files``, in order, each checked by the rules and in the mode of its group (the
     indexes of its files), computed on ``jobs`` processes (all cores by default); with ``cache``,
     reports of unchanged files are taken from it and new ones kept in it.
 
-    Every file is checked once; then the files that import a function (or a class, for its
-    methods) of another checked file, of any group, whose summary matters (it backwards an
-    argument, or returns a tensor it backwarded) are checked again with those summaries, and so
-    are the files the prefilter skipped that name one."""
+    Each file is checked once, with the summaries of the project modules it imports, read from
+    disk whether the run names them or not (``project``): first the summaries no one knows yet
+    are computed, on the same processes, then the files."""
+    contents = [_read(path) for path in files]
+    modules = ProjectModules(settings, ModuleSummaries(cache))
+    unknown = modules.summaries.unknown(modules_imported(modules, ((path, data) for path, data in zip(files, contents) if data is not None)))
+    for data, exports in zip(unknown, _map(_module_exports_job, unknown, jobs)):
+        modules.summaries.learn(data, exports)
+    projects = [modules.project_for(path, data) if data is not None else {} for path, data in zip(files, contents)]
     reports: list[FileReport] = [FileReport(str(path)) for path in files]
     done = iter(range(1, len(files) + 1))
 
@@ -155,103 +163,90 @@ def _check_groups(
             progress(next(done), len(files))
 
     for rules, mode, indexes in groups:
-        for index, report in zip(indexes, _cached_map([files[i] for i in indexes], rules, mode, jobs, None, cache, checked)):
-            reports[index] = report
-    project = project_summaries((report.path, report.exports) for report in reports if report.exports)
-    importable, helpers = importable_names(project), written_names(project)
-    for rules, mode, indexes in groups:
-        again = [
-            i
-            for i in indexes
-            if reports[i].imports & importable
-            or reports[i].prefiltered
-            and (original := reports[i].original) is not None
-            and may_call(original, helpers)
-        ]
-        for index, report in zip(again, _cached_map([files[i] for i in again], rules, mode, jobs, project, cache)):
+        work = [(files[i], contents[i], projects[i]) for i in indexes]
+        for index, report in zip(indexes, _cached_map(work, rules, mode, jobs, cache, checked)):
             reports[index] = report
     return reports
 
 
+# A file to check: its path, the bytes read from it (None: it cannot be read, and checking it says
+# why), and the summaries of the project modules it imports.
+Work = tuple[Path, bytes | None, ProjectSummaries]
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None
+
+
 def _cached_map(
-    files: Sequence[Path],
+    work: Sequence[Work],
     rules: Sequence[type[Rule]],
     mode: FixMode,
     jobs: int | None,
-    project: ProjectSummaries | None,
     cache: ReportCache | None,
-    checked: Callable[[], None] = lambda: None,
+    checked: Callable[[], None],
 ) -> list[FileReport]:
-    """Reports for ``files``; ``checked`` is called as each is known. A report from the cache is of
+    """Reports for ``work``; ``checked`` is called as each is known. A report from the cache is of
     the very path asked for (``ReportCache.load``), and each new one is kept as soon as it is
     known, so a run killed midway keeps what it had checked."""
-    if cache is None:
-        return _map_files(files, rules, mode, jobs, project, lambda report: checked())
     reports: list[FileReport | None] = []
-    for path in files:
-        try:
-            data = Path(path).read_bytes()
-        except OSError:
-            reports.append(None)  # checking it says why it cannot be read
-            continue
-        reports.append(cache.load(cache.key(path, data, rules, mode, project)))
+    for path, data, project in work:
+        reports.append(cache.load(cache.key(path, data, rules, mode, project)) if cache is not None and data is not None else None)
         if reports[-1] is not None:
             checked()
     missing = [i for i, report in enumerate(reports) if report is None]
 
-    def kept(report: FileReport) -> None:
-        if report.original is not None:  # keyed by the bytes the check read, even if the file changed since
-            cache.store(cache.key(report.path, report.original, rules, mode, project), report)
-        checked()
+    missed = [work[i] for i in missing]
 
-    for index, report in zip(missing, _map_files([files[i] for i in missing], rules, mode, jobs, project, kept)):
-        reports[index] = report
+    def known(first: int, checked_reports: list[FileReport]) -> None:
+        for (_, _, project), report in zip(missed[first:], checked_reports):
+            if cache is not None and report.original is not None:  # keyed by the bytes the check read, even if the file changed since
+                cache.store(cache.key(report.path, report.original, rules, mode, project), report)
+            checked()
+
+    if missed:  # a selection's rules are imported here, once, not by each worker, and only when some file is checked
+        for index, report in zip(missing, _map(partial(_check_files_job, rules=tuple(rules), mode=mode), missed, jobs, known)):
+            reports[index] = report
     return [report for report in reports if report is not None]  # (every one is known by now)
 
 
-def _map_files(
-    files: Sequence[Path],
-    rules: Sequence[type[Rule]],
-    mode: FixMode,
-    jobs: int | None,
-    project: ProjectSummaries | None,
-    known: Callable[[FileReport], None],
-) -> list[FileReport]:
-    """Reports for ``files``, in order; ``known`` is called with each as it is known."""
-    if not files:
+def _map(
+    job: Callable[[Sequence[T]], list[R]], items: Sequence[T], jobs: int | None, known: Callable[[int, list[R]], object] = lambda first, results: None
+) -> list[R]:
+    """``job`` over ``items``, in order, on ``jobs`` processes (all cores by default); ``known`` is
+    called with each chunk's results (and the index of its first item) as they are known."""
+    if not items:
         return []
     # LibCST and the analysis load here, in this process before it forks the workers, and only when
-    # some file is not answered by the cache.
-    from .check import check_file
+    # some file or module is not answered by the cache.
+    from . import check  # noqa: F401
 
     jobs = jobs or os.cpu_count() or 1
-    rules = tuple(rules)  # a selection's rules are imported here too, once, not by each worker
-    if jobs == 1 or len(files) < 2 * jobs:
-        return list(_each_known((check_file(path, rules, mode, project) for path in files), known))
+    if jobs == 1 or len(items) < 2 * jobs:
+        results = []
+        for index, item in enumerate(items):
+            result = job([item])
+            known(index, result)
+            results.extend(result)
+        return results
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork"), initializer=_die_with, initargs=(os.getpid(),)) as pool:
         # Small chunks: the files that must be parsed cluster (a folder of long training scripts),
         # and chunks of 32 files left one worker idle at the end (0.2 s of diffusers' cold check).
-        chunk = max(1, min(4, len(files) // (jobs * 4)))
+        chunk = max(1, min(4, len(items) // (jobs * 4)))
         try:
-            # Each chunk's future, with the index of its first file.
-            chunks = {
-                pool.submit(_check_files_job, files[first : first + chunk], rules, mode, project): first for first in range(0, len(files), chunk)
-            }
-            found: dict[int, FileReport] = {}
-            for done in as_completed(chunks):  # each known as soon as it is, not behind a slower file
-                for index, report in enumerate(done.result(), chunks[done]):
-                    known(report)
-                    found[index] = report
-            return [found[index] for index in range(len(files))]
+            chunks = {pool.submit(job, items[first : first + chunk]): first for first in range(0, len(items), chunk)}
+            found: dict[int, R] = {}
+            for done in as_completed(chunks):  # each known as soon as it is, not behind a slower one
+                results = done.result()
+                known(chunks[done], results)
+                found.update(enumerate(results, chunks[done]))
+            return [found[index] for index in range(len(items))]
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
-
-
-def _each_known(reports: Iterator[FileReport], known: Callable[[FileReport], None]) -> Iterator[FileReport]:
-    for report in reports:
-        known(report)
-        yield report
 
 
 def _die_with(parent: int) -> None:
@@ -264,7 +259,16 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-def _check_files_job(files: Sequence[Path], rules: Sequence[type[Rule]], mode: FixMode, project: ProjectSummaries | None) -> list[FileReport]:
-    from .check import check_file  # loaded by the process that forked this one
+def _check_files_job(work: Sequence[Work], rules: Sequence[type[Rule]], mode: FixMode) -> list[FileReport]:
+    from .check import check_file, check_source  # loaded by the process that forked this one
 
-    return [check_file(path, rules, mode, project) for path in files]
+    return [
+        check_file(path, rules, mode, project) if data is None else check_source(data, rules, mode, str(path), project)
+        for path, data, project in work
+    ]
+
+
+def _module_exports_job(modules: Sequence[bytes]) -> list[Exports]:
+    from .check import module_exports  # loaded by the process that forked this one
+
+    return [module_exports(data) for data in modules]

@@ -1,11 +1,9 @@
-"""Function summaries across the files of one run: what a function or method defined in one checked
-file does to graphs, for the files that import it.
+"""Function summaries across the modules of a project: what a function or method defined in one
+module does to graphs, for the files that import it.
 
-Each file exports the summaries that matter (a parameter it backwards, a result it already
-backwarded) under the dotted names an import could reach it by: ``pkg/train/utils.py`` exports
-``train_step`` as ``utils.train_step``, ``train.utils.train_step`` and ``pkg.train.utils.train_step``,
-so ``from utils import train_step``, ``from .utils import train_step`` and
-``from pkg.train.utils import train_step`` all resolve. A name two files could both mean is dropped.
+A module exports the summaries that matter (a parameter it backwards, a result it already
+backwarded); a file that imports the module (``project``) sees them under the dotted names it
+calls them by (``steps.update`` for ``from .steps import update``).
 
 Plain data: the summaries cross processes and are read back from the cache, so this module never
 loads LibCST (the analysis computes them: ``FileAnalysis.exports``).
@@ -14,8 +12,7 @@ loads LibCST (the analysis computes them: ``FileAnalysis.exports``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import PurePath
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from .frameworks import BackwardApi, Tristate
 
@@ -30,36 +27,8 @@ class ExportedSummary:
     returns_backwarded: tuple[BackwardApi, Tristate] | None  # how its result was already backwarded
 
 
-ProjectSummaries = Mapping[str, ExportedSummary]  # import path -> summary
-
-
-def module_names(path: str | PurePath) -> list[str]:
-    """The dotted names an import may use for the module in ``path``, shortest first."""
-    parts = list(PurePath(path).with_suffix("").parts)
-    if parts and parts[-1] == "__init__":
-        parts = parts[:-1]
-    parts = [p for p in parts if p not in ("/", "") and p.isidentifier()]
-    return [".".join(parts[i:]) for i in range(len(parts) - 1, -1, -1)]
-
-
-def project_summaries(exports: Iterable[tuple[str, Mapping[str, ExportedSummary]]]) -> dict[str, ExportedSummary]:
-    """One index over every file's exports; names that two files share are left out."""
-    index: dict[str, ExportedSummary] = {}
-    ambiguous: set[str] = set()
-    for path, summaries in exports:
-        for module in module_names(path):
-            for name, summary in summaries.items():
-                key = f"{module}.{name}"
-                if key in index:
-                    ambiguous.add(key)
-                index[key] = summary
-    return {key: summary for key, summary in index.items() if key not in ambiguous}
-
-
-def importable_names(project: ProjectSummaries | None) -> frozenset[str]:
-    """The dotted names a file imports to call one of ``project``'s functions: the function's own,
-    or its class's for a method (``steps.Criterion`` for ``steps.Criterion.__call__``)."""
-    return frozenset(key[: len(key) - len(summary.name)] + summary.name.partition(".")[0] for key, summary in (project or {}).items())
+ProjectSummaries = Mapping[str, ExportedSummary]  # the name a file calls it by -> summary
+Exports = dict[str, ExportedSummary]  # what one module exports: its function's or method's name -> summary
 
 
 def written_names(project: ProjectSummaries | None) -> frozenset[tuple[bytes, bytes, bytes]]:
@@ -68,7 +37,7 @@ def written_names(project: ProjectSummaries | None) -> frozenset[tuple[bytes, by
     it calls, empty when calling the instance runs it (``__call__``, ``forward``)."""
     names: set[tuple[str, str, str]] = set()
     for key, summary in (project or {}).items():
-        module = key[: len(key) - len(summary.name) - 1].rpartition(".")[2]
+        module = key[: len(key) - len(summary.name)].rstrip(".").rpartition(".")[2]  # "" for ``from . import f``
         name, _, method = summary.name.partition(".")
         names.add((module, name, "" if method in ("__call__", "forward") else method))
     return frozenset((module.encode(), name.encode(), method.encode()) for module, name, method in names)

@@ -239,15 +239,15 @@ _SETUP = "import torch\n\nmodel = torch.nn.Linear(3, 2)\noptimizer = torch.optim
 @pytest.mark.parametrize(
     ("steps", "train", "code"),
     [
-        # train.py never writes "backward": the prefilter skips it until the first pass finds
-        # that steps.py exports a helper it names.
+        # train.py never writes "backward": the prefilter skips it unless steps.py, read from
+        # disk, exports a helper it names.
         (
             _UPDATE,
             "from .steps import update\n" + _SETUP + "for batch in torch.randn(4, 2, 3):\n    out = model(batch)\n"
             "    update(out.mean(), optimizer)\n    update(out.pow(2).mean(), optimizer)\n",
             "GF002",
         ),
-        # A class is imported, not its method: the file is checked again with the method's summary.
+        # A class is imported, not its method: the file is checked with the method's summary.
         (
             _CRITERION,
             "from .steps import Criterion\n" + _SETUP + "criterion = Criterion()\n"
@@ -257,11 +257,14 @@ _SETUP = "import torch\n\nmodel = torch.nn.Linear(3, 2)\noptimizer = torch.optim
     ],
 )
 def test_a_file_is_checked_with_the_summaries_of_the_helpers_it_imports(tmp_path, steps, train, code):
+    """Read from disk whether the run names the helper's module or not; without its summaries (an
+    empty project) the file holds no finding."""
     (tmp_path / "pkg").mkdir()
     steps_path, train_path = tmp_path / "pkg" / "steps.py", tmp_path / "pkg" / "train.py"
     steps_path.write_text(steps)
     train_path.write_text(train)
-    assert not check.check_file(train_path, all_rules()).findings
+    assert not check.check_file(train_path, all_rules(), FixMode.NONE, project={}).findings
+    assert [finding.code for finding in check.check_file(train_path, all_rules()).findings] == [code]
     steps_report, train_report = run.check_files([steps_path, train_path], all_rules(), FixMode.NONE, jobs=1)
     assert [finding.code for finding in train_report.findings] == [code]
     assert not steps_report.findings

@@ -23,15 +23,15 @@ import os, sys, time
 from pathlib import Path
 from gradfix.codemods import check
 
-checked, mark = check.check_file, Path(sys.argv[1])
+checked, mark = check.check_source, Path(sys.argv[1])
 
-def check_file(path, *args):
+def check_source(data, rules, mode, path, *args):
     if Path(path).name == "blocked.py":
         mark.write_text(str(os.getpid()))
         time.sleep(3600)
-    return checked(path, *args)
+    return checked(data, rules, mode, path, *args)
 
-check.check_file = check_file
+check.check_source = check_source
 sys.argv[1:] = ["check", "--jobs", "2", "--cache-dir", sys.argv[2], sys.argv[3]]
 from gradfix.cli import main
 main()

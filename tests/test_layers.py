@@ -21,6 +21,7 @@ PLAIN_LAYER = {
     for name in (
         "report",
         "files",
+        "project",
         "source",
         "frameworks",
         "summaries",
@@ -37,9 +38,10 @@ PLAIN_LAYER = {
 }
 LIBCST_LAYER = {f"{CODEMODS}.{name}" for name in ("parse", "check", "edits", "analysis", "rules", "execution")}
 ENTRY_POINTS = {f"{CODEMODS}.api"}  # the library's door: one source (LibCST) or many paths (run)
-# The one import from the plain layer into the LibCST layer: the files the cache does not answer
-# are checked, and only then is LibCST loaded.
-HAND_OVER = {(f"{CODEMODS}.run", f"{CODEMODS}.check")}
+# The imports from the plain layer into the LibCST layer: the files the cache does not answer are
+# checked, and the summaries of project modules it does not know are computed; only then is LibCST
+# loaded.
+HAND_OVER = {(f"{CODEMODS}.run", f"{CODEMODS}.check"), (f"{CODEMODS}.project", f"{CODEMODS}.check")}
 
 
 def _module_files() -> dict[str, Path]:

@@ -22,13 +22,14 @@ def hooks() -> dict[str, dict]:
     return {hook["id"]: hook for hook in clientlib.load_manifest(str(MANIFEST))}
 
 
-def run_hook(hook: dict, folder: Path) -> subprocess.CompletedProcess:
-    """The hook on every file under ``folder``, named relative to it, run from it (pre-commit runs
-    from the repository's root)."""
+def run_hook(hook: dict, folder: Path, staged: list[str] | None = None) -> subprocess.CompletedProcess:
+    """The hook on every file under ``folder`` (or only on those ``staged``), named relative to it,
+    run from it (pre-commit runs from the repository's root)."""
     picked = [
-        str(path.relative_to(folder))
+        name
         for path in sorted(folder.rglob("*"))
-        if path.is_file() and identify.tags_from_path(str(path)) & set(hook["types_or"])
+        for name in [str(path.relative_to(folder))]
+        if path.is_file() and identify.tags_from_path(str(path)) & set(hook["types_or"]) and (staged is None or name in staged)
     ]
     command, *options = shlex.split(hook["entry"])
     assert command == "gradfix"
@@ -86,3 +87,16 @@ def test_the_hooks_keep_the_projects_exclusions_for_the_files_pre_commit_names(t
         result = run_hook(hook, tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
         assert vendored.read_text() == (DOUBLE / "before.py").read_text()
+
+
+def test_a_file_staged_alone_is_checked_with_the_project_modules_it_imports(tmp_path):
+    """Only train.py is staged; the helper it imports, which already backwards the loss, is read
+    from disk, so the hook says what ``gradfix check .`` says, and fixes it."""
+    case = FIXTURES / "duplicate_backward" / "loss_helper_in_its_own_module"
+    for name in ("before.py", "rdrop_loss.py"):
+        (tmp_path / name).write_text((case / name).read_text())
+    (tmp_path / ".git").mkdir()
+    result = run_hook(hooks()["gradfix-check"], tmp_path, staged=["before.py"])
+    assert result.returncode == 1 and "before.py:20:5: GF001" in result.stdout and "[safe fix]" in result.stdout, result.stdout + result.stderr
+    assert run_hook(hooks()["gradfix-fix"], tmp_path, staged=["before.py"]).returncode == 1
+    assert (tmp_path / "before.py").read_text() == (case / "after.py").read_text()

@@ -55,8 +55,8 @@ class FixtureCase:
         return self.directory / name
 
     def missing_modules(self) -> list[str]:
-        """Top-level modules the case's scripts import that are not installed here (DeepSpeed is
-        optional: its fixtures run where it is)."""
+        """Top-level modules the case's scripts import that are neither installed here nor beside
+        them (DeepSpeed is optional: its fixtures run where it is)."""
         names = set()
         for script in self.directory.glob("*.py"):
             for node in ast.walk(ast.parse(script.read_bytes())):
@@ -64,7 +64,8 @@ class FixtureCase:
                     names.update(alias.name.split(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                     names.add(node.module.split(".")[0])
-        return sorted(name for name in names if importlib.util.find_spec(name) is None)
+        beside = {script.stem for script in self.directory.glob("*.py")}
+        return sorted(name for name in names - beside if importlib.util.find_spec(name) is None)
 
 
 @dataclass(frozen=True)
