@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from .shard import Shard
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
-T, R = TypeVar("T"), TypeVar("R")
+T = TypeVar("T")
+R = TypeVar("R")
 # Called once a file is checked (or answered by the cache), with how many are and how many there are.
 Progress = Callable[[int, int], None]
 

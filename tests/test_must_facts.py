@@ -228,3 +228,44 @@ for t in range(3):
     unread = found(template.format(built="from registry import build\nmodel = build('critic')"))
     assert [(code, hint) for code, hint, _ in built_here] == [("GF007", False)]
     assert [(code, hint) for code, hint, _ in unread] == [("GF007", True)]
+
+
+# Rebuilt from rtqichen/torchdiffeq examples/latent_ode.py: the encoder's output is bound by an inner
+# loop over the time steps, in every iteration, before the loss reads it.
+INNER_LOOP_OUTPUT = """\
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.step = nn.Linear(2 + 5, 5)
+        self.out = nn.Linear(5, 8)
+
+    def forward(self, x, h):
+        h = torch.tanh(self.step(torch.cat((x, h), dim=1)))
+        return self.out(h), h
+
+
+encoder, decoder = Encoder(), nn.Linear(4, 2)
+optimizer = torch.optim.Adam(list(encoder.parameters()) + list(decoder.parameters()), lr=1e-2)
+trajectories = torch.randn(3, 6, 2)
+{before}for iteration in range(5):
+    optimizer.zero_grad()
+    h = torch.zeros(3, 5)
+    for t in {steps}:
+        out, h = encoder(trajectories[:, t, :], h)
+    loss = (decoder(out[:, :4] + out[:, 4:]) - trajectories[:, 0]).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_what_an_inner_loop_assigns_is_this_iterations_when_it_runs_as_often_every_iteration():
+    """A fresh range of bounds the outer loop does not change runs in every iteration or in none:
+    ``out`` is never the previous iteration's. Over a sequence that may be used up (an iterator
+    made once, before the loop) the previous ``out`` reaches the backward only if the inner loop
+    runs no time: a guess, so a hint."""
+    for steps in ("reversed(range(trajectories.size(1)))", "range(6)", "[0, 1, 2]", "range(len(trajectories[0]))"):
+        assert found(INNER_LOOP_OUTPUT.format(before="", steps=steps)) == [], steps
+    used_up = INNER_LOOP_OUTPUT.format(before="times = iter(range(6))\n", steps="times")
+    assert [(code, hint) for code, hint, _ in found(used_up)] == [("GF004", True)]
+    rebound = INNER_LOOP_OUTPUT.format(before="", steps="range(3 - iteration)")  # none from the fourth iteration on
+    assert [(code, hint) for code, hint, _ in found(rebound)] == [("GF004", True)]

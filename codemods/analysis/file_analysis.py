@@ -217,10 +217,10 @@ class FileAnalysis:
             if any(self.contains(s, origin.node) for s in statements)
         )
 
-    def read_only_where_assigned(self, loop: Loop, name: str) -> bool:
+    def read_only_where_assigned(self, loop: Loop, name: str, inner_loops_run: bool = False) -> bool:
         """Whether ``name`` is read in ``loop`` only where this iteration assigned it, under tests
-        that answer the same twice (``guards``)."""
-        return read_only_where_assigned(self, loop, name)
+        that answer the same twice (``guards``); ``inner_loops_run``: if every inner loop runs."""
+        return read_only_where_assigned(self, loop, name, inner_loops_run)
 
     def runs_in_every_iteration(self, statement: cst.CSTNode, loop: Loop) -> bool:
         """Whether ``statement`` runs, once, in every iteration of ``loop``: nothing between them

@@ -2,7 +2,14 @@
 under a later ``if flag:`` of the same iteration is this iteration's value, on every path a run
 can take. The dataflow joins the paths of the two tests independently, so it also sees the
 impossible one (the first test false, the second true) that reads the previous iteration's value;
-rules that would report a graph carried over by that path ask ``read_only_where_assigned``."""
+rules that would report a graph carried over by that path ask ``read_only_where_assigned``.
+
+An inner loop is such a test too: ``for t in range(steps):`` runs its body at least once in every
+iteration or in none when its sequence is built afresh from bounds the outer loop does not change
+(``SAME_TRIP_COUNT``), so a value it assigns and the iteration reads after it is never the previous
+iteration's. Over any other sequence (an iterator a first pass may use up, a call gradfix cannot
+see) that holds only if the loop runs: a rule asks with ``inner_loops_run`` to tell a bug that
+rests on an inner loop running no time (a guess) from one that does not."""
 
 from __future__ import annotations
 
@@ -18,12 +25,14 @@ if TYPE_CHECKING:
     from .file_analysis import FileAnalysis
 
 
-def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str) -> bool:
+def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str, inner_loops_run: bool = False) -> bool:
     """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
     earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
     loop writes nothing the test reads (``if args.with_prior_preservation:`` twice): the test
     answers the same both times, so what is read is always this iteration's value (or the read
-    follows the assignment in the branch that makes it)."""
+    follows the assignment in the branch that makes it). An inner loop whose first pass assigns
+    ``name`` counts as such a test when it runs as often in every iteration (``SAME_TRIP_COUNT``),
+    or, with ``inner_loops_run``, whatever it walks."""
     if "." in name:
         return False
     body = loop.node.body
@@ -33,18 +42,24 @@ def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str) -> b
     for branch in analysis.tree.findall(body, cst.If):
         if _invariant(analysis, branch.test, written) and _always_assigns(branch.body, name):
             assigning.setdefault(expression_key(branch.test), []).append(branch)
+    passes = [
+        inner
+        for inner in analysis.tree.findall(body, cst.For)
+        if _first_pass_assigns(analysis, inner.body, name) and (inner_loops_run or _same_trip_count(analysis, inner.iter, written))
+    ]
     reads = [n for n in analysis.tree.names(body, [name]) if analysis.value_read(n) is not None]
-    if not (assigning and reads):
+    if not ((assigning or passes) and reads):
         return False
     if all(_guarded_like(analysis, read, assigning, loop.node, written) for read in reads):
         return True
-    # Or every write is in such a branch and every read comes after one: the test true, this
-    # iteration assigned it; false, no iteration does, and what is read is the value from before
-    # the loop, never a previous iteration's.
-    branches = [branch for group in assigning.values() for branch in group]
-    writes = [statement for statement in analysis.tree.findall(body, cst.SimpleStatementLine) if _assignments_of(statement, name)]
+    # Or every write is in such a branch (or inner loop) and every read comes after one: the test
+    # true, this iteration assigned it; false, no iteration does, and what is read is the value
+    # from before the loop, never a previous iteration's.
+    branches: list[cst.If | cst.For] = [*(branch for group in assigning.values() for branch in group), *passes]
+    writes = [statement for statement in analysis.tree.findall(body, cst.SimpleStatementLine) if _writes(statement, name)]
     return all(any(analysis.contains(branch, write) for branch in branches) for write in writes) and all(
-        any(_runs_before(analysis, branch, read, written) for branch in branches) for read in reads
+        _guarded_like(analysis, read, assigning, loop.node, written) or any(_runs_before(analysis, branch, read, written) for branch in branches)
+        for read in reads
     )
 
 
@@ -54,7 +69,7 @@ def _invariant(analysis: FileAnalysis, test: cst.BaseExpression, written: set[st
     return not analysis.tree.findall(test, cst.Call) and not read_names(test) & written
 
 
-def _runs_before(analysis: FileAnalysis, branch: cst.If, read: cst.CSTNode, written: set[str]) -> bool:
+def _runs_before(analysis: FileAnalysis, branch: cst.If | cst.For, read: cst.CSTNode, written: set[str]) -> bool:
     """Whether ``branch`` comes before ``read`` and its test is reached whenever the read is: from
     the branch up to the first statement that holds the read too, no inner loop (which may run no
     time), no ``try``, and only tests that answer the same every iteration (not ``if step % 2:``)."""
@@ -86,6 +101,44 @@ def _guarded_like(analysis: FileAnalysis, read: cst.Name, assigning: Mapping[str
     return False
 
 
+# A sequence a ``for`` walks that is built afresh each time from its arguments: as long as those
+# answer the same, it has as many items every time (an iterator, or an object's ``__iter__``, may
+# be used up by the first pass). Their arguments may call ``NUMBER_READS``, which compute a number
+# from what they are given and keep nothing.
+FRESH_SEQUENCES = frozenset({"range", "reversed", "enumerate", "zip"})
+NUMBER_READS = frozenset({"len", "int", "min", "max", "abs", "size", "dim", "numel"})
+
+
+def _same_trip_count(analysis: FileAnalysis, sequence: cst.BaseExpression, written: set[str]) -> bool:
+    """Whether a ``for`` over ``sequence`` walks as many items in every iteration of the loop
+    that writes ``written``: a literal list or tuple, or a ``FRESH_SEQUENCES`` call, whose parts
+    read nothing the loop writes and call only ``FRESH_SEQUENCES`` and ``NUMBER_READS`` (the
+    builtins, not names the file binds)."""
+    if isinstance(sequence, (cst.List, cst.Tuple)):
+        return not read_names(sequence) & written
+    if not (isinstance(sequence, cst.Call) and isinstance(sequence.func, cst.Name) and sequence.func.value in FRESH_SEQUENCES):
+        return False
+    defined = {node.name.value for node in analysis.tree.findall(analysis.module, cst.FunctionDef)}
+    bound = analysis.names.aliases.keys() | defined | assigned_names(analysis.module, tree=analysis.tree)
+    for call in analysis.tree.findall(sequence, cst.Call):
+        called = call.func.value if isinstance(call.func, cst.Name) else call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+        if called not in FRESH_SEQUENCES | NUMBER_READS or (isinstance(call.func, cst.Name) and called in bound):
+            return False
+    return not read_names(sequence) & written
+
+
+def _first_pass_assigns(analysis: FileAnalysis, block: cst.BaseSuite, name: str) -> bool:
+    """Whether the first pass of a loop whose body is ``block`` assigns ``name``: an assignment
+    (or an if/else assigning it in both) of the body itself, before anything that can leave the
+    pass (``break``, ``continue``, ``return``, ``raise``)."""
+    for statement in block.body if isinstance(block, cst.IndentedBlock) else ():
+        if _always_assigns(cst.IndentedBlock(body=[statement]), name):
+            return True
+        if any(analysis.tree.findall(statement, leaving) for leaving in (cst.Break, cst.Continue, cst.Return, cst.Raise)):
+            return False
+    return False
+
+
 def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
     """``test`` and, for ``a and b``, each of ``a`` and ``b`` (and theirs): what ``test`` implies."""
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) and not test.lpar:
@@ -94,21 +147,26 @@ def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 
 def _assignments(block: cst.BaseSuite, name: str) -> list[cst.SimpleStatementLine]:
-    """The statements of ``block`` itself (not nested ones) that assign ``name``."""
+    """The statements of ``block`` itself (not nested ones) that bind ``name`` anew: ``x = ...``,
+    not ``x[i] = ...`` or ``x += ...``, which change the object the previous iteration left (and,
+    on a tensor, keep its graph under the new one)."""
     return [
         statement
         for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
-        if isinstance(statement, cst.SimpleStatementLine) and _assignments_of(statement, name)
+        if isinstance(statement, cst.SimpleStatementLine) and _writes(statement, name, binding_only=True)
     ]
 
 
-def _assignments_of(statement: cst.SimpleStatementLine, name: str) -> bool:
-    return any(isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and name in _targets(small) for small in statement.body)
+def _writes(statement: cst.SimpleStatementLine, name: str, binding_only: bool = False) -> bool:
+    """Whether ``statement`` writes ``name``: any assignment to it, or, ``binding_only``, one
+    that binds the name itself to a new object."""
+    kinds = (cst.Assign, cst.AnnAssign) if binding_only else (cst.Assign, cst.AugAssign, cst.AnnAssign)
+    return any(isinstance(small, kinds) and name in _targets(small, binding_only) for small in statement.body)
 
 
-def _targets(small: cst.Assign | cst.AugAssign | cst.AnnAssign) -> set[str]:
+def _targets(small: cst.Assign | cst.AugAssign | cst.AnnAssign, binding_only: bool) -> set[str]:
     targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-    return {written for target in targets for written in target_names(target)}
+    return {written for target in targets for written in target_names(target, bindings_only=binding_only)}
 
 
 def _always_assigns(block: cst.BaseSuite, name: str) -> bool:

@@ -155,6 +155,8 @@ for inputs, targets in loader:
             guess = f"`{name}` passes through `{function}`, which gradfix cannot read: if it detaches it, there is no bug"
         elif unread:
             guess = f"what `{unread[0]}` carries comes out of code gradfix did not read, and may hold no graph"
+        elif skipping := [name for name in names if self.analysis.read_only_where_assigned(loop, name, inner_loops_run=True)]:
+            guess = f"`{skipping[0]}` reaches the backward from the previous iteration only if an inner loop that assigns it runs no time"
         them = "them" if len(names) > 1 else "it"
         where = "ends" if fix is not None and fix.insert_after else "starts"
         if retained:

@@ -168,19 +168,24 @@ class Classifier(pl.LightningModule):
             return f"`{code_of(site.tensor if site.tensor is not None else site.call)}` comes out of code gradfix did not read, and may not hold the graph it seems to"
         loop = next((loop for loop in site.loops if not loop.is_call), None)
         unread = None if placed or loop is None else self.analysis.unread_value(self.analysis.built_before_loop(site, loop))
-        return "" if unread is None else f"`{code_of(unread)}`, built before the loop, comes out of code gradfix did not read, and may hold no graph"
+        if unread is not None:
+            return f"`{code_of(unread)}`, built before the loop, comes out of code gradfix did not read, and may hold no graph"
+        if not placed and self._carried_only_by_impossible_paths(site, inner_loops_run=True):
+            return "the previous iteration's graph reaches it only if an inner loop runs no time"
+        return ""
 
-    def _carried_only_by_impossible_paths(self, site: BackwardSite) -> bool:
+    def _carried_only_by_impossible_paths(self, site: BackwardSite, inner_loops_run: bool = False) -> bool:
         """Whether every name that carries the previous iteration's graph into this backward is
         read only where the iteration assigned it (``FileAnalysis.read_only_where_assigned``): the
-        path that would read the previous value is one no run takes."""
+        path that would read the previous value is one no run takes (``inner_loops_run``: if
+        every inner loop runs)."""
         for loop in site.loops:
             origins = expand(site.value.origins, loop)
             carried = [name for name in loop.carried_names if Carried(loop, name) in origins]
             # (a graph built before the loop is walked by the first iteration's backward, whatever the tests say)
             if (
                 carried
-                and all(self.analysis.read_only_where_assigned(loop, name) for name in carried)
+                and all(self.analysis.read_only_where_assigned(loop, name, inner_loops_run) for name in carried)
                 and not self.analysis.built_before_loop(site, loop)
             ):
                 return True
