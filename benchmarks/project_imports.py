@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-STEP = '''
+STEP = """
 
 def step_{i}(model, batch, optimizer):
     optimizer.zero_grad()
@@ -29,8 +29,8 @@ def step_{i}(model, batch, optimizer):
     loss.backward()
     optimizer.step()
     return loss
-'''
-LAYER = '''
+"""
+LAYER = """
 
 class Block{i}_{j}(torch.nn.Module):
     def __init__(self, width):
@@ -41,7 +41,7 @@ class Block{i}_{j}(torch.nn.Module):
     def forward(self, x):
         y = self.norm(self.linear(x))
         return torch.relu(y) + x
-'''
+"""
 
 
 def helper_module(i: int, blocks: int) -> str:
@@ -51,7 +51,9 @@ def helper_module(i: int, blocks: int) -> str:
 
 def train_script(modules: int) -> str:
     imports = "".join(f"from helpers import module_{i}\n" for i in range(modules))
-    calls = "".join(f"        module_{i}.step_{i}(model, batch, optimizer)\n" for i in range(0, modules, 3)) or "        model(batch).sum().backward()\n"
+    calls = (
+        "".join(f"        module_{i}.step_{i}(model, batch, optimizer)\n" for i in range(0, modules, 3)) or "        model(batch).sum().backward()\n"
+    )
     return (
         "import torch\n\n" + imports + "\nmodel = torch.nn.Linear(8, 1)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
