@@ -5,9 +5,13 @@ For each tree (../shared/corpus when it exists, and every folder given), in one 
 LibCST parse, Python's `ast.parse` and gradfix's skeleton (built from `ast.parse`, what the
 analysis reads first) of the files gradfix parses (those that pass its prefilter), in one process
 with the cycle collector off, as during a check; TorchFix, when the `torchfix` command is
-installed. Times are wall-clock seconds, with ratios to the bare LibCST parse; memory is the peak
-resident size of the largest process.
-Usage: python benchmarks/check_speed.py [--jobs N] [TREE...]
+installed. Times are wall-clock seconds, with ratios to the bare LibCST parse, and CPU seconds (all
+processes: what a busy machine does not inflate); memory is the peak resident size of the largest
+process. Also one file of the tree checked alone, warm (what pre-commit and an editor pay).
+With --baseline PYTHON (the Python of an environment where another gradfix is installed, e.g. the
+0.1.0 commit's checkout, `pip install -e` in a virtualenv of its own), the same runs with that
+gradfix, and this one's CPU over the baseline's: a regression shows as a ratio over 1.
+Usage: python benchmarks/check_speed.py [--jobs N] [--baseline PYTHON] [TREE...]
 TorchFix pins an older LibCST: install it in a virtualenv of its own and put that environment's
 `torchfix` on PATH (after this Python's), e.g. `PATH=$PATH:/tmp/torchfix-bin`.
 """
@@ -27,15 +31,15 @@ from pathlib import Path
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
 
-def run(command: list[str]) -> tuple[float, float]:
-    """Seconds and peak memory (MB) of a command and the processes it waited for."""
+def run(command: list[str], cwd: Path | None = None) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak memory (MB) of a command and the processes it waited for."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) not in (0, 1):
         sys.exit(f"{' '.join(command)} failed (exit {os.waitstatus_to_exitcode(status)})")
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def timed(action) -> float:
@@ -52,8 +56,8 @@ def timed(action) -> float:
 
 
 def parse_times(tree: Path) -> None:
-    """Print the number of files gradfix checks and parses, and the seconds of a LibCST parse, of
-    an ``ast.parse`` and of the skeleton of those it parses."""
+    """Print the number of files gradfix checks and parses, the seconds of a LibCST parse, of an
+    ``ast.parse`` and of the skeleton of those it parses, and the largest of them."""
     import libcst as cst
 
     from gradfix.codemods.source import decoded, may_backward
@@ -61,36 +65,57 @@ def parse_times(tree: Path) -> None:
     from gradfix.codemods.parse import build_skeleton
 
     files = collect_files([tree]).files
-    parsed = [source for source in (path.read_bytes() for path in files) if may_backward(source)]
+    parsed_files = [path for path in files if may_backward(path.read_bytes())]
+    parsed = [path.read_bytes() for path in parsed_files]
     libcst_parse = timed(lambda: [cst.parse_module(source) for source in parsed])
     python_parse = timed(lambda: [ast.parse(source) for source in parsed])
-    print(len(files), len(parsed), libcst_parse, python_parse, timed(lambda: [build_skeleton(*decoded(source, "")) for source in parsed]))
+    skeleton = timed(lambda: [build_skeleton(*decoded(source, "")) for source in parsed])
+    largest = max(parsed_files, key=lambda path: path.stat().st_size)
+    print(len(files), len(parsed), libcst_parse, python_parse, skeleton, largest)
 
 
-def measure(tree: Path, jobs: int) -> None:
+def gradfix_runs(python: str, tree: Path, jobs: int, one_file: Path) -> list[tuple[str, float, float, float]]:
+    """Cold, warm, and one file warm, with the gradfix of ``python``."""
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        gradfix = [python, "-m", "gradfix", "check", "--exit-zero", "--jobs", str(jobs), "--cache-dir", cache]
+        rows.append((f"cold ({jobs} processes)", *run([*gradfix, str(tree)])))
+        rows.append((f"warm ({jobs} processes)", *run([*gradfix, str(tree)])))
+        run([*gradfix, str(one_file)])
+        rows.append(("one file, warm", *run([*gradfix, str(one_file)])))
+    return rows
+
+
+def measure(tree: Path, jobs: int, baseline: str | None) -> None:
     # Everything runs in child processes of this small one (which imports neither LibCST nor
     # gradfix): a child's peak memory counts the size of the process that forked it.
-    files, parsed, *seconds = subprocess.run(
+    files, parsed, *seconds, largest = subprocess.run(
         [sys.executable, __file__, "--parse-times", str(tree)], capture_output=True, text=True, check=True
-    ).stdout.split()
+    ).stdout.split(maxsplit=5)
     libcst_parse, python_parse, skeleton = map(float, seconds)
+    one_file = Path(largest.strip())
     print(f"\n{tree}: {files} files, {parsed} pass the prefilter and are parsed")
     rows = [
         ("LibCST parse (1 process)", libcst_parse, None),
         ("ast.parse (1 process)", python_parse, None),
         ("skeleton (1 process)", skeleton, None),
     ]
-    with tempfile.TemporaryDirectory() as cache:
-        gradfix = [sys.executable, "-m", "gradfix", "check", "--jobs", str(jobs), "--cache-dir", cache, str(tree)]
-        rows.append((f"gradfix cold ({jobs} processes)", *run(gradfix)))
-        rows.append((f"gradfix warm ({jobs} processes)", *run(gradfix)))
     if shutil.which("torchfix"):
-        rows.append(("TorchFix", *run(["torchfix", str(tree)])))
-    torchfix = next((seconds for name, seconds, _ in rows if name == "TorchFix"), None)
+        rows.append(("TorchFix", *run(["torchfix", str(tree)])[::2]))
     for name, seconds, memory in rows:
         peak = f"  peak {memory:6.0f} MB" if memory is not None else ""
-        faster = f"  TorchFix/this {torchfix / seconds:5.1f}x" if torchfix else ""
-        print(f"  {name:30} {seconds:7.2f} s  {seconds / libcst_parse:6.2f}x the LibCST parse{peak}{faster}")
+        print(f"  {name:30} {seconds:7.2f} s  {seconds / libcst_parse:6.2f}x the LibCST parse{peak}")
+    torchfix = next((seconds for name, seconds, _ in rows if name == "TorchFix"), None)
+    mine = gradfix_runs(sys.executable, tree, jobs, one_file)
+    theirs = gradfix_runs(baseline, tree, jobs, one_file) if baseline else [None] * len(mine)
+    print(f"  gradfix (one file: {one_file.relative_to(tree)}, the largest that is parsed)")
+    for (name, seconds, cpu, memory), other in zip(mine, theirs):
+        line = f"    {name:26} {seconds:7.2f} s  CPU {cpu:7.2f} s  peak {memory:6.0f} MB"
+        if torchfix and name.startswith("cold"):
+            line += f"  TorchFix/this {torchfix / seconds:5.1f}x"
+        if other is not None:
+            line += f"  | baseline {other[1]:7.2f} s  CPU {other[2]:7.2f} s  peak {other[3]:6.0f} MB  CPU this/baseline {cpu / other[2]:4.2f}x"
+        print(line)
     if not shutil.which("torchfix"):
         print("  TorchFix                       not installed")
 
@@ -98,6 +123,7 @@ def measure(tree: Path, jobs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--baseline", help="the Python of an environment with another gradfix installed")
     parser.add_argument("--parse-times", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("trees", nargs="*", type=Path)
     options = parser.parse_args()
@@ -107,7 +133,7 @@ def main() -> None:
     if not trees:
         sys.exit(f"{CORPUS} is absent: name a tree to measure")
     for tree in trees:
-        measure(tree, options.jobs)
+        measure(tree, options.jobs, options.baseline)
 
 
 if __name__ == "__main__":
