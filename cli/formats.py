@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import io
 import json
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gradfix import __version__
-from gradfix.cli.render import visible
+from gradfix.cli.render import plain_documentation, visible
 from gradfix.codemods.config import project_root
 from gradfix.codemods.files import PathError
 from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
@@ -214,6 +215,13 @@ def sarif_log(reports: Sequence[FileReport], errors: Sequence[PathError] = ()) -
     repository's root, as code scanning reads them."""
     rules = all_rules()
     index = {rule.CODE: position for position, rule in enumerate(rules)}
+    semantic = semantic_version(__version__)
+    driver = {
+        "name": "gradfix",
+        "version": __version__,
+        **({"semanticVersion": semantic} if semantic else {}),
+        "rules": [_sarif_rule(r) for r in rules],
+    }
     results, notifications = [], [_notification(error) for error in errors]
     for report in reports:
         fixes = {code: _sarif_fix(report.path, code, rewrite) for code, rewrite in rule_rewrites(report).items()}
@@ -229,9 +237,7 @@ def sarif_log(reports: Sequence[FileReport], errors: Sequence[PathError] = ()) -
         "version": SARIF_VERSION,
         "runs": [
             {
-                "tool": {
-                    "driver": {"name": "gradfix", "version": __version__, "semanticVersion": __version__, "rules": [_sarif_rule(r) for r in rules]}
-                },
+                "tool": {"driver": driver},
                 "columnKind": "unicodeCodePoints",
                 "originalUriBaseIds": {SOURCE_ROOT: {"uri": project_root().as_uri() + "/"}},
                 "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
@@ -246,27 +252,63 @@ def _notification(error: PathError, notebook: Notebook | None = None) -> dict:
     return {"level": "error", "message": {"text": error.message}, "locations": [location]}
 
 
+_PEP_440 = re.compile(
+    r"(?:\d+!)?(?P<release>\d+(?:\.\d+)*)(?:(?P<pre>a|b|rc)(?P<pre_number>\d+))?(?:\.post(?P<post>\d+))?(?:\.dev(?P<dev>\d+))?(?:\+(?P<local>[a-z0-9.]+))?"
+)
+
+
+def semantic_version(version: str) -> str | None:
+    """A version in PEP 440's normal form (gradfix's: ``0.2.0.dev0``) as SemVer, which SARIF's
+    ``semanticVersion`` must be: three release numbers, its pre-release and development parts as
+    pre-release identifiers (``0.2.0-dev.0``), its post-release and local parts as build metadata
+    (no epoch); None for another form."""
+    match = _PEP_440.fullmatch(version)
+    if match is None:
+        return None
+    major, minor, patch = [*map(int, match["release"].split(".")), 0, 0][:3]
+    pre = [match["pre"], str(int(match["pre_number"]))] if match["pre"] else []
+    pre += ["dev", str(int(match["dev"]))] if match["dev"] is not None else []
+    build = ["post", str(int(match["post"]))] if match["post"] is not None else []
+    build += match["local"].split(".") if match["local"] else []
+    return f"{major}.{minor}.{patch}" + ("-" + ".".join(pre) if pre else "") + ("+" + ".".join(build) if build else "")
+
+
 def _sarif_rule(rule: type[Rule]) -> dict:
     fix = rule.FIX.value if rule.FIX is not None else "none"
+    text = plain_documentation(rule)
     example = f"Before:\n\n{rule.EXAMPLE_BEFORE}\nAfter:\n\n{rule.EXAMPLE_AFTER}"
     markdown_example = f"Before:\n\n```python\n{rule.EXAMPLE_BEFORE}```\n\nAfter:\n\n```python\n{rule.EXAMPLE_AFTER}```\n"
+    link = _rules_page_link(rule.CODE)
     return {
         "id": rule.CODE,
         "name": rule.NAME,
         "shortDescription": {"text": rule.SUMMARY},
-        "fullDescription": {"text": rule.documentation()},
-        "help": {"text": f"{rule.documentation()}\n\n{example}", "markdown": f"{rule.documentation()}\n\n{markdown_example}"},
+        "fullDescription": {"text": text},
+        "help": {"text": f"{text}\n\n{example}", "markdown": f"{rule.documentation()}\n\n{markdown_example}"},
+        **({"helpUri": link} if link else {}),
         "defaultConfiguration": {"level": "error"},
         "properties": {"fix": fix, "keeps-gradients": rule.KEEPS_GRADIENTS, "tags": ["pytorch", "autograd", "correctness"]},
     }
+
+
+def _rules_page_link(code: str) -> str | None:
+    """The rule's section of docs/rules.md, as the language server links it: where this
+    installation came from (none without pygls, the ``server`` extra, which that link needs)."""
+    if importlib.util.find_spec("pygls") is None:
+        return None
+    from .server import rules_page_link
+
+    return rules_page_link(code)
 
 
 def _sarif_result(finding: Finding, rule_index: int, notebook: Notebook | None) -> dict:
     """A finding as a result; a notebook's places are the lines of its file that hold them (its
     cells' lines are named in the message)."""
     place = "" if finding.cell is None else f"cell {finding.cell}, line {finding.line}: "
-    column = finding.column if finding.cell is None else None
-    location = _location(finding.path, _file_line(notebook, finding.cell, finding.line), column)
+    line, end_line = (_file_line(notebook, finding.cell, number) if number else None for number in (finding.line, finding.end_line))
+    # (in a notebook, a column of the cell's line is none of its file's)
+    columns = (finding.column, finding.end_column or None) if finding.cell is None else (None, None)
+    location = _location(finding.path, line, *columns, end_line)
     cells = finding.related_cells or (finding.cell,) * len(finding.related_lines)
     related = [_location(finding.path, _file_line(notebook, cell, line)) for cell, line in zip(cells, finding.related_lines)]
     result = {
@@ -282,10 +324,13 @@ def _sarif_result(finding: Finding, rule_index: int, notebook: Notebook | None) 
     return result
 
 
-def _location(path: str, line: int | None, column: int | None = None) -> dict:
+def _location(path: str, line: int | None, column: int | None = None, end_column: int | None = None, end_line: int | None = None) -> dict:
+    """A place in a file: its region from ``line`` (and ``column``) to ``end_line`` (and
+    ``end_column``, the column after it), where they are known."""
     physical: dict = {"artifactLocation": _artifact(path)}
     if line is not None:
-        physical["region"] = {"startLine": line} | ({"startColumn": column} if column is not None else {})
+        bounds = {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
+        physical["region"] = {key: value for key, value in bounds.items() if value is not None}
     return {"physicalLocation": physical}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
@@ -239,9 +240,18 @@ def print_table(table: Table) -> None:
 
 def explanation(rule: type[Rule]) -> str:
     return (
-        f"{rule.CODE} {rule.NAME}: {rule.SUMMARY}\n\n{rule.documentation()}\n\n"
+        f"{rule.CODE} {rule.NAME}: {rule.SUMMARY}\n\n{plain_documentation(rule)}\n\n"
         f"Before:\n\n{_indent(rule.EXAMPLE_BEFORE)}\nAfter:\n\n{_indent(rule.EXAMPLE_AFTER)}"
     )
+
+
+def plain_documentation(rule: type[Rule]) -> str:
+    """A rule's documentation as plain text: the code its docstring marks as reST does (two
+    backticks each side) is quoted as the findings' messages quote code, with one."""
+    return _REST_LITERAL.sub(r"`\1`", rule.documentation())
+
+
+_REST_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
 
 
 def _indent(code: str) -> str:

@@ -3,14 +3,17 @@
 `rule`, shell completion, "Would fix" under `--diff`, SARIF regions and rule links, plain-text
 explanations, errors in gradfix's words, `--watch` totals, dangling links in a walk."""
 
+import json
 import re
 import sys
 
 import pytest
 from typer.testing import CliRunner
 
-from gradfix.cli import main
+from gradfix import __version__
+from gradfix.cli import formats, main
 from gradfix.cli.app import app
+from gradfix.codemods.registry import all_rules, rule_anchor
 
 from .conftest import FIXTURES
 
@@ -57,3 +60,37 @@ def test_a_dangling_link_found_by_a_walk_is_skipped_with_a_note(tmp_path):
 
 
 # check --fix, --add-noqa --------------------------------------------------------------------------
+
+
+def test_explanations_in_plain_text_have_no_rest_markup():
+    for rule in all_rules():
+        explained = cli("explain", rule.CODE).stdout
+        assert "``" not in explained, rule.CODE
+    assert "The first `loss.backward()` walks the graph" in cli("explain", "GF001").stdout
+
+
+def test_semantic_version_maps_pep_440_to_semver():
+    assert formats.semantic_version("0.2.0.dev0") == "0.2.0-dev.0"
+    assert formats.semantic_version("1.4") == "1.4.0"
+    assert formats.semantic_version("2.0.1rc2") == "2.0.1-rc.2"
+    assert formats.semantic_version("1!3.1b1.dev4") == "3.1.0-b.1.dev.4"
+    assert formats.semantic_version("1.0.post2+ubuntu.1") == "1.0.0+post.2.ubuntu.1"
+    for version in ("0.2.0.dev0", "1.4", "2.0.1rc2", "1!3.1b1.dev4", "1.0.post2+ubuntu.1", __version__):
+        assert SEMVER.match(formats.semantic_version(version)), version
+
+
+def test_sarif_regions_end_where_the_finding_ends_and_rules_link_to_their_page(tmp_path, monkeypatch):
+    server = pytest.importorskip("gradfix.cli.server", reason="the rules page link is the language server's")
+    page = "https://github.com/someone/gradfix/blob/0123abc/docs/rules.md"  # as a GitHub install names it
+    monkeypatch.setattr(server, "_rules_page", lambda: page)
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "train.py", DOUBLE)
+    run = json.loads(cli("check", "--output-format", "sarif", "train.py").stdout)["runs"][0]
+    assert SEMVER.match(run["tool"]["driver"]["semanticVersion"])
+    [result] = run["results"]
+    [record] = json.loads(cli("check", "--output-format", "json", "train.py").stdout)
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert region == {"startLine": 19, "startColumn": 5, "endLine": record["end_line"], "endColumn": record["end_column"]}
+    for rule in run["tool"]["driver"]["rules"]:
+        assert rule["helpUri"] == f"{page}#{rule_anchor(rule['id'])}"
+        assert "``" not in rule["help"]["text"] and "``" not in rule["fullDescription"]["text"]
