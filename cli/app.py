@@ -75,7 +75,7 @@ class Command(TyperCommand):
 
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion and --show-completion, as typer writes them
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -212,7 +212,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")] = None,
+    version: Annotated[Optional[bool], typer.Option("--version", "-V", callback=_version, is_eager=True, help="Show the version and exit.")] = None,
     verbose: Verbose = False,
 ) -> None:
     """Find and fix the PyTorch training-loop bugs behind 'Trying to backward through the graph a
@@ -698,6 +698,9 @@ def explain(
     typer.echo(render.explanation(rule))
 
 
+app.command("rule", cls=Command, help="Explain a rule, with a before/after example (as `explain`, ruff's name for it).")(explain)
+
+
 @app.command(cls=Command)
 def server(verbose: Verbose = False) -> None:
     """Run the language server for editors, on stdin and stdout (README: "In your editor")."""
@@ -901,13 +904,28 @@ def _apply_repair(searched: Repair, diagnosis: Diagnosis, shown: Path, fix: bool
     raise typer.Exit(EXIT_CLEAN)
 
 
+# click's UsageError, of the click typer uses (its own copy, in recent typer), which exports no name for it
+UsageError = typer.BadParameter.__base__
+
+
 def run() -> None:
-    """Run the command line; ``gradfix.cli.main`` wraps it with signal handling. An error gradfix
-    did not foresee exits 2 with one line (its traceback too with --verbose)."""
+    """Run the command line; ``gradfix.cli.main`` wraps it with signal handling. A usage error is
+    one line in gradfix's words; an error gradfix did not foresee exits 2 with one line (its
+    traceback too with --verbose)."""
     global _tracebacks_shown
     _tracebacks_shown = False
     try:
-        app(prog_name="gradfix")
+        # Not standalone: click's usage errors come here instead of being printed in its words.
+        status = app(prog_name="gradfix", standalone_mode=False)
+    except typer.Abort:  # end of input at a prompt
+        render.stderr.print("Aborted!")
+        sys.exit(EXIT_FINDINGS)
+    except UsageError as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # `gradfix` alone: the help (as typer tells it)
+            error.show()
+        else:
+            render.stderr.print(usage_message(error))
+        sys.exit(EXIT_ERROR)
     except formats.StepFileError as error:
         render.stderr.print(f"error: {error}")
         sys.exit(EXIT_ERROR)
@@ -917,3 +935,47 @@ def run() -> None:
         hint = "" if _tracebacks_shown else " (--verbose shows where)"
         render.stderr.print(f"error: internal error: {type(error).__name__}: {error}{hint}")
         sys.exit(EXIT_ERROR)
+    sys.exit(status if isinstance(status, int) else EXIT_CLEAN)
+
+
+def usage_message(error: Exception) -> str:
+    """A usage error as gradfix says it, on one line: an unknown option with the ones it may
+    have meant, a value with what the option takes (from pydantic's account, in recent typer,
+    never its words), a missing argument; and where the usage is shown."""
+    context = getattr(error, "ctx", None)
+    where = f" (see `{context.command_path} -h`)" if context is not None else ""
+    parameter = getattr(error, "param", None)
+    if hasattr(error, "possibilities"):  # click's NoSuchOption
+        meant = error.possibilities
+        return f"error: unknown option {error.option_name}" + (f" (did you mean {' or '.join(sorted(meant))}?)" if meant else "") + where
+    if not isinstance(error, typer.BadParameter) or parameter is None:
+        return f"error: {error.format_message()}{where}"
+    name = parameter.opts[0] if parameter.param_type_name == "option" else (parameter.metavar or parameter.name)
+    if hasattr(error, "param_type"):  # click's MissingParameter
+        return f"error: missing {name}{where}"
+    account = error.__cause__.errors()[0] if hasattr(error.__cause__, "errors") else None
+    if account is None:
+        return f"error: {name}: {error.message}{where}"
+    if account["type"] == "value_error":
+        return f"error: {name}: {str(account['ctx']['error']).rstrip('.')}{where}"
+    taken = _TAKEN.get(account["type"])
+    if taken is None:
+        return f"error: {name}: {account['input']!r} is not a value it takes{where}"
+    given = account["input"] if account["type"] in _BOUNDS else repr(account["input"])
+    return f"error: {name} takes {taken(account.get('ctx', {}))}, not {given}{where}"
+
+
+# What an option takes, by the kind of value pydantic says it was not.
+_BOUNDS = {
+    "greater_than_equal": lambda bound: f"{bound['ge']} or more",
+    "greater_than": lambda bound: f"more than {bound['gt']}",
+    "less_than_equal": lambda bound: f"{bound['le']} or less",
+    "less_than": lambda bound: f"less than {bound['lt']}",
+}
+_TAKEN = {
+    **_BOUNDS,
+    "int_parsing": lambda bound: "a whole number",
+    "int_from_float": lambda bound: "a whole number",
+    "float_parsing": lambda bound: "a number",
+    "bool_parsing": lambda bound: "true or false",
+}

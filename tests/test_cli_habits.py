@@ -4,7 +4,9 @@
 explanations, errors in gradfix's words, `--watch` totals, dangling links in a walk."""
 
 import json
+import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -59,7 +61,15 @@ def test_a_dangling_link_found_by_a_walk_is_skipped_with_a_note(tmp_path):
     assert named.exit_code == 2 and "no such file or directory" in named.stderr
 
 
-# check --fix, --add-noqa --------------------------------------------------------------------------
+def test_the_version_has_ruffs_short_option():
+    result = cli("-V")
+    assert result.exit_code == 0 and result.stdout == f"gradfix {__version__}\n"
+
+
+def test_rule_is_explain():
+    assert cli("rule", "GF001").stdout == cli("explain", "GF001").stdout
+    assert cli("rule", "GF001").stdout.startswith("GF001 duplicate_backward: ")
+    assert cli("rule", "GF999").exit_code == 2
 
 
 def test_explanations_in_plain_text_have_no_rest_markup():
@@ -67,6 +77,57 @@ def test_explanations_in_plain_text_have_no_rest_markup():
         explained = cli("explain", rule.CODE).stdout
         assert "``" not in explained, rule.CODE
     assert "The first `loss.backward()` walks the graph" in cli("explain", "GF001").stdout
+
+
+def test_shell_completion_is_offered_and_completes_commands_and_options(tmp_path):
+    assert "--show-completion" in cli("--help").stdout and "--install-completion" in cli("--help").stdout
+    script = cli("--show-completion", "bash", prog_name="gradfix")
+    assert script.exit_code == 0 and "_GRADFIX_COMPLETE=complete_bash" in script.stdout
+    environment = {**os.environ, "_GRADFIX_COMPLETE": "complete_bash", "COMP_WORDS": "gradfix ch", "COMP_CWORD": "1"}
+    commands = subprocess.run([sys.executable, "-m", "gradfix"], env=environment, capture_output=True, text=True)
+    assert commands.returncode == 0 and commands.stdout.split() == ["check"]
+    environment |= {"COMP_WORDS": "gradfix check --stat", "COMP_CWORD": "2"}
+    options = subprocess.run([sys.executable, "-m", "gradfix"], env=environment, capture_output=True, text=True)
+    assert options.stdout.split() == ["--statistics"]
+
+
+@pytest.mark.parametrize(
+    "arguments, said",
+    [
+        (["check", "--jo", "2", "."], "error: unknown option --jo (did you mean --jobs?)"),
+        (["check", "--no-such-thing", "."], "error: unknown option --no-such-thing"),
+        (["check", "--jobs", "0", "."], "error: --jobs"),
+        (["check", "--jobs", "many", "."], "error: --jobs"),
+        (["check", "--output-format", "xml", "."], "error: --output-format: 'xml' is not one of"),
+        (["explain"], "error: missing RULE"),
+        (["diagnose", "--timeout", "0.5", "train.py"], "error: --timeout"),
+    ],
+)
+def test_usage_errors_are_said_in_gradfixs_words(monkeypatch, capsys, arguments, said):
+    status, out, err = run_main(monkeypatch, capsys, *arguments)
+    assert status == 2 and out == ""
+    assert err.startswith(said), err
+    assert len(err.splitlines()) == 1, err
+    for foreign in ("Value error", "Input should", "Possible options", "Usage:", "Error:"):
+        assert foreign not in err, err
+    assert f"`gradfix {arguments[0]} -h`" in err
+
+
+def test_a_usage_error_names_the_values_an_option_takes(monkeypatch, capsys):
+    _, _, jobs = run_main(monkeypatch, capsys, "check", "--jobs", "0", ".")
+    assert jobs.startswith("error: --jobs takes 1 or more, not 0") or "0 is not in the range" in jobs  # (click without pydantic)
+    _, _, word = run_main(monkeypatch, capsys, "check", "--jobs", "many", ".")
+    assert word.startswith("error: --jobs takes a whole number, not 'many'") or "is not a valid integer" in word
+
+
+def test_the_entry_point_keeps_its_exit_statuses(monkeypatch, capsys, tmp_path):
+    assert run_main(monkeypatch, capsys, "--version")[:2] == (0, f"gradfix {__version__}\n")
+    assert run_main(monkeypatch, capsys, "check", "--help")[0] == 0
+    status, out, err = run_main(monkeypatch, capsys)
+    assert status == 2 and "Usage" in out + err  # no command: the help
+    write(tmp_path / "train.py", DOUBLE)
+    assert run_main(monkeypatch, capsys, "check", tmp_path)[0] == 1
+    assert run_main(monkeypatch, capsys, "explain", "GF999")[0] == 2
 
 
 def test_semantic_version_maps_pep_440_to_semver():
