@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gradfix.codemods.config import Config
 from gradfix.codemods.files import PathError, unified_diff
 from gradfix.codemods.notebook import file_lines
 from gradfix.codemods.report import FileReport, Finding, FixKind
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from gradfix.codemods.execution.verify import CheckResult, FixtureCase
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+# What is said beside the results (summaries, warnings): `--quiet` silences it, never an error.
+notes = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
 
 
@@ -193,10 +196,12 @@ def statistics_table(findings: Sequence[Finding]) -> Table:
     return table
 
 
-def print_fixed(findings: Iterable[Finding]) -> None:
-    """The findings the fixes removed, one line each, on stderr (stdout may carry code or a diff)."""
+def print_fixed(findings: Iterable[Finding], diff: bool = False) -> None:
+    """The findings the fixes removed (``diff``: would remove), one line each, on stderr (stdout
+    may carry code or a diff)."""
+    verb = "would fix" if diff else "fixed"
     for finding in findings:
-        stderr.print(Text(printed_line(f"fixed {finding.location}: {finding.code} {finding.message}")))
+        stderr.print(Text(printed_line(f"{verb} {finding.location}: {finding.code} {finding.message}")))
 
 
 def rule_record(rule: type[Rule]) -> dict:
@@ -220,6 +225,23 @@ def rules_table(rules: Sequence[type[Rule]]) -> Table:
     for rule in rules:
         table.add_row(rule.CODE, rule.NAME, rule.FIX.value if rule.FIX else "report", rule.SUMMARY)
     return table
+
+
+def settings_lines(path: str, config: Config, codes: Iterable[str], unsafe_fixes: bool, hints: bool) -> list[str]:
+    """``check --show-settings``: what checks ``path``, as TOML: the file its settings come from,
+    the rules selected (``codes``), the fix mode and hints, and ``config``'s exclusions (the
+    command line's over them)."""
+    ignores = ", ".join(f"{json.dumps(pattern)} = {json.dumps(list(ignored))}" for pattern, ignored in config.per_file_ignores)
+    return [
+        printed_line(f"Settings for: {path}"),
+        printed_line(f"Settings file: {config.path or 'none (the defaults)'}"),
+        f"rules = {json.dumps(sorted(codes))}",
+        f"unsafe-fixes = {json.dumps(unsafe_fixes)}",
+        f"hints = {json.dumps(hints)}",
+        f"exclude = {json.dumps(list(config.exclude))}",
+        f"extend-exclude = {json.dumps(list(config.extend_exclude))}",
+        f"per-file-ignores = {{{ignores}}}",
+    ]
 
 
 PIPED_WIDTH = 1000  # a table piped to a file or another program is not wrapped to a terminal's width

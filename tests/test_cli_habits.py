@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gradfix import __version__
+from gradfix.cli import app as cli_app
 from gradfix.cli import formats, main
 from gradfix.cli.app import app
 from gradfix.codemods.registry import all_rules, rule_anchor
@@ -50,6 +51,17 @@ def write(path, text):
     return path
 
 
+@pytest.mark.parametrize("command", ["check", "fix"])
+def test_check_and_fix_without_a_path_take_the_current_folder(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    script = write(tmp_path / "src" / "train.py", DOUBLE)
+    result = cli(command)
+    if command == "check":
+        assert result.exit_code == 1 and result.stdout.startswith(f"{os.path.join('src', 'train.py')}:19:5: GF002 ")
+    else:
+        assert result.exit_code == 0 and script.read_text() == DOUBLE_FIXED
+
+
 def test_a_dangling_link_found_by_a_walk_is_skipped_with_a_note(tmp_path):
     write(tmp_path / "train.py", CLEAN)
     (tmp_path / "gone.py").symlink_to(tmp_path / "moved_away.py")
@@ -59,6 +71,79 @@ def test_a_dangling_link_found_by_a_walk_is_skipped_with_a_note(tmp_path):
     assert "No findings in 1 file(s)." in result.stderr
     named = cli("check", tmp_path / "gone.py")  # named on the command line, it is an error still
     assert named.exit_code == 2 and "no such file or directory" in named.stderr
+
+
+# check --fix, --add-noqa --------------------------------------------------------------------------
+def test_check_fix_fixes_as_fix_does(tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    result = cli("check", "--fix", script)
+    assert result.exit_code == 0, result.output
+    assert script.read_text() == DOUBLE_FIXED
+    assert "Fixed 1 finding(s) in 1 file(s) (GF002: 1); nothing left to fix." in result.stderr
+    assert cli("check", "--fix", "--watch", script).exit_code == 2  # a fix per change is not offered
+
+
+def test_show_files_lists_the_files_a_check_would_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "b.py", DOUBLE)
+    write(tmp_path / "a" / "train.py", CLEAN)
+    write(tmp_path / "build" / "skipped.py", DOUBLE)
+    result = cli("check", "--show-files")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{os.path.join('a', 'train.py')}\nb.py\n"
+    assert (tmp_path / "b.py").read_text() == DOUBLE
+
+
+def test_show_settings_says_which_settings_check_the_first_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "pyproject.toml", '[tool.gradfix]\nignore = ["GF001"]\nunsafe-fixes = true\nper-file-ignores = {"tests/*" = ["GF002"]}\n')
+    write(tmp_path / "train.py", DOUBLE)
+    result = cli("check", "--show-settings", "--extend-exclude", "old", "train.py")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Settings for: train.py"
+    assert lines[1] == f"Settings file: {tmp_path / 'pyproject.toml'}"
+    codes = [rule.CODE for rule in all_rules() if rule.CODE != "GF001"]
+    assert f"rules = {json.dumps(codes)}" in lines
+    assert "unsafe-fixes = true" in lines and "hints = false" in lines
+    assert 'extend-exclude = ["old"]' in lines
+    assert 'per-file-ignores = {"tests/*" = ["GF002"]}' in lines
+    assert any(line.startswith('exclude = [".git", ') for line in lines)
+
+
+def test_output_file_takes_what_stdout_would_and_is_written_whole(tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    output = tmp_path / "out" / "findings.json"
+    output.parent.mkdir()
+    result = cli("check", "-o", output, "--output-format", "json", script)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert [record["code"] for record in json.loads(output.read_text())] == ["GF002"]
+    assert "Found 1 finding(s)" not in output.read_text()
+    folder = cli("check", "--output-file", tmp_path / "out", script)  # a folder cannot be written
+    assert folder.exit_code == 2 and f"error: --output-file {tmp_path / 'out'}: cannot write:" in folder.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == ["findings.json"]  # no temporary file left
+
+
+def test_quiet_prints_the_findings_and_errors_and_nothing_else(tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    shown = cli("check", "-q", script, empty)
+    assert shown.exit_code == 1 and shown.stdout.startswith(f"{script}:19:5: GF002") and shown.stderr == ""
+    broken = write(tmp_path / "broken.py", "loss.backward(\n")
+    errors = cli("check", "--quiet", broken)
+    assert errors.exit_code == 2 and errors.stderr.startswith(f"error: {broken}:1: cannot parse")
+    fixed = cli("fix", "-q", script)
+    assert fixed.exit_code == 0 and fixed.stderr == "" and script.read_text() == DOUBLE_FIXED
+    assert "Found" in cli("check", write(tmp_path / "again.py", DOUBLE)).stderr  # a run without -q says it again
+
+
+def test_select_all_selects_every_rule(tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    result = cli("check", "--select", "ALL", script)
+    assert result.exit_code == 1 and ": GF002 " in result.stdout
+    assert cli("check", "--ignore", "ALL", script).exit_code == 0
+    assert cli("check", "--select", "ALL", "--ignore", "GF002", script).exit_code == 0
 
 
 def test_the_version_has_ruffs_short_option():
@@ -77,6 +162,40 @@ def test_explanations_in_plain_text_have_no_rest_markup():
         explained = cli("explain", rule.CODE).stdout
         assert "``" not in explained, rule.CODE
     assert "The first `loss.backward()` walks the graph" in cli("explain", "GF001").stdout
+
+
+def test_fix_diff_show_fixes_says_what_would_be_fixed(tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    result = cli("fix", "--diff", "--show-fixes", script)
+    assert result.exit_code == 1 and script.read_text() == DOUBLE
+    assert f"would fix {script}:19:5: GF002 " in result.stderr
+    assert "fixed " not in result.stderr
+
+
+def test_watch_says_the_projects_totals_after_each_change_in_every_format(tmp_path, monkeypatch):
+    script = write(tmp_path / "train.py", CLEAN)
+    write(tmp_path / "other.py", DOUBLE)
+    looks = []
+
+    class Stop(Exception):
+        pass
+
+    real_sleep = cli_app.time.sleep
+
+    def sleep(seconds):
+        if seconds != cli_app.WATCH_INTERVAL:
+            return real_sleep(seconds)
+        looks.append(seconds)
+        if len(looks) == 1:
+            script.write_text(DOUBLE + "\n")  # another size: a change whatever the clock
+        elif len(looks) == 2:
+            raise Stop
+
+    monkeypatch.setattr(cli_app.time, "sleep", sleep)
+    result = cli("check", "--watch", "--output-format", "concise", tmp_path)
+    assert isinstance(result.exception, Stop)
+    assert result.stderr.count("Found 1 finding(s) in 1 file(s)") == 1
+    assert result.stderr.count("Found 2 finding(s) in 2 file(s)") == 1
 
 
 def test_shell_completion_is_offered_and_completes_commands_and_options(tmp_path):
