@@ -439,6 +439,9 @@ def check(
     no_cache: NoCache = False,
     shard: ShardOption = None,
     fix_: Annotated[bool, typer.Option("--fix", help="Apply the fixes, as `gradfix fix` does (--unsafe-fixes: the unsafe ones too).")] = False,
+    add_noqa: Annotated[
+        bool, typer.Option("--add-noqa", help="Silence each finding with a `# noqa: CODE` comment on its line, to adopt gradfix on code as it is.")
+    ] = False,
     show_files: Annotated[bool, typer.Option("--show-files", help="List the files a check would read, and stop.")] = False,
     show_settings: Annotated[bool, typer.Option("--show-settings", help="Show the settings that check the first file, and stop.")] = False,
     output_file: Annotated[
@@ -455,11 +458,13 @@ def check(
         _usage_error(f"--statistics counts findings as text or JSON, not as {output_format.value}")
     if watch and STDIN in paths:
         _usage_error("--watch watches files: it cannot read stdin")
-    for given, option in ((show_files, "--show-files"), (show_settings, "--show-settings")):
+    if add_noqa and fix_:
+        _usage_error("--add-noqa silences the findings --fix would fix: give one of them")
+    for given, option in ((add_noqa, "--add-noqa"), (show_files, "--show-files"), (show_settings, "--show-settings")):
         if given and STDIN in paths:
             _usage_error(f"{option} works on files: it cannot read stdin")
-    if fix_ and (watch or statistics):
-        _usage_error("--fix writes files once: it cannot go with --watch or --statistics")
+    if (fix_ or add_noqa) and (watch or statistics):
+        _usage_error(f"{'--fix' if fix_ else '--add-noqa'} writes files once: it cannot go with --watch or --statistics")
     if fix_ and output_file is not None and STDIN in paths:
         _usage_error("--fix puts the fixed code read from stdin on stdout: it cannot go with --output-file")
     if fix_:
@@ -488,6 +493,8 @@ def check(
     if show_files or show_settings:
         with _output_to(output_file):
             _show(paths, settings, overrides, force_exclude, part, show_files, show_settings)
+    if add_noqa:
+        _add_noqa(paths, settings, overrides, jobs, cache, part, force_exclude)
 
     def once() -> int:
         with _output_to(output_file):
@@ -575,6 +582,37 @@ def _show(
         render.notes.print(f"warning: {notice}")
     render.print_errors([], found.errors)
     raise typer.Exit(EXIT_ERROR if found.errors else EXIT_CLEAN)
+
+
+def _add_noqa(
+    paths: list[str],
+    settings: Settings,
+    overrides: Overrides,
+    jobs: Optional[int],
+    cache: ReportCache | None,
+    shard: Shard | None,
+    force_exclude: bool,
+) -> NoReturn:
+    """``check --add-noqa``: a ``# noqa`` comment for each finding shown by default
+    (``formats.noqa_added``), written as a fix is. Exit 1 when a finding is left unsilenced."""
+    reports, errors = _run(paths, settings, overrides, jobs, cache=cache, shard=shard, force_exclude=force_exclude)
+    added, left = {}, 0
+    for report in (r for r in reports if r.findings):
+        if is_notebook(report.path):  # (a cell's line is not a line of the file)
+            render.notes.print(render.printed_line(f"warning: {report.path}: a notebook: add its `# noqa` comments in its cells"))
+            left += 1
+            continue
+        report.rewritten, added[report.path], skipped = formats.noqa_added(report)
+        for line, why in skipped:
+            render.notes.print(render.printed_line(f"warning: {report.path}:{line}: {why}; no `# noqa` added"))
+        left += len(skipped)
+    _write_fixes(reports, errors, lambda path: write_root(path, paths))
+    written = [r for r in reports if r.changed]
+    render.print_errors(reports, errors)
+    render.notes.print(f"Added {sum(added[r.path] for r in written)} `# noqa` comment(s) in {len(written)} file(s).")
+    if _has_errors(reports, errors):
+        raise typer.Exit(EXIT_ERROR)
+    raise typer.Exit(EXIT_FINDINGS if left else EXIT_CLEAN)
 
 
 def _watch(paths: list[str], excluded: Callable[[Path], bool], once: Callable[[], int]) -> NoReturn:

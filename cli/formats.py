@@ -371,8 +371,12 @@ def _sarif_fix(path: str, code: str, rewrite: FileReport) -> dict:
 
 
 def _text(data: bytes) -> str:
+    return data.decode(_encoding(data))
+
+
+def _encoding(data: bytes) -> str:
     encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return data.decode(encoding)
+    return encoding
 
 
 def text_replacements(before: str, after: str) -> list[dict]:
@@ -398,3 +402,74 @@ def text_replacements(before: str, after: str) -> list[dict]:
 
 def sarif_text(reports: Sequence[FileReport], errors: Sequence[PathError] = ()) -> str:
     return json.dumps(sarif_log(reports, errors), indent=2) + "\n"
+
+
+# Suppression comments: check --add-noqa -----------------------------------------------------------
+def noqa_added(report: FileReport) -> tuple[bytes | None, int, list[tuple[int, str]]]:
+    """``check --add-noqa`` on a script: its file with a ``# noqa: CODE`` on each line where a
+    finding shown by default is (not a hint), the codes put first in the ``# noqa:`` list the
+    line has, and every other byte kept. A line where a comment would change the code (one
+    that ends inside a string, or goes on after a backslash) is left as it is, and so is one
+    whose comment the new codes would not silence. The new bytes (None when nothing changes),
+    how many lines got codes, and each line left with why."""
+    from gradfix.codemods.check import Suppressions  # (LibCST: a file with findings was parsed)
+
+    encoding = _encoding(report.original or b"")
+    text = (report.original or b"").decode(encoding)
+    codes_at: dict[int, list[str]] = {}
+    for finding in report.findings:
+        if not finding.hint and finding.code not in codes_at.setdefault(finding.line, []):
+            codes_at[finding.line].append(finding.code)
+    try:
+        comments, unsafe = _comment_places(text)
+    except (tokenize.TokenError, SyntaxError):
+        return None, 0, [(line, "this Python cannot read its tokens") for line in codes_at]
+    lines = io.StringIO(text).readlines()  # lines as the tokenizer, and so ``Suppressions``, counts them
+    skipped = [(line, f"{unsafe[line]}: a comment there would change the code") for line in codes_at if line in unsafe]
+    edited = {line: _with_noqa(lines[line - 1], comments.get(line), codes) for line, codes in codes_at.items() if line not in unsafe}
+    silenced = Suppressions("".join(edited.get(number, line) for number, line in enumerate(lines, 1)))
+    for line in list(edited):
+        if not all(silenced.silences(Finding(code, line, 0, "")) for code in codes_at[line]):
+            skipped.append((line, "its comment's `# noqa` cannot take the codes"))
+            del edited[line]
+    rewritten = "".join(edited.get(number, line) for number, line in enumerate(lines, 1)).encode(encoding)
+    return (rewritten if edited else None), len(edited), sorted(skipped)
+
+
+_NOQA = re.compile(r"#\s*noqa\b(?P<list>\s*:\s*)?", re.IGNORECASE)
+
+
+def _with_noqa(line: str, comment_column: int | None, codes: list[str]) -> str:
+    """``line`` with ``codes`` first in the list of its comment's first ``# noqa:`` (which
+    ``Suppressions`` reads), or a ``# noqa: CODES`` of its own at its end."""
+    body = line.rstrip("\r\n")
+    listed = ", ".join(codes)
+    directive = _NOQA.search(body, comment_column) if comment_column is not None else None
+    if directive is not None and directive["list"]:
+        return body[: directive.end()] + f"{listed}, " + line[directive.end() :]
+    return f"{body}  # noqa: {listed}" + line[len(body) :]
+
+
+_STRING_STARTS = {getattr(tokenize, name) for name in ("FSTRING_START", "TSTRING_START") if hasattr(tokenize, name)}  # Python 3.12, 3.14
+_STRING_ENDS = {getattr(tokenize, name) for name in ("FSTRING_END", "TSTRING_END") if hasattr(tokenize, name)}
+
+
+def _comment_places(text: str) -> tuple[dict[int, int], dict[int, str]]:
+    """Where each line's comment starts, and the lines at whose end a comment would change the
+    code, with why: the line ends inside a string (a comment would be part of it), or a
+    backslash carries it on to the next (a comment after it is a syntax error)."""
+    comments: dict[int, int] = {}
+    unsafe: dict[int, str] = {}
+    opened: list[int] = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.start[1]
+        elif token.type in _STRING_STARTS:
+            opened.append(token.start[0])
+        elif token.type == tokenize.STRING or token.type in _STRING_ENDS:
+            first = opened.pop() if token.type in _STRING_ENDS else token.start[0]
+            unsafe.update(dict.fromkeys(range(first, token.end[0]), "ends inside a string"))
+    for number, line in enumerate(io.StringIO(text).readlines(), 1):
+        if number not in unsafe and number not in comments and line.rstrip("\r\n").endswith("\\"):
+            unsafe[number] = "goes on after a backslash"
+    return comments, unsafe

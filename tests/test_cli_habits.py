@@ -83,6 +83,53 @@ def test_check_fix_fixes_as_fix_does(tmp_path):
     assert cli("check", "--fix", "--watch", script).exit_code == 2  # a fix per change is not offered
 
 
+def test_add_noqa_silences_each_finding_and_keeps_the_rest_of_the_file(tmp_path):
+    source = DOUBLE.replace("optimizer.step()", "optimizer.step()  # noqa: E501 (ours)").replace("\n", "\r\n")
+    second = source.replace("for step in range(3):", "for step in range(3):  # the epochs")
+    second = second.replace("    loss_reg.backward()\r\n", "    loss_reg.backward()  # noqa: E501 long\r\n")
+    script = tmp_path / "train.py"
+    script.write_bytes(source.encode())
+    other = tmp_path / "other.py"
+    other.write_bytes(second.encode())
+    result = cli("check", "--add-noqa", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "Added 2 `# noqa` comment(s) in 2 file(s)." in result.stderr
+    assert script.read_bytes() == source.replace(FINDING_LINE.replace("\n", "\r\n"), "    loss_reg.backward()  # noqa: GF002\r\n").encode()
+    assert other.read_bytes() == second.replace("# noqa: E501 long", "# noqa: GF002, E501 long").encode()
+    assert cli("check", tmp_path).exit_code == 0
+    again = cli("check", "--add-noqa", tmp_path)  # nothing left to silence: nothing written
+    assert again.exit_code == 0 and "Added 0 `# noqa` comment(s) in 0 file(s)." in again.stderr
+    assert script.read_bytes() == source.replace(FINDING_LINE.replace("\n", "\r\n"), "    loss_reg.backward()  # noqa: GF002\r\n").encode()
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ('    loss_cls.backward(); note = """the classes\n    head"""\n', "ends inside a string"),
+        ("    loss_cls.backward(); note = 1 + \\\n        2\n", "goes on after a backslash"),
+    ],
+    ids=["multi-line string", "backslash"],
+)
+def test_add_noqa_skips_a_line_where_a_comment_would_change_the_code(tmp_path, line, why):
+    source = DOUBLE.replace("    loss_cls.backward()\n", line)  # a GF010 finding at line 20, then
+    script = write(tmp_path / "train.py", source)
+    result = cli("check", "--add-noqa", script)
+    assert result.exit_code == 1
+    assert f"warning: {script}:20: {why}: a comment there would change the code; no `# noqa` added" in result.stderr
+    assert "Added 0 `# noqa` comment(s) in 0 file(s)." in result.stderr
+    assert script.read_text() == source
+
+
+def test_add_noqa_cannot_go_with_a_fix_or_stdin(tmp_path):
+    script = write(tmp_path / "train.py", DOUBLE)
+    both = cli("check", "--add-noqa", "--fix", script)
+    assert both.exit_code == 2 and both.stderr == "error: --add-noqa silences the findings --fix would fix: give one of them\n"
+    refused = cli("check", "--add-noqa", "-", input=DOUBLE)
+    assert refused.exit_code == 2 and refused.stderr == "error: --add-noqa works on files: it cannot read stdin\n"
+    assert cli("check", "--add-noqa", "--watch", script).exit_code == 2
+    assert script.read_text() == DOUBLE
+
+
 def test_show_files_lists_the_files_a_check_would_read(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "b.py", DOUBLE)
