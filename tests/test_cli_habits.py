@@ -102,6 +102,27 @@ def test_add_noqa_silences_each_finding_and_keeps_the_rest_of_the_file(tmp_path)
     assert script.read_bytes() == source.replace(FINDING_LINE.replace("\n", "\r\n"), "    loss_reg.backward()  # noqa: GF002\r\n").encode()
 
 
+def test_add_noqa_keeps_the_encoding_and_byte_order_mark(tmp_path):
+    source = "# -*- coding: latin-1 -*-\n# café\n" + DOUBLE
+    script = tmp_path / "train.py"
+    script.write_bytes(b"\xef\xbb\xbf" + DOUBLE.encode())
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(source.encode("latin-1"))
+    assert cli("check", "--add-noqa", tmp_path).exit_code == 0
+    noqa = "    loss_reg.backward()  # noqa: GF002\n"
+    assert script.read_bytes() == b"\xef\xbb\xbf" + DOUBLE.replace(FINDING_LINE, noqa).encode()
+    assert latin.read_bytes() == source.replace(FINDING_LINE, noqa).encode("latin-1")
+
+
+def test_add_noqa_names_a_notebook_and_leaves_it(tmp_path):
+    notebook = tmp_path / "train.ipynb"
+    notebook.write_bytes((ROOT / "tests" / "notebooks" / "real_train_loss_summed_as_tensors.ipynb").read_bytes())
+    result = cli("check", "--add-noqa", notebook)
+    assert result.exit_code == 1
+    assert f"warning: {notebook}: a notebook: add its `# noqa` comments in its cells" in result.stderr
+    assert notebook.read_bytes() == (ROOT / "tests" / "notebooks" / "real_train_loss_summed_as_tensors.ipynb").read_bytes()
+
+
 @pytest.mark.parametrize(
     "line, why",
     [
