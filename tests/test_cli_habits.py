@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from gradfix import __version__
@@ -51,6 +52,7 @@ def write(path, text):
     return path
 
 
+# paths ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", ["check", "fix"])
 def test_check_and_fix_without_a_path_take_the_current_folder(tmp_path, monkeypatch, command):
     monkeypatch.chdir(tmp_path)
@@ -151,6 +153,7 @@ def test_add_noqa_cannot_go_with_a_fix_or_stdin(tmp_path):
     assert script.read_text() == DOUBLE
 
 
+# what a run shows -------------------------------------------------------------------------------
 def test_show_files_lists_the_files_a_check_would_read(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "b.py", DOUBLE)
@@ -266,6 +269,7 @@ def test_watch_says_the_projects_totals_after_each_change_in_every_format(tmp_pa
     assert result.stderr.count("Found 2 finding(s) in 2 file(s)") == 1
 
 
+# shell completion --------------------------------------------------------------------------------
 def test_shell_completion_is_offered_and_completes_commands_and_options(tmp_path):
     assert "--show-completion" in cli("--help").stdout and "--install-completion" in cli("--help").stdout
     script = cli("--show-completion", "bash", prog_name="gradfix")
@@ -278,6 +282,7 @@ def test_shell_completion_is_offered_and_completes_commands_and_options(tmp_path
     assert options.stdout.split() == ["--statistics"]
 
 
+# errors in gradfix's words -----------------------------------------------------------------------
 @pytest.mark.parametrize(
     "arguments, said",
     [
@@ -317,6 +322,7 @@ def test_the_entry_point_keeps_its_exit_statuses(monkeypatch, capsys, tmp_path):
     assert run_main(monkeypatch, capsys, "explain", "GF999")[0] == 2
 
 
+# SARIF ------------------------------------------------------------------------------------------
 def test_semantic_version_maps_pep_440_to_semver():
     assert formats.semantic_version("0.2.0.dev0") == "0.2.0-dev.0"
     assert formats.semantic_version("1.4") == "1.4.0"
@@ -342,3 +348,18 @@ def test_sarif_regions_end_where_the_finding_ends_and_rules_link_to_their_page(t
     for rule in run["tool"]["driver"]["rules"]:
         assert rule["helpUri"] == f"{page}#{rule_anchor(rule['id'])}"
         assert "``" not in rule["help"]["text"] and "``" not in rule["fullDescription"]["text"]
+
+
+# docs -------------------------------------------------------------------------------------------
+def test_the_reference_lists_every_command_and_option():
+    reference = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        assert f"gradfix {name}" in reference, name
+        for parameter in command.params:
+            for option in [*parameter.opts, *parameter.secondary_opts]:
+                if option.startswith("-"):
+                    assert re.search(rf"`{re.escape(option)}\b", reference), f"gradfix {name} {option}"
+    for parameter in group.params:
+        for option in parameter.opts:
+            assert re.search(rf"`{re.escape(option)}\b", reference), option
