@@ -412,7 +412,9 @@ def noqa_added(report: FileReport) -> tuple[bytes | None, int, list[tuple[int, s
     that ends inside a string, or goes on after a backslash) is left as it is, and so is one
     whose comment the new codes would not silence. The new bytes (None when nothing changes),
     how many lines got codes, and each line left with why."""
-    from gradfix.codemods.check import Suppressions  # (LibCST: a file with findings was parsed)
+    # The reader of the comments a check uses, and its pattern of a noqa comment (LibCST: a file
+    # with findings was parsed already).
+    from gradfix.codemods.check import _NOQA, Suppressions
 
     encoding = _encoding(report.original or b"")
     text = (report.original or b"").decode(encoding)
@@ -421,12 +423,16 @@ def noqa_added(report: FileReport) -> tuple[bytes | None, int, list[tuple[int, s
         if not finding.hint and finding.code not in codes_at.setdefault(finding.line, []):
             codes_at[finding.line].append(finding.code)
     try:
-        comments, unsafe = _comment_places(text)
+        comments, open_ends = _comment_places(text)
     except (tokenize.TokenError, SyntaxError):
         return None, 0, [(line, "this Python cannot read its tokens") for line in codes_at]
     lines = io.StringIO(text).readlines()  # lines as the tokenizer, and so ``Suppressions``, counts them
-    skipped = [(line, f"{unsafe[line]}: a comment there would change the code") for line in codes_at if line in unsafe]
-    edited = {line: _with_noqa(lines[line - 1], comments.get(line), codes) for line, codes in codes_at.items() if line not in unsafe}
+    skipped = [(line, f"{open_ends[line]}: a comment there would change the code") for line in codes_at if line in open_ends]
+    edited = {
+        line: _with_noqa(lines[line - 1], _NOQA.search(lines[line - 1], comments[line]) if line in comments else None, codes)
+        for line, codes in codes_at.items()
+        if line not in open_ends
+    }
     silenced = Suppressions("".join(edited.get(number, line) for number, line in enumerate(lines, 1)))
     for line in list(edited):
         if not all(silenced.silences(Finding(code, line, 0, "")) for code in codes_at[line]):
@@ -436,17 +442,14 @@ def noqa_added(report: FileReport) -> tuple[bytes | None, int, list[tuple[int, s
     return (rewritten if edited else None), len(edited), sorted(skipped)
 
 
-_NOQA = re.compile(r"#\s*noqa\b(?P<list>\s*:\s*)?", re.IGNORECASE)
-
-
-def _with_noqa(line: str, comment_column: int | None, codes: list[str]) -> str:
-    """``line`` with ``codes`` first in the list of its comment's first ``# noqa:`` (which
-    ``Suppressions`` reads), or a ``# noqa: CODES`` of its own at its end."""
-    body = line.rstrip("\r\n")
+def _with_noqa(line: str, directive: re.Match[str] | None, codes: list[str]) -> str:
+    """``line`` with ``codes`` first in the list of ``directive``, its comment's first ``# noqa``
+    (the one ``Suppressions`` reads), or with a ``# noqa: CODES`` of its own at its end."""
     listed = ", ".join(codes)
-    directive = _NOQA.search(body, comment_column) if comment_column is not None else None
-    if directive is not None and directive["list"]:
-        return body[: directive.end()] + f"{listed}, " + line[directive.end() :]
+    if directive is not None and directive["listed"]:
+        start = directive.start("codes") + len(directive["codes"]) - len(directive["codes"].lstrip())
+        return line[:start] + f"{listed}, " + line[start:]
+    body = line.rstrip("\r\n")
     return f"{body}  # noqa: {listed}" + line[len(body) :]
 
 
@@ -459,7 +462,7 @@ def _comment_places(text: str) -> tuple[dict[int, int], dict[int, str]]:
     code, with why: the line ends inside a string (a comment would be part of it), or a
     backslash carries it on to the next (a comment after it is a syntax error)."""
     comments: dict[int, int] = {}
-    unsafe: dict[int, str] = {}
+    open_ends: dict[int, str] = {}
     opened: list[int] = []
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type == tokenize.COMMENT:
@@ -468,8 +471,8 @@ def _comment_places(text: str) -> tuple[dict[int, int], dict[int, str]]:
             opened.append(token.start[0])
         elif token.type == tokenize.STRING or token.type in _STRING_ENDS:
             first = opened.pop() if token.type in _STRING_ENDS else token.start[0]
-            unsafe.update(dict.fromkeys(range(first, token.end[0]), "ends inside a string"))
+            open_ends.update(dict.fromkeys(range(first, token.end[0]), "ends inside a string"))
     for number, line in enumerate(io.StringIO(text).readlines(), 1):
-        if number not in unsafe and number not in comments and line.rstrip("\r\n").endswith("\\"):
-            unsafe[number] = "goes on after a backslash"
-    return comments, unsafe
+        if number not in open_ends and number not in comments and line.rstrip("\r\n").endswith("\\"):
+            open_ends[number] = "goes on after a backslash"
+    return comments, open_ends

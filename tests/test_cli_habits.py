@@ -93,9 +93,11 @@ def test_add_noqa_silences_each_finding_and_keeps_the_rest_of_the_file(tmp_path)
     script.write_bytes(source.encode())
     other = tmp_path / "other.py"
     other.write_bytes(second.encode())
+    commented = write(tmp_path / "commented.py", DOUBLE.replace(FINDING_LINE, "    loss_reg.backward()  # see #12\n"))
     result = cli("check", "--add-noqa", tmp_path)
     assert result.exit_code == 0, result.output
-    assert "Added 2 `# noqa` comment(s) in 2 file(s)." in result.stderr
+    assert "Added 3 `# noqa` comment(s) in 3 file(s)." in result.stderr
+    assert commented.read_text() == DOUBLE.replace(FINDING_LINE, "    loss_reg.backward()  # see #12  # noqa: GF002\n")
     assert script.read_bytes() == source.replace(FINDING_LINE.replace("\n", "\r\n"), "    loss_reg.backward()  # noqa: GF002\r\n").encode()
     assert other.read_bytes() == second.replace("# noqa: E501 long", "# noqa: GF002, E501 long").encode()
     assert cli("check", tmp_path).exit_code == 0
