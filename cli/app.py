@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import importlib.util
+import io
 import os
 import sys
 import time
@@ -31,6 +32,7 @@ from gradfix.codemods.files import (
     path_lines,
     sweep_stale_temporaries,
     unified_diff,
+    write_atomically,
     write_fix,
     write_root,
 )
@@ -75,7 +77,7 @@ class Command(TyperCommand):
 
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion and --show-completion, as typer writes them
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -109,10 +111,20 @@ def _show_tracebacks(value: bool) -> None:
     _tracebacks_shown = _tracebacks_shown or value
 
 
-Paths = Annotated[List[str], typer.Argument(metavar="PATH...", help="Files or folders to check; `-` reads the code from stdin.", show_default=False)]
+def _quiet(value: bool) -> None:
+    render.notes.quiet = value
+
+
+Paths = Annotated[
+    Optional[List[str]],
+    typer.Argument(
+        metavar="[PATH...]", help="Files or folders to check [default: the current folder]; `-` reads the code from stdin.", show_default=False
+    ),
+]
+CURRENT_FOLDER = "."  # what `check` and `fix` check given no path, as ruff's
 Select = Annotated[
     Optional[List[str]],
-    typer.Option("--select", metavar="RULES", help="Only these rules: codes, prefixes or names (comma-separated, repeatable)."),
+    typer.Option("--select", metavar="RULES", help="Only these rules: codes, prefixes, names or ALL (comma-separated, repeatable)."),
 ]
 ExtendSelect = Annotated[
     Optional[List[str]],
@@ -201,6 +213,16 @@ Verbose = Annotated[
         help="Show the traceback of an error gradfix did not foresee.",
     ),
 ]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        callback=_quiet,
+        expose_value=False,
+        help="Print the findings and the errors, nothing else (no summary, no warning).",
+    ),
+]
 STDIN = "-"
 
 
@@ -212,15 +234,21 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")] = None,
+    version: Annotated[Optional[bool], typer.Option("--version", "-V", callback=_version, is_eager=True, help="Show the version and exit.")] = None,
     verbose: Verbose = False,
 ) -> None:
     """Find and fix the PyTorch training-loop bugs behind 'Trying to backward through the graph a
     second time'."""
+    render.notes.quiet = False  # until a command's --quiet says otherwise
 
 
 def _split(values: Optional[List[str]]) -> list[str]:
     return [part.strip() for value in values or () for part in value.split(",") if part.strip()]
+
+
+def _rule_patterns(values: Optional[List[str]]) -> list[str]:
+    """``--select`` and the like: ``_split``, ``ALL`` standing for every rule (as ruff's)."""
+    return [pattern for part in _split(values) for pattern in (RULE_MODULES if part == "ALL" else [part])]
 
 
 def _usage_error(message: str) -> NoReturn:
@@ -240,16 +268,16 @@ def _selection(
 ) -> tuple[Settings, Overrides]:
     """The settings every file reads (``--config``) and what the command line says over them."""
     if select is not None and not _split(select):
-        _usage_error("--select names no rule (give codes, prefixes or names such as GF001, GF00 or duplicate_backward)")
+        _usage_error("--select names no rule (give codes, prefixes or names such as GF001, GF00 or duplicate_backward, or ALL)")
     try:
-        for patterns in (_split(select), _split(extend_select), _split(ignore)):
+        for patterns in (_rule_patterns(select), _rule_patterns(extend_select), _rule_patterns(ignore)):
             codes_matching(patterns)
     except UnknownRuleError as error:
-        _usage_error(f"unknown rule code, prefix or name: {error} (the rules are {', '.join(RULE_MODULES)})")
+        _usage_error(f"unknown rule code, prefix or name: {error} (the rules are {', '.join(RULE_MODULES)}, or ALL)")
     overrides = Overrides(
-        select=tuple(_split(select)) if select is not None else None,
-        extend_select=tuple(_split(extend_select)),
-        ignore=tuple(_split(ignore)),
+        select=tuple(_rule_patterns(select)) if select is not None else None,
+        extend_select=tuple(_rule_patterns(extend_select)),
+        ignore=tuple(_rule_patterns(ignore)),
         unsafe_fixes=unsafe_fixes,
         exclude=tuple(_split(exclude)) if exclude is not None else None,
         extend_exclude=tuple(_split(extend_exclude)),
@@ -304,7 +332,7 @@ def _run(
     except ConfigError as error:
         _usage_error(str(error))
     for notice in checked.notices:
-        render.stderr.print(f"warning: {notice}")
+        render.notes.print(f"warning: {notice}")
     return checked.reports, checked.errors
 
 
@@ -340,7 +368,7 @@ def _cache(cache_dir: Optional[Path], no_cache: bool) -> ReportCache | None:
     cache = ReportCache(cache_dir or project_root() / DEFAULT_FOLDER)
     problem = cache.unusable() if cache_dir is not None else ""
     if problem:
-        render.stderr.print(f"warning: --cache-dir {cache_dir}: {problem}; checking without the cache")
+        render.notes.print(f"warning: --cache-dir {cache_dir}: {problem}; checking without the cache")
         return None
     return cache
 
@@ -386,7 +414,7 @@ def _print_unsafe_fixes(reports: list[FileReport], settings: Settings, unsafe_fi
 
 @app.command(cls=Command)
 def check(
-    paths: Paths,
+    paths: Paths = None,
     select: Select = None,
     extend_select: ExtendSelect = None,
     ignore: Ignore = None,
@@ -410,31 +438,82 @@ def check(
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
     shard: ShardOption = None,
+    fix_: Annotated[bool, typer.Option("--fix", help="Apply the fixes, as `gradfix fix` does (--unsafe-fixes: the unsafe ones too).")] = False,
+    add_noqa: Annotated[
+        bool, typer.Option("--add-noqa", help="Silence each finding with a `# noqa: CODE` comment on its line, to adopt gradfix on code as it is.")
+    ] = False,
+    show_files: Annotated[bool, typer.Option("--show-files", help="List the files a check would read, and stop.")] = False,
+    show_settings: Annotated[bool, typer.Option("--show-settings", help="Show the settings that check the first file, and stop.")] = False,
+    output_file: Annotated[
+        Optional[Path],
+        typer.Option("--output-file", "-o", metavar="FILE", help="Write what would go to stdout to this file instead.", show_default=False),
+    ] = None,
+    quiet: Quiet = False,
     verbose: Verbose = False,
 ) -> None:
-    """Report findings as `path:line:col: CODE message`. Exit 1 if there are any. The path `-`
-    reads the code from stdin."""
+    """Report findings as `path:line:col: CODE message`. Exit 1 if there are any. No path checks
+    the current folder; the path `-` reads the code from stdin."""
+    paths = paths or [CURRENT_FOLDER]
     if statistics and output_format in (OutputFormat.github, OutputFormat.sarif):
         _usage_error(f"--statistics counts findings as text or JSON, not as {output_format.value}")
     if watch and STDIN in paths:
         _usage_error("--watch watches files: it cannot read stdin")
+    if add_noqa and fix_:
+        _usage_error("--add-noqa silences the findings --fix would fix: give one of them")
+    for given, option in ((add_noqa, "--add-noqa"), (show_files, "--show-files"), (show_settings, "--show-settings")):
+        if given and STDIN in paths:
+            _usage_error(f"{option} works on files: it cannot read stdin")
+    if (fix_ or add_noqa) and (watch or statistics):
+        _usage_error(f"{'--fix' if fix_ else '--add-noqa'} writes files once: it cannot go with --watch or --statistics")
+    if fix_ and output_file is not None and STDIN in paths:
+        _usage_error("--fix puts the fixed code read from stdin on stdout: it cannot go with --output-file")
+    if fix_:
+        with _output_to(output_file):
+            fix(
+                paths,
+                unsafe_fixes=unsafe_fixes,
+                select=select,
+                extend_select=extend_select,
+                ignore=ignore,
+                config=config,
+                exclude=exclude,
+                extend_exclude=extend_exclude,
+                force_exclude=force_exclude,
+                jobs=jobs,
+                output_format=output_format,
+                stdin_filename=stdin_filename,
+                hints=hints,
+                exit_zero=exit_zero,
+                cache_dir=cache_dir,
+                no_cache=no_cache,
+                shard=shard,
+            )
     settings, overrides = _selection(config, select, extend_select, ignore, None, exclude, extend_exclude, hints)
     cache, part = _cache(cache_dir, no_cache), _shard(shard)
+    if show_files or show_settings:
+        with _output_to(output_file):
+            _show(paths, settings, overrides, force_exclude, part, show_files, show_settings)
+    if add_noqa:
+        _add_noqa(paths, settings, overrides, jobs, cache, part, force_exclude)
 
     def once() -> int:
-        reports, errors = _run(paths, settings, overrides, jobs, stdin_filename=stdin_filename, cache=cache, shard=part, force_exclude=force_exclude)
-        findings = [f for r in reports for f in r.findings]
-        if statistics and output_format in (OutputFormat.json, OutputFormat.json_lines):
-            render.print_json(render.statistics(findings), lines=output_format is OutputFormat.json_lines)
-        elif statistics:
-            render.print_table(render.statistics_table(findings))
-        else:
-            _print_results(output_format, reports, errors, {"findings": str(len(findings))})
-        if output_format in (OutputFormat.text, OutputFormat.concise) and not statistics:
-            _print_unsafe_fixes(reports, settings, unsafe_fixes)
+        with _output_to(output_file):
+            reports, errors = _run(
+                paths, settings, overrides, jobs, stdin_filename=stdin_filename, cache=cache, shard=part, force_exclude=force_exclude
+            )
+            findings = [f for r in reports for f in r.findings]
+            if statistics and output_format in (OutputFormat.json, OutputFormat.json_lines):
+                render.print_json(render.statistics(findings), lines=output_format is OutputFormat.json_lines)
+            elif statistics:
+                render.print_table(render.statistics_table(findings))
+            else:
+                _print_results(output_format, reports, errors, {"findings": str(len(findings))})
+            if output_format in (OutputFormat.text, OutputFormat.concise) and not statistics:
+                _print_unsafe_fixes(reports, settings, unsafe_fixes)
         render.print_errors(reports, errors)
-        if output_format in (OutputFormat.text, OutputFormat.github) and (reports or not errors):
-            render.stderr.print(render.check_summary(reports))
+        # --watch: the project's totals after each change, whatever the format of the findings
+        if (watch or output_format in (OutputFormat.text, OutputFormat.github)) and (reports or not errors):
+            render.notes.print(render.check_summary(reports))
         if _has_errors(reports, errors):
             return EXIT_ERROR
         return EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN
@@ -442,6 +521,98 @@ def check(
     if watch:
         _watch(paths, excluded_by(settings, overrides), once)
     raise typer.Exit(once())
+
+
+@contextlib.contextmanager
+def _output_to(path: Optional[Path]) -> Iterator[None]:
+    """``--output-file``: what the block prints on stdout goes to ``path`` instead, written whole
+    when the block ends or exits; nothing is written when it fails (an error gradfix did not
+    foresee, Ctrl-C)."""
+    if path is None:
+        yield
+        return
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    except typer.Exit:
+        _write_output(path, printed.getvalue())
+        raise
+    _write_output(path, printed.getvalue())
+
+
+def _write_output(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` as a fix replaces a file: never half of it. A new file is
+    made empty first, and removed again if the write fails."""
+    made = False
+    try:
+        if not os.path.lexists(path):
+            path.touch(exist_ok=False)
+            made = True
+        write_atomically(path, text.encode("utf-8"))
+    except BaseException as error:
+        if made:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        if isinstance(error, OSError):
+            _usage_error(f"--output-file {path}: cannot write: {error.strerror or error}")
+        raise
+
+
+def _show(
+    paths: list[str], settings: Settings, overrides: Overrides, force_exclude: bool, shard: Shard | None, files: bool, first_settings: bool
+) -> NoReturn:
+    """``--show-files``: the files a check would read (as ``run.check_paths`` collects them), one
+    a line; ``--show-settings``: the settings that check the first of them."""
+    found = collect_files(paths, excluded_by(settings, overrides), excluded_when_named(settings, overrides) if force_exclude else None)
+    if shard is not None:
+        found.files = shard.select(found.files, project_root())
+    if first_settings:
+        first = found.files[0] if found.files else Path(paths[0])
+        try:
+            config = settings.for_path(first)
+        except ConfigError as error:
+            _usage_error(str(error))
+        codes = overrides.codes(config, first)
+        lines = render.settings_lines(str(first), overrides.applied(config), codes, overrides.unsafe(config), overrides.shows_hints(config))
+        typer.echo("\n".join(lines))
+    if files and found.files:
+        typer.echo(path_lines(map(str, sorted(found.files))))
+    for notice in found.notices:
+        render.notes.print(f"warning: {notice}")
+    render.print_errors([], found.errors)
+    raise typer.Exit(EXIT_ERROR if found.errors else EXIT_CLEAN)
+
+
+def _add_noqa(
+    paths: list[str],
+    settings: Settings,
+    overrides: Overrides,
+    jobs: Optional[int],
+    cache: ReportCache | None,
+    shard: Shard | None,
+    force_exclude: bool,
+) -> NoReturn:
+    """``check --add-noqa``: a ``# noqa`` comment for each finding shown by default
+    (``formats.noqa_added``), written as a fix is. Exit 1 when a finding is left unsilenced."""
+    reports, errors = _run(paths, settings, overrides, jobs, cache=cache, shard=shard, force_exclude=force_exclude)
+    added, left = {}, 0
+    for report in (r for r in reports if r.findings):
+        if is_notebook(report.path):  # (a cell's line is not a line of the file)
+            render.notes.print(render.printed_line(f"warning: {report.path}: a notebook: add its `# noqa` comments in its cells"))
+            left += 1
+            continue
+        report.rewritten, added[report.path], skipped = formats.noqa_added(report)
+        for line, why in skipped:
+            render.notes.print(render.printed_line(f"warning: {report.path}:{line}: {why}; no `# noqa` added"))
+        left += len(skipped)
+    _write_fixes(reports, errors, lambda path: write_root(path, paths))
+    written = [r for r in reports if r.changed]
+    render.print_errors(reports, errors)
+    render.notes.print(f"Added {sum(added[r.path] for r in written)} `# noqa` comment(s) in {len(written)} file(s).")
+    if _has_errors(reports, errors):
+        raise typer.Exit(EXIT_ERROR)
+    raise typer.Exit(EXIT_FINDINGS if left else EXIT_CLEAN)
 
 
 def _watch(paths: list[str], excluded: Callable[[Path], bool], once: Callable[[], int]) -> NoReturn:
@@ -452,7 +623,7 @@ def _watch(paths: list[str], excluded: Callable[[Path], bool], once: Callable[[]
         if now != seen:
             seen = now
             once()
-            render.stderr.print(f"[{time.strftime('%H:%M:%S')}] Watching for file changes (Ctrl-C to stop).")
+            render.notes.print(f"[{time.strftime('%H:%M:%S')}] Watching for file changes (Ctrl-C to stop).")
         time.sleep(WATCH_INTERVAL)
 
 
@@ -471,7 +642,7 @@ def _stdin_is_terminal() -> bool:
 
 @app.command(cls=Command)
 def fix(
-    paths: Paths,
+    paths: Paths = None,
     diff: Annotated[bool, typer.Option("--diff", help="Write nothing; print a unified diff of the fixes.")] = False,
     unsafe_fixes: UnsafeFixes = None,
     select: Select = None,
@@ -496,11 +667,13 @@ def fix(
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
     shard: ShardOption = None,
+    quiet: Quiet = False,
     verbose: Verbose = False,
 ) -> None:
     """Apply fixes in place (or show them with --diff). Exit 1 if findings are left unfixed, or
-    with --diff if there would be changes. The path `-` reads the code from stdin and writes the
-    fixed code to stdout (findings left go to stderr)."""
+    with --diff if there would be changes. No path fixes the current folder; the path `-` reads
+    the code from stdin and writes the fixed code to stdout (findings left go to stderr)."""
+    paths = paths or [CURRENT_FOLDER]
     from_stdin = paths == [STDIN]
     if interactive and (diff or from_stdin):
         _usage_error("--interactive writes files: it cannot go with --diff or stdin")
@@ -544,9 +717,9 @@ def fix(
             output_format, reports, errors, {"findings": str(left), "changed-files": path_lines(formats.repository_path(r.path) for r in changed)}
         )
     if show_fixes:
-        render.print_fixed(f for r in reports for f in r.fixed)
+        render.print_fixed((f for r in reports for f in r.fixed), diff)
     render.print_errors(reports, errors)
-    render.stderr.print(render.fix_summary(reports, diff))
+    render.notes.print(render.fix_summary(reports, diff))
     if _has_errors(reports, errors):
         raise typer.Exit(EXIT_ERROR)
     pending = changed if diff else [f for r in reports for f in r.findings]
@@ -696,6 +869,9 @@ def explain(
     except UnknownRuleError:
         _usage_error(f"unknown rule: {code} (see `gradfix rules`)")
     typer.echo(render.explanation(rule))
+
+
+app.command("rule", cls=Command, help="Explain a rule, with a before/after example (as `explain`, ruff's name for it).")(explain)
 
 
 @app.command(cls=Command)
@@ -901,13 +1077,28 @@ def _apply_repair(searched: Repair, diagnosis: Diagnosis, shown: Path, fix: bool
     raise typer.Exit(EXIT_CLEAN)
 
 
+# click's UsageError, of the click typer uses (its own copy, in recent typer), which exports no name for it
+UsageError = typer.BadParameter.__base__
+
+
 def run() -> None:
-    """Run the command line; ``gradfix.cli.main`` wraps it with signal handling. An error gradfix
-    did not foresee exits 2 with one line (its traceback too with --verbose)."""
+    """Run the command line; ``gradfix.cli.main`` wraps it with signal handling. A usage error is
+    one line in gradfix's words; an error gradfix did not foresee exits 2 with one line (its
+    traceback too with --verbose)."""
     global _tracebacks_shown
     _tracebacks_shown = False
     try:
-        app(prog_name="gradfix")
+        # Not standalone: click's usage errors come here instead of being printed in its words.
+        status = app(prog_name="gradfix", standalone_mode=False)
+    except typer.Abort:  # end of input at a prompt
+        render.stderr.print("Aborted!")
+        sys.exit(EXIT_FINDINGS)
+    except UsageError as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # `gradfix` alone: the help (as typer tells it)
+            error.show()
+        else:
+            render.stderr.print(usage_message(error))
+        sys.exit(EXIT_ERROR)
     except formats.StepFileError as error:
         render.stderr.print(f"error: {error}")
         sys.exit(EXIT_ERROR)
@@ -917,3 +1108,47 @@ def run() -> None:
         hint = "" if _tracebacks_shown else " (--verbose shows where)"
         render.stderr.print(f"error: internal error: {type(error).__name__}: {error}{hint}")
         sys.exit(EXIT_ERROR)
+    sys.exit(status if isinstance(status, int) else EXIT_CLEAN)
+
+
+def usage_message(error: Exception) -> str:
+    """A usage error as gradfix says it, on one line: an unknown option with the ones it may
+    have meant, a value with what the option takes (from pydantic's account, in recent typer,
+    never its words), a missing argument; and where the usage is shown."""
+    context = getattr(error, "ctx", None)
+    where = f" (see `{context.command_path} -h`)" if context is not None else ""
+    parameter = getattr(error, "param", None)
+    if hasattr(error, "possibilities"):  # click's NoSuchOption
+        meant = error.possibilities
+        return f"error: unknown option {error.option_name}" + (f" (did you mean {' or '.join(sorted(meant))}?)" if meant else "") + where
+    if not isinstance(error, typer.BadParameter) or parameter is None:
+        return f"error: {error.format_message()}{where}"
+    name = parameter.opts[0] if parameter.param_type_name == "option" else (parameter.metavar or parameter.name)
+    if hasattr(error, "param_type"):  # click's MissingParameter
+        return f"error: missing {name}{where}"
+    account = error.__cause__.errors()[0] if hasattr(error.__cause__, "errors") else None
+    if account is None:
+        return f"error: {name}: {error.message}{where}"
+    if account["type"] == "value_error":
+        return f"error: {name}: {str(account['ctx']['error']).rstrip('.')}{where}"
+    taken = _TAKEN.get(account["type"])
+    if taken is None:
+        return f"error: {name}: {account['input']!r} is not a value it takes{where}"
+    given = account["input"] if account["type"] in _BOUNDS else repr(account["input"])
+    return f"error: {name} takes {taken(account.get('ctx', {}))}, not {given}{where}"
+
+
+# What an option takes, by the kind of value pydantic says it was not.
+_BOUNDS = {
+    "greater_than_equal": lambda bound: f"{bound['ge']} or more",
+    "greater_than": lambda bound: f"more than {bound['gt']}",
+    "less_than_equal": lambda bound: f"{bound['le']} or less",
+    "less_than": lambda bound: f"less than {bound['lt']}",
+}
+_TAKEN = {
+    **_BOUNDS,
+    "int_parsing": lambda bound: "a whole number",
+    "int_from_float": lambda bound: "a whole number",
+    "float_parsing": lambda bound: "a number",
+    "bool_parsing": lambda bound: "true or false",
+}

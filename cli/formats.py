@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import io
 import json
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gradfix import __version__
-from gradfix.cli.render import visible
+from gradfix.cli.render import plain_documentation, visible
 from gradfix.codemods.config import project_root
 from gradfix.codemods.files import PathError
 from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
@@ -214,6 +215,13 @@ def sarif_log(reports: Sequence[FileReport], errors: Sequence[PathError] = ()) -
     repository's root, as code scanning reads them."""
     rules = all_rules()
     index = {rule.CODE: position for position, rule in enumerate(rules)}
+    semantic = semantic_version(__version__)
+    driver = {
+        "name": "gradfix",
+        "version": __version__,
+        **({"semanticVersion": semantic} if semantic else {}),
+        "rules": [_sarif_rule(r) for r in rules],
+    }
     results, notifications = [], [_notification(error) for error in errors]
     for report in reports:
         fixes = {code: _sarif_fix(report.path, code, rewrite) for code, rewrite in rule_rewrites(report).items()}
@@ -229,9 +237,7 @@ def sarif_log(reports: Sequence[FileReport], errors: Sequence[PathError] = ()) -
         "version": SARIF_VERSION,
         "runs": [
             {
-                "tool": {
-                    "driver": {"name": "gradfix", "version": __version__, "semanticVersion": __version__, "rules": [_sarif_rule(r) for r in rules]}
-                },
+                "tool": {"driver": driver},
                 "columnKind": "unicodeCodePoints",
                 "originalUriBaseIds": {SOURCE_ROOT: {"uri": project_root().as_uri() + "/"}},
                 "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
@@ -246,27 +252,63 @@ def _notification(error: PathError, notebook: Notebook | None = None) -> dict:
     return {"level": "error", "message": {"text": error.message}, "locations": [location]}
 
 
+_PEP_440 = re.compile(
+    r"(?:\d+!)?(?P<release>\d+(?:\.\d+)*)(?:(?P<pre>a|b|rc)(?P<pre_number>\d+))?(?:\.post(?P<post>\d+))?(?:\.dev(?P<dev>\d+))?(?:\+(?P<local>[a-z0-9.]+))?"
+)
+
+
+def semantic_version(version: str) -> str | None:
+    """A version in PEP 440's normal form (gradfix's: ``0.2.0.dev0``) as SemVer, which SARIF's
+    ``semanticVersion`` must be: three release numbers, its pre-release and development parts as
+    pre-release identifiers (``0.2.0-dev.0``), its post-release and local parts as build metadata
+    (no epoch); None for another form."""
+    match = _PEP_440.fullmatch(version)
+    if match is None:
+        return None
+    major, minor, patch = [*map(int, match["release"].split(".")), 0, 0][:3]
+    pre = [match["pre"], str(int(match["pre_number"]))] if match["pre"] else []
+    pre += ["dev", str(int(match["dev"]))] if match["dev"] is not None else []
+    build = ["post", str(int(match["post"]))] if match["post"] is not None else []
+    build += match["local"].split(".") if match["local"] else []
+    return f"{major}.{minor}.{patch}" + ("-" + ".".join(pre) if pre else "") + ("+" + ".".join(build) if build else "")
+
+
 def _sarif_rule(rule: type[Rule]) -> dict:
     fix = rule.FIX.value if rule.FIX is not None else "none"
+    text = plain_documentation(rule)
     example = f"Before:\n\n{rule.EXAMPLE_BEFORE}\nAfter:\n\n{rule.EXAMPLE_AFTER}"
     markdown_example = f"Before:\n\n```python\n{rule.EXAMPLE_BEFORE}```\n\nAfter:\n\n```python\n{rule.EXAMPLE_AFTER}```\n"
+    link = _rules_page_link(rule.CODE)
     return {
         "id": rule.CODE,
         "name": rule.NAME,
         "shortDescription": {"text": rule.SUMMARY},
-        "fullDescription": {"text": rule.documentation()},
-        "help": {"text": f"{rule.documentation()}\n\n{example}", "markdown": f"{rule.documentation()}\n\n{markdown_example}"},
+        "fullDescription": {"text": text},
+        "help": {"text": f"{text}\n\n{example}", "markdown": f"{rule.documentation()}\n\n{markdown_example}"},
+        **({"helpUri": link} if link else {}),
         "defaultConfiguration": {"level": "error"},
         "properties": {"fix": fix, "keeps-gradients": rule.KEEPS_GRADIENTS, "tags": ["pytorch", "autograd", "correctness"]},
     }
+
+
+def _rules_page_link(code: str) -> str | None:
+    """The rule's section of docs/rules.md, as the language server links it: where this
+    installation came from (none without pygls, the ``server`` extra, which that link needs)."""
+    if importlib.util.find_spec("pygls") is None:
+        return None
+    from .server import rules_page_link
+
+    return rules_page_link(code)
 
 
 def _sarif_result(finding: Finding, rule_index: int, notebook: Notebook | None) -> dict:
     """A finding as a result; a notebook's places are the lines of its file that hold them (its
     cells' lines are named in the message)."""
     place = "" if finding.cell is None else f"cell {finding.cell}, line {finding.line}: "
-    column = finding.column if finding.cell is None else None
-    location = _location(finding.path, _file_line(notebook, finding.cell, finding.line), column)
+    line, end_line = (_file_line(notebook, finding.cell, number) if number else None for number in (finding.line, finding.end_line))
+    # (in a notebook, a column of the cell's line is none of its file's)
+    columns = (finding.column, finding.end_column or None) if finding.cell is None else (None, None)
+    location = _location(finding.path, line, *columns, end_line)
     cells = finding.related_cells or (finding.cell,) * len(finding.related_lines)
     related = [_location(finding.path, _file_line(notebook, cell, line)) for cell, line in zip(cells, finding.related_lines)]
     result = {
@@ -282,10 +324,13 @@ def _sarif_result(finding: Finding, rule_index: int, notebook: Notebook | None) 
     return result
 
 
-def _location(path: str, line: int | None, column: int | None = None) -> dict:
+def _location(path: str, line: int | None, column: int | None = None, end_column: int | None = None, end_line: int | None = None) -> dict:
+    """A place in a file: its region from ``line`` (and ``column``) to ``end_line`` (and
+    ``end_column``, the column after it), where they are known."""
     physical: dict = {"artifactLocation": _artifact(path)}
     if line is not None:
-        physical["region"] = {"startLine": line} | ({"startColumn": column} if column is not None else {})
+        bounds = {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
+        physical["region"] = {key: value for key, value in bounds.items() if value is not None}
     return {"physicalLocation": physical}
 
 
@@ -326,8 +371,12 @@ def _sarif_fix(path: str, code: str, rewrite: FileReport) -> dict:
 
 
 def _text(data: bytes) -> str:
+    return data.decode(_encoding(data))
+
+
+def _encoding(data: bytes) -> str:
     encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return data.decode(encoding)
+    return encoding
 
 
 def text_replacements(before: str, after: str) -> list[dict]:
@@ -353,3 +402,77 @@ def text_replacements(before: str, after: str) -> list[dict]:
 
 def sarif_text(reports: Sequence[FileReport], errors: Sequence[PathError] = ()) -> str:
     return json.dumps(sarif_log(reports, errors), indent=2) + "\n"
+
+
+# Suppression comments: check --add-noqa -----------------------------------------------------------
+def noqa_added(report: FileReport) -> tuple[bytes | None, int, list[tuple[int, str]]]:
+    """``check --add-noqa`` on a script: its file with a ``# noqa: CODE`` on each line where a
+    finding shown by default is (not a hint), the codes put first in the ``# noqa:`` list the
+    line has, and every other byte kept. A line where a comment would change the code (one
+    that ends inside a string, or goes on after a backslash) is left as it is, and so is one
+    whose comment the new codes would not silence. The new bytes (None when nothing changes),
+    how many lines got codes, and each line left with why."""
+    # The reader of the comments a check uses, and its pattern of a noqa comment (LibCST: a file
+    # with findings was parsed already).
+    from gradfix.codemods.check import _NOQA, Suppressions
+
+    encoding = _encoding(report.original or b"")
+    text = (report.original or b"").decode(encoding)
+    codes_at: dict[int, list[str]] = {}
+    for finding in report.findings:
+        if not finding.hint and finding.code not in codes_at.setdefault(finding.line, []):
+            codes_at[finding.line].append(finding.code)
+    try:
+        comments, open_ends = _comment_places(text)
+    except (tokenize.TokenError, SyntaxError):
+        return None, 0, [(line, "this Python cannot read its tokens") for line in codes_at]
+    lines = io.StringIO(text).readlines()  # lines as the tokenizer, and so ``Suppressions``, counts them
+    skipped = [(line, f"{open_ends[line]}: a comment there would change the code") for line in codes_at if line in open_ends]
+    edited = {
+        line: _with_noqa(lines[line - 1], _NOQA.search(lines[line - 1], comments[line]) if line in comments else None, codes)
+        for line, codes in codes_at.items()
+        if line not in open_ends
+    }
+    silenced = Suppressions("".join(edited.get(number, line) for number, line in enumerate(lines, 1)))
+    for line in list(edited):
+        if not all(silenced.silences(Finding(code, line, 0, "")) for code in codes_at[line]):
+            skipped.append((line, "its comment's `# noqa` cannot take the codes"))
+            del edited[line]
+    rewritten = "".join(edited.get(number, line) for number, line in enumerate(lines, 1)).encode(encoding)
+    return (rewritten if edited else None), len(edited), sorted(skipped)
+
+
+def _with_noqa(line: str, directive: re.Match[str] | None, codes: list[str]) -> str:
+    """``line`` with ``codes`` first in the list of ``directive``, its comment's first ``# noqa``
+    (the one ``Suppressions`` reads), or with a ``# noqa: CODES`` of its own at its end."""
+    listed = ", ".join(codes)
+    if directive is not None and directive["listed"]:
+        start = directive.start("codes") + len(directive["codes"]) - len(directive["codes"].lstrip())
+        return line[:start] + f"{listed}, " + line[start:]
+    body = line.rstrip("\r\n")
+    return f"{body}  # noqa: {listed}" + line[len(body) :]
+
+
+_STRING_STARTS = {getattr(tokenize, name) for name in ("FSTRING_START", "TSTRING_START") if hasattr(tokenize, name)}  # Python 3.12, 3.14
+_STRING_ENDS = {getattr(tokenize, name) for name in ("FSTRING_END", "TSTRING_END") if hasattr(tokenize, name)}
+
+
+def _comment_places(text: str) -> tuple[dict[int, int], dict[int, str]]:
+    """Where each line's comment starts, and the lines at whose end a comment would change the
+    code, with why: the line ends inside a string (a comment would be part of it), or a
+    backslash carries it on to the next (a comment after it is a syntax error)."""
+    comments: dict[int, int] = {}
+    open_ends: dict[int, str] = {}
+    opened: list[int] = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.start[1]
+        elif token.type in _STRING_STARTS:
+            opened.append(token.start[0])
+        elif token.type == tokenize.STRING or token.type in _STRING_ENDS:
+            first = opened.pop() if token.type in _STRING_ENDS else token.start[0]
+            open_ends.update(dict.fromkeys(range(first, token.end[0]), "ends inside a string"))
+    for number, line in enumerate(io.StringIO(text).readlines(), 1):
+        if number not in open_ends and number not in comments and line.rstrip("\r\n").endswith("\\"):
+            open_ends[number] = "goes on after a backslash"
+    return comments, open_ends

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gradfix.codemods.config import Config
 from gradfix.codemods.files import PathError, unified_diff
 from gradfix.codemods.notebook import file_lines
 from gradfix.codemods.report import FileReport, Finding, FixKind
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from gradfix.codemods.execution.verify import CheckResult, FixtureCase
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+# What is said beside the results (summaries, warnings): `--quiet` silences it, never an error.
+notes = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
 
 
@@ -192,10 +196,12 @@ def statistics_table(findings: Sequence[Finding]) -> Table:
     return table
 
 
-def print_fixed(findings: Iterable[Finding]) -> None:
-    """The findings the fixes removed, one line each, on stderr (stdout may carry code or a diff)."""
+def print_fixed(findings: Iterable[Finding], diff: bool = False) -> None:
+    """The findings the fixes removed (``diff``: would remove), one line each, on stderr (stdout
+    may carry code or a diff)."""
+    verb = "would fix" if diff else "fixed"
     for finding in findings:
-        stderr.print(Text(printed_line(f"fixed {finding.location}: {finding.code} {finding.message}")))
+        stderr.print(Text(printed_line(f"{verb} {finding.location}: {finding.code} {finding.message}")))
 
 
 def rule_record(rule: type[Rule]) -> dict:
@@ -221,6 +227,23 @@ def rules_table(rules: Sequence[type[Rule]]) -> Table:
     return table
 
 
+def settings_lines(path: str, config: Config, codes: Iterable[str], unsafe_fixes: bool, hints: bool) -> list[str]:
+    """``check --show-settings``: what checks ``path``, as TOML: the file its settings come from,
+    the rules selected (``codes``), the fix mode and hints, and ``config``'s exclusions (the
+    command line's over them)."""
+    ignores = ", ".join(f"{json.dumps(pattern)} = {json.dumps(list(ignored))}" for pattern, ignored in config.per_file_ignores)
+    return [
+        printed_line(f"Settings for: {path}"),
+        printed_line(f"Settings file: {config.path or 'none (the defaults)'}"),
+        f"rules = {json.dumps(sorted(codes))}",
+        f"unsafe-fixes = {json.dumps(unsafe_fixes)}",
+        f"hints = {json.dumps(hints)}",
+        f"exclude = {json.dumps(list(config.exclude))}",
+        f"extend-exclude = {json.dumps(list(config.extend_exclude))}",
+        f"per-file-ignores = {{{ignores}}}",
+    ]
+
+
 PIPED_WIDTH = 1000  # a table piped to a file or another program is not wrapped to a terminal's width
 
 
@@ -239,9 +262,18 @@ def print_table(table: Table) -> None:
 
 def explanation(rule: type[Rule]) -> str:
     return (
-        f"{rule.CODE} {rule.NAME}: {rule.SUMMARY}\n\n{rule.documentation()}\n\n"
+        f"{rule.CODE} {rule.NAME}: {rule.SUMMARY}\n\n{plain_documentation(rule)}\n\n"
         f"Before:\n\n{_indent(rule.EXAMPLE_BEFORE)}\nAfter:\n\n{_indent(rule.EXAMPLE_AFTER)}"
     )
+
+
+def plain_documentation(rule: type[Rule]) -> str:
+    """A rule's documentation as plain text: the code its docstring marks as reST does (two
+    backticks each side) is quoted as the findings' messages quote code, with one."""
+    return _REST_LITERAL.sub(r"`\1`", rule.documentation())
+
+
+_REST_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
 
 
 def _indent(code: str) -> str:

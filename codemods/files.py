@@ -79,6 +79,8 @@ def collect_files(
                 kind = unreadable_kind(found)
                 if not kind:
                     walked.append(found)
+                elif kind == "no such file or directory" and os.path.islink(found):  # as ruff: a walk skips a dangling link, said
+                    notices.append(f"{found}: a dangling symbolic link (to {os.readlink(found)}): skipped")
                 elif kind != "not a regular file":  # a FIFO or device found by a walk is skipped
                     errors.append(PathError(str(found), f"{found}: {kind}"))
             ignored = _git_ignored(path, walked)

@@ -764,7 +764,7 @@ def test_help_names_arguments_and_values_as_users_read_them(cli):
         shown = cli(command, "--help").stdout
         assert "{" not in shown.splitlines()[0], shown
         assert not re.search(r"<(list\[\w+\]|str|int|float|path|\w+ range|[\w-]+(\|[\w-]+)+)>", shown), shown
-    assert cli("check", "--help").stdout.startswith("Usage: root check [OPTIONS] PATH...\n")  # (CliRunner names the program root)
+    assert cli("check", "--help").stdout.startswith("Usage: root check [OPTIONS] [PATH...]\n")  # (CliRunner names the program root)
 
 
 def test_piped_tables_have_no_trailing_spaces(cli):

@@ -162,7 +162,7 @@ def test_sarif_is_valid_and_carries_rules_results_and_fixes(tmp_path, monkeypatc
     double = by_file["src/train.py"]
     change_location = {"uri": "src/train.py", "uriBaseId": "%SRCROOT%"}
     assert double["ruleId"] == "GF002" and rules[double["ruleIndex"]]["id"] == "GF002"
-    assert double["locations"][0]["physicalLocation"]["region"] == {"startLine": 19, "startColumn": 5}
+    assert double["locations"][0]["physicalLocation"]["region"] == {"startLine": 19, "startColumn": 5, "endLine": 19, "endColumn": 24}
     assert double["relatedLocations"] == [{"id": 0, "physicalLocation": {"artifactLocation": change_location, "region": {"startLine": 20}}}]
     assert double["message"]["text"].startswith("`loss_reg` and `loss_cls` share the graph")
     [change] = double["fixes"][0]["artifactChanges"]
@@ -194,7 +194,7 @@ def test_sarif_places_errors_and_notebook_findings_on_lines_of_their_files(tmp_p
     [finding] = log["runs"][0]["results"]
     assert finding["message"]["text"].startswith("cell 4, line 17: ")
     artifact = {"uri": "nb.ipynb", "uriBaseId": "%SRCROOT%"}
-    assert finding["locations"][0]["physicalLocation"] == {"artifactLocation": artifact, "region": {"startLine": 62}}
+    assert finding["locations"][0]["physicalLocation"] == {"artifactLocation": artifact, "region": {"startLine": 62, "endLine": 62}}
     [change] = finding["fixes"][0]["artifactChanges"]  # the notebook's fix, as text replacements in its file
     fixed = apply_replacements(NOTEBOOK.read_text(), change["replacements"])
     assert json.loads(fixed)["cells"][3]["source"][16] == "        train_loss += loss.detach()\n"
