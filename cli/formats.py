@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
 import io
 import json
 import os
@@ -18,6 +17,7 @@ from typing import Mapping, Sequence
 
 from gradfix import __version__
 from gradfix.cli.render import plain_documentation, visible
+from gradfix.cli.rule_pages import rules_page_link
 from gradfix.codemods.config import project_root
 from gradfix.codemods.files import PathError
 from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
@@ -278,7 +278,7 @@ def _sarif_rule(rule: type[Rule]) -> dict:
     text = plain_documentation(rule)
     example = f"Before:\n\n{rule.EXAMPLE_BEFORE}\nAfter:\n\n{rule.EXAMPLE_AFTER}"
     markdown_example = f"Before:\n\n```python\n{rule.EXAMPLE_BEFORE}```\n\nAfter:\n\n```python\n{rule.EXAMPLE_AFTER}```\n"
-    link = _rules_page_link(rule.CODE)
+    link = rules_page_link(rule.CODE)
     return {
         "id": rule.CODE,
         "name": rule.NAME,
@@ -289,16 +289,6 @@ def _sarif_rule(rule: type[Rule]) -> dict:
         "defaultConfiguration": {"level": "error"},
         "properties": {"fix": fix, "keeps-gradients": rule.KEEPS_GRADIENTS, "tags": ["pytorch", "autograd", "correctness"]},
     }
-
-
-def _rules_page_link(code: str) -> str | None:
-    """The rule's section of docs/rules.md, as the language server links it: where this
-    installation came from (none without pygls, the ``server`` extra, which that link needs)."""
-    if importlib.util.find_spec("pygls") is None:
-        return None
-    from .server import rules_page_link
-
-    return rules_page_link(code)
 
 
 def _sarif_result(finding: Finding, rule_index: int, notebook: Notebook | None) -> dict:

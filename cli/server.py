@@ -21,12 +21,10 @@ only. A fix is computed for the version it edits, and the edit names that versio
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
-from importlib import metadata
+from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlparse
@@ -39,13 +37,14 @@ from pygls.workspace.position_codec import PositionCodec
 from gradfix import __version__
 from gradfix.codemods.check import check_source
 from gradfix.codemods.config import ConfigError, Overrides, Settings
-from gradfix.codemods.registry import RULE_MODULES, RuleSelection, rule_anchor, rule_by_code
+from gradfix.codemods.registry import RuleSelection, rule_by_code
 from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
 from gradfix.codemods.project import ModuleSummaries, ProjectModules
 from gradfix.codemods.run import excluded_when_named, rules_and_mode
 from gradfix.codemods.summaries import ProjectSummaries
 
 from . import render
+from .rule_pages import rules_page_link
 
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.gradfix"
 # Lines as the protocol and Python count them: a form feed or a line separator does not end one.
@@ -365,35 +364,3 @@ class Checker:
             return Checked(uri, version, text, path, codec, FileReport(str(path), original=data), problem=str(error))
         report = check_source(data, rules, FixMode.NONE, str(path), project)
         return Checked(uri, version, text, path, codec, report, rules, project)
-
-
-def rules_page_link(code: str) -> str | None:
-    """The rule's section of docs/rules.md where this installation came from (``rules_page``)."""
-    base = _rules_page()
-    return None if base is None or code not in RULE_MODULES else f"{base}#{rule_anchor(code)}"
-
-
-@lru_cache(maxsize=None)
-def _rules_page() -> str | None:
-    try:
-        direct_url = json.loads(metadata.distribution("gradfix").read_text("direct_url.json") or "null")
-    except (metadata.PackageNotFoundError, ValueError):
-        return None
-    return rules_page(direct_url)
-
-
-def rules_page(direct_url: object) -> str | None:
-    """docs/rules.md of the source pip installed gradfix from, as its ``direct_url.json`` names
-    it: the folder of a clone (an editable install), or the commit of a GitHub repository; None
-    for another source (gradfix is not on an index)."""
-    if not isinstance(direct_url, dict) or not isinstance(url := direct_url.get("url"), str):
-        return None
-    parsed = urlparse(url)
-    if parsed.scheme == "file":
-        folder = to_fs_path(url)
-        page = Path(folder, "docs", "rules.md") if folder else None
-        return page.as_uri() if page is not None and page.is_file() else None
-    commit = (direct_url.get("vcs_info") or {}).get("commit_id")
-    if parsed.scheme == "https" and parsed.hostname == "github.com" and isinstance(commit, str):
-        return f"{url.removesuffix('/').removesuffix('.git')}/blob/{commit}/docs/rules.md"
-    return None

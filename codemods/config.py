@@ -30,6 +30,7 @@ import fnmatch
 import os
 import tomllib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -83,33 +84,49 @@ class Config:
 
     def excludes(self, path: str | Path) -> bool:
         """Whether a walk skips ``path`` (a file or a folder)."""
-        return any(self._matches(pattern, path) for pattern in (*self.exclude, *self.extend_exclude))
+        place = _Place(path, self.root)
+        return any(place.matches(pattern) for pattern in (*self.exclude, *self.extend_exclude))
 
     def ignored_for(self, path: str | Path) -> tuple[str, ...]:
         """The rule patterns ``per-file-ignores`` ignores in ``path`` (a name pattern also matches
         the folders it is in, below the settings' folder)."""
-        return tuple(code for pattern, codes in self.per_file_ignores if self._matches(pattern, path, folders=True) for code in codes)
-
-    def _matches(self, pattern: str, path: str | Path, folders: bool = False) -> bool:
-        """Whether ``pattern`` matches ``path``: its name (``folders``: or a folder's it is in,
-        below ``root``), or its path relative to ``root`` when the pattern has a ``/``."""
-        absolute = Path(os.path.abspath(path))
-        root = Path(os.path.abspath(self.root or Path.cwd()))
-        pattern = pattern.removeprefix("./").rstrip("/")
-        if "/" not in pattern:
-            names = [absolute, *(f for f in absolute.parents if root in f.parents)] if folders else [absolute]
-            return any(fnmatch.fnmatchcase(named.name, pattern) for named in names)
-        try:
-            relative = absolute.relative_to(root).as_posix()
-        except ValueError:
-            return False
-        return fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*")
+        place = _Place(path, self.root)
+        return tuple(code for pattern, codes in self.per_file_ignores if place.matches(pattern, folders=True) for code in codes)
 
     def selected_codes(self) -> set[str]:
         """The rule codes the table selects: ``select`` (every rule when empty) with
         ``extend-select``, less ``ignore``. Raises ``UnknownRuleError``."""
         chosen = codes_matching(self.select) if self.select else set(RULE_MODULES)
         return (chosen | codes_matching(self.extend_select)) - codes_matching(self.ignore)
+
+
+class _Place:
+    """A path as patterns match it (worked out once for all the patterns of a table)."""
+
+    def __init__(self, path: str | Path, root: Path | None) -> None:
+        self.absolute = Path(os.path.abspath(path))
+        self.root = Path(os.path.abspath(root or Path.cwd()))
+
+    def matches(self, pattern: str, folders: bool = False) -> bool:
+        """Whether ``pattern`` matches the path: its name (``folders``: or a folder's it is in,
+        below ``root``), or its path relative to ``root`` when the pattern has a ``/``."""
+        pattern = pattern.removeprefix("./").rstrip("/")
+        if "/" not in pattern:
+            return any(fnmatch.fnmatchcase(name, pattern) for name in (self._names if folders else (self.absolute.name,)))
+        relative = self._relative
+        return relative is not None and (fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*"))
+
+    @cached_property
+    def _names(self) -> tuple[str, ...]:
+        """The path's name and those of the folders it is in, below ``root``."""
+        return (self.absolute.name, *(folder.name for folder in self.absolute.parents if self.root in folder.parents))
+
+    @cached_property
+    def _relative(self) -> str | None:
+        try:
+            return self.absolute.relative_to(self.root).as_posix()
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True)

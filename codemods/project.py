@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from .cache import ReportCache
 
 
-_IMPORT = re.compile(rb"(?:^|;)[ \t]*import[ \t]+([^\n#;]+)", re.MULTILINE)
-_FROM_IMPORT = re.compile(rb"(?:^|;)[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n#;]*)", re.MULTILINE)
+# An import statement, matched at the start of a line that holds the word ``import``.
+_STATEMENT = re.compile(rb"[ \t]*(?:from[ \t]+(?P<dots>\.*)[ \t]*(?P<module>[\w.]*)[ \t]+)?import[ \t]*(?P<names>[^\n]*)")
 _NAME = re.compile(rb"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 # A module larger than this is not read (calls of it stay calls of code gradfix did not read).
 MAX_MODULE_BYTES = 16 * 2**20
@@ -61,26 +61,44 @@ class WrittenModule:
 
 
 def written_modules(code: bytes) -> list[WrittenModule]:
-    """Every module ``code``'s import statements could name: each dotted prefix of an ``import``,
-    and for ``from M import a, b`` the module ``M`` and the submodules ``M.a`` and ``M.b``."""
+    """Every module the import statements of ``code`` could name (each at the start of a line):
+    each dotted prefix of an ``import``, and for ``from M import a, b`` the module ``M`` and the
+    submodules ``M.a`` and ``M.b``. (Lines are found by the word, which is fast; a regular
+    expression tried at every line start of a large tree is not.)"""
     found: dict[WrittenModule, None] = {}
-    for statement in _IMPORT.finditer(code):
-        for alias in statement.group(1).split(b","):
-            name = _NAME.match(alias.strip())
-            if name is not None:
-                parts = name.group().decode().split(".")
-                for end in range(1, len(parts) + 1):
-                    found[WrittenModule(0, ".".join(parts[:end]))] = None
-    for statement in _FROM_IMPORT.finditer(code):
-        level, module = len(statement.group(1)), statement.group(2).decode().strip(".")
-        if not level and not module:
-            continue
-        found[WrittenModule(level, module)] = None
-        for alias in statement.group(3).strip(b"()").split(b","):
-            name = _NAME.match(alias.strip())
-            if name is not None and b"." not in name.group():
-                found[WrittenModule(level, f"{module}.{name.group().decode()}" if module else name.group().decode())] = None
+    position = code.find(b"import")
+    while position != -1:
+        start = code.rfind(b"\n", 0, position) + 1
+        end = code.find(b"\n", position)
+        end = len(code) if end == -1 else end
+        statement = _STATEMENT.match(code, start, end)
+        if statement is not None:
+            names = statement.group("names")
+            if names.startswith(b"(") and b")" not in names:  # names in parentheses, over several lines
+                closing = code.find(b")", start)
+                end = len(code) if closing == -1 else closing
+                names = code[statement.start("names") : end]
+            names = names.split(b"#")[0].split(b";")[0].strip(b"() \t\r\n")
+            _note_statement(found, statement.group("dots"), statement.group("module"), names)
+        position = code.find(b"import", end)
     return list(found)
+
+
+def _note_statement(found: dict[WrittenModule, None], dots: bytes | None, module: bytes | None, names: bytes) -> None:
+    aliases = [name.group().decode() for alias in names.split(b",") if (name := _NAME.match(alias.strip())) is not None]
+    if module is None and dots is None:  # import a.b, c
+        for alias in aliases:
+            parts = alias.split(".")
+            for end in range(1, len(parts) + 1):
+                found[WrittenModule(0, ".".join(parts[:end]))] = None
+        return
+    level, base = len(dots or b""), (module or b"").decode().strip(".")
+    if not level and not base:
+        return
+    found[WrittenModule(level, base)] = None
+    for alias in aliases:
+        if "." not in alias:
+            found[WrittenModule(level, f"{base}.{alias}" if base else alias)] = None
 
 
 class ModuleSummaries:
@@ -121,28 +139,31 @@ class ModuleSummaries:
 
 @dataclass
 class ProjectModules:
-    """Finds, for a file, the modules of its project it imports, and what they export."""
+    """Finds, for a file, the modules of its project it imports, and what they export. Paths are
+    strings here and every answer is kept: a run asks the same of thousands of imports."""
 
     settings: Settings = field(default_factory=Settings)
     summaries: ModuleSummaries = field(default_factory=ModuleSummaries)
-    _entries: dict[Path, dict[str, bool]] = field(default_factory=dict)  # folder -> its names, True for a folder
-    _tops: dict[Path, Path] = field(default_factory=dict)  # folder -> its work tree's top
-    _imported: dict[tuple[Path, bytes], list[tuple[str, Path]]] = field(default_factory=dict)
+    _listings: dict[str, dict[str, bool]] = field(default_factory=dict)  # folder -> its names, True for a folder
+    _tops: dict[str, str] = field(default_factory=dict)  # folder -> the real path of its work tree's top
+    _roots: dict[str, tuple[str, ...]] = field(default_factory=dict)  # folder -> where its absolute imports are looked for
+    _found: dict[tuple[str, int, str], str | None] = field(default_factory=dict)  # (importing folder, level, module) -> its file
+    _imported: dict[tuple[str, bytes], list[tuple[str, Path]]] = field(default_factory=dict)
     _modules: dict[Path, bytes | None] = field(default_factory=dict)  # a module's file -> its bytes
 
     def imported(self, path: str | Path, data: bytes) -> list[tuple[str, Path]]:
         """The project modules the file at ``path`` (holding ``data``) imports: each with the
         prefix the analysis names its contents by, and its file."""
-        here = Path(os.path.abspath(path))
+        here = os.path.abspath(path)
         if (here, data) not in self._imported:
             code = _code_of(path, data)
             found: list[tuple[str, Path]] = []
             if code is not None:
-                top, roots = self._top(here.parent), self._roots(here)
+                folder = os.path.dirname(here)
                 for module in written_modules(code):
-                    file = self._find(module, here, roots, top)
+                    file = self._find(module, folder)
                     if file is not None and file != here:
-                        found.append((module.name, file))
+                        found.append((module.name, Path(file)))
             self._imported[here, data] = found
         return self._imported[here, data]
 
@@ -174,47 +195,55 @@ class ProjectModules:
                 self._modules[file] = None
         return self._modules[file]
 
-    def _find(self, module: WrittenModule, here: Path, roots: list[Path], top: Path) -> Path | None:
-        """Where ``module``, imported by ``here``, is: relative to ``here``'s package, else in the
-        first of ``roots`` that holds it; None outside the project ``top``."""
-        parts = module.name.split(".") if module.name else []
-        folders = roots
-        if module.level:
-            folders = [here.parents[module.level - 1]] if module.level <= len(here.parents) else []
-        for folder in folders:
-            file = self._module_file(folder, parts)
-            if file is not None and _in_project(file, top):
-                return file
-        return None
+    def _find(self, module: WrittenModule, folder: str) -> str | None:
+        """The file of ``module``, imported by a file in ``folder``: relative to its package, else
+        in the first of its roots that holds it; None outside the work tree that holds ``folder``."""
+        key = (folder, module.level, module.name)
+        if key not in self._found:
+            if module.level:
+                base = folder
+                for _ in range(module.level - 1):
+                    base = os.path.dirname(base)
+                folders: tuple[str, ...] = (base,)
+            else:
+                folders = self._roots_of(folder)
+            parts = module.name.split(".") if module.name else []
+            top = self._top(folder)
+            candidates = (self._module_file(candidate, parts) for candidate in folders)
+            self._found[key] = next((file for file in candidates if file is not None and self._in_project(file, top)), None)
+        return self._found[key]
 
-    def _roots(self, here: Path) -> list[Path]:
-        """Where an absolute import from ``here`` is looked for, in order."""
-        package_top = here.parent
-        while self._listing(package_top).get("__init__.py") is False and package_top.parent != package_top:
-            package_top = package_top.parent
-        config = self.settings.for_path(here)
-        base = Path(os.path.abspath(config.root)) if config.root is not None else self._top(here.parent)
-        roots = [here.parent, package_top, *(Path(os.path.normpath(base / root)) for root in config.src)]
-        return list(dict.fromkeys(roots))
+    def _roots_of(self, folder: str) -> tuple[str, ...]:
+        """Where an absolute import from a file in ``folder`` is looked for, in order."""
+        if folder not in self._roots:
+            package_top = folder
+            while self._listing(package_top).get("__init__.py") is False and os.path.dirname(package_top) != package_top:
+                package_top = os.path.dirname(package_top)
+            config = self.settings.for_path(os.path.join(folder, "__init__.py"))
+            base = os.path.abspath(config.root) if config.root is not None else project_root(folder).as_posix()
+            roots = [folder, package_top, *(os.path.normpath(os.path.join(base, root)) for root in config.src)]
+            self._roots[folder] = tuple(dict.fromkeys(roots))
+        return self._roots[folder]
 
-    def _module_file(self, folder: Path, parts: list[str]) -> Path | None:
+    def _module_file(self, folder: str, parts: list[str]) -> str | None:
         """``parts`` as a module below ``folder``: ``a/b.py`` or ``a/b/__init__.py``."""
         for part in parts[:-1]:
             if self._listing(folder).get(part) is not True:
                 return None
-            folder = folder / part
+            folder = os.path.join(folder, part)
         if not parts:
-            return folder / "__init__.py" if self._listing(folder).get("__init__.py") is False else None
+            return os.path.join(folder, "__init__.py") if self._listing(folder).get("__init__.py") is False else None
         last = parts[-1]
         if self._listing(folder).get(f"{last}.py") is False:
-            return folder / f"{last}.py"
-        if self._listing(folder).get(last) is True and self._listing(folder / last).get("__init__.py") is False:
-            return folder / last / "__init__.py"
+            return os.path.join(folder, f"{last}.py")
+        package = os.path.join(folder, last)
+        if self._listing(folder).get(last) is True and self._listing(package).get("__init__.py") is False:
+            return os.path.join(package, "__init__.py")
         return None
 
-    def _listing(self, folder: Path) -> dict[str, bool]:
+    def _listing(self, folder: str) -> dict[str, bool]:
         """The names in ``folder``: True for a folder, False for a regular file (links followed)."""
-        if folder not in self._entries:
+        if folder not in self._listings:
             names: dict[str, bool] = {}
             try:
                 with os.scandir(folder) as entries:
@@ -226,13 +255,23 @@ class ProjectModules:
                             continue
             except OSError:
                 pass
-            self._entries[folder] = names
-        return self._entries[folder]
+            self._listings[folder] = names
+        return self._listings[folder]
 
-    def _top(self, folder: Path) -> Path:
+    def _top(self, folder: str) -> str:
         if folder not in self._tops:
-            self._tops[folder] = project_root(folder)
+            self._tops[folder] = os.path.realpath(project_root(folder))
         return self._tops[folder]
+
+    def _in_project(self, file: str, top: str) -> bool:
+        """Whether ``file``, wherever its links lead, is inside the work tree ``top`` (a real path)
+        and outside the folders a walk never enters (a virtualenv's, installed packages, build
+        output)."""
+        real = os.path.realpath(file)
+        if not real.startswith(top + os.sep):
+            return False
+        folders = real[len(top) + 1 :].split(os.sep)[:-1]
+        return not any(fnmatch.fnmatchcase(part, pattern) for part in folders for pattern in DEFAULT_EXCLUDE)
 
 
 def _code_of(path: str | Path, data: bytes) -> bytes | None:
@@ -244,15 +283,6 @@ def _code_of(path: str | Path, data: bytes) -> bytes | None:
     except Exception:  # (NotebookError, or a bug: the file's own check meets it again, and says so)
         return None
     return notebook.source if notebook.is_python else None
-
-
-def _in_project(file: Path, top: Path) -> bool:
-    """Whether ``file``, wherever its links lead, is inside the work tree ``top`` and outside the
-    folders a walk never enters (a virtualenv's, installed packages, build output)."""
-    real, real_top = Path(os.path.realpath(file)), Path(os.path.realpath(top))
-    if real_top not in real.parents:
-        return False
-    return not any(fnmatch.fnmatchcase(part, pattern) for part in real.relative_to(real_top).parts[:-1] for pattern in DEFAULT_EXCLUDE)
 
 
 def modules_imported(modules: ProjectModules, files: Iterable[tuple[str | Path, bytes]]) -> list[bytes]:

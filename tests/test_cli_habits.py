@@ -14,6 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from gradfix import __version__
+from gradfix.cli import rule_pages
 from gradfix.cli import app as cli_app
 from gradfix.cli import formats, main
 from gradfix.cli.app import app
@@ -336,9 +337,8 @@ def test_semantic_version_maps_pep_440_to_semver():
 
 
 def test_sarif_regions_end_where_the_finding_ends_and_rules_link_to_their_page(tmp_path, monkeypatch):
-    server = pytest.importorskip("gradfix.cli.server", reason="the rules page link is the language server's")
     page = "https://github.com/someone/gradfix/blob/0123abc/docs/rules.md"  # as a GitHub install names it
-    monkeypatch.setattr(server, "_rules_page", lambda: page)
+    monkeypatch.setattr(rule_pages, "_rules_page", lambda: page)
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "train.py", DOUBLE)
     run = json.loads(cli("check", "--output-format", "sarif", "train.py").stdout)["runs"][0]

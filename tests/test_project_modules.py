@@ -152,7 +152,7 @@ def test_an_import_finds_the_module_python_would(tmp_path, files, statement, pre
 
 
 def test_the_scan_reads_every_form_of_import_statement():
-    code = b"import a.b as c, d\nfrom .e import (f,\n  g)\nx = 1; from ..h import i\nfrom . import j  # k\n"
+    code = b"import a.b as c, d\nfrom .e import (f,\n  g)\nif x:\n    from ..h import i; y = 1\nfrom . import j  # k\nprint('import')\n"
     assert set(written_modules(code)) == {
         WrittenModule(0, "a"),
         WrittenModule(0, "a.b"),

@@ -18,7 +18,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from gradfix.cli import app as cli_app  # noqa: E402
 from gradfix.cli import render  # noqa: E402
-from gradfix.cli.server import rules_page  # noqa: E402
+from gradfix.cli.rule_pages import rules_page  # noqa: E402
 from gradfix.codemods.registry import rule_by_code  # noqa: E402
 
 from .conftest import FIXTURES  # noqa: E402
