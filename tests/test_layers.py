@@ -23,6 +23,7 @@ PLAIN_LAYER = {
         "files",
         "source",
         "frameworks",
+        "torch_api",
         "summaries",
         "config",
         "cache",

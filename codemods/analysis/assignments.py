@@ -13,8 +13,6 @@ from .syntax import is_name, method_called
 from .tree import SyntaxTree
 
 APPENDING_METHODS = {"append", "extend", "insert"}
-# In-place tensor methods end in "_"; these two only flip autograd bookkeeping.
-BOOKKEEPING_METHODS = {"detach_", "requires_grad_"}
 
 
 def _is_no_grad_block(node: cst.With) -> bool:

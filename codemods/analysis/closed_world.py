@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import libcst as cst
 
 from ..frameworks import CALLED_AS_FORWARD, FRAMEWORK_CONSTRUCTORS, FRAMEWORK_TUPLE_CONSTRUCTORS, MODULE_WRAPPERS, READING_LOGGERS, TRAINER_RUNS
+from ..torch_api import AUTOGRAD_INTERNALS, AUTOGRAD_RECORD
 from .torch_names import dotted_name
 from .values import TENSOR, ListOf, TupleOf
 
@@ -226,7 +227,7 @@ MODELLED_OBJECT_METHODS = frozenset(
      "toggle_optimizer", "untoggle_optimizer", "add_scalar", "add_scalars", "add_histogram", "flush", "close", "add_module",
      "register_buffer", "register_parameter", "get_scale", "named_children", "zero_"}
 )  # fmt: skip
-BOOKKEEPING_ATTRIBUTES = frozenset({"is_leaf", "requires_grad", "grad_fn", "_version", "_base", "output_nr"})
+BOOKKEEPING_ATTRIBUTES = AUTOGRAD_RECORD | AUTOGRAD_INTERNALS
 _HOOK_REGISTRATIONS = frozenset(
     {"register_hook", "register_full_backward_hook", "register_backward_hook", "register_full_backward_pre_hook", "register_forward_hook",
      "register_forward_pre_hook", "register_post_accumulate_grad_hook", "register_module_full_backward_hook",

@@ -19,13 +19,14 @@ from .optimizers import gradient_effects
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .guards import read_only_where_assigned
-from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
-from .backward_calls import argument
+from .dataflow import DataflowAnalysis
+from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
 from .syntax import as_operand, code_of, is_single_assignment, method_called
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
-from .values import TENSOR, Carried, ListOf, Origin, TupleOf, Value
+from .loops import Carried, Loop, Scope, expand
+from .values import TENSOR, ListOf, Origin, TupleOf, Value
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Iterable
 import libcst as cst
 
 from ..frameworks import GradientEffect
-from .dataflow import BackwardSite
+from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES, METADATA_METHODS, VALUE_METHODS
+from .backward_calls import BackwardSite
 from .optimizers import stepped_optimizers
 from .syntax import is_single_assignment
 from .torch_names import dotted_name
@@ -33,25 +34,7 @@ if TYPE_CHECKING:
     from . import FileAnalysis
 
 # Reads that take no graph from what they read: nothing to detach there.
-_GRAPHLESS_USES = {
-    "detach",
-    "detach_",
-    "data",
-    "shape",
-    "size",
-    "dtype",
-    "device",
-    "dim",
-    "numel",
-    "item",
-    "tolist",
-    "numpy",
-    "requires_grad",
-    "grad",
-    "is_leaf",
-    "grad_fn",
-    "ndim",
-}
+_GRAPHLESS_USES = {"detach", "detach_", *VALUE_METHODS, *GRAPHLESS_ATTRIBUTES, *METADATA_ATTRIBUTES, *METADATA_METHODS, *AUTOGRAD_RECORD}
 
 
 @dataclass(frozen=True)

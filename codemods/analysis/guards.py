@@ -14,7 +14,7 @@ from .assignments import assigned_names, read_names, target_names
 from .syntax import expression_key
 
 if TYPE_CHECKING:
-    from .dataflow import Loop
+    from .loops import Loop
     from .file_analysis import FileAnalysis
 
 
