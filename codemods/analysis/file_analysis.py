@@ -221,7 +221,7 @@ class FileAnalysis:
     def read_only_where_assigned(self, loop: Loop, name: str) -> bool:
         """Whether ``name`` is read in ``loop`` only where this iteration assigned it, under tests
         that answer the same twice (``guards``)."""
-        return read_only_where_assigned(self, loop, name)
+        return read_only_where_assigned(self.tree, self._dataflow.read_values, loop, name)
 
     def runs_in_every_iteration(self, statement: cst.CSTNode, loop: Loop) -> bool:
         """Whether ``statement`` runs, once, in every iteration of ``loop``: nothing between them

@@ -6,7 +6,7 @@ rules that would report a graph carried over by that path ask ``read_only_where_
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Container, Mapping, Sequence
 
 import libcst as cst
 
@@ -15,72 +15,72 @@ from .syntax import expression_key
 
 if TYPE_CHECKING:
     from .loops import Loop
-    from .file_analysis import FileAnalysis
+    from .tree import SyntaxTree
 
 
-def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str) -> bool:
+def read_only_where_assigned(tree: SyntaxTree, reached: Container[cst.CSTNode], loop: Loop, name: str) -> bool:
     """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
     earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
     loop writes nothing the test reads (``if args.with_prior_preservation:`` twice): the test
     answers the same both times, so what is read is always this iteration's value (or the read
-    follows the assignment in the branch that makes it)."""
+    follows the assignment in the branch that makes it). ``reached``: the reads the dataflow got to."""
     if "." in name:
         return False
     body = loop.node.body
     # (what the loop statement itself binds changes every iteration: ``for step in ...``)
-    written = assigned_names(body, tree=analysis.tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())
+    written = assigned_names(body, tree=tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())
     assigning: dict[str, list[cst.If]] = {}
-    for branch in analysis.tree.findall(body, cst.If):
-        if _invariant(analysis, branch.test, written) and _always_assigns(branch.body, name):
+    for branch in tree.findall(body, cst.If):
+        if _invariant(tree, branch.test, written) and _always_assigns(branch.body, name):
             assigning.setdefault(expression_key(branch.test), []).append(branch)
-    reads = [n for n in analysis.tree.names(body, [name]) if analysis.value_read(n) is not None]
+    reads = [n for n in tree.names(body, [name]) if n in reached]
     if not (assigning and reads):
         return False
-    if all(_guarded_like(analysis, read, assigning, loop.node, written) for read in reads):
+    if all(_guarded_like(tree, read, assigning, loop.node, written) for read in reads):
         return True
     # Or every write is in such a branch and every read comes after one: the test true, this
     # iteration assigned it; false, no iteration does, and what is read is the value from before
     # the loop, never a previous iteration's.
     branches = [branch for group in assigning.values() for branch in group]
-    writes = [statement for statement in analysis.tree.findall(body, cst.SimpleStatementLine) if _assignments_of(statement, name)]
-    return all(any(analysis.contains(branch, write) for branch in branches) for write in writes) and all(
-        any(_runs_before(analysis, branch, read, written) for branch in branches) for read in reads
+    writes = [statement for statement in tree.findall(body, cst.SimpleStatementLine) if _assignments_of(statement, name)]
+    return all(any(tree.contains(branch, write) for branch in branches) for write in writes) and all(
+        any(_runs_before(tree, branch, read, written) for branch in branches) for read in reads
     )
 
 
-def _invariant(analysis: FileAnalysis, test: cst.BaseExpression, written: set[str]) -> bool:
+def _invariant(tree: SyntaxTree, test: cst.BaseExpression, written: set[str]) -> bool:
     """A test that answers the same in every iteration: it calls nothing (``random.random() < p``
     answers anew) and reads nothing the loop writes."""
-    return not analysis.tree.findall(test, cst.Call) and not read_names(test) & written
+    return not tree.findall(test, cst.Call) and not read_names(test) & written
 
 
-def _runs_before(analysis: FileAnalysis, branch: cst.If, read: cst.CSTNode, written: set[str]) -> bool:
+def _runs_before(tree: SyntaxTree, branch: cst.If, read: cst.CSTNode, written: set[str]) -> bool:
     """Whether ``branch`` comes before ``read`` and its test is reached whenever the read is: from
     the branch up to the first statement that holds the read too, no inner loop (which may run no
     time), no ``try``, and only tests that answer the same every iteration (not ``if step % 2:``)."""
-    if not analysis.tree.follows(read, branch):
+    if not tree.follows(read, branch):
         return False
-    node = analysis.tree.parent(branch)
-    while node is not None and not analysis.contains(node, read):
+    node = tree.parent(branch)
+    while node is not None and not tree.contains(node, read):
         if isinstance(node, (cst.For, cst.While, cst.Try, cst.TryStar)):
             return False
-        if isinstance(node, cst.If) and not _invariant(analysis, node.test, written):
+        if isinstance(node, cst.If) and not _invariant(tree, node.test, written):
             return False
-        node = analysis.tree.parent(node)
+        node = tree.parent(node)
     return True
 
 
-def _guarded_like(analysis: FileAnalysis, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode, written: set[str]) -> bool:
+def _guarded_like(tree: SyntaxTree, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode, written: set[str]) -> bool:
     node: cst.CSTNode = read
-    while (parent := analysis.tree.parent(node)) is not None and parent is not loop:
-        if isinstance(parent, cst.IndentedBlock) and any(analysis.tree.follows(read, s) for s in _assignments(parent, read.value)):
+    while (parent := tree.parent(node)) is not None and parent is not loop:
+        if isinstance(parent, cst.IndentedBlock) and any(tree.follows(read, s) for s in _assignments(parent, read.value)):
             return True  # after an assignment of its own block: this iteration's value
         if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
             # (``if flag and i < n:`` holds only where ``if flag:`` does)
             branches = [branch for conjunct in _conjuncts(parent.test) for branch in assigning.get(expression_key(conjunct), ())]
-            if any(_runs_before(analysis, branch, parent, written) for branch in branches):
+            if any(_runs_before(tree, branch, parent, written) for branch in branches):
                 return True
-            if parent in branches and any(analysis.tree.follows(read, s) for s in _assignments(parent.body, read.value)):
+            if parent in branches and any(tree.follows(read, s) for s in _assignments(parent.body, read.value)):
                 return True  # after the assignment, in the branch that makes it
         node = parent
     return False
