@@ -12,7 +12,7 @@ package: the framework rows in ``codemods.frameworks``, the cross-file summaries
 """
 
 from ..frameworks import GradientEffect
-from .assignments import APPENDING_METHODS, assigned_names, read_names, target_names
+from .assignments import APPENDING_METHODS, assigned_names, read_for_data, read_names, target_names
 from .backward_calls import BackwardSite, argument, with_retained_graph
 from .closed_world import NO_BOOKKEEPING_READS, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE
 from .file_analysis import Block, FileAnalysis
@@ -82,6 +82,7 @@ __all__ = [
     "is_single_call",
     "loss_handed_to_trainer",
     "method_called",
+    "read_for_data",
     "read_names",
     "stepped_optimizers",
     "target_names",

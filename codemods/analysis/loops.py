@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_, is_not
 from typing import Iterable, Sequence, Union
 
 import libcst as cst
 
+from .assignments import assigned_names, read_before_assigned
+from .syntax import is_detach
+from .tree import find_nodes
 from .values import CONSTANT, NONE, NOTHING, LoopMarker, Source, Value, joined
 
 Env = dict[str, Value]
@@ -57,6 +61,45 @@ class Loop:
                 return True
             other = other.parent
         return False
+
+    # What an iteration hands the next: asked of the loop, answered once.
+    def carries(self, name: str) -> bool:
+        """Whether an iteration reads ``name`` before it assigns it (``total = total + loss``): what
+        it reads is what the previous iteration left."""
+        return name in self._read_before_assigned
+
+    def carried_with(self, statements: Sequence[cst.CSTNode]) -> frozenset[str]:
+        """The names an iteration would carry (``carries``) with ``statements`` added at the end of
+        the body (code a fix would move into the loop)."""
+        return frozenset(read_before_assigned([*self.node.body.body, *statements]))
+
+    @cached_property
+    def _read_before_assigned(self) -> frozenset[str]:
+        return self.carried_with(())
+
+    def carries_graph(self, name: str, value: Value) -> bool:
+        """Whether ``value`` is built from the graph ``name`` held as the previous iteration left it."""
+        left_behind = self.back_edge.get(name)
+        return left_behind is not None and left_behind.graph and self.built_from_previous(name, value)
+
+    def built_from_previous(self, name: str, value: Value) -> bool:
+        """Whether ``value`` is built from what ``name`` held when the iteration (the call) started."""
+        return Carried(self, name) in expand(value.origins, self)
+
+    def detaches(self, name: str) -> bool:
+        """Whether a statement of the loop that writes ``name`` detaches something it assigns
+        (``if it > 0: h = h.detach()``): the author manages that state, on paths the analysis
+        does not tell apart."""
+        return name in self._written_beside_a_detach
+
+    @cached_property
+    def _written_beside_a_detach(self) -> frozenset[str]:
+        detaching = (
+            statement
+            for statement in find_nodes(self.node.body, cst.SimpleStatementLine)
+            if any(isinstance(small, cst.Assign) and find_nodes(small.value, cst.Call, is_detach) for small in statement.body)
+        )
+        return frozenset(name for statement in detaching for name in assigned_names(statement))
 
 
 class _LoopMarker(LoopMarker):
