@@ -187,6 +187,12 @@ def test_no_import_loop_in_the_analysis_not_even_through_a_function_or_a_type():
     assert _loop((m for m in MODULES if m == analysis or m.startswith(analysis + ".")), through_any_import=True) == []
 
 
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(f"{CODEMODS}.analysis")))
+def test_no_module_of_the_analysis_is_longer_than_800_lines(module):
+    """A module a reader can hold in mind: one part of what the analysis models, not a slice of it."""
+    assert len(MODULES[module].read_text().splitlines()) <= 800
+
+
 def test_every_module_of_the_library_has_a_layer():
     top_level = {m for m in MODULES if m.startswith(CODEMODS + ".") and m.count(".") == 2}
     assert {m for m in top_level if _layer(m) is None} == set()
