@@ -12,12 +12,12 @@ package: the framework rows in ``codemods.frameworks``, the cross-file summaries
 """
 
 from ..frameworks import GradientEffect
-from .assignments import APPENDING_METHODS, assigned_names, read_names, target_names
-from .backward_calls import argument, with_retained_graph
+from .assignments import APPENDING_METHODS, assigned_names, read_for_data, read_names, target_names
+from .backward_calls import BackwardSite, argument, with_retained_graph
 from .closed_world import NO_BOOKKEEPING_READS, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE
-from .dataflow import BackwardSite, Loop, Scope, expand
 from .file_analysis import Block, FileAnalysis
 from .gan import GanSteps
+from .loops import Carried, Element, Loop, Scope, expand
 from .optimizers import stepped_optimizers
 from .syntax import (
     appended,
@@ -37,7 +37,7 @@ from .syntax import (
 )
 from .torch_names import dotted_name
 from .tree import LAYOUT, find_nodes
-from .values import NONE, NUMBER, TENSOR, UNKNOWN, Carried, Element, ListOf, Origin, RecordOf, Structure, TupleOf, Value
+from .values import NONE, NUMBER, TENSOR, UNKNOWN, ListOf, Origin, RecordOf, Structure, TupleOf, Value
 
 __all__ = [
     "APPENDING_METHODS",
@@ -82,6 +82,7 @@ __all__ = [
     "is_single_call",
     "loss_handed_to_trainer",
     "method_called",
+    "read_for_data",
     "read_names",
     "stepped_optimizers",
     "target_names",

@@ -6,15 +6,16 @@ calling a mutating method like ``a.append(v)`` / ``a.add_(v)`` counts as writing
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import libcst as cst
 
+from ..torch_api import METADATA_ATTRIBUTES, METADATA_METHODS
 from .torch_names import dotted_name
 from .syntax import is_name, method_called
 from .tree import SyntaxTree
 
 APPENDING_METHODS = {"append", "extend", "insert"}
-# In-place tensor methods end in "_"; these two only flip autograd bookkeeping.
-BOOKKEEPING_METHODS = {"detach_", "requires_grad_"}
 
 
 def _is_no_grad_block(node: cst.With) -> bool:
@@ -220,3 +221,33 @@ def read_names(node: cst.CSTNode) -> set[str]:
     visitor = _Reads()
     node.visit(visitor)
     return visitor.names
+
+
+def read_before_assigned(statements: Sequence[cst.CSTNode]) -> set[str]:
+    """The names ``statements``, run in order, read before they assign them (of a loop's body:
+    what they read of them is what the previous iteration left)."""
+    assigned: set[str] = set()
+    read_first: set[str] = set()
+    for statement in statements:
+        for part in statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]:
+            read_first |= (read_names(part.value) if isinstance(part, cst.Assign) else read_names(part)) - assigned
+            assigned |= assigned_names(part)
+    return read_first & assigned
+
+
+def read_for_data(statement: cst.CSTNode, tree: SyntaxTree) -> set[str]:
+    """The names ``statement`` reads for their values, not only for what a tensor tells of itself
+    (its shape, size, device) or for their length (``torch.randn(imgs.shape[0], latent)`` reads no
+    data of ``imgs``)."""
+    names: set[str] = set()
+    for node in tree.findall(statement, cst.Name):
+        parent = tree.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in _METADATA:
+            continue
+        if isinstance(parent, cst.Arg) and isinstance(call := tree.parent(parent), cst.Call) and dotted_name(call.func) == "len":
+            continue
+        names.add(node.value)
+    return names & read_names(statement)
+
+
+_METADATA = METADATA_ATTRIBUTES | METADATA_METHODS

@@ -4,6 +4,8 @@ another tensor or with the graph retained."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from ..frameworks import (
@@ -21,7 +23,9 @@ from ..frameworks import (
     BackwardApi,
     Tristate,
 )
+from .loops import Loop, Scope
 from .syntax import as_operand
+from .values import NOTHING, Value
 
 
 def method_api(
@@ -163,3 +167,39 @@ def with_retained_graph(api: BackwardApi, call: cst.Call) -> cst.Call:
     elif args:
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     return call.with_changes(args=[*args, added])
+
+
+@dataclass(eq=False)
+class BackwardSite:
+    """A call that backwards a graph, in any of the shapes of ``frameworks``' backward rows."""
+
+    call: cst.Call
+    statement: cst.CSTNode  # the statement line the call is in
+    api: BackwardApi
+    tensors: tuple[cst.BaseExpression, ...]  # the backwarded tensor expressions
+    value: Value  # what they hold, joined
+    retain_graph: Tristate
+    create_graph: Tristate
+    loops: tuple[Loop, ...]  # innermost first
+    scope: Scope
+    # What ``torch.autograd.grad`` is asked for the gradients of (its ``inputs``): it walks the
+    # graph down to them only, not the graph that built them (MAML's fast weights).
+    stops_at: Value = NOTHING
+
+    @property
+    def tensor(self) -> cst.BaseExpression | None:
+        """The one backwarded tensor expression, when there is exactly one."""
+        return self.tensors[0] if len(self.tensors) == 1 else None
+
+    @property
+    def is_whole_statement(self) -> bool:
+        """True for a statement line that is just this call."""
+        return (
+            isinstance(self.statement, cst.SimpleStatementLine)
+            and len(self.statement.body) == 1
+            and isinstance(self.statement.body[0], cst.Expr)
+            and self.statement.body[0].value is self.call
+        )
+
+    def with_tensor(self, tensor: cst.BaseExpression) -> cst.Call:
+        return with_tensor(self.api, self.call, tensor)

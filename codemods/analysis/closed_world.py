@@ -27,6 +27,9 @@ object of unknown class) is unknown when it is handed, or returns, something tha
 a tensor, a module, an optimizer or a framework object: that is where it could reach the program's
 autograd state. Code handed none of these can reach it only through torch's global switches (global
 module hooks, grad mode), which it would have to set itself: that residual is stated in UNKNOWNS.md.
+
+``ClosedWorld`` reads the file's ``FileAnalysis``, which builds it: it names it, and does not import
+it (no import loop runs through the analysis, not even a type's).
 """
 
 from __future__ import annotations
@@ -35,16 +38,14 @@ import enum
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import libcst as cst
 
 from ..frameworks import CALLED_AS_FORWARD, FRAMEWORK_CONSTRUCTORS, FRAMEWORK_TUPLE_CONSTRUCTORS, MODULE_WRAPPERS, READING_LOGGERS, TRAINER_RUNS
+from ..torch_api import AUTOGRAD_INTERNALS, AUTOGRAD_RECORD
 from .torch_names import dotted_name
 from .values import TENSOR, ListOf, TupleOf
-
-if TYPE_CHECKING:
-    from .file_analysis import FileAnalysis
 
 
 class Answer(str, enum.Enum):
@@ -226,7 +227,7 @@ MODELLED_OBJECT_METHODS = frozenset(
      "toggle_optimizer", "untoggle_optimizer", "add_scalar", "add_scalars", "add_histogram", "flush", "close", "add_module",
      "register_buffer", "register_parameter", "get_scale", "named_children", "zero_"}
 )  # fmt: skip
-BOOKKEEPING_ATTRIBUTES = frozenset({"is_leaf", "requires_grad", "grad_fn", "_version", "_base", "output_nr"})
+BOOKKEEPING_ATTRIBUTES = AUTOGRAD_RECORD | AUTOGRAD_INTERNALS
 _HOOK_REGISTRATIONS = frozenset(
     {"register_hook", "register_full_backward_hook", "register_backward_hook", "register_full_backward_pre_hook", "register_forward_hook",
      "register_forward_pre_hook", "register_post_accumulate_grad_hook", "register_module_full_backward_hook",
@@ -269,7 +270,7 @@ class ProofStep:
 class ClosedWorld:
     """The constructs of one file, found once, and the obligations' answers on any fix's path."""
 
-    def __init__(self, analysis: FileAnalysis) -> None:
+    def __init__(self, analysis) -> None:
         # Weakly: the analysis keeps this object, and a cycle would leave the file's tree to the
         # cycle collector.
         self.analysis = weakref.proxy(analysis)

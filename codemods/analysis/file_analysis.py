@@ -19,13 +19,14 @@ from .optimizers import gradient_effects
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .guards import read_only_where_assigned
-from .dataflow import BackwardSite, DataflowAnalysis, Loop, Scope, expand
-from .backward_calls import argument
+from .dataflow import DataflowAnalysis
+from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
 from .syntax import as_operand, code_of, is_single_assignment, method_called
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
-from .values import TENSOR, Carried, ListOf, Origin, TupleOf, Value
+from .loops import Carried, Loop, Scope, expand
+from .values import TENSOR, ListOf, Origin, TupleOf, Value
 
 
 @dataclass(frozen=True)
@@ -83,10 +84,6 @@ class FileAnalysis:
     def exports(self) -> dict[str, ExportedSummary]:
         """This file's function summaries that other files may import."""
         return self._dataflow.exports()
-
-    def imports(self) -> set[str]:
-        """The dotted names this file imports (what it could use from other checked files)."""
-        return set(self.names.aliases.values())
 
     @cached_property
     def closed_world(self) -> ClosedWorld:
@@ -220,7 +217,14 @@ class FileAnalysis:
     def read_only_where_assigned(self, loop: Loop, name: str, inner_loops_run: bool = False) -> bool:
         """Whether ``name`` is read in ``loop`` only where this iteration assigned it, under tests
         that answer the same twice (``guards``); ``inner_loops_run``: if every inner loop runs."""
-        return read_only_where_assigned(self, loop, name, inner_loops_run)
+        return read_only_where_assigned(self.tree, self._dataflow.read_values, self._bound_names, loop, name, inner_loops_run)
+
+    @cached_property
+    def _bound_names(self) -> frozenset[str]:
+        """Every name the file binds: imports, functions, classes, assignments (which hide a
+        builtin of the same name)."""
+        defined = {node.name.value for node in self.tree.findall(self.module, cst.FunctionDef)}
+        return frozenset(self.names.aliases.keys() | self.names.local_classes | defined | assigned_names(self.module, tree=self.tree))
 
     def runs_in_every_iteration(self, statement: cst.CSTNode, loop: Loop) -> bool:
         """Whether ``statement`` runs, once, in every iteration of ``loop``: nothing between them

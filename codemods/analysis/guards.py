@@ -13,7 +13,7 @@ rests on an inner loop running no time (a guess) from one that does not."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Container, Mapping, Sequence
 
 import libcst as cst
 
@@ -21,81 +21,84 @@ from .assignments import assigned_names, read_names, target_names
 from .syntax import expression_key
 
 if TYPE_CHECKING:
-    from .dataflow import Loop
-    from .file_analysis import FileAnalysis
+    from .loops import Loop
+    from .tree import SyntaxTree
 
 
-def read_only_where_assigned(analysis: FileAnalysis, loop: Loop, name: str, inner_loops_run: bool = False) -> bool:
+def read_only_where_assigned(
+    tree: SyntaxTree, reached: Container[cst.CSTNode], bound: Container[str], loop: Loop, name: str, inner_loops_run: bool = False
+) -> bool:
     """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
     earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
     loop writes nothing the test reads (``if args.with_prior_preservation:`` twice): the test
     answers the same both times, so what is read is always this iteration's value (or the read
     follows the assignment in the branch that makes it). An inner loop whose first pass assigns
     ``name`` counts as such a test when it runs as often in every iteration (``SAME_TRIP_COUNT``),
-    or, with ``inner_loops_run``, whatever it walks."""
+    or, with ``inner_loops_run``, whatever it walks. ``reached``: the reads the dataflow got to;
+    ``bound``: the names the file binds (a ``range`` of its own is not the builtin)."""
     if "." in name:
         return False
     body = loop.node.body
     # (what the loop statement itself binds changes every iteration: ``for step in ...``)
-    written = assigned_names(body, tree=analysis.tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())
+    written = assigned_names(body, tree=tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())
     assigning: dict[str, list[cst.If]] = {}
-    for branch in analysis.tree.findall(body, cst.If):
-        if _invariant(analysis, branch.test, written) and _always_assigns(branch.body, name):
+    for branch in tree.findall(body, cst.If):
+        if _invariant(tree, branch.test, written) and _always_assigns(branch.body, name):
             assigning.setdefault(expression_key(branch.test), []).append(branch)
     passes = [
         inner
-        for inner in analysis.tree.findall(body, cst.For)
-        if _first_pass_assigns(analysis, inner.body, name) and (inner_loops_run or _same_trip_count(analysis, inner.iter, written))
+        for inner in tree.findall(body, cst.For)
+        if _first_pass_assigns(tree, inner.body, name) and (inner_loops_run or _same_trip_count(tree, bound, inner.iter, written))
     ]
-    reads = [n for n in analysis.tree.names(body, [name]) if analysis.value_read(n) is not None]
+    reads = [n for n in tree.names(body, [name]) if n in reached]
     if not ((assigning or passes) and reads):
         return False
-    if all(_guarded_like(analysis, read, assigning, loop.node, written) for read in reads):
+    if all(_guarded_like(tree, read, assigning, loop.node, written) for read in reads):
         return True
     # Or every write is in such a branch (or inner loop) and every read comes after one: the test
     # true, this iteration assigned it; false, no iteration does, and what is read is the value
     # from before the loop, never a previous iteration's.
     branches: list[cst.If | cst.For] = [*(branch for group in assigning.values() for branch in group), *passes]
-    writes = [statement for statement in analysis.tree.findall(body, cst.SimpleStatementLine) if _writes(statement, name)]
-    return all(any(analysis.contains(branch, write) for branch in branches) for write in writes) and all(
-        _guarded_like(analysis, read, assigning, loop.node, written) or any(_runs_before(analysis, branch, read, written) for branch in branches)
+    writes = [statement for statement in tree.findall(body, cst.SimpleStatementLine) if _writes(statement, name)]
+    return all(any(tree.contains(branch, write) for branch in branches) for write in writes) and all(
+        _guarded_like(tree, read, assigning, loop.node, written) or any(_runs_before(tree, branch, read, written) for branch in branches)
         for read in reads
     )
 
 
-def _invariant(analysis: FileAnalysis, test: cst.BaseExpression, written: set[str]) -> bool:
+def _invariant(tree: SyntaxTree, test: cst.BaseExpression, written: set[str]) -> bool:
     """A test that answers the same in every iteration: it calls nothing (``random.random() < p``
     answers anew) and reads nothing the loop writes."""
-    return not analysis.tree.findall(test, cst.Call) and not read_names(test) & written
+    return not tree.findall(test, cst.Call) and not read_names(test) & written
 
 
-def _runs_before(analysis: FileAnalysis, branch: cst.If | cst.For, read: cst.CSTNode, written: set[str]) -> bool:
+def _runs_before(tree: SyntaxTree, branch: cst.If | cst.For, read: cst.CSTNode, written: set[str]) -> bool:
     """Whether ``branch`` comes before ``read`` and its test is reached whenever the read is: from
     the branch up to the first statement that holds the read too, no inner loop (which may run no
     time), no ``try``, and only tests that answer the same every iteration (not ``if step % 2:``)."""
-    if not analysis.tree.follows(read, branch):
+    if not tree.follows(read, branch):
         return False
-    node = analysis.tree.parent(branch)
-    while node is not None and not analysis.contains(node, read):
+    node = tree.parent(branch)
+    while node is not None and not tree.contains(node, read):
         if isinstance(node, (cst.For, cst.While, cst.Try, cst.TryStar)):
             return False
-        if isinstance(node, cst.If) and not _invariant(analysis, node.test, written):
+        if isinstance(node, cst.If) and not _invariant(tree, node.test, written):
             return False
-        node = analysis.tree.parent(node)
+        node = tree.parent(node)
     return True
 
 
-def _guarded_like(analysis: FileAnalysis, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode, written: set[str]) -> bool:
+def _guarded_like(tree: SyntaxTree, read: cst.Name, assigning: Mapping[str, Sequence[cst.If]], loop: cst.CSTNode, written: set[str]) -> bool:
     node: cst.CSTNode = read
-    while (parent := analysis.tree.parent(node)) is not None and parent is not loop:
-        if isinstance(parent, cst.IndentedBlock) and any(analysis.tree.follows(read, s) for s in _assignments(parent, read.value)):
+    while (parent := tree.parent(node)) is not None and parent is not loop:
+        if isinstance(parent, cst.IndentedBlock) and any(tree.follows(read, s) for s in _assignments(parent, read.value)):
             return True  # after an assignment of its own block: this iteration's value
         if isinstance(parent, (cst.If, cst.IfExp)) and node is parent.body:
             # (``if flag and i < n:`` holds only where ``if flag:`` does)
             branches = [branch for conjunct in _conjuncts(parent.test) for branch in assigning.get(expression_key(conjunct), ())]
-            if any(_runs_before(analysis, branch, parent, written) for branch in branches):
+            if any(_runs_before(tree, branch, parent, written) for branch in branches):
                 return True
-            if parent in branches and any(analysis.tree.follows(read, s) for s in _assignments(parent.body, read.value)):
+            if parent in branches and any(tree.follows(read, s) for s in _assignments(parent.body, read.value)):
                 return True  # after the assignment, in the branch that makes it
         node = parent
     return False
@@ -109,7 +112,7 @@ FRESH_SEQUENCES = frozenset({"range", "reversed", "enumerate", "zip"})
 NUMBER_READS = frozenset({"len", "int", "min", "max", "abs", "size", "dim", "numel"})
 
 
-def _same_trip_count(analysis: FileAnalysis, sequence: cst.BaseExpression, written: set[str]) -> bool:
+def _same_trip_count(tree: SyntaxTree, bound: Container[str], sequence: cst.BaseExpression, written: set[str]) -> bool:
     """Whether a ``for`` over ``sequence`` walks as many items in every iteration of the loop
     that writes ``written``: a literal list or tuple, or a ``FRESH_SEQUENCES`` call, whose parts
     read nothing the loop writes and call only ``FRESH_SEQUENCES`` and ``NUMBER_READS`` (the
@@ -118,23 +121,21 @@ def _same_trip_count(analysis: FileAnalysis, sequence: cst.BaseExpression, writt
         return not read_names(sequence) & written
     if not (isinstance(sequence, cst.Call) and isinstance(sequence.func, cst.Name) and sequence.func.value in FRESH_SEQUENCES):
         return False
-    defined = {node.name.value for node in analysis.tree.findall(analysis.module, cst.FunctionDef)}
-    bound = analysis.names.aliases.keys() | defined | assigned_names(analysis.module, tree=analysis.tree)
-    for call in analysis.tree.findall(sequence, cst.Call):
+    for call in tree.findall(sequence, cst.Call):
         called = call.func.value if isinstance(call.func, cst.Name) else call.func.attr.value if isinstance(call.func, cst.Attribute) else None
         if called not in FRESH_SEQUENCES | NUMBER_READS or (isinstance(call.func, cst.Name) and called in bound):
             return False
     return not read_names(sequence) & written
 
 
-def _first_pass_assigns(analysis: FileAnalysis, block: cst.BaseSuite, name: str) -> bool:
+def _first_pass_assigns(tree: SyntaxTree, block: cst.BaseSuite, name: str) -> bool:
     """Whether the first pass of a loop whose body is ``block`` assigns ``name``: an assignment
     (or an if/else assigning it in both) of the body itself, before anything that can leave the
     pass (``break``, ``continue``, ``return``, ``raise``)."""
     for statement in block.body if isinstance(block, cst.IndentedBlock) else ():
         if _always_assigns(cst.IndentedBlock(body=[statement]), name):
             return True
-        if any(analysis.tree.findall(statement, leaving) for leaving in (cst.Break, cst.Continue, cst.Return, cst.Raise)):
+        if any(tree.findall(statement, leaving) for leaving in (cst.Break, cst.Continue, cst.Return, cst.Raise)):
             return False
     return False
 

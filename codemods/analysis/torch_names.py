@@ -29,84 +29,10 @@ from ..frameworks import (
     TRAINER_HOOKS,
     WRAPPED_MODEL_KEYWORDS,
 )
+from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, PARAMETERLESS_MODULES
 from .syntax import is_detach, is_name, method_called
 from .tree import SyntaxTree
 from .values import TENSOR, UNKNOWN, Structure, TupleOf
-
-# nn modules whose call adds no parameters: their output carries graph only if their input does.
-# Named one by one, not by a "Loss" suffix: AdaptiveLogSoftmaxWithLoss and LinearCrossEntropyLoss
-# hold a layer, and TripletMarginWithDistanceLoss calls whatever distance function it is given.
-_PARAMETERLESS = {
-    "BCELoss",
-    "BCEWithLogitsLoss",
-    "CTCLoss",
-    "CosineEmbeddingLoss",
-    "CrossEntropyLoss",
-    "GaussianNLLLoss",
-    "HingeEmbeddingLoss",
-    "HuberLoss",
-    "KLDivLoss",
-    "L1Loss",
-    "MSELoss",
-    "MarginRankingLoss",
-    "MultiLabelMarginLoss",
-    "MultiLabelSoftMarginLoss",
-    "MultiMarginLoss",
-    "NLLLoss",
-    "NLLLoss2d",
-    "PoissonNLLLoss",
-    "SmoothL1Loss",
-    "SoftMarginLoss",
-    "TripletMarginLoss",
-    "ReLU",
-    "ReLU6",
-    "LeakyReLU",
-    "ELU",
-    "SELU",
-    "CELU",
-    "GELU",
-    "SiLU",
-    "Mish",
-    "Tanh",
-    "Sigmoid",
-    "Hardtanh",
-    "Hardsigmoid",
-    "Hardswish",
-    "Softplus",
-    "Softsign",
-    "Softmax",
-    "LogSoftmax",
-    "Softmin",
-    "Threshold",
-    "Dropout",
-    "Dropout1d",
-    "Dropout2d",
-    "Dropout3d",
-    "AlphaDropout",
-    "Identity",
-    "Flatten",
-    "Unflatten",
-    "MaxPool1d",
-    "MaxPool2d",
-    "MaxPool3d",
-    "AvgPool1d",
-    "AvgPool2d",
-    "AvgPool3d",
-    "AdaptiveAvgPool1d",
-    "AdaptiveAvgPool2d",
-    "AdaptiveAvgPool3d",
-    "AdaptiveMaxPool1d",
-    "AdaptiveMaxPool2d",
-    "AdaptiveMaxPool3d",
-    "Upsample",
-    "PixelShuffle",
-    "ZeroPad2d",
-    "ConstantPad1d",
-    "ConstantPad2d",
-    "ReflectionPad2d",
-    "CosineSimilarity",
-    "PairwiseDistance",
-}
 
 # What calling a recurrent module returns, so tuple state can be detached element by element.
 _RECURRENT_RESULTS: dict[str, Structure] = {
@@ -117,11 +43,6 @@ _RECURRENT_RESULTS: dict[str, Structure] = {
     "GRUCell": TENSOR,
     "RNNCell": TENSOR,
 }
-
-# Methods that mark a receiver as an nn.Module wherever they are called on it.
-_MODULE_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "modules", "children"}
-# Methods that return the module they are called on.
-_MODULE_RETURNING = {"to", "cuda", "cpu", "double", "float", "half", "train", "eval", "requires_grad_"}
 
 
 def dotted_name(node: cst.CSTNode) -> str | None:
@@ -153,7 +74,7 @@ class ModuleInfo:
         """Whether calling it may add parameters to a graph: not when it is frozen, or a torch.nn
         class without parameters (an activation, a pooling, a loss); a class of the file's own
         may hold parameters whatever its name."""
-        parameterless = not self.is_local and self.class_name in _PARAMETERLESS
+        parameterless = not self.is_local and self.class_name in PARAMETERLESS_MODULES
         return not (self.frozen or parameterless)
 
     @property
@@ -538,7 +459,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if not isinstance(value, cst.Call):
             return None
         func = value.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_RETURNING:
+        if isinstance(func, cst.Attribute) and func.attr.value in MODULE_RETURNING:
             return self._module_of(func.value)
         if self.names.qualify(func) in MODULE_WRAPPERS:
             return self._module_of(value.args[0].value) if value.args else None  # the wrapped module
@@ -610,7 +531,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             name = dotted_name(func.value)
             if name is not None:
                 self.names.objects.add(name)
-        if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
+        if isinstance(func, cst.Attribute) and func.attr.value in MODULE_METHODS:
             name = dotted_name(func.value)
             if name is None:
                 return
@@ -679,7 +600,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         ``[*a.parameters(), *b.parameters()]``, ``chain(a.parameters(), b.parameters())``, ``[x]``
         or ``[self.image]`` (tensors, no module); None when it cannot be read (a list built
         elsewhere)."""
-        if method_called(params) in _PARAMETER_METHODS:
+        if method_called(params) in PARAMETER_METHODS:
             name = dotted_name(params.func.value)
             return {name} if name else None
         if isinstance(params, (cst.List, cst.Tuple)):
@@ -691,7 +612,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         class_name = self._classes[-1] if self._classes else None
         modules: set[str] = set()
         for part in parts:
-            if method_called(part) in _PARAMETER_METHODS:
+            if method_called(part) in PARAMETER_METHODS:
                 found = self._optimized_modules(part)
                 if found is None:
                     return None
@@ -713,7 +634,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         iterated = self.names.module(node.iter, self._classes[-1] if self._classes else None)
         if iterated is not None and not iterated.unread and isinstance(node.target, cst.Name):
             self.names.modules.setdefault(node.target.value, ModuleInfo(""))  # ``for model in models:`` of modules built here
-        if method_called(node.iter) not in _PARAMETER_METHODS:
+        if method_called(node.iter) not in PARAMETER_METHODS:
             return
         target = node.target.elements[-1].value if isinstance(node.target, cst.Tuple) and node.target.elements else node.target
         variable = dotted_name(target)  # (``for name, p in model.named_parameters()``)
@@ -817,9 +738,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
                     known[target[5:]] = module
             elif not self.names.modules.get(target, ModuleInfo("")).class_name:
                 self.names.modules[target] = module
-
-
-_PARAMETER_METHODS = {"parameters", "named_parameters"}
 
 
 def _names_automatic_optimization(target: cst.BaseExpression) -> bool:

@@ -22,14 +22,11 @@ iteration started", so a rule can tell a graph built in this iteration from one 
 
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Union
+from dataclasses import dataclass, field, replace
+from functools import reduce
+from typing import Iterable, Sequence, Union
 
 import libcst as cst
-
-if TYPE_CHECKING:
-    from .dataflow import Loop
 
 
 @dataclass(frozen=True)
@@ -41,47 +38,12 @@ class Origin:
     statement: cst.CSTNode
 
 
-class _LoopMarker:
-    """A marker that names its loop by a weak reference. The loop keeps the values that hold its
-    markers; naming it strongly would make a cycle, and leave each file's syntax tree to the cycle
-    collector, which walks all of it, instead of freeing it when the file is done."""
-
-    _loop: weakref.ref
-
-    @property
-    def loop(self) -> "Loop":
-        return self._loop()
+class LoopMarker:
+    """A source that stands for what a loop's iterations built: what a name held when an iteration
+    started (``loops.Carried``), an element a loop variable picked (``loops.Element``)."""
 
 
-@dataclass(frozen=True, init=False)
-class Carried(_LoopMarker):
-    """The value ``name`` had when an iteration of ``loop`` started."""
-
-    _loop: weakref.ref
-    name: str
-
-    def __init__(self, loop: "Loop", name: str) -> None:
-        object.__setattr__(self, "_loop", weakref.ref(loop))
-        object.__setattr__(self, "name", name)
-
-
-@dataclass(frozen=True, init=False)
-class Element(_LoopMarker):
-    """An element picked from a container by a variable of ``loop`` (``losses[i]``): another
-    element, with a graph of its own, in every iteration of that loop; to any other loop, the
-    graph of the whole container (``origins``)."""
-
-    _loop: weakref.ref
-    node: cst.CSTNode
-    origins: frozenset
-
-    def __init__(self, loop: "Loop", node: cst.CSTNode, origins: frozenset) -> None:
-        object.__setattr__(self, "_loop", weakref.ref(loop))
-        object.__setattr__(self, "node", node)
-        object.__setattr__(self, "origins", origins)
-
-
-Source = Union[Origin, Carried, Element]
+Source = Union[Origin, LoopMarker]
 
 
 class Structure:
@@ -226,3 +188,52 @@ def combine(
     if unread is None:
         unread = not known_operation or all(v.unread for v in values if v.graph)
     return Value(graph=True, origins=origins, structure=structure, freed=any(v.freed for v in values), guessed=guessed, unread=unread)
+
+
+def part(value: Value, structure: Structure) -> Value:
+    """``value``'s graph (freed where it is) with another structure; not the very tensor a
+    backward backwarded."""
+    return Value(value.graph, value.origins, structure, freed=value.freed, graphless=value.graphless, guessed=value.guessed, unread=value.unread)
+
+
+def item_of(container: Value, structure: Structure, differentiable: bool = False) -> Value:
+    """An item taken out of ``container`` (unpacked, indexed, iterated): the container's graph.
+    The rows of a tensor and the items of a list hold it as the whole does; the items of a tuple
+    or of a container of unknown shape are told apart by nothing gradfix sees (a model's
+    ``(logits, indices)``), so an item's graph is only guessed; not where every item is a
+    differentiable output of a torch.nn module (``differentiable``: an LSTM's ``(h, c)``)."""
+    homogeneous = container.structure is TENSOR or isinstance(container.structure, ListOf) or differentiable
+    return replace(part(container, structure), guessed=container.guessed or (container.graph and not homogeneous))
+
+
+def element_of(value: Value) -> Value:
+    """What iterating over ``value`` yields."""
+    structure = value.structure
+    if isinstance(structure, ListOf):
+        item = structure.item
+    elif isinstance(structure, TupleOf):
+        item = join_structures(structure.items)
+    else:
+        item = TENSOR if structure is TENSOR else UNKNOWN
+    return item_of(value, item)
+
+
+def join_structures(structures) -> Structure:
+    return reduce(lambda joined, structure: joined.join(structure), structures, EMPTY)
+
+
+def union(values: Sequence[Value], structure: Structure) -> Value:
+    return Value(
+        graph=any(v.graph for v in values),
+        origins=frozenset().union(*(v.origins for v in values)) if values else frozenset(),
+        structure=structure,
+        freed=any(v.freed for v in values),
+        graphless=all(v.graphless for v in values),
+        guessed=any(v.guessed for v in values if v.graph),
+        unread=any(v.unread for v in values if v.graph),
+    )
+
+
+def joined(values: Sequence[Value]) -> Value:
+    """What one of ``values`` may be: NOTHING when there are none."""
+    return reduce(Value.join, values) if values else NOTHING

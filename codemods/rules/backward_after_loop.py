@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis import BackwardSite, GradientEffect, dotted_name, Loop, assigned_names, code_of, read_names, target_names
+from ..analysis import BackwardSite, GradientEffect, Loop, assigned_names, code_of, read_for_data, read_names, target_names
 from ..edits import Fix
 from ..rule import FixKind, Rule, Violation
 from ..symptoms import LastBatchOnly
@@ -106,7 +106,7 @@ optimizer.step()
                 if tensor is not None and tensor not in computed_from and self.analysis.afresh_each_iteration(loop, tensor):
                     return site, between, tensor, computing
                 read = _as_the_loop_left_them(read_names(site.statement), computed_from)
-                if read & _carried_names(loop.node.body.body):
+                if any(loop.carries(name) for name in read):
                     return None  # it also reads what every iteration added to (loss = loss + ...): all of them train
                 last = next((n for n in sorted(read) if self._from_the_iteration_alone(loop, n)), None)
                 return (site, between, last, computing) if last is not None else None
@@ -131,8 +131,7 @@ optimizer.step()
             if not read_names(statement) & produced:
                 return f"line {self.analysis.line(statement)} does not depend on the loop"
             produced |= assigned_names(statement)
-        body = list(loop.node.body.body)
-        if _carried_names([*body, *moving, site.statement]) != _carried_names(body):
+        if loop.carried_with([*moving, site.statement]) != loop.carried_with(()):
             return "inside the loop, the moved code would read what the previous iteration left"
         return None
 
@@ -147,32 +146,14 @@ optimizer.step()
             return True
         if not self.analysis.afresh_each_iteration(loop, name):
             return False
-        carried = _carried_names(loop.node.body.body)
         assignments = [s for s in loop.node.body.body if name in assigned_names(s)]
-        return all(not read_names(s) & carried and self._data_read(s) & batch for s in assignments)
-
-    def _data_read(self, statement: cst.CSTNode) -> set[str]:
-        """The names ``statement`` reads for their values, not only for their shape, size, device
-        or length (``torch.randn(imgs.shape[0], latent)`` reads no data of ``imgs``)."""
-        names: set[str] = set()
-        for node in self.analysis.tree.findall(statement, cst.Name):
-            parent = self.analysis.tree.parent(node)
-            if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in _METADATA:
-                continue
-            if isinstance(parent, cst.Arg) and isinstance(call := self.analysis.tree.parent(parent), cst.Call) and dotted_name(call.func) == "len":
-                continue
-            names.add(node.value)
-        return names & read_names(statement)
+        return all(not any(loop.carries(read) for read in read_names(s)) and read_for_data(s, self.analysis.tree) & batch for s in assignments)
 
     def _site_of_statement(self, statement: cst.CSTNode) -> BackwardSite | None:
         return next((s for s in self.analysis.sites_in(statement) if s.is_whole_statement and s.api.accumulates), None)
 
     def _zeroes(self, statement: cst.CSTNode) -> bool:
         return self.analysis.gradient_effects(statement) == GradientEffect.ZERO_GRAD
-
-
-# What a tensor tells of itself without its values.
-_METADATA = {"shape", "size", "dim", "ndim", "device", "dtype", "numel"}
 
 
 def _moving_with(site: BackwardSite, computing: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
@@ -202,14 +183,3 @@ def _runs_once(loop: Loop) -> bool:
 def _as_the_loop_left_them(names: set[str], computed_from: dict[str, set[str]]) -> set[str]:
     """The names, as the loop left them, that ``names`` (read after the loop) were computed from."""
     return set().union(*(computed_from.get(name, {name}) for name in names))
-
-
-def _carried_names(statements) -> set[str]:
-    """Names an iteration reads before it assigns them: they hold the previous iteration's value."""
-    assigned: set[str] = set()
-    read_first: set[str] = set()
-    for statement in statements:
-        for part in statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]:
-            read_first |= (read_names(part.value) if isinstance(part, cst.Assign) else read_names(part)) - assigned
-            assigned |= assigned_names(part)
-    return read_first & assigned

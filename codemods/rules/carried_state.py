@@ -13,7 +13,6 @@ from ..analysis import (
     NUMBER,
     UNKNOWN,
     BackwardSite,
-    Carried,
     Loop,
     Origin,
     RecordOf,
@@ -23,8 +22,6 @@ from ..analysis import (
     detached,
     dotted_name,
     expand,
-    find_nodes,
-    is_detach,
     is_single_assignment,
     read_names,
     target_names,
@@ -111,11 +108,7 @@ for inputs, targets in loader:
                 if loop.is_call:
                     continue
                 for name in sorted(loop.carried_names - taken):
-                    if (
-                        not _reaches_previous_graph(site, loop, name)
-                        or self._detached_in(loop, name)
-                        or self.analysis.read_only_where_assigned(loop, name)
-                    ):
+                    if not loop.carries_graph(name, site.value) or loop.detaches(name) or self.analysis.read_only_where_assigned(loop, name):
                         continue
                     if loop.back_edge[name].freed:
                         freed.setdefault(loop, {}).setdefault(name, site)
@@ -186,15 +179,6 @@ for inputs, targets in loader:
 
     def _first_update(self, loop: Loop, name: str) -> cst.SimpleStatementLine | None:
         return next((s for s in self.analysis.writes_of(loop, name) if isinstance(s, cst.SimpleStatementLine)), None)
-
-    def _detached_in(self, loop: Loop, name: str) -> bool:
-        """Whether the loop detaches ``name`` itself somewhere (``if it > 0: h = h.detach()``): the
-        author manages that state, on paths the analysis does not tell apart."""
-        return any(
-            isinstance(write, cst.SimpleStatementLine)
-            and any(isinstance(small, cst.Assign) and find_nodes(small.value, cst.Call, is_detach) for small in write.body)
-            for write in self.analysis.writes_of(loop, name)
-        )
 
     def _passed_through_unread_code(self, loop: Loop, names: list[str]) -> tuple[str, str] | None:
         """A state the iteration hands to an imported function on its way to its next value
@@ -316,7 +300,7 @@ for inputs, targets in loader:
         it from it). A path that leaves the attribute as it was (an early ``return``) carries
         nothing by itself, and a call that first binds it afresh (``self.cache = self.cache.detach()``)
         changes only its own value after that."""
-        if Carried(method, name) in expand(method.returned.origins, method):
+        if method.built_from_previous(name, method.returned):
             return True
         return not self.analysis.afresh_each_iteration(method, name) and any(w is not False for w in writes.values())
 
@@ -324,9 +308,8 @@ for inputs, targets in loader:
         """Whether a backward walks what the previous call left in the attribute: the call's result
         is built from it (and the training loop backwards that result), or a backward inside
         the call reads it."""
-        carried = Carried(method, name)
-        return carried in expand(method.returned.origins, method) or any(
-            carried in expand(site.value.origins, method) for site in backwarding if self.analysis.contains(method.node, site.call)
+        return method.built_from_previous(name, method.returned) or any(
+            method.built_from_previous(name, site.value) for site in backwarding if self.analysis.contains(method.node, site.call)
         )
 
     def _called_only_at_construction(self, method: Loop) -> bool:
@@ -415,13 +398,6 @@ def _stored_into(target: cst.BaseExpression) -> cst.BaseExpression:
     while isinstance(target, cst.Subscript):
         target = target.value
     return target
-
-
-def _reaches_previous_graph(site: BackwardSite, loop: Loop, name: str) -> bool:
-    """Whether the loss backwarded at ``site`` reads ``name`` as the previous iteration left it,
-    holding a graph."""
-    left_behind = loop.back_edge.get(name)
-    return left_behind is not None and left_behind.graph and Carried(loop, name) in expand(site.value.origins, loop)
 
 
 def _continues(node: cst.CSTNode) -> bool:

@@ -1,0 +1,566 @@
+"""Call semantics: what a call hands back, and what it does to the graphs it is given.
+
+A part of ``DataflowAnalysis`` (``dataflow``). A call is read by the first handler that knows its
+callee: a backward (``frameworks``' rows), a function of the checked code (its summary), a module's
+forward, an engine that wraps a model, a method (backwards, a module's methods, the tensor methods
+of ``torch_api``'s tables), a torch function, a builtin; any other call is a function gradfix cannot
+read, whose result holds what its arguments hold, guessed. Whether an operation saves tensors for
+its backward is answered twice, side by side: may (``_saves_tensors``) and must (``saves_for_certain``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+import libcst as cst
+
+from ..frameworks import BACKWARD_METHODS, CALLED_AS_FORWARD, FUNCTION_APIS, READING_LOGGERS, BackwardApi
+from ..torch_api import (
+    BOOKKEEPING_METHODS,
+    CREATION_FUNCTIONS,
+    DETACHING_METHODS,
+    FACTORY_METHODS,
+    NON_DIFFERENTIABLE,
+    SAMPLING_METHODS,
+    SAVING_FOR_CERTAIN,
+    SAVING_NOTHING_FUNCTIONS,
+    SAVING_NOTHING_METHODS,
+    TUPLE_FUNCTIONS,
+    WITH_INDICES,
+    WITH_INDICES_GIVEN_A_DIMENSION,
+)
+from . import backward_calls
+from .assignments import APPENDING_METHODS, is_inplace_method
+from .backward_calls import BackwardSite
+from .function_summaries import summary_key
+from .loops import Env
+from .torch_names import ModuleInfo, creates_parameter, dotted_name
+from .values import (
+    CONSTANT,
+    DISTRIBUTION,
+    LEAF,
+    NOTHING,
+    TENSOR,
+    UNKNOWN,
+    ListOf,
+    Origin,
+    RecordOf,
+    Structure,
+    TupleOf,
+    Value,
+    combine,
+    element_of,
+    item_of,
+    joined,
+    part,
+    union,
+)
+
+# Libraries of plain numbers: what they return carries no graph (and a graph cannot enter numpy).
+_NUMBER_LIBRARIES = ("math.", "numpy.", "random.", "statistics.", "time.")
+# (not ``round``: ``round(tensor)`` is a tensor with a graph)
+_NON_GRAPH_BUILTINS = {"float", "int", "bool", "str", "len", "print", "range", "repr", "format", "isinstance", "id", "hash"}
+_CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
+_REDUCING_BUILTINS = {"sum", "max", "min"}
+
+
+class CallSemantics:
+    """The call half of ``DataflowAnalysis``: each call's value, and the backwards it records."""
+
+    def _eval_call(self, node: cst.Call, env: Env) -> Value:
+        value = self._call_value(node, env)
+        if self._detaching_call(node.func):
+            return CONSTANT
+        if value.graph and self._called_class(node.func) in self.stateful_classes:
+            self._escape([value])  # the object keeps part of this graph for its next call
+        return value
+
+    def _detaching_call(self, func: cst.BaseExpression) -> bool:
+        """A call of a function or method of the file whose every return is detached
+        (``repackage_hidden(h)``, ``self.model.repackage_hidden(h)``)."""
+        detaching = self.names.detaching_functions
+        if dotted_name(func) in detaching:
+            return True
+        called = self._called_class(func.value) if isinstance(func, cst.Attribute) else None
+        return called is not None and f"{called}.{func.attr.value}" in detaching
+
+    def _called_class(self, func: cst.BaseExpression) -> str | None:
+        """The file's own class whose instance (or method) a call runs: ``model(x)``, ``model.step(x)``."""
+        class_name = self._scope.class_name
+        for receiver in (func, func.value) if isinstance(func, cst.Attribute) else (func,):
+            instance = self.names.instance_class(receiver, class_name)
+            module = self.names.module(receiver, class_name)
+            if instance is not None:
+                return instance
+            if module is not None and module.is_local:
+                return module.class_name
+        return None
+
+    def _call_value(self, node: cst.Call, env: Env) -> Value:
+        value = self._read_call(node, env)
+        shape = self._returned_shapes.pop(node, UNKNOWN)
+        # A call of the file's function read as any call, shaped as the function's returns show
+        # (a helper defined later returning ``(matrix, norm)``).
+        return replace(value, structure=shape) if value.structure is UNKNOWN and shape is not UNKNOWN else value
+
+    def _read_call(self, node: cst.Call, env: Env) -> Value:
+        """The value of a call, read by the first handler that knows its callee."""
+        func = node.func
+        qualified = self.names.qualify(func) or ""
+        if qualified in FUNCTION_APIS:
+            return self._backward_function_call(node, FUNCTION_APIS[qualified], env)
+        summary_result = self._call_summary(node, env)
+        if summary_result is not None:
+            return summary_result
+        called_module = self.names.module(func, self._scope.class_name)
+        if called_module is not None:
+            return self._module_call(called_module, node, [arg.value for arg in node.args], env)
+        if self.names.framework(func) in CALLED_AS_FORWARD:
+            return self._engine_call(node, env)
+        if isinstance(func, cst.Attribute) and not self.names.is_torch(func.value):
+            return self._method_call(node, qualified, env)
+        return self._function_call(node, qualified, env)
+
+    def _backward_function_call(self, node: cst.Call, api: BackwardApi, env: Env) -> Value:
+        """``torch.autograd.backward(...)``, ``torch.autograd.grad(...)``."""
+        values = self._eval_all([arg.value for arg in node.args], env)
+        self._record_backward(node, api, env)
+        if api.accumulates or backward_calls.create_graph(api, node) is False:
+            return CONSTANT
+        # Gradients made with create_graph=True (a gradient penalty) carry a graph through
+        # everything the backward walked.
+        return combine(values, self._origin(node), UNKNOWN)
+
+    def _engine_call(self, node: cst.Call, env: Env) -> Value:
+        """A call of an engine that wraps the model (DeepSpeed's): the model's forward."""
+        arguments = [arg.value for arg in node.args]
+        wrapped = self.names.wrapped_modules.get(dotted_name(node.func) or "")
+        if wrapped is not None:
+            return self._module_call(wrapped, node, arguments, env)
+        return combine([*self._eval_all(arguments, env), LEAF], self._origin(node), UNKNOWN)
+
+    def _method_call(self, node: cst.Call, qualified: str, env: Env) -> Value:
+        """``x.method(...)`` of anything but torch's own modules: a backward, a module's method, a
+        tensor method of ``_TENSOR_METHODS``, an append, or a method gradfix cannot read."""
+        func = node.func
+        method = func.attr.value
+        if method in BACKWARD_METHODS and self._backward_method_call(node, env):
+            return CONSTANT
+        module = self.names.module(func.value, self._scope.class_name)
+        if module is not None:
+            return self._module_method_call(module, node, env)
+        arguments = [arg.value for arg in node.args]
+        receiver = self._eval(func.value, env)
+        values = self._eval_all(arguments, env)
+        if _number_library_result(qualified, values):
+            return CONSTANT
+        target = dotted_name(func.value)
+        handler = _TENSOR_METHODS.get(method)
+        value = handler(node, receiver) if handler is not None else None
+        if value is not None:
+            if method in BOOKKEEPING_METHODS and target is not None:
+                env[target] = value
+            return value
+        if target is not None and method not in APPENDING_METHODS:
+            self._forget_slots(target, env)  # (``insert``, ``pop``, ``clear``: the slots move)
+        if method in APPENDING_METHODS and target is not None:
+            item = values[-1] if values else NOTHING
+            if arguments:
+                self.assigned_values[arguments[-1]] = item
+            if method == "extend":
+                item = element_of(item)
+            stored = env.get(target, NOTHING)
+            item_structure = stored.structure.item if isinstance(stored.structure, ListOf) else item.structure
+            env[target] = union([stored, item], ListOf(item_structure.join(item.structure)))
+            return CONSTANT
+        tensor_method = receiver.structure is TENSOR
+        # A method of a graph-carrying receiver holds its graph as much as the receiver does; a
+        # method of anything else is a function gradfix cannot read, unless it read it.
+        guessed = (not tensor_method and not receiver.graph) or all(v.guessed for v in (receiver, *values) if v.graph)
+        # (a method of what is proved to hold no graph, an array or a number, given nothing that
+        # holds one, returns nothing that holds one: ``action.detach().numpy().squeeze(0)``)
+        result = self._read_result(self._read_callees.get(node), node, values, UNKNOWN) or combine(
+            [receiver, *values],
+            self._origin(node),
+            TENSOR if tensor_method else UNKNOWN,
+            known_operation=tensor_method or receiver.graphless,
+            guessed=guessed,
+            unread=(not tensor_method and not receiver.graph and not receiver.graphless) or all(v.unread for v in (receiver, *values) if v.graph),
+        )
+        if (
+            is_inplace_method(method)
+            and target is not None
+            and not self.names.is_imported_module(func.value)
+            and not self._names_an_object(func.value)
+        ):
+            # (``commons.clip_grad_value_(...)`` changes no module object, and
+            # ``accelerator.clip_grad_norm_(model.parameters(), 1.0)`` no graph into the accelerator)
+            env[target] = result
+        if self._imported_code(func):
+            self._escape(values)  # trpo.hessian_vector_product(kl, params) may backward what it is given
+        return result
+
+    def _backward_method_call(self, node: cst.Call, env: Env) -> bool:
+        """Whether ``x.backward(...)`` (or ``manual_backward``) is a row of ``frameworks``' backward
+        table, which it then records."""
+        func = node.func
+        class_name = self._scope.class_name
+        receiver = self._eval(func.value, env)
+        passed = [value for arg, value in zip(node.args, self._eval_all([arg.value for arg in node.args], env)) if arg.keyword is None]
+        api = backward_calls.method_api(
+            func.attr.value,
+            node,
+            self.names.framework(func.value),
+            receiver.graph and not self._names_an_object(func.value) and not any(v.graph for v in passed[:1]),
+            class_name in self.names.lightning_classes,
+            self.names.is_imported_module(func.value),
+            receiver_is_an_object=self._names_an_object(func.value) or self.names.instance_class(func.value, class_name) is not None,
+            argument_is_graphless=bool(passed) and passed[0].graphless,
+        )
+        if api is None:
+            return False
+        self._record_backward(node, api, env)
+        return True
+
+    def _module_method_call(self, module: ModuleInfo, node: cst.Call, env: Env) -> Value:
+        """``model.method(...)``: its forward, its parameters, or a method read by its summary."""
+        method = node.func.attr.value
+        arguments = [arg.value for arg in node.args]
+        if method == "forward":
+            return self._module_call(module, node, arguments, env)
+        values = self._eval_all(arguments, env)
+        if method == "parameters" and module.trainable:
+            return Value(graph=True, structure=ListOf(TENSOR))  # its parameters: leaves that require grad
+        summary = self._summary((module.class_name, method)) if module.is_local else None
+        if summary is not None and not summary.has_effect and (items := self._returned_items(summary, node)) is not None:
+            self._call_items[node] = items
+        if summary is not None and summary.returned.graph:  # builds its result from parameters
+            return combine([*values, LEAF], self._origin(node), summary.returned.structure)
+        # D.compute_loss(fake, …): from its inputs (and maybe parameters gradfix does not see)
+        read = self._read_result(summary and summary_key(summary), node, values, UNKNOWN)
+        return read if read is not None else combine(values, self._origin(node), UNKNOWN, known_operation=False)
+
+    def _function_call(self, node: cst.Call, qualified: str, env: Env) -> Value:
+        """``f(...)``: a class of the file, a parameter made, a module built, a torch function, a
+        number library's, a builtin, or a function gradfix cannot read."""
+        func = node.func
+        arguments = [arg.value for arg in node.args]
+        values = self._eval_all(arguments, env)
+        if isinstance(func, cst.Name) and func.value in self.names.record_classes:
+            return union(values, self._record_structure(func.value, node, values))
+        if isinstance(func, cst.Name) and func.value in self.names.local_classes:
+            self._record_construction(func.value, node, values)
+            if func.value in self._constructor_parameters:
+                # An object: its methods read what it keeps from its ``__init__``; what reads it
+                # from outside (``outputs.loss``) gets the graphs it was built with.
+                return union(values, UNKNOWN) if func.value not in self.names.module_classes else NOTHING
+        if creates_parameter(self.names, node):
+            return LEAF
+        if self.names.module_class(func) is not None:
+            return NOTHING  # a module object
+        if qualified.startswith("torch."):
+            return self._torch_call(node, qualified, values)
+        if _number_library_result(qualified, values):
+            return CONSTANT
+        if isinstance(func, cst.Name):
+            if func.value in _NON_GRAPH_BUILTINS:
+                return CONSTANT
+            if func.value in _CONTAINER_BUILTINS:
+                element = element_of(values[0]) if values else NOTHING
+                structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN
+                return part(element, structure)
+        # An unknown function of graph-carrying values (a loss function, a helper) is differentiable
+        # in all code we have seen; passing a module in makes its result depend on parameters (or
+        # it is an object built around the module, an optimizer, a wrapper: the analysis cannot
+        # tell, and nothing is rewritten on what ``x.backward(arg)`` of such a value backwards).
+        module_arguments = [self.names.module(a, self._scope.class_name) for a in arguments]
+        if any(m is not None and m.trainable for m in module_arguments) or isinstance(func, cst.Name) and func.value in self._module_items:
+            values.append(LEAF)
+        self._eval(func, env)
+        if self._imported_code(func):
+            self._escape(values)  # another package's function may backward what it is given
+        read = self._read_result(self._read_callees.get(node), node, values, UNKNOWN)
+        return read if read is not None else combine(values, self._origin(node), UNKNOWN, known_operation=False)
+
+    def _record_structure(self, class_name: str, call: cst.Call, values: list[Value]) -> Structure:
+        """``State(v, i)``, ``State(v=v, i=i)``: the named tuple with its fields' structures, when
+        the call gives every field (by position or by name) and nothing else."""
+        fields = self.names.record_classes[class_name]
+        given: dict[str, Structure] = {}
+        for position, (arg, value) in enumerate(zip(call.args, values)):
+            if arg.star or (arg.keyword is None and position >= len(fields)):
+                return UNKNOWN
+            given[fields[position] if arg.keyword is None else arg.keyword.value] = value.structure
+        if set(given) != set(fields):
+            return UNKNOWN
+        return RecordOf(tuple(given[name] for name in fields), class_name)
+
+    def _record_construction(self, class_name: str, call: cst.Call, values: list[Value]) -> None:
+        self.constructions.setdefault(class_name, []).append(tuple(reversed(self._loops)))
+        parameters = self._constructor_parameters.get(class_name)
+        if parameters is not None:
+            self._record_arguments((class_name, "__init__"), parameters, call, values, freed=False)
+
+    def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
+        values = self._eval_all(arguments, env)
+        forward = self._summary((module.class_name, "forward")) if module.is_local else None
+        if forward is not None:
+            self._record_arguments((module.class_name, "forward"), forward.parameters, node, values)
+        # A local module adds its parameters' graph when its own forward does (not when it froze them).
+        if module.trainable and (forward is None or forward.returned.graph):
+            values = [*values, LEAF]
+        result = self.forward_results.get(module.class_name, UNKNOWN) if module.is_local else module.call_result
+        if forward is not None and forward.returned_given:
+            result = self._returned_structure(forward, node)
+        # A module known only by its use runs a forward gradfix did not read: what it returns may be
+        # anything (a detached output, a dict), so its graph is a guess of that kind.
+        unread = True if module.unread else None
+        called = combine(values, self._origin(node), result, guessed=unread, unread=unread)
+        if forward is not None and not forward.has_effect and (items := self._returned_items(forward, node)) is not None:
+            self._call_items[node] = items
+        elif forward is None and isinstance(result, TupleOf):
+            # every output of a torch.nn module is computed from its input and its parameters
+            self._call_items[node] = tuple(Value(graph=True, structure=item) for item in result.items)
+            self._differentiable_outputs.add(node)
+        return called if forward is None else self._freed_inside(node, forward, called)
+
+    def _torch_call(self, node: cst.Call, qualified: str, values: list[Value]) -> Value:
+        if qualified.rsplit(".", 1)[-1] in CREATION_FUNCTIONS or qualified.count(".") == 1 and qualified[6:] in NON_DIFFERENTIABLE:
+            return Value(structure=TENSOR, graphless=True)
+        if qualified.startswith("torch.distributions."):
+            return combine(values, self._origin(node), DISTRIBUTION)
+        if qualified in TUPLE_FUNCTIONS:
+            return combine(values, self._origin(node), TupleOf((TENSOR,) * TUPLE_FUNCTIONS[qualified]))
+        return combine(values, self._origin(node))
+
+    def _items_of_the_call(self, call: cst.Call, whole: Value, targets: Sequence[cst.BaseExpression]) -> list[Value] | None:
+        """What each target of ``a, b = f(...)`` holds, for a function of the file whose every return
+        writes out a tuple of that length: nothing, where the returns prove an item graphless
+        (``return loss, acc.item()``, ``return penalty, mean.detach()``); the graph of the whole
+        call for any other item, guessed only where the returns do not prove it a tensor or a graph."""
+        if len(targets) == 2 and self._returns_indices(call):
+            return [item_of(whole, TENSOR), Value(structure=TENSOR, graphless=True)]
+        items = self._call_items.get(call)
+        if items is None or len(items) != len(targets):
+            return None
+        groups = _sharing_groups(items)
+        call_origin = self._origin(call)
+        values = []
+        for index, item in enumerate(items):
+            value = replace(part(whole, item.structure), guessed=whole.guessed or item.guessed or not (item.graph or item.structure is TENSOR))
+            if call_origin in value.origins and groups[index] != groups[0]:
+                # Items the callee builds from no node in common share nothing of the call: each
+                # group of them stands for its own part (``return policy_loss, q1_loss, q2_loss``
+                # of three networks).
+                value = replace(value, origins=value.origins - {call_origin} | {Origin(targets[groups[index]], call_origin.statement)})
+            values.append(Value(structure=item.structure, graphless=True) if item.graphless else value)
+        return values
+
+    def _returns_indices(self, call: cst.Call) -> bool:
+        """Whether ``call`` is a torch reduction (function or tensor method) that returns values
+        and their indices."""
+        qualified = self.names.qualify(call.func) or ""
+        if qualified.startswith("torch.") and qualified.count(".") == 1:
+            name, given = qualified[6:], len(call.args) - 1  # (the tensor is the first argument)
+        elif isinstance(call.func, cst.Attribute) and not self.names.is_torch(call.func):
+            name, given = call.func.attr.value, len(call.args)
+        else:
+            return False
+        dimension = given > 0 or any(arg.keyword is not None and arg.keyword.value == "dim" for arg in call.args)
+        return name in WITH_INDICES or name in WITH_INDICES_GIVEN_A_DIMENSION and dimension
+
+    def _escape(self, values: Sequence[Value]) -> None:
+        """Graphs handed to code gradfix does not follow, which may backward them later."""
+        for value in values:
+            if value.graph:
+                self.escaped.setdefault(self._scope.node, set()).update(self.graph_nodes(value))
+
+    def _may_keep_its_arguments(self, call: cst.Call) -> bool:
+        """A call made for its effect (``hook(out)``, ``self.log_graph(loss)``), not a torch
+        function, a builtin that only reads, a module or a backward."""
+        func = call.func
+        if call in self.backward_sites or self.names.is_torch(func):
+            return False
+        if isinstance(func, cst.Name) and func.value in _NON_GRAPH_BUILTINS:
+            return False
+        if isinstance(func, cst.Attribute) and (func.attr.value in APPENDING_METHODS or func.attr.value in DETACHING_METHODS):
+            return False
+        if self._only_reads(func):
+            return False
+        return self.names.module(func, self._scope.class_name) is None
+
+    def _imported_code(self, func: cst.BaseExpression) -> bool:
+        """A function or class an import names (``trpo.hessian_vector_product``, ``from utils import
+        helper``), outside torch and the number libraries: code gradfix does not read here."""
+        name = dotted_name(func)
+        qualified = self.names.qualify(func) or ""
+        return name is not None and name.split(".")[0] in self.names.aliases and not qualified.startswith(("torch.", *_NUMBER_LIBRARIES))
+
+    def _only_reads(self, func: cst.BaseExpression) -> bool:
+        """A method of an object of a class that only reads what it is given (``writer.add_scalar``)."""
+        return isinstance(func, cst.Attribute) and self.names.constructed.get(dotted_name(func.value) or "") in READING_LOGGERS
+
+    def _names_an_object(self, node: cst.BaseExpression) -> bool:
+        """A module, an optimizer or a framework object: never a graph, whatever it is built from."""
+        return (
+            self.names.module(node, self._scope.class_name) is not None
+            or self.names.framework(node) is not None
+            or dotted_name(node) in self.names.optimizers
+            or dotted_name(node) in self.names.objects
+        )
+
+    def _record_backward(self, call: cst.Call, api: BackwardApi, env: Env) -> None:
+        tensors = backward_calls.backwarded_expressions(api, call)
+        values = [self._eval(tensor, env) for tensor in tensors]
+        value = joined(values)
+        if api.guessed:  # what it may backward: its argument or its object
+            value = value.join(self._eval(call.func.value, env))
+        retain_graph = backward_calls.retain_graph(api, call)
+        # A kept graph, one gradfix cannot tell, or a tensor it guessed is not proved freed.
+        frees = retain_graph is False and not api.guessed
+        inputs = backward_calls.argument(call, 1, "inputs") if api.name == "torch.autograd.grad" else None
+        stops_at = self._eval(inputs.value, env) if inputs is not None else NOTHING
+        walked = self.walked_nodes(value, stops_at)
+        # It frees what the walked nodes saved for it; a graph of sums and views of leaves saved
+        # nothing, and what shares only such nodes can be backwarded again.
+        saving = frozenset(origin for origin in walked if self._saves_tensors(origin.node)) if frees else frozenset()
+        freed = set(self._sharing_graph(env, saving))
+        for name in self._sharing_graph(env, walked):
+            held = env[name]
+            # The very tensor (an alias holds the same value), not another that shares its graph.
+            backwarded = held.backwarded | {call} if any(held is v for v in values) else held.backwarded
+            env[name] = replace(held, freed=held.freed or name in freed, backwarded=backwarded)
+        for tensor, held in zip(tensors, values):
+            name = dotted_name(tensor)
+            if name is not None:  # known to be this very tensor even when its graph is not
+                before = env.get(name, held)
+                env[name] = replace(before, freed=before.freed or bool(saving), backwarded=before.backwarded | {call})
+        self.backward_sites[call] = BackwardSite(
+            call=call,
+            statement=self._statement,
+            api=api,
+            tensors=tensors,
+            value=value,
+            retain_graph=retain_graph,
+            create_graph=backward_calls.create_graph(api, call),
+            loops=tuple(reversed(self._loops)),
+            scope=self._scope,
+            stops_at=stops_at,
+        )
+
+    def _saves_tensors(self, node: cst.CSTNode) -> bool:
+        """Whether the operation at ``node`` may save tensors for its backward: anything but an
+        addition, a subtraction, a negation, an index or slice, and the sums, means, views and
+        joins of ``SAVING_NOTHING_METHODS`` and ``SAVING_NOTHING_FUNCTIONS``."""
+        if isinstance(node, cst.BinaryOperation):
+            return not isinstance(node.operator, (cst.Add, cst.Subtract))
+        if isinstance(node, cst.AugAssign):
+            return not isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign))
+        if isinstance(node, cst.UnaryOperation):
+            return not isinstance(node.operator, (cst.Minus, cst.Plus))
+        if isinstance(node, cst.Subscript):
+            return False
+        if isinstance(node, cst.Call):
+            if (self.names.qualify(node.func) or "") in SAVING_NOTHING_FUNCTIONS:
+                return False
+            return not (
+                isinstance(node.func, cst.Attribute) and node.func.attr.value in SAVING_NOTHING_METHODS and not self.names.is_torch(node.func)
+            )
+        return True
+
+    def saves_for_certain(self, node: cst.CSTNode, class_name: str | None = None, reading: frozenset[str] = frozenset()) -> bool:
+        """Whether the operation at ``node`` certainly saves a tensor for its backward: a matrix
+        product, a call of ``SAVING_FOR_CERTAIN`` (torch's function or a tensor's method), or a
+        call of a torch.nn layer that holds parameters."""
+        if isinstance(node, cst.BinaryOperation):
+            return isinstance(node.operator, cst.MatrixMultiply)
+        if not isinstance(node, cst.Call):
+            return False
+        func = node.func
+        qualified = self.names.qualify(func) or ""
+        if qualified.startswith("torch.") and qualified.rsplit(".", 1)[1] in SAVING_FOR_CERTAIN:
+            return True
+        if isinstance(func, cst.Attribute) and func.attr.value in SAVING_FOR_CERTAIN and not qualified.startswith("torch."):
+            return True
+        module = self.names.module(func, class_name)
+        if module is None or not module.trainable:
+            return False
+        if module.is_local:  # the file's own class: what its forward certainly saves
+            return module.class_name not in reading and any(
+                self.saves_for_certain(node, module.class_name, reading | {module.class_name})
+                for method in self._methods(module.class_name, "forward")
+                for node in [*self._tree.findall(method.body, cst.Call), *self._tree.findall(method.body, cst.BinaryOperation)]
+            )
+        return bool(module.class_name)
+
+    def _methods(self, class_name: str, name: str) -> list[cst.FunctionDef]:
+        classes = self._tree.findall(self._module, cst.ClassDef, lambda c: c.name.value == class_name)
+        return [s for c in classes for s in c.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+
+
+def _turns_off(call: cst.Call) -> bool:
+    """``x.requires_grad_(False)`` (or ``requires_grad=False``): a frozen module or a constant, not a leaf."""
+    flag = next((arg.value for arg in call.args if arg.keyword is None or arg.keyword.value == "requires_grad"), None)
+    return isinstance(flag, cst.Name) and flag.value == "False"
+
+
+def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:
+    """Whether a call of ``math``, ``numpy``, ``random``, ``statistics`` or ``time`` returns nothing that holds
+    a graph: when it is given nothing that holds one (nothing these libraries keep holds a graph).
+    Given a graph, it may hand it back: ``random.choice(losses)``, ``np.squeeze(t)`` (numpy hands
+    the call to the tensor's own method)."""
+    return qualified.startswith(_NUMBER_LIBRARIES) and not any(value.graph for value in values)
+
+
+def _sharing_groups(items: Sequence[Value]) -> list[int]:
+    """For each of a callee's returned items, the first item it is joined to by nodes of the
+    callee's graph they both hold (directly or through other items). Where the callee says
+    nothing of the graph of an item that may hold one (a torch.nn module's outputs, a value
+    built from an argument), all are one group."""
+    nodes = [{source.node for source in item.origins if isinstance(source, Origin)} for item in items]
+    if any(not graph_nodes and not item.graphless for item, graph_nodes in zip(items, nodes)):
+        return [0] * len(items)
+    groups = list(range(len(items)))
+    for index in range(len(items)):
+        for earlier in range(index):
+            if nodes[index] & nodes[earlier] and groups[index] != groups[earlier]:
+                joined, into = max(groups[index], groups[earlier]), min(groups[index], groups[earlier])
+                groups = [into if group == joined else group for group in groups]
+    return groups
+
+
+# Tensor methods whose value the method alone tells, by name: each handler takes the call and what
+# its receiver holds, and returns the call's value (None: the method of something else, read as any
+# other). What a bookkeeping method returns is also what its receiver holds after it.
+def _detached(call: cst.Call, receiver: Value) -> Value:
+    return Value(structure=TENSOR if call.func.attr.value == "detach" else UNKNOWN, graphless=True)
+
+
+def _sampled(call: cst.Call, receiver: Value) -> Value | None:
+    return Value(structure=UNKNOWN, graphless=True) if receiver.structure is DISTRIBUTION else None
+
+
+def _without_history(call: cst.Call, receiver: Value) -> Value:
+    return Value(structure=TENSOR, graphless=True)
+
+
+def _made_by_factory(call: cst.Call, receiver: Value) -> Value:
+    asked = any(arg.keyword is not None and arg.keyword.value == "requires_grad" for arg in call.args)
+    return LEAF if asked else Value(structure=TENSOR, graphless=True)
+
+
+def _bookkept(call: cst.Call, receiver: Value) -> Value:
+    if call.func.attr.value == "requires_grad_" and not _turns_off(call):
+        # A tensor with a graph keeps it (requires_grad_ on it changes nothing); any other becomes a leaf.
+        return receiver if receiver.graph and receiver.origins else LEAF
+    return Value(structure=TENSOR, graphless=True)
+
+
+_TENSOR_METHODS = {
+    **dict.fromkeys(DETACHING_METHODS, _detached),
+    **dict.fromkeys(SAMPLING_METHODS, _sampled),
+    **dict.fromkeys(NON_DIFFERENTIABLE, _without_history),
+    **dict.fromkeys(FACTORY_METHODS, _made_by_factory),
+    **dict.fromkeys(BOOKKEEPING_METHODS, _bookkept),
+}

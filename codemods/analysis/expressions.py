@@ -1,0 +1,325 @@
+"""Expressions and assignment targets: what each expression holds, and where an assignment puts it.
+
+A part of ``DataflowAnalysis`` (``dataflow``): operators, names, attributes, subscripts, containers
+and comprehensions (calls are ``calls``'); assignments to names, attribute chains, slots (``x[i]``)
+and unpacked targets; and what an ``if`` test says of the names it tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterator
+
+import libcst as cst
+
+from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES
+from .assignments import read_names, target_names
+from .loops import Element, Env, join_envs
+from .torch_names import dotted_name
+from .values import (
+    CONSTANT,
+    LEAF,
+    NONE,
+    NOTHING,
+    NUMBER,
+    TENSOR,
+    UNKNOWN,
+    ListOf,
+    Origin,
+    RecordOf,
+    Structure,
+    TupleOf,
+    Value,
+    combine,
+    element_of,
+    item_of,
+    join_structures,
+    part,
+    union,
+)
+
+# Attributes that hold no graph of their object (``config``: a Hugging Face model's configuration object).
+_NON_GRAPH_ATTRIBUTES = {*GRAPHLESS_ATTRIBUTES, *METADATA_ATTRIBUTES, *AUTOGRAD_RECORD, "config"}
+_CONSTANT_EXPRESSIONS = (cst.SimpleString, cst.ConcatenatedString, cst.Lambda, cst.Ellipsis)
+
+
+class Expressions:
+    """The expression half of ``DataflowAnalysis``."""
+
+    def _origin(self, node: cst.CSTNode) -> Origin | None:
+        return None if self._no_grad else Origin(node, self._statement)
+
+    def _eval(self, node: cst.BaseExpression, env: Env) -> Value:
+        value = self._eval_expression(node, env)
+        return value.without_graph() if self._no_grad and value.graph else value
+
+    def _eval_all(self, nodes, env: Env) -> list[Value]:
+        return [self._eval(node, env) for node in nodes]
+
+    def _eval_expression(self, node: cst.BaseExpression, env: Env) -> Value:
+        node_type = type(node)  # exact types: see ``dotted_name``
+        if node_type is cst.Name:
+            if node.value == "None":
+                return Value(structure=NONE, graphless=True)
+            self.read_values[node] = env.get(node.value, NOTHING)
+            return self.read_values[node]
+        if node_type is cst.Attribute:
+            self.read_values[node] = self._eval_attribute(node, env)
+            return self.read_values[node]
+        if node_type in (cst.Integer, cst.Float, cst.Imaginary):
+            return Value(structure=NUMBER, graphless=True)
+        if node_type is cst.Call:
+            return self._eval_call(node, env)
+        if node_type is cst.BinaryOperation:
+            operands = self._eval_all([node.left, node.right], env)
+            # ``[None] * n``, ``pairs + [(a, b)]``: a list or a tuple repeated or joined is one still.
+            containers = [v.structure for v in operands if isinstance(v.structure, (ListOf, TupleOf))]
+            if containers:
+                return part(union(operands, UNKNOWN), containers[0] if isinstance(containers[0], ListOf) else UNKNOWN)
+            structures = {v.structure for v in operands}
+            # a tensor when one operand is; two numbers make a number; anything else is not known
+            structure = TENSOR if TENSOR in structures else NUMBER if structures == {NUMBER} else UNKNOWN
+            return combine(operands, self._origin(node), structure)
+        if node_type is cst.UnaryOperation:
+            operand = self._eval(node.expression, env)
+            return CONSTANT if isinstance(node.operator, cst.Not) else combine([operand], self._origin(node))
+        if node_type is cst.BooleanOperation:
+            return self._eval(node.left, env).join(self._eval(node.right, env))
+        if node_type is cst.Comparison:
+            # (of tensors, a tensor of booleans with no history: ``(logits.argmax(1) == y).sum()``)
+            operands = [self._eval(node.left, env), *self._eval_all([c.comparator for c in node.comparisons], env)]
+            tensors = any(v.graph or v.structure is TENSOR for v in operands)
+            return Value(structure=TENSOR, graphless=True) if tensors else CONSTANT
+        if node_type is cst.Yield:
+            value = self._eval(node.value, env) if isinstance(node.value, cst.BaseExpression) else NOTHING
+            frame = next(f for f in reversed(self._frames) if f.loop is None or f.loop.is_call)
+            frame.yielded.append(value)
+            return NOTHING  # (what the caller sends back)
+        if node_type is cst.IfExp:
+            self._eval(node.test, env)
+            if not self._tree.findall(node.body, cst.Call) and not self._tree.findall(node.body, cst.NamedExpr):
+                return self._eval(node.body, env).join(self._eval(node.orelse, env))
+            # One branch runs, not both: ``loss.backward() if last else loss.backward(retain_graph=True)``.
+            otherwise = dict(env)
+            value = self._eval(node.body, env).join(self._eval(node.orelse, otherwise))
+            env.update(join_envs([env, otherwise]) or {})
+            return value
+        if node_type is cst.Subscript:
+            slot = _slot(node)
+            written = env.get(slot) if slot is not None else None
+            base = self._eval(node.value, env)
+            for element in node.slice:
+                if isinstance(element.slice, cst.Index):
+                    self._eval(element.slice.value, env)
+            if base.structure is TENSOR:
+                return combine([base], self._origin(node))
+            if written is not None and not written.unbound:
+                return written  # ``losses[i] = loss`` then ``losses[i]``: this very value
+            element = element_of(base)
+            loop = self._loops[-1] if self._loops else None
+            if (
+                element.graph
+                and loop is not None
+                and not loop.is_call
+                and _indexed_by(node, loop.carried_names - self._comprehension_names)
+                # a container the iteration did not build itself (``outputs = model(x)`` then
+                # ``outputs[mask]`` is this step's value, not one kept from an earlier step)
+                and not any(isinstance(o, Origin) and self._tree.contains(loop.node, o.statement) for o in base.origins)
+            ):
+                picked = frozenset({Element(loop, node, base.origins)})
+                # Another element each iteration, freed only if the container was when the loop began.
+                return Value(
+                    True,
+                    picked,
+                    element.structure,
+                    freed=dotted_name(node.value) in loop.freed_at_entry,
+                    guessed=element.guessed,
+                    unread=element.unread,
+                )
+            return element
+        if node_type in (cst.Tuple, cst.List):
+            values = self._eval_all([e.value for e in node.elements], env)
+            if node_type is cst.Tuple and not any(isinstance(e, cst.StarredElement) for e in node.elements):
+                self._tuple_items[node] = values
+            structure: Structure = (
+                TupleOf(tuple(v.structure for v in values)) if isinstance(node, cst.Tuple) else ListOf(join_structures(v.structure for v in values))
+            )
+            return union(values, structure)
+        if node_type in (cst.ListComp, cst.GeneratorExp, cst.SetComp):
+            return self._eval_comprehension(node, env)
+        if node_type is cst.Dict:
+            return union(self._eval_all([e.value for e in node.elements if isinstance(e, cst.DictElement)], env), UNKNOWN)
+        if node_type in (cst.StarredElement, cst.Await):
+            return self._eval(node.value if isinstance(node, cst.StarredElement) else node.expression, env)
+        if node_type is cst.NamedExpr:
+            value = self._eval(node.value, env)
+            self._assign(node.target, value, env)
+            return value
+        if node_type is cst.FormattedString:
+            for piece in node.parts:
+                if isinstance(piece, cst.FormattedStringExpression):
+                    self._eval(piece.expression, env)
+            return CONSTANT
+        if node_type in _CONSTANT_EXPRESSIONS:
+            return CONSTANT
+        return NOTHING
+
+    def _eval_attribute(self, node: cst.Attribute, env: Env) -> Value:
+        name = dotted_name(node)
+        if name is not None and name in env:
+            return env[name]
+        if node.attr.value in _NON_GRAPH_ATTRIBUTES:
+            self._eval(node.value, env)
+            return CONSTANT
+        if self.names.is_parameter(node, self._scope.class_name):
+            return LEAF
+        kept = self._constructed.get(self.names.instance_class(node.value, None) or "", {}).get(f"self.{node.attr.value}")
+        if kept is not None and kept.graph:
+            return kept  # what the object's constructor keeps, read from outside it
+        if self.names.module(node.value, self._scope.class_name) is not None:
+            return NOTHING  # a submodule, or an attribute of one gradfix cannot name
+        base = self._eval(node.value, env)
+        if isinstance(base.structure, RecordOf):
+            fields = self.names.record_classes.get(base.structure.name, ())
+            if node.attr.value in fields:
+                return item_of(base, base.structure.items[fields.index(node.attr.value)])
+        return replace(base, structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
+
+    def _eval_comprehension(self, node, env: Env) -> Value:
+        inner = dict(env)
+        outer_names = self._comprehension_names
+        try:
+            for clause in _comprehension_clauses(node.for_in):
+                self._assign(clause.target, element_of(self._eval(clause.iter, inner)), inner)
+                # A comprehension's names are its own (``x[i] for i in ...`` inside ``for i in ...``).
+                self._comprehension_names |= frozenset(target_names(clause.target))
+            element = self._eval(node.elt, inner)
+        finally:
+            self._comprehension_names = outer_names
+        structure: Structure = ListOf(element.structure)
+        return part(element, structure)
+
+    def _assign(
+        self,
+        target: cst.BaseExpression,
+        value: Value,
+        env: Env,
+        source: cst.BaseExpression | None = None,
+        differentiable: bool = False,
+    ) -> None:
+        """``differentiable``: ``value`` is a tuple of differentiable outputs of a torch.nn module,
+        each holding its graph (what ``(h, c)`` of ``out, (h, c) = lstm(x)`` unpacks)."""
+        if isinstance(target, (cst.Tuple, cst.List)):
+            elements = [e.value for e in target.elements]
+            sources: list[cst.BaseExpression | None] = [None] * len(elements)
+            known = self._items_of_the_call(source, value, elements) if isinstance(source, cst.Call) else None
+            differentiable = differentiable or source in self._differentiable_outputs
+            if isinstance(source, (cst.Tuple, cst.List)) and len(source.elements) == len(elements):
+                sources = [e.value for e in source.elements]
+                values = [self._eval(s, env) for s in sources]
+            elif known is not None:
+                values = known
+            else:
+                items = value.structure.items if isinstance(value.structure, TupleOf) else ()
+                values = [item_of(value, items[i] if len(items) == len(elements) else UNKNOWN, differentiable) for i in range(len(elements))]
+            for element, element_value, element_source in zip(elements, values, sources):
+                self._assign(element, element_value, env, element_source, differentiable)
+            return
+        if isinstance(target, cst.StarredElement):
+            self._assign(target.value, item_of(value, ListOf(UNKNOWN)), env)
+            return
+        if isinstance(target, cst.Subscript):
+            name = dotted_name(target.value)
+            if name is not None:
+                held = env.get(name, NOTHING)
+                slot = _slot(target)
+                # (a write by a literal key leaves the items of the other literal keys where they are)
+                self._forget_slots(name, env, keep_literal=slot is not None and type(target.slice[0].slice.value) is not cst.Name)
+                if held.structure is TENSOR:  # an in-place copy into a tensor: a node of its graph
+                    env[name] = combine([held, value], self._origin(target), TENSOR)
+                else:  # a dict, a list, a ParameterDict holds the value itself
+                    env[name] = union([held, value], held.structure)
+                    if slot is not None:
+                        env[slot] = value
+                        index = target.slice[0].slice.value
+                        if type(index) is not cst.Name:
+                            self._literal_slots.add(slot)
+                        for owner in (name, index.value) if type(index) is cst.Name else (name,):
+                            self._slots.setdefault(owner, set()).add(slot)
+            return
+        name = dotted_name(target)
+        if name is None:
+            return
+        if name in self._declared_global(self._scope.node):
+            self._escape([value])  # the next call of the function reads it again
+        if isinstance(target, cst.Attribute) and target.attr.value == "data":
+            value = value.without_graph()  # what is written to .data is never recorded
+        for key in self._attributes_of.get(name, ()):
+            env.pop(key, None)
+        self._forget_slots(name, env)
+        env.pop(truth_key(name), None)
+        if self._names_an_object(target):
+            value = NOTHING  # model = DDP(model), engine, optimizer, … = deepspeed.initialize(…): not tensors
+        if "." in name:
+            self._escape([value])  # kept on an object: another call may backward it
+        env[name] = value
+
+    def _forget_slots(self, name: str, env: Env, keep_literal: bool = False) -> None:
+        """What was written to ``x[i]`` is what ``x[i]`` reads only until ``x`` or ``i`` changes
+        (``keep_literal``: ``x`` changes only at a literal key; ``x["a"]`` is still what was written)."""
+        for slot in self._slots.get(name, ()):
+            if not (keep_literal and slot in self._literal_slots):
+                env.pop(slot, None)
+
+
+def _comprehension_clauses(clause: cst.CompFor | None) -> Iterator[cst.CompFor]:
+    while clause is not None:
+        yield clause
+        clause = clause.inner_for_in
+
+
+def narrowed(test: cst.BaseExpression, env: Env) -> tuple[Env, Env]:
+    """The environments at the start of an ``if``'s two branches: after ``x is None`` /
+    ``x is not None``, ``x`` holds None on one side."""
+    then_env, else_env = dict(env), dict(env)
+    tested = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
+    if type(tested) is cst.Name and tested.value not in ("True", "False", "None"):
+        true_side, false_side = (then_env, else_env) if tested is test else (else_env, then_env)
+        true_side[truth_key(tested.value)], false_side[truth_key(tested.value)] = TESTED_TRUE, TESTED_FALSE
+    if (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].comparator, cst.Name)
+        and test.comparisons[0].comparator.value == "None"
+    ):
+        name = dotted_name(test.left)
+        operator = test.comparisons[0].operator
+        if name is not None and isinstance(operator, (cst.Is, cst.IsNot)):
+            none_side = then_env if isinstance(operator, cst.Is) else else_env
+            none_side[name] = Value(structure=NONE)
+    return then_env, else_env
+
+
+# What a path's ``if flag:`` says of ``flag``, kept in the path's environment under ``flag?``.
+TESTED_TRUE = Value(graphless=True)
+TESTED_FALSE = Value(graphless=True)
+
+
+def truth_key(name: str) -> str:
+    return f"{name}?"
+
+
+def _indexed_by(node: cst.Subscript, names: frozenset[str]) -> bool:
+    return any(isinstance(element.slice, cst.Index) and read_names(element.slice.value) & names for element in node.slice)
+
+
+def _slot(node: cst.Subscript) -> str | None:
+    """``"losses[i]"`` for ``losses[i]``: a container's item picked by a plain name, or by a string
+    or integer literal (``losses["recon"]``)."""
+    container = dotted_name(node.value)
+    if container is None or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    index = node.slice[0].slice.value
+    if type(index) is cst.Name:
+        return f"{container}[{index.value}]"
+    return f"{container}[{index.value}]" if type(index) in (cst.SimpleString, cst.Integer) else None

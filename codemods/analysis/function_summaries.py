@@ -1,0 +1,427 @@
+"""Function summaries: what calling a function or method of the checked code does to graphs.
+
+A part of ``DataflowAnalysis`` (``dataflow``): each function's body is walked once and summed up
+(which parameters it backwards on every path, what it returns, what it leaves on ``self`` or in the
+module's names for its caller), and a call of it reads that summary instead of walking the body
+again; a call of another checked file's function reads that file's exported summary. What callers
+pass a function is kept too, so its body is walked with their graphs. A call met before its
+function's definition reads the previous round's summary (``DataflowAnalysis`` repeats rounds until
+they agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+import libcst as cst
+
+from ..frameworks import BackwardApi
+from ..summaries import ExportedSummary
+from . import backward_calls
+from .assignments import assigned_names
+from .backward_calls import BackwardSite
+from .loops import Env
+from .torch_names import dotted_name
+from .values import LEAF, NOTHING, UNKNOWN, Origin, Structure, Value, combine
+
+
+@dataclass(frozen=True)
+class FunctionSummary:
+    """What calling a function or method of the checked code does to graphs."""
+
+    name: str
+    parameters: tuple[str, ...]  # as callers pass them (``self`` left out of methods)
+    backwarded: tuple[BackwardSite, ...]  # backwards of a parameter, on every path through the body
+    returned: Value  # what a call returns; ``backwarded`` says it was already backwarded inside
+    # The graphs a call leaves where its caller sees them, or that a backward inside it freed there:
+    # on ``self`` for a method (``self.reg_loss += decay * reg``), in the module's names for a
+    # module-level function (``experience.extend(...)``), by name (parameters it keeps are leaves:
+    # nothing frees them).
+    left_for_caller: Mapping[str, Value] = field(default_factory=dict)
+    # What each item holds, when every return writes out a tuple of the same length.
+    returned_items: tuple[Value, ...] | None = None
+    # What a call returns when it passes True or False for a parameter some return's path tested.
+    returned_given: Mapping[tuple[str, bool], Value] = field(default_factory=dict)
+    items_given: Mapping[tuple[str, bool], tuple[Value, ...] | None] = field(default_factory=dict)  # (as ``returned_items``)
+    literal_defaults: Mapping[str, bool] = field(default_factory=dict)  # parameters that default to True or False
+
+    @property
+    def has_effect(self) -> bool:
+        return bool(self.backwarded or self.returned.backwarded)
+
+    def backward_api(self, site: BackwardSite) -> BackwardApi:
+        name = site.tensor.value
+        return BackwardApi.of_function(self.name, self.parameters.index(name), name, site.api, site.retain_graph)
+
+    def exported(self, backward_sites: Mapping[cst.Call, BackwardSite]) -> ExportedSummary:
+        returned = [backward_sites[call] for call in self.returned.backwarded]
+        return ExportedSummary(
+            self.name,
+            self.parameters,
+            tuple((site.tensor.value, site.api, site.retain_graph) for site in self.backwarded),
+            (returned[0].api, returned[0].retain_graph) if returned else None,
+        )
+
+
+class FunctionSummaries:
+    """The summary half of ``DataflowAnalysis``: summing up the walked functions and reading the
+    summaries at their calls."""
+
+    def _leave_for_caller(self, node: cst.FunctionDef, class_name: str | None, start: Env, left: Env | None, shared) -> None:
+        """Records, in the function's summary, the graphs a call leaves in the ``shared`` names its
+        caller sees: those it writes, built from graphs, and those its backwards freed."""
+        if left is None:
+            return
+        written = assigned_names(node.body, tree=self._tree)
+        kept = {
+            name: value
+            for name, value in left.items()
+            if shared(name) and (name in written and value.origins or value.freed and name in start and not start[name].freed)
+        }
+        key = callee_key(node, class_name)
+        self.summaries[key] = replace(self.summaries[key], left_for_caller=kept)
+
+    def _summarize(self, node: cst.FunctionDef, class_name: str | None) -> None:
+        parameters = [p.name.value for p in node.params.params]
+        static = any(decorator_callee(d).value == "staticmethod" for d in node.decorators if isinstance(decorator_callee(d), cst.Name))
+        if class_name is not None and parameters and not static:
+            parameters = parameters[1:]  # self
+        sites = (self.backward_sites.get(call) for call in self._tree.findall(node, cst.Call))  # not all the file's
+        backwarded = tuple(
+            site
+            for site in sites
+            if site is not None
+            and site.scope.node is node
+            and isinstance(site.tensor, cst.Name)
+            and site.tensor.value in parameters
+            and not site.loops
+            and self._unconditional(site.statement, node)
+        )
+        name = node.name.value if class_name is None else f"{class_name}.{node.name.value}"
+        defaults = {
+            p.name.value: p.default.value == "True"
+            for p in node.params.params
+            if isinstance(p.default, cst.Name) and p.default.value in ("True", "False")
+        }
+        summary = FunctionSummary(
+            name,
+            tuple(parameters),
+            backwarded,
+            self.returned.get(node, NOTHING),
+            returned_items=self.returned_items.get(node),
+            returned_given=self.returned_given.get(node, {}),
+            items_given=self.items_given.get(node, {}),
+            literal_defaults=defaults,
+        )
+        key = node.name.value if class_name is None else (class_name, node.name.value)
+        self.summaries[key] = summary
+        self._summarized.add(key)
+
+    def _summary(self, key: object) -> FunctionSummary | None:
+        summary = self.summaries.get(key)
+        if key not in self._summarized:
+            self._summaries_before_definition.setdefault(key, summary)
+        return summary
+
+    @staticmethod
+    def _unconditional(statement: cst.CSTNode, function: cst.FunctionDef) -> bool:
+        return any(s is statement for s in function.body.body)
+
+    def _call_summary(self, call: cst.Call, env: Env) -> Value | None:
+        """A call of a function or method of the checked code whose summary backwards an argument
+        or returns a tensor it already backwarded: record the backward, return the result."""
+        imported = self._imported_summary(call.func)
+        if imported is not None:
+            return self._call_imported(call, imported, env)
+        summary = self._summary_of(call.func)
+        if summary is None:
+            return None
+        values = self._eval_all([arg.value for arg in call.args], env)
+        self._record_arguments(summary_key(summary), summary.parameters, call, values)
+        if self._loops:
+            self.repeated_functions.add(summary.name)
+        self.graph_arguments[summary.name] = self.graph_arguments.get(summary.name, False) or any(v.graph for v in values)
+        if isinstance(call.func, cst.Attribute) and dotted_name(call.func.value) == "self":
+            self._record_object_state(summary_key(summary), env)
+            env.update(summary.left_for_caller)  # self.add_regularization_loss(...) in __init__: what it keeps stays
+        elif self._module_functions.get(summary.name) is not None:
+            caller = self._scope.node
+            shadowed = self._local_names(caller) if isinstance(caller, cst.FunctionDef) else set()
+            self._record_module_state(summary.name, env, shadowed)
+            env.update((name, value) for name, value in summary.left_for_caller.items() if name.split(".")[0] not in shadowed)
+        self._free_what_the_call_walked(summary, values, env)
+        returned_structure = self._returned_structure(summary, call)
+        if summary.returned.graphless and not summary.has_effect:
+            # proved on every path, whatever it was given (``return float(acc.item())``)
+            return Value(structure=returned_structure, graphless=True)
+        if not summary.has_effect and (items := self._returned_items(summary, call)) is not None:
+            self._call_items[call] = items
+        if not summary.has_effect:
+            if not summary.returned.graph:
+                self._returned_shapes[call] = returned_structure  # (the call is read as any other)
+                self._read_callees[call] = summary_key(summary)
+                return None
+            if self._frozen_module(call.func):
+                # a module whose parameters were all set not to require grad: its result holds
+                # what its inputs bring, and no graph of its own
+                return combine(values, self._origin(call), returned_structure)
+            if not summary.returned.origins:
+                # only leaves it made or parameters (``w = torch.randn(..., requires_grad=True)``;
+                # ``return [w, b]``): what no operation built, no forward of it is repeated
+                return Value(graph=True, structure=returned_structure)
+            # self.sample_G(n): a method that returns what it built from parameters
+            return self._freed_inside(call, summary, combine([*values, LEAF], self._origin(call), returned_structure))
+        self._eval(call.func, env)
+        for inner in summary.backwarded:
+            api = summary.backward_api(inner)
+            if backward_calls.tensor_expression(api, call) is not None:
+                self._record_backward(call, api, env)
+        result = combine(values, self._origin(call), returned_structure, known_operation=False)
+        if summary.returned.backwarded:
+            frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
+            result = replace(result, graph=True, freed=frees, backwarded=summary.returned.backwarded)
+        return self._freed_inside(call, summary, result)
+
+    def _returned_structure(self, summary: FunctionSummary, call: cst.Call) -> Structure:
+        """The structure a call of ``summary``'s function returns (``_given``)."""
+        given = _given(summary, call)
+        return summary.returned.structure if given is None else summary.returned_given[given].structure
+
+    def _returned_items(self, summary: FunctionSummary, call: cst.Call) -> tuple[Value, ...] | None:
+        """What each item of the tuple a call of ``summary``'s function returns holds (``_given``)."""
+        given = _given(summary, call)
+        return summary.returned_items if given is None else summary.items_given.get(given)
+
+    def _free_what_the_call_walked(self, summary: FunctionSummary, arguments: Sequence[Value], env: Env) -> None:
+        """After a call of a function of the file whose body backwards, on every path and without
+        keeping the graph, a value built from what it was given (``critic.fit(prediction, target)``
+        backwards a loss of ``prediction``): the caller's names that share the graph this call
+        passed in are freed. (A backward of a parameter itself is the call's own backward site.)"""
+        passed = frozenset().union(*(self.graph_nodes(value) for value in arguments if value.graph))
+        if not passed or summary.backwarded:
+            return
+        key = summary_key(summary)
+        sites = self.backward_sites
+        if key not in self._summarized:
+            sites = self._sites_of_last_round
+            self._sites_read_before_definition.append((key, self._walked_by(key, sites)))
+        for site in sites.values():
+            function = site.scope.node
+            if (
+                not isinstance(function, cst.FunctionDef)
+                or (function.name.value if site.scope.class_name is None else (site.scope.class_name, function.name.value)) != key
+                or site.retain_graph is not False
+                or site.api.guessed
+                or any(not loop.is_call for loop in site.loops)
+                or not self._unconditional(site.statement, function)
+                or any(self._tree.follows(site.statement, r) for r in self._tree.findall(function.body, cst.Return))
+            ):
+                continue
+            walked = self.graph_nodes(site.value) & passed
+            for name in self._sharing_graph(env, walked):
+                env[name] = replace(env[name], freed=True)
+
+    def _walked_by(self, key: object, sites: Mapping[cst.Call, BackwardSite]) -> dict[cst.Call, frozenset[Origin]]:
+        """What each backward of the function ``key`` walks, by call: a fact a caller met before
+        the definition reads from the previous round."""
+        return {
+            call: self.graph_nodes(site.value)
+            for call, site in sites.items()
+            if isinstance(site.scope.node, cst.FunctionDef) and callee_key(site.scope.node, site.scope.class_name) == key
+        }
+
+    def _record_object_state(self, callee: object, env: Env) -> None:
+        """What a method of a plain class called on ``self`` finds on the object: the graphs the
+        caller's ``self`` holds that the method names (``self.pred_real``, kept and freed by
+        ``backward_D``, then read by ``backward_G``), joined over calls as its parameters are."""
+        method = self._plain_methods.get(callee)
+        if method is None:
+            return
+        named = dict.fromkeys(dotted_name(a) for a in self._tree.findall(method.body, cst.Attribute))
+        self._record_found(callee, {name: env[name] for name in named if name is not None and name.startswith("self.") and name in env})
+
+    def _left_by_calls(self, body: cst.CSTNode) -> set[str]:
+        """The names that calls in ``body`` of the file's functions and methods may leave graphs in
+        for their caller (``remember()`` filling the module's ``memory``): a loop carries them."""
+        left: set[str] = set()
+        for call in self._tree.findall(body, cst.Call):
+            summary = self._summary_of(call.func)
+            if summary is not None:
+                left.update(summary.left_for_caller)
+        return left
+
+    def _frozen_module(self, func: cst.BaseExpression) -> bool:
+        """Whether ``func`` calls a frozen module, or a method of one (``model(x)``, ``model.generate(x)``)."""
+        class_name = self._scope.class_name
+        module = self.names.module(func, class_name)
+        if module is None and isinstance(func, cst.Attribute):
+            module = self.names.module(func.value, class_name)
+        return module is not None and module.frozen
+
+    def _record_module_state(self, callee: str, env: Env, shadowed: set[str]) -> None:
+        """What a module-level function finds in the module's names it reads when it is called
+        (``experience``, filled by another function before this call), joined over calls as its
+        parameters are; the caller's own local names (``shadowed``) are not those."""
+        found = self._globals_read(self._module_functions[callee], env)
+        self._record_found(callee, {name: value for name, value in found.items() if name.split(".")[0] not in shadowed})
+
+    def _freed_inside(self, call: cst.Call, summary: FunctionSummary, result: Value) -> Value:
+        """``result``, freed where what the function returns is freed inside it (a criterion that
+        backwards the loss it returns when it is given an optimizer)."""
+        if not summary.returned.freed or not result.graph:
+            return result
+        self.calls_returning_freed.add(call)
+        return replace(result, freed=True)
+
+    def _call_imported(self, call: cst.Call, summary: ExportedSummary, env: Env) -> Value:
+        """The same for a function of another checked file: a backward inside it has no site here,
+        so the call stands for it."""
+        values = self._eval_all([arg.value for arg in call.args], env)
+        for parameter, inner, retains in summary.backwarded:
+            api = BackwardApi.of_function(summary.name, summary.parameters.index(parameter), parameter, inner, retains)
+            if backward_calls.tensor_expression(api, call) is not None:
+                self._record_backward(call, api, env)
+        result = combine(values, self._origin(call), UNKNOWN, known_operation=False)
+        if summary.returns_backwarded is None:
+            return result
+        api, retained = summary.returns_backwarded
+        self.backward_sites.setdefault(
+            call,
+            BackwardSite(call, self._statement, api, (), result, retained, False, tuple(reversed(self._loops)), self._scope),
+        )
+        return replace(result, graph=True, freed=retained is False, backwarded=frozenset({call}))
+
+    def _imported_summary(self, func: cst.BaseExpression) -> ExportedSummary | None:
+        if not self.imported:
+            return None
+        qualified = self.names.qualify(func)
+        if qualified in self.imported:
+            return self.imported[qualified]
+        receiver, method = (func.value, func.attr.value) if isinstance(func, cst.Attribute) else (func, None)
+        built_from = self.names.constructed.get(dotted_name(receiver) or "")
+        if built_from is None:
+            return None
+        methods = [method] if method else ["__call__", "forward"]
+        return next((self.imported[f"{built_from}.{m}"] for m in methods if f"{built_from}.{m}" in self.imported), None)
+
+    def _summary_of(self, func: cst.BaseExpression) -> FunctionSummary | None:
+        class_name = self._scope.class_name
+        if isinstance(func, cst.Name):
+            if func.value in self.names.local_classes:
+                return None
+            instance = self.names.instance_class(func, class_name)
+            if instance is not None:
+                return self._summary((instance, "__call__")) or self._summary((instance, "forward"))
+            return self._summary(self.names.function_aliases.get(func.value, func.value))
+        if isinstance(func, cst.Attribute):
+            instance = self.names.instance_class(func.value, class_name)
+            if instance is not None:
+                return self._summary((instance, func.attr.value))
+            instance = self.names.instance_class(func, class_name)
+            if instance is not None:
+                return self._summary((instance, "__call__")) or self._summary((instance, "forward"))
+        return None
+
+    def _read_result(self, callee: object, call: cst.Call, values: list[Value], structure: Structure) -> Value | None:
+        """What a call of a function of the file returns, where its summary (a walk with no graph in
+        its parameters) says nothing of what it makes of its arguments' graphs, as the walk with
+        what its callers pass shows it (``returned_with_arguments``): none, when that walk returns
+        none (a helper that detaches what it is given, or computes with gradients off); a graph
+        built from its arguments by the operations it runs otherwise, guessed (or out of code gradfix
+        did not read) where that walk's is. None where no caller passed it a graph."""
+        returned = self.returned_with_arguments.get(callee) if callee is not None else None
+        if returned is None:
+            return None
+        if not returned.graph:
+            return Value(structure=structure)
+        return combine(values, self._origin(call), structure, guessed=returned.guessed or None, unread=returned.unread or None)
+
+    def _record_arguments(self, callee: object, parameters: Sequence[str], call: cst.Call, values: list[Value], freed: bool = True) -> None:
+        """What ``call`` passes the graph-carrying parameters of ``callee``, joined with what other
+        calls pass them. ``freed``: whether a freed graph stays freed inside (a helper that
+        backwards it fails); a constructor keeps what it is given for later calls."""
+        bound = dict(zip(parameters, (v for arg, v in zip(call.args, values) if arg.keyword is None and not arg.star)))
+        bound.update((arg.keyword.value, v) for arg, v in zip(call.args, values) if arg.keyword is not None)
+        self._record_found(callee, {name: value for name, value in bound.items() if name in parameters}, freed)
+
+    def _record_found(self, callee: object, found: Mapping[str, Value], freed: bool = True) -> None:
+        """What a call of ``callee`` finds in the names it reads (its parameters, its object's
+        attributes, the module's names), joined with what other calls find: the graph-carrying
+        values only. ``freed``: whether a freed graph stays freed inside."""
+        known = self.arguments.setdefault(callee, {})
+        for name, value in found.items():
+            if value.graph:
+                # Carried markers name this round's loops: keep the places they stand for.
+                value = Value(True, self.graph_nodes(value), value.structure, freed=freed and value.freed, guessed=value.guessed, unread=value.unread)
+                known[name] = known[name].join(value) if name in known else value
+
+    @property
+    def parameter_backwards(self) -> set[cst.Call]:
+        """The backward calls of functions' own parameters, which their summaries carry to callers."""
+        return {site.call for summary in self.summaries.values() for site in summary.backwarded}
+
+    def exports(self) -> dict[str, ExportedSummary]:
+        """The summaries other files may import: module-level functions and methods, with an effect."""
+        return {
+            key if isinstance(key, str) else ".".join(key): summary.exported(self.backward_sites)
+            for key, summary in self.summaries.items()
+            if summary.has_effect
+        }
+
+
+def decorator_callee(decorator: cst.Decorator) -> cst.BaseExpression:
+    node = decorator.decorator
+    return node.func if isinstance(node, cst.Call) else node
+
+
+def _given(summary: FunctionSummary, call: cst.Call) -> tuple[str, bool] | None:
+    """Where a return's path tested a parameter this call gives as ``True`` or ``False`` (or leaves
+    to such a default), that parameter and its truth: the call reaches those returns only
+    (``return y_hat, codes`` for ``return_latents=True``)."""
+    for parameter in dict.fromkeys(name for name, _ in summary.returned_given):
+        given = summary.literal_defaults.get(parameter)
+        position = summary.parameters.index(parameter) if parameter in summary.parameters else None
+        for index, arg in enumerate(call.args):
+            if arg.star:
+                return None
+            if (arg.keyword is not None and arg.keyword.value == parameter) or (arg.keyword is None and index == position):
+                given = arg.value.value == "True" if type(arg.value) is cst.Name and arg.value.value in ("True", "False") else None
+        if given is not None and (parameter, given) in summary.returned_given:
+            return (parameter, given)
+    return None
+
+
+def graph_facts(env: Env) -> dict[str, tuple]:
+    return {name: (value.graph, value.origins, value.freed) for name, value in env.items()}
+
+
+def summary_facts(summary: FunctionSummary | None) -> tuple | None:
+    """What a caller reads of a summary (a later round's summary of the same function is another
+    object, with other sites of the same calls)."""
+    if summary is None:
+        return None
+    returned = summary.returned
+    return (
+        summary.parameters,
+        tuple(site.call for site in summary.backwarded),
+        (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded),
+        graph_facts(dict(summary.left_for_caller)),
+        _items_facts(summary.returned_items),
+        tuple(sorted((key, value.structure, value.graph) for key, value in summary.returned_given.items())),
+        tuple(sorted((key, _items_facts(items)) for key, items in summary.items_given.items())),
+    )
+
+
+def _items_facts(items: tuple[Value, ...] | None) -> tuple | None:
+    return None if items is None else tuple((v.graph, v.graphless, v.guessed, v.origins, v.structure) for v in items)
+
+
+def callee_key(function: cst.FunctionDef, class_name: str | None) -> object:
+    """How the analysis names a function it walks: ``f``, or ``(Class, method)``."""
+    return function.name.value if class_name is None else (class_name, function.name.value)
+
+
+def summary_key(summary: FunctionSummary) -> object:
+    owner, _, method = summary.name.rpartition(".")
+    return (owner, method) if owner else method

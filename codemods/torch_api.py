@@ -1,0 +1,130 @@
+"""torch's own API as gradfix reads it, as plain tables: which functions and tensor methods make a
+tensor with no history, which hand a tensor's values or facts out of autograd, which return indices
+beside their values, which save tensors for their backward, which torch.nn modules hold no
+parameters.
+
+Beside ``frameworks`` (the libraries built on torch, and how each backwards a graph or steps an
+optimizer): the analysis reads these tables and never spells torch's names itself; a torch function
+gradfix should know is a row here. Plain data: this module never loads LibCST.
+"""
+
+from __future__ import annotations
+
+# Making tensors --------------------------------------------------------------------------------------
+
+# torch functions that draw random values: a new tensor, with no history.
+DRAWING_FUNCTIONS = frozenset({"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like"})
+# torch functions (by their last name) that make a new tensor with no history.
+CREATION_FUNCTIONS = frozenset(
+    {
+        *("zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "tensor", "as_tensor", "from_numpy"),
+        *("zeros_like", "ones_like", "empty_like", "full_like", "manual_seed"),
+        "Variable",  # torch.autograd.Variable(t): a new leaf sharing t's data, without its history
+        *DRAWING_FUNCTIONS,
+    }
+)
+# Tensor methods that make a new tensor of the receiver's dtype and device, with no history.
+FACTORY_METHODS = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
+# Tensor methods and torch functions whose result has no autograd history: comparisons, indices,
+# tests and integer casts (``torch.eq(pred, y).sum()`` counts correct answers).
+NON_DIFFERENTIABLE = frozenset(
+    {
+        *("eq", "ne", "lt", "le", "gt", "ge", "isclose", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not"),
+        *("argmax", "argmin", "argsort", "nonzero", "count_nonzero", "bucketize", "searchsorted", "multinomial"),
+        *("long", "int", "bool", "short", "byte", "char"),
+    }
+)
+
+# What a tensor tells without its graph ------------------------------------------------------------
+
+# What a tensor tells of itself without its values: attributes, and methods asked of it.
+METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim"})
+METADATA_METHODS = frozenset({"size", "dim", "numel"})
+# Its data and its gradient: tensors outside its graph.
+GRAPHLESS_ATTRIBUTES = frozenset({"data", "grad"})
+# autograd's record of a tensor, which a detach changes.
+AUTOGRAD_RECORD = frozenset({"is_leaf", "requires_grad", "grad_fn"})
+# autograd's internal counters and links of a tensor.
+AUTOGRAD_INTERNALS = frozenset({"_version", "_base", "output_nr"})
+# Tensor methods that hand its values out of autograd: a number, a list, a numpy array.
+VALUE_METHODS = frozenset({"item", "tolist", "numpy"})
+# Tensor methods whose result carries none of the receiver's graph.
+DETACHING_METHODS = frozenset({"detach", *VALUE_METHODS, *METADATA_METHODS, "nelement", "data_ptr", "ndimension"})
+# In-place tensor methods end in "_"; these two only flip autograd bookkeeping.
+BOOKKEEPING_METHODS = frozenset({"detach_", "requires_grad_"})
+# A torch distribution's samples carry no graph (``rsample`` is the differentiable one).
+SAMPLING_METHODS = frozenset({"sample", "sample_n", "enumerate_support"})
+
+# What a call returns ------------------------------------------------------------------------------
+
+# Reductions that return their values and the values' indices (``values, indices = x.topk(k)``;
+# ``max``, ``min`` and ``median`` only when given a dimension): the indices carry no graph.
+WITH_INDICES = frozenset({"topk", "sort", "kthvalue", "mode", "cummax", "cummin"})
+WITH_INDICES_GIVEN_A_DIMENSION = frozenset({"max", "min", "median"})
+# torch functions that return a (named) tuple of tensors, whatever their arguments, by length.
+TUPLE_FUNCTIONS = {
+    **{f"torch.{name}": 2 for name in sorted(WITH_INDICES)},
+    "torch.linalg.eigh": 2,
+    "torch.linalg.eig": 2,
+    "torch.linalg.qr": 2,
+    "torch.linalg.slogdet": 2,
+    "torch.linalg.svd": 3,
+    "torch.linalg.inv_ex": 2,
+    "torch.linalg.cholesky_ex": 2,
+    "torch.aminmax": 2,
+    "torch.std_mean": 2,
+    "torch.var_mean": 2,
+    "torch.frexp": 2,
+}
+
+# What a backward frees: the must-answer and the may-answer side by side ---------------------------
+
+# Operations whose backward certainly needs a tensor saved in the forward (their input or output),
+# so that a backward through them frees it and a second one raises. A layer of torch.nn with
+# parameters saves its input too.
+SAVING_FOR_CERTAIN = frozenset(
+    {"matmul", "mm", "bmm", "mv", "einsum", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "elu", "silu",
+     "softmax", "log_softmax", "sin", "cos", "linear", "conv1d", "conv2d", "conv3d", "mse_loss", "l1_loss", "cross_entropy", "nll_loss",
+     "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss", "kl_div", "layer_norm", "batch_norm", "norm"}
+)  # fmt: skip
+# Operations whose backward needs no tensor saved in the forward (sums, means, additions, and
+# what only moves, copies or joins values): a backward frees nothing of a graph built of these
+# from leaves, and a second backward through it runs. Any other operation may save tensors.
+SAVING_NOTHING_METHODS = frozenset(
+    {"sum", "mean", "neg", "view", "view_as", "reshape", "reshape_as", "flatten", "squeeze", "unsqueeze", "expand", "expand_as", "t",
+     "transpose", "permute", "contiguous", "clone"}
+)  # fmt: skip
+SAVING_NOTHING_FUNCTIONS = frozenset(
+    f"torch.{name}"
+    for name in ("sum", "mean", "add", "sub", "neg", "cat", "stack", "flatten", "reshape", "squeeze", "unsqueeze", "transpose", "permute", "clone")
+)
+
+# torch.nn modules ---------------------------------------------------------------------------------
+
+# nn modules whose call adds no parameters: their output carries graph only if their input does.
+# Named one by one, not by a "Loss" suffix: AdaptiveLogSoftmaxWithLoss and LinearCrossEntropyLoss
+# hold a layer, and TripletMarginWithDistanceLoss calls whatever distance function it is given.
+PARAMETERLESS_MODULES = frozenset(
+    {
+        # losses
+        *("BCELoss", "BCEWithLogitsLoss", "CTCLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "GaussianNLLLoss"),
+        *("HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "MarginRankingLoss", "MultiLabelMarginLoss"),
+        *("MultiLabelSoftMarginLoss", "MultiMarginLoss", "NLLLoss", "NLLLoss2d", "PoissonNLLLoss", "SmoothL1Loss"),
+        *("SoftMarginLoss", "TripletMarginLoss"),
+        # activations
+        *("ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Tanh", "Sigmoid", "Hardtanh"),
+        *("Hardsigmoid", "Hardswish", "Softplus", "Softsign", "Softmax", "LogSoftmax", "Softmin", "Threshold"),
+        # dropout, shapes, pooling, padding, distances
+        *("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Identity", "Flatten", "Unflatten"),
+        *("MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d"),
+        *("AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d"),
+        *("Upsample", "PixelShuffle", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad2d"),
+        *("CosineSimilarity", "PairwiseDistance"),
+    }
+)
+# Methods that mark a receiver as an nn.Module wherever they are called on it.
+MODULE_METHODS = frozenset({"parameters", "named_parameters", "train", "eval", "state_dict", "modules", "children"})
+# Methods that return the module they are called on.
+MODULE_RETURNING = frozenset({"to", "cuda", "cpu", "double", "float", "half", "train", "eval", "requires_grad_"})
+# Methods that list a module's parameters.
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
