@@ -74,15 +74,12 @@ from ..edits import Fix, apply_fixes
 from ..files import write_atomically
 from ..report import SourceError
 from .diagnose import SECOND_BACKWARD, Diagnosis, _explain_error, gradients_lost
+from .gradients import compare_gradients
 from .runner import COMPARED_STEPS, Frame, HeldGraph, RunOptions, RunResult, ScriptRunner
 
 CANDIDATE_TIME_SHARE = 3.0  # a candidate runs at most this many times the original's time to its error…
 MIN_CANDIDATE_SECONDS = 5.0  # …and at least this long
 MAX_ROUNDS = 3  # searches chained from a candidate that got further than the original
-# Gradients equal up to float32 rounding: backwarding two losses at once, or one fewer time,
-# sums the same terms in another order, and the steps after carry the difference on; it is
-# measured against the tensor's largest gradient.
-RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-4, 1e-6
 
 
 class Kind(enum.Enum):
@@ -317,27 +314,14 @@ def _judge(attempt: Attempt, original: RunResult, retained: RunResult | None) ->
     completed = _compared_gradients(original, original)
     if completed:
         actual = _compared_gradients(run, original)[: len(completed)]
-        difference = _gradient_difference(completed, actual) if len(actual) == len(completed) else "fewer steps recorded"
+        difference = compare_gradients(completed, actual) if len(actual) == len(completed) else "fewer steps recorded"
         attempt.changed_completed = difference or ""
     if retained is not None:
         expected = _compared_gradients(retained, retained)
         actual = _compared_gradients(run, retained)
         common = min(len(expected), len(actual))
         attempt.compared = True
-        attempt.gradient_difference = _gradient_difference(expected[:common], actual[:common]) if common else "no optimizer step recorded"
-
-
-def _gradient_difference(expected: list[tuple[str, list[float]]], actual: list[tuple[str, list[float]]]) -> str | None:
-    """None when the two recordings are equal up to rounding, else what differs first."""
-    if [label for label, _ in expected] != [label for label, _ in actual]:
-        return f"different tensors recorded: {len(expected)} vs {len(actual)}"
-    for index, ((label, a), (_, b)) in enumerate(zip(expected, actual)):
-        if len(a) != len(b):
-            return f"{label} (#{index}): sizes {len(a)} and {len(b)}"
-        worst = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
-        if worst > ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * max(map(abs, a), default=0.0):
-            return f"{label} (#{index}): differs by {worst:.3g}"
-    return None
+        attempt.gradient_difference = compare_gradients(expected[:common], actual[:common]) if common else "no optimizer step recorded"
 
 
 def _step_gradients(run: RunResult) -> list[tuple[str, list[float]]]:
