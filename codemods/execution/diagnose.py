@@ -225,14 +225,24 @@ def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOption
 
 
 def gradients_lost(original: RunResult, run: RunResult) -> str:
-    """The parameters the original trains (an optimizer's, or those it updates by hand) that no
-    backward of ``run`` reaches, in words; "" when there are none."""
-    trained = {label for label in original.reached_leaves if label.startswith("optimizer ") or label in original.updated_leaves}
-    lost = sorted(trained - run.reached_leaves)
-    if not lost:
-        return ""
-    first = original.leaf_names.get(lost[0], lost[0])
-    return f"{first}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''} gets no gradient"
+    """The parameters the original trains (``trained_leaves``) that no backward of ``run``
+    reaches, in words; "" when there are none."""
+    lost = sorted(trained_leaves(original) - run.reached_leaves)
+    return f"{leaves_in_words(original, lost)} gets no gradient" if lost else ""
+
+
+def trained_leaves(original: RunResult) -> set[str]:
+    """The leaves a backward of the original reached that it trains: its optimizers' when it has
+    any (a teacher it keeps as a moving average of its student is updated by hand, not trained by
+    the gradients that reach it); without an optimizer, those it updates by hand."""
+    reached = original.reached_leaves
+    return {label for label in reached if label.startswith("optimizer ")} or reached & original.updated_leaves
+
+
+def leaves_in_words(run: RunResult, labels: list[str]) -> str:
+    """The first of ``labels`` by the name the user knows, and how many more."""
+    first = run.leaf_names.get(labels[0], labels[0])
+    return f"{first}{f' and {len(labels) - 1} more' if len(labels) > 1 else ''}"
 
 
 def _matching_finding(analysis: FileAnalysis, findings: list[Finding], diagnosis: Diagnosis) -> Finding | None:

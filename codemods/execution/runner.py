@@ -161,6 +161,10 @@ class RunResult:
     # Anomaly mode: the user's frames of the forward that made a value the failing graph reads
     # from the freed one alone (its last operation's inputs were all freed), outermost first.
     reading_frames: list[Frame] = field(default_factory=list)
+    # Anomaly mode: the user's frames of the forward that made a value the freeing call's graph
+    # reads from the graph the failing call shares with it, outermost first: cut there, the
+    # earlier call no longer walks (nor frees) what the failing one needs.
+    freeing_reading_frames: list[Frame] = field(default_factory=list)
     # Anomaly mode: the values that held part of the freed graph when the run failed.
     held_graphs: list[HeldGraph] = field(default_factory=list)
     # Anomaly mode: the user's frames of the optimizer steps, which no rewrite may remove.
@@ -169,6 +173,9 @@ class RunResult:
     # by labels that name the same tensor in another program that builds the same optimizers.
     reached_leaves: set[str] = field(default_factory=set)
     leaf_names: dict[str, str] = field(default_factory=dict)  # label -> a global name that reaches the leaf
+    # The labels of ``reached_leaves`` by the backward call that reached them (its innermost line of
+    # the user's code, as ``backward_site`` names it): the gradient paths a rewrite may remove.
+    reached_by_backward: dict[str, set[str]] = field(default_factory=dict)
     gradients: list[tuple[str, list[float]]] = field(default_factory=list)  # at each optimizer step
     # After each backward, the gradients of the tensors the script's globals name, and which of
     # them the script updated: a script that steps its parameters by hand has no optimizer step.
@@ -625,6 +632,7 @@ class _GraphWalks:
         self.traced = 0
         self.freed: set = set()  # the nodes of the failing call's graph an earlier call freed
         self.reading: set = set()  # the nodes of the failing call's graph that take only freed ones' outputs
+        self.freeing_reading: set = set()  # the nodes of a freeing call's graph that take shared ones' outputs
 
     def register_optimizers(self) -> None:
         """Note every optimizer the script builds: its parameters are labelled by its rank."""
@@ -645,21 +653,24 @@ class _GraphWalks:
             self.recent.append((roots, frames))
         if self.traced < TRACED_WALKS:
             self.traced += 1
-            self._reached(_graph_nodes(roots))
+            self._reached(_graph_nodes(roots), backward_site(frames))
 
-    def freeing(self, roots: tuple) -> list[Frame]:
+    def freeing(self, roots: tuple, frames: list[Frame]) -> list[Frame]:
         """The frames of the latest call that freed part of the graph of ``roots`` (a call that
-        failed): the one whose graph shares a node with it, leaves aside (every graph of a model
-        reaches its parameters). The nodes it shares with every such earlier call are ``freed``."""
+        failed, from ``frames``): the one whose graph shares a node with it, leaves aside (every
+        graph of a model reaches its parameters). The nodes it shares with every such earlier call
+        are ``freed``; the nodes of theirs that read those are ``freeing_reading``."""
         nodes = _graph_nodes(roots)
-        self._reached(nodes)
+        self._reached(nodes, backward_site(frames))
         inner = {node for node in nodes if not hasattr(node, "variable")}
         freeing: list[Frame] = []
-        for earlier_roots, frames in reversed(self.recent):
-            shared = inner & _graph_nodes(earlier_roots)
+        for earlier_roots, earlier_frames in reversed(self.recent):
+            earlier = _graph_nodes(earlier_roots)
+            shared = inner & earlier
             if shared:
                 self.freed |= shared  # earlier calls may each have freed a part
-                freeing = freeing or frames
+                freeing = freeing or earlier_frames
+                self.freeing_reading |= {node for node in earlier - inner if any(following in shared for following, _ in node.next_functions)}
         if not freeing:
             self.freed = inner
             return []
@@ -673,14 +684,16 @@ class _GraphWalks:
         }
         return freeing
 
-    def _reached(self, nodes: set) -> None:
+    def _reached(self, nodes: set, site: str) -> None:
         leaves = [node.variable for node in nodes if hasattr(node, "variable")]
         if not leaves:
             return
         labels, names = self._labels()
+        reached_here = self.result.reached_by_backward.setdefault(site, set())
         for leaf in leaves:
             if id(leaf) in labels:
                 self.result.reached_leaves.add(labels[id(leaf)])
+                reached_here.add(labels[id(leaf)])
                 if id(leaf) in names:
                     self.result.leaf_names[labels[id(leaf)]] = names[id(leaf)]
 
@@ -698,6 +711,15 @@ class _GraphWalks:
         for leaf, name in names.items():
             labels.setdefault(leaf, name)
         return labels, names
+
+
+def backward_site(frames: list[Frame]) -> str:
+    """A backward call as another program that holds the same code names it: the innermost line
+    of the user's code that made it (a rewrite moves lines, not what they say), with its module."""
+    if not frames:
+        return "code gradfix did not see"
+    innermost = frames[-1]
+    return f"`{innermost.code}`" + (f" in {os.path.basename(innermost.path)}" if innermost.path else "")
 
 
 def _walk_of(function: Any, args: tuple, kwargs: dict) -> tuple[tuple, bool]:
@@ -894,7 +916,7 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
             returned = original(*args, **kwargs)
         except RuntimeError as error:
             if options.detect_anomaly and "backward through the graph a second time" in str(error):
-                result.freeing_frames = walks.freeing(roots)
+                result.freeing_frames = walks.freeing(roots, frames)
             raise
         walks.walked(roots, frames, frees)
         return returned
@@ -1004,6 +1026,7 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
         if walks.freed:
             result.held_graphs, held_roots = _held_graphs(error.__traceback__, script, walks.freed)
             result.reading_frames = _reading_frames(walks.reading & held_roots, script)
+            result.freeing_reading_frames = _reading_frames(walks.freeing_reading, script, innermost=True)
     finally:
         os._exit = leave_now
     record()
@@ -1163,12 +1186,14 @@ def _traced_forward_frames(freed: set, script: str) -> list[Frame]:
     return _traced_frames(max(saving, key=lambda node: node._sequence_nr()), script) if saving else []
 
 
-def _reading_frames(reading: set, script: str) -> list[Frame]:
-    """The user's lines that made the failing graph read the freed one: the forward trace of each
-    node of ``reading`` (of the failing graph, not freed itself, its inputs all freed)."""
+def _reading_frames(reading: set, script: str, innermost: bool = False) -> list[Frame]:
+    """The user's lines that made one graph read another: the forward trace of each node of
+    ``reading`` (of the failing graph, its inputs all freed; or of a freeing one, reading what the
+    failing graph shares), or only its innermost line."""
     frames: list[Frame] = []
     for node in sorted(reading, key=lambda node: -node._sequence_nr()):
-        frames += [frame for frame in _traced_frames(node, script) if frame not in frames]
+        traced = _traced_frames(node, script)
+        frames += [frame for frame in (traced[-1:] if innermost else traced) if frame not in frames]
     return frames
 
 
