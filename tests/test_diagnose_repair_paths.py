@@ -37,7 +37,7 @@ def test_an_auxiliary_loss_backwarded_in_a_forward_stops_short_of_the_shared_enc
     chosen = result.chosen
     # The encoder's output is detached where the codebook loss reads it, not where it is built:
     # the reconstruction loss still trains the encoder.
-    assert chosen.candidate.description == "detach z where line 23 reads it"
+    assert chosen.candidate.description == "detach z where line 24 reads it"
     assert b"codebook_loss = F.mse_loss(nearest, z.detach())" in chosen.candidate.source
     # The gradient the codebook loss sent into the encoder was zeroed before the encoder's step.
     assert chosen.safe, chosen.outcome()
@@ -47,7 +47,7 @@ def test_an_auxiliary_loss_backwarded_in_a_forward_stops_short_of_the_shared_enc
 def test_a_teachers_outputs_read_by_the_distillation_loss_are_detached_there_and_the_removed_path_is_said(searched):
     result, rerun = searched("teacher_outputs_read_by_distillation_loss.py")
     chosen = result.chosen
-    assert chosen.candidate.description == "detach teacher_logits where line 25 reads it"
+    assert chosen.candidate.description == "detach teacher_logits where line 26 reads it"
     assert not chosen.safe
     assert "the backward at `distillation.backward()` no longer reaches teacher.0.weight and 3 more" in chosen.outcome()
     assert "no longer reaches teacher.0.weight" in result.why()

@@ -14,6 +14,7 @@ for logging, GF007).
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -30,7 +31,7 @@ from ..notebook import Notebook
 from ..registry import all_rules, rule_by_code
 from ..rule import Finding, FixKind, Rule
 from ..symptoms import GraphsKeptAlive, LastBatchOnly
-from .runner import COMPARED_STEPS, MEASURED_STEPS, Frame, RunOptions, RunResult, ScriptRunner
+from .runner import COMPARED_STEPS, MEASURED_STEPS, Frame, RunBeside, RunOptions, RunResult, ScriptRunner
 
 SECOND_BACKWARD = "Trying to backward through the graph a second time"
 
@@ -52,6 +53,9 @@ class Diagnosis:
     fix_refused: str = ""  # why that rule's (unsafe) rewrite is not offered: what it stops training
     symptom: str = ""  # what the run measured of a silent bug (no error raised)
     notebook: Notebook | None = None  # when ``script`` runs a notebook's code cells
+    # The run with retain_graph=True that a repair search compares candidates with, started beside
+    # the traced run; None when no search follows.
+    reference: RunBeside | None = None
 
     def describe(self, text: str) -> str:
         """``text`` with its ``line N`` as users find them: in a notebook, ``cell C, line L``."""
@@ -122,9 +126,48 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
     counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
     # Gradients recorded: the steps it completes before failing are what a repair must keep.
     traced = replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted)), record_gradients=True, recorded_steps=COMPARED_STEPS)
-    run = runner.run(script, traced)
-    _refuse_if_changed(script, source)
-    diagnosis = Diagnosis(script, source, analysis, run, notebook=notebook)
+    # A repair search compares its candidates with the script run keeping every graph: started
+    # now, beside the traced run (on half the cores each), it is there when the search starts;
+    # stopped as soon as no search will follow.
+    beside = replace(reference_options(options, COMPARED_STEPS), threads=max(1, (os.cpu_count() or 1) // 2))
+    reference = RunBeside(runner, script, beside)
+    try:
+        run = runner.run(script, traced)
+        diagnosis = Diagnosis(script, source, analysis, run, notebook=notebook, reference=reference)
+        if not diagnosis.second_backward:
+            reference.stop()
+        _refuse_if_changed(script, source)
+        _explain(diagnosis, runner, options, findings, last_batch)
+    except BaseException:
+        reference.stop()
+        raise
+    if diagnosis.fix is not None or not diagnosis.second_backward:
+        diagnosis.reference = None
+        reference.stop()
+    return diagnosis
+
+
+def reference_options(options: RunOptions, backward_calls: int) -> RunOptions:
+    """The bounds of the run with retain_graph=True that a repair compares candidates with, for a
+    script whose traced run made ``backward_calls`` backward calls before it failed: the steps
+    compared, and, forced to keep every graph (a long run slows down), a few times those calls."""
+    return replace(
+        options,
+        detect_anomaly=False,
+        measure_graphs=False,
+        count_lines=(),
+        record_gradients=True,
+        recorded_steps=COMPARED_STEPS,
+        retain_graph=True,
+        max_optimizer_steps=COMPARED_STEPS,
+        max_steps=4 * (backward_calls + 1),
+    )
+
+
+def _explain(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, findings: list[Finding], last_batch: list[Finding]) -> None:
+    """What the traced run shows: the error explained, or a silent bug measured; the matching
+    rule's rewrite, tried first when it is unsafe."""
+    script, source, analysis, run = diagnosis.script, diagnosis.source, diagnosis.analysis, diagnosis.run
     if diagnosis.second_backward:
         _explain_error(analysis, findings, diagnosis)
     elif run.succeeded:
@@ -146,7 +189,6 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
             lost = gradients_lost(run, trial) if trial.succeeded else ""
             if lost:
                 diagnosis.fix, diagnosis.fix_refused = None, f"{diagnosis.finding.code}'s unsafe fix runs, but {lost}"
-    return diagnosis
 
 
 def _refuse_if_changed(script: Path, source: bytes) -> None:

@@ -80,7 +80,7 @@ from ..parse import parse_source
 from ..edits import Fix, apply_fixes
 from ..files import write_atomically
 from ..report import SourceError
-from .diagnose import SECOND_BACKWARD, Diagnosis, _explain_error, gradients_lost, leaves_in_words, trained_leaves
+from .diagnose import SECOND_BACKWARD, Diagnosis, _explain_error, gradients_lost, leaves_in_words, reference_options, trained_leaves
 from .gradients import compare_gradients
 from .runner import COMPARED_STEPS, Frame, HeldGraph, RunOptions, RunResult, ScriptRunner
 
@@ -254,8 +254,10 @@ def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budg
     )
     if jobs > 1:
         recording = replace(recording, threads=max(1, (os.cpu_count() or 1) // jobs))
-    # The reference needs only the steps compared; forced to keep every graph, a long run slows down.
-    retained = replace(recording, retain_graph=True, max_optimizer_steps=COMPARED_STEPS, max_steps=4 * (original.backward_calls + 1))
+    beside = diagnosis.reference
+    if beside is not None and original.backward_calls > COMPARED_STEPS:
+        beside.stop()  # bounded before the traced run told how many backward calls it makes: too few
+        beside = None
     with contextlib.ExitStack() as extra_runners:
         idle: queue.SimpleQueue[ScriptRunner] = queue.SimpleQueue()
         idle.put(runner)
@@ -272,7 +274,9 @@ def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budg
                 idle.put(free)
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            reference = pool.submit(run, None, retained)
+            reference = (
+                pool.submit(beside.result) if beside is not None else pool.submit(run, None, reference_options(recording, original.backward_calls))
+            )
             found = candidates(diagnosis)
             result.reference = reference.result()
             can_be_safe = result.reference is not None and result.reference.succeeded
@@ -518,13 +522,15 @@ def _fixes(blamed: _Blamed, diagnosis: Diagnosis) -> Iterator[Proposal]:
         if statement is not None and statement is not failing and all(statement is not b for b in blamed_statements):
             # Where the failing graph reads the freed one: what it stores is cut there.
             yield from _cutting_fixes(blamed, statement, detached_where_stored(statement), build_without_graph=False)
-    yield from _detached_where_freeing_reads(blamed)
     for statement in blamed_statements:
         if not _builds_what_fails(analysis, statement, failing):
             stored = _detached_where_stored(analysis, statement) if blamed.path is None else detached_where_stored(statement)
             yield from _cutting_fixes(blamed, statement, stored)
         yield from _computed_again(blamed, statement, failing)
         yield from _recomputed_where_read(blamed, statement)
+    # After the cuts of the forward stack: where both are safe, the one the author's code suggests
+    # (the value detached where it is stored) is the one written.
+    yield from _detached_where_freeing_reads(blamed)
     yield from _held_graph_fixes(blamed, failing, freeing)
     loop = _loop_around(analysis, failing)
     if loop is not None:

@@ -51,6 +51,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
@@ -251,6 +252,8 @@ class ScriptRunner:
 
     def __init__(self) -> None:
         self._server: subprocess.Popen | _TwinServer | None = None
+        self._running: int | None = None  # the pid of the run in progress
+        self._stopping = False  # stop() was called: a run in progress, or starting, is killed
 
     def __enter__(self) -> "ScriptRunner":
         return self
@@ -314,7 +317,9 @@ class ScriptRunner:
         )
         try:
             _send(server.stdin, typed_json.dumps(request, _Request))
-            pid = _receive_number(server.stdout)
+            pid = self._running = _receive_number(server.stdout)
+            if self._stopping:
+                _kill_group(pid)
         except (EOFError, BrokenPipeError):
             self._server = None  # the next run starts a new one
             return RunResult("crashed", error_message="gradfix's runner process died (out of memory, or killed)")
@@ -335,6 +340,8 @@ class ScriptRunner:
             _kill_group(pid)
             self._server = None
             return RunResult("crashed", error_message="gradfix's runner process died while the script ran")
+        finally:
+            self._running = None
         if timed_out:
             return RunResult("timeout")
         if written:
@@ -342,6 +349,40 @@ class ScriptRunner:
         if os.WIFSIGNALED(status):
             return RunResult("crashed", error_message=f"killed by signal {os.WTERMSIG(status)}")
         return RunResult("crashed", error_message=f"exit code {os.waitstatus_to_exitcode(status)}")
+
+    def stop(self) -> None:
+        """Kill the run in progress (from another thread), and any this runner starts after."""
+        self._stopping = True
+        if self._running is not None:
+            _kill_group(self._running)
+
+
+class RunBeside:
+    """A run on a twin of ``runner`` (forked from its warm server, so warm at once), in a thread of
+    its own: started beside the runner's own runs, its result taken when it is needed, or the run
+    stopped when it is not. The twin closes when the run ends."""
+
+    def __init__(self, runner: ScriptRunner, script: str | Path, options: RunOptions) -> None:
+        self.options = options
+        self._twin = runner.twin()
+        self._result: RunResult | None = None
+        self._thread = threading.Thread(target=self._run, args=(script,), daemon=True)
+        self._thread.start()
+
+    def _run(self, script: str | Path) -> None:
+        try:
+            self._result = self._twin.run(script, self.options)
+        finally:
+            self._twin.close()
+
+    def result(self) -> RunResult:
+        self._thread.join()
+        return self._result if self._result is not None else RunResult("crashed", error_message="the run beside failed to start")
+
+    def stop(self) -> None:
+        """Kill the run and wait for its thread (which closes the twin)."""
+        self._twin.stop()
+        self._thread.join()
 
 
 def _written_result(written: bytes) -> RunResult:
