@@ -317,7 +317,7 @@ class Extension:
         calls = self.anomaly.calls.get((innermost.filename, innermost.lineno))
         run = RunResult("error", type(error).__name__, str(error), failing_frames=failing, forward_frames=forward)
         if calls is not None and failing:
-            run.backward_calls_by_line = {failing[-1].line: calls}
+            run.backward_calls_by_line = {("", failing[-1].line): calls}
         try:
             diagnosis, findings = _diagnosis_of_traceback(history, run)
         except SourceError as source_error:

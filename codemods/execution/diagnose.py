@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -53,16 +54,26 @@ class Diagnosis:
     fix_refused: str = ""  # why that rule's (unsafe) rewrite is not offered: what it stops training
     symptom: str = ""  # what the run measured of a silent bug (no error raised)
     notebook: Notebook | None = None  # when ``script`` runs a notebook's code cells
+    # The module beside the script where the backward failed and the freed graph was built, and
+    # its code: the lines, the loop, the relation and the rule are that module's.
+    module: Path | None = None
+    module_source: bytes = b""
     # The run with retain_graph=True that a repair search compares candidates with, started beside
     # the traced run; None when no search follows.
     reference: RunBeside | None = None
 
     def describe(self, text: str) -> str:
-        """``text`` with its ``line N`` as users find them: in a notebook, ``cell C, line L``."""
+        """``text`` with its ``line N`` as users find them: in a notebook, ``cell C, line L``; a
+        line of the explanation (``line N`` alone) resolved in a module, with the module's name."""
+        if self.module is not None and re.fullmatch(r"line \d+", text):
+            return f"{self.module.name} {text}"
         return text if self.notebook is None else self.notebook.describe(text)
 
     def diff(self, rewritten: bytes) -> str:
-        """The diff from the script as read to ``rewritten``: of the notebook's cells for a notebook."""
+        """The diff from the script as read to ``rewritten``: of the notebook's cells for a notebook;
+        of the module for the rule's rewrite of a module."""
+        if self.fix is not None and self.module is not None and rewritten == self.fix.rewritten:
+            return unified_diff(self.fix)
         if self.notebook is None:
             return unified_diff(FileReport(str(self.script), original=self.source, rewritten=rewritten))
         return self.notebook.cell_diffs(self.notebook.with_source(rewritten), self.notebook.path.lstrip("/"))
@@ -178,17 +189,26 @@ def _explain(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, fi
         _refuse_if_changed(script, source)
         diagnosis.run = replace(run, live_graph_nodes=measured.live_graph_nodes) if measured.succeeded else run
         _measure_silent_bugs(analysis, findings, last_batch, diagnosis)
-    if diagnosis.finding is not None and diagnosis.finding.fix is not None:
-        mode = FixMode.UNSAFE if diagnosis.finding.fix is FixKind.UNSAFE else FixMode.SAFE
-        report = check_source(source, [diagnosis.rule], mode, str(script))
-        diagnosis.fix = report if report.changed else None
-        if diagnosis.fix is not None and mode is FixMode.UNSAFE and diagnosis.second_backward:
-            # An unsafe rewrite is tried first: one that stops a parameter training is no fix to
-            # write (the search looks for another, and says why each is refused).
-            trial = runner.run(script, replace(options, record_gradients=True, recorded_steps=1, sources=((str(script), report.rewritten),)))
-            lost = gradients_lost(run, trial) if trial.succeeded else ""
-            if lost:
-                diagnosis.fix, diagnosis.fix_refused = None, f"{diagnosis.finding.code}'s unsafe fix runs, but {lost}"
+    diagnosis.fix = rule_fix(diagnosis)
+    if diagnosis.fix is not None and diagnosis.finding.fix is FixKind.UNSAFE and diagnosis.second_backward:
+        # An unsafe rewrite is tried first: one that stops a parameter training is no fix to
+        # write (the search looks for another, and says why each is refused).
+        rewritten = ((diagnosis.fix.path, diagnosis.fix.rewritten),)
+        trial = runner.run(script, replace(options, record_gradients=True, recorded_steps=1, sources=rewritten))
+        lost = gradients_lost(run, trial) if trial.succeeded else ""
+        if lost:
+            diagnosis.fix, diagnosis.fix_refused = None, f"{diagnosis.finding.code}'s unsafe fix runs, but {lost}"
+
+
+def rule_fix(diagnosis: Diagnosis) -> FileReport | None:
+    """The matching rule's rewrite of the file its finding is in (the script, or the module the
+    explanation was resolved in), when it has one."""
+    if diagnosis.finding is None or diagnosis.finding.fix is None:
+        return None
+    mode = FixMode.UNSAFE if diagnosis.finding.fix is FixKind.UNSAFE else FixMode.SAFE
+    source, path = (diagnosis.module_source, str(diagnosis.module)) if diagnosis.module is not None else (diagnosis.source, str(diagnosis.script))
+    report = check_source(source, [diagnosis.rule], mode, path)
+    return report if report.changed else None
 
 
 def _refuse_if_changed(script: Path, source: bytes) -> None:
@@ -204,17 +224,47 @@ def _refuse_if_changed(script: Path, source: bytes) -> None:
 
 def _explain_error(analysis: FileAnalysis, findings: list[Finding], diagnosis: Diagnosis) -> None:
     run = diagnosis.run
-    # The script's lines are the ones its analysis reads; a module's frames are blamed by repair.
-    diagnosis.failing = next((f for f in reversed(run.failing_frames) if not f.path), None)
-    diagnosis.graph = next((f for f in reversed(run.forward_frames) if not f.path), None)
+    script_analysis = analysis
+    # Where the backward failed, and where the graph it needed was built (when anomaly mode told):
+    # when both are in one module beside the script, its lines, loops and rules explain the error.
+    module = _module_of_failure(run)
+    if module is not None:
+        try:
+            diagnosis.module_source = module.read_bytes()
+            analysis = FileAnalysis(parse_source(diagnosis.module_source, str(module)))
+        except (OSError, SourceError):
+            module = None
+        else:
+            diagnosis.module = module
+            findings = [_named_in(replace(v.finding, path=str(module)), module) for v in find_violations(analysis, all_rules())]
+    path = str(module) if module is not None else ""
+    diagnosis.failing = next((f for f in reversed(run.failing_frames) if f.path == path), None)
+    diagnosis.graph = next((f for f in reversed(run.forward_frames) if f.path == path), None)
     if diagnosis.failing is not None:
-        diagnosis.failing_call_number = run.backward_calls_by_line.get(diagnosis.failing.line, 1)
+        # The calls of the line that made the failing call, not of a line that called into it.
+        innermost = run.failing_frames[-1]
+        diagnosis.failing_call_number = run.backward_calls_by_line.get((innermost.path, innermost.line), 1)
         loops = [loop for loop in analysis.loops_around(analysis.statement_at(diagnosis.failing.line)) if not loop.is_call]
         diagnosis.loop_line = analysis.line(loops[0].node) if loops else None
     diagnosis.relation = _relation(analysis, diagnosis)
     # Innermost first: a helper's `return` stores nothing; the caller's line that keeps it does.
-    diagnosis.kept_in = next(filter(None, (_where_kept(analysis, frame) for frame in reversed(run.forward_frames))), "")
+    diagnosis.kept_in = next(filter(None, (_where_kept(script_analysis, frame) for frame in reversed(run.forward_frames))), "")
     diagnosis.finding = _matching_finding(analysis, findings, diagnosis)
+
+
+def _module_of_failure(run: RunResult) -> Path | None:
+    """The module beside the script where the failing backward was called, if the freed graph
+    was built there too (or anomaly mode did not tell where)."""
+    innermost = run.failing_frames[-1] if run.failing_frames else None
+    if innermost is None or not innermost.path:
+        return None
+    built = run.forward_frames[-1].path if run.forward_frames else innermost.path
+    return Path(innermost.path) if built == innermost.path else None
+
+
+def _named_in(finding: Finding, module: Path) -> Finding:
+    """A finding in a module, its lines named with the module's name."""
+    return replace(finding, message=re.sub(r"(?<!\.py )\bline (\d+)", rf"{module.name} line \1", finding.message))
 
 
 def _measure_silent_bugs(analysis: FileAnalysis, findings: list[Finding], last_batch: list[Finding], diagnosis: Diagnosis) -> None:
@@ -252,17 +302,18 @@ def _fixable_first(finding: Finding) -> tuple:
 
 
 def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions) -> RunResult:
-    """Write the matching rule's rewrite to the script and run it again within the same bounds,
+    """Write the matching rule's rewrite to the file it rewrites and run the script again within the same bounds,
     measuring again what showed a silent bug, or noting the parameters its backwards reach. A
     rewrite the run does not confirm (``Diagnosis.confirmed_by``) is taken back: a fix whose program
     still fails, or fails anew, is never left in the file."""
-    write_atomically(diagnosis.script, diagnosis.fix.rewritten, expected=diagnosis.fix.original)
+    fixed = Path(diagnosis.fix.path)  # the script, or the module the rule's finding is in
+    write_atomically(fixed, diagnosis.fix.rewritten, expected=diagnosis.fix.original)
     measured = bool(diagnosis.symptom)
     again = runner.run(
         diagnosis.script, replace(options, detect_anomaly=False, measure_graphs=measured, record_gradients=not measured, recorded_steps=1)
     )
     if not diagnosis.confirmed_by(again)[0]:
-        write_atomically(diagnosis.script, diagnosis.fix.original, expected=diagnosis.fix.rewritten)
+        write_atomically(fixed, diagnosis.fix.original, expected=diagnosis.fix.rewritten)
     return again
 
 
@@ -293,7 +344,8 @@ def _matching_finding(analysis: FileAnalysis, findings: list[Finding], diagnosis
     that, when the backward that failed ran inside a framework (a trainer backwards what a hook
     returned) and the file has a single finding, that one."""
     # The whole stack that built the freed node: a helper's line, and the constructor that called it.
-    frames = [diagnosis.failing, *(f for f in diagnosis.run.forward_frames if not f.path)]
+    path = str(diagnosis.module) if diagnosis.module is not None else ""
+    frames = [diagnosis.failing, *(f for f in diagnosis.run.forward_frames if f.path == path)]
     lines = {frame.line for frame in frames if frame is not None}
 
     def rank(finding: Finding) -> tuple:
@@ -357,6 +409,10 @@ def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
     if backward_statement is None or graph_statement is None:
         return ""
     earlier_iteration = diagnosis.failing_call_number > 1
+
+    def place(text: str) -> str:  # (render describes the relation: a script's lines are named there)
+        return f"{diagnosis.module.name} {text}" if diagnosis.module is not None else text
+
     graph_function = analysis.function_at(graph.line)
     if graph_function is not analysis.function_at(failing.line):
         name = graph_function.name.value if graph_function else "the module body"
@@ -369,26 +425,29 @@ def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
     loops = [loop for loop in analysis.loops_around(backward_statement) if not loop.is_call]
     if loops and not analysis.contains(loops[0].node, graph_statement):
         return (
-            f"the graph was built once, before the loop at line {analysis.line(loops[0].node)}, and the loop backwards through it on every iteration"
+            f"the graph was built once, before the loop at {place(f'line {analysis.line(loops[0].node)}')}, "
+            "and the loop backwards through it on every iteration"
+        )
+    if earlier_iteration and loops:
+        return (
+            f"a value built in the previous iteration of the loop at {place(f'line {analysis.line(loops[0].node)}')} was carried "
+            "into this one; the previous iteration's backward had already freed its graph"
         )
     if earlier_iteration:
-        loop_line = analysis.line(loops[0].node) if loops else failing.line
-        return (
-            f"a value built in the previous iteration of the loop at line {loop_line} was carried into "
-            f"this one; the previous iteration's backward had already freed its graph"
-        )
+        return "a value built by an earlier call of this line was carried into this one; that call's backward had already freed its graph"
     earlier = _earlier_backward(analysis, backward_statement)
     if earlier is None:
         return "an earlier backward in this step already freed this graph"
     failing_site = _site_at(analysis, backward_statement)
+    earlier_line = place(f"line {analysis.line(earlier.call)}")
     if (
         earlier.tensor is not None
         and failing_site is not None
         and failing_site.tensor is not None
         and earlier.tensor.deep_equals(failing_site.tensor)
     ):
-        return f"the same tensor was already backwarded at line {analysis.line(earlier.call)}"
-    return f"the backward at line {analysis.line(earlier.call)} already walked (and freed) this graph: the two losses share it"
+        return f"the same tensor was already backwarded at {earlier_line}"
+    return f"the backward at {earlier_line} already walked (and freed) this graph: the two losses share it"
 
 
 def _site_at(analysis: FileAnalysis, statement: cst.CSTNode):

@@ -153,7 +153,9 @@ class RunResult:
     backward_calls: int = 0  # successful ones
     optimizer_steps: int = 0
     stopped_by: str = ""  # the bound that stopped a "stopped" run: "backward calls", "optimizer steps", "time"
-    backward_calls_by_line: dict[int, int] = field(default_factory=dict)  # all calls from the script
+    # Every call, by the innermost line of the user's code that made it: (its file, "" for the
+    # script; the line). A call a module makes is that module line's, not the script line's that called in.
+    backward_calls_by_line: dict[tuple[str, int], int] = field(default_factory=dict)
     failing_frames: list[Frame] = field(default_factory=list)  # script frames of the error, outermost first
     forward_frames: list[Frame] = field(default_factory=list)  # anomaly mode: where the failing node was made
     # Anomaly mode: the user's frames of the backward (or autograd.grad) call that freed the graph
@@ -963,10 +965,10 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
         return returned
 
     def backward(*args: Any, **kwargs: Any):
-        caller = [frame for frame in user_frames(traceback.extract_stack()[:-1]) if not frame.path]
+        caller = user_frames(traceback.extract_stack()[:-1])
         if caller:
-            line = caller[-1].line
-            result.backward_calls_by_line[line] = result.backward_calls_by_line.get(line, 0) + 1
+            place = (caller[-1].path, caller[-1].line)
+            result.backward_calls_by_line[place] = result.backward_calls_by_line.get(place, 0) + 1
         stop_at_time_bound()
         if options.retain_graph:
             kwargs["retain_graph"] = True
