@@ -56,7 +56,7 @@ import time
 import traceback
 import types
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -287,9 +287,10 @@ class ScriptRunner:
             os.mkfifo(requests)
             os.mkfifo(replies)
             _send(server.stdin, typed_json.dumps(_Request(twin_pipes=(requests, replies)), _Request))
-            pid = _receive_number(server.stdout)
-            # Opened in the order the twin opens them, each open waiting for the other end.
-            twin._server = _TwinServer(open(requests, "wb", buffering=0), open(replies, "rb", buffering=0), pid)
+            # Opened in the order the twin opens them, each open waiting for the other end. The
+            # twin's pid comes on its own pipe, read at its first use: the server's next reply is
+            # the pid of a run, and a run can start on the server while the twin is still read.
+            twin._server = _TwinServer(open(requests, "wb", buffering=0), open(replies, "rb", buffering=0))
         return twin
 
     def _started_server(self) -> subprocess.Popen | _TwinServer:
@@ -381,10 +382,12 @@ class RunBeside:
         self._thread.join()
         return self._result if self._result is not None else RunResult("crashed", error_message="the run beside failed to start")
 
-    def stop(self) -> None:
-        """Kill the run and wait for its thread (which closes the twin)."""
+    def stop(self, wait: bool = True) -> None:
+        """Kill the run, and wait for its thread (which closes the twin) unless gradfix is leaving
+        (on a signal, an error): the twin's run then ends with gradfix's process."""
         self._twin.stop()
-        self._thread.join()
+        if wait:
+            self._thread.join()
 
 
 def _written_result(written: bytes) -> RunResult:
@@ -454,7 +457,7 @@ class _Server:
             while True:
                 request = typed_json.loads(_receive(self.requests), _Request)
                 if request.twin_pipes is not None:
-                    _send_number(self.replies, self._forked_twin(*request.twin_pipes))
+                    self._forked_twin(*request.twin_pipes)
                 else:
                     self._run(request)
         except (EOFError, BrokenPipeError):  # gradfix closed the pipes, or died
@@ -497,7 +500,7 @@ class _Server:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    def _forked_twin(self, requests_path: str, replies_path: str) -> int:
+    def _forked_twin(self, requests_path: str, replies_path: str) -> None:
         server = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -506,11 +509,12 @@ class _Server:
                 self.replies.close()
                 with contextlib.suppress(_ParentGone):
                     _watch_parent(server)
-                    _Server(open(requests_path, "rb", buffering=0), open(replies_path, "wb", buffering=0)).serve()
+                    twin = _Server(open(requests_path, "rb", buffering=0), open(replies_path, "wb", buffering=0))
+                    _send_number(twin.replies, os.getpid())
+                    twin.serve()
             finally:
                 os._exit(0)
         self.twins.add(pid)
-        return pid
 
     def _kill_leftovers(self) -> None:
         """Kill every process below this server but its twins and theirs: a run's child and, this
@@ -582,8 +586,12 @@ def _regular_file_bytes(path: str, limit: int = -1) -> bytes:
 class _TwinServer:
     """The end of a forked server's pipes, with the calls ``ScriptRunner`` makes of a ``Popen``."""
 
-    def __init__(self, stdin, stdout, pid: int) -> None:
-        self.stdin, self.stdout, self.pid = stdin, stdout, pid
+    def __init__(self, stdin, stdout) -> None:
+        self.stdin, self.stdout = stdin, stdout
+
+    @cached_property
+    def pid(self) -> int:
+        return _receive_number(self.stdout)  # the twin's first message
 
     def poll(self) -> int | None:
         try:
