@@ -64,9 +64,9 @@ class Diagnosis:
 
     def describe(self, text: str) -> str:
         """``text`` with its ``line N`` as users find them: in a notebook, ``cell C, line L``; a
-        line of the explanation (``line N`` alone) resolved in a module, with the module's name."""
-        if self.module is not None and re.fullmatch(r"line \d+", text):
-            return f"{self.module.name} {text}"
+        line of an explanation resolved in a module (``line N`` alone), with the module's name."""
+        if self.module is not None:  # (the explanation's sentences name the module's lines already)
+            return f"{self.module.name} {text}" if re.fullmatch(r"line \d+", text) else text
         return text if self.notebook is None else self.notebook.describe(text)
 
     def diff(self, rewritten: bytes) -> str:
@@ -150,7 +150,7 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
         _refuse_if_changed(script, source)
         _explain(diagnosis, runner, options, findings, last_batch)
     except BaseException:
-        reference.stop()
+        reference.stop(wait=False)
         raise
     if diagnosis.fix is not None or not diagnosis.second_backward:
         diagnosis.reference = None
