@@ -202,7 +202,7 @@ class AnomalyMode:
     def __init__(self, cell_of: Callable[[str], int | None]) -> None:
         self.on = False
         self.reports: list[str] = []
-        self.calls: dict[tuple[str, int], int] = {}  # backward calls by (cell's file name, line)
+        self.calls: dict[tuple[str, int], int] = {}  # backward calls by (cell's or module's file name, line)
         self._cell_of = cell_of
         # What this object replaced, which it calls: a hook installed after it may still call it.
         self._filter: Any = None
@@ -244,8 +244,9 @@ class AnomalyMode:
         self._showwarning(message, *rest, **options)
 
     def _counted_backward(self, *args: Any, **kwargs: Any) -> Any:
+        # By the innermost line of the user's code: a module's line, when a cell called into it.
         frame = sys._getframe(1)
-        while frame is not None and self._cell_of(frame.f_code.co_filename) is None:
+        while frame is not None and self._cell_of(frame.f_code.co_filename) is None and not _in_user_module(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is not None:
             place = (frame.f_code.co_filename, frame.f_lineno)
@@ -311,13 +312,15 @@ class Extension:
             return "gradfix: the backward that failed is not in a cell of this session; nothing to explain"
         failing_cell = self.failing_cell = cell_frames[0][0]  # the outermost: the cell that was executed
         history = self._history(failing_cell)
-        failing = _frames(history, ((cell, frame.lineno, frame.line or "") for cell, frame in cell_frames))
-        forward = _frames(history, self._reported_forward_frames())
-        innermost = cell_frames[-1][1]
-        calls = self.anomaly.calls.get((innermost.filename, innermost.lineno))
+        failing = _frames(history, ((cell, frame.lineno, frame.line or "") for cell, frame in cell_frames)) + _module_frames(tb)
+        forward = _frames(history, self._reported_forward_frames()) + self._reported_module_frames()
+        innermost = failing[-1] if failing else None
+        calls = self.anomaly.calls.get(
+            (innermost.path, innermost.line) if innermost.path else (cell_frames[-1][1].filename, cell_frames[-1][1].lineno)
+        )
         run = RunResult("error", type(error).__name__, str(error), failing_frames=failing, forward_frames=forward)
         if calls is not None and failing:
-            run.backward_calls_by_line = {failing[-1].line: calls}
+            run.backward_calls_by_line = {(innermost.path, innermost.line): calls}
         try:
             diagnosis, findings = _diagnosis_of_traceback(history, run)
         except SourceError as source_error:
@@ -352,9 +355,15 @@ class Extension:
         return History.of(self.shell, last, raised - {last})
 
     def _offer(self, diagnosis: Diagnosis, history: History, failing_cell: int) -> list[str]:
-        """The matching rule's fix, if it has one, offered."""
+        """The matching rule's fix, if it has one, offered: a module's shown, not applied."""
         if diagnosis.fix is None:
             return []
+        if diagnosis.module is not None:
+            return [
+                "  fix:",
+                diagnosis.diff(diagnosis.fix.rewritten).rstrip("\n"),
+                f"  it changes {diagnosis.module}, not a cell: gradfix does not apply it here.",
+            ]
         return self._propose(history, failing_cell, diagnosis.fix.rewritten, diagnosis.finding.fix is FixKind.SAFE)
 
     def _propose(self, history: History, failing_cell: int, rewritten: bytes, safe: bool) -> list[str]:
@@ -376,6 +385,19 @@ class Extension:
         name = self.shell.compile.format_code_name(filename)
         found = _CELL_NAME.fullmatch(name[1]) if name else None
         return int(found.group(1)) if found else None
+
+    def _reported_module_frames(self) -> list[Frame]:
+        """The lines of the modules in the working folder in anomaly mode's traceback of the forward
+        call that built the freed node."""
+        from gradfix.codemods.execution.runner import Frame
+
+        report = self.anomaly.reports[-1].splitlines() if self.anomaly.reports else []
+        frames = []
+        for index, text in enumerate(report):
+            found = _REPORTED_FRAME.search(text)
+            if found and _in_user_module(found["file"]):
+                frames.append(Frame(int(found["line"]), report[index + 1].strip() if index + 1 < len(report) else "", found["file"]))
+        return frames
 
     def _reported_forward_frames(self) -> list[tuple[int, int, str]]:
         """The cells' lines in anomaly mode's traceback of the forward call that built the freed node."""
@@ -528,15 +550,35 @@ def _frames(history: History, places: Any) -> list[Frame]:
     return frames
 
 
+def _in_user_module(path: str) -> bool:
+    """Whether ``path`` is a module of the user's, beside the notebook: in the kernel's working
+    folder (not an environment installed there)."""
+    from gradfix.codemods.execution.runner import _in_user_code
+
+    return _in_user_code(path, os.path.join(os.getcwd(), "cells"))
+
+
+def _module_frames(tb: Any) -> list[Frame]:
+    """The frames of a traceback in the user's modules after its last cell frame (what the cells
+    called, innermost last)."""
+    from gradfix.codemods.execution.runner import Frame
+
+    frames = []
+    for frame in traceback.extract_tb(tb):
+        if _CELL_NAME.search(frame.filename) or not _in_user_module(frame.filename):
+            continue
+        frames.append(Frame(frame.lineno, (frame.line or "").strip(), frame.filename))
+    return frames
+
+
 def _diagnosis_of_traceback(history: History, run: RunResult) -> tuple[Diagnosis, list[Finding]]:
     """What ``gradfix diagnose`` says of a run, said of the live traceback: the lines, how they
     relate, the matching rule and its fix; and every finding in the cells. Raises ``SourceError``
     for a script it cannot parse."""
     from gradfix.codemods.analysis import FileAnalysis
-    from gradfix.codemods.check import check_source, find_violations
+    from gradfix.codemods.check import find_violations
     from gradfix.codemods.parse import parse_source
-    from gradfix.codemods.report import FixMode
-    from gradfix.codemods.execution.diagnose import Diagnosis, _explain_error
+    from gradfix.codemods.execution.diagnose import Diagnosis, _explain_error, rule_fix
     from gradfix.codemods.registry import all_rules
 
     source, path = history.notebook.source, "In"
@@ -544,10 +586,7 @@ def _diagnosis_of_traceback(history: History, run: RunResult) -> tuple[Diagnosis
     findings = [replace(v.finding, path=path) for v in find_violations(analysis, all_rules())]
     diagnosis = Diagnosis(Path(path), source, analysis, run, notebook=history.notebook)
     _explain_error(analysis, findings, diagnosis)
-    if diagnosis.finding is not None and diagnosis.finding.fix is not None:
-        mode = FixMode.UNSAFE if diagnosis.finding.fix is FixKind.UNSAFE else FixMode.SAFE
-        report = check_source(source, [diagnosis.rule], mode, path)
-        diagnosis.fix = report if report.changed else None
+    diagnosis.fix = rule_fix(diagnosis)
     return diagnosis, findings
 
 
@@ -566,7 +605,7 @@ def _raising_findings(findings: list[Finding], history: History) -> list[str]:
 def _rerun_of(diagnosis: Diagnosis, history: History) -> int | None:
     """The earlier cell whose run of the same code the matching finding ties the failing backward
     to, if it does: the failing cell is that code run again."""
-    if diagnosis.failing is None or diagnosis.finding is None:
+    if diagnosis.failing is None or diagnosis.finding is None or diagnosis.module is not None:
         return None
     failed_in = history.cell_of(diagnosis.failing.line)
     named = {history.cell_of(line) for line in (diagnosis.finding.line, *diagnosis.finding.related_lines)}
@@ -582,7 +621,8 @@ def _explanation(diagnosis: Diagnosis, history: History, calls_counted: bool) ->
         lines = [f"gradfix: the cells run, but {history.label(diagnosis.symptom)}"]
     else:
         lines = [f"gradfix: {run.error_type}: {run.error_message.split('.')[0]}"]
-    lines += diagnosis_lines(diagnosis, history.label, calls_counted=calls_counted)
+    # A module's lines are named by the module, not by the cells.
+    lines += diagnosis_lines(diagnosis, diagnosis.describe if diagnosis.module is not None else history.label, calls_counted=calls_counted)
     if diagnosis.finding is None:
         lines.append("  No gradfix finding names the lines above.")
     elif diagnosis.fix is None:

@@ -14,6 +14,8 @@ for logging, GF007).
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -30,7 +32,7 @@ from ..notebook import Notebook
 from ..registry import all_rules, rule_by_code
 from ..rule import Finding, FixKind, Rule
 from ..symptoms import GraphsKeptAlive, LastBatchOnly
-from .runner import COMPARED_STEPS, MEASURED_STEPS, Frame, RunOptions, RunResult, ScriptRunner
+from .runner import COMPARED_STEPS, MEASURED_STEPS, Frame, RunBeside, RunOptions, RunResult, ScriptRunner
 
 SECOND_BACKWARD = "Trying to backward through the graph a second time"
 
@@ -52,13 +54,26 @@ class Diagnosis:
     fix_refused: str = ""  # why that rule's (unsafe) rewrite is not offered: what it stops training
     symptom: str = ""  # what the run measured of a silent bug (no error raised)
     notebook: Notebook | None = None  # when ``script`` runs a notebook's code cells
+    # The module beside the script where the backward failed and the freed graph was built, and
+    # its code: the lines, the loop, the relation and the rule are that module's.
+    module: Path | None = None
+    module_source: bytes = b""
+    # The run with retain_graph=True that a repair search compares candidates with, started beside
+    # the traced run; None when no search follows.
+    reference: RunBeside | None = None
 
     def describe(self, text: str) -> str:
-        """``text`` with its ``line N`` as users find them: in a notebook, ``cell C, line L``."""
+        """``text`` with its ``line N`` as users find them: in a notebook, ``cell C, line L``; a
+        line of an explanation resolved in a module (``line N`` alone), with the module's name."""
+        if self.module is not None:  # (the explanation's sentences name the module's lines already)
+            return f"{self.module.name} {text}" if re.fullmatch(r"line \d+", text) else text
         return text if self.notebook is None else self.notebook.describe(text)
 
     def diff(self, rewritten: bytes) -> str:
-        """The diff from the script as read to ``rewritten``: of the notebook's cells for a notebook."""
+        """The diff from the script as read to ``rewritten``: of the notebook's cells for a notebook;
+        of the module for the rule's rewrite of a module."""
+        if self.fix is not None and self.module is not None and rewritten == self.fix.rewritten:
+            return unified_diff(self.fix)
         if self.notebook is None:
             return unified_diff(FileReport(str(self.script), original=self.source, rewritten=rewritten))
         return self.notebook.cell_diffs(self.notebook.with_source(rewritten), self.notebook.path.lstrip("/"))
@@ -122,9 +137,48 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
     counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
     # Gradients recorded: the steps it completes before failing are what a repair must keep.
     traced = replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted)), record_gradients=True, recorded_steps=COMPARED_STEPS)
-    run = runner.run(script, traced)
-    _refuse_if_changed(script, source)
-    diagnosis = Diagnosis(script, source, analysis, run, notebook=notebook)
+    # A repair search compares its candidates with the script run keeping every graph: started
+    # now, beside the traced run (on half the cores each), it is there when the search starts;
+    # stopped as soon as no search will follow.
+    beside = replace(reference_options(options, COMPARED_STEPS), threads=max(1, (os.cpu_count() or 1) // 2))
+    reference = RunBeside(runner, script, beside)
+    try:
+        run = runner.run(script, traced)
+        diagnosis = Diagnosis(script, source, analysis, run, notebook=notebook, reference=reference)
+        if not diagnosis.second_backward:
+            reference.stop()
+        _refuse_if_changed(script, source)
+        _explain(diagnosis, runner, options, findings, last_batch)
+    except BaseException:
+        reference.stop(wait=False)
+        raise
+    if diagnosis.fix is not None or not diagnosis.second_backward:
+        diagnosis.reference = None
+        reference.stop()
+    return diagnosis
+
+
+def reference_options(options: RunOptions, backward_calls: int) -> RunOptions:
+    """The bounds of the run with retain_graph=True that a repair compares candidates with, for a
+    script whose traced run made ``backward_calls`` backward calls before it failed: the steps
+    compared, and, forced to keep every graph (a long run slows down), a few times those calls."""
+    return replace(
+        options,
+        detect_anomaly=False,
+        measure_graphs=False,
+        count_lines=(),
+        record_gradients=True,
+        recorded_steps=COMPARED_STEPS,
+        retain_graph=True,
+        max_optimizer_steps=COMPARED_STEPS,
+        max_steps=4 * (backward_calls + 1),
+    )
+
+
+def _explain(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, findings: list[Finding], last_batch: list[Finding]) -> None:
+    """What the traced run shows: the error explained, or a silent bug measured; the matching
+    rule's rewrite, tried first when it is unsafe."""
+    script, source, analysis, run = diagnosis.script, diagnosis.source, diagnosis.analysis, diagnosis.run
     if diagnosis.second_backward:
         _explain_error(analysis, findings, diagnosis)
     elif run.succeeded:
@@ -135,18 +189,26 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
         _refuse_if_changed(script, source)
         diagnosis.run = replace(run, live_graph_nodes=measured.live_graph_nodes) if measured.succeeded else run
         _measure_silent_bugs(analysis, findings, last_batch, diagnosis)
-    if diagnosis.finding is not None and diagnosis.finding.fix is not None:
-        mode = FixMode.UNSAFE if diagnosis.finding.fix is FixKind.UNSAFE else FixMode.SAFE
-        report = check_source(source, [diagnosis.rule], mode, str(script))
-        diagnosis.fix = report if report.changed else None
-        if diagnosis.fix is not None and mode is FixMode.UNSAFE and diagnosis.second_backward:
-            # An unsafe rewrite is tried first: one that stops a parameter training is no fix to
-            # write (the search looks for another, and says why each is refused).
-            trial = runner.run(script, replace(options, record_gradients=True, recorded_steps=1, sources=((str(script), report.rewritten),)))
-            lost = gradients_lost(run, trial) if trial.succeeded else ""
-            if lost:
-                diagnosis.fix, diagnosis.fix_refused = None, f"{diagnosis.finding.code}'s unsafe fix runs, but {lost}"
-    return diagnosis
+    diagnosis.fix = rule_fix(diagnosis)
+    if diagnosis.fix is not None and diagnosis.finding.fix is FixKind.UNSAFE and diagnosis.second_backward:
+        # An unsafe rewrite is tried first: one that stops a parameter training is no fix to
+        # write (the search looks for another, and says why each is refused).
+        rewritten = ((diagnosis.fix.path, diagnosis.fix.rewritten),)
+        trial = runner.run(script, replace(options, record_gradients=True, recorded_steps=1, sources=rewritten))
+        lost = gradients_lost(run, trial) if trial.succeeded else ""
+        if lost:
+            diagnosis.fix, diagnosis.fix_refused = None, f"{diagnosis.finding.code}'s unsafe fix runs, but {lost}"
+
+
+def rule_fix(diagnosis: Diagnosis) -> FileReport | None:
+    """The matching rule's rewrite of the file its finding is in (the script, or the module the
+    explanation was resolved in), when it has one."""
+    if diagnosis.finding is None or diagnosis.finding.fix is None:
+        return None
+    mode = FixMode.UNSAFE if diagnosis.finding.fix is FixKind.UNSAFE else FixMode.SAFE
+    source, path = (diagnosis.module_source, str(diagnosis.module)) if diagnosis.module is not None else (diagnosis.source, str(diagnosis.script))
+    report = check_source(source, [diagnosis.rule], mode, path)
+    return report if report.changed else None
 
 
 def _refuse_if_changed(script: Path, source: bytes) -> None:
@@ -162,17 +224,47 @@ def _refuse_if_changed(script: Path, source: bytes) -> None:
 
 def _explain_error(analysis: FileAnalysis, findings: list[Finding], diagnosis: Diagnosis) -> None:
     run = diagnosis.run
-    # The script's lines are the ones its analysis reads; a module's frames are blamed by repair.
-    diagnosis.failing = next((f for f in reversed(run.failing_frames) if not f.path), None)
-    diagnosis.graph = next((f for f in reversed(run.forward_frames) if not f.path), None)
+    script_analysis = analysis
+    # Where the backward failed, and where the graph it needed was built (when anomaly mode told):
+    # when both are in one module beside the script, its lines, loops and rules explain the error.
+    module = _module_of_failure(run)
+    if module is not None:
+        try:
+            diagnosis.module_source = module.read_bytes()
+            analysis = FileAnalysis(parse_source(diagnosis.module_source, str(module)))
+        except (OSError, SourceError):
+            module = None
+        else:
+            diagnosis.module = module
+            findings = [_named_in(replace(v.finding, path=str(module)), module) for v in find_violations(analysis, all_rules())]
+    path = str(module) if module is not None else ""
+    diagnosis.failing = next((f for f in reversed(run.failing_frames) if f.path == path), None)
+    diagnosis.graph = next((f for f in reversed(run.forward_frames) if f.path == path), None)
     if diagnosis.failing is not None:
-        diagnosis.failing_call_number = run.backward_calls_by_line.get(diagnosis.failing.line, 1)
+        # The calls of the line that made the failing call, not of a line that called into it.
+        innermost = run.failing_frames[-1]
+        diagnosis.failing_call_number = run.backward_calls_by_line.get((innermost.path, innermost.line), 1)
         loops = [loop for loop in analysis.loops_around(analysis.statement_at(diagnosis.failing.line)) if not loop.is_call]
         diagnosis.loop_line = analysis.line(loops[0].node) if loops else None
     diagnosis.relation = _relation(analysis, diagnosis)
     # Innermost first: a helper's `return` stores nothing; the caller's line that keeps it does.
-    diagnosis.kept_in = next(filter(None, (_where_kept(analysis, frame) for frame in reversed(run.forward_frames))), "")
+    diagnosis.kept_in = next(filter(None, (_where_kept(script_analysis, frame) for frame in reversed(run.forward_frames))), "")
     diagnosis.finding = _matching_finding(analysis, findings, diagnosis)
+
+
+def _module_of_failure(run: RunResult) -> Path | None:
+    """The module beside the script where the failing backward was called, if the freed graph
+    was built there too (or anomaly mode did not tell where)."""
+    innermost = run.failing_frames[-1] if run.failing_frames else None
+    if innermost is None or not innermost.path:
+        return None
+    built = run.forward_frames[-1].path if run.forward_frames else innermost.path
+    return Path(innermost.path) if built == innermost.path else None
+
+
+def _named_in(finding: Finding, module: Path) -> Finding:
+    """A finding in a module, its lines named with the module's name."""
+    return replace(finding, message=re.sub(r"(?<!\.py )\bline (\d+)", rf"{module.name} line \1", finding.message))
 
 
 def _measure_silent_bugs(analysis: FileAnalysis, findings: list[Finding], last_batch: list[Finding], diagnosis: Diagnosis) -> None:
@@ -210,29 +302,40 @@ def _fixable_first(finding: Finding) -> tuple:
 
 
 def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions) -> RunResult:
-    """Write the matching rule's rewrite to the script and run it again within the same bounds,
+    """Write the matching rule's rewrite to the file it rewrites and run the script again within the same bounds,
     measuring again what showed a silent bug, or noting the parameters its backwards reach. A
     rewrite the run does not confirm (``Diagnosis.confirmed_by``) is taken back: a fix whose program
     still fails, or fails anew, is never left in the file."""
-    write_atomically(diagnosis.script, diagnosis.fix.rewritten, expected=diagnosis.fix.original)
+    fixed = Path(diagnosis.fix.path)  # the script, or the module the rule's finding is in
+    write_atomically(fixed, diagnosis.fix.rewritten, expected=diagnosis.fix.original)
     measured = bool(diagnosis.symptom)
     again = runner.run(
         diagnosis.script, replace(options, detect_anomaly=False, measure_graphs=measured, record_gradients=not measured, recorded_steps=1)
     )
     if not diagnosis.confirmed_by(again)[0]:
-        write_atomically(diagnosis.script, diagnosis.fix.original, expected=diagnosis.fix.rewritten)
+        write_atomically(fixed, diagnosis.fix.original, expected=diagnosis.fix.rewritten)
     return again
 
 
 def gradients_lost(original: RunResult, run: RunResult) -> str:
-    """The parameters the original trains (an optimizer's, or those it updates by hand) that no
-    backward of ``run`` reaches, in words; "" when there are none."""
-    trained = {label for label in original.reached_leaves if label.startswith("optimizer ") or label in original.updated_leaves}
-    lost = sorted(trained - run.reached_leaves)
-    if not lost:
-        return ""
-    first = original.leaf_names.get(lost[0], lost[0])
-    return f"{first}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''} gets no gradient"
+    """The parameters the original trains (``trained_leaves``) that no backward of ``run``
+    reaches, in words; "" when there are none."""
+    lost = sorted(trained_leaves(original) - run.reached_leaves)
+    return f"{leaves_in_words(original, lost)} gets no gradient" if lost else ""
+
+
+def trained_leaves(original: RunResult) -> set[str]:
+    """The leaves a backward of the original reached that it trains: its optimizers' when it has
+    any (a teacher it keeps as a moving average of its student is updated by hand, not trained by
+    the gradients that reach it); without an optimizer, those it updates by hand."""
+    reached = original.reached_leaves
+    return {label for label in reached if label.startswith("optimizer ")} or reached & original.updated_leaves
+
+
+def leaves_in_words(run: RunResult, labels: list[str]) -> str:
+    """The first of ``labels`` by the name the user knows, and how many more."""
+    first = run.leaf_names.get(labels[0], labels[0])
+    return f"{first}{f' and {len(labels) - 1} more' if len(labels) > 1 else ''}"
 
 
 def _matching_finding(analysis: FileAnalysis, findings: list[Finding], diagnosis: Diagnosis) -> Finding | None:
@@ -241,7 +344,8 @@ def _matching_finding(analysis: FileAnalysis, findings: list[Finding], diagnosis
     that, when the backward that failed ran inside a framework (a trainer backwards what a hook
     returned) and the file has a single finding, that one."""
     # The whole stack that built the freed node: a helper's line, and the constructor that called it.
-    frames = [diagnosis.failing, *(f for f in diagnosis.run.forward_frames if not f.path)]
+    path = str(diagnosis.module) if diagnosis.module is not None else ""
+    frames = [diagnosis.failing, *(f for f in diagnosis.run.forward_frames if f.path == path)]
     lines = {frame.line for frame in frames if frame is not None}
 
     def rank(finding: Finding) -> tuple:
@@ -305,6 +409,10 @@ def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
     if backward_statement is None or graph_statement is None:
         return ""
     earlier_iteration = diagnosis.failing_call_number > 1
+
+    def place(text: str) -> str:  # (render describes the relation: a script's lines are named there)
+        return f"{diagnosis.module.name} {text}" if diagnosis.module is not None else text
+
     graph_function = analysis.function_at(graph.line)
     if graph_function is not analysis.function_at(failing.line):
         name = graph_function.name.value if graph_function else "the module body"
@@ -317,26 +425,29 @@ def _relation(analysis: FileAnalysis, diagnosis: Diagnosis) -> str:
     loops = [loop for loop in analysis.loops_around(backward_statement) if not loop.is_call]
     if loops and not analysis.contains(loops[0].node, graph_statement):
         return (
-            f"the graph was built once, before the loop at line {analysis.line(loops[0].node)}, and the loop backwards through it on every iteration"
+            f"the graph was built once, before the loop at {place(f'line {analysis.line(loops[0].node)}')}, "
+            "and the loop backwards through it on every iteration"
+        )
+    if earlier_iteration and loops:
+        return (
+            f"a value built in the previous iteration of the loop at {place(f'line {analysis.line(loops[0].node)}')} was carried "
+            "into this one; the previous iteration's backward had already freed its graph"
         )
     if earlier_iteration:
-        loop_line = analysis.line(loops[0].node) if loops else failing.line
-        return (
-            f"a value built in the previous iteration of the loop at line {loop_line} was carried into "
-            f"this one; the previous iteration's backward had already freed its graph"
-        )
+        return "a value built by an earlier call of this line was carried into this one; that call's backward had already freed its graph"
     earlier = _earlier_backward(analysis, backward_statement)
     if earlier is None:
         return "an earlier backward in this step already freed this graph"
     failing_site = _site_at(analysis, backward_statement)
+    earlier_line = place(f"line {analysis.line(earlier.call)}")
     if (
         earlier.tensor is not None
         and failing_site is not None
         and failing_site.tensor is not None
         and earlier.tensor.deep_equals(failing_site.tensor)
     ):
-        return f"the same tensor was already backwarded at line {analysis.line(earlier.call)}"
-    return f"the backward at line {analysis.line(earlier.call)} already walked (and freed) this graph: the two losses share it"
+        return f"the same tensor was already backwarded at {earlier_line}"
+    return f"the backward at {earlier_line} already walked (and freed) this graph: the two losses share it"
 
 
 def _site_at(analysis: FileAnalysis, statement: cst.CSTNode):

@@ -15,6 +15,9 @@ candidates are what those mechanics allow there:
 * at a line of the forward stack: detach what it stores, build it under ``torch.no_grad()``,
   compute it again before the failing backward or at the start of the loop that backwards it
   (with the lines it is computed from), or again where a stored copy of it is read;
+* where the backward that freed the graph read the graph the failing one shares with it (an
+  auxiliary loss backwarded inside a forward, a peer's or teacher's outputs): detach what it reads
+  there, so that backward stops short of the shared graph;
 * for a value that held the freed graph: detach it after the backward that freed it (following its
   structure: tuple, list, dict, namedtuple, an object's own ``detach()``), reset it as its class's
   constructor does, clear a container every iteration, or detach it where the failing backward's
@@ -24,8 +27,12 @@ Never ``retain_graph=True``. Each candidate runs in place of the file it rewrite
 memory (nothing is written beside the script), with gradients recorded. The judge:
 
 * it runs clean (to the end, or for a few times the original's time to its error);
-* it loses no gradient: every leaf tensor a backward of the original asked a gradient for (the
-  failing one included) still gets one, at every step of the optimizer that owns it;
+* it loses no gradient: every leaf an optimizer of the original trains (without one, every leaf
+  it updates by hand) that a backward of the original reached (the failing one included) still
+  gets one, at every step of the optimizer that owns it. A backward that no longer reaches a leaf
+  it reached (a teacher's weights, the encoder under an auxiliary loss) removes that gradient
+  path: the rewrite changes the maths, says which path it removes, and ranks after the ones
+  that remove none;
 * it keeps what worked: the gradients of the optimizer steps the original completed before it
   failed are unchanged;
 * it is *safe* when its gradients equal those of the original run with ``retain_graph=True``: the
@@ -73,16 +80,13 @@ from ..parse import parse_source
 from ..edits import Fix, apply_fixes
 from ..files import write_atomically
 from ..report import SourceError
-from .diagnose import SECOND_BACKWARD, Diagnosis, _explain_error, gradients_lost
+from .diagnose import SECOND_BACKWARD, Diagnosis, _explain_error, gradients_lost, leaves_in_words, reference_options, trained_leaves
+from .gradients import compare_gradients
 from .runner import COMPARED_STEPS, Frame, HeldGraph, RunOptions, RunResult, ScriptRunner
 
 CANDIDATE_TIME_SHARE = 3.0  # a candidate runs at most this many times the original's time to its error…
 MIN_CANDIDATE_SECONDS = 5.0  # …and at least this long
 MAX_ROUNDS = 3  # searches chained from a candidate that got further than the original
-# Gradients equal up to float32 rounding: backwarding two losses at once, or one fewer time,
-# sums the same terms in another order, and the steps after carry the difference on; it is
-# measured against the tensor's largest gradient.
-RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-4, 1e-6
 
 
 class Kind(enum.Enum):
@@ -132,6 +136,7 @@ class Attempt:
     gradient_difference: str | None = None  # what differs from it, over the steps both reached
     lost: str = ""  # a gradient the original asks for that this rewrite never computes
     changed_completed: str = ""  # how it changes the optimizer steps the original completed
+    removed: str = ""  # the gradient paths of the original it removes, in words
 
     @property
     def accepted(self) -> bool:
@@ -152,8 +157,11 @@ class Attempt:
             return f"runs, but changes the steps the original completed before failing ({self.changed_completed})"
         if self.safe:
             return "runs clean; gradients equal the retain_graph=True run"
+        difference = f" ({self.gradient_difference})" if self.compared else ""
+        if self.removed:
+            return f"runs clean and every trained leaf keeps a gradient, but {self.removed}: it {self.candidate.change}{difference}"
         if self.compared:
-            return f"runs clean and loses no gradient, but it {self.candidate.change} ({self.gradient_difference})"
+            return f"runs clean and loses no gradient, but it {self.candidate.change}{difference}"
         return f"runs clean and loses no gradient; it {self.candidate.change}"
 
 
@@ -167,13 +175,15 @@ class Repair:
     def chosen(self) -> Attempt | None:
         accepted = [(index, a) for index, a in enumerate(self.attempts) if a.accepted]
         # Safe first; among the others a rewrite that keeps every backward the author wrote (a drop
-        # gives up the gradients of one), then the smallest edit. (Not the gradients closest to the
-        # run that keeps every graph: for a stale cache or state, that run keeps the bug.)
+        # gives up the gradients of one), then one that keeps every gradient path of those, then
+        # the smallest edit. (Not the gradients closest to the run that keeps every graph: for a
+        # stale cache or state, that run keeps the bug.)
         best = min(
             accepted,
             key=lambda item: (
                 not item[1].safe,
                 item[1].candidate.kind is Kind.DROPS,
+                bool(item[1].removed),
                 item[1].candidate.changed_lines(self.original),
                 item[0],
             ),
@@ -187,6 +197,11 @@ class Repair:
             return self._why_none()
         if chosen.safe:
             return "it runs clean and its gradients equal those of the original run with retain_graph=True"
+        if chosen.removed:
+            return (
+                "it runs clean and every leaf an optimizer trains keeps a gradient at every step, but the maths changes "
+                f"(no candidate keeping every gradient path was accepted): {chosen.removed}"
+            )
         if not chosen.compared:
             return (
                 "it runs clean, keeps every gradient and the steps the original completed; the original fails even "
@@ -239,8 +254,10 @@ def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budg
     )
     if jobs > 1:
         recording = replace(recording, threads=max(1, (os.cpu_count() or 1) // jobs))
-    # The reference needs only the steps compared; forced to keep every graph, a long run slows down.
-    retained = replace(recording, retain_graph=True, max_optimizer_steps=COMPARED_STEPS, max_steps=4 * (original.backward_calls + 1))
+    beside = diagnosis.reference
+    if beside is not None and original.backward_calls > COMPARED_STEPS:
+        beside.stop()  # bounded before the traced run told how many backward calls it makes: too few
+        beside = None
     with contextlib.ExitStack() as extra_runners:
         idle: queue.SimpleQueue[ScriptRunner] = queue.SimpleQueue()
         idle.put(runner)
@@ -257,7 +274,9 @@ def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budg
                 idle.put(free)
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            reference = pool.submit(run, None, retained)
+            reference = (
+                pool.submit(beside.result) if beside is not None else pool.submit(run, None, reference_options(recording, original.backward_calls))
+            )
             found = candidates(diagnosis)
             result.reference = reference.result()
             can_be_safe = result.reference is not None and result.reference.succeeded
@@ -284,7 +303,8 @@ def _ordered(found: list[Candidate], original: bytes, can_be_safe: bool) -> list
 
 def _search(found: list[Candidate], result: Repair, original: RunResult, submit, jobs: int) -> bool:
     """Run ``found`` in order, ``jobs`` at a time, judging each; stop at the first safe one, or at
-    the first accepted one when nothing can be safe. Whether it found one to stop at."""
+    the first accepted one that removes no gradient path when nothing can be safe. Whether it
+    found one to stop at."""
     retained = result.reference if result.reference is not None and result.reference.succeeded else None
     for start in range(0, len(found), jobs):
         wave = [(candidate, submit(candidate)) for candidate in found[start : start + jobs]]
@@ -292,7 +312,7 @@ def _search(found: list[Candidate], result: Repair, original: RunResult, submit,
             attempt = Attempt(candidate, future.result())
             _judge(attempt, original, retained)
             result.attempts.append(attempt)
-        if any(a.safe if retained is not None else a.accepted for a in result.attempts):
+        if any(a.safe if retained is not None else a.accepted and not a.removed for a in result.attempts):
             return True
     return False
 
@@ -309,35 +329,32 @@ def _judge(attempt: Attempt, original: RunResult, retained: RunResult | None) ->
     if not attempt.lost:
         # An optimizer's parameter the original trains must get a gradient at each of its steps:
         # a cache detached after the first step still trains it once.
-        trained = {label for label in original.reached_leaves if label.startswith("optimizer ") or label in original.updated_leaves}
+        trained = trained_leaves(original)
         lost = sorted({label for label, values in _step_gradients(run) if not values and label in trained})
         if lost:
-            first = original.leaf_names.get(lost[0], lost[0])
-            attempt.lost = f"{first}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''} gets no gradient"
+            attempt.lost = f"{leaves_in_words(original, lost)} gets no gradient"
+    attempt.removed = _removed_paths(original, run)
     completed = _compared_gradients(original, original)
     if completed:
         actual = _compared_gradients(run, original)[: len(completed)]
-        difference = _gradient_difference(completed, actual) if len(actual) == len(completed) else "fewer steps recorded"
+        difference = compare_gradients(completed, actual) if len(actual) == len(completed) else "fewer steps recorded"
         attempt.changed_completed = difference or ""
     if retained is not None:
         expected = _compared_gradients(retained, retained)
         actual = _compared_gradients(run, retained)
         common = min(len(expected), len(actual))
         attempt.compared = True
-        attempt.gradient_difference = _gradient_difference(expected[:common], actual[:common]) if common else "no optimizer step recorded"
+        attempt.gradient_difference = compare_gradients(expected[:common], actual[:common]) if common else "no optimizer step recorded"
 
 
-def _gradient_difference(expected: list[tuple[str, list[float]]], actual: list[tuple[str, list[float]]]) -> str | None:
-    """None when the two recordings are equal up to rounding, else what differs first."""
-    if [label for label, _ in expected] != [label for label, _ in actual]:
-        return f"different tensors recorded: {len(expected)} vs {len(actual)}"
-    for index, ((label, a), (_, b)) in enumerate(zip(expected, actual)):
-        if len(a) != len(b):
-            return f"{label} (#{index}): sizes {len(a)} and {len(b)}"
-        worst = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
-        if worst > ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * max(map(abs, a), default=0.0):
-            return f"{label} (#{index}): differs by {worst:.3g}"
-    return None
+def _removed_paths(original: RunResult, run: RunResult) -> str:
+    """The leaves a backward of the original reached that the same backward of ``run`` (the same
+    code) no longer reaches, in words; "" when there are none."""
+    removed = []
+    for site, reached in original.reached_by_backward.items():
+        if site in run.reached_by_backward and reached - run.reached_by_backward[site]:
+            removed.append(f"the backward at {site} no longer reaches {leaves_in_words(original, sorted(reached - run.reached_by_backward[site]))}")
+    return "; ".join(removed)
 
 
 def _step_gradients(run: RunResult) -> list[tuple[str, list[float]]]:
@@ -415,6 +432,7 @@ class _Blamed:
     failing: list[int]
     freeing: list[int]
     reading: list[int]  # where the failing graph read the freed one
+    freeing_reading: list[int]  # where the freeing backward's graph read the one the failing graph shares
     steps: set[int]  # lines that led to an optimizer step
     held: list[HeldGraph]
 
@@ -431,7 +449,7 @@ class _Blamed:
 
 def _blamed_files(diagnosis: Diagnosis, modules: dict[Path, bytes]) -> Iterator[_Blamed]:
     run = diagnosis.run
-    stacks = (run.forward_frames, run.failing_frames, run.freeing_frames, run.reading_frames)
+    stacks = (run.forward_frames, run.failing_frames, run.freeing_frames, run.reading_frames, run.freeing_reading_frames)
     paths = dict.fromkeys([""] + [frame.path for stack in stacks for frame in reversed(stack) if frame.path])
     for name in paths:
         if not name:
@@ -453,6 +471,7 @@ def _blamed_files(diagnosis: Diagnosis, modules: dict[Path, bytes]) -> Iterator[
             lines(run.failing_frames),
             lines(run.freeing_frames),
             lines(run.reading_frames),
+            lines(run.freeing_reading_frames),
             set(lines(run.step_frames)),
             [held for held in run.held_graphs if held.path == name],
         )
@@ -509,6 +528,9 @@ def _fixes(blamed: _Blamed, diagnosis: Diagnosis) -> Iterator[Proposal]:
             yield from _cutting_fixes(blamed, statement, stored)
         yield from _computed_again(blamed, statement, failing)
         yield from _recomputed_where_read(blamed, statement)
+    # After the cuts of the forward stack: where both are safe, the one the author's code suggests
+    # (the value detached where it is stored) is the one written.
+    yield from _detached_where_freeing_reads(blamed)
     yield from _held_graph_fixes(blamed, failing, freeing)
     loop = _loop_around(analysis, failing)
     if loop is not None:
@@ -786,6 +808,47 @@ def _cutting_fixes(
             Kind.CUTS,
             f"trains nothing through what {place} computes",
         )
+
+
+def _detached_where_freeing_reads(blamed: _Blamed) -> Iterator[Proposal]:
+    """Each value a line reads where the backward that freed the graph read the graph the failing
+    backward shares with it, detached there (the input of an auxiliary loss backwarded inside a
+    forward, a peer's or teacher's outputs): that backward then stops short of the shared graph,
+    and no longer trains what it shares with the failing one through it."""
+    analysis = blamed.analysis
+    freeing = blamed.place(blamed.freeing[0]) if blamed.freeing else "line ?"
+    for line in dict.fromkeys(blamed.freeing_reading):
+        statement = analysis.statement_at(line)
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        place = blamed.place(line)
+        for operand in _operands(analysis, statement):
+            rewritten = statement.visit(_ReadReplacer(operand, cst.parse_expression(f"{operand}.detach()")))
+            if not rewritten.deep_equals(statement):
+                yield (
+                    f"detach {operand} where {place} reads it",
+                    Fix(safe=False, replace=((statement, rewritten),)),
+                    Kind.CUTS,
+                    f"lets no gradient of the backward at {freeing} flow back through {operand} at {place}",
+                )
+
+
+def _operands(analysis: FileAnalysis, statement: cst.SimpleStatementLine) -> list[str]:
+    """The names and attributes ``statement`` reads as values, in order: not the functions it
+    calls, modules, ``self`` alone, or builtins."""
+    called = {code_of(call.func) for call in find_nodes(statement, cst.Call)}
+    modules = set(analysis.names.aliases)
+    reads = read_names(statement)
+    found = set()
+    for node in [*find_nodes(statement, cst.Name), *find_nodes(statement, cst.Attribute)]:
+        expression = code_of(node)
+        # (An attribute's own name, a store's target: not read as a value.)
+        if expression in reads and expression not in called and expression.split(".", 1)[0] not in modules:
+            found.add(expression)
+    found = {e for e in found if e != "self" and not hasattr(builtins, e) and all(part.isidentifier() for part in e.split("."))}
+    text = code_of(statement)
+    # Not a prefix of another operand (``self`` of ``self.h``): that one is what is read.
+    return sorted((e for e in found if not any(o.startswith(e + ".") for o in found)), key=text.find)
 
 
 def _computed_again(blamed: _Blamed, statement: cst.SimpleStatementLine, failing: cst.CSTNode | None) -> Iterator[Proposal]:

@@ -51,11 +51,12 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -152,7 +153,9 @@ class RunResult:
     backward_calls: int = 0  # successful ones
     optimizer_steps: int = 0
     stopped_by: str = ""  # the bound that stopped a "stopped" run: "backward calls", "optimizer steps", "time"
-    backward_calls_by_line: dict[int, int] = field(default_factory=dict)  # all calls from the script
+    # Every call, by the innermost line of the user's code that made it: (its file, "" for the
+    # script; the line). A call a module makes is that module line's, not the script line's that called in.
+    backward_calls_by_line: dict[tuple[str, int], int] = field(default_factory=dict)
     failing_frames: list[Frame] = field(default_factory=list)  # script frames of the error, outermost first
     forward_frames: list[Frame] = field(default_factory=list)  # anomaly mode: where the failing node was made
     # Anomaly mode: the user's frames of the backward (or autograd.grad) call that freed the graph
@@ -161,6 +164,10 @@ class RunResult:
     # Anomaly mode: the user's frames of the forward that made a value the failing graph reads
     # from the freed one alone (its last operation's inputs were all freed), outermost first.
     reading_frames: list[Frame] = field(default_factory=list)
+    # Anomaly mode: the user's frames of the forward that made a value the freeing call's graph
+    # reads from the graph the failing call shares with it, outermost first: cut there, the
+    # earlier call no longer walks (nor frees) what the failing one needs.
+    freeing_reading_frames: list[Frame] = field(default_factory=list)
     # Anomaly mode: the values that held part of the freed graph when the run failed.
     held_graphs: list[HeldGraph] = field(default_factory=list)
     # Anomaly mode: the user's frames of the optimizer steps, which no rewrite may remove.
@@ -169,6 +176,9 @@ class RunResult:
     # by labels that name the same tensor in another program that builds the same optimizers.
     reached_leaves: set[str] = field(default_factory=set)
     leaf_names: dict[str, str] = field(default_factory=dict)  # label -> a global name that reaches the leaf
+    # The labels of ``reached_leaves`` by the backward call that reached them (its innermost line of
+    # the user's code, as ``backward_site`` names it): the gradient paths a rewrite may remove.
+    reached_by_backward: dict[str, set[str]] = field(default_factory=dict)
     gradients: list[tuple[str, list[float]]] = field(default_factory=list)  # at each optimizer step
     # After each backward, the gradients of the tensors the script's globals name, and which of
     # them the script updated: a script that steps its parameters by hand has no optimizer step.
@@ -244,6 +254,8 @@ class ScriptRunner:
 
     def __init__(self) -> None:
         self._server: subprocess.Popen | _TwinServer | None = None
+        self._running: int | None = None  # the pid of the run in progress
+        self._stopping = False  # stop() was called: a run in progress, or starting, is killed
 
     def __enter__(self) -> "ScriptRunner":
         return self
@@ -275,9 +287,10 @@ class ScriptRunner:
             os.mkfifo(requests)
             os.mkfifo(replies)
             _send(server.stdin, typed_json.dumps(_Request(twin_pipes=(requests, replies)), _Request))
-            pid = _receive_number(server.stdout)
-            # Opened in the order the twin opens them, each open waiting for the other end.
-            twin._server = _TwinServer(open(requests, "wb", buffering=0), open(replies, "rb", buffering=0), pid)
+            # Opened in the order the twin opens them, each open waiting for the other end. The
+            # twin's pid comes on its own pipe, read at its first use: the server's next reply is
+            # the pid of a run, and a run can start on the server while the twin is still read.
+            twin._server = _TwinServer(open(requests, "wb", buffering=0), open(replies, "rb", buffering=0))
         return twin
 
     def _started_server(self) -> subprocess.Popen | _TwinServer:
@@ -307,7 +320,9 @@ class ScriptRunner:
         )
         try:
             _send(server.stdin, typed_json.dumps(request, _Request))
-            pid = _receive_number(server.stdout)
+            pid = self._running = _receive_number(server.stdout)
+            if self._stopping:
+                _kill_group(pid)
         except (EOFError, BrokenPipeError):
             self._server = None  # the next run starts a new one
             return RunResult("crashed", error_message="gradfix's runner process died (out of memory, or killed)")
@@ -328,6 +343,8 @@ class ScriptRunner:
             _kill_group(pid)
             self._server = None
             return RunResult("crashed", error_message="gradfix's runner process died while the script ran")
+        finally:
+            self._running = None
         if timed_out:
             return RunResult("timeout")
         if written:
@@ -335,6 +352,42 @@ class ScriptRunner:
         if os.WIFSIGNALED(status):
             return RunResult("crashed", error_message=f"killed by signal {os.WTERMSIG(status)}")
         return RunResult("crashed", error_message=f"exit code {os.waitstatus_to_exitcode(status)}")
+
+    def stop(self) -> None:
+        """Kill the run in progress (from another thread), and any this runner starts after."""
+        self._stopping = True
+        if self._running is not None:
+            _kill_group(self._running)
+
+
+class RunBeside:
+    """A run on a twin of ``runner`` (forked from its warm server, so warm at once), in a thread of
+    its own: started beside the runner's own runs, its result taken when it is needed, or the run
+    stopped when it is not. The twin closes when the run ends."""
+
+    def __init__(self, runner: ScriptRunner, script: str | Path, options: RunOptions) -> None:
+        self.options = options
+        self._twin = runner.twin()
+        self._result: RunResult | None = None
+        self._thread = threading.Thread(target=self._run, args=(script,), daemon=True)
+        self._thread.start()
+
+    def _run(self, script: str | Path) -> None:
+        try:
+            self._result = self._twin.run(script, self.options)
+        finally:
+            self._twin.close()
+
+    def result(self) -> RunResult:
+        self._thread.join()
+        return self._result if self._result is not None else RunResult("crashed", error_message="the run beside failed to start")
+
+    def stop(self, wait: bool = True) -> None:
+        """Kill the run, and wait for its thread (which closes the twin) unless gradfix is leaving
+        (on a signal, an error): the twin's run then ends with gradfix's process."""
+        self._twin.stop()
+        if wait:
+            self._thread.join()
 
 
 def _written_result(written: bytes) -> RunResult:
@@ -404,7 +457,7 @@ class _Server:
             while True:
                 request = typed_json.loads(_receive(self.requests), _Request)
                 if request.twin_pipes is not None:
-                    _send_number(self.replies, self._forked_twin(*request.twin_pipes))
+                    self._forked_twin(*request.twin_pipes)
                 else:
                     self._run(request)
         except (EOFError, BrokenPipeError):  # gradfix closed the pipes, or died
@@ -447,7 +500,7 @@ class _Server:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    def _forked_twin(self, requests_path: str, replies_path: str) -> int:
+    def _forked_twin(self, requests_path: str, replies_path: str) -> None:
         server = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -456,11 +509,12 @@ class _Server:
                 self.replies.close()
                 with contextlib.suppress(_ParentGone):
                     _watch_parent(server)
-                    _Server(open(requests_path, "rb", buffering=0), open(replies_path, "wb", buffering=0)).serve()
+                    twin = _Server(open(requests_path, "rb", buffering=0), open(replies_path, "wb", buffering=0))
+                    _send_number(twin.replies, os.getpid())
+                    twin.serve()
             finally:
                 os._exit(0)
         self.twins.add(pid)
-        return pid
 
     def _kill_leftovers(self) -> None:
         """Kill every process below this server but its twins and theirs: a run's child and, this
@@ -532,8 +586,12 @@ def _regular_file_bytes(path: str, limit: int = -1) -> bytes:
 class _TwinServer:
     """The end of a forked server's pipes, with the calls ``ScriptRunner`` makes of a ``Popen``."""
 
-    def __init__(self, stdin, stdout, pid: int) -> None:
-        self.stdin, self.stdout, self.pid = stdin, stdout, pid
+    def __init__(self, stdin, stdout) -> None:
+        self.stdin, self.stdout = stdin, stdout
+
+    @cached_property
+    def pid(self) -> int:
+        return _receive_number(self.stdout)  # the twin's first message
 
     def poll(self) -> int | None:
         try:
@@ -625,6 +683,7 @@ class _GraphWalks:
         self.traced = 0
         self.freed: set = set()  # the nodes of the failing call's graph an earlier call freed
         self.reading: set = set()  # the nodes of the failing call's graph that take only freed ones' outputs
+        self.freeing_reading: set = set()  # the nodes of a freeing call's graph that take shared ones' outputs
 
     def register_optimizers(self) -> None:
         """Note every optimizer the script builds: its parameters are labelled by its rank."""
@@ -645,21 +704,24 @@ class _GraphWalks:
             self.recent.append((roots, frames))
         if self.traced < TRACED_WALKS:
             self.traced += 1
-            self._reached(_graph_nodes(roots))
+            self._reached(_graph_nodes(roots), backward_site(frames))
 
-    def freeing(self, roots: tuple) -> list[Frame]:
+    def freeing(self, roots: tuple, frames: list[Frame]) -> list[Frame]:
         """The frames of the latest call that freed part of the graph of ``roots`` (a call that
-        failed): the one whose graph shares a node with it, leaves aside (every graph of a model
-        reaches its parameters). The nodes it shares with every such earlier call are ``freed``."""
+        failed, from ``frames``): the one whose graph shares a node with it, leaves aside (every
+        graph of a model reaches its parameters). The nodes it shares with every such earlier call
+        are ``freed``; the nodes of theirs that read those are ``freeing_reading``."""
         nodes = _graph_nodes(roots)
-        self._reached(nodes)
+        self._reached(nodes, backward_site(frames))
         inner = {node for node in nodes if not hasattr(node, "variable")}
         freeing: list[Frame] = []
-        for earlier_roots, frames in reversed(self.recent):
-            shared = inner & _graph_nodes(earlier_roots)
+        for earlier_roots, earlier_frames in reversed(self.recent):
+            earlier = _graph_nodes(earlier_roots)
+            shared = inner & earlier
             if shared:
                 self.freed |= shared  # earlier calls may each have freed a part
-                freeing = freeing or frames
+                freeing = freeing or earlier_frames
+                self.freeing_reading |= {node for node in earlier - inner if any(following in shared for following, _ in node.next_functions)}
         if not freeing:
             self.freed = inner
             return []
@@ -673,14 +735,16 @@ class _GraphWalks:
         }
         return freeing
 
-    def _reached(self, nodes: set) -> None:
+    def _reached(self, nodes: set, site: str) -> None:
         leaves = [node.variable for node in nodes if hasattr(node, "variable")]
         if not leaves:
             return
         labels, names = self._labels()
+        reached_here = self.result.reached_by_backward.setdefault(site, set())
         for leaf in leaves:
             if id(leaf) in labels:
                 self.result.reached_leaves.add(labels[id(leaf)])
+                reached_here.add(labels[id(leaf)])
                 if id(leaf) in names:
                     self.result.leaf_names[labels[id(leaf)]] = names[id(leaf)]
 
@@ -698,6 +762,15 @@ class _GraphWalks:
         for leaf, name in names.items():
             labels.setdefault(leaf, name)
         return labels, names
+
+
+def backward_site(frames: list[Frame]) -> str:
+    """A backward call as another program that holds the same code names it: the innermost line
+    of the user's code that made it (a rewrite moves lines, not what they say), with its module."""
+    if not frames:
+        return "code gradfix did not see"
+    innermost = frames[-1]
+    return f"`{innermost.code}`" + (f" in {os.path.basename(innermost.path)}" if innermost.path else "")
 
 
 def _walk_of(function: Any, args: tuple, kwargs: dict) -> tuple[tuple, bool]:
@@ -894,16 +967,16 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
             returned = original(*args, **kwargs)
         except RuntimeError as error:
             if options.detect_anomaly and "backward through the graph a second time" in str(error):
-                result.freeing_frames = walks.freeing(roots)
+                result.freeing_frames = walks.freeing(roots, frames)
             raise
         walks.walked(roots, frames, frees)
         return returned
 
     def backward(*args: Any, **kwargs: Any):
-        caller = [frame for frame in user_frames(traceback.extract_stack()[:-1]) if not frame.path]
+        caller = user_frames(traceback.extract_stack()[:-1])
         if caller:
-            line = caller[-1].line
-            result.backward_calls_by_line[line] = result.backward_calls_by_line.get(line, 0) + 1
+            place = (caller[-1].path, caller[-1].line)
+            result.backward_calls_by_line[place] = result.backward_calls_by_line.get(place, 0) + 1
         stop_at_time_bound()
         if options.retain_graph:
             kwargs["retain_graph"] = True
@@ -1004,6 +1077,7 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
         if walks.freed:
             result.held_graphs, held_roots = _held_graphs(error.__traceback__, script, walks.freed)
             result.reading_frames = _reading_frames(walks.reading & held_roots, script)
+            result.freeing_reading_frames = _reading_frames(walks.freeing_reading, script, innermost=True)
     finally:
         os._exit = leave_now
     record()
@@ -1163,12 +1237,14 @@ def _traced_forward_frames(freed: set, script: str) -> list[Frame]:
     return _traced_frames(max(saving, key=lambda node: node._sequence_nr()), script) if saving else []
 
 
-def _reading_frames(reading: set, script: str) -> list[Frame]:
-    """The user's lines that made the failing graph read the freed one: the forward trace of each
-    node of ``reading`` (of the failing graph, not freed itself, its inputs all freed)."""
+def _reading_frames(reading: set, script: str, innermost: bool = False) -> list[Frame]:
+    """The user's lines that made one graph read another: the forward trace of each node of
+    ``reading`` (of the failing graph, its inputs all freed; or of a freeing one, reading what the
+    failing graph shares), or only its innermost line."""
     frames: list[Frame] = []
     for node in sorted(reading, key=lambda node: -node._sequence_nr()):
-        frames += [frame for frame in _traced_frames(node, script) if frame not in frames]
+        traced = _traced_frames(node, script)
+        frames += [frame for frame in (traced[-1:] if innermost else traced) if frame not in frames]
     return frames
 
 

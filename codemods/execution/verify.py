@@ -26,9 +26,9 @@ from ..files import unified_diff, unreadable_kind
 from ..report import FileReport, FixMode
 from ..registry import all_rules
 from ..rule import FixKind, Rule
+from .gradients import compare_gradients, tolerance_in_words
 from .runner import RunOptions, RunResult, ScriptRunner
 
-GRADIENT_TOLERANCE = 1e-6
 KINDS = ("before.py", "ok.py", "reported.py")
 
 
@@ -194,20 +194,7 @@ def check_gradients(case: FixtureCase, runs: RunCache) -> Outcome:
     difference = compare_gradients(retained.gradients, fixed.gradients)
     if difference:
         return False, difference
-    return True, f"{len(fixed.gradients)} recorded tensors match to {GRADIENT_TOLERANCE}"
-
-
-def compare_gradients(expected: list[tuple[str, list[float]]], actual: list[tuple[str, list[float]]]) -> str | None:
-    """None when the two recordings match, else what differs first."""
-    if [label for label, _ in expected] != [label for label, _ in actual]:
-        return f"different tensors recorded: {len(expected)} vs {len(actual)}"
-    for index, ((label, a), (_, b)) in enumerate(zip(expected, actual)):
-        if len(a) != len(b):
-            return f"{label} (#{index}): sizes {len(a)} and {len(b)}"
-        worst = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
-        if worst > GRADIENT_TOLERANCE:
-            return f"{label} (#{index}): differs by {worst:.3g}"
-    return None
+    return True, f"{len(fixed.gradients)} recorded tensors match to {tolerance_in_words()}"
 
 
 def checks_for(case: FixtureCase) -> list[tuple[str, Check]]:
