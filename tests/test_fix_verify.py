@@ -144,6 +144,16 @@ def test_a_command_that_cannot_run_is_an_error_and_nothing_is_written(project, c
     assert (project / "train.py").read_text() == UNCALLED
 
 
+def test_the_tree_s_configuration_cannot_name_a_command_to_run(project):
+    (project / "pyproject.toml").write_text('[tool.gradfix]\nverify = "python marker.py"\n')
+    (project / "marker.py").write_text("open('ran', 'w').close()\n")
+    (project / "train.py").write_text(UNCALLED)
+    result = cli("fix", ".")
+    assert result.exit_code == 2
+    assert "unknown key [tool.gradfix] verify" in result.stderr
+    assert not (project / "ran").exists() and (project / "train.py").read_text() == UNCALLED
+
+
 def test_verify_cannot_go_with_stdin(project):
     result = CliRunner().invoke(app, ["fix", "--verify", "python train.py", "-"], input=UNCALLED)
     assert result.exit_code == 2

@@ -160,7 +160,10 @@ class _Runs:
     def run(self, applied: list[FileReport], retain_graph: bool = False) -> CommandRun:
         self.count += 1
         tree, traces = self.scratch / f"tree-{self.count}", self.scratch / f"traces-{self.count}"
-        shutil.copytree(self.root, tree, symlinks=True, ignore=_not_copied)
+        try:
+            shutil.copytree(self.root, tree, symlinks=True, ignore=_not_copied)
+        except (shutil.Error, OSError) as error:
+            raise BadCommand(f"cannot copy {self.root} to run CMD in: {error}") from None
         traces.mkdir()
         for place, report in self.rewrites:
             _write_inside(tree, place, report.rewritten if any(r is report for r in applied) else report.original)
