@@ -1,6 +1,8 @@
 """``gradfix fix --verify CMD``: rewrites are applied only when CMD, run in copies of the tree
 without and with them, agrees (codemods/execution/verify_command.py)."""
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -126,6 +128,17 @@ def test_a_file_cmd_never_runs_is_not_exercised_and_keeps_its_finding(project, w
     assert "second.backward()\n" in (project / "train.py").read_text()
     assert (project / "other.py").read_text() == UNCALLED
     assert "other.py: not applied, not exercised: CMD never ran it" in result.stderr.splitlines()
+
+
+def test_the_copies_leave_out_the_temporary_folder_and_what_is_not_a_file(project, warm_cli, monkeypatch):
+    (project / "train.py").write_text(UNCALLED)
+    os.mkfifo(project / "pipe")  # reading it would block the copy
+    (project / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(project / "tmp"))  # a copy of the tree would copy itself
+    result = warm_cli("fix", "--verify", "python train.py", ".")
+    assert result.exit_code == 0, result.output
+    assert "train.py: verified" in result.stderr
+    assert list((project / "tmp").iterdir()) == []
 
 
 @pytest.mark.parametrize(

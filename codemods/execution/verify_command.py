@@ -149,7 +149,7 @@ class _Runs:
     def __init__(
         self, scratch: Path, root: Path, arguments: list[str], runner: ScriptRunner, timeout: float, rewrites: list[tuple[str, FileReport]]
     ) -> None:
-        self.scratch, self.root, self.arguments, self.runner, self.timeout = scratch, root, arguments, runner, timeout
+        self.scratch, self.root, self.arguments, self.runner, self.timeout = Path(os.path.realpath(scratch)), root, arguments, runner, timeout
         self.rewrites = rewrites
         self.count = 0
         bootstrap = scratch / "bootstrap"
@@ -161,8 +161,11 @@ class _Runs:
         self.count += 1
         tree, traces = self.scratch / f"tree-{self.count}", self.scratch / f"traces-{self.count}"
         try:
-            shutil.copytree(self.root, tree, symlinks=True, ignore=_not_copied)
-        except (shutil.Error, OSError) as error:
+            shutil.copytree(self.root, tree, symlinks=True, ignore=self._not_copied)
+        except shutil.Error as error:  # one entry per file that failed: the first says enough
+            source, _, why = error.args[0][0]
+            raise BadCommand(f"cannot copy {source} to run CMD in: {why}") from None
+        except OSError as error:
             raise BadCommand(f"cannot copy {self.root} to run CMD in: {error}") from None
         traces.mkdir()
         for place, report in self.rewrites:
@@ -182,20 +185,21 @@ class _Runs:
         shutil.rmtree(tree, ignore_errors=True)  # a copy per run: the next one starts from a clean tree
         return run
 
-
-def _not_copied(folder: str, names: list[str]) -> set[str]:
-    """What a copy leaves out: ``NOT_COPIED``, and what is neither a folder, a regular file nor a
-    link (reading a FIFO would block the copy), or has vanished meanwhile."""
-    left_out = set()
-    for name in names:
-        try:
-            mode = os.lstat(os.path.join(folder, name)).st_mode
-        except OSError:
-            left_out.add(name)
-            continue
-        if name in NOT_COPIED or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-            left_out.add(name)
-    return left_out
+    def _not_copied(self, folder: str, names: list[str]) -> set[str]:
+        """What a copy leaves out: ``NOT_COPIED``, the scratch folder (the tree may hold the
+        temporary folder: a copy would copy itself), and what is neither a folder, a regular file
+        nor a link (reading a FIFO would block the copy), or has vanished meanwhile."""
+        left_out = set()
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                left_out.add(name)
+                continue
+            if name in NOT_COPIED or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)) or path == str(self.scratch):
+                left_out.add(name)
+        return left_out
 
 
 def _write_inside(tree: Path, place: str, data: bytes | None) -> None:
