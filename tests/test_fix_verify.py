@@ -12,6 +12,7 @@ from gradfix.cli.app import app
 from gradfix.codemods.execution.verify_command import Verdict, _bisected
 
 FIXTURES = Path(__file__).parent / "fixtures"
+REAL_BREAKS = Path(__file__).resolve().parents[2] / "shared" / "real-breaks"  # programs a fix once broke
 
 # A correct loop whose last backward keeps its graph for nothing: GF009's safe fix keeps the results.
 NEEDLESS_RETAIN = """import torch
@@ -51,11 +52,15 @@ def train():
 MAIN = """import os
 import sys
 
+import torch
+
 import bad
 import good
 
+leaf = torch.ones(2, requires_grad=True)
+torch.autograd.backward(t.sum() for t in [leaf])  # a generator: the recorder must leave it to backward
 with open(sys.argv[1], "w") as seen:
-    seen.write(os.getcwd() + "\\n" + "\\n".join(os.environ))
+    seen.write(f"{leaf.grad.tolist()}\\n" + os.getcwd() + "\\n" + "\\n".join(os.environ))
 print(good.train(3), bad.train())
 """
 
@@ -89,7 +94,8 @@ def test_only_rewrites_the_runs_verify_are_applied_each_reported(project, tmp_pa
     [refused] = [line for line in lines if line.startswith("bad.py: not applied, refused: ")]
     assert "the rewrite goes on to RuntimeError: Trying to backward through the graph a second time" in refused
     assert "unused.py: not applied, not exercised: CMD never ran it" in lines
-    ran_in, *environment = seen.read_text().splitlines()
+    gradient, ran_in, *environment = seen.read_text().splitlines()
+    assert gradient == "[1.0, 1.0]"
     assert not Path(ran_in).exists() and Path(ran_in) != project  # a copy, removed afterwards
     assert "PATH" in environment and "GRADFIX_TEST_TOKEN" not in environment
 
@@ -101,6 +107,22 @@ def test_a_fix_of_the_second_backward_error_is_verified_against_retain_graph(pro
     assert result.exit_code == 0, result.output
     assert (project / "train.py").read_bytes() == (case / "after.py").read_bytes()
     assert "train.py: verified" in result.stderr.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("program", "parting"),
+    [
+        ("gf007_is_leaf.py", "line 1 of CMD's output: the original prints '0', the rewrite '4'"),
+        ("gf003_nosave_cat.py", "at backward call 2 (its loss)"),
+    ],
+)
+def test_an_unsafe_fix_that_breaks_a_real_program_is_refused(project, warm_cli, program, parting):
+    source = (REAL_BREAKS / program).read_text()
+    (project / program).write_text(source)
+    result = warm_cli("fix", "--unsafe-fixes", "--verify", f"python {program}", program)
+    assert result.exit_code == 1, result.output
+    assert (project / program).read_text() == source
+    assert f"{program}: not applied, refused: {parting}" in result.stderr
 
 
 # A rewrite CMD runs without importing torch: the function holding it is never called.

@@ -74,17 +74,18 @@ def _record(torch, trace: _Trace, retain: bool) -> None:
 
     original_backward = torch.autograd.backward
 
-    def backward(*args, **kwargs):
+    def backward(tensors, *args, **kwargs):
         if retain:
             kwargs["retain_graph"] = True
-            args = args[:2]  # retain_graph, when given positionally, is the third argument
+            args = args[:1]  # retain_graph, when given positionally, is the third argument
+        if not isinstance(tensors, torch.Tensor):
+            tensors = tuple(tensors)  # a generator is read once: here, then by backward
         if trace.backward_calls < trace.steps:
-            tensors = kwargs.get("tensors", args[0] if args else ())
-            tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
-            trace.note("backward", str(trace.backward_calls + 1), [_mean(t.detach()) for t in tensors])
+            losses = (tensors,) if isinstance(tensors, torch.Tensor) else tensors
+            trace.note("backward", str(trace.backward_calls + 1), [_mean(t.detach()) for t in losses])
         trace.backward_calls += 1
         try:
-            return original_backward(*args, **kwargs)
+            return original_backward(tensors, *args, **kwargs)
         except Exception as error:
             trace.note("error", f"{type(error).__name__}: {error}")
             trace.noted_error = error

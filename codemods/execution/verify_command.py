@@ -72,6 +72,11 @@ class CommandRun:
     unreadable: str = ""  # why a process's trace could not be read
 
     @property
+    def output(self) -> list[str]:
+        """The lines CMD printed on stdout."""
+        return self.result.stdout.splitlines()
+
+    @property
     def second_backward(self) -> bool:
         return any(e.kind == "error" and SECOND_BACKWARD in e.detail for e in self.events)
 
@@ -181,6 +186,7 @@ class _Runs:
         }
         options = RunOptions(args=tuple(self.arguments), timeout=self.timeout, cwd=str(tree), env=tuple(environment.items()))
         result = self.runner.run(trace.__file__, options)
+        result.stdout = result.stdout.replace(os.path.join(tree, ""), "")  # as the trace leaves the copy's path out
         run = _read_traces(traces, result)
         shutil.rmtree(tree, ignore_errors=True)  # a copy per run: the next one starts from a clean tree
         return run
@@ -236,6 +242,7 @@ class _Judge:
     def __init__(self, original: CommandRun, runs: _Runs) -> None:
         self.original, self.runs = original, runs
         self._retained: CommandRun | None = None
+        self._original_again: CommandRun | None = None  # tells what CMD prints differently every run
 
     def __call__(self, rewrites: list[FileReport], rewritten: CommandRun | None = None) -> str | None:
         """None when the rewrites are verified, else where the runs part."""
@@ -252,7 +259,12 @@ class _Judge:
                 return "the original with retain_graph=True makes no optimizer step whose parameters the rewrite's could match"
             # The promise is the gradients, not the backward calls (a rewrite may merge two).
             return _parting(self._retained, rewritten, "with retain_graph=True", ("process", "step", "error"))
-        return _parting(self.original, rewritten, "")
+        parting = _parting(self.original, rewritten, "")
+        if parting is None and rewritten.output != self.original.output:
+            if self._original_again is None:
+                self._original_again = self.runs.run([])
+            parting = _output_parting(self.original.output, self._original_again.output, rewritten.output)
+        return parting
 
 
 def _keeps_gradients(report: FileReport) -> bool:
@@ -283,6 +295,23 @@ def _parting(expected: CommandRun, actual: CommandRun, how: str, kinds: tuple[st
         return f"after {last}, {ran} goes on to {_event_name(longer[len(shorter)])} where the other run ends"
     if expected.outcome() != actual.outcome():
         return f"CMD {expected.outcome()} on {original}, {actual.outcome()} with the rewrite"
+    return None
+
+
+def _output_parting(original: list[str], again: list[str], rewritten: list[str]) -> str | None:
+    """The first line the rewrite prints differently from the original where two runs of the
+    original print alike (a timing, a date differ from run to run); None if there is none, or if
+    the two runs of the original do not print the same number of lines (they cannot be matched)."""
+    if len(original) != len(again):
+        return None
+    for index in range(max(len(original), len(rewritten))):
+        printed = original[index] if index < len(original) else None
+        if index < len(again) and again[index] != printed:
+            continue
+        instead = rewritten[index] if index < len(rewritten) else None
+        if instead != printed:
+            shown = [repr(line) if line is not None else "nothing" for line in (printed, instead)]
+            return f"line {index + 1} of CMD's output: the original prints {shown[0]}, the rewrite {shown[1]}"
     return None
 
 
