@@ -163,6 +163,14 @@ def test_the_copies_leave_out_the_temporary_folder_and_what_is_not_a_file(projec
     assert list((project / "tmp").iterdir()) == []
 
 
+def test_a_file_whose_name_starts_with_two_dots_is_inside_the_tree(project, warm_cli):
+    (project / "..train.py").write_text(UNCALLED)
+    result = warm_cli("fix", "--verify", "python ..train.py", ".")
+    assert result.exit_code == 0, result.output
+    assert "..train.py: verified" in result.stderr
+    assert "second.backward()\n" in (project / "..train.py").read_text()
+
+
 @pytest.mark.parametrize(
     ("command", "message"),
     [

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import typed_json
+from ..files import outside
 from ..registry import rule_by_code
 from ..report import FileReport
 from ..rule import FixKind
@@ -140,11 +141,10 @@ def verify_rewrites(reports: Iterable[FileReport], command: str, runner: ScriptR
 
 def _place_in(root: Path, path: str) -> str | None:
     """``path`` relative to ``root``, where a copy of ``root`` holds it; None if it is not inside."""
-    resolved = os.path.realpath(path)
-    relative = os.path.relpath(resolved, root)
-    if relative.startswith(os.pardir) or any(part in NOT_COPIED for part in Path(relative).parts):
+    if outside(path, root):
         return None
-    return relative
+    relative = os.path.relpath(os.path.realpath(path), root)
+    return None if any(part in NOT_COPIED for part in Path(relative).parts) else relative
 
 
 class _Runs:
