@@ -657,6 +657,15 @@ def fix(
     stdin_filename: StdinFilename = None,
     hints: HintsOption = None,
     show_fixes: Annotated[bool, typer.Option("--show-fixes", help="List each finding the fixes removed.")] = False,
+    verify: Annotated[
+        Optional[str],
+        typer.Option(
+            "--verify",
+            metavar="CMD",
+            help="Run CMD (your smoke run: 'python train.py --max-steps 3') in copies of the current folder, without and with the fixes, and apply only the fixes whose runs agree.",
+            show_default=False,
+        ),
+    ] = None,
     interactive: Annotated[
         bool, typer.Option("--interactive", "-i", help="Show each rule's fix in each file and ask before applying it (needs a terminal).")
     ] = False,
@@ -683,6 +692,8 @@ def fix(
         _usage_error(f"--diff and stdin put code on stdout: they cannot go with --output-format {output_format.value}")
     if exit_zero and exit_non_zero_on_fix:
         _usage_error("--exit-zero and --exit-non-zero-on-fix contradict each other")
+    if verify is not None and from_stdin:
+        _usage_error("--verify runs a command on the files: it cannot go with stdin")
     settings, overrides = _selection(config, select, extend_select, ignore, unsafe_fixes, exclude, extend_exclude, hints)
     reports, errors = _run(
         paths,
@@ -697,6 +708,13 @@ def fix(
     )
     if interactive:
         _review(reports)
+    if verify is not None:
+        from .verify_command import refused_rewrites
+
+        _require_torch()
+        with ScriptRunner() as runner:
+            for report in refused_rewrites(reports, verify, runner):
+                _not_written(report)
     changed = [r for r in reports if r.changed]
     if from_stdin and not diff:
         [report] = reports

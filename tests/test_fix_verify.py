@@ -1,0 +1,226 @@
+"""``gradfix fix --verify CMD``: rewrites are applied only when CMD, run in copies of the tree
+without and with them, agrees (codemods/execution/verify_command.py)."""
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gradfix.cli.app import app
+from gradfix.codemods.execution.verify_command import Verdict, _bisected
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REAL_BREAKS = Path(__file__).resolve().parents[2] / "shared" / "real-breaks"  # programs a fix once broke
+
+# A correct loop whose last backward keeps its graph for nothing: GF009's safe fix keeps the results.
+NEEDLESS_RETAIN = """import torch
+
+
+def train(steps):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 3)
+    for _ in range(steps):
+        out = model(x)
+        first = out.pow(2).mean()
+        second = out.abs().mean()
+        first.backward(retain_graph=True)
+        second.backward(retain_graph=True)
+        opt.step()
+        opt.zero_grad()
+    return model.weight.sum().item()
+"""
+# A later backward reaches the graph through a closure: GF009's unsafe fix makes it raise.
+CLOSURE_BACKWARD = """import torch
+import torch.nn.functional as F
+
+
+def train():
+    torch.manual_seed(0)
+    trunk, head_a, head_b = torch.nn.Linear(4, 6), torch.nn.Linear(6, 1), torch.nn.Linear(6, 1)
+    x, y = torch.randn(3, 4), torch.randn(3, 1)
+    features = torch.tanh(trunk(x))
+    finish = (lambda f: (lambda: F.mse_loss(head_b(f), y).backward()))(features)
+    F.mse_loss(head_a(features), y).backward(retain_graph=True)
+    finish()
+    return trunk.weight.grad.sum().item()
+"""
+# CMD's script: it also tells where it ran and what environment it got.
+MAIN = """import os
+import sys
+
+import torch
+
+import bad
+import good
+
+leaf = torch.ones(2, requires_grad=True)
+torch.autograd.backward(t.sum() for t in [leaf])  # a generator: the recorder must leave it to backward
+with open(sys.argv[1], "w") as seen:
+    seen.write(f"{leaf.grad.tolist()}\\n" + os.getcwd() + "\\n" + "\\n".join(os.environ))
+print(good.train(3), bad.train())
+"""
+
+
+def cli(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def test_only_rewrites_the_runs_verify_are_applied_each_reported(project, tmp_path, monkeypatch):
+    (project / "good.py").write_text(NEEDLESS_RETAIN)
+    (project / "bad.py").write_text(CLOSURE_BACKWARD)
+    (project / "unused.py").write_text(NEEDLESS_RETAIN.replace("def train", "def unused_train"))
+    (project / "main.py").write_text(MAIN)
+    seen = tmp_path / "seen.txt"
+    monkeypatch.setenv("GRADFIX_TEST_TOKEN", "a secret")
+    result = cli("fix", "--unsafe-fixes", "--verify", f"python main.py {seen}", ".")
+    assert result.exit_code == 1, result.output  # the refused fix leaves its finding
+    assert "second.backward()\n" in (project / "good.py").read_text()
+    assert (project / "bad.py").read_text() == CLOSURE_BACKWARD
+    assert "second.backward(retain_graph=True)" in (project / "unused.py").read_text()
+    lines = result.stderr.splitlines()
+    assert "good.py: verified" in lines
+    [refused] = [line for line in lines if line.startswith("bad.py: not applied, refused: ")]
+    assert "the rewrite goes on to RuntimeError: Trying to backward through the graph a second time" in refused
+    assert "unused.py: not applied, not exercised: CMD never ran it" in lines
+    gradient, ran_in, *environment = seen.read_text().splitlines()
+    assert gradient == "[1.0, 1.0]"
+    assert not Path(ran_in).exists() and Path(ran_in) != project  # a copy, removed afterwards
+    assert "PATH" in environment and "GRADFIX_TEST_TOKEN" not in environment
+
+
+def test_a_fix_of_the_second_backward_error_is_verified_against_retain_graph(project, warm_cli):
+    case = FIXTURES / "separate_backwards" / "interleaved_statements"
+    (project / "train.py").write_bytes((case / "before.py").read_bytes())
+    result = warm_cli("fix", "--verify", "python train.py", "train.py")
+    assert result.exit_code == 0, result.output
+    assert (project / "train.py").read_bytes() == (case / "after.py").read_bytes()
+    assert "train.py: verified" in result.stderr.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("program", "parting"),
+    [
+        ("gf007_is_leaf.py", "line 1 of CMD's output: the original prints '0', the rewrite '4'"),
+        ("gf003_nosave_cat.py", "at backward call 2 (its loss)"),
+    ],
+)
+def test_an_unsafe_fix_that_breaks_a_real_program_is_refused(project, warm_cli, program, parting):
+    source = (REAL_BREAKS / program).read_text()
+    (project / program).write_text(source)
+    result = warm_cli("fix", "--unsafe-fixes", "--verify", f"python {program}", program)
+    assert result.exit_code == 1, result.output
+    assert (project / program).read_text() == source
+    assert f"{program}: not applied, refused: {parting}" in result.stderr
+
+
+# A rewrite CMD runs without importing torch: the function holding it is never called.
+UNCALLED = NEEDLESS_RETAIN.replace("import torch\n", "").replace("    torch.manual_seed(0)\n", "    import torch\n")
+
+
+def test_a_trace_the_program_forges_refuses_its_rewrite(project, warm_cli):
+    forging = UNCALLED + (
+        "\nimport os\n\n"
+        'with open(os.path.join(os.environ["GRADFIX_TRACE_DIR"], "forged.jsonl"), "w") as forged:\n'
+        '    forged.write(\'{"kind": "step", "detail": "1", "values": "not numbers"}\\n\')\n'
+    )
+    (project / "train.py").write_text(forging)
+    result = warm_cli("fix", "--verify", "python train.py", ".")
+    assert result.exit_code == 1, result.output
+    assert (project / "train.py").read_text() == forging
+    assert "train.py: not applied, refused: CMD left a trace gradfix cannot read" in result.stderr
+
+
+def test_a_file_cmd_never_runs_is_not_exercised_and_keeps_its_finding(project, warm_cli):
+    (project / "train.py").write_text(UNCALLED)
+    (project / "other.py").write_text(UNCALLED)
+    result = warm_cli("fix", "--verify", "python train.py", ".")
+    assert result.exit_code == 1, result.output
+    assert "second.backward()\n" in (project / "train.py").read_text()
+    assert (project / "other.py").read_text() == UNCALLED
+    assert "other.py: not applied, not exercised: CMD never ran it" in result.stderr.splitlines()
+
+
+def test_the_copies_leave_out_the_temporary_folder_and_what_is_not_a_file(project, warm_cli, monkeypatch):
+    (project / "train.py").write_text(UNCALLED)
+    os.mkfifo(project / "pipe")  # reading it would block the copy
+    (project / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(project / "tmp"))  # a copy of the tree would copy itself
+    result = warm_cli("fix", "--verify", "python train.py", ".")
+    assert result.exit_code == 0, result.output
+    assert "train.py: verified" in result.stderr
+    assert list((project / "tmp").iterdir()) == []
+
+
+def test_a_file_whose_name_starts_with_two_dots_is_inside_the_tree(project, warm_cli):
+    (project / "..train.py").write_text(UNCALLED)
+    result = warm_cli("fix", "--verify", "python ..train.py", ".")
+    assert result.exit_code == 0, result.output
+    assert "..train.py: verified" in result.stderr
+    assert "second.backward()\n" in (project / "..train.py").read_text()
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("no-such-program-of-gradfix --steps 3", "error: --verify 'no-such-program-of-gradfix --steps 3': no program"),
+        ("", "error: --verify names no command"),
+        ("python 'train.py", "No closing quotation"),
+    ],
+)
+def test_a_command_that_cannot_run_is_an_error_and_nothing_is_written(project, command, message):
+    (project / "train.py").write_text(UNCALLED)
+    result = cli("fix", "--verify", command, ".")
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert (project / "train.py").read_text() == UNCALLED
+
+
+def test_the_tree_s_configuration_cannot_name_a_command_to_run(project):
+    (project / "pyproject.toml").write_text('[tool.gradfix]\nverify = "python marker.py"\n')
+    (project / "marker.py").write_text("open('ran', 'w').close()\n")
+    (project / "train.py").write_text(UNCALLED)
+    result = cli("fix", ".")
+    assert result.exit_code == 2
+    assert "unknown key [tool.gradfix] verify" in result.stderr
+    assert not (project / "ran").exists() and (project / "train.py").read_text() == UNCALLED
+
+
+def test_verify_cannot_go_with_stdin(project):
+    result = CliRunner().invoke(app, ["fix", "--verify", "python train.py", "-"], input=UNCALLED)
+    assert result.exit_code == 2
+    assert "--verify runs a command on the files: it cannot go with stdin" in result.stderr
+
+
+class _Report:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+def test_rewrites_are_tried_together_then_split_where_they_disagree():
+    rewrites = [_Report(name) for name in ("a.py", "b.py", "bad.py", "d.py")]
+    tried = []
+
+    def judge(tried_now, _=None):
+        tried.append([r.path for r in tried_now])
+        return "parts at step 1" if any(r.path == "bad.py" for r in tried_now) else None
+
+    verdicts = _bisected(rewrites, judge)
+    assert tried == [["a.py", "b.py", "bad.py", "d.py"], ["a.py", "b.py"], ["bad.py", "d.py"], ["bad.py"], ["d.py"]]
+    assert verdicts == [
+        Verdict("a.py", "verified", ""),
+        Verdict("b.py", "verified", ""),
+        Verdict("bad.py", "refused", "parts at step 1"),
+        Verdict("d.py", "verified", ""),
+    ]
