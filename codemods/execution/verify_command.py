@@ -38,7 +38,7 @@ from ..report import FileReport
 from ..rule import FixKind
 from . import trace
 from .runner import COMPARED_STEPS, RunOptions, RunResult, ScriptRunner, _regular_file_bytes
-from .verify import compare_gradients
+from .gradients import compare_gradients
 
 COMMAND_TIMEOUT = 300.0  # seconds one run of CMD may take: a smoke run, on a loaded machine
 TRACE_LIMIT = 16 << 20  # bytes of one process's trace read back; a bigger one is unreadable
