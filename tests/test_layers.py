@@ -21,6 +21,7 @@ PLAIN_LAYER = {
     for name in (
         "report",
         "files",
+        "diffs",
         "source",
         "frameworks",
         "summaries",
