@@ -6,32 +6,34 @@ import libcst as cst
 
 from ..analysis import NO_GRADIENT_HOOKS, GanSteps, NO_BOOKKEEPING_READS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, argument, code_of, detached
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 
 
 class GanDetach(Rule):
     """
-    A GAN's discriminator step backwards through the generator's output without ``.detach()``.
+    What it finds: A GAN's discriminator step backwards through the generator's output without
+    ``.detach()``. ``fake = G(z)`` feeds the discriminator's loss (``D(fake)`` against zeros) and the
+    generator's loss (``D(fake)`` against ones).
 
-    ``fake = G(z)`` feeds the discriminator's loss (``D(fake)`` against zeros) and the generator's
-    loss (``D(fake)`` against ones). Backwarding the discriminator's loss walks into the generator
-    and frees its graph; the generator step then raises ``RuntimeError: Trying to backward through
-    the graph a second time`` (in either order of the two steps). ``retain_graph=True`` makes it
-    run, but the discriminator's loss then also writes gradients into the generator's parameters.
+    Why it fails: Backwarding the discriminator's loss walks into the generator and frees its graph;
+    the generator step then raises ``RuntimeError: Trying to backward through the graph a second
+    time`` (in either order of the two steps). ``retain_graph=True`` makes it run, but the
+    discriminator's loss then also writes gradients into the generator's parameters.
 
-    The fix is the one of the PyTorch DCGAN example: the discriminator sees ``fake.detach()`` at
-    every place its own loss reads the generator's output (its prediction, a gradient penalty's
+    The fix: the one of the PyTorch DCGAN example: the discriminator sees ``fake.detach()`` at every
+    place its own loss reads the generator's output (its prediction, a gradient penalty's
     interpolation ``alpha * real + (1 - alpha) * fake``), so its backward stops at the generator's
-    output; the generator step keeps ``D(fake)`` and trains through it. Both
-    optimizers step as before. When one prediction on ``fake`` is reused by both losses (a
+    output; the generator step keeps ``D(fake)`` and trains through it. Both optimizers step as
+    before.
+
+    When gradfix only reports: When one prediction on ``fake`` is reused by both losses (a
     relativistic GAN's ``pred_fake`` computed once), no single detach fixes it: gradfix reports, and
     the fix is two predictions, one on ``fake.detach()`` for the discriminator step and one on
     ``fake`` for the generator step (a prediction computed again for the generator step alone still
     lets the discriminator's backward reach the generator, after its optimizer changed its weights).
     """
 
-    CODE = "GF005"
-    NAME = "gan_detach"
     SUMMARY = "the discriminator step backwards through the generator's output"
     FIX = FixKind.SAFE
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)

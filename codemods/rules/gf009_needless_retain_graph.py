@@ -18,30 +18,33 @@ from ..analysis import (
     read_names,
 )
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 from ..symptoms import RunsCorrectly
 
 
 class NeedlessRetainGraph(Rule):
     """
-    ``retain_graph=True`` keeps a graph that nothing backwards again.
+    What it finds: ``retain_graph=True`` keeps a graph that nothing backwards again.
 
-    ``retain_graph=True`` tells autograd to keep every tensor the graph saved after the backward,
-    so that a second backward can walk it. It is the usual answer to ``RuntimeError: Trying to
-    backward through the graph a second time``, and it often stays after the real cause is gone (or
-    was never there): then the graph of every step is held until its loss is dropped, for nothing.
+    Why it fails: ``retain_graph=True`` tells autograd to keep every tensor the graph saved after the
+    backward, so that a second backward can walk it. It is the usual answer to ``RuntimeError:
+    Trying to backward through the graph a second time``, and it often stays after the real cause is
+    gone (or was never there): then the graph of every step is held until its loss is dropped, for
+    nothing.
 
-    gradfix removes the argument when no later backward reaches any part of that graph, no later
-    iteration of a loop carries it on or walks it again (a graph built before the loop), the graph
-    is not handed to code it does not follow (stored on an object, returned, passed to a call made
-    for its effect), and, inside a function, no caller in the file passes it a graph (or the graph
-    does not reach its parameters). The
-    gradients are the same; the memory is freed at the backward. With ``create_graph=True`` (a
+    The fix: gradfix removes the argument when no later backward reaches any part of that graph, no
+    later iteration of a loop carries it on or walks it again (a graph built before the loop), the
+    graph is not handed to code it does not follow (stored on an object, returned, passed to a call
+    made for its effect), and, inside a function, no caller in the file passes it a graph (or the
+    graph does not reach its parameters). The gradients are the same; the memory is freed at the
+    backward.
+
+    When gradfix only reports: A ``True`` passed by position (``loss.backward(None, True)``) is
+    reported and left: dropping it would shift the arguments after it. With ``create_graph=True`` (a
     double backward) the graph is needed and nothing is reported.
     """
 
-    CODE = "GF009"
-    NAME = "needless_retain_graph"
     SUMMARY = "retain_graph=True keeps a graph nothing backwards again"
     FIX = FixKind.SAFE
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)
