@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, cast
 
 import libcst as cst
+from libcst import CSTNodeT
 
 from ..analysis import NO_GRADIENT_HOOKS, GanSteps, NO_BOOKKEEPING_READS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, argument, code_of, detached
 from ..edits import Fix
@@ -106,14 +107,19 @@ for real in loader:
     def _fix(self, steps: GanSteps) -> Fix | None:
         if steps.reused or steps.unfixable or not steps.detach_at:
             return None
-        reads: dict[cst.CSTNode, dict[cst.CSTNode, cst.CSTNode]] = {}
+        reads: dict[cst.SimpleStatementLine, dict[cst.CSTNode, cst.CSTNode]] = {}
         for name in steps.detach_at:
             statement = self.analysis.statement_of(name)
-            if statement is None or self.analysis.block_of(statement) is None:
+            replacement = detached(name)
+            if statement is None or replacement is None or self.analysis.block_of(statement) is None:
                 return None
-            reads.setdefault(statement, {})[name] = detached(name)
-        replacements = {statement: statement.visit(_ReplaceNodes(names)) for statement, names in reads.items()}
-        return Fix(safe=True, replace=tuple(replacements.items()))
+            reads.setdefault(statement, {})[name] = replacement
+        return Fix(
+            safe=True,
+            replace=tuple(
+                (statement, cst.ensure_type(statement.visit(_ReplaceNodes(names)), cst.SimpleStatementLine)) for statement, names in reads.items()
+            ),
+        )
 
 
 class _ReplaceNodes(cst.CSTTransformer):
@@ -123,5 +129,8 @@ class _ReplaceNodes(cst.CSTTransformer):
         super().__init__()
         self.replacements = replacements
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
-        return self.replacements.get(original_node, updated_node)
+    def on_leave(self, original_node: CSTNodeT, updated_node: CSTNodeT) -> CSTNodeT | cst.RemovalSentinel | cst.FlattenSentinel[CSTNodeT]:
+        replacement = self.replacements.get(original_node)
+        # LibCST types a transformer's result as the node it leaves; a rewrite puts another kind of
+        # expression there (``fake`` becomes ``fake.detach()``), which any place of an expression takes.
+        return updated_node if replacement is None else cast(CSTNodeT, replacement)

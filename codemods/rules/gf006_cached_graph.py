@@ -117,6 +117,8 @@ for step in range(steps):
         if not built:
             return
         function = scope.node
+        if not isinstance(function, cst.FunctionDef):
+            return  # (a module's own code runs once)
         read = read_names(function.body)
         cached = [
             statement
@@ -167,6 +169,8 @@ for step in range(steps):
         block = self.analysis.block_of(statement)
         if block is not None and isinstance(block.owner, cst.Module):
             return True
+        if scope.class_name is None:
+            return False
         constructor = self.analysis.constructor_of(scope.class_name)
         return (
             constructor is not None
@@ -181,10 +185,12 @@ for step in range(steps):
         the constructor's parameters or locals), and for a function that does not set ``self.x``.
         Unsafe: it changes the values after the first step (the current weights, not the first)."""
         constructor = self.analysis.constructor_of(scope.class_name)
-        if constructor is None or not is_single_assignment(statement) or scope.class_name is None:
+        function = scope.node
+        if constructor is None or not is_single_assignment(statement) or scope.class_name is None or not isinstance(function, cst.FunctionDef):
             return None
-        target = dotted_name(statement.body[0].targets[0].target)
-        expression = statement.body[0].value
+        assignment = cst.ensure_type(cst.ensure_type(statement, cst.SimpleStatementLine).body[0], cst.Assign)  # (is_single_assignment)
+        target = dotted_name(assignment.targets[0].target)
+        expression = assignment.value
         if target is None or not target.startswith("self.") or target.count(".") != 1:
             return None
         local = assigned_names(constructor.body) | {p.name.value for p in constructor.params.params}
@@ -198,8 +204,7 @@ for step in range(steps):
             or any(self._makes_something(call) for call in self.analysis.tree.findall(expression, cst.Call))
         ):
             return None
-        function = scope.node
-        computed = with_reads_replaced(function, target, expression)
+        computed = cst.ensure_type(with_reads_replaced(function, target, expression), cst.FunctionDef)
         return None if computed is function else Fix(safe=False, replace=((function, computed),))
 
     def _makes_something(self, call: cst.Call) -> bool:

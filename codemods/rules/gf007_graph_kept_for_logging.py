@@ -133,7 +133,8 @@ print(total_loss / len(loader))
                 if unfixable:
                     message += f" (not rewritten: {unfixable})"
                 else:
-                    fix = Fix(safe=True, replace=((statement, statement.deep_replace(value, _detached(value))),))
+                    kept_detached = cst.ensure_type(statement.deep_replace(value, _detached(value)), cst.SimpleStatementLine)
+                    fix = Fix(safe=True, replace=((statement, kept_detached),))
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`); a tensor a backward walked is one.
                 proved = held.backwarded or (isinstance(value, cst.Name) and self._backwarded_later(loop, statement, value.value))
@@ -283,10 +284,10 @@ def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.BaseExpression]
             and isinstance(value.right, cst.Name)
         ):
             return name, value.right
-        if isinstance(target, cst.Subscript) and dotted_name(target.value):
-            return dotted_name(target.value), value
+        if isinstance(target, cst.Subscript) and (container := dotted_name(target.value)):
+            return container, value
     call = appended(small)
-    if call is not None:
+    if call is not None and isinstance(call.func, cst.Attribute):
         name = dotted_name(call.func.value)
         return (name, call.args[0].value) if name else None
     return None

@@ -8,6 +8,7 @@ from ..analysis import (
     BackwardSite,
     Carried,
     Element,
+    Loop,
     NO_GRADIENT_HOOKS,
     NO_HIDDEN_BACKWARD,
     Origin,
@@ -74,18 +75,19 @@ for x, y in loader:
     def violations(self) -> Iterator[Violation]:
         for site in self.analysis.backward_sites:
             retained = argument(site.call, site.api.retain_position, "retain_graph")
-            if retained is None or site.retain_graph is not True or not self._needless(site):
+            tensor = site.tensor
+            if retained is None or tensor is None or site.retain_graph is not True or not self._needless(site):
                 continue
             yield self.violation(
                 retained,
-                f"`retain_graph=True` keeps the graph of `{code_of(site.tensor)}`, but nothing backwards it again; "
+                f"`retain_graph=True` keeps the graph of `{code_of(tensor)}`, but nothing backwards it again; "
                 "drop it to free that memory at the backward",
                 self._fix(site, retained),
                 sites=(site,),
             )
 
     def _needless(self, site: BackwardSite) -> bool:
-        if site.tensor is None or site.create_graph is not False:
+        if site.create_graph is not False:
             return False
         if site.value.backwarded:
             return False  # the same tensor backwarded again on purpose: its author keeps the flags
@@ -105,7 +107,7 @@ for x, y in loader:
             return False  # (an earlier one can reach it only through a graph kept across iterations)
         return self.analysis.called_with_graph(site.scope) is False or not self._reaches_parameters(site, nodes)
 
-    def _handed_to_next_iteration(self, loop, nodes: set[Origin]) -> bool:
+    def _handed_to_next_iteration(self, loop: Loop, nodes: frozenset[Origin]) -> bool:
         """Whether a name leaves an iteration holding part of this graph and a backward of the
         next iteration reads it before it is assigned again."""
         kept = {name for name, value in loop.back_edge.items() if value.graph and self.analysis.value_nodes(value) & nodes}
@@ -114,7 +116,7 @@ for x, y in loader:
         )
 
     @staticmethod
-    def _reaches_parameters(site: BackwardSite, nodes: set[Origin]) -> bool:
+    def _reaches_parameters(site: BackwardSite, nodes: frozenset[Origin]) -> bool:
         """Whether the graph may extend into tensors a caller passed in (callers not seen, or one
         passing a graph): the caller may backward that part again."""
         function = site.scope.node
@@ -131,4 +133,4 @@ for x, y in loader:
         if args:
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         call = site.call.with_changes(args=args)
-        return Fix(safe=True, replace=((site.statement, site.statement.deep_replace(site.call, call)),))
+        return Fix(safe=True, replace=((site.statement, cst.ensure_type(site.statement.deep_replace(site.call, call), cst.SimpleStatementLine)),))
