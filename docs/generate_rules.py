@@ -3,8 +3,7 @@
 Each rule declares its code and name (its module's name), summary, kind of fix and what the fix
 keeps, its documentation's sections (its docstring) and a before/after example, which `gradfix rules`
 and `gradfix explain` print; this script lays the same text out as Markdown, so the pages cannot
-drift from the rules. tests/test_docs.py fails when a page is not what this
-script writes.
+drift from the rules. tests/test_docs.py fails when a page is not what this script writes.
 
 Usage: python docs/generate_rules.py
 """

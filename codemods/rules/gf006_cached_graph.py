@@ -188,7 +188,7 @@ for step in range(steps):
         function = scope.node
         if constructor is None or not is_single_assignment(statement) or scope.class_name is None or not isinstance(function, cst.FunctionDef):
             return None
-        assignment = cst.ensure_type(cst.ensure_type(statement, cst.SimpleStatementLine).body[0], cst.Assign)  # (is_single_assignment)
+        assignment = cst.ensure_type(cst.ensure_type(statement, cst.SimpleStatementLine).body[0], cst.Assign)  # what is_single_assignment found
         target = dotted_name(assignment.targets[0].target)
         expression = assignment.value
         if target is None or not target.startswith("self.") or target.count(".") != 1:
