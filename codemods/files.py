@@ -7,23 +7,22 @@ removes what a killed write left) and shown (``unified_diff``)."""
 from __future__ import annotations
 
 import contextlib
-import difflib
 import errno
-import io
 import os
 import re
 import signal
 import stat
 import subprocess
 import tempfile
-import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from .config import Config, project_root
-from .notebook import Notebook, file_lines, is_notebook
+from .diffs import file_lines, text_diff
+from .notebook import Notebook, is_notebook
 from .report import FileReport
+from .source import source_text
 
 
 @dataclass(frozen=True)
@@ -356,30 +355,8 @@ def unified_diff(report: FileReport) -> str:
     name = _diff_name(report.path)
     if is_notebook(report.path):
         return Notebook(report.original or b"", report.path).cell_diffs(report.rewritten or b"", name)
-    return text_diff(_decoded(report.original or b""), _decoded(report.rewritten or b""), name)
-
-
-def text_diff(before: list[str], after: list[str], name: str, section: Callable[[int], str] = lambda line: "") -> str:
-    """A unified diff of the lines of one file named ``name``; ``section(line)`` names the part
-    of the file that a hunk's first changed line (of ``before``) is in, after its ``@@``."""
-    # A name with a space ends with a tab, or `patch` reads only up to the space.
-    end = "\t" if " " in name else ""
-    lines = list(difflib.unified_diff(before, after, f"a/{name}{end}", f"b/{name}{end}"))
-    for index, line in enumerate(lines):
-        if line.startswith("@@"):
-            where = section(_first_changed_line(lines, index))
-            lines[index] = f"{line.rstrip()} {where}\n" if where else line
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
-
-
-def _first_changed_line(lines: list[str], header: int) -> int:
-    """The line of the old file where the hunk whose header is ``lines[header]`` first changes it."""
-    line = int(lines[header].split()[1].lstrip("-").split(",")[0])
-    for text in lines[header + 1 :]:
-        if not text.startswith(" "):
-            return max(line, 1)
-        line += 1
-    return max(line, 1)
+    before, after = (file_lines(source_text(data)[0]) for data in (report.original or b"", report.rewritten or b""))
+    return text_diff(before, after, name)
 
 
 def path_lines(paths: Iterable[str]) -> str:
@@ -415,8 +392,3 @@ def _diff_name(path: str) -> str:
     absolute = os.path.abspath(path)
     relative = os.path.relpath(absolute)
     return absolute.lstrip("/") if relative.startswith("..") else relative
-
-
-def _decoded(data: bytes) -> list[str]:
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return file_lines(data.decode(encoding))

@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .diffs import file_lines, text_diff
+
 # A statement, not a comment: LibCST keeps a comment with the statement below it, so a fix that
 # removes a cell's first statement would take a comment marker away with it.
 CELL_MARKER = "pass  # gradfix-cell "
@@ -186,8 +188,6 @@ class Notebook:
     def cell_diffs(self, rewritten_notebook: bytes, name: str) -> str:
         """A unified diff of the notebook's file (``git apply`` takes it), each hunk headed with
         the cell it changes (where git shows a function's name)."""
-        from .files import text_diff  # (files reads notebooks)
-
         after = file_lines(rewritten_notebook.decode("utf-8"))
         return text_diff(file_lines(self.text), after, name, self._cell_named)
 
@@ -342,13 +342,6 @@ def _without_leading_indent(source: str) -> tuple[str, str]:
     if not indent or not lines[0].strip():
         return "", source
     return indent, "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
-
-
-def file_lines(text: str) -> list[str]:
-    """``text``'s lines as git counts them: ended by ``\\n`` alone (``str.splitlines`` also ends
-    one at a form feed or a line separator, which JSON strings and Python comments may hold)."""
-    lines = text.split("\n")
-    return [line + "\n" for line in lines[:-1]] + [lines[-1]] * bool(lines[-1])
 
 
 def _code_lines(text: str) -> list[str]:

@@ -1,32 +1,25 @@
 """The rules by code, and selections of them.
 
-A rule is found by its code in ``RULE_MODULES`` (its ``NAME``, the module of the ``rules`` package
-that defines it). A selection is checked and stands in the cache's keys by its codes alone, and its
-rules are imported when a file is first checked with them: a run that the cache answers imports
-neither the rules nor LibCST. ``tests/test_rules.py`` holds the table to the rule classes.
+A rule is found by its code in ``RULE_MODULES``, read from the names of the ``rules`` package's
+modules (``gf001_duplicate_backward``: ``rule.rule_id``) without importing them. A selection is
+checked and stands in the cache's keys by its codes alone, and its rules are imported when a file
+is first checked with them: a run that the cache answers imports neither the rules nor LibCST.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import Iterable, Sequence, overload
 
-from .rule import Rule
+from .rule import RULES_PACKAGE, Rule, rule_id
 
-RULE_MODULES = {
-    "GF001": "duplicate_backward",
-    "GF002": "separate_backwards",
-    "GF003": "forward_outside_loop",
-    "GF004": "carried_state",
-    "GF005": "gan_detach",
-    "GF006": "cached_graph",
-    "GF007": "graph_kept_for_logging",
-    "GF008": "backward_after_loop",
-    "GF009": "needless_retain_graph",
-    "GF010": "freed_graph",
-}
+# Each rule's name by its code, in code order (the package's folder is listed, not imported: it
+# is of the LibCST layer).
+RULE_MODULES = dict(sorted(rule_id(module.name) for module in pkgutil.iter_modules([str(Path(__file__).with_name("rules"))])))
 
 
 class UnknownRuleError(ValueError):
@@ -66,7 +59,7 @@ def rule_codes(rules: Sequence[type[Rule]]) -> tuple[str, ...]:
 
 @lru_cache(maxsize=None)
 def _rule_class(code: str) -> type[Rule]:
-    module = importlib.import_module(f"{__package__}.rules.{RULE_MODULES[code]}")
+    module = importlib.import_module(f"{RULES_PACKAGE}.{code.lower()}_{RULE_MODULES[code]}")
     (rule,) = (
         cls
         for _, cls in inspect.getmembers(module, inspect.isclass)

@@ -1,6 +1,13 @@
 """What a rule is: a class with declared metadata that reads a ``FileAnalysis`` and reports
 violations, each with the fix that removes it when the rule can prove one.
 
+Declared once, read by every tool. A rule's code and name are its module's name in the ``rules``
+package (``gf001_duplicate_backward``: ``rule_id``), which the registry lists without importing
+it; what its fix keeps is declared on its class (``FIX``, ``KEEPS_GRADIENTS``, ``KEEPS_RESULTS``,
+``OBLIGATIONS``); its documentation is its docstring, written in ``WRITTEN_SECTIONS``, with the
+fix's safety (``fix_safety``) and the example (``EXAMPLE_BEFORE``, ``EXAMPLE_AFTER``) added from
+those declarations. The docs generator, ``gradfix explain``, SARIF and the tests' oracles read them.
+
 One tree's answer. ``gradfix check`` runs the rules twice on a file with findings: first on its
 skeleton (``parse.build_skeleton``: LibCST's node classes built from Python's own parser, with no
 parentheses, whitespace or comments), which only decides whether the file is parsed by LibCST and
@@ -21,6 +28,13 @@ from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
 from .report import Finding, FixKind, ProofLine
 from .symptoms import SECOND_BACKWARD, Symptom
+
+RULES_PACKAGE = f"{__package__}.rules"
+# A rule's documentation, in this order; the example follows them (``EXAMPLE_BEFORE``, ``EXAMPLE_AFTER``).
+FIX_SAFETY = "Fix safety"  # written from what the rule declares (``Rule.fix_safety``)
+SECTIONS = ("What it finds", "Why it fails", "The fix", FIX_SAFETY, "When gradfix only reports")
+# The others are its docstring: each starts a paragraph with its title and a colon, and runs to the next title.
+WRITTEN_SECTIONS = tuple(title for title in SECTIONS if title != FIX_SAFETY)
 
 if TYPE_CHECKING:  # a rule's metadata is read without loading LibCST and the analysis
     import libcst as cst
@@ -44,15 +58,30 @@ def without_repeats(violations: Sequence[Violation]) -> list[Violation]:
     return [v for v in violations if not (v.defers and v.sites and all(id(s) in named for s in v.sites))]
 
 
+def rule_id(module: str) -> tuple[str, str]:
+    """The code and name that a module of the ``rules`` package is named by:
+    ``gf001_duplicate_backward`` is GF001, ``duplicate_backward``."""
+    code, _, name = module.rpartition(".")[2].partition("_")
+    return code.upper(), name
+
+
 class Rule:
     """Base class of every rule. Subclasses set the metadata below, explain the bug and its fix in
-    their docstring (``gradfix explain`` prints it), and implement ``violations``."""
+    their docstring, in ``WRITTEN_SECTIONS`` (``gradfix explain`` prints it), and implement
+    ``violations``."""
 
+    # A rule of the ``rules`` package is given these by its module's name (``rule_id``); a rule
+    # defined elsewhere (a test's) declares them.
     CODE: ClassVar[str]
-    NAME: ClassVar[str]  # the module name; also the fixture folder under tests/fixtures/
+    NAME: ClassVar[str]  # also the fixture folder under tests/fixtures/
     SUMMARY: ClassVar[str]
     FIX: ClassVar[FixKind | None]  # the best fix the rule offers; None if it only reports
-    KEEPS_GRADIENTS: ClassVar[bool] = False  # a fix gives the same gradients as retain_graph=True
+    # A safe fix gives the gradients of the program run with its graphs kept (retain_graph=True).
+    KEEPS_GRADIENTS: ClassVar[bool] = False
+    # A safe fix changes no value the program computes, only which graphs values hold: what it
+    # detaches is a constant of training, which no parameter an optimizer updates built (the
+    # modules that built it get no gradient). Keeping the gradients keeps the values too.
+    KEEPS_RESULTS: ClassVar[bool] = False
     SYMPTOM: ClassVar[Symptom] = SECOND_BACKWARD  # what a run of the buggy program shows
     EXAMPLE_BEFORE: ClassVar[str]
     EXAMPLE_AFTER: ClassVar[str]
@@ -63,6 +92,13 @@ class Rule:
     # gradfix did not read (``analysis.closed_world.OBLIGATIONS``). A safe fix with one not proved is
     # offered as unsafe.
     OBLIGATIONS: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.rpartition(".")[0] == RULES_PACKAGE:
+            if "CODE" in vars(cls) or "NAME" in vars(cls):
+                raise TypeError(f"{cls.__module__}.{cls.__name__}: a rule's code and name are its module's name, not attributes")
+            cls.CODE, cls.NAME = rule_id(cls.__module__)
 
     def __init__(self, analysis: FileAnalysis) -> None:
         self.analysis = analysis
@@ -124,5 +160,40 @@ class Rule:
         return replace(fix, safe=False), f"{message} (unsafe fix: {unproved.reason(line)})", proof
 
     @classmethod
+    def sections(cls) -> dict[str, str]:
+        """The rule's documentation by title (``SECTIONS``): its docstring's sections, each without
+        its title, and ``fix_safety``. ``ValueError`` for a docstring that is not written in
+        ``WRITTEN_SECTIONS``, in that order."""
+        paragraphs = textwrap.dedent(cls.__doc__ or "").strip().split("\n\n")
+        written: dict[str, list[str]] = {}
+        for paragraph in paragraphs:
+            title, colon, text = paragraph.partition(": ")
+            if colon and title in WRITTEN_SECTIONS and title not in written:
+                written[title] = [text]
+            elif written:
+                written[next(reversed(written))].append(paragraph)
+            else:
+                raise ValueError(f"{cls.__name__}: its docstring starts with no section title ({', '.join(WRITTEN_SECTIONS)})")
+        if tuple(written) != WRITTEN_SECTIONS:
+            raise ValueError(f"{cls.__name__}: its docstring's sections are {', '.join(written)}, not {', '.join(WRITTEN_SECTIONS)}")
+        return {title: cls.fix_safety() if title == FIX_SAFETY else "\n\n".join(written[title]) for title in SECTIONS}
+
+    @classmethod
+    def fix_safety(cls) -> str:
+        """What the rule's best fix changes, from what the rule declares."""
+        if cls.FIX is None:
+            return "gradfix only reports; the fix is yours (``gradfix diagnose --fix`` searches for one by running the script)."
+        if cls.FIX is FixKind.UNSAFE:
+            return "unsafe: the fix changes what the program computes, on purpose; ``gradfix fix --unsafe-fixes`` applies it."
+        if cls.KEEPS_GRADIENTS:
+            kept = " It gives the same gradients as the program run with ``retain_graph=True``."
+        elif cls.KEEPS_RESULTS:
+            kept = " It changes no value the program computes: what it detaches is a constant of training."
+        else:
+            kept = ""
+        return f"safe: ``gradfix fix`` applies the fix.{kept}"
+
+    @classmethod
     def documentation(cls) -> str:
-        return textwrap.dedent(cls.__doc__ or "").strip()
+        """The rule's sections as text, each after its title (``gradfix explain`` prints it)."""
+        return "\n\n".join(f"{title}: {text}" for title, text in cls.sections().items())

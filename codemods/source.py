@@ -1,6 +1,6 @@
-"""A file's bytes before any parse: their text (``decoded``), refused where the code is too large to
-check (``over_size_limits``), and the prefilter that tells, from the bytes alone, whether a file
-could backward a graph. A file that could not, and that Python parses, is never parsed by LibCST
+"""A file's bytes before any parse: their text (``source_text``, the one decoder of source bytes;
+``decoded``, refused where the code is too large to check: ``over_size_limits``), and the prefilter
+that tells, from the bytes alone, whether a file could backward a graph. A file that could not, and that Python parses, is never parsed by LibCST
 (``prefiltered_report``).
 
 Plain text tests: this module never loads LibCST (a run answered by the cache, or by the
@@ -71,10 +71,17 @@ def decoded(data: bytes, path: str) -> tuple[str, str]:
     if too_large:
         raise SourceError(f"{path}: too large to check: {too_large} (split the file, or exclude it)")
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding), encoding
+        return source_text(data)
     except (SyntaxError, LookupError, UnicodeDecodeError) as error:
         raise SourceError(f"{path}: cannot decode: {error}") from None
+
+
+def source_text(data: bytes) -> tuple[str, str]:
+    """The text of Python source bytes and the encoding they declare (a coding comment, a UTF-8
+    byte order mark, else UTF-8), as Python reads them; ``SyntaxError``, ``LookupError`` or
+    ``UnicodeDecodeError`` for bytes that are not text in it."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding), encoding
 
 
 def over_size_limits(code: bytes) -> str:

@@ -1,9 +1,9 @@
 """Write the rules' documentation from the rules themselves: the table in README.md and docs/rules.md.
 
-Each rule's class holds its code, name, summary, kind of fix, docstring and before/after example
-(what `gradfix rules` and `gradfix explain` print); this script lays the same text out as Markdown,
-so the pages cannot drift from the rules. tests/test_docs.py fails when a page is not what this
-script writes.
+Each rule declares its code and name (its module's name), summary, kind of fix and what the fix
+keeps, its documentation's sections (its docstring) and a before/after example, which `gradfix rules`
+and `gradfix explain` print; this script lays the same text out as Markdown, so the pages cannot
+drift from the rules. tests/test_docs.py fails when a page is not what this script writes.
 
 Usage: python docs/generate_rules.py
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gradfix.codemods.analysis.closed_world import OBLIGATIONS, constructs_against
 from gradfix.codemods.registry import all_rules, rule_anchor
-from gradfix.codemods.rule import Rule
+from gradfix.codemods.rule import FIX_SAFETY, Rule
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -47,13 +47,15 @@ def rules_page() -> str:
         "only reports where it cannot prove the rewrite keeps the program's meaning.\n"
     ]
     for rule in all_rules():
-        keeps = " The fix gives the same gradients as the `retain_graph=True` run." if rule.KEEPS_GRADIENTS else ""
+        documented = {
+            title: text + (f"\n\n{proof_obligations(rule)}" if title == FIX_SAFETY and rule.OBLIGATIONS else "")
+            for title, text in rule.sections().items()
+        }
         sections.append(
             f"## {rule.CODE} {rule.NAME}\n\n"
-            f"*{rule.SUMMARY}* (fix: {fix_kind(rule)}).{keeps}\n\n"
-            f"{rule.documentation()}\n\n"
-            f"{proof_obligations(rule)}"
-            f"Before:\n\n```python\n{rule.EXAMPLE_BEFORE}```\n\n"
+            f"*{rule.SUMMARY}* (fix: {fix_kind(rule)}).\n\n"
+            + "".join(f"### {title}\n\n{text}\n\n" for title, text in documented.items())
+            + f"### Example\n\nBefore:\n\n```python\n{rule.EXAMPLE_BEFORE}```\n\n"
             f"After:\n\n```python\n{rule.EXAMPLE_AFTER}```\n"
         )
     return "\n".join(sections)
@@ -61,8 +63,6 @@ def rules_page() -> str:
 
 def proof_obligations(rule: type[Rule]) -> str:
     """What the rule's safe fix must prove beyond the bug, and what leaves each unknown."""
-    if not rule.OBLIGATIONS:
-        return ""
     rows = [
         f"- {OBLIGATIONS[name]} (`{name}`); unknown or refuted by: " + ", ".join(c.kind for c in constructs_against(name)) + "."
         for name in rule.OBLIGATIONS
@@ -70,7 +70,7 @@ def proof_obligations(rule: type[Rule]) -> str:
     return (
         "A safe fix is offered only when gradfix proves, on the fix's path:\n\n"
         + "\n".join(rows)
-        + "\n\nOtherwise the fix is unsafe, and says which construct at which line.\n\n"
+        + "\n\nOtherwise the fix is unsafe, and says which construct at which line."
     )
 
 

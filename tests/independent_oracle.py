@@ -56,10 +56,8 @@ def error_fixing_codes() -> frozenset[str]:
 @lru_cache(maxsize=None)
 def same_result_codes() -> frozenset[str]:
     """Rules whose safe fixes claim the results of the program that keeps its graphs: those that
-    declare ``KEEPS_GRADIENTS``; GF007, whose fix changes only what a logged value keeps alive; and
-    GF006, whose fix detaches a value it proved to be a constant of training (built by modules no
-    optimizer updates), so that nothing trained can change."""
-    return frozenset(rule.CODE for rule in all_rules() if rule.KEEPS_GRADIENTS) | {"GF006", "GF007"}
+    declare they keep its gradients (``KEEPS_GRADIENTS``) or its values (``KEEPS_RESULTS``)."""
+    return frozenset(rule.CODE for rule in all_rules() if rule.KEEPS_GRADIENTS or rule.KEEPS_RESULTS)
 
 
 @dataclass(frozen=True)

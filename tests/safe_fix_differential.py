@@ -34,9 +34,8 @@ RETAINED_RUN = RunOptions(record_gradients=True, max_steps=STEP_BOUND, timeout=3
 
 
 def gradient_keeping_codes() -> frozenset[str]:
-    """Rules whose safe fixes must give the same gradients: those that declare it, and GF007,
-    whose fix changes only what is logged (a loss that is backwarded again is not its to touch)."""
-    return frozenset(rule.CODE for rule in all_rules() if rule.KEEPS_GRADIENTS) | {"GF007"}
+    """Rules whose safe fixes must give the same gradients: those that declare it (``KEEPS_GRADIENTS``)."""
+    return frozenset(rule.CODE for rule in all_rules() if rule.KEEPS_GRADIENTS)
 
 
 @dataclass

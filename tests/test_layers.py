@@ -23,6 +23,7 @@ PLAIN_LAYER = {
         "report",
         "files",
         "project",
+        "diffs",
         "source",
         "frameworks",
         "torch_api",

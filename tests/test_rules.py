@@ -30,7 +30,7 @@ def test_example_before_is_rewritten_into_example_after(rule):
 @pytest.mark.parametrize("rule", RULES, ids=[r.CODE for r in RULES])
 def test_metadata(rule):
     assert rule.CODE.startswith("GF") and len(rule.CODE) == 5
-    assert rule.__module__.rsplit(".", 1)[1] == rule.NAME
+    assert rule.__module__.rsplit(".", 1)[1] == f"{rule.CODE.lower()}_{rule.NAME}"
     assert rule.SUMMARY and len(rule.documentation().splitlines()) > 5
 
 
@@ -44,7 +44,7 @@ def test_codes_are_unique_and_prefix_selection_works():
 def test_the_registry_names_every_rule_class_and_module_under_its_code():
     package = Path(rule_module.__file__).parent / "rules"
     modules = {path.stem for path in package.glob("*.py")} - {"__init__"}
-    assert set(RULE_MODULES.values()) == modules
+    assert {f"{code.lower()}_{name}" for code, name in RULE_MODULES.items()} == modules
     assert {rule.CODE: rule.NAME for rule in RULES} == RULE_MODULES
     assert rule_codes(select_rules(["GF00"], ["GF002"])) == rule_codes([r for r in RULES if r.CODE.startswith("GF00") and r.CODE != "GF002"])
 

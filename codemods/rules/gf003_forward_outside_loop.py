@@ -6,41 +6,42 @@ import libcst as cst
 
 from ..analysis import Loop, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, assigned_names, code_of, is_single_assignment, read_names
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 
 
 class ForwardOutsideLoop(Rule):
     """
-    The forward pass (or the loss) is computed once before the training loop and backwarded on
-    every iteration inside it.
+    What it finds: The forward pass (or the loss) is computed once before the training loop and
+    backwarded on every iteration inside it.
 
-    The first iteration's backward frees the graph that the forward pass built; the second
-    iteration backwards through the same, freed graph and raises ``RuntimeError: Trying to
+    Why it fails: The first iteration's backward frees the graph that the forward pass built; the
+    second iteration backwards through the same, freed graph and raises ``RuntimeError: Trying to
     backward through the graph a second time``. With ``retain_graph=True`` it runs, but every
     iteration uses the prediction of the initial parameters: the model does not learn what the
     code says it learns.
 
-    The fix moves the statements that build that graph (the chain of graph-carrying assignments
-    that depend on the model or on parameters; not the data, not the modules) to the top of the
-    innermost loop that contains the backward, so each iteration runs its own forward pass.
+    The fix: gradfix moves the statements that build that graph (the chain of graph-carrying
+    assignments that depend on the model or on parameters; not the data, not the modules) to the
+    top of the innermost loop that contains the backward, so each iteration runs its own forward
+    pass.
 
     The statements between them that compute from what the moved ones assign move with them
     (``preds = logits[:, :2]`` between ``logits = model(x)`` and ``preds = preds.softmax(-1)``).
     When those values are also read outside the loop (printed before it, returned after it), the
-    statements stay where they are and the loop computes its own copy of them. gradfix only
-    reports, without rewriting anything, when the move could change what the program means: when a
-    moved statement reads a name that is assigned again in the loop, on the way to it or by the
-    moved statements themselves (``preds = preds.softmax(-1)`` alone, moved, would apply once
-    more in every iteration), or when it is not a plain assignment. When the backward keeps the
-    graph (``retain_graph=True``, or a value gradfix cannot read), the program runs as it is, and
-    the move, which changes its results, is an unsafe fix; and when nothing in the loop changes
-    the parameters (no optimizer steps in it), every iteration's forward would be the same: a
-    Jacobian's rows, a Fisher estimate's labels backwarded one by one from one kept graph. That
-    is correct code, and not reported.
+    statements stay where they are and the loop computes its own copy of them.
+
+    When gradfix only reports: gradfix only reports, without rewriting anything, when the move could
+    change what the program means: when a moved statement reads a name that is assigned again in the
+    loop, on the way to it or by the moved statements themselves (``preds = preds.softmax(-1)``
+    alone, moved, would apply once more in every iteration), or when it is not a plain assignment.
+    When the backward keeps the graph (``retain_graph=True``, or a value gradfix cannot read), the
+    program runs as it is, and the move, which changes its results, is an unsafe fix; and when
+    nothing in the loop changes the parameters (no optimizer steps in it), every iteration's forward
+    would be the same: a Jacobian's rows, a Fisher estimate's labels backwarded one by one from one
+    kept graph. That is correct code, and not reported.
     """
 
-    CODE = "GF003"
-    NAME = "forward_outside_loop"
     SUMMARY = "the forward pass is computed before the loop that backwards it"
     FIX = FixKind.SAFE
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)

@@ -21,44 +21,45 @@ from ..analysis import (
 )
 from ..edits import Fix
 from ..frameworks import AUTOGRAD_GRAD, TENSOR_BACKWARD, TRAINER_RUNS
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 
 _EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
 class FreedGraph(Rule):
     """
-    A backward walks a graph that an earlier backward already freed.
+    What it finds: A backward walks a graph that an earlier backward already freed. gradfix says
+    this when its analysis proves that what a backward walks was built from a value an earlier
+    backward freed, on some path through the code, and no other rule explains the same backward with
+    its shape and its fix. It names the backward that freed the graph and the line that built it.
 
-    A backward that does not keep its graph (no ``retain_graph=True``) frees the tensors each node
-    of that graph saved for it. Any later backward that reaches one of those nodes raises
-    ``RuntimeError: Trying to backward through the graph a second time``: a second loss built on
-    the same forward, a value computed once and used by every step, state carried from the
+    Why it fails: A backward that does not keep its graph (no ``retain_graph=True``) frees the
+    tensors each node of that graph saved for it. Any later backward that reaches one of those nodes
+    raises ``RuntimeError: Trying to backward through the graph a second time``: a second loss built
+    on the same forward, a value computed once and used by every step, state carried from the
     previous iteration, a loss a helper or framework already backwarded. A trainer hook
     (Lightning's ``training_step`` under automatic optimization) that returns a loss built on a
     graph a backward or ``autograd.grad`` inside it freed fails the same way at the trainer's own
     backward, which gradfix places at the ``return``.
 
-    gradfix says this when its analysis proves that what a backward walks was built from a value
-    an earlier backward freed, on some path through the code, and no other rule explains the same
-    backward with its shape and its fix. It names the backward that freed the graph and the line
-    that built it. The fix depends on what the program means: backward the losses together once,
-    compute the value again after the first backward (inside the loop), or detach what must not
-    train. ``retain_graph=True`` only hides it. gradfix rewrites only a trainer hook's two shapes,
-    as unsafe fixes (the trainer may scale or clip what the hook returns): a gradient penalty's
+    The fix: it depends on what the program means: backward the losses together once, compute the
+    value again after the first backward (inside the loop), or detach what must not train.
+    ``retain_graph=True`` only hides it. gradfix rewrites only a trainer hook's two shapes, as
+    unsafe fixes (the trainer may scale or clip what the hook returns): a gradient penalty's
     ``autograd.grad`` gets ``create_graph=True``, and a loss the hook backwards itself is returned
     with the hook's loss for the trainer's one backward. And where a loop keeps adding to a loss
     that was backwarded before it (``loss += part`` for SAM's second pass, on the first pass's
     total), the sum starts afresh after the first backward: ``loss = loss.detach()`` (unsafe: the
     first pass's losses are not backwarded again). Where an optimizer steps between the two
     backwards and the second loss reads a forward of the same block (Sophia's periodic Hessian
-    estimate from the step's logits), that forward runs again where the second loss first reads
-    it (unsafe: at the stepped weights). Elsewhere, run ``gradfix diagnose --fix`` on the script to
-    try the candidate fixes.
+    estimate from the step's logits), that forward runs again where the second loss first reads it
+    (unsafe: at the stepped weights).
+
+    When gradfix only reports: everywhere else: run ``gradfix diagnose --fix`` on the script to try
+    the candidate fixes.
     """
 
-    CODE = "GF010"
-    NAME = "freed_graph"
     SUMMARY = "a backward walks a graph an earlier backward freed"
     FIX = FixKind.UNSAFE
     DEFERS = True

@@ -15,17 +15,13 @@ from ..analysis import (
     with_retained_graph,
 )
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 
 
 class DuplicateBackward(Rule):
     """
-    The same tensor is backwarded twice, with no new value assigned to it in between.
-
-    The first ``loss.backward()`` walks the graph and frees its saved tensors, so the second call
-    raises ``RuntimeError: Trying to backward through the graph a second time``. Adding
-    ``retain_graph=True`` to the first call silences the error but keeps the graph alive and adds
-    every gradient twice, which is never what a training step means.
+    What it finds: The same tensor is backwarded twice, with no new value assigned to it in between.
 
     The repeat is often hidden: a criterion or wrapper whose method already calls
     ``loss.backward()``, a helper that backwards a loss and returns it to a loop that backwards it
@@ -34,17 +30,22 @@ class DuplicateBackward(Rule):
     backwards the loss it returns, which the trainer then backwards itself. gradfix follows these
     through function summaries of the checked file.
 
-    The fix removes the repeated call (the one in the hook, for trainers). When the first call is a
-    gradient check with ``torch.autograd.grad``, which adds nothing to ``.grad``, the fix lets that
-    check keep the graph (``retain_graph=True``) for the real backward. When the first call already
-    passes ``retain_graph=True`` on purpose, or gradfix cannot tell what it passes, nothing is
-    rewritten: the program runs, and the second backward is then deliberate. A gradient check whose
-    graph saved no tensor (sums, means, views and concatenations of leaves) frees nothing, and the
-    backward after it runs and counts nothing twice: no finding.
+    Why it fails: The first ``loss.backward()`` walks the graph and frees its saved tensors, so the
+    second call raises ``RuntimeError: Trying to backward through the graph a second time``. Adding
+    ``retain_graph=True`` to the first call silences the error but keeps the graph alive and adds
+    every gradient twice, which is never what a training step means.
+
+    The fix: gradfix removes the repeated call (the one in the hook, for trainers). When the first
+    call is a gradient check with ``torch.autograd.grad``, which adds nothing to ``.grad``, the fix
+    lets that check keep the graph (``retain_graph=True``) for the real backward.
+
+    When gradfix only reports: When the first call already passes ``retain_graph=True`` on purpose,
+    or gradfix cannot tell what it passes, nothing is rewritten: the program runs, and the second
+    backward is then deliberate. A gradient check whose graph saved no tensor (sums, means, views and
+    concatenations of leaves) frees nothing, and the backward after it runs and counts nothing
+    twice: no finding.
     """
 
-    CODE = "GF001"
-    NAME = "duplicate_backward"
     SUMMARY = "the same tensor is backwarded twice"
     FIX = FixKind.SAFE
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)

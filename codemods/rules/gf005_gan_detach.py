@@ -1,37 +1,40 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, cast
 
 import libcst as cst
+from libcst import CSTNodeT
 
 from ..analysis import NO_GRADIENT_HOOKS, GanSteps, NO_BOOKKEEPING_READS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, argument, code_of, detached
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 
 
 class GanDetach(Rule):
     """
-    A GAN's discriminator step backwards through the generator's output without ``.detach()``.
+    What it finds: A GAN's discriminator step backwards through the generator's output without
+    ``.detach()``. ``fake = G(z)`` feeds the discriminator's loss (``D(fake)`` against zeros) and the
+    generator's loss (``D(fake)`` against ones).
 
-    ``fake = G(z)`` feeds the discriminator's loss (``D(fake)`` against zeros) and the generator's
-    loss (``D(fake)`` against ones). Backwarding the discriminator's loss walks into the generator
-    and frees its graph; the generator step then raises ``RuntimeError: Trying to backward through
-    the graph a second time`` (in either order of the two steps). ``retain_graph=True`` makes it
-    run, but the discriminator's loss then also writes gradients into the generator's parameters.
+    Why it fails: Backwarding the discriminator's loss walks into the generator and frees its graph;
+    the generator step then raises ``RuntimeError: Trying to backward through the graph a second
+    time`` (in either order of the two steps). ``retain_graph=True`` makes it run, but the
+    discriminator's loss then also writes gradients into the generator's parameters.
 
-    The fix is the one of the PyTorch DCGAN example: the discriminator sees ``fake.detach()`` at
-    every place its own loss reads the generator's output (its prediction, a gradient penalty's
+    The fix: the one of the PyTorch DCGAN example: the discriminator sees ``fake.detach()`` at every
+    place its own loss reads the generator's output (its prediction, a gradient penalty's
     interpolation ``alpha * real + (1 - alpha) * fake``), so its backward stops at the generator's
-    output; the generator step keeps ``D(fake)`` and trains through it. Both
-    optimizers step as before. When one prediction on ``fake`` is reused by both losses (a
+    output; the generator step keeps ``D(fake)`` and trains through it. Both optimizers step as
+    before.
+
+    When gradfix only reports: When one prediction on ``fake`` is reused by both losses (a
     relativistic GAN's ``pred_fake`` computed once), no single detach fixes it: gradfix reports, and
     the fix is two predictions, one on ``fake.detach()`` for the discriminator step and one on
     ``fake`` for the generator step (a prediction computed again for the generator step alone still
     lets the discriminator's backward reach the generator, after its optimizer changed its weights).
     """
 
-    CODE = "GF005"
-    NAME = "gan_detach"
     SUMMARY = "the discriminator step backwards through the generator's output"
     FIX = FixKind.SAFE
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
@@ -104,14 +107,19 @@ for real in loader:
     def _fix(self, steps: GanSteps) -> Fix | None:
         if steps.reused or steps.unfixable or not steps.detach_at:
             return None
-        reads: dict[cst.CSTNode, dict[cst.CSTNode, cst.CSTNode]] = {}
+        reads: dict[cst.SimpleStatementLine, dict[cst.CSTNode, cst.CSTNode]] = {}
         for name in steps.detach_at:
             statement = self.analysis.statement_of(name)
-            if statement is None or self.analysis.block_of(statement) is None:
+            replacement = detached(name)
+            if statement is None or replacement is None or self.analysis.block_of(statement) is None:
                 return None
-            reads.setdefault(statement, {})[name] = detached(name)
-        replacements = {statement: statement.visit(_ReplaceNodes(names)) for statement, names in reads.items()}
-        return Fix(safe=True, replace=tuple(replacements.items()))
+            reads.setdefault(statement, {})[name] = replacement
+        return Fix(
+            safe=True,
+            replace=tuple(
+                (statement, cst.ensure_type(statement.visit(_ReplaceNodes(names)), cst.SimpleStatementLine)) for statement, names in reads.items()
+            ),
+        )
 
 
 class _ReplaceNodes(cst.CSTTransformer):
@@ -121,5 +129,8 @@ class _ReplaceNodes(cst.CSTTransformer):
         super().__init__()
         self.replacements = replacements
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
-        return self.replacements.get(original_node, updated_node)
+    def on_leave(self, original_node: CSTNodeT, updated_node: CSTNodeT) -> CSTNodeT | cst.RemovalSentinel | cst.FlattenSentinel[CSTNodeT]:
+        replacement = self.replacements.get(original_node)
+        # LibCST types a transformer's result as the node it leaves; a rewrite puts another kind of
+        # expression there (``fake`` becomes ``fake.detach()``), which any place of an expression takes.
+        return updated_node if replacement is None else cast(CSTNodeT, replacement)

@@ -27,22 +27,24 @@ from ..analysis import (
     target_names,
 )
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 
 
 class CarriedState(Rule):
     """
-    State that carries an autograd graph crosses from one training iteration into the next.
-
-    A recurrent hidden state (``hidden``, an LSTM's ``(h, c)``), an unrolled estimate
+    What it finds: State that carries an autograd graph crosses from one training iteration into the
+    next. A recurrent hidden state (``hidden``, an LSTM's ``(h, c)``), an unrolled estimate
     (``Yest = Yest + w * x``), a list of stored states or an attribute a module keeps on ``self``
     between calls is updated through differentiable operations in one iteration and used by the
-    next iteration's loss. That loss's backward walks back into the previous iteration's graph,
-    which the previous backward already freed: ``RuntimeError: Trying to backward through the
-    graph a second time``. With ``retain_graph=True`` it runs, but every step backpropagates
-    through all earlier steps: the time and memory of each step grow without bound.
+    next iteration's loss.
 
-    The fix is truncated backpropagation through time: detach the state where an iteration
+    Why it fails: That loss's backward walks back into the previous iteration's graph, which the
+    previous backward already freed: ``RuntimeError: Trying to backward through the graph a second
+    time``. With ``retain_graph=True`` it runs, but every step backpropagates through all earlier
+    steps: the time and memory of each step grow without bound.
+
+    The fix: truncated backpropagation through time. gradfix detaches the state where an iteration
     starts (``hidden = hidden.detach()``, element by element for tuples and lists, guarded when
     the state starts as ``None``). For state a module keeps on ``self``, the value is detached
     where it is stored for the next call; an attribute that only caches a value built afresh
@@ -54,17 +56,16 @@ class CarriedState(Rule):
     enters the loop with a graph of its own (a learned initial state ``h0``) is detached where the
     iteration ends instead, so the first iteration still trains what built it.
 
+    When gradfix only reports: gradfix only reports when it cannot tell the state's structure (a
+    namedtuple, a dataclass, a dict, the result of an unknown function) or when the state has no
+    value before the loop.
+
     When every backward keeps its graph (``retain_graph=True``) and no optimizer steps inside the
     loop, the program backpropagates through all iterations on purpose (full backpropagation
     through time) and nothing is reported. When an optimizer steps between those backwards, each
     step walks every earlier graph again: that is reported, and the detach is an unsafe fix.
-
-    gradfix only reports when it cannot tell the state's structure (a namedtuple, a dataclass, a
-    dict, the result of an unknown function) or when the state has no value before the loop.
     """
 
-    CODE = "GF004"
-    NAME = "carried_state"
     SUMMARY = "state carries its graph across training iterations"
     FIX = FixKind.SAFE
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)

@@ -24,42 +24,45 @@ from ..analysis import (
     target_names,
 )
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 from ..symptoms import GraphsKeptAlive
 
 
 class GraphKeptForLogging(Rule):
     """
-    A value kept across training steps keeps its whole graph alive, step after step.
-
+    What it finds: A value kept across training steps keeps its whole graph alive, step after step.
     ``total_loss += loss``, ``losses.append(loss)``, ``history[step] = loss`` or
     ``predictions.append(output)`` inside the training loop store the *tensor*, and with it the
-    graph that produced it: every activation the forward pass saved. Nothing fails; memory grows
-    with every step until the process runs out of it (the classic "CUDA out of memory after a few
-    hundred iterations").
-
-    The fix stores ``loss.detach()``: the same tensor, with the same value, dtype and device, and
-    without its history, so every use of what was kept (``losses[-1].item()``, ``max(losses)``,
-    ``torch.stack(losses)``, ``total / n``) works and gives the same numbers as before, and the
-    graphs are freed at each step. (``.item()`` would change the kept values' type, which breaks
-    any later use of them as tensors, and sums them in double precision instead of the tensor's.)
+    graph that produced it: every activation the forward pass saved.
 
     gradfix reports a graph-carrying value stored, in a loop whose iterations are training steps
     (an optimizer steps and a backward runs in it, or a trainer hook), in a store that outlives the
     iteration (made before the loop and not made anew inside it). An item stored under the same key
     in every iteration (``loss_dict["d"] = d_loss``) replaces the previous step's: it keeps one
-    step's graph, not every step's, and is left alone. It rewrites when it can prove that
-    nothing needs the kept graphs: a backward that does not keep its graph has already walked them
-    (so no later backward could), or, within the file's own code, no backward reads the store and
-    nothing hands it on; and no code reads autograd's bookkeeping (``grad_fn``, ``requires_grad``)
-    of what was kept. A store a backward reads (a loss computed from what it keeps, or gradient
-    accumulation) is left alone: its graphs are what that backward walks.
+    step's graph, not every step's, and is left alone.
+
+    Why it fails: Nothing fails; memory grows with every step until the process runs out of it (the
+    classic "CUDA out of memory after a few hundred iterations").
+
+    The fix: gradfix stores ``loss.detach()``: the same tensor, with the same value, dtype and
+    device, and without its history, so every use of what was kept (``losses[-1].item()``,
+    ``max(losses)``, ``torch.stack(losses)``, ``total / n``) works and gives the same numbers as
+    before, and the graphs are freed at each step. (``.item()`` would change the kept values' type,
+    which breaks any later use of them as tensors, and sums them in double precision instead of the
+    tensor's.)
+
+    When gradfix only reports: gradfix rewrites only when it can prove that nothing needs the kept
+    graphs: a backward that does not keep its graph has already walked them (so no later backward
+    could), or, within the file's own code, no backward reads the store and nothing hands it on;
+    and no code reads autograd's bookkeeping (``grad_fn``, ``requires_grad``) of what was kept. A
+    store a backward reads (a loss computed from what it keeps, or gradient accumulation) is left
+    alone: its graphs are what that backward walks.
     """
 
-    CODE = "GF007"
-    NAME = "graph_kept_for_logging"
     SUMMARY = "a value kept across training steps keeps every step's graph alive"
     FIX = FixKind.SAFE
+    KEEPS_GRADIENTS = True
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
     SYMPTOM = GraphsKeptAlive()
     EXAMPLE_BEFORE = """\
@@ -130,7 +133,8 @@ print(total_loss / len(loader))
                 if unfixable:
                     message += f" (not rewritten: {unfixable})"
                 else:
-                    fix = Fix(safe=True, replace=((statement, statement.deep_replace(value, _detached(value))),))
+                    kept_detached = cst.ensure_type(statement.deep_replace(value, _detached(value)), cst.SimpleStatementLine)
+                    fix = Fix(safe=True, replace=((statement, kept_detached),))
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`); a tensor a backward walked is one.
                 proved = held.backwarded or (isinstance(value, cst.Name) and self._backwarded_later(loop, statement, value.value))
@@ -280,10 +284,10 @@ def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.BaseExpression]
             and isinstance(value.right, cst.Name)
         ):
             return name, value.right
-        if isinstance(target, cst.Subscript) and dotted_name(target.value):
-            return dotted_name(target.value), value
+        if isinstance(target, cst.Subscript) and (container := dotted_name(target.value)):
+            return container, value
     call = appended(small)
-    if call is not None:
+    if call is not None and isinstance(call.func, cst.Attribute):
         name = dotted_name(call.func.value)
         return (name, call.args[0].value) if name else None
     return None

@@ -23,20 +23,22 @@ from ..analysis import (
     with_reads_replaced,
 )
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 
 
 class SeparateBackwards(Rule):
     """
-    Two or more losses that share part of one autograd graph are each backwarded on their own.
+    What it finds: Two or more losses that share part of one autograd graph are each backwarded on
+    their own. Typical shape: one encoder output feeds two heads, or one model call returns two
+    outputs, and each loss calls ``.backward()``.
 
-    Typical shape: one encoder output feeds two heads, or one model call returns two outputs, and
-    each loss calls ``.backward()``. The first call frees the shared part of the graph, so the
-    second raises ``RuntimeError: Trying to backward through the graph a second time``. (With
+    Why it fails: The first call frees the shared part of the graph, so the second raises
+    ``RuntimeError: Trying to backward through the graph a second time``. (With
     ``retain_graph=True`` on every call but the last, the program runs and computes the same
     gradients: that is left alone.)
 
-    The fix backwards the sum once: ``(loss_a + loss_b).backward()``. Gradients accumulate
+    The fix: gradfix backwards the sum once: ``(loss_a + loss_b).backward()``. Gradients accumulate
     additively, so this gives exactly the gradients of the separate calls (the tests check it
     against the ``retain_graph=True`` run), with one walk over the graph and nothing retained.
 
@@ -48,22 +50,20 @@ class SeparateBackwards(Rule):
     backward is an auxiliary loss behind a flag (``if use_gdpp: ... gdpp.backward()``), the sum is
     backwarded inside the ``if``, and the first loss alone on the paths that skip it.
 
-    When an optimizer steps or zeroes gradients between the two backwards, the program meant two
-    updates, and when different optimizers take turns (a GAN's discriminator and generator steps,
-    actor-critic) each loss trains its own network: merging would remove an update, so gradfix
-    only reports (the fix there is to detach the shared value, or recompute it after the step).
-    With one optimizer stepping between (SAM's two steps), the second backward can compute the
-    shared forward again, at the stepped weights: an unsafe fix, written only where that forward
-    is one assignment of the same block, from inputs without a graph that nothing reassigns, and
-    the second loss reads nothing else that holds a graph.
+    When gradfix only reports: When an optimizer steps or zeroes gradients between the two
+    backwards, the program meant two updates, and when different optimizers take turns (a GAN's
+    discriminator and generator steps, actor-critic) each loss trains its own network: merging would
+    remove an update, so gradfix only reports (the fix there is to detach the shared value, or
+    recompute it after the step). With one optimizer stepping between (SAM's two steps), the second
+    backward can compute the shared forward again, at the stepped weights: an unsafe fix, written
+    only where that forward is one assignment of the same block, from inputs without a graph that
+    nothing reassigns, and the second loss reads nothing else that holds a graph.
     It also only reports when code between the backwards reads or clips ``.grad`` or calls code
     gradfix cannot see, or when a gradient hook (``register_hook``, a module's backward hook) or a
     custom autograd ``Function`` in the file may see each backward's gradient on its own (a clamp
     of each gradient is not a clamp of their sum).
     """
 
-    CODE = "GF002"
-    NAME = "separate_backwards"
     SUMMARY = "losses that share a graph are backwarded separately"
     FIX = FixKind.SAFE
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)

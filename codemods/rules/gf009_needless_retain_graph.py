@@ -8,6 +8,7 @@ from ..analysis import (
     BackwardSite,
     Carried,
     Element,
+    Loop,
     NO_GRADIENT_HOOKS,
     NO_HIDDEN_BACKWARD,
     Origin,
@@ -18,30 +19,33 @@ from ..analysis import (
     read_names,
 )
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 from ..symptoms import RunsCorrectly
 
 
 class NeedlessRetainGraph(Rule):
     """
-    ``retain_graph=True`` keeps a graph that nothing backwards again.
+    What it finds: ``retain_graph=True`` keeps a graph that nothing backwards again.
 
-    ``retain_graph=True`` tells autograd to keep every tensor the graph saved after the backward,
-    so that a second backward can walk it. It is the usual answer to ``RuntimeError: Trying to
-    backward through the graph a second time``, and it often stays after the real cause is gone (or
-    was never there): then the graph of every step is held until its loss is dropped, for nothing.
+    Why it fails: ``retain_graph=True`` tells autograd to keep every tensor the graph saved after the
+    backward, so that a second backward can walk it. It is the usual answer to ``RuntimeError:
+    Trying to backward through the graph a second time``, and it often stays after the real cause is
+    gone (or was never there): then the graph of every step is held until its loss is dropped, for
+    nothing.
 
-    gradfix removes the argument when no later backward reaches any part of that graph, no later
-    iteration of a loop carries it on or walks it again (a graph built before the loop), the graph
-    is not handed to code it does not follow (stored on an object, returned, passed to a call made
-    for its effect), and, inside a function, no caller in the file passes it a graph (or the graph
-    does not reach its parameters). The
-    gradients are the same; the memory is freed at the backward. With ``create_graph=True`` (a
+    The fix: gradfix removes the argument when no later backward reaches any part of that graph, no
+    later iteration of a loop carries it on or walks it again (a graph built before the loop), the
+    graph is not handed to code it does not follow (stored on an object, returned, passed to a call
+    made for its effect), and, inside a function, no caller in the file passes it a graph (or the
+    graph does not reach its parameters). The gradients are the same; the memory is freed at the
+    backward.
+
+    When gradfix only reports: A ``True`` passed by position (``loss.backward(None, True)``) is
+    reported and left: dropping it would shift the arguments after it. With ``create_graph=True`` (a
     double backward) the graph is needed and nothing is reported.
     """
 
-    CODE = "GF009"
-    NAME = "needless_retain_graph"
     SUMMARY = "retain_graph=True keeps a graph nothing backwards again"
     FIX = FixKind.SAFE
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)
@@ -71,18 +75,19 @@ for x, y in loader:
     def violations(self) -> Iterator[Violation]:
         for site in self.analysis.backward_sites:
             retained = argument(site.call, site.api.retain_position, "retain_graph")
-            if retained is None or site.retain_graph is not True or not self._needless(site):
+            tensor = site.tensor
+            if retained is None or tensor is None or site.retain_graph is not True or not self._needless(site):
                 continue
             yield self.violation(
                 retained,
-                f"`retain_graph=True` keeps the graph of `{code_of(site.tensor)}`, but nothing backwards it again; "
+                f"`retain_graph=True` keeps the graph of `{code_of(tensor)}`, but nothing backwards it again; "
                 "drop it to free that memory at the backward",
                 self._fix(site, retained),
                 sites=(site,),
             )
 
     def _needless(self, site: BackwardSite) -> bool:
-        if site.tensor is None or site.create_graph is not False:
+        if site.create_graph is not False:
             return False
         if site.value.backwarded:
             return False  # the same tensor backwarded again on purpose: its author keeps the flags
@@ -102,7 +107,7 @@ for x, y in loader:
             return False  # (an earlier one can reach it only through a graph kept across iterations)
         return self.analysis.called_with_graph(site.scope) is False or not self._reaches_parameters(site, nodes)
 
-    def _handed_to_next_iteration(self, loop, nodes: set[Origin]) -> bool:
+    def _handed_to_next_iteration(self, loop: Loop, nodes: frozenset[Origin]) -> bool:
         """Whether a name leaves an iteration holding part of this graph and a backward of the
         next iteration reads it before it is assigned again."""
         kept = {name for name, value in loop.back_edge.items() if value.graph and self.analysis.value_nodes(value) & nodes}
@@ -111,7 +116,7 @@ for x, y in loader:
         )
 
     @staticmethod
-    def _reaches_parameters(site: BackwardSite, nodes: set[Origin]) -> bool:
+    def _reaches_parameters(site: BackwardSite, nodes: frozenset[Origin]) -> bool:
         """Whether the graph may extend into tensors a caller passed in (callers not seen, or one
         passing a graph): the caller may backward that part again."""
         function = site.scope.node
@@ -128,4 +133,4 @@ for x, y in loader:
         if args:
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         call = site.call.with_changes(args=args)
-        return Fix(safe=True, replace=((site.statement, site.statement.deep_replace(site.call, call)),))
+        return Fix(safe=True, replace=((site.statement, cst.ensure_type(site.statement.deep_replace(site.call, call), cst.SimpleStatementLine)),))

@@ -6,39 +6,38 @@ import libcst as cst
 
 from ..analysis import BackwardSite, GradientEffect, Loop, assigned_names, code_of, read_for_data, read_names, target_names
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 from ..symptoms import LastBatchOnly
 
 
 class BackwardAfterLoop(Rule):
     """
-    ``loss.backward()`` sits after the batch loop, so only the last batch trains.
+    What it finds: ``loss.backward()`` sits after the batch loop, so only the last batch trains.
 
-    The loop computes a new ``loss`` for every batch (or time step, or task) and overwrites the
-    previous one; the backward, one indentation level too far out, runs once after the loop, on
-    the last loss. Nothing fails: the model learns from one batch per epoch, and the other forward
-    passes are work for nothing.
+    Why it fails: The loop computes a new ``loss`` for every batch (or time step, or task) and
+    overwrites the previous one; the backward, one indentation level too far out, runs once after
+    the loop, on the last loss. Nothing fails: the model learns from one batch per epoch, and the
+    other forward passes are work for nothing.
 
-    The fix moves the backward to the end of the loop body, so every loss adds its gradient; the
-    optimizer step stays where it is, once after the loop, on the gradient of all of them
-    (gradient accumulation, as in REINFORCE over an episode or MAML over tasks). A ``zero_grad()``
-    between the loop and the backward moves to just before the loop, so it still clears the
-    gradients before they are accumulated. This changes the maths on purpose (every loss now
-    trains), so it is an unsafe fix, applied with ``--unsafe-fixes``; no optimizer call is removed,
-    and the step is never moved.
+    The fix: gradfix moves the backward to the end of the loop body, so every loss adds its
+    gradient; the optimizer step stays where it is, once after the loop, on the gradient of all of
+    them (gradient accumulation, as in REINFORCE over an episode or MAML over tasks). A
+    ``zero_grad()`` between the loop and the backward moves to just before the loop, so it still
+    clears the gradients before they are accumulated. This changes the maths on purpose (every loss
+    now trains), so it is an unsafe fix, applied with ``--unsafe-fixes``; no optimizer call is
+    removed, and the step is never moved. When the loop only picks the batch and the forward follows
+    it too, the forward moves with the backward, provided every statement between reads what the
+    iteration left (or what another of them computed from it) and, inside the loop, would read
+    nothing the previous iteration left.
 
-    A loss that the loop accumulates (``total = total + loss``, a sequence model unrolled over time
-    steps) and backwards once afterwards is full-batch training, and is left alone. When an
-    optimizer step runs between the loop and the backward, gradfix only reports. When the loop only
-    picks the batch and the forward follows it too, the forward moves with the backward, provided
-    every statement between reads what the iteration left (or what another of them computed from
-    it) and, inside the loop, would read nothing the previous iteration left. A loop whose body
-    ends in a plain ``break`` picks the batch it leaves on purpose (``for x, y in loader: break``),
-    and is left alone.
+    When gradfix only reports: When an optimizer step runs between the loop and the backward,
+    gradfix only reports. A loss that the loop accumulates (``total = total + loss``, a sequence
+    model unrolled over time steps) and backwards once afterwards is full-batch training, and is
+    left alone. A loop whose body ends in a plain ``break`` picks the batch it leaves on purpose
+    (``for x, y in loader: break``), and is left alone.
     """
 
-    CODE = "GF008"
-    NAME = "backward_after_loop"
     SUMMARY = "a backward after the batch loop trains the last batch only"
     FIX = FixKind.UNSAFE
     SYMPTOM = LastBatchOnly()

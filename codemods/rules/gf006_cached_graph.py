@@ -24,20 +24,16 @@ from ..analysis import (
     with_reads_replaced,
 )
 from ..edits import Fix
-from ..rule import FixKind, Rule, Violation
+from ..report import FixKind
+from ..rule import Rule, Violation
 
 
 class CachedGraph(Rule):
     """
-    A target computed once by a network that nothing trains keeps its graph, and every step
-    backwards into it.
-
-    A teacher's outputs for distillation, pseudo-labels from a labelling network, the features of a
-    reference image for style transfer or feature inversion: computed once, by a module no optimizer
-    updates, they still carry that module's autograd graph. The first step's backward walks into it
-    and frees it; the second raises ``RuntimeError: Trying to backward through the graph a second
-    time``. ``retain_graph=True`` makes it run while every step also computes gradients for the
-    frozen network, for nothing.
+    What it finds: A target computed once by a network that nothing trains keeps its graph, and every
+    step backwards into it. A teacher's outputs for distillation, pseudo-labels from a labelling
+    network, the features of a reference image for style transfer or feature inversion: computed
+    once, by a module no optimizer updates, they still carry that module's autograd graph.
 
     "Once" is before the training loop, or outside the function every step runs: a global that a
     step function reads, an attribute ``__init__`` sets that ``forward``, ``training_step`` or a
@@ -45,21 +41,28 @@ class CachedGraph(Rule):
     ``self.target = gram_matrix(target_feature).detach()`` for this reason), unless a fresh
     instance is made in every step.
 
-    The fix detaches the value where it is made (``target = teacher(x).detach()``): it is a constant
-    of training, and its value is unchanged. gradfix tells a constant from a value that must train
-    by the optimizers: only when every optimizer's parameters are known and none of them belongs to
-    the modules that built the value is it detached. A value built from parameters that train (an
-    ``exp`` of a parameter, a normalised learned adjacency kept by ``__init__``) must be computed
-    again in every step: where ``__init__`` keeps it as ``self.x = expr`` of attributes no other
-    method sets (not of the constructor's arguments), the unsafe fix computes ``expr`` where the
-    step function read ``self.x`` (the values change after the first step: the current weights).
-    Otherwise it is reported, not rewritten, and so is a value gradfix cannot place.
+    Why it fails: The first step's backward walks into the target's graph and frees it; the second
+    raises ``RuntimeError: Trying to backward through the graph a second time``.
+    ``retain_graph=True`` makes it run while every step also computes gradients for the frozen
+    network, for nothing.
+
+    The fix: gradfix detaches the value where it is made (``target = teacher(x).detach()``): it is
+    a constant of training, and its value is unchanged. gradfix tells a constant from a value that
+    must train by the optimizers: only when every optimizer's parameters are known and none of them
+    belongs to the modules that built the value is it detached. A value built from parameters that
+    train (an ``exp`` of a parameter, a normalised learned adjacency kept by ``__init__``) must be
+    computed again in every step: where ``__init__`` keeps it as ``self.x = expr`` of attributes no
+    other method sets (not of the constructor's arguments), the unsafe fix computes ``expr`` where
+    the step function read ``self.x`` (the values change after the first step: the current weights).
+
+    When gradfix only reports: When gradfix can neither prove the value a constant of training (an
+    optimizer whose parameters it does not know) nor compute it again in every step as above, it
+    reports the value and rewrites nothing; so too for a value it cannot place.
     """
 
-    CODE = "GF006"
-    NAME = "cached_graph"
     SUMMARY = "a target built once by an untrained network keeps its graph across steps"
     FIX = FixKind.SAFE
+    KEEPS_RESULTS = True
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
     EXAMPLE_BEFORE = """\
 teacher = nn.Linear(8, 4)
@@ -114,6 +117,8 @@ for step in range(steps):
         if not built:
             return
         function = scope.node
+        if not isinstance(function, cst.FunctionDef):
+            return  # (a module's own code runs once)
         read = read_names(function.body)
         cached = [
             statement
@@ -164,6 +169,8 @@ for step in range(steps):
         block = self.analysis.block_of(statement)
         if block is not None and isinstance(block.owner, cst.Module):
             return True
+        if scope.class_name is None:
+            return False
         constructor = self.analysis.constructor_of(scope.class_name)
         return (
             constructor is not None
@@ -178,10 +185,12 @@ for step in range(steps):
         the constructor's parameters or locals), and for a function that does not set ``self.x``.
         Unsafe: it changes the values after the first step (the current weights, not the first)."""
         constructor = self.analysis.constructor_of(scope.class_name)
-        if constructor is None or not is_single_assignment(statement) or scope.class_name is None:
+        function = scope.node
+        if constructor is None or not is_single_assignment(statement) or scope.class_name is None or not isinstance(function, cst.FunctionDef):
             return None
-        target = dotted_name(statement.body[0].targets[0].target)
-        expression = statement.body[0].value
+        assignment = cst.ensure_type(cst.ensure_type(statement, cst.SimpleStatementLine).body[0], cst.Assign)  # what is_single_assignment found
+        target = dotted_name(assignment.targets[0].target)
+        expression = assignment.value
         if target is None or not target.startswith("self.") or target.count(".") != 1:
             return None
         local = assigned_names(constructor.body) | {p.name.value for p in constructor.params.params}
@@ -195,8 +204,7 @@ for step in range(steps):
             or any(self._makes_something(call) for call in self.analysis.tree.findall(expression, cst.Call))
         ):
             return None
-        function = scope.node
-        computed = with_reads_replaced(function, target, expression)
+        computed = cst.ensure_type(with_reads_replaced(function, target, expression), cst.FunctionDef)
         return None if computed is function else Fix(safe=False, replace=((function, computed),))
 
     def _makes_something(self, call: cst.Call) -> bool:
