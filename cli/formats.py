@@ -22,6 +22,7 @@ from gradfix.codemods.config import project_root
 from gradfix.codemods.files import PathError
 from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
 from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
+from gradfix.codemods.source import source_text
 from gradfix.codemods.registry import all_rules, rule_by_code
 from gradfix.codemods.rule import Rule
 
@@ -353,20 +354,11 @@ def _sarif_fix(path: str, code: str, rewrite: FileReport) -> dict:
     rule = rule_by_code(code)
     unsafe = any(f.fix is FixKind.UNSAFE for f in rewrite.fixed)
     kind = "unsafe: it changes what the program computes" if unsafe else "safe"
-    replacements = text_replacements(_text(rewrite.original), _text(rewrite.rewritten))
+    replacements = text_replacements(source_text(rewrite.original)[0], source_text(rewrite.rewritten)[0])
     return {
         "description": {"text": f"{code} {rule.NAME}: gradfix's {kind} fix of this rule's findings in the file"},
         "artifactChanges": [{"artifactLocation": _artifact(path), "replacements": replacements}],
     }
-
-
-def _text(data: bytes) -> str:
-    return data.decode(_encoding(data))
-
-
-def _encoding(data: bytes) -> str:
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return encoding
 
 
 def text_replacements(before: str, after: str) -> list[dict]:
@@ -406,8 +398,7 @@ def noqa_added(report: FileReport) -> tuple[bytes | None, int, list[tuple[int, s
     # with findings was parsed already).
     from gradfix.codemods.check import _NOQA, Suppressions
 
-    encoding = _encoding(report.original or b"")
-    text = (report.original or b"").decode(encoding)
+    text, encoding = source_text(report.original or b"")
     codes_at: dict[int, list[str]] = {}
     for finding in report.findings:
         if not finding.hint and finding.code not in codes_at.setdefault(finding.line, []):

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from gradfix.codemods.config import Config
 from gradfix.codemods.files import PathError, unified_diff
-from gradfix.codemods.notebook import file_lines
+from gradfix.codemods.diffs import file_lines
 from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.registry import rule_by_code
 from gradfix.codemods.rule import Rule

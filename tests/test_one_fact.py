@@ -9,11 +9,12 @@ from .test_layers import CODEMODS, IMPORTS, MODULES, TREES
 
 
 def _calls_of(attribute: str) -> set[str]:
-    """The modules of the library (outside the analysis) with a call of ``….attribute(…)``."""
+    """The modules of the library and the command line (outside the analysis) with a call of
+    ``….attribute(…)``."""
     return {
         module
         for module, tree in TREES.items()
-        if module.startswith(f"{CODEMODS}.") and not module.startswith(f"{CODEMODS}.analysis")
+        if module.startswith((f"{CODEMODS}.", "gradfix.cli.")) and not module.startswith(f"{CODEMODS}.analysis")
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attribute
     }

@@ -54,7 +54,7 @@ def test_explain_prints_the_declared_sections_and_what_the_fix_keeps():
     assert explained.exit_code == 0
     titles = [line.partition(":")[0] for line in explained.stdout.splitlines() if line.partition(":")[0] in SECTIONS]
     assert titles == list(SECTIONS)
-    assert "Fix safety: safe: ``gradfix fix`` applies the fix. It changes no value the program computes" in explained.stdout
+    assert "Fix safety: safe: `gradfix fix` applies the fix. It changes no value the program computes" in explained.stdout
 
 
 def test_a_docstring_out_of_its_sections_is_refused():
