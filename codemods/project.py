@@ -148,6 +148,8 @@ class ProjectModules:
     _tops: dict[str, str] = field(default_factory=dict)  # folder -> the real path of its work tree's top
     _roots: dict[str, tuple[str, ...]] = field(default_factory=dict)  # folder -> where its absolute imports are looked for
     _found: dict[tuple[str, int, str], str | None] = field(default_factory=dict)  # (importing folder, level, module) -> its file
+    _below: dict[tuple[str, str], str | None] = field(default_factory=dict)  # (folder, module) -> its file below the folder
+    _inside: dict[tuple[str, str], bool] = field(default_factory=dict)  # (file, top) -> whether it is in the project
     _imported: dict[tuple[str, bytes], list[tuple[str, Path]]] = field(default_factory=dict)
     _modules: dict[Path, bytes | None] = field(default_factory=dict)  # a module's file -> its bytes
 
@@ -207,9 +209,8 @@ class ProjectModules:
                 folders: tuple[str, ...] = (base,)
             else:
                 folders = self._roots_of(folder)
-            parts = module.name.split(".") if module.name else []
             top = self._top(folder)
-            candidates = (self._module_file(candidate, parts) for candidate in folders)
+            candidates = (self._module_file(candidate, module.name) for candidate in folders)
             self._found[key] = next((file for file in candidates if file is not None and self._in_project(file, top)), None)
         return self._found[key]
 
@@ -225,8 +226,13 @@ class ProjectModules:
             self._roots[folder] = tuple(dict.fromkeys(roots))
         return self._roots[folder]
 
-    def _module_file(self, folder: str, parts: list[str]) -> str | None:
-        """``parts`` as a module below ``folder``: ``a/b.py`` or ``a/b/__init__.py``."""
+    def _module_file(self, folder: str, name: str) -> str | None:
+        """The module ``name`` (dotted) below ``folder``: ``a/b.py`` or ``a/b/__init__.py``."""
+        if (folder, name) not in self._below:
+            self._below[folder, name] = self._look_below(folder, name.split(".") if name else [])
+        return self._below[folder, name]
+
+    def _look_below(self, folder: str, parts: list[str]) -> str | None:
         for part in parts[:-1]:
             if self._listing(folder).get(part) is not True:
                 return None
@@ -267,11 +273,13 @@ class ProjectModules:
         """Whether ``file``, wherever its links lead, is inside the work tree ``top`` (a real path)
         and outside the folders a walk never enters (a virtualenv's, installed packages, build
         output)."""
-        real = os.path.realpath(file)
-        if not real.startswith(top + os.sep):
-            return False
-        folders = real[len(top) + 1 :].split(os.sep)[:-1]
-        return not any(fnmatch.fnmatchcase(part, pattern) for part in folders for pattern in DEFAULT_EXCLUDE)
+        if (file, top) not in self._inside:
+            real = os.path.realpath(file)
+            folders = real[len(top) + 1 :].split(os.sep)[:-1]
+            self._inside[file, top] = real.startswith(top + os.sep) and not any(
+                fnmatch.fnmatchcase(part, pattern) for part in folders for pattern in DEFAULT_EXCLUDE
+            )
+        return self._inside[file, top]
 
 
 def _code_of(path: str | Path, data: bytes) -> bytes | None:

@@ -158,21 +158,17 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
     return diagnosis
 
 
+def recording_options(options: RunOptions) -> RunOptions:
+    """``options`` for a run that records the gradients of the steps compared, and traces nothing
+    else (what a repair compares candidates by)."""
+    return replace(options, detect_anomaly=False, measure_graphs=False, count_lines=(), record_gradients=True, recorded_steps=COMPARED_STEPS)
+
+
 def reference_options(options: RunOptions, backward_calls: int) -> RunOptions:
     """The bounds of the run with retain_graph=True that a repair compares candidates with, for a
     script whose traced run made ``backward_calls`` backward calls before it failed: the steps
     compared, and, forced to keep every graph (a long run slows down), a few times those calls."""
-    return replace(
-        options,
-        detect_anomaly=False,
-        measure_graphs=False,
-        count_lines=(),
-        record_gradients=True,
-        recorded_steps=COMPARED_STEPS,
-        retain_graph=True,
-        max_optimizer_steps=COMPARED_STEPS,
-        max_steps=4 * (backward_calls + 1),
-    )
+    return replace(recording_options(options), retain_graph=True, max_optimizer_steps=COMPARED_STEPS, max_steps=4 * (backward_calls + 1))
 
 
 def _explain(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, findings: list[Finding], last_batch: list[Finding]) -> None:

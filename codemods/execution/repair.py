@@ -80,7 +80,16 @@ from ..parse import parse_source
 from ..edits import Fix, apply_fixes
 from ..files import write_atomically
 from ..report import SourceError
-from .diagnose import SECOND_BACKWARD, Diagnosis, _explain_error, gradients_lost, leaves_in_words, reference_options, trained_leaves
+from .diagnose import (
+    SECOND_BACKWARD,
+    Diagnosis,
+    _explain_error,
+    gradients_lost,
+    leaves_in_words,
+    recording_options,
+    reference_options,
+    trained_leaves,
+)
 from .gradients import compare_gradients
 from .runner import COMPARED_STEPS, Frame, HeldGraph, RunOptions, RunResult, ScriptRunner
 
@@ -244,12 +253,7 @@ def repair(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, budg
     original = diagnosis.run
     result = Repair(diagnosis.source)
     recording = replace(
-        options,
-        detect_anomaly=False,
-        measure_graphs=False,
-        count_lines=(),
-        record_gradients=True,
-        recorded_steps=COMPARED_STEPS,
+        recording_options(options),
         stop_after=min(options.stop_after or options.timeout, max(MIN_CANDIDATE_SECONDS, CANDIDATE_TIME_SHARE * original.seconds)),
     )
     if jobs > 1:
