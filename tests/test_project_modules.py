@@ -250,3 +250,15 @@ def test_a_run_computes_a_module_s_summaries_once_for_all_that_import_it(tree, m
     reports = check_files([tree / "train.py", tree / "other.py", tree / "rdrop_loss.py"], all_rules(), FixMode.NONE, 1)
     assert [[f.code for f in r.findings] for r in reports] == [["GF001"], ["GF001"], []]
     assert computed == [HELPER.encode()]
+
+
+def test_a_helper_that_backwards_only_sometimes_licenses_no_fix(tree):
+    """The helper's backward must run at every call for the second one to be removed: under a test
+    decided at run time (a may, not a must) there is no safe fix, in the module or beside it."""
+    (tree / "rdrop_loss.py").write_text(
+        HELPER.replace("import torch.nn.functional as F", "import torch\nimport torch.nn.functional as F").replace(
+            "    loss.backward()\n", "    if torch.rand(()) > 0.5:\n        loss.backward()\n"
+        )
+    )
+    report = check_file(tree / "train.py", all_rules(), FixMode.UNSAFE)
+    assert report.rewritten is None and not report.fixed
