@@ -243,8 +243,10 @@ def test_a_run_stops_at_its_optimizer_step_or_time_bound_and_says_which(runs, tm
     assert (stepped.status, stepped.stopped_by, stepped.optimizer_steps) == ("stopped", "optimizer steps", 3)
     assert stepped.describe() == "stopped after 3 optimizer step(s), the step bound"
     timed = runs.runner.run(script, RunOptions(stop_after=0.5, timeout=30))
-    assert (timed.status, timed.stopped_by) == ("stopped", "time") and timed.optimizer_steps > 3
-    assert timed.describe().startswith("stopped at the time bound, after") and timed.seconds >= 0.5
+    # How many steps half a second holds depends on the machine's load: none, on a busy one.
+    assert (timed.status, timed.stopped_by) == ("stopped", "time")
+    assert timed.describe() == f"stopped at the time bound, after {timed.optimizer_steps} optimizer step(s)"
+    assert timed.seconds >= 0.5
 
 
 # A helper module beside the script backwards a loss, freeing the graph the script backwards next.
