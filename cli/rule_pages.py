@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 from gradfix.codemods.registry import RULE_MODULES, rule_anchor
 
@@ -21,6 +19,8 @@ def rules_page_link(code: str) -> str | None:
 
 @lru_cache(maxsize=None)
 def _rules_page() -> str | None:
+    from importlib import metadata  # its import (email, zipfile) is for a link, not for every run
+
     try:
         direct_url = json.loads(metadata.distribution("gradfix").read_text("direct_url.json") or "null")
     except (metadata.PackageNotFoundError, ValueError):
@@ -36,6 +36,8 @@ def rules_page(direct_url: object) -> str | None:
         return None
     parsed = urlparse(url)
     if parsed.scheme == "file":
+        from urllib.request import url2pathname  # urllib.request brings http.client and ssl
+
         page = Path(url2pathname(parsed.path), "docs", "rules.md")
         return page.as_uri() if page.is_file() else None
     commit = (direct_url.get("vcs_info") or {}).get("commit_id")

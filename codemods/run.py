@@ -8,13 +8,10 @@ pays for them; ``check`` checks one file, and is imported only when some file mu
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
@@ -233,6 +230,11 @@ def _map(
             known(index, result)
             results.extend(result)
         return results
+    # Imported only for a run big enough for a pool: a one-file check (pre-commit, an editor) would
+    # spend a fifth of its start-up on them.
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork"), initializer=_die_with, initargs=(os.getpid(),)) as pool:
         # Small chunks: the files that must be parsed cluster (a folder of long training scripts),
         # and chunks of 32 files left one worker idle at the end (0.2 s of diffusers' cold check).
@@ -255,6 +257,8 @@ def _die_with(parent: int) -> None:
     killed run leaves its workers waiting for work for ever); ``parent`` may have died already,
     before the kernel was asked."""
     if sys.platform == "linux":
+        import ctypes
+
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
     if os.getppid() != parent:
         os._exit(1)
