@@ -62,7 +62,7 @@ def parse_times(tree: Path) -> None:
 
     from gradfix.codemods.source import decoded, may_backward
     from gradfix.codemods.files import collect_files
-    from gradfix.codemods.parse import build_skeleton
+    from gradfix.codemods.skeleton import build_skeleton
 
     files = collect_files([tree]).files
     parsed_files = [path for path in files if may_backward(path.read_bytes())]

@@ -82,6 +82,7 @@ USAGE = """\
 %gradfix anomaly on|off         record where graphs are built (autograd's anomaly mode; slows every operation)
 %gradfix diagnose [--timeout S] run this session's cells in a separate process to find both lines and prove a fix"""
 DIAGNOSE_TIMEOUT = 120.0  # seconds for the whole diagnosis and repair search, as `gradfix diagnose`
+RUN_TIMEOUT = 60.0  # seconds one run of a script may take in `%gradfix diagnose`
 _CELL_NAME = re.compile(r"In\[(\d+)\]")
 _CELL_LINE = re.compile(r"\bcell (\d+), line\b")
 _FORWARD_REPORT = "Traceback of forward call that caused the error"
@@ -464,7 +465,6 @@ class Extension:
     def diagnose(self, timeout: float) -> None:
         """Run the cells up to the one that failed (all of them before this one, if none failed) in a
         separate process, with anomaly mode; explain, and offer the fix the run proves."""
-        from gradfix.cli.app import RUN_TIMEOUT
         from gradfix.codemods.report import SourceError
         from gradfix.codemods.execution.diagnose import diagnose
         from gradfix.codemods.execution.repair import repair

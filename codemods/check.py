@@ -24,10 +24,11 @@ from .project import ModuleSummaries, ProjectModules
 from .summaries import ExportedSummary, ProjectSummaries
 from .edits import apply_fixes, compatible
 from .notebook import Notebook, NotebookError, is_notebook
-from .parse import Skeleton, build_skeleton, compile_error, parse_decoded, parse_trusted, refuse_deep_nesting
+from .parse import compile_error, parse_decoded, parse_trusted, refuse_deep_nesting
 from .registry import RULE_MODULES, all_rules
 from .report import FileReport, Finding, FixMode, SourceError
 from .rule import Rule, Violation, without_repeats
+from .skeleton import Skeleton, build_skeleton
 from .source import decoded, prefiltered_report, skips_parse
 
 

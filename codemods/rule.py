@@ -9,7 +9,7 @@ fix's safety (``fix_safety``) and the example (``EXAMPLE_BEFORE``, ``EXAMPLE_AFT
 those declarations. The docs generator, ``gradfix explain``, SARIF and the tests' oracles read them.
 
 One tree's answer. ``gradfix check`` runs the rules twice on a file with findings: first on its
-skeleton (``parse.build_skeleton``: LibCST's node classes built from Python's own parser, with no
+skeleton (``skeleton.build_skeleton``: LibCST's node classes built from Python's own parser, with no
 parentheses, whitespace or comments), which only decides whether the file is parsed by LibCST and
 checked in full; a file whose skeleton has no finding is reported clean. So a rule's answer must
 not depend on which tree it reads: the same codes, as many times, on both. Read facts from the

@@ -40,7 +40,8 @@ def warm_cli(runs, monkeypatch):
     seconds, and one test (test_diagnose's) already pays it to show the command starts its own."""
     from typer.testing import CliRunner
 
-    from gradfix.cli import app as cli_app
+    from gradfix.cli import run_commands
+    from gradfix.cli.app import app
 
-    monkeypatch.setattr(cli_app, "ScriptRunner", lambda: _Lent(runs.runner))
-    return lambda *args: CliRunner().invoke(cli_app.app, [str(a) for a in args])
+    monkeypatch.setattr(run_commands, "ScriptRunner", lambda: _Lent(runs.runner))
+    return lambda *args: CliRunner().invoke(app, [str(a) for a in args])

@@ -11,7 +11,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from gradfix.cli import app as cli_app
+from gradfix.cli import check_commands
 from gradfix.cli import main, render
 from gradfix.cli.app import app
 from gradfix.codemods.config import find_config
@@ -508,7 +508,7 @@ def test_show_fixes_and_exit_non_zero_on_fix(cli, tmp_path):
 
 
 def test_interactive_fix_writes_only_what_is_accepted(tmp_path, monkeypatch):
-    monkeypatch.setattr(cli_app, "_stdin_is_terminal", lambda: True)
+    monkeypatch.setattr(check_commands, "_stdin_is_terminal", lambda: True)
     runner = CliRunner()
     first = write(tmp_path / "a.py", DOUBLE)
     second = write(tmp_path / "b.py", DOUBLE)
@@ -698,10 +698,10 @@ def test_watch_checks_again_when_a_file_changes(cli, tmp_path, monkeypatch):
     class Stop(Exception):
         pass
 
-    real_sleep = cli_app.time.sleep
+    real_sleep = check_commands.time.sleep
 
     def sleep(seconds):
-        if seconds != cli_app.WATCH_INTERVAL:  # another's (a subprocess waiting)
+        if seconds != check_commands.WATCH_INTERVAL:  # another's (a subprocess waiting)
             return real_sleep(seconds)
         looks.append(seconds)
         if len(looks) == 1:
@@ -709,7 +709,7 @@ def test_watch_checks_again_when_a_file_changes(cli, tmp_path, monkeypatch):
         elif len(looks) == 3:
             raise Stop
 
-    monkeypatch.setattr(cli_app.time, "sleep", sleep)
+    monkeypatch.setattr(check_commands.time, "sleep", sleep)
     result = cli("check", "--watch", tmp_path)
     assert isinstance(result.exception, Stop)
     assert result.stdout.count(f"{script}:19:5: GF002") == 1  # checked twice: clean, then the change; not a third time

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from gradfix import __version__
 from gradfix.cli import rule_pages
-from gradfix.cli import app as cli_app
+from gradfix.cli import check_commands
 from gradfix.cli import formats, main
 from gradfix.cli.app import app
 from gradfix.codemods.registry import all_rules, rule_anchor
@@ -254,10 +254,10 @@ def test_watch_says_the_projects_totals_after_each_change_in_every_format(tmp_pa
     class Stop(Exception):
         pass
 
-    real_sleep = cli_app.time.sleep
+    real_sleep = check_commands.time.sleep
 
     def sleep(seconds):
-        if seconds != cli_app.WATCH_INTERVAL:
+        if seconds != check_commands.WATCH_INTERVAL:
             return real_sleep(seconds)
         looks.append(seconds)
         if len(looks) == 1:
@@ -265,7 +265,7 @@ def test_watch_says_the_projects_totals_after_each_change_in_every_format(tmp_pa
         elif len(looks) == 2:
             raise Stop
 
-    monkeypatch.setattr(cli_app.time, "sleep", sleep)
+    monkeypatch.setattr(check_commands.time, "sleep", sleep)
     result = cli("check", "--watch", "--output-format", "concise", tmp_path)
     assert isinstance(result.exception, Stop)
     assert result.stderr.count("Found 1 finding(s) in 1 file(s)") == 1

@@ -159,7 +159,7 @@ def test_cli_diagnose_shows_the_scripts_traceback_without_gradfix_frames(warm_cl
     result = warm_cli("diagnose", script)
     assert result.exit_code == 1
     assert "ValueError: no data" in result.stdout and f'File "{script}", line 4, in <module>' in result.stdout
-    assert "runner.py" not in result.stdout and "runpy" not in result.stdout
+    assert "script_child.py" not in result.stdout and "runpy" not in result.stdout
 
 
 def test_cli_diagnose_bad_input(cli, tmp_path):

@@ -8,7 +8,9 @@ import shutil
 import pytest
 
 from gradfix.codemods.execution.diagnose import diagnose, gradients_lost
-from gradfix.codemods.execution.repair import Attempt, Candidate, Kind, Repair, repair, write_chosen
+from gradfix.codemods.execution.repair import Repair, repair, write_chosen
+from gradfix.codemods.execution.repair_candidates import Candidate, Kind
+from gradfix.codemods.execution.repair_judge import Attempt
 from gradfix.codemods.execution.runner import RunResult
 
 from .test_repair_vocabulary import BOUNDS, REPAIRS

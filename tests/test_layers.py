@@ -39,7 +39,7 @@ PLAIN_LAYER = {
         "typed_json",
     )
 }
-LIBCST_LAYER = {f"{CODEMODS}.{name}" for name in ("parse", "check", "edits", "analysis", "rules", "execution")}
+LIBCST_LAYER = {f"{CODEMODS}.{name}" for name in ("parse", "skeleton", "check", "edits", "analysis", "rules", "execution")}
 ENTRY_POINTS = {f"{CODEMODS}.api"}  # the library's door: one source (LibCST) or many paths (run)
 # The imports from the plain layer into the LibCST layer: the files the cache does not answer are
 # checked, and the summaries of project modules it does not know are computed; only then is LibCST

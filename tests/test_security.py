@@ -20,7 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gradfix.cli.app import app
-from gradfix.codemods.execution.runner import PROCESS_HEADROOM, RunOptions
+from gradfix.codemods.execution.runner import RunOptions
+from gradfix.codemods.execution.script_child import PROCESS_HEADROOM
 
 from .conftest import FIXTURES
 from .test_runner import SPAWNS, alive, assert_gone

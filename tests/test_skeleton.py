@@ -1,4 +1,4 @@
-"""The skeleton (``gradfix.codemods.parse.build_skeleton``) is LibCST's tree of the same source, less whitespace,
+"""The skeleton (``gradfix.codemods.skeleton.build_skeleton``) is LibCST's tree of the same source, less whitespace,
 comments and punctuation: compared node by node with what LibCST's parser builds, on edge cases of
 the builder's own, the fixtures and the real code beside this checkout."""
 
@@ -15,7 +15,7 @@ from gradfix.codemods.check import check_source
 from gradfix.codemods.report import FixMode
 from gradfix.codemods.source import decoded
 from gradfix.codemods.registry import all_rules
-from gradfix.codemods.parse import build_skeleton
+from gradfix.codemods.skeleton import build_skeleton
 
 from .conftest import FIXTURES, SHARED_CASES
 
