@@ -24,7 +24,6 @@ from gradfix.codemods.notebook import is_notebook
 from gradfix.codemods.registry import rule_by_code
 from gradfix.codemods.run import excluded_by, excluded_when_named
 from gradfix.codemods.shard import Shard
-from gradfix.codemods.execution.runner import ScriptRunner
 
 from . import formats, render
 from .options import (
@@ -374,6 +373,8 @@ def fix(
     if interactive:
         _review(reports)
     if verify is not None:
+        from gradfix.codemods.execution.runner import ScriptRunner
+
         from .verify_command import refused_rewrites
 
         _require_torch()

@@ -17,9 +17,11 @@ import re
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
+
+if TYPE_CHECKING:
+    import urllib.request
 
 DEFAULT_API_URL = "https://api.github.com"
 API_VERSION = "2022-11-28"
@@ -107,17 +109,6 @@ def _pull_requests(answer: object) -> list[PullRequest]:
     return [PullRequest.from_json(item) for item in answer]
 
 
-class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
-    """Follows a redirect (a renamed repository) only on the API's own host and scheme, where the
-    token may go: not to another host, nor from https to http."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        new, old = urllib.parse.urlsplit(newurl), urllib.parse.urlsplit(req.full_url)
-        if (new.scheme, new.netloc) != (old.scheme, old.netloc):
-            return None
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
 class GitHub:
     """One repository's pull requests, as ``owner/name`` on the API at ``api_url``."""
 
@@ -138,7 +129,9 @@ class GitHub:
         self._token = token
         self._echoes = token_echoes(token) if token else None
         self._sleep = sleep
-        self._opener = urllib.request.build_opener(_SameHostRedirects)
+        from .github_http import same_host_opener  # (http.client, email and ssl: imported for pr alone)
+
+        self._opener = same_host_opener()
 
     # endpoints ---------------------------------------------------------------------------------
     def open_pull_request(self, branch: str) -> PullRequest | None:
@@ -200,6 +193,8 @@ class GitHub:
             ) from None
 
     def _prepare(self, method: str, path: str, payload: dict | None) -> urllib.request.Request:
+        import urllib.request
+
         headers = {
             "Accept": "application/vnd.github+json",
             "Authorization": f"Bearer {self._token}",

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gradfix.cli import github_api
+from gradfix.cli import github_api, github_http
 from gradfix.cli.app import app
 from gradfix.cli.github_api import GitHub, GitHubError, token_echoes
 from gradfix.cli.pull_request import DEFAULT_BRANCH, Git, GitError, fingerprint_in
@@ -471,7 +471,7 @@ def test_the_token_is_never_sent_in_clear_text_to_an_api_on_another_host(project
 
 def test_a_redirect_from_https_to_http_is_not_followed():
     request = urllib.request.Request("https://github.example/repos/octo/net/pulls", headers={"Authorization": f"Bearer {TOKEN}"})
-    redirects = github_api._SameHostRedirects()
+    redirects = github_http.SameHostRedirects()
     assert redirects.redirect_request(request, None, 301, "Moved", {}, "http://github.example/repos/octo/net/pulls") is None
     assert redirects.redirect_request(request, None, 301, "Moved", {}, "https://github.example/repos/octo/renamed/pulls") is not None
 

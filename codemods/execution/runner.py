@@ -34,7 +34,6 @@ What a script is kept from (SECURITY.md says what it is not kept from: this is n
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import select
@@ -48,9 +47,12 @@ import threading
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .. import typed_json
+
+if TYPE_CHECKING:
+    import ctypes
 
 MEASURED_STEPS = 8  # a scan of the heap costs a quarter of a second; growth shows in a few steps
 STOP_SHARE = 0.9  # of a run's time: a run still training then stops with what it showed; the rest kills one stuck elsewhere
@@ -424,6 +426,8 @@ def _kill_group(pid: int) -> None:
 
 
 def _prctl(option: int, value: int) -> None:
+    import ctypes  # here, not for every command that names a run's options (check does not run one)
+
     if _libc().prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
         error = ctypes.get_errno()
         raise OSError(error, os.strerror(error))
@@ -431,6 +435,8 @@ def _prctl(option: int, value: int) -> None:
 
 @lru_cache(maxsize=None)
 def _libc() -> ctypes.CDLL:
+    import ctypes
+
     return ctypes.CDLL(None, use_errno=True)
 
 
