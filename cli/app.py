@@ -130,8 +130,8 @@ def run() -> None:
 
 def usage_message(error: Exception) -> str:
     """A usage error as gradfix says it, on one line: an unknown option with the ones it may
-    have meant, a value with what the option takes (from pydantic's account, in recent typer,
-    never its words), a missing argument; and where the usage is shown."""
+    have meant, a value with what the option takes, a missing argument; and where the usage is
+    shown."""
     context = getattr(error, "ctx", None)
     where = f" (see `{context.command_path} -h`)" if context is not None else ""
     parameter = getattr(error, "param", None)
@@ -143,29 +143,6 @@ def usage_message(error: Exception) -> str:
     name = parameter.opts[0] if parameter.param_type_name == "option" else (parameter.metavar or parameter.name)
     if hasattr(error, "param_type"):  # click's MissingParameter
         return f"error: missing {name}{where}"
-    account = error.__cause__.errors()[0] if hasattr(error.__cause__, "errors") else None
-    if account is None:
-        return f"error: {name}: {error.message}{where}"
-    if account["type"] == "value_error":
-        return f"error: {name}: {str(account['ctx']['error']).rstrip('.')}{where}"
-    taken = _TAKEN.get(account["type"])
-    if taken is None:
-        return f"error: {name}: {account['input']!r} is not a value it takes{where}"
-    given = account["input"] if account["type"] in _BOUNDS else repr(account["input"])
-    return f"error: {name} takes {taken(account.get('ctx', {}))}, not {given}{where}"
-
-
-# What an option takes, by the kind of value pydantic says it was not.
-_BOUNDS = {
-    "greater_than_equal": lambda bound: f"{bound['ge']} or more",
-    "greater_than": lambda bound: f"more than {bound['gt']}",
-    "less_than_equal": lambda bound: f"{bound['le']} or less",
-    "less_than": lambda bound: f"less than {bound['lt']}",
-}
-_TAKEN = {
-    **_BOUNDS,
-    "int_parsing": lambda bound: "a whole number",
-    "int_from_float": lambda bound: "a whole number",
-    "float_parsing": lambda bound: "a number",
-    "bool_parsing": lambda bound: "true or false",
-}
+    if isinstance(error, options.NotTaken):
+        return f"error: {name} {error.message}{where}"
+    return f"error: {name}: {error.message.rstrip('.')}{where}"

@@ -102,7 +102,32 @@ ExtendExclude = Annotated[
 ForceExclude = Annotated[
     bool, typer.Option("--force-exclude", help="Skip excluded files even when they are named on the command line (as pre-commit names them).")
 ]
-Jobs = Annotated[Optional[int], typer.Option("--jobs", "-j", metavar="N", min=1, help="Processes to use [default: all cores].", show_default=False)]
+
+
+class NotTaken(typer.BadParameter):
+    """A value an option does not take, said as what it takes (``--jobs takes 1 or more, not 0``)."""
+
+
+def at_least(least: int | float) -> Callable[[str], int | float]:
+    """An option's parser: a whole number of ``least`` or more (a number, when ``least`` is a float),
+    its errors in gradfix's words rather than in the words of typer's version of click or pydantic."""
+    kind, taken = (int, "a whole number") if isinstance(least, int) else (float, "a number")
+
+    def parse(text: str | int | float) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise NotTaken(f"takes {taken}, not {text!r}") from None
+        if value < least:
+            raise NotTaken(f"takes {least:g} or more, not {text}")
+        return value
+
+    return parse
+
+
+Jobs = Annotated[
+    Optional[int], typer.Option("--jobs", "-j", metavar="N", parser=at_least(1), help="Processes to use [default: all cores].", show_default=False)
+]
 UnsafeFixes = Annotated[
     Optional[bool],
     typer.Option("--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that change what the program computes.", show_default=False),

@@ -18,7 +18,7 @@ from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.execution.runner import STOP_SHARE, RunOptions, ScriptRunner
 
 from . import render
-from .options import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, ListFormat, Verbose, _require_torch, _usage_error
+from .options import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, ListFormat, Verbose, _require_torch, _usage_error, at_least
 
 if TYPE_CHECKING:
     from gradfix.codemods.execution.diagnose import Diagnosis
@@ -36,7 +36,7 @@ def verify(
         ListFormat, typer.Option("--output-format", metavar="FORMAT", help="How results are printed: text or json.")
     ] = ListFormat.text,
     timeout: Annotated[
-        float, typer.Option("--timeout", metavar="SECONDS", min=1, help="Seconds each run of a fixture script may take.")
+        float, typer.Option("--timeout", metavar="SECONDS", parser=at_least(1.0), help="Seconds each run of a fixture script may take.")
     ] = RunOptions.timeout,
     verbose: Verbose = False,
 ) -> None:
@@ -76,7 +76,7 @@ def diagnose(
         typer.Option(
             "--steps",
             metavar="N",
-            min=1,
+            parser=at_least(1),
             help="Stop after this many optimizer steps (default: run until the error, the end of the script or --timeout).",
             show_default=False,
         ),
@@ -86,17 +86,23 @@ def diagnose(
         typer.Option(
             "--timeout",
             metavar="SECONDS",
-            min=1,
+            parser=at_least(1.0),
             help="Seconds for the whole diagnosis and repair search; a run still training then stops and says so.",
         ),
     ] = 120,
-    memory_limit: Annotated[int, typer.Option("--memory-limit", metavar="MIB", min=64, help="MiB the script may allocate.")] = 4096,
+    memory_limit: Annotated[int, typer.Option("--memory-limit", metavar="MIB", parser=at_least(64), help="MiB the script may allocate.")] = 4096,
     fix: Annotated[bool, typer.Option("--fix", help="Apply the matching rule's rewrite and run again to confirm.")] = False,
     unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix: also apply a fix that changes the maths.")] = False,
     show_output: Annotated[bool, typer.Option("--show-output", help="Show what the script printed.")] = False,
     jobs: Annotated[
         int,
-        typer.Option("--jobs", "-j", metavar="N", min=1, help="Candidate rewrites the repair search runs at once, each on a warm runner of its own."),
+        typer.Option(
+            "--jobs",
+            "-j",
+            metavar="N",
+            parser=at_least(1),
+            help="Candidate rewrites the repair search runs at once, each on a warm runner of its own.",
+        ),
     ] = 1,
     pass_env: Annotated[
         Optional[List[str]],
