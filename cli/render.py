@@ -13,7 +13,6 @@ from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from gradfix.codemods.config import Config
@@ -24,13 +23,15 @@ from gradfix.codemods.registry import rule_by_code
 from gradfix.codemods.rule import Rule
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from gradfix.codemods.execution.diagnose import Diagnosis
     from gradfix.codemods.execution.repair import Repair
     from gradfix.codemods.execution.verify import CheckResult, FixtureCase
 
-stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 # What is said beside the results (summaries, warnings): `--quiet` silences it, never an error.
-notes = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+notes = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
 
 
@@ -57,7 +58,7 @@ def printed_line(text: str) -> str:
 
 
 def _stdout() -> Console:
-    return Console(highlight=False, soft_wrap=True, markup=False)
+    return Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 def coloured_stdout() -> bool:
@@ -187,8 +188,14 @@ def statistics(findings: Sequence[Finding]) -> list[dict]:
     ]
 
 
+def _table() -> Table:
+    from rich.table import Table  # only for the commands that print a table, not at every start
+
+    return Table(box=None, pad_edge=False)
+
+
 def statistics_table(findings: Sequence[Finding]) -> Table:
-    table = Table(box=None, pad_edge=False)
+    table = _table()
     for column in ("count", "code", "name", "fixable"):
         table.add_column(column, justify="right" if column in ("count", "fixable") else "left")
     for row in statistics(findings):
@@ -219,7 +226,7 @@ def rule_record(rule: type[Rule]) -> dict:
 
 
 def rules_table(rules: Sequence[type[Rule]]) -> Table:
-    table = Table(box=None, pad_edge=False)
+    table = _table()
     for column in ("code", "name", "fix", "summary"):
         table.add_column(column)
     for rule in rules:
@@ -255,7 +262,7 @@ def print_table(table: Table) -> None:
         console.print(table)
         return
     table.expand = False
-    piped = Console(highlight=False, markup=False, width=PIPED_WIDTH, file=io.StringIO(), color_system=None)
+    piped = Console(highlight=False, markup=False, emoji=False, width=PIPED_WIDTH, file=io.StringIO(), color_system=None)
     piped.print(table)
     sys.stdout.writelines(line.rstrip() + "\n" for line in piped.file.getvalue().splitlines())
 
@@ -281,7 +288,7 @@ def _indent(code: str) -> str:
 
 
 def verify_table(results: Sequence[CheckResult], skipped: Sequence[FixtureCase] = ()) -> Table:
-    table = Table(box=None, pad_edge=False)
+    table = _table()
     for column in ("case", "check", "result", "detail"):
         table.add_column(column, overflow="fold")
     for result in results:

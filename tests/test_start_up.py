@@ -20,6 +20,8 @@ NOT_FOR_A_CACHED_CHECK = [
     "ssl",
     "importlib.metadata",  # brings email and zipfile
     "pydantic",  # typer 0.29 builds a pydantic validator for every option
+    "rich._emoji_codes",  # gradfix prints no emoji codes
+    "rich.table",  # for the commands that print a table
 ]
 
 _MODULES_AFTER = (
