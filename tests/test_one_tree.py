@@ -80,6 +80,17 @@ class _Watched:
             self.found_in_full = unrepeated(violations)
             return self.found_in_full
 
+        def exports_unwatched(data: bytes) -> object:
+            """A module the file imports, analysed for its exports (before the file, where they are
+            not known yet): not the file's skeleton."""
+            kept, self.analyses = self.analyses, []
+            try:
+                return exports(data)
+            finally:
+                self.analyses = kept
+
+        exports = check.module_exports
+        setattr_(check, "module_exports", exports_unwatched)
         setattr_(check, "_skeleton_finds_nothing", watched_gate)
         setattr_(check, "FileAnalysis", kept_analysis)
         setattr_(check, "without_repeats", kept_violations)
