@@ -6,7 +6,8 @@ the rewrites. It runs through the runner (``trace.py`` is the runner's script an
 gets the runner's scrubbed environment, limits and timeout, and ``trace.py``, put on CMD's
 ``PYTHONPATH`` as ``sitecustomize``, records a trace of every Python process without editing the
 user's files: which of the user's files ran, the losses backwarded and the parameters after the
-first optimizer steps, the exception if any.
+first optimizer steps (without an optimizer, the gradients the backward calls left), the exception
+if any.
 
 A rewrite is verified when the two traces agree (to the tolerance fixtures are checked with) and
 CMD ends the same way; or, when the original fails with the second-backward error, when the
@@ -55,12 +56,12 @@ class BadCommand(ValueError):
     """CMD cannot be run: the message says why."""
 
 
-EVENT_KINDS = ("process", "backward", "step", "error")  # what a trace records beside the files CMD compiled
+EVENT_KINDS = ("process", "backward", "step", "gradients", "error")  # what a trace records beside the files CMD compiled
 
 
 @dataclass
 class TraceEvent:
-    kind: str  # one of EVENT_KINDS (detail: the command line, the call's or step's number, the error), or "file" (detail: its path)
+    kind: str  # one of EVENT_KINDS (detail: the command line, the call's or step's number, "", the error), or "file" (detail: its path)
     detail: str
     values: list[float]
 
@@ -255,10 +256,10 @@ class _Judge:
                 return None
             if self._retained is None:
                 self._retained = self.runs.run([], retain_graph=True)
-            if not any(e.kind == "step" for e in self._retained.events):
-                return "the original with retain_graph=True makes no optimizer step whose parameters the rewrite's could match"
+            if not any(e.kind in ("step", "gradients") for e in self._retained.events):
+                return "the original with retain_graph=True makes no optimizer step and leaves no gradient the rewrite's could match"
             # The promise is the gradients, not the backward calls (a rewrite may merge two).
-            return _parting(self._retained, rewritten, "with retain_graph=True", ("process", "step", "error"))
+            return _parting(self._retained, rewritten, "with retain_graph=True", ("process", "step", "gradients", "error"))
         parting = _parting(self.original, rewritten, "")
         if parting is None and rewritten.output != self.original.output:
             if self._original_again is None:
@@ -319,6 +320,7 @@ def _event_name(event: TraceEvent) -> str:
     return {
         "backward": f"backward call {event.detail} (its loss)",
         "step": f"optimizer step {event.detail} (the parameters after it)",
+        "gradients": "the end (the gradients the backward calls left, and their leaves)",
         "error": event.detail,
         "process": f"the process {event.detail!r}",
     }.get(event.kind, event.kind)
