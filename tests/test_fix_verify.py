@@ -141,6 +141,31 @@ def test_without_an_optimizer_a_rewrite_that_leaves_other_gradients_is_refused(p
     assert "train.py: not applied, refused: at the end (the gradients the backward calls left, and their leaves) (#0): differs by" in result.stderr
 
 
+# A running loss kept with its graph and printed: GF007 detaches it, and it prints without its grad_fn.
+PRINTED_RUNNING_LOSS = """import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+running = 0
+for step in range(3):
+    loss = model(torch.randn(4, 3)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    running += loss
+print("average loss:", running / 3)
+"""
+
+
+def test_a_logged_value_that_prints_without_its_grad_fn_once_detached_is_verified(project, warm_cli):
+    (project / "train.py").write_text(PRINTED_RUNNING_LOSS)
+    result = warm_cli("fix", "--verify", "python train.py", "train.py")
+    assert result.exit_code == 0, result.output
+    assert "running += loss.detach()\n" in (project / "train.py").read_text()
+    assert "train.py: verified" in result.stderr.splitlines()
+
+
 @pytest.mark.parametrize(
     ("program", "parting"),
     [

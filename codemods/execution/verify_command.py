@@ -10,7 +10,8 @@ first optimizer steps (without an optimizer, the gradients the backward calls le
 if any.
 
 A rewrite is verified when the two traces agree (to the tolerance fixtures are checked with) and
-CMD ends the same way; or, when the original fails with the second-backward error, when the
+CMD ends the same way, printing the same lines (a printed tensor's autograd annotations aside, which
+a value logged detached loses); or, when the original fails with the second-backward error, when the
 rewritten run completes, and, if every fix of the rewrite is one whose rule promises the gradients
 of ``retain_graph=True``, agrees with the original run with ``retain_graph=True`` forced. A rewrite
 of a file CMD never ran is not exercised. Rewrites are tried together first; a set that fails is
@@ -24,6 +25,7 @@ only ever decide whether a rewrite is applied.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -44,6 +46,9 @@ from .gradients import compare_gradients
 COMMAND_TIMEOUT = 300.0  # seconds one run of CMD may take: a smoke run, on a loaded machine
 TRACE_LIMIT = 16 << 20  # bytes of one process's trace read back; a bigger one is unreadable
 SECOND_BACKWARD = "backward through the graph a second time"
+# What a printed tensor says of the graph it holds (tensor(0.98, grad_fn=<DivBackward0>)): a value
+# logged detached prints without it, and its numbers are what CMD's output is compared by.
+AUTOGRAD_ANNOTATION = re.compile(r", (?:grad_fn=<[^<>]*>|requires_grad=True)")
 # Not copied for a run: version control, caches (every module must be compiled to be seen running)
 # and virtualenvs (CMD finds its interpreter by an absolute path or PATH).
 NOT_COPIED = frozenset({
@@ -75,8 +80,8 @@ class CommandRun:
 
     @property
     def output(self) -> list[str]:
-        """The lines CMD printed on stdout."""
-        return self.result.stdout.splitlines()
+        """The lines CMD printed on stdout, printed tensors without their autograd annotations."""
+        return AUTOGRAD_ANNOTATION.sub("", self.result.stdout).splitlines()
 
     @property
     def second_backward(self) -> bool:
