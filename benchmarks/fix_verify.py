@@ -5,9 +5,10 @@ usage: python benchmarks/fix_verify.py [--fixtures] [--real-breaks] [--rule NAME
 (neither --fixtures nor --real-breaks: both)
 
 Fixtures: every before.py of tests/fixtures (before/after pairs, in the mode of the case) runs as
-``python train.py`` in a folder of its own; its rewrite is verified, refused or not exercised. A
+``python before.py`` in a copy of its case's folder (the modules beside it included); its rewrite is
+verified, refused or not exercised. A
 preserving rewrite (a safe fix of a rule that keeps the gradients of ``retain_graph=True``) is
-expected verified; one line per case that is not.
+expected verified. One line per case.
 Real breaks: each program (a file, or a folder run as ``python main.py``) is fixed with
 ``--unsafe-fixes --verify``, the verified rewrites are written into a copy, and the program runs
 again, before and after, with the seeds the verification's runs get: it must print what it printed
@@ -71,18 +72,19 @@ def fixtures(runner: ScriptRunner, rules: list[str], per_rule: int | None) -> tu
     for case in cases:
         preserving = case.rule.KEEPS_GRADIENTS and not case.unsafe
         with tempfile.TemporaryDirectory(prefix="fix-verify-") as temporary:
-            folder = Path(temporary)
-            script = folder / "train.py"
-            shutil.copy(case.file("before.py"), script)
+            folder = Path(temporary) / case.directory.name
+            shutil.copytree(case.directory, folder)  # with the modules beside before.py
+            script = folder / "before.py"
             report = check_source(script.read_bytes(), [case.rule], case.mode, str(script))
-            seconds = _own_run(folder, "train.py")
+            seconds = _own_run(folder, script.name)
             started = time.monotonic()
-            verdicts = verify_rewrites([report], "python train.py", runner, folder)
-            verifying, own = verifying + time.monotonic() - started, own + seconds
-        status = verdicts[0].status if verdicts else "no rewrite"
-        counts[("preserving" if preserving else "other", status)] += 1
-        if preserving and status != "verified" or verdicts and status == "refused":
-            print(f"{case.name}: {status}" + (f": {verdicts[0].detail}" if verdicts and verdicts[0].detail else ""), flush=True)
+            verdicts = verify_rewrites([report], f"python {script.name}", runner, folder)
+            took = time.monotonic() - started
+            verifying, own = verifying + took, own + seconds
+        kind, status = "preserving" if preserving else "other", verdicts[0].status if verdicts else "no rewrite"
+        counts[(kind, status)] += 1
+        detail = f": {verdicts[0].detail}" if verdicts and verdicts[0].detail else ""
+        print(f"{case.name} ({kind}): {status}{detail} [{took:.1f} s, the program's own {seconds:.1f} s]", flush=True)
     return counts, verifying, own
 
 

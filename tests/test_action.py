@@ -15,7 +15,21 @@ import yaml
 from packaging.requirements import Requirement
 
 from .conftest import FIXTURES
-from .test_pull_request import ACTION, RECORDING_GRADFIX, ROOT, git, read_step_outputs, run_action, runner_temp  # noqa: F401 (a fixture)
+from .test_fix_verify import CLOSURE_BACKWARD
+from .test_pull_request import (  # noqa: F401 (runner_temp: a fixture)
+    ACTION,
+    INSTALL_STEP,
+    PUSH,
+    RECORDING_GRADFIX,
+    REPOSITORY,
+    ROOT,
+    TOKEN,
+    git,
+    pull_request_from,
+    read_step_outputs,
+    run_action,
+    runner_temp,
+)
 
 DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
 DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
@@ -25,7 +39,7 @@ LOCK = ROOT / "requirements" / "action.txt"
 def install_step(tmp_path, environment):
     """The install step, as a runner runs it, with ``environment`` over the test's."""
     script = tmp_path / "install.sh"
-    script.write_text(ACTION["runs"]["steps"][0]["run"])
+    script.write_text(INSTALL_STEP["run"])
     env = {**os.environ, "RUNNER_TEMP": str(tmp_path), "GITHUB_ACTION_PATH": str(ROOT), **environment}
     return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], env=env, capture_output=True, text=True, timeout=60)
 
@@ -47,23 +61,32 @@ def test_the_install_step_names_the_runners_it_supports(tmp_path):
     assert done.stderr == "gradfix: the action runs on Linux (X64, ARM64) and macOS (ARM64) runners, not on Windows/X64\n"
 
 
-def test_the_install_step_installs_the_locked_versions_by_hash_then_gradfix_from_nothing_but_its_checkout(tmp_path):
-    # A python3 whose venv's python records each pip call instead of installing.
+@pytest.mark.parametrize(("verify", "seen"), [("false", []), ("true", ["--system-site-packages"])], ids=["alone", "verifying"])
+def test_the_install_step_installs_the_locked_versions_by_hash_then_gradfix_from_nothing_but_its_checkout(tmp_path, verify, seen):
+    # A python3 that records the venv it is asked for, whose venv's python records each pip call instead of installing.
     fake = tmp_path / "bin" / "python3"
     fake.parent.mkdir()
     fake.write_text(
-        '#!/bin/bash\nif [[ "$1" == -m && "$2" == venv ]]; then mkdir -p "$3/bin"\n'
-        'printf \'#!/bin/sh\\nprintf "%%s\\\\0" "$@" >> "%s"\\necho >> "%s"\\n\' "$RECORD" "$RECORD" > "$3/bin/python"\n'
-        f'chmod +x "$3/bin/python"; exit 0; fi\nexec "{sys.executable}" "$@"\n'
+        '#!/bin/bash\nif [[ "$1" == -m && "$2" == venv ]]; then venv="${@: -1}"; mkdir -p "$venv/bin"\n'
+        'printf "%s\\0" "$@" >> "$RECORD"; echo >> "$RECORD"\n'
+        'printf \'#!/bin/sh\\nprintf "%%s\\\\0" "$@" >> "%s"\\necho >> "%s"\\n\' "$RECORD" "$RECORD" > "$venv/bin/python"\n'
+        f'chmod +x "$venv/bin/python"; exit 0; fi\nexec "{sys.executable}" "$@"\n'
     )
     fake.chmod(0o755)
-    record = tmp_path / "pip-calls"
-    environment = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "RUNNER_OS": "Linux", "RUNNER_ARCH": "ARM64", "RECORD": str(record)}
+    record = tmp_path / "python-calls"
+    environment = {
+        "PATH": f"{fake.parent}:{os.environ['PATH']}",
+        "RUNNER_OS": "Linux",
+        "RUNNER_ARCH": "ARM64",
+        "RECORD": str(record),
+        "GRADFIX_VERIFY": verify,  # the trust step's answer: the venv sees the workflow's torch only to run verify-command
+    }
     done = install_step(tmp_path, environment)
     assert done.returncode == 0, done.stderr
     calls = [line.split("\0")[:-1] for line in record.read_text().splitlines()]
     common = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input"]
     assert calls == [
+        ["-m", "venv", *seen, f"{tmp_path}/gradfix-venv"],
         [*common, "--require-hashes", "--only-binary", ":all:", "--requirement", f"{ROOT}/requirements/action.txt"],
         [*common, "--no-deps", "--no-build-isolation", "--no-index", str(ROOT)],
     ]
@@ -162,7 +185,7 @@ def test_fix_mode_outside_a_git_repository_writes_whole_outputs(tmp_path, runner
     done, outputs, _ = run_action({"mode": "fix"}, runner_temp, workspace, tmp_path)
     assert done.returncode == 0, done.stderr
     assert outputs["changed-files"] == "train.py" and outputs["findings"] == "1"
-    written = read_step_outputs((tmp_path / "github_output").read_text())
+    written = read_step_outputs((tmp_path / "gradfix.outputs").read_text())
     assert set(written) == {"findings", "changed-files"}
     assert re.match(r"::error file=left\.py,line=\d+,col=\d+,title=GF003 forward_outside_loop::", done.stdout)
 
@@ -176,6 +199,109 @@ def test_check_mode_writes_sarif_for_code_scanning_and_fails_on_findings(tmp_pat
     assert outputs["findings"] == "1" and done.stdout.startswith("::error file=train.py,line=19,col=5,")
     [run] = json.loads((workspace / "gradfix.sarif").read_text())["runs"]
     assert [(r["ruleId"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]) for r in run["results"]] == [("GF002", "train.py")]
+
+
+# verify-command -------------------------------------------------------------------------------
+# CMD of the tests: it notes the environment it got in the file it is given, then runs the training script.
+NOTING_MAIN = """import os
+import sys
+
+with open(sys.argv[1], "w") as noted:
+    noted.write("\\n".join(f"{name}={value}" for name, value in os.environ.items()))
+import train
+"""
+OWN_CODE = {
+    "push": PUSH,
+    "schedule": {"github.event_name": "schedule"},
+    "workflow_dispatch": {"github.event_name": "workflow_dispatch"},
+    "own-pull-request": pull_request_from(REPOSITORY),
+}
+NOT_OWN_CODE = {
+    "fork-pull-request": pull_request_from("mallory/net"),
+    "deleted-fork-pull-request": pull_request_from(""),  # a fork deleted since: no head repository
+    "pull_request_target": {"github.event_name": "pull_request_target", "github.event.pull_request.head.repo.full_name": REPOSITORY},
+    "workflow_run": {"github.event_name": "workflow_run"},
+    "issue_comment": {"github.event_name": "issue_comment"},
+}
+# What the runner's environment may hold that no code of the tree may see.
+SECRETS = {
+    "GITHUB_TOKEN": TOKEN,
+    "INPUT_TOKEN": TOKEN,
+    "ACTIONS_RUNTIME_TOKEN": "runtime-token-of-the-runner",
+    "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "oidc-request-token",
+    "ACTIONS_ID_TOKEN_REQUEST_URL": "https://token.actions.example/oidc",
+    "ACTIONS_CACHE_URL": "https://cache.actions.example/",
+    "ACTIONS_RESULTS_URL": "https://results.actions.example/",
+}
+
+
+def recorded_run(tmp_path, inputs, event):
+    """The action with a gradfix that records its arguments: its step, and the arguments."""
+    runner_temp = tmp_path / "runner_temp"
+    recorder = runner_temp / "gradfix-venv" / "bin" / "gradfix"
+    recorder.parent.mkdir(parents=True)
+    recorder.write_text(RECORDING_GRADFIX)
+    recorder.chmod(0o755)
+    done, _, _ = run_action(inputs, runner_temp, tmp_path, tmp_path, environment={"RECORDED_STATUS": "0"}, event=event)
+    argv = runner_temp / "argv"
+    return done, argv.read_text().split("\0")[:-1] if argv.exists() else None
+
+
+@pytest.mark.parametrize("event", [*OWN_CODE.values(), *NOT_OWN_CODE.values()], ids=[*OWN_CODE, *NOT_OWN_CODE])
+def test_code_runs_only_when_verify_command_is_set_and_the_code_is_the_repository_s_own(tmp_path, event):
+    own = event in OWN_CODE.values()
+    for mode in ("check", "fix", "pr"):
+        done, argv = recorded_run(tmp_path / mode, {"mode": mode, "unsafe-fixes": "true"}, event)
+        assert done.returncode == 0 and "--verify" not in argv and "diagnose" not in argv, (mode, argv)
+    done, argv = recorded_run(tmp_path / "verify", {"mode": "fix", "unsafe-fixes": "true", "verify-command": "python train.py"}, event)
+    assert done.returncode == 0, done.stderr
+    if own:
+        assert argv == ["fix", "--output-format", "github", "--unsafe-fixes", "--verify", "python train.py", "--", "."]
+    else:  # the safe fixes alone, unverified, and the log says why
+        assert argv == ["fix", "--output-format", "github", "--", "."]
+        assert "gradfix: verify-command not run" in done.stdout and "only the safe fixes are applied, unverified" in done.stdout
+
+
+@pytest.mark.parametrize("mode", ["check", "pr"])
+def test_verify_command_goes_with_fix_mode_only(tmp_path, mode):
+    done, argv = recorded_run(tmp_path, {"mode": mode, "verify-command": "python train.py"}, PUSH)
+    assert done.returncode == 2 and done.stderr == "gradfix: the verify-command input goes with mode fix only\n"
+    assert argv is None
+
+
+def verify_workspace(tmp_path):
+    """A checkout with a safe fix (train.py, run by CMD) and an unsafe one that breaks the program (bad.py)."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "train.py").write_text(DOUBLE)
+    (workspace / "bad.py").write_text(CLOSURE_BACKWARD)
+    (workspace / "main.py").write_text(NOTING_MAIN)
+    return workspace
+
+
+@pytest.mark.parametrize("event", [NOT_OWN_CODE["fork-pull-request"], NOT_OWN_CODE["pull_request_target"]], ids=["fork", "pull_request_target"])
+def test_on_a_fork_s_code_verify_command_never_runs_and_only_the_safe_fixes_are_applied(tmp_path, runner_temp, event):
+    workspace, noted = verify_workspace(tmp_path), tmp_path / "noted"
+    inputs = {"mode": "fix", "unsafe-fixes": "true", "verify-command": f"python main.py {noted}"}
+    done, outputs, _ = run_action(inputs, runner_temp, workspace, tmp_path, event=event)
+    assert done.returncode == 0, done.stderr
+    assert not noted.exists()
+    assert (workspace / "train.py").read_text() == DOUBLE_FIXED and (workspace / "bad.py").read_text() == CLOSURE_BACKWARD
+    assert outputs["changed-files"] == "train.py"
+
+
+def test_on_the_repository_s_own_code_verify_command_runs_with_no_token_nor_runner_secret(tmp_path, runner_temp):
+    workspace, noted = verify_workspace(tmp_path), tmp_path / "noted"
+    (workspace / "bad.py").unlink()
+    inputs = {"mode": "fix", "unsafe-fixes": "true", "verify-command": f"python main.py {noted}"}
+    done, outputs, _ = run_action(inputs, runner_temp, workspace, tmp_path, environment=SECRETS, event=PUSH)
+    assert done.returncode == 0, done.stderr
+    assert "train.py: verified" in done.stderr.splitlines()
+    assert (workspace / "train.py").read_text() == DOUBLE_FIXED and outputs["changed-files"] == "train.py"
+    seen = dict(line.partition("=")[::2] for line in noted.read_text().splitlines())
+    assert "PATH" in seen
+    leaked = [name for name in seen if name in SECRETS or name.startswith(("INPUT_", "ACTIONS_", "GRADFIX_TOKEN"))]
+    assert leaked == [] and not any(secret in value for value in seen.values() for secret in SECRETS.values())
 
 
 WORKFLOWS = sorted((ROOT / "docs").glob("*.yml"))

@@ -109,6 +109,63 @@ def test_a_fix_of_the_second_backward_error_is_verified_against_retain_graph(pro
     assert "train.py: verified" in result.stderr.splitlines()
 
 
+def test_without_an_optimizer_a_merged_backward_is_verified_by_the_gradients_it_leaves(project, warm_cli):
+    case = FIXTURES / "separate_backwards" / "two_heads_backwarded_with_their_gradients"  # a gradient check: no optimizer
+    (project / "train.py").write_bytes((case / "before.py").read_bytes())
+    result = warm_cli("fix", "--verify", "python train.py", "train.py")
+    assert result.exit_code == 0, result.output
+    assert (project / "train.py").read_bytes() == (case / "after.py").read_bytes()
+    assert "train.py: verified" in result.stderr.splitlines()
+
+
+# Two backward calls GF002 merges, in a program that doubles its gradient once they are merged.
+DOUBLED_ONCE_MERGED = """import torch
+
+torch.set_default_dtype(torch.float64)
+w = torch.ones(3, requires_grad=True)
+shared = (w * 2).exp()
+first = shared.sum()
+second = (shared * 3).sum()
+first.backward()
+second.backward()
+if "second" + ".backward()" not in open(__file__).read():
+    w.grad.mul_(2)
+"""
+
+
+def test_without_an_optimizer_a_rewrite_that_leaves_other_gradients_is_refused(project, warm_cli):
+    (project / "train.py").write_text(DOUBLED_ONCE_MERGED)
+    result = warm_cli("fix", "--verify", "python train.py", "train.py")
+    assert result.exit_code == 1, result.output
+    assert (project / "train.py").read_text() == DOUBLED_ONCE_MERGED
+    assert "train.py: not applied, refused: at the end (the gradients the backward calls left, and their leaves) (#0): differs by" in result.stderr
+
+
+# A running loss kept with its graph and printed: GF007 detaches it, and it prints without its grad_fn.
+PRINTED_RUNNING_LOSS = """import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+running = 0
+for step in range(3):
+    loss = model(torch.randn(4, 3)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    running += loss
+print("average loss:", running / 3)
+"""
+
+
+def test_a_logged_value_that_prints_without_its_grad_fn_once_detached_is_verified(project, warm_cli):
+    (project / "train.py").write_text(PRINTED_RUNNING_LOSS)
+    result = warm_cli("fix", "--verify", "python train.py", "train.py")
+    assert result.exit_code == 0, result.output
+    assert "running += loss.detach()\n" in (project / "train.py").read_text()
+    assert "train.py: verified" in result.stderr.splitlines()
+
+
 @pytest.mark.parametrize(
     ("program", "parting"),
     [

@@ -576,18 +576,34 @@ EXAMPLE_WORKFLOW = ROOT / "docs" / "github-action-workflow.yml"
 EXPRESSION = re.compile(r"\$\{\{\s*([\w.-]+)\s*\}\}")
 
 
-def run_action(with_inputs, runner_temp, workspace, tmp_path, api_url="http://127.0.0.1:9", environment=None):
-    """The action's run steps as a runner runs them: `${{ }}` only in `env:`, resolved from the
-    inputs; bash with -e -o pipefail; GITHUB_OUTPUT and GITHUB_STEP_SUMMARY files. The install
-    step is left out (it builds gradfix from this checkout: the tests run the gradfix installed)."""
-    outputs, summary = tmp_path / "github_output", tmp_path / "step_summary"
-    outputs.write_text("")
+INSTALL_STEP = next(step for step in ACTION["runs"]["steps"] if "pip install" in step["run"])
+PUSH = {"github.event_name": "push"}
+
+
+def pull_request_from(repository):
+    """The ``github`` context of a pull request whose head branch is in ``repository``."""
+    return {"github.event_name": "pull_request", "github.event.pull_request.head.repo.full_name": repository}
+
+
+def run_action(with_inputs, runner_temp, workspace, tmp_path, api_url="http://127.0.0.1:9", environment=None, event=PUSH):
+    """The action's run steps as a runner runs them, on ``event`` (entries of the ``github``
+    context) in ``REPOSITORY``: `${{ }}` only in `env:`, resolved from the inputs, the context and
+    the outputs of the steps before; bash with -e -o pipefail; a GITHUB_OUTPUT file per step
+    (``<id>.outputs``) and one GITHUB_STEP_SUMMARY; the first step that fails ends the run. The
+    install step is left out (it builds gradfix from this checkout: the tests run the gradfix
+    installed). Returns the job's log (each step's stdout, and stderr, one after the other) with the
+    status of the last step run, the action's outputs and the step summary."""
+    summary = tmp_path / "step_summary"
     summary.write_text("")
-    github = {"github.token": TOKEN}
+    github = {"github.token": TOKEN, "github.repository": REPOSITORY, "github.event.pull_request.head.repo.full_name": ""} | event
     defaults = {name: EXPRESSION.sub(lambda m: github[m[1]], spec.get("default", "")) for name, spec in ACTION["inputs"].items()}
     context = github | {f"inputs.{name}": value for name, value in (defaults | with_inputs).items()}
-    runs = []
-    for step in ACTION["runs"]["steps"][1:]:
+    stdout = stderr = ""
+    for step in ACTION["runs"]["steps"]:
+        if step is INSTALL_STEP:
+            continue
+        outputs = tmp_path / f"{step['id']}.outputs"
+        outputs.write_text("")
         env = {name: EXPRESSION.sub(lambda m: context[m[1]], value) for name, value in step.get("env", {}).items()}
         env |= {
             "GITHUB_OUTPUT": str(outputs),
@@ -600,27 +616,35 @@ def run_action(with_inputs, runner_temp, workspace, tmp_path, api_url="http://12
         }
         script = tmp_path / "step.sh"
         script.write_text(step["run"])
-        runs.append(
-            subprocess.run(
-                ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
-                cwd=workspace,
-                env={**os.environ, **env},
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+        done = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+            cwd=workspace,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=600,  # a verify-command runs twice
         )
-    written = read_step_outputs(outputs.read_text())
-    step_outputs = {
-        name: EXPRESSION.sub(lambda m: written.get(m[1].removeprefix("steps.gradfix.outputs."), ""), spec["value"])
-        for name, spec in ACTION["outputs"].items()
-    }
-    return runs[-1], step_outputs, summary.read_text()
+        stdout, stderr = stdout + done.stdout, stderr + done.stderr
+        context |= {f"steps.{step['id']}.outputs.{name}": value for name, value in read_step_outputs(outputs.read_text()).items()}
+        if done.returncode != 0:
+            break
+    step_outputs = {name: EXPRESSION.sub(lambda m: context.get(m[1], ""), spec["value"]) for name, spec in ACTION["outputs"].items()}
+    return subprocess.CompletedProcess(done.args, done.returncode, stdout, stderr), step_outputs, summary.read_text()
 
 
 def read_step_outputs(text):
-    """``name<<DELIMITER``, the value's lines, ``DELIMITER``: as the runner reads GITHUB_OUTPUT."""
-    return {name: value for name, _, value in re.findall(r"^([\w-]+)<<(\S+)\n(?:(.*?)\n)?\2$", text, re.M | re.S)}
+    """``name=value`` lines, and ``name<<DELIMITER``, the value's lines, ``DELIMITER``: as the
+    runner reads GITHUB_OUTPUT."""
+    outputs = {}
+    lines = iter(text.splitlines())
+    for line in lines:
+        heredoc = re.fullmatch(r"([\w-]+)<<(\S+)", line)
+        if heredoc:
+            outputs[heredoc[1]] = "\n".join(iter(lines.__next__, heredoc[2]))
+        elif line:
+            name, _, value = line.partition("=")
+            outputs[name] = value
+    return outputs
 
 
 @pytest.fixture
@@ -726,7 +750,9 @@ def test_the_action_keeps_expressions_out_of_its_scripts():
     assert [s for s in steps if "uses" in s] == []
     assert all("${{" not in step["run"] for step in steps)
     assert all(EXPRESSION.fullmatch(value) for step in steps for value in step.get("env", {}).values())
-    assert "verify" not in (ROOT / "action.yml").read_text() and "diagnose" not in (ROOT / "action.yml").read_text()
+    assert "diagnose" not in (ROOT / "action.yml").read_text()
+    # Code of the tree runs only through verify-command (tests/test_action.py: never on a fork's code).
+    assert ACTION["inputs"]["verify-command"]["default"] == "" and sum(step["run"].count("--verify") for step in steps) == 1
 
 
 def test_zizmor_finds_nothing_in_the_action_and_the_example_workflow():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -52,6 +53,7 @@ class Diagnosis:
     finding: Finding | None = None  # the rule's finding that matches
     fix: FileReport | None = None  # that rule's rewrite of the script, when it has one
     fix_refused: str = ""  # why that rule's (unsafe) rewrite is not offered: what it stops training
+    fix_run: RunResult | None = None  # the run of that rewrite (from memory) tried before it was offered
     symptom: str = ""  # what the run measured of a silent bug (no error raised)
     notebook: Notebook | None = None  # when ``script`` runs a notebook's code cells
     # The module beside the script where the backward failed and the freed graph was built, and
@@ -131,18 +133,23 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
     be parsed, and after a run during which the script was edited. ``notebook`` is the notebook
     ``script`` was made from, if any."""
     source = script.read_bytes()
-    analysis = FileAnalysis(parse_source(source, str(script)))
-    findings = [replace(v.finding, path=str(script)) for v in find_violations(analysis, all_rules())]
-    last_batch = [f for f in findings if isinstance(rule_by_code(f.code).SYMPTOM, LastBatchOnly)]
-    counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
-    # Gradients recorded: the steps it completes before failing are what a repair must keep.
-    traced = replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted)), record_gradients=True, recorded_steps=COMPARED_STEPS)
+    module = parse_source(source, str(script))
     # A repair search compares its candidates with the script run keeping every graph: started
     # now, beside the traced run (on half the cores each), it is there when the search starts;
-    # stopped as soon as no search will follow.
+    # stopped as soon as no search will follow. Its start starts the warm server too, whose
+    # import of torch (seconds) goes on while the script is analysed.
     beside = replace(reference_options(options, COMPARED_STEPS), threads=max(1, (os.cpu_count() or 1) // 2))
-    reference = RunBeside(runner, script, beside)
+    starting = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradfix-reference")
+    started = starting.submit(RunBeside, runner, script, beside)
+    starting.shutdown(wait=False)
     try:
+        analysis = FileAnalysis(module)
+        findings = [replace(v.finding, path=str(script)) for v in find_violations(analysis, all_rules())]
+        last_batch = [f for f in findings if isinstance(rule_by_code(f.code).SYMPTOM, LastBatchOnly)]
+        counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
+        # Gradients recorded: the steps it completes before failing are what a repair must keep.
+        traced = replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted)), record_gradients=True, recorded_steps=COMPARED_STEPS)
+        reference = started.result()  # the server takes one request at a time: the twin's, then the traced run's
         run = runner.run(script, traced)
         diagnosis = Diagnosis(script, source, analysis, run, notebook=notebook, reference=reference)
         if not diagnosis.second_backward:
@@ -150,12 +157,23 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
         _refuse_if_changed(script, source)
         _explain(diagnosis, runner, options, findings, last_batch)
     except BaseException:
-        reference.stop(wait=False)
+        _stop_once_started(started)
         raise
     if diagnosis.fix is not None or not diagnosis.second_backward:
         diagnosis.reference = None
         reference.stop()
     return diagnosis
+
+
+def _stop_once_started(started: Future) -> None:
+    """Stop the run beside as soon as it has started (at once if it has), without waiting for it:
+    gradfix is leaving on an error or a signal."""
+
+    def stop(start: Future) -> None:
+        if start.exception() is None:
+            start.result().stop(wait=False)
+
+    started.add_done_callback(stop)
 
 
 def recording_options(options: RunOptions) -> RunOptions:
@@ -189,11 +207,14 @@ def _explain(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOptions, fi
     if diagnosis.fix is not None and diagnosis.finding.fix is FixKind.UNSAFE and diagnosis.second_backward:
         # An unsafe rewrite is tried first: one that stops a parameter training is no fix to
         # write (the search looks for another, and says why each is refused).
+        # Run as ``fix_and_rerun`` would run it once written, so that run is this one.
         rewritten = ((diagnosis.fix.path, diagnosis.fix.rewritten),)
-        trial = runner.run(script, replace(options, record_gradients=True, recorded_steps=1, sources=rewritten))
+        trial = runner.run(script, replace(_confirming_options(diagnosis, options), sources=rewritten))
         lost = gradients_lost(run, trial) if trial.succeeded else ""
         if lost:
             diagnosis.fix, diagnosis.fix_refused = None, f"{diagnosis.finding.code}'s unsafe fix runs, but {lost}"
+        else:
+            diagnosis.fix_run = trial
 
 
 def rule_fix(diagnosis: Diagnosis) -> FileReport | None:
@@ -304,13 +325,18 @@ def fix_and_rerun(diagnosis: Diagnosis, runner: ScriptRunner, options: RunOption
     still fails, or fails anew, is never left in the file."""
     fixed = Path(diagnosis.fix.path)  # the script, or the module the rule's finding is in
     write_atomically(fixed, diagnosis.fix.rewritten, expected=diagnosis.fix.original)
-    measured = bool(diagnosis.symptom)
-    again = runner.run(
-        diagnosis.script, replace(options, detect_anomaly=False, measure_graphs=measured, record_gradients=not measured, recorded_steps=1)
-    )
+    # An unsafe rewrite ran already, from memory, before it was offered: the same bytes, the same bounds.
+    again = diagnosis.fix_run or runner.run(diagnosis.script, _confirming_options(diagnosis, options))
     if not diagnosis.confirmed_by(again)[0]:
         write_atomically(fixed, diagnosis.fix.original, expected=diagnosis.fix.rewritten)
     return again
+
+
+def _confirming_options(diagnosis: Diagnosis, options: RunOptions) -> RunOptions:
+    """``options`` for the run that confirms the rule's rewrite: measuring again what showed a
+    silent bug, or noting the parameters its backwards reach."""
+    measured = bool(diagnosis.symptom)
+    return replace(options, detect_anomaly=False, measure_graphs=measured, record_gradients=not measured, recorded_steps=1)
 
 
 def gradients_lost(original: RunResult, run: RunResult) -> str:

@@ -12,6 +12,10 @@ at start-up, and it records, without touching the user's files:
   the first ``GRADFIX_TRACE_STEPS`` backward calls), the mean and root mean square of every
   parameter after each of the first ``GRADFIX_TRACE_STEPS`` optimizer steps, and the exception a
   backward raised or the process died of;
+* at exit, for a process that made backward calls but no optimizer step (a gradient check, a
+  hand-written update), the leaves those first backward calls reached as it leaves them: how many
+  have a gradient, and the sums over them of their gradients' and their own means and root mean
+  squares (sums: a rewrite that merges two backward calls reaches the same leaves in another order);
 * with ``GRADFIX_TRACE_RETAIN`` set, it forces ``retain_graph=True`` on every backward, as the
   runner does.
 
@@ -22,6 +26,7 @@ program draw the same numbers. The command's Python may not have gradfix install
 imports only the standard library, and torch once the program has imported it.
 """
 
+import atexit
 import importlib.abc
 import importlib.util
 import json
@@ -29,6 +34,7 @@ import os
 import random
 import subprocess
 import sys
+import weakref
 
 STEPS_VARIABLE, FOLDER_VARIABLE, ROOT_VARIABLE, RETAIN_VARIABLE = (
     "GRADFIX_TRACE_STEPS",
@@ -45,6 +51,7 @@ class _Trace:
         self.root = os.path.join(os.path.realpath(root), "")
         self.steps = steps
         self.backward_calls = self.optimizer_steps = 0
+        self.reached: dict = {}  # id -> a weak reference to each leaf the traced backward calls reached
         self.compiled: set = set()
         self.noted_error = None  # the last error a backward raised, noted already if the process dies of it
         self.file = open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a", encoding="utf-8")
@@ -66,6 +73,16 @@ class _Trace:
             self.compiled.add(path)
             self.note("file", path)  # (relative: note leaves the copy's path out)
 
+    def note_reached_leaves(self) -> None:
+        """At exit, without an optimizer step: the leaves the backward calls reached, as they are left."""
+        if self.optimizer_steps or not self.backward_calls:
+            return
+        leaves = [leaf for leaf in (reference() for reference in self.reached.values()) if leaf is not None and leaf.grad is not None]
+        sums = [len(leaves)]
+        for tensors in ([leaf.grad.detach() for leaf in leaves], [leaf.detach() for leaf in leaves]):
+            sums += [sum(_mean(t) for t in tensors), sum(_mean(t * t) ** 0.5 for t in tensors)]
+        self.note("gradients", "", sums)
+
 
 def _record(torch, trace: _Trace, retain: bool) -> None:
     """Wrap ``torch.autograd.backward`` (which ``Tensor.backward`` calls) and hook every
@@ -83,6 +100,7 @@ def _record(torch, trace: _Trace, retain: bool) -> None:
         if trace.backward_calls < trace.steps:
             losses = (tensors,) if isinstance(tensors, torch.Tensor) else tensors
             trace.note("backward", str(trace.backward_calls + 1), [_mean(t.detach()) for t in losses])
+            trace.reached.update((id(leaf), weakref.ref(leaf)) for leaf in _leaves(losses))
         trace.backward_calls += 1
         try:
             return original_backward(tensors, *args, **kwargs)
@@ -100,7 +118,23 @@ def _record(torch, trace: _Trace, retain: bool) -> None:
 
     torch.autograd.backward = backward
     register_optimizer_step_post_hook(stepped)
+    atexit.register(trace.note_reached_leaves)
     torch.manual_seed(0)
+
+
+def _leaves(tensors) -> list:
+    """The leaves the graphs of ``tensors`` end in: what a backward of them accumulates gradients into."""
+    leaves = [t for t in tensors if t.grad_fn is None and t.requires_grad]
+    pending, seen = [t.grad_fn for t in tensors if t.grad_fn is not None], set()
+    while pending:
+        node = pending.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if hasattr(node, "variable"):  # an AccumulateGrad: its leaf
+            leaves.append(node.variable)
+        pending += [following for following, _ in node.next_functions]
+    return leaves
 
 
 def _mean(tensor) -> float:

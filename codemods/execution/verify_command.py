@@ -6,10 +6,12 @@ the rewrites. It runs through the runner (``trace.py`` is the runner's script an
 gets the runner's scrubbed environment, limits and timeout, and ``trace.py``, put on CMD's
 ``PYTHONPATH`` as ``sitecustomize``, records a trace of every Python process without editing the
 user's files: which of the user's files ran, the losses backwarded and the parameters after the
-first optimizer steps, the exception if any.
+first optimizer steps (without an optimizer, the gradients the backward calls left), the exception
+if any.
 
 A rewrite is verified when the two traces agree (to the tolerance fixtures are checked with) and
-CMD ends the same way; or, when the original fails with the second-backward error, when the
+CMD ends the same way, printing the same lines (a printed tensor's autograd annotations aside, which
+a value logged detached loses); or, when the original fails with the second-backward error, when the
 rewritten run completes, and, if every fix of the rewrite is one whose rule promises the gradients
 of ``retain_graph=True``, agrees with the original run with ``retain_graph=True`` forced. A rewrite
 of a file CMD never ran is not exercised. Rewrites are tried together first; a set that fails is
@@ -23,6 +25,7 @@ only ever decide whether a rewrite is applied.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -43,6 +46,9 @@ from .gradients import compare_gradients
 COMMAND_TIMEOUT = 300.0  # seconds one run of CMD may take: a smoke run, on a loaded machine
 TRACE_LIMIT = 16 << 20  # bytes of one process's trace read back; a bigger one is unreadable
 SECOND_BACKWARD = "backward through the graph a second time"
+# What a printed tensor says of the graph it holds (tensor(0.98, grad_fn=<DivBackward0>)): a value
+# logged detached prints without it, and its numbers are what CMD's output is compared by.
+AUTOGRAD_ANNOTATION = re.compile(r", (?:grad_fn=<[^<>]*>|requires_grad=True)")
 # Not copied for a run: version control, caches (every module must be compiled to be seen running)
 # and virtualenvs (CMD finds its interpreter by an absolute path or PATH).
 NOT_COPIED = frozenset({
@@ -55,12 +61,12 @@ class BadCommand(ValueError):
     """CMD cannot be run: the message says why."""
 
 
-EVENT_KINDS = ("process", "backward", "step", "error")  # what a trace records beside the files CMD compiled
+EVENT_KINDS = ("process", "backward", "step", "gradients", "error")  # what a trace records beside the files CMD compiled
 
 
 @dataclass
 class TraceEvent:
-    kind: str  # one of EVENT_KINDS (detail: the command line, the call's or step's number, the error), or "file" (detail: its path)
+    kind: str  # one of EVENT_KINDS (detail: the command line, the call's or step's number, "", the error), or "file" (detail: its path)
     detail: str
     values: list[float]
 
@@ -74,8 +80,8 @@ class CommandRun:
 
     @property
     def output(self) -> list[str]:
-        """The lines CMD printed on stdout."""
-        return self.result.stdout.splitlines()
+        """The lines CMD printed on stdout, printed tensors without their autograd annotations."""
+        return AUTOGRAD_ANNOTATION.sub("", self.result.stdout).splitlines()
 
     @property
     def second_backward(self) -> bool:
@@ -255,10 +261,10 @@ class _Judge:
                 return None
             if self._retained is None:
                 self._retained = self.runs.run([], retain_graph=True)
-            if not any(e.kind == "step" for e in self._retained.events):
-                return "the original with retain_graph=True makes no optimizer step whose parameters the rewrite's could match"
+            if not any(e.kind in ("step", "gradients") for e in self._retained.events):
+                return "the original with retain_graph=True makes no optimizer step and leaves no gradient the rewrite's could match"
             # The promise is the gradients, not the backward calls (a rewrite may merge two).
-            return _parting(self._retained, rewritten, "with retain_graph=True", ("process", "step", "error"))
+            return _parting(self._retained, rewritten, "with retain_graph=True", ("process", "step", "gradients", "error"))
         parting = _parting(self.original, rewritten, "")
         if parting is None and rewritten.output != self.original.output:
             if self._original_again is None:
@@ -319,6 +325,7 @@ def _event_name(event: TraceEvent) -> str:
     return {
         "backward": f"backward call {event.detail} (its loss)",
         "step": f"optimizer step {event.detail} (the parameters after it)",
+        "gradients": "the end (the gradients the backward calls left, and their leaves)",
         "error": event.detail,
         "process": f"the process {event.detail!r}",
     }.get(event.kind, event.kind)
