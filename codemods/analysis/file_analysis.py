@@ -33,7 +33,7 @@ from .values import TENSOR, ListOf, Origin, TupleOf, Value
 class Block:
     """A statement list that edits can change: a module body or an indented block."""
 
-    owner: cst.CSTNode  # the Module or IndentedBlock
+    owner: cst.Module | cst.IndentedBlock
     statements: Sequence[cst.BaseStatement]
 
     def index(self, statement: cst.CSTNode) -> int:
@@ -247,7 +247,7 @@ class FileAnalysis:
                     return small.value
         return None
 
-    def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
+    def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.BaseStatement]:
         """Statements outside ``loop`` that built part of the graph ``site`` backwards in it."""
         statements = {
             source.statement
@@ -400,7 +400,7 @@ class FileAnalysis:
         cls = next((c for c in self._classes if c.name.value == name), None)
         return cls.body.body if cls is not None else ()
 
-    def runs_methods_of(self, node: cst.CSTNode, class_name: str) -> bool:
+    def runs_methods_of(self, node: cst.CSTNode, class_name: str | None) -> bool:
         """Whether ``node`` calls a module of the file's class ``class_name``, or of one whose
         constructor builds one (``GPT`` holds ``Block``s, each with a ``CausalSelfAttention``):
         the call runs that class's methods."""

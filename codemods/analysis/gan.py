@@ -21,7 +21,7 @@ do not import it (no import loop runs through the analysis, not even a type's).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import libcst as cst
 
@@ -32,6 +32,9 @@ from .optimizers import stepped_optimizers
 from .syntax import is_single_assignment
 from .torch_names import dotted_name
 from .values import Origin
+
+if TYPE_CHECKING:  # (the file's analysis imports this module)
+    from .file_analysis import FileAnalysis
 
 # Reads that take no graph from what they read: nothing to detach there.
 _GRAPHLESS_USES = {"detach", "detach_", *VALUE_METHODS, *GRAPHLESS_ATTRIBUTES, *METADATA_ATTRIBUTES, *METADATA_METHODS, *AUTOGRAD_RECORD}
@@ -55,7 +58,7 @@ class GanSteps:
         return frozenset({self.discriminator_step, self.generator_step})
 
 
-def find_gan_steps(analysis) -> list[GanSteps]:
+def find_gan_steps(analysis: FileAnalysis) -> list[GanSteps]:
     sites = [s for s in analysis.backward_sites if s.api.accumulates and s.value.graph]
     found = []
     for index, first in enumerate(sites):
@@ -68,12 +71,12 @@ def find_gan_steps(analysis) -> list[GanSteps]:
     return found
 
 
-def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps | None:
+def _gan_steps(analysis: FileAnalysis, first: BackwardSite, second: BackwardSite) -> GanSteps | None:
     graphs = {site: analysis.graph_nodes(site) for site in (first, second)}
     shared = graphs[first] & graphs[second]
     for output, chain in _generator_outputs(analysis, shared):
         on_output = {site: _calls_taking(graphs[site], output) for site in (first, second)}
-        modules = {site: {_module_name(analysis, site, call) for call in calls} - {None} for site, calls in on_output.items()}
+        modules = {site: {name for call in calls if (name := _module_name(analysis, site, call)) is not None} for site, calls in on_output.items()}
         for discriminator in sorted(modules[first] & modules[second]):
             elsewhere = [
                 site
@@ -92,7 +95,7 @@ def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps 
     return None
 
 
-def _generator_outputs(analysis, shared: set[Origin]) -> Iterable[tuple[str, frozenset[Origin]]]:
+def _generator_outputs(analysis: FileAnalysis, shared: frozenset[Origin]) -> Iterable[tuple[str, frozenset[Origin]]]:
     """Names assigned a call's output that both graphs share (``fake = G(z)``,
     ``fake = self.sample(n)``), each with the nodes that built it (the generator's chain). A value
     whose graph is only guessed (an item of the generator's output tuple, a function gradfix cannot
@@ -100,7 +103,7 @@ def _generator_outputs(analysis, shared: set[Origin]) -> Iterable[tuple[str, fro
     for origin in sorted(shared, key=lambda o: analysis.order(o.node)):
         if not isinstance(origin.node, cst.Call) or not is_single_assignment(origin.statement):
             continue
-        assignment = origin.statement.body[0]
+        assignment = cst.ensure_type(origin.statement.body[0], cst.Assign)
         if assignment.value is not origin.node:
             continue
         target = dotted_name(assignment.targets[0].target)
@@ -109,7 +112,7 @@ def _generator_outputs(analysis, shared: set[Origin]) -> Iterable[tuple[str, fro
             yield target, analysis.value_nodes(value)
 
 
-def _reads_of_chain(analysis, own: frozenset[Origin], chain: frozenset[Origin]) -> tuple[tuple[cst.Name, ...], str]:
+def _reads_of_chain(analysis: FileAnalysis, own: frozenset[Origin], chain: frozenset[Origin]) -> tuple[tuple[cst.Name, ...], str]:
     """The reads, in the nodes only the discriminator's graph has, of names whose graph is the
     generator's chain alone: detaching each cuts every path from the discriminator's loss into the
     chain (a name built in the discriminator's own part is cut at its own reads)."""
@@ -131,21 +134,22 @@ def _reads_of_chain(analysis, own: frozenset[Origin], chain: frozenset[Origin]) 
     return tuple(sorted(reads, key=analysis.order)), ""
 
 
-def _graphless_use(analysis, name: cst.Name) -> bool:
+def _graphless_use(analysis: FileAnalysis, name: cst.Name) -> bool:
     parent = analysis.tree.parent(name)
     return isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in _GRAPHLESS_USES
 
 
-def _in_function_or_lambda(analysis, node: cst.CSTNode) -> bool:
+def _in_function_or_lambda(analysis: FileAnalysis, node: cst.CSTNode) -> bool:
     statement = analysis.statement_of(node)
-    while node is not None and node is not statement:
-        if isinstance(node, (cst.Lambda, cst.FunctionDef)):
+    ancestor: cst.CSTNode | None = node
+    while ancestor is not None and ancestor is not statement:
+        if isinstance(ancestor, (cst.Lambda, cst.FunctionDef)):
             return True
-        node = analysis.tree.parent(node)
+        ancestor = analysis.tree.parent(ancestor)
     return statement is None
 
 
-def _stepped_after(analysis, site: BackwardSite) -> set[str]:
+def _stepped_after(analysis: FileAnalysis, site: BackwardSite) -> set[str]:
     """The modules whose optimizers step after ``site`` in its block, before the next backward."""
     block = analysis.block_of(site.statement)
     if block is None:
@@ -159,11 +163,11 @@ def _stepped_after(analysis, site: BackwardSite) -> set[str]:
     return modules
 
 
-def _calls_taking(nodes: set[Origin], name: str) -> set[cst.Call]:
+def _calls_taking(nodes: frozenset[Origin], name: str) -> set[cst.Call]:
     return {origin.node for origin in nodes if isinstance(origin.node, cst.Call) and any(dotted_name(arg.value) == name for arg in origin.node.args)}
 
 
-def _module_name(analysis, site: BackwardSite, node: cst.CSTNode) -> str | None:
+def _module_name(analysis: FileAnalysis, site: BackwardSite, node: cst.CSTNode) -> str | None:
     """The module a call runs: ``D(x)``, or ``gradient_penalty(D, real, fake)`` that is given it."""
     if not isinstance(node, cst.Call):
         return None
