@@ -82,6 +82,11 @@ def method_called(node: cst.CSTNode) -> str | None:
     return None
 
 
+def method_receiver(call: cst.CSTNode) -> cst.BaseExpression:
+    """``x`` of a method's call ``x.m(...)``: of a call ``method_called`` names."""
+    return cst.ensure_type(cst.ensure_type(call, cst.Call).func, cst.Attribute).value
+
+
 def is_detach(call: cst.CSTNode) -> bool:
     """``x.detach()`` or ``x.detach_()``."""
     return method_called(call) in ("detach", "detach_")
