@@ -38,7 +38,7 @@ import enum
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import libcst as cst
 
@@ -46,9 +46,6 @@ from ..frameworks import CALLED_AS_FORWARD, FRAMEWORK_CONSTRUCTORS, FRAMEWORK_TU
 from ..torch_api import AUTOGRAD_INTERNALS, AUTOGRAD_RECORD
 from .torch_names import ModuleInfo, dotted_name
 from .values import TENSOR, ListOf, Structure, TupleOf
-
-if TYPE_CHECKING:  # (the file's analysis imports this module)
-    from .file_analysis import FileAnalysis
 
 
 class Answer(str, enum.Enum):
@@ -273,10 +270,10 @@ class ProofStep:
 class ClosedWorld:
     """The constructs of one file, found once, and the obligations' answers on any fix's path."""
 
-    def __init__(self, analysis: FileAnalysis) -> None:
+    def __init__(self, analysis) -> None:
         # Weakly: the analysis keeps this object, and a cycle would leave the file's tree to the
         # cycle collector.
-        self.analysis: FileAnalysis = weakref.proxy(analysis)
+        self.analysis = weakref.proxy(analysis)
 
     def answer(self, obligations: Sequence[str], about: Sequence[cst.CSTNode]) -> tuple[ProofStep, ...]:
         """Each obligation's answer for a fix about ``about`` (its statements and backwards)."""

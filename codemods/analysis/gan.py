@@ -21,7 +21,7 @@ do not import it (no import loop runs through the analysis, not even a type's).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import libcst as cst
 
@@ -32,9 +32,6 @@ from .optimizers import stepped_optimizers
 from .syntax import is_single_assignment
 from .torch_names import dotted_name
 from .values import Origin
-
-if TYPE_CHECKING:  # (the file's analysis imports this module)
-    from .file_analysis import FileAnalysis
 
 # Reads that take no graph from what they read: nothing to detach there.
 _GRAPHLESS_USES = {"detach", "detach_", *VALUE_METHODS, *GRAPHLESS_ATTRIBUTES, *METADATA_ATTRIBUTES, *METADATA_METHODS, *AUTOGRAD_RECORD}
@@ -58,7 +55,7 @@ class GanSteps:
         return frozenset({self.discriminator_step, self.generator_step})
 
 
-def find_gan_steps(analysis: FileAnalysis) -> list[GanSteps]:
+def find_gan_steps(analysis) -> list[GanSteps]:
     sites = [s for s in analysis.backward_sites if s.api.accumulates and s.value.graph]
     found = []
     for index, first in enumerate(sites):
@@ -71,7 +68,7 @@ def find_gan_steps(analysis: FileAnalysis) -> list[GanSteps]:
     return found
 
 
-def _gan_steps(analysis: FileAnalysis, first: BackwardSite, second: BackwardSite) -> GanSteps | None:
+def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps | None:
     graphs = {site: analysis.graph_nodes(site) for site in (first, second)}
     shared = graphs[first] & graphs[second]
     for output, chain in _generator_outputs(analysis, shared):
@@ -95,7 +92,7 @@ def _gan_steps(analysis: FileAnalysis, first: BackwardSite, second: BackwardSite
     return None
 
 
-def _generator_outputs(analysis: FileAnalysis, shared: frozenset[Origin]) -> Iterable[tuple[str, frozenset[Origin]]]:
+def _generator_outputs(analysis, shared: frozenset[Origin]) -> Iterable[tuple[str, frozenset[Origin]]]:
     """Names assigned a call's output that both graphs share (``fake = G(z)``,
     ``fake = self.sample(n)``), each with the nodes that built it (the generator's chain). A value
     whose graph is only guessed (an item of the generator's output tuple, a function gradfix cannot
@@ -112,7 +109,7 @@ def _generator_outputs(analysis: FileAnalysis, shared: frozenset[Origin]) -> Ite
             yield target, analysis.value_nodes(value)
 
 
-def _reads_of_chain(analysis: FileAnalysis, own: frozenset[Origin], chain: frozenset[Origin]) -> tuple[tuple[cst.Name, ...], str]:
+def _reads_of_chain(analysis, own: frozenset[Origin], chain: frozenset[Origin]) -> tuple[tuple[cst.Name, ...], str]:
     """The reads, in the nodes only the discriminator's graph has, of names whose graph is the
     generator's chain alone: detaching each cuts every path from the discriminator's loss into the
     chain (a name built in the discriminator's own part is cut at its own reads)."""
@@ -134,12 +131,12 @@ def _reads_of_chain(analysis: FileAnalysis, own: frozenset[Origin], chain: froze
     return tuple(sorted(reads, key=analysis.order)), ""
 
 
-def _graphless_use(analysis: FileAnalysis, name: cst.Name) -> bool:
+def _graphless_use(analysis, name: cst.Name) -> bool:
     parent = analysis.tree.parent(name)
     return isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in _GRAPHLESS_USES
 
 
-def _in_function_or_lambda(analysis: FileAnalysis, node: cst.CSTNode) -> bool:
+def _in_function_or_lambda(analysis, node: cst.CSTNode) -> bool:
     statement = analysis.statement_of(node)
     ancestor: cst.CSTNode | None = node
     while ancestor is not None and ancestor is not statement:
@@ -149,7 +146,7 @@ def _in_function_or_lambda(analysis: FileAnalysis, node: cst.CSTNode) -> bool:
     return statement is None
 
 
-def _stepped_after(analysis: FileAnalysis, site: BackwardSite) -> set[str]:
+def _stepped_after(analysis, site: BackwardSite) -> set[str]:
     """The modules whose optimizers step after ``site`` in its block, before the next backward."""
     block = analysis.block_of(site.statement)
     if block is None:
@@ -167,7 +164,7 @@ def _calls_taking(nodes: frozenset[Origin], name: str) -> set[cst.Call]:
     return {origin.node for origin in nodes if isinstance(origin.node, cst.Call) and any(dotted_name(arg.value) == name for arg in origin.node.args)}
 
 
-def _module_name(analysis: FileAnalysis, site: BackwardSite, node: cst.CSTNode) -> str | None:
+def _module_name(analysis, site: BackwardSite, node: cst.CSTNode) -> str | None:
     """The module a call runs: ``D(x)``, or ``gradient_penalty(D, real, fake)`` that is given it."""
     if not isinstance(node, cst.Call):
         return None
