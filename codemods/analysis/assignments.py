@@ -154,7 +154,7 @@ class _PlainBindings(cst.CSTVisitor):
         self.names.update(_bound(node.target))
 
     def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
-        bound = node.asname.name if node.asname is not None else node.name
+        bound: cst.BaseExpression = node.asname.name if node.asname is not None else node.name
         while isinstance(bound, cst.Attribute):  # ``import os.path`` binds ``os``
             bound = bound.value
         self.names.update(_bound(bound))
@@ -210,8 +210,8 @@ def _visit_target_reads(target: cst.BaseExpression, visitor: _Reads) -> None:
             _visit_target_reads(element.value, visitor)
     elif isinstance(target, cst.Subscript):
         target.value.visit(visitor)
-        for element in target.slice:
-            element.visit(visitor)
+        for index in target.slice:
+            index.visit(visitor)
     elif isinstance(target, cst.Attribute) and dotted_name(target) is None:
         target.value.visit(visitor)
 

@@ -53,7 +53,7 @@ def method_api(
         return None
     if receiver_framework in FRAMEWORK_APIS:
         return FRAMEWORK_APIS[receiver_framework]
-    receiver = call.func.value
+    receiver = cst.ensure_type(call.func, cst.Attribute).value  # a method's call, by its name
     if _is_scale_call(receiver):
         return SCALED_BACKWARD
     if receiver_has_graph:
@@ -76,6 +76,11 @@ def _is_scale_call(node: cst.BaseExpression) -> bool:
     )
 
 
+def _scale_call(call: cst.Call) -> cst.Call:
+    """``scaler.scale(loss)`` of a scaled backward's call ``scaler.scale(loss).backward()``."""
+    return cst.ensure_type(cst.ensure_type(call.func, cst.Attribute).value, cst.Call)
+
+
 def argument(call: cst.Call, position: int | None, keyword: str | None) -> cst.Arg | None:
     """The argument passed for a parameter at ``position`` / named ``keyword``."""
     if keyword is not None:
@@ -93,9 +98,9 @@ def argument(call: cst.Call, position: int | None, keyword: str | None) -> cst.A
 def tensor_expression(api: BackwardApi, call: cst.Call) -> cst.BaseExpression | None:
     """The expression whose graph the call backwards."""
     if api.scaled:
-        return call.func.value.args[0].value
+        return _scale_call(call).args[0].value
     if api.tensor_position == RECEIVER:
-        return call.func.value
+        return cst.ensure_type(call.func, cst.Attribute).value
     arg = argument(call, api.tensor_position, api.tensor_keyword)
     return None if arg is None else arg.value
 
@@ -139,7 +144,7 @@ def retain_graph(api: BackwardApi, call: cst.Call) -> Tristate:
 def with_tensor(api: BackwardApi, call: cst.Call, tensor: cst.BaseExpression) -> cst.Call:
     """The same call, backwarding ``tensor`` instead (its other arguments kept)."""
     if api.scaled:
-        scale = call.func.value
+        scale = _scale_call(call)
         scale = scale.with_changes(args=[scale.args[0].with_changes(value=tensor)])
         return call.with_changes(func=call.func.with_changes(value=scale))
     if api.tensor_position == RECEIVER:
@@ -174,7 +179,7 @@ class BackwardSite:
     """A call that backwards a graph, in any of the shapes of ``frameworks``' backward rows."""
 
     call: cst.Call
-    statement: cst.CSTNode  # the statement line the call is in
+    statement: cst.BaseStatement  # the statement line the call is in
     api: BackwardApi
     tensors: tuple[cst.BaseExpression, ...]  # the backwarded tensor expressions
     value: Value  # what they hold, joined

@@ -44,8 +44,8 @@ import libcst as cst
 
 from ..frameworks import CALLED_AS_FORWARD, FRAMEWORK_CONSTRUCTORS, FRAMEWORK_TUPLE_CONSTRUCTORS, MODULE_WRAPPERS, READING_LOGGERS, TRAINER_RUNS
 from ..torch_api import AUTOGRAD_INTERNALS, AUTOGRAD_RECORD
-from .torch_names import dotted_name
-from .values import TENSOR, ListOf, TupleOf
+from .torch_names import ModuleInfo, dotted_name
+from .values import TENSOR, ListOf, Structure, TupleOf
 
 
 class Answer(str, enum.Enum):
@@ -341,8 +341,8 @@ class ClosedWorld:
             return self._methods_of(name, "__init__") + self._methods_of(name, "forward") + self._methods_of(name, "__call__")
         if isinstance(func, cst.Attribute):
             owner = self.analysis.names.instance_class(func.value, self.analysis.class_name_of(call))
-            if owner is None and self.analysis.names.module(func.value, self.analysis.class_name_of(call)) is not None:
-                owner = self.analysis.names.module(func.value, self.analysis.class_name_of(call)).class_name
+            if owner is None and (module := self.analysis.names.module(func.value, self.analysis.class_name_of(call))) is not None:
+                owner = module.class_name
             return self._methods_of(owner, func.attr.value)
         return []
 
@@ -378,7 +378,7 @@ class ClosedWorld:
             elif self._method_taken(attribute):
                 yield METHOD_TAKEN, attribute
         for lam in tree.findall(module, cst.Lambda):
-            if tree.findall(lam.body, cst.Call) or tree.findall(lam.body, cst.Attribute):
+            if any(tree.findall(lam.body, kind) for kind in (cst.Call, cst.Attribute)):
                 yield DEFERRED_CODE, lam
         for function in self.analysis._functions:
             if self._nested(function):
@@ -404,22 +404,22 @@ class ClosedWorld:
         if isinstance(func, cst.Name) and func.value in _DYNAMIC_BUILTINS and func.value not in names.aliases:
             return DYNAMIC_ACCESS
         qualified = names.qualify(func)
-        logger = method is not None and names.constructed.get(dotted_name(func.value) or "") in READING_LOGGERS
+        logger = isinstance(func, cst.Attribute) and names.constructed.get(dotted_name(func.value) or "") in READING_LOGGERS
         if qualified in READING_LOGGERS or logger:
             return None  # a logger reads what it is given (``frameworks.READING_LOGGERS``)
         if qualified is not None and qualified.split(".")[0] == "torch":
             if qualified in MODELLED_TORCH_FUNCTIONS or qualified.rsplit(".", 1)[0] in TORCH_OPERATOR_NAMESPACES:
                 return None
-            if method is not None and self._names_a_tensor(func.value):
+            if isinstance(func, cst.Attribute) and self._names_a_tensor(func.value):
                 return None  # a tensor kept on a torch-named object: its method
             return UNMODELLED_TORCH
         if self._modelled(call, func, method, qualified):
             return None
         if method in TENSOR_HOOK_METHODS:
             return GRADIENT_HOOK
-        if method in EMPTYING_METHODS and self._is_container(func.value):
+        if isinstance(func, cst.Attribute) and method in EMPTYING_METHODS and self._is_container(func.value):
             return EMPTIED_IN_PLACE
-        if method == "apply" and names.module(func.value, analysis.class_name_of(call)) is not None:
+        if isinstance(func, cst.Attribute) and method == "apply" and names.module(func.value, analysis.class_name_of(call)) is not None:
             # ``model.apply(fn)`` runs ``fn`` on every submodule: read when ``fn`` is the file's own
             applied = [arg.value for arg in call.args[:1]]
             return None if applied and isinstance(applied[0], cst.Name) and self._read_callees(cst.Call(func=applied[0])) else UNREAD_CALL
@@ -596,7 +596,7 @@ def _is_slice(target: cst.Subscript) -> bool:
     return any(isinstance(element.slice, cst.Slice) for element in target.slice)
 
 
-def _holds_tensors(structure) -> bool:
+def _holds_tensors(structure: Structure) -> bool:
     if isinstance(structure, ListOf):
         return structure.item is TENSOR or _holds_tensors(structure.item)
     if isinstance(structure, TupleOf):
@@ -604,6 +604,6 @@ def _holds_tensors(structure) -> bool:
     return False
 
 
-def _torch_or_local(info) -> bool:
+def _torch_or_local(info: ModuleInfo) -> bool:
     """A module gradfix models when called: a torch.nn class, or a class of the file (read)."""
     return info.is_local or bool(info.class_name)

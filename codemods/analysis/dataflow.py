@@ -17,7 +17,7 @@ from dataclasses import replace
 from functools import reduce
 from itertools import compress
 from operator import attrgetter, not_
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 import libcst as cst
 
@@ -27,7 +27,7 @@ from .assignments import assigned_names, local_names, target_names
 from .backward_calls import BackwardSite
 from .calls import CallSemantics
 from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, narrowed, truth_key
-from .function_summaries import FunctionSummaries, FunctionSummary, callee_key, decorator_callee, graph_facts, summary_facts
+from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, decorator_callee, graph_facts, summary_facts
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
 from .syntax import is_grad, method_called
 from .torch_names import TorchNames, dotted_name
@@ -84,8 +84,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self._globals_declared: dict[cst.CSTNode, frozenset[str]] = {}
         self._locals_of: dict[cst.FunctionDef, set[str]] = {}  # (asked at every call of the file's functions)
         self._named_by: dict[cst.FunctionDef, list[str]] = {}  # the names and chains a function reads of its scope's
-        for attribute in dict.fromkeys(dotted_name(a) for a in tree.findall(module, cst.Attribute)):
-            parts = attribute.split(".") if attribute is not None else ()
+        for attribute in dict.fromkeys(name for a in tree.findall(module, cst.Attribute) if (name := dotted_name(a)) is not None):
+            parts = attribute.split(".")
             for end in range(1, len(parts)):
                 self._attributes_of.setdefault(".".join(parts[:end]), []).append(attribute)
         self.backward_sites: dict[cst.Call, BackwardSite] = {}
@@ -149,7 +149,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # What this round read of the previous round's facts (``_saw_final_facts``).
         self._summaries_before_definition: dict[object, FunctionSummary | None] = {}
         self._summarized: set[object] = set()
-        self._arguments_read: list[tuple[object, dict[str, tuple]]] = []
+        self._arguments_read: list[tuple[object, GraphFacts]] = []
         self._sites_read_before_definition: list[tuple[object, dict[cst.Call, frozenset[Origin]]]] = []
         self._scope = Scope(module)
         self._loops: list[Loop] = []
@@ -161,7 +161,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self._literal_slots: set[str] = set()  # the slots picked by a literal key (``x["a"]``, ``x[0]``)
         self._returned_shapes: dict[cst.Call, Structure] = {}  # calls of the file's functions read as any call
         self._frames: list[Frame] = []
-        self._statement: cst.CSTNode = module
+        # The statement being walked, which the origins and backward sites its expressions make
+        # belong to: set before any of its expressions is evaluated (``_exec_statement``).
+        self._statement: cst.BaseStatement
         self._no_grad = 0
         self._run_scope(self._scope, module.body, {})
 
@@ -182,7 +184,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         )
         try:
             if isinstance(scope.node, cst.FunctionDef) and scope.in_module_class:
-                self._run_loop(scope.node, env, iteration=lambda head: self._exec_body(scope.node.body, head))
+                method_body = scope.node.body
+                self._run_loop(scope.node, env, iteration=lambda head: self._exec_body(method_body, head))
                 self.returned[scope.node] = self.loops[scope.node].returned
                 return None
             end = self._exec_block(body, env)
@@ -217,9 +220,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 start[parameter.name.value] = LEAF
         scope = Scope(node, class_name, called_repeatedly)
         end = self._run_scope(scope, node.body.body, dict(start))
-        if called_repeatedly and node.name.value == "forward":
+        if called_repeatedly and class_name is not None and node.name.value == "forward":
             self.forward_results[class_name] = self.loops[node].returned.structure
-        if called_repeatedly and _reads_what_the_last_call_kept(self.loops[node]):
+        if called_repeatedly and class_name is not None and _reads_what_the_last_call_kept(self.loops[node]):
             self.stateful_classes.add(class_name)
         # The summary says what the body does of its own (what it builds from parameters it reads,
         # what it backwards); the body's facts are those of a walk with what callers pass it.
@@ -303,9 +306,10 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 after = self._run_loop(statement, env, iteration)
             finally:
                 self._module_items -= modules
-            for name in self.names.leaves_made_by.get(statement, ()) if after is not None else ():
-                held = after.get(name, NOTHING)
-                after[name] = held if held.graph else LEAF  # for p in [W, b]: p.requires_grad = True
+            if after is not None:
+                for name in self.names.leaves_made_by.get(statement, ()):
+                    held = after.get(name, NOTHING)
+                    after[name] = held if held.graph else LEAF  # for p in [W, b]: p.requires_grad = True
             return self._exec_else(statement, after)
         if isinstance(statement, cst.While):
 
@@ -358,7 +362,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         named = self._named_by.get(function)
         if named is None:
             local = self._local_names(function)
-            every = [name.value for name in self._tree.findall(function, cst.Name)]
+            every: list[str | None] = [name.value for name in self._tree.findall(function, cst.Name)]
             every += [dotted_name(attribute) for attribute in self._tree.findall(function, cst.Attribute)]
             named = self._named_by[function] = [name for name in dict.fromkeys(every) if name is not None and name.split(".")[0] not in local]
         return {name: env[name] for name in named if name in env and env[name].graph}
@@ -439,9 +443,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         elif isinstance(small, cst.Raise):
             raise _Terminated
         elif isinstance(small, (cst.Break, cst.Continue)):
-            frame = next((f for f in reversed(self._frames) if f.loop is not None and not f.loop.is_call), None)
-            if frame is not None:
-                (frame.breaks if isinstance(small, cst.Break) else frame.continues).append(env)
+            loop_frame = next((f for f in reversed(self._frames) if f.loop is not None and not f.loop.is_call), None)
+            if loop_frame is not None:
+                (loop_frame.breaks if isinstance(small, cst.Break) else loop_frame.continues).append(env)
             raise _Terminated
         elif isinstance(small, cst.Del):
             for name in target_names(small.target):
@@ -450,7 +454,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         return env
 
     # loops -----------------------------------------------------------------------------------
-    def _run_loop(self, node: LoopNode, env: Env, iteration) -> Env | None:
+    def _run_loop(self, node: LoopNode, env: Env, iteration: Callable[[Env], Env | None]) -> Env | None:
         loop = self.loops.get(node)
         if loop is None:
             carried = assigned_names(node.body, tree=self._tree) | self._left_by_calls(node.body)
@@ -480,9 +484,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 head[name] = replace(head[name], freed=True)
             for name in loop.carried_names:
                 before, after = entry.get(name), back_edge.get(name)
-                if before is None and after is None:
-                    continue
                 value = after if before is None else before if after is None else join_values(before, after)
+                if value is None:  # (bound neither before the loop nor by an iteration)
+                    continue
                 head[name] = Value(
                     graph=value.graph,
                     origins=frozenset({Carried(loop, name)}) if value.graph else frozenset(),
@@ -507,7 +511,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             newly_freed = {
                 name for name, value in ends.items() if value.freed and name not in loop.carried_names and name in env and not env[name].freed
             } - freed_in_loop
-            if loop.is_call:
+            if isinstance(loop.node, cst.FunctionDef):  # (a method's calls)
                 newly_freed -= self._local_names(loop.node)  # each call binds its own: the next one is not freed
             converged = same_graphs(new_back_edge, back_edge) and not newly_freed
             back_edge = new_back_edge
@@ -539,7 +543,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         """The names a function declares ``global`` or ``nonlocal``."""
         declared = self._globals_declared.get(scope)
         if declared is None:
-            statements = (
+            statements: list[cst.Global | cst.Nonlocal] = (
                 [*self._tree.findall(scope.body, cst.Global), *self._tree.findall(scope.body, cst.Nonlocal)]
                 if isinstance(scope, cst.FunctionDef)
                 else []

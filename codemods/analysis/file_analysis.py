@@ -22,7 +22,7 @@ from .guards import read_only_where_assigned
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
-from .syntax import as_operand, code_of, is_single_assignment, method_called
+from .syntax import as_operand, code_of, is_single_assignment, method_called, method_receiver
 from .torch_names import TorchNames, collect_torch_names, dotted_name
 from .tree import SyntaxTree
 from .loops import Carried, Loop, Scope, expand
@@ -33,7 +33,7 @@ from .values import TENSOR, ListOf, Origin, TupleOf, Value
 class Block:
     """A statement list that edits can change: a module body or an indented block."""
 
-    owner: cst.CSTNode  # the Module or IndentedBlock
+    owner: cst.Module | cst.IndentedBlock
     statements: Sequence[cst.BaseStatement]
 
     def index(self, statement: cst.CSTNode) -> int:
@@ -141,14 +141,14 @@ class FileAnalysis:
             if isinstance(statement, cst.SimpleStatementLine):
                 if name not in assigned_names(statement, tree=self.tree):
                     continue
-                target = statement.body[0].targets[0].target if is_single_assignment(statement) else None
-                if target is None or name not in target_names(target, rebound_only=True):
+                assignment = cst.ensure_type(statement.body[0], cst.Assign) if is_single_assignment(statement) else None
+                if assignment is None or name not in target_names(assignment.targets[0].target, rebound_only=True):
                     writes[statement] = None
                 elif tracked:
-                    assigned = self.value_assigned(statement.body[0].value)
+                    assigned = self.value_assigned(assignment.value)
                     writes[statement] = assigned is not None and marker in expand(assigned.origins, loop)
                 else:
-                    writes[statement] = name in read_names(statement.body[0].value)
+                    writes[statement] = name in read_names(assignment.value)
             elif name in _bound_by_header(statement):
                 writes[statement] = None
         return writes
@@ -247,7 +247,7 @@ class FileAnalysis:
                     return small.value
         return None
 
-    def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.CSTNode]:
+    def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.BaseStatement]:
         """Statements outside ``loop`` that built part of the graph ``site`` backwards in it."""
         statements = {
             source.statement
@@ -315,7 +315,7 @@ class FileAnalysis:
         argument; None when the file never calls it (its callers are not known)."""
         if not isinstance(scope.node, cst.FunctionDef):
             return False
-        return self._dataflow.graph_arguments.get(_function_name(scope))
+        return self._dataflow.graph_arguments.get(_function_name(scope.node, scope.class_name))
 
     def runs_every_step(self, scope: Scope) -> bool:
         """Whether the function ``scope`` runs again and again with the same globals and the same
@@ -323,7 +323,7 @@ class FileAnalysis:
         or a function or method this file calls in a loop."""
         if not isinstance(scope.node, cst.FunctionDef):
             return False
-        return scope.in_module_class or self.is_forward(scope) or _function_name(scope) in self._dataflow.repeated_functions
+        return scope.in_module_class or self.is_forward(scope) or _function_name(scope.node, scope.class_name) in self._dataflow.repeated_functions
 
     def is_forward(self, scope: Scope) -> bool:
         """Whether ``scope`` is what calling a module runs (``forward``, ``__call__``) or a hook
@@ -339,8 +339,10 @@ class FileAnalysis:
         globals it reads, attributes its instance was constructed with; not what its callers pass
         it, which each call passes afresh."""
         function = scope.node
+        if not isinstance(function, cst.FunctionDef):
+            return []  # the module's own code, which runs once
         key = function.name.value if scope.class_name is None else (scope.class_name, function.name.value)
-        parameters = {p.name.value for p in function.params.params} if isinstance(function, cst.FunctionDef) else set()
+        parameters = {p.name.value for p in function.params.params}
         passed = {source for name, value in self._dataflow.arguments.get(key, {}).items() if name in parameters for source in self.value_nodes(value)}
         statements = {
             source.statement
@@ -395,12 +397,12 @@ class FileAnalysis:
                 if isinstance(statement, cst.FunctionDef) and statement.name.value == hooks[name]:
                     yield statement, name
 
-    def class_body(self, name: str | None) -> Sequence[cst.BaseStatement]:
+    def class_body(self, name: str | None) -> Sequence[cst.BaseStatement | cst.BaseSmallStatement]:
         """The statements of the class called ``name`` (empty when there is none)."""
         cls = next((c for c in self._classes if c.name.value == name), None)
         return cls.body.body if cls is not None else ()
 
-    def runs_methods_of(self, node: cst.CSTNode, class_name: str) -> bool:
+    def runs_methods_of(self, node: cst.CSTNode, class_name: str | None) -> bool:
         """Whether ``node`` calls a module of the file's class ``class_name``, or of one whose
         constructor builds one (``GPT`` holds ``Block``s, each with a ``CausalSelfAttention``):
         the call runs that class's methods."""
@@ -428,7 +430,7 @@ class FileAnalysis:
                     changed = True
         return built
 
-    def class_name_of(self, node: cst.CSTNode) -> str | None:
+    def class_name_of(self, node: cst.CSTNode | None) -> str | None:
         """The name of the innermost class whose body holds ``node``."""
         while node is not None and not isinstance(node, cst.ClassDef):
             node = self.tree.parent(node)
@@ -456,7 +458,7 @@ class FileAnalysis:
         loss.backward()``)."""
         tests = self._branch_tests(second)
         scope = self._scope_node(first)
-        if scope is not self._scope_node(second):
+        if scope is None or scope is not self._scope_node(second):
             return False
         if self._opposite_branches_of_a_fixed_test(first, second):
             return True
@@ -509,7 +511,7 @@ class FileAnalysis:
             child, parent = parent, self.tree.parent(parent)
         return tests
 
-    def _scope_node(self, node: cst.CSTNode) -> cst.CSTNode:
+    def _scope_node(self, node: cst.CSTNode | None) -> cst.FunctionDef | cst.Module | None:
         while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
             node = self.tree.parent(node)
         return node
@@ -523,7 +525,7 @@ class FileAnalysis:
         """The calls of the file's own functions that built part of what ``site`` backwards and
         freed it inside (a criterion that backwards the loss it returns)."""
         freeing = self._dataflow.calls_returning_freed
-        return sorted((o.node for o in self.graph_nodes(site) if o.node in freeing), key=self.order)
+        return sorted((o.node for o in self.graph_nodes(site) if isinstance(o.node, cst.Call) and o.node in freeing), key=self.order)
 
     def under_no_grad(self, statement: cst.CSTNode) -> bool:
         """Whether ``statement`` runs with gradients off (``torch.no_grad()``, ``inference_mode``,
@@ -559,7 +561,7 @@ class FileAnalysis:
             return block
         return None
 
-    def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+    def statement_of(self, node: cst.CSTNode | None) -> cst.SimpleStatementLine | None:
         """The statement line an expression is in (None inside a compound statement's header)."""
         while node is not None and not isinstance(node, cst.SimpleStatementLine):
             if isinstance(node, cst.BaseCompoundStatement):
@@ -604,11 +606,11 @@ class FileAnalysis:
         """The methods of the file's own plain classes (not modules) that ``node`` calls on their
         instances (``optimizer.ascend()`` on an object built from a class of the file)."""
         for call in self.tree.findall(node, cst.Call, method_called):
-            class_name = self.names.instance_class(call.func.value, self.class_name_of(call))
+            class_name = self.names.instance_class(method_receiver(call), self.class_name_of(call))
             if class_name in self.names.module_classes:
                 continue  # a module's methods compute (its ``step`` is a time step, not an update)
             for statement in self.class_body(class_name):
-                if isinstance(statement, cst.FunctionDef) and statement.name.value == call.func.attr.value:
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == method_called(call):
                     yield statement
 
     def _holds_a_backward(self, node: cst.CSTNode) -> bool:
@@ -709,8 +711,9 @@ class FileAnalysis:
         it is for. Whether the merge keeps the program's meaning (nothing reads the first
         gradient between them) is the caller's question."""
         earlier, last = sites[:-1], sites[-1]
-        if any(site.api != last.api or site.tensor is None for site in sites) or any(site.retain_graph is None for site in earlier):
-            return None  # one merged call must backward them all the same way
+        tensors = [tensor for site in sites if (tensor := site.tensor) is not None]
+        if any(site.api != last.api for site in sites) or len(tensors) < len(sites) or any(site.retain_graph is None for site in earlier):
+            return None  # one merged call must backward them all the same way, each one tensor
         gradients = [argument(site.call, 0, "gradient") if site.api == TENSOR_BACKWARD else None for site in sites]
         retains = [argument(site.call, site.api.retain_position, "retain_graph") for site in sites]
         for site, gradient, retain in zip(sites, gradients, retains):
@@ -718,17 +721,17 @@ class FileAnalysis:
             if (site is not last or gradient is not None) and any(id(arg) not in kept for arg in site.call.args):
                 return None  # arguments other than the tensor, its gradient and retain_graph would be lost
         if all(gradient is None for gradient in gradients):
-            total = as_operand(sites[0].tensor)
-            for site in sites[1:]:
-                total = cst.BinaryOperation(left=total, operator=cst.Add(), right=as_operand(site.tensor))
+            total = as_operand(tensors[0])
+            for tensor in tensors[1:]:
+                total = cst.BinaryOperation(left=total, operator=cst.Add(), right=as_operand(tensor))
             return last.with_tensor(total)
         torch = next((name for name, qualified in self.names.aliases.items() if qualified == "torch"), None)
         if torch is None:
             return None
-        tensors = ", ".join(code_of(site.tensor) for site in sites)
+        listed = ", ".join(code_of(tensor) for tensor in tensors)
         given = ", ".join("None" if gradient is None else code_of(gradient.value) for gradient in gradients)
         keep = "" if retains[-1] is None else f", retain_graph={code_of(retains[-1].value)}"
-        return cst.parse_expression(f"{torch}.autograd.backward([{tensors}], [{given}]{keep})")
+        return cst.ensure_type(cst.parse_expression(f"{torch}.autograd.backward([{listed}], [{given}]{keep})"), cst.Call)
 
     def updates_parameters(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` steps or zeroes an optimizer (or calls any other method of a known one)."""
@@ -737,9 +740,9 @@ class FileAnalysis:
 
 def _tested_name(test: cst.BaseExpression) -> tuple[str, bool] | None:
     """``("flag", True)`` for the test ``flag``, ``("flag", False)`` for ``not flag``."""
-    negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
-    name = dotted_name(test.expression if negated else test)
-    return None if name is None else (name, not negated)
+    negated = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else None
+    name = dotted_name(test if negated is None else negated)
+    return None if name is None else (name, negated is None)
 
 
 # Builtins that never see a tensor's gradient.
@@ -772,10 +775,10 @@ _BUILTINS_WITHOUT_GRADIENTS = {
 }
 
 
-def _function_name(scope: Scope) -> str:
+def _function_name(function: cst.FunctionDef, class_name: str | None) -> str:
     """How the dataflow names a function: ``f`` or ``Class.method``."""
-    name = scope.node.name.value
-    return name if scope.class_name is None else f"{scope.class_name}.{name}"
+    name = function.name.value
+    return name if class_name is None else f"{class_name}.{name}"
 
 
 def _bound_by_header(statement: cst.CSTNode) -> list[str]:

@@ -23,7 +23,7 @@ from .assignments import assigned_names
 from .backward_calls import BackwardSite
 from .loops import Env
 from .torch_names import dotted_name
-from .values import LEAF, NOTHING, UNKNOWN, Origin, Structure, Value, combine
+from .values import LEAF, NOTHING, UNKNOWN, Origin, Source, Structure, Value, combine
 
 
 @dataclass(frozen=True)
@@ -392,7 +392,11 @@ def _given(summary: FunctionSummary, call: cst.Call) -> tuple[str, bool] | None:
     return None
 
 
-def graph_facts(env: Env) -> dict[str, tuple]:
+# What a name holds as far as another round would walk differently: graph, origins, freed.
+GraphFacts = dict[str, tuple[bool, frozenset[Source], bool]]
+
+
+def graph_facts(env: Env) -> GraphFacts:
     return {name: (value.graph, value.origins, value.freed) for name, value in env.items()}
 
 

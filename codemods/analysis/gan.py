@@ -73,7 +73,7 @@ def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps 
     shared = graphs[first] & graphs[second]
     for output, chain in _generator_outputs(analysis, shared):
         on_output = {site: _calls_taking(graphs[site], output) for site in (first, second)}
-        modules = {site: {_module_name(analysis, site, call) for call in calls} - {None} for site, calls in on_output.items()}
+        modules = {site: {name for call in calls if (name := _module_name(analysis, site, call)) is not None} for site, calls in on_output.items()}
         for discriminator in sorted(modules[first] & modules[second]):
             elsewhere = [
                 site
@@ -92,7 +92,7 @@ def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps 
     return None
 
 
-def _generator_outputs(analysis, shared: set[Origin]) -> Iterable[tuple[str, frozenset[Origin]]]:
+def _generator_outputs(analysis, shared: frozenset[Origin]) -> Iterable[tuple[str, frozenset[Origin]]]:
     """Names assigned a call's output that both graphs share (``fake = G(z)``,
     ``fake = self.sample(n)``), each with the nodes that built it (the generator's chain). A value
     whose graph is only guessed (an item of the generator's output tuple, a function gradfix cannot
@@ -100,7 +100,7 @@ def _generator_outputs(analysis, shared: set[Origin]) -> Iterable[tuple[str, fro
     for origin in sorted(shared, key=lambda o: analysis.order(o.node)):
         if not isinstance(origin.node, cst.Call) or not is_single_assignment(origin.statement):
             continue
-        assignment = origin.statement.body[0]
+        assignment = cst.ensure_type(origin.statement.body[0], cst.Assign)
         if assignment.value is not origin.node:
             continue
         target = dotted_name(assignment.targets[0].target)
@@ -138,10 +138,11 @@ def _graphless_use(analysis, name: cst.Name) -> bool:
 
 def _in_function_or_lambda(analysis, node: cst.CSTNode) -> bool:
     statement = analysis.statement_of(node)
-    while node is not None and node is not statement:
-        if isinstance(node, (cst.Lambda, cst.FunctionDef)):
+    ancestor: cst.CSTNode | None = node
+    while ancestor is not None and ancestor is not statement:
+        if isinstance(ancestor, (cst.Lambda, cst.FunctionDef)):
             return True
-        node = analysis.tree.parent(node)
+        ancestor = analysis.tree.parent(ancestor)
     return statement is None
 
 
@@ -159,7 +160,7 @@ def _stepped_after(analysis, site: BackwardSite) -> set[str]:
     return modules
 
 
-def _calls_taking(nodes: set[Origin], name: str) -> set[cst.Call]:
+def _calls_taking(nodes: frozenset[Origin], name: str) -> set[cst.Call]:
     return {origin.node for origin in nodes if isinstance(origin.node, cst.Call) and any(dotted_name(arg.value) == name for arg in origin.node.args)}
 
 

@@ -98,7 +98,7 @@ def _guarded_like(tree: SyntaxTree, read: cst.Name, assigning: Mapping[str, Sequ
             branches = [branch for conjunct in _conjuncts(parent.test) for branch in assigning.get(expression_key(conjunct), ())]
             if any(_runs_before(tree, branch, parent, written) for branch in branches):
                 return True
-            if parent in branches and any(tree.follows(read, s) for s in _assignments(parent.body, read.value)):
+            if isinstance(parent, cst.If) and parent in branches and any(tree.follows(read, s) for s in _assignments(parent.body, read.value)):
                 return True  # after the assignment, in the branch that makes it
         node = parent
     return False

@@ -107,10 +107,12 @@ class _LoopMarker(LoopMarker):
     markers; naming it strongly would make a cycle, and leave each file's syntax tree to the cycle
     collector, which walks all of it, instead of freeing it when the file is done."""
 
-    _loop: weakref.ref
+    _loop: weakref.ref[Loop]
 
     @property
-    def loop(self) -> "Loop":
+    def loop(self) -> Loop | None:
+        """The loop; None once nothing else holds it (a walk of a function the dataflow replaced
+        by a walk with its callers' arguments)."""
         return self._loop()
 
 
@@ -118,7 +120,7 @@ class _LoopMarker(LoopMarker):
 class Carried(_LoopMarker):
     """The value ``name`` had when an iteration of ``loop`` started."""
 
-    _loop: weakref.ref
+    _loop: weakref.ref[Loop]
     name: str
 
     def __init__(self, loop: "Loop", name: str) -> None:
@@ -132,11 +134,11 @@ class Element(_LoopMarker):
     element, with a graph of its own, in every iteration of that loop; to any other loop, the
     graph of the whole container (``origins``)."""
 
-    _loop: weakref.ref
+    _loop: weakref.ref[Loop]
     node: cst.CSTNode
-    origins: frozenset
+    origins: frozenset[Source]
 
-    def __init__(self, loop: "Loop", node: cst.CSTNode, origins: frozenset) -> None:
+    def __init__(self, loop: "Loop", node: cst.CSTNode, origins: frozenset[Source]) -> None:
         object.__setattr__(self, "_loop", weakref.ref(loop))
         object.__setattr__(self, "node", node)
         object.__setattr__(self, "origins", origins)
@@ -211,7 +213,7 @@ def join_envs(envs: Sequence[Env | None]) -> Env | None:
         for name in _names_to_join(joined, env):
             held, value = joined.get(name), env.get(name)
             if value is None:
-                joined[name] = replace(held, unbound=True)
+                joined[name] = replace(joined[name], unbound=True)  # (held: bound on the other path)
             elif held is None:
                 joined[name] = replace(value, unbound=True)
             else:
@@ -269,10 +271,10 @@ def expand(origins: frozenset[Source], within: Loop | None, loops_read: list[tup
             if source.loop is not within:
                 pending.extend(source.origins)
             continue
-        if isinstance(source, Carried) and source.loop is not within and (within is None or within.encloses(source.loop)):
+        if isinstance(source, Carried) and (loop := source.loop) is not None and loop is not within and (within is None or within.encloses(loop)):
             if loops_read is not None:
-                loops_read.append((source.loop, source.loop.entry, source.loop.back_edge))
-            for env in (source.loop.entry, source.loop.back_edge):
+                loops_read.append((loop, loop.entry, loop.back_edge))
+            for env in (loop.entry, loop.back_edge):
                 if source.name in env:
                     pending.extend(env[source.name].origins)
     return frozenset(result)

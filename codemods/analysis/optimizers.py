@@ -8,16 +8,20 @@ any method of an object the file binds to an optimizer.
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Sequence
+from typing import Callable, Collection, Protocol, Sequence
 
 import libcst as cst
 
 from ..frameworks import CLIPPING_FUNCTIONS, GRADIENT_METHODS, GradientEffect
 from .syntax import expression_key, is_grad, is_name, method_called
 from .torch_names import dotted_name
-from .tree import find_nodes
+from .tree import N, find_nodes
 
-Findall = Callable[..., Sequence[cst.CSTNode]]  # (root, node type, where): ``SyntaxTree.findall``
+
+class Findall(Protocol):
+    """``SyntaxTree.findall``: the nodes of a type under a root that ``where`` accepts."""
+
+    def __call__(self, root: cst.CSTNode, node_type: type[N], where: Callable[[N], object] | None = None, /) -> Sequence[N]: ...
 
 
 def gradient_effects(
@@ -29,14 +33,15 @@ def gradient_effects(
     whether a backward site is in a node."""
     effects = GradientEffect(0)
     for call in findall(node, cst.Call, method_called):
-        method = call.func.attr.value
-        effect = None if _is_dict_update(call) else GRADIENT_METHODS.get(method)
-        if effect is None and dotted_name(call.func.value) in optimizers:
+        func = cst.ensure_type(call.func, cst.Attribute)  # (a method's call)
+        method = func.attr.value
+        effect = None if _is_dict_update(call, method) else GRADIENT_METHODS.get(method)
+        if effect is None and (receiver := dotted_name(func.value)) is not None and receiver in optimizers:
             effect = GradientEffect.STEP  # first_step(), second_step(), a wrapper's own update methods
         if effect is not None:
             effects |= effect
     for call in findall(node, cst.Call, lambda call: is_name(call.func)):
-        if call.func.value in CLIPPING_FUNCTIONS:
+        if cst.ensure_type(call.func, cst.Name).value in CLIPPING_FUNCTIONS:
             effects |= GradientEffect.CLIP
     if findall(node, cst.Attribute, is_grad):
         effects |= GradientEffect.READ_GRAD
@@ -49,12 +54,12 @@ def stepped_optimizers(node: cst.CSTNode) -> set[str]:
     """The optimizers ``node`` steps, as written: ``opt_d`` for ``opt_d.step()`` and for
     ``scaler.step(opt_d)``."""
     stepped = set()
-    for call in find_nodes(node, cst.Call, lambda call: GRADIENT_METHODS.get(method_called(call)) is GradientEffect.STEP):
-        receiver = call.args[0].value if call.args and call.args[0].keyword is None else call.func.value
+    for call in find_nodes(node, cst.Call, lambda call: GRADIENT_METHODS.get(method_called(call) or "") is GradientEffect.STEP):
+        receiver = call.args[0].value if call.args and call.args[0].keyword is None else cst.ensure_type(call.func, cst.Attribute).value
         stepped.add(expression_key(receiver))
     return stepped
 
 
-def _is_dict_update(call: cst.Call) -> bool:
+def _is_dict_update(call: cst.Call, method: str) -> bool:
     """``metrics.update({...})`` / ``d.update(k=v)`` is a dict's, not a GradScaler's."""
-    return GRADIENT_METHODS.get(call.func.attr.value) is GradientEffect.SCALER_UPDATE and bool(call.args)
+    return GRADIENT_METHODS.get(method) is GradientEffect.SCALER_UPDATE and bool(call.args)

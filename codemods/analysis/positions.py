@@ -70,7 +70,7 @@ class Positions:
         return {id(statement): index for index, statement in enumerate(self._module.body)}
 
     def _place(self, index: int) -> _Placed:
-        if index < 0:
+        if index < 0 or self._statement_lines is None:
             return _Placed(MetadataWrapper(self._module, unsafe_skip_copy=True).resolve(PositionProvider), 0)
         statement = self._module.body[index]
         alone = self._module.with_changes(header=(), body=(statement,), footer=())

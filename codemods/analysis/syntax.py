@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from typing import Sequence
+from typing import Sequence, TypeGuard, overload
 
 import libcst as cst
 
@@ -33,9 +33,9 @@ def expression_key(node: cst.CSTNode) -> str:
     text between an f-string's expressions and their conversions (the skeleton keeps that text's
     value, LibCST its spelling), and a trailing comma in brackets."""
     node_type = type(node)
-    if node_type is cst.Name:
+    if type(node) is cst.Name:
         return node.value
-    if node_type is cst.Attribute:
+    if type(node) is cst.Attribute:
         return f"{expression_key(node.value)}.{node.attr.value}"
     if node_type in _OPERATORS:
         return node_type.__name__
@@ -82,6 +82,11 @@ def method_called(node: cst.CSTNode) -> str | None:
     return None
 
 
+def method_receiver(call: cst.CSTNode) -> cst.BaseExpression:
+    """``x`` of a method's call ``x.m(...)``: of a call ``method_called`` names."""
+    return cst.ensure_type(cst.ensure_type(call, cst.Call).func, cst.Attribute).value
+
+
 def is_detach(call: cst.CSTNode) -> bool:
     """``x.detach()`` or ``x.detach_()``."""
     return method_called(call) in ("detach", "detach_")
@@ -94,7 +99,7 @@ def is_grad(attribute: cst.Attribute) -> bool:
 
 def appended(small: cst.CSTNode) -> cst.Call | None:
     """The call of a statement ``xs.append(value)``, one value passed by position; None for any other."""
-    if isinstance(small, cst.Expr) and method_called(small.value) == "append":
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and method_called(small.value) == "append":
         arguments = small.value.args
         if len(arguments) == 1 and arguments[0].keyword is None and not arguments[0].star:
             return small.value
@@ -121,7 +126,7 @@ def loss_handed_to_trainer(returned: cst.BaseExpression) -> cst.BaseExpression |
     return returned
 
 
-def is_single_assignment(statement: cst.CSTNode) -> bool:
+def is_single_assignment(statement: cst.CSTNode) -> TypeGuard[cst.SimpleStatementLine]:
     """A statement line that is one ``target = value`` (the target may unpack a tuple)."""
     return (
         isinstance(statement, cst.SimpleStatementLine)
@@ -131,7 +136,7 @@ def is_single_assignment(statement: cst.CSTNode) -> bool:
     )
 
 
-def is_single_call(statement: cst.CSTNode) -> bool:
+def is_single_call(statement: cst.CSTNode) -> TypeGuard[cst.SimpleStatementLine]:
     """A statement line that is one call, like ``optimizer.step()``."""
     return (
         isinstance(statement, cst.SimpleStatementLine)
@@ -152,7 +157,11 @@ def as_operand(expression: cst.BaseExpression) -> cst.BaseExpression:
     return parenthesized(expression)
 
 
-def with_reads_replaced(node: cst.CSTNode, name: str, by: cst.BaseExpression) -> cst.CSTNode:
+@overload
+def with_reads_replaced(node: cst.BaseExpression, name: str, by: cst.BaseExpression) -> cst.BaseExpression: ...
+@overload
+def with_reads_replaced(node: cst.CSTNode, name: str, by: cst.BaseExpression) -> cst.CSTNode: ...
+def with_reads_replaced(node: cst.CSTNode, name: str, by: cst.BaseExpression) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
     """``node`` with every read of ``name`` (``output``, or ``self.encoded``) computed by ``by`` instead:
     not an attribute's own name (``x.output``), a keyword (``f(output=...)``), nor a read inside a
     function defined in ``node`` (its names are its own)."""
@@ -229,7 +238,7 @@ def with_backward_merged_into_branches(
     ``branches``, ``outer`` first) replaced by ``merged``, which also backwards what ``earlier``
     did, and ``earlier`` appended to every branch that does not lead to ``failing`` (an ``else``
     added where there is none): every path still backwards the earlier loss once."""
-    return outer.visit(_BranchMerge({id(branch) for branch in branches}, failing, merged, earlier))
+    return cst.ensure_type(outer.visit(_BranchMerge({id(branch) for branch in branches}, failing, merged, earlier)), cst.If)
 
 
 class _BranchMerge(cst.CSTTransformer):

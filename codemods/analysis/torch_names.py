@@ -30,7 +30,7 @@ from ..frameworks import (
     WRAPPED_MODEL_KEYWORDS,
 )
 from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, PARAMETERLESS_MODULES
-from .syntax import is_detach, is_name, method_called
+from .syntax import is_detach, is_name, method_called, method_receiver
 from .tree import SyntaxTree
 from .values import TENSOR, UNKNOWN, Structure, TupleOf
 
@@ -49,10 +49,9 @@ def dotted_name(node: cst.CSTNode) -> str | None:
     """``a.b.c`` for a chain of attributes on a name, else None."""
     # Exact types: a failed isinstance of a libcst class goes through ABCMeta, and this runs for
     # nearly every expression the analysis reads.
-    node_type = type(node)
-    if node_type is cst.Name:
+    if type(node) is cst.Name:
         return node.value
-    if node_type is cst.Attribute:
+    if type(node) is cst.Attribute:
         base = dotted_name(node.value)
         return f"{base}.{node.attr.value}" if base else None
     return None
@@ -390,13 +389,14 @@ class _TorchNamesCollector(cst.CSTVisitor):
         callee = self.names.qualify(value.func)
         self._bind_optimizers(target, value, callee or "")
         if isinstance(target, (cst.Tuple, cst.List)) and callee in FRAMEWORK_TUPLE_CONSTRUCTORS and target.elements:
-            if len(target.elements) > 1 and dotted_name(target.elements[1].value):
-                self.names.optimizers.add(dotted_name(target.elements[1].value))  # engine, optimizer, …
+            if len(target.elements) > 1 and (optimizer := dotted_name(target.elements[1].value)):
+                self.names.optimizers.add(optimizer)  # engine, optimizer, …
+            kind: str | None
             target, kind = target.elements[0].value, FRAMEWORK_TUPLE_CONSTRUCTORS[callee]
             keyword = WRAPPED_MODEL_KEYWORDS.get(callee or "")
             wrapped = next((self._module_of(arg.value) for arg in value.args if arg.keyword is not None and arg.keyword.value == keyword), None)
-            if wrapped is not None and dotted_name(target) is not None:
-                self.names.wrapped_modules[dotted_name(target)] = wrapped
+            if wrapped is not None and (engine := dotted_name(target)) is not None:
+                self.names.wrapped_modules[engine] = wrapped
         else:
             kind = FRAMEWORK_CONSTRUCTORS.get(callee or "")
         name = dotted_name(target)
@@ -516,14 +516,19 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._note_stored(arg.value)
         if method_called(node) == "add_param_group":
             self._add_parameter_group(node)
-        if method_called(node) in ("append", "insert") and node.args:
+        if isinstance(func, cst.Attribute) and method_called(node) in ("append", "insert") and node.args:
             self._note_module_container(func.value, node.args[-1].value)
-        if _changes_in_place(node):
+        if isinstance(func, cst.Attribute) and _changes_in_place(node):
             for arg in node.args:
                 self._note_update_by_hand(node, func.value, arg.value)
-        if method_called(node) == "requires_grad_" and len(node.args) == 1 and is_name(node.args[0].value, "False"):
+        if (
+            isinstance(func, cst.Attribute)
+            and method_called(node) == "requires_grad_"
+            and len(node.args) == 1
+            and is_name(node.args[0].value, "False")
+        ):
             self._freeze(func.value)  # vgg.requires_grad_(False)
-        elif method_called(node) == "requires_grad_" and isinstance(func.value, cst.Name):
+        elif isinstance(func, cst.Attribute) and method_called(node) == "requires_grad_" and isinstance(func.value, cst.Name):
             # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
             # parameters require grad already), such as an input it optimizes
             self.names.leaf_tensors.add(func.value.value)
@@ -565,8 +570,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             for element in value.elements:
                 self._note_stored(element.value)
         elif isinstance(value, cst.Dict):
-            for element in value.elements:
-                self._note_stored(element.value)
+            for entry in value.elements:
+                self._note_stored(entry.value)
         elif isinstance(value, cst.StarredElement):
             self._note_stored(value.value)
         else:
@@ -577,7 +582,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def _add_parameter_group(self, call: cst.Call) -> None:
         """``optimizer.add_param_group({"params": teacher.parameters(), ...})``: the optimizer now
         updates that module too; a group gradfix cannot read leaves its parameters unknown."""
-        optimizer = dotted_name(call.func.value)
+        optimizer = dotted_name(method_receiver(call))
         group = call.args[0].value if call.args else None
         params = None
         if isinstance(group, cst.Dict):
@@ -601,7 +606,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         or ``[self.image]`` (tensors, no module); None when it cannot be read (a list built
         elsewhere)."""
         if method_called(params) in PARAMETER_METHODS:
-            name = dotted_name(params.func.value)
+            name = dotted_name(method_receiver(params))
             return {name} if name else None
         if isinstance(params, (cst.List, cst.Tuple)):
             parts = [e.value for e in params.elements]
@@ -640,14 +645,14 @@ class _TorchNamesCollector(cst.CSTVisitor):
         variable = dotted_name(target)  # (``for name, p in model.named_parameters()``)
         if variable is None:
             return
-        owner = dotted_name(node.iter.func.value)
+        owner = dotted_name(method_receiver(node.iter))
         for assign in self._tree.findall(node.body, cst.Assign, lambda assign: is_name(assign.value, "False")):
             if any(dotted_name(t.target) == f"{variable}.requires_grad" for t in assign.targets):
-                self._freeze(node.iter.func.value)
+                self._freeze(method_receiver(node.iter))
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.AugAssign)))
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.Call, _changes_in_place)))
         written = [dotted_name(a.target) for a in self._tree.findall(node.body, cst.AugAssign)]
-        written += [dotted_name(c.func.value) for c in self._tree.findall(node.body, cst.Call) if _changes_in_place(c)]
+        written += [dotted_name(method_receiver(c)) for c in self._tree.findall(node.body, cst.Call) if _changes_in_place(c)]
         if owner is not None and any(w in (variable, f"{variable}.data") for w in written):
             self.names.manually_trained.add(owner)
 
@@ -660,7 +665,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             for assign in self._tree.findall(node.body, cst.Assign)
             for t in assign.targets
         ) or any(
-            method_called(call) == "requires_grad_" and dotted_name(call.func.value) == variable and not call.args
+            method_called(call) == "requires_grad_" and dotted_name(method_receiver(call)) == variable and not call.args
             for call in self._tree.findall(node.body, cst.Call)
         )
         items = self._listed_names(node.iter)
@@ -668,15 +673,15 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self.names.leaves_made_by[node] = items
             self.names.leaf_tensors.update(items)
 
-    def _listed_names(self, iterable: cst.BaseExpression) -> tuple[str, ...]:
+    def _listed_names(self, iterable: cst.BaseExpression | None) -> tuple[str, ...]:
         """The names a list or tuple literal holds, or one a name was bound to (``parameters =
         [C, W1, b1]``); empty for anything else."""
         if isinstance(iterable, cst.Name):
             iterable = self._name_lists.get(iterable.value)
         if not isinstance(iterable, (cst.List, cst.Tuple)):
             return ()
-        names = tuple(dotted_name(e.value) for e in iterable.elements)
-        return () if None in names else names
+        names = tuple(name for e in iterable.elements if (name := dotted_name(e.value)) is not None)
+        return () if len(names) < len(iterable.elements) else names
 
     def _freeze(self, owner: cst.BaseExpression) -> None:
         name = dotted_name(owner)
@@ -725,19 +730,20 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 if module.class_name in self._frozen_classes or f"self.{attribute}" in self._frozen_names:
                     attributes[attribute] = replace(module, frozen=True)
         for name, bound in self._bindings.items():
-            function = self._callables.get(bound[0]) if len(bound) == 1 and bound[0] is not None else None
-            if function is not None and bound[0] not in self.names.local_classes and name not in self._callables:
-                self.names.function_aliases[name] = bound[0]
+            callee = bound[0] if len(bound) == 1 else None
+            function = self._callables.get(callee) if callee is not None else None
+            if callee is not None and function is not None and callee not in self.names.local_classes and name not in self._callables:
+                self.names.function_aliases[name] = callee
         for class_name, target, source in self._aliases:
-            module = self.names.modules.get(source)
-            if module is None:
+            aliased = self.names.modules.get(source)
+            if aliased is None:
                 continue
             if target.startswith("self.") and class_name:
                 known = self.names.self_modules.setdefault(class_name, {})
                 if not known.get(target[5:], ModuleInfo("")).class_name:  # (``self.model.train()`` saw a module of no class)
-                    known[target[5:]] = module
+                    known[target[5:]] = aliased
             elif not self.names.modules.get(target, ModuleInfo("")).class_name:
-                self.names.modules[target] = module
+                self.names.modules[target] = aliased
 
 
 def _names_automatic_optimization(target: cst.BaseExpression) -> bool:

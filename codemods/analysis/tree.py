@@ -14,11 +14,13 @@ import inspect
 import textwrap
 from bisect import bisect_left
 from operator import attrgetter
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, TypeVar, cast
 
 import libcst as cst
 
 N = TypeVar("N", bound=cst.CSTNode)
+# A visitor's ``visit_<Type>`` or ``leave_<Type>`` method (a visit answers False to skip the children).
+Handler = Callable[[cst.CSTNode], object]
 
 
 # Whitespace, newlines and comments, punctuation and operators: no question of the analysis or the
@@ -79,13 +81,14 @@ class SyntaxTree:
             of_type = self._by_type[node_type] = []
         of_type.append(index)
         read_fields = _field_reader(node_type)
+        child: cst.CSTNode  # (what a node holds in a sequence field is a node)
         if read_fields is None:  # libcst's own list, which costs more to build
             for child in node.children:
                 if type(child) not in LAYOUT:
                     self._walk(child, index)
         else:
             for value in read_fields(node):
-                value_type = type(value)
+                value_type: type = type(value)
                 if value_type is tuple or value_type is list:
                     for child in value:
                         if _is_walked(type(child)):
@@ -136,7 +139,7 @@ class SyntaxTree:
             raise KeyError(node)
         return span
 
-    def findall(self, root: cst.CSTNode, node_type: type[N], where: Callable[[N], object] | None = None) -> Sequence[N]:
+    def findall(self, root: cst.CSTNode, node_type: type[N], where: Callable[[N], object] | None = None) -> list[N]:
         """The nodes of ``node_type`` under ``root`` (``root`` included) that ``where`` accepts, in
         the order of the source; a node that is not part of this module is walked (``find_nodes``)."""
         span = self.span(root)
@@ -144,7 +147,8 @@ class SyntaxTree:
             return find_nodes(root, node_type, where)
         indexes = self._by_type.get(node_type, [])
         first, end = bisect_left(indexes, span[0]), bisect_left(indexes, span[1])
-        found = [self._nodes[i] for i in indexes[first:end]]
+        # (the nodes of ``_by_type[node_type]`` are of that type)
+        found = cast("list[N]", [self._nodes[i] for i in indexes[first:end]])
         return found if where is None else [node for node in found if where(node)]
 
     def names(self, root: cst.CSTNode, values: Iterable[str]) -> list[cst.Name]:
@@ -156,40 +160,39 @@ class SyntaxTree:
         for value in set(values):
             indexes = self._names_by_value.get(value, [])
             found += indexes[bisect_left(indexes, first) : bisect_left(indexes, end)]
-        return [self._nodes[i] for i in sorted(found)]
+        return cast("list[cst.Name]", [self._nodes[i] for i in sorted(found)])
 
     @functools.cached_property
     def _names_by_value(self) -> dict[str, list[int]]:
         by_value: dict[str, list[int]] = {}
         for index in self._by_type.get(cst.Name, []):
-            by_value.setdefault(self._nodes[index].value, []).append(index)
+            by_value.setdefault(cast("cst.Name", self._nodes[index]).value, []).append(index)
         return by_value
 
     def replay(self, visitor: cst.CSTVisitor, root: cst.CSTNode | None = None) -> None:
         """Run ``visitor`` over the module (or the subtree at ``root``) as ``root.visit(visitor)``
         does (the same calls in the same order, children skipped where ``on_visit`` says so,
         layout nodes left out) without walking it again."""
-        span = (0, len(self._nodes)) if root is None else self.span(root)
-        if span is None:  # not part of this module (or layout)
+        if root is not None and self.span(root) is None:  # not part of this module (or layout)
             root.visit(visitor)
             return
-        first, end = span
+        first, end = (0, len(self._nodes)) if root is None else self._known_span(root)
         handlers = _Handlers(visitor)
         nodes, ends = self._nodes, self._ends
-        leaving: list[tuple[int, cst.CSTNode, Callable]] = []  # (end of its span, node, leave), innermost last
+        leaving: list[tuple[int, cst.CSTNode, Handler]] = []  # (end of its span, node, leave), innermost last
         index = first
         while index < end:
             node = nodes[index]
             while leaving and leaving[-1][0] <= index:
-                _, left, leave = leaving.pop()
-                leave(left)
+                _, left, leave_left = leaving.pop()
+                leave_left(left)
             visit, leave = handlers.of(type(node))
             if leave is not None:
                 leaving.append((ends[index], node, leave))
             index = index + 1 if visit is None or visit(node) is not False else ends[index]
         while leaving:
-            _, left, leave = leaving.pop()
-            leave(left)
+            _, left, leave_left = leaving.pop()
+            leave_left(left)
 
 
 class _Handlers:
@@ -198,25 +201,27 @@ class _Handlers:
 
     def __init__(self, visitor: cst.CSTVisitor) -> None:
         self._visitor = visitor
-        self._by_type: dict[type, tuple[Callable | None, Callable | None]] = {}
+        self._by_type: dict[type, tuple[Handler | None, Handler | None]] = {}
+        self._generic: tuple[Handler, Handler] | None
         if type(visitor).on_visit is not cst.CSTVisitor.on_visit or type(visitor).on_leave is not cst.CSTVisitor.on_leave:
             # libcst enters a node's children when ``on_visit`` returns anything true.
             self._generic = (lambda node: visitor.on_visit(node) or False, visitor.on_leave)
         else:
             self._generic = None
 
-    def of(self, node_type: type) -> tuple[Callable | None, Callable | None]:
+    def of(self, node_type: type) -> tuple[Handler | None, Handler | None]:
         found = self._by_type.get(node_type)
         if found is None:
             name = node_type.__name__
             found = self._by_type[node_type] = self._generic or (self._own(f"visit_{name}"), self._own(f"leave_{name}"))
         return found
 
-    def _own(self, name: str) -> Callable | None:
+    def _own(self, name: str) -> Handler | None:
         """The visitor's method ``name``; None where it is libcst's empty one."""
         if getattr(type(self._visitor), name, None) is getattr(cst.CSTVisitor, name, None):
             return None
-        return getattr(self._visitor, name)
+        method: Handler = getattr(self._visitor, name)
+        return method
 
 
 def find_nodes(root: cst.CSTNode, node_type: type[N], where: Callable[[N], object] | None = None) -> list[N]:
@@ -240,8 +245,9 @@ def _is_walked(value_type: type) -> bool:
 
 
 @functools.cache
-def _field_reader(node_type: type[cst.CSTNode]) -> Callable[[cst.CSTNode], tuple] | None:
-    """The values of a node's fields that may hold nodes, in visit order, read in one call."""
+def _field_reader(node_type: type[cst.CSTNode]) -> Callable[[cst.CSTNode], tuple[Any, ...]] | None:
+    """The values of a node's fields that may hold nodes, in visit order, read in one call: each a
+    node, a sequence of nodes, or a token's value, told apart by type (``SyntaxTree._walk``)."""
     fields = _fields_in_visit_order(node_type)
     if fields is None:
         return None
@@ -270,4 +276,4 @@ def _fields_in_visit_order(node_type: type[cst.CSTNode]) -> tuple[str, ...] | No
         and isinstance(node.args[1].value, str)
     ]
     calls.sort(key=lambda call: (call.lineno, call.col_offset))
-    return tuple(dict.fromkeys(call.args[1].value for call in calls))
+    return tuple(dict.fromkeys(field.value for call in calls if isinstance(field := call.args[1], ast.Constant) and isinstance(field.value, str)))

@@ -35,7 +35,7 @@ class Origin:
     Nodes compare by identity, so the origins a loop body builds are equal from pass to pass."""
 
     node: cst.CSTNode
-    statement: cst.CSTNode
+    statement: cst.BaseStatement
 
 
 class LoopMarker:
@@ -66,7 +66,7 @@ class _Named(Structure):
 
 
 TENSOR = _Named("tensor")
-EMPTY = _Named("empty")  # the items of an empty list literal: whatever is appended later
+EMPTY: Structure = _Named("empty")  # the items of an empty list literal: whatever is appended later
 UNKNOWN = _Named("unknown")
 NONE = _Named("None")
 NUMBER = _Named("number")  # a Python int or float literal: no .detach()
@@ -218,7 +218,7 @@ def element_of(value: Value) -> Value:
     return item_of(value, item)
 
 
-def join_structures(structures) -> Structure:
+def join_structures(structures: Iterable[Structure]) -> Structure:
     return reduce(lambda joined, structure: joined.join(structure), structures, EMPTY)
 
 

@@ -113,7 +113,7 @@ for batch, target in loader:
             # A gradient check (autograd.grad) before the real backward: let it keep the graph.
             if not second.api.accumulates or not _is_simple_statement(first.statement):
                 return None
-            kept = first.statement.deep_replace(first.call, with_retained_graph(first.api, first.call))
+            kept = cst.ensure_type(first.statement.deep_replace(first.call, with_retained_graph(first.api, first.call)), cst.SimpleStatementLine)
             return Fix(safe=True, replace=((first.statement, kept),))
         if first.api != second.api:
             return None  # backwarded two ways (scaled and plain, say): which one was meant is not clear

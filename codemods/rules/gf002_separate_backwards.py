@@ -100,7 +100,7 @@ for x, y_reg, y_cls in loader:
                 continue  # the retained graph is needed later: merging would free it
             if all(site.retain_graph is True for site in group[:-1]):
                 continue  # every graph the later calls walk is kept: the program runs, and means what it says
-            names = " and ".join(f"`{code_of(site.tensor)}`" for site in group)
+            names = " and ".join(f"`{code_of(_tensor(site))}`" for site in group)
             shared = min(self._shared_origins(group), key=self.analysis.line)
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
             between = self._between(block, group[0], group[-1])
@@ -138,7 +138,8 @@ for x, y_reg, y_cls in loader:
                 inner = self.analysis.block_of(second.statement)
                 branch = self.analysis.tree.parent(inner.owner) if inner is not None else None
                 if (
-                    not isinstance(branch, cst.If)
+                    inner is None
+                    or not isinstance(branch, cst.If)
                     or not any(branch is statement for statement in block.statements)
                     or block.index(branch) < block.index(first.statement)
                     or not self.analysis.graph_nodes(first) & self.analysis.graph_nodes(second)
@@ -154,7 +155,7 @@ for x, y_reg, y_cls in loader:
                 shared = min(self._shared_origins([first, second]), key=self.analysis.line)
                 yield self.violation(
                     first.call,
-                    f"`{code_of(first.tensor)}` and `{code_of(second.tensor)}` share the graph built at line "
+                    f"`{code_of(_tensor(first))}` and `{code_of(_tensor(second))}` share the graph built at line "
                     f"{self.analysis.line(shared)} but are backwarded separately; backward their sum once where both run",
                     self._branch_fix(first, second, branch, between),
                     related=(second.call,),
@@ -186,7 +187,7 @@ for x, y_reg, y_cls in loader:
             return None
         if read_names(first.call) & set().union(*(assigned_names(statement) for statement in between)):
             return None
-        merged = second.statement.with_changes(body=[second.statement.body[0].with_changes(value=merged_call)])
+        merged = _calling(second, merged_call)
         rewritten = with_backward_merged_into_branches(branch, [branch], second.statement, merged, first.statement)
         return Fix(safe=True, remove=(first.statement,), replace=((branch, rewritten),))
 
@@ -194,8 +195,7 @@ for x, y_reg, y_cls in loader:
         """Runs of backward statements of one API in one block whose graphs overlap."""
         by_block: dict[int, tuple[Block, list[BackwardSite]]] = {}
         for site in self.analysis.backward_sites:
-            if self._mergeable(site):
-                block = self.analysis.block_of(site.statement)
+            if self._mergeable(site) and (block := self.analysis.block_of(site.statement)) is not None:
                 by_block.setdefault(id(block.owner), (block, []))[1].append(site)
         for block, sites in by_block.values():
             group: list[BackwardSite] = []
@@ -210,7 +210,7 @@ for x, y_reg, y_cls in loader:
                 yield group, block
 
     def _joins(self, group: list[BackwardSite], site: BackwardSite, block: Block) -> bool:
-        if any(expression_key(member.tensor) == expression_key(site.tensor) for member in group):
+        if any(expression_key(_tensor(member)) == expression_key(_tensor(site)) for member in group):
             return False  # the same tensor twice is GF001's
         if any({member, site} == steps.sites for member in group for steps in self.analysis.gan_steps):
             return False  # a GAN's two steps: GF005's
@@ -225,11 +225,11 @@ for x, y_reg, y_cls in loader:
             return False  # the graph is kept on purpose: each loss's gradient is read, or trains, on its own
         return bool(self._shared_origins([*group, site]))
 
-    def _shared_origins(self, group: list[BackwardSite]) -> set[cst.CSTNode]:
+    def _shared_origins(self, group: list[BackwardSite]) -> set[cst.BaseStatement]:
         """Statements whose graph nodes the last site shares with an earlier one."""
         within = group[0].loops[0] if group[0].loops else None
         graphs = [{o for o in expand(site.value.origins, within) if isinstance(o, Origin)} for site in group]
-        shared = set()
+        shared: set[cst.BaseStatement] = set()
         for earlier in graphs[:-1]:
             shared |= {o.statement for o in earlier & graphs[-1]}
         return shared
@@ -263,22 +263,24 @@ for x, y_reg, y_cls in loader:
         first, last = group
         start, end = block.index(first.statement), block.index(last.statement)
         for statement in block.statements[:start]:
-            if not is_single_assignment(statement) or not isinstance(target := statement.body[0].targets[0].target, cst.Name):
+            if not is_single_assignment(statement):
                 continue
-            forward = statement.body[0].value
+            assignment = cst.ensure_type(statement.body[0], cst.Assign)  # what is_single_assignment found
+            if not isinstance(target := assignment.targets[0].target, cst.Name):
+                continue
+            forward = assignment.value
             name = target.value
             later = block.statements[block.index(statement) + 1 : end]
             if (
                 statement in self._shared_origins(group)
                 and isinstance(forward, cst.Call)
-                and name in read_names(last.tensor)
+                and name in read_names(_tensor(last))
                 and not (read_names(forward) | {name}) & set().union(*(assigned_names(s) for s in later))
                 and self._graphless_apart_from(forward, set())
-                and self._graphless_apart_from(last.tensor, {name})
+                and self._graphless_apart_from(_tensor(last), {name})
             ):
-                recomputed = last.with_tensor(with_reads_replaced(last.tensor, name, forward))
-                line = last.statement.with_changes(body=[last.statement.body[0].with_changes(value=recomputed)])
-                return Fix(safe=False, replace=((last.statement, line),))
+                recomputed = last.with_tensor(with_reads_replaced(_tensor(last), name, forward))
+                return Fix(safe=False, replace=((last.statement, _calling(last, recomputed)),))
         return None
 
     def _graphless_apart_from(self, expression: cst.BaseExpression, names: set[str]) -> bool:
@@ -310,8 +312,20 @@ for x, y_reg, y_cls in loader:
             after_site = block.statements[block.index(site.statement) + 1 : block.index(last.statement)]
             if read_names(site.call) & set().union(*(assigned_names(s) for s in after_site)):
                 return None  # the tensor (or its gradient) would mean another value at the merged call
-        merged = last.statement.with_changes(body=[last.statement.body[0].with_changes(value=merged_call)])
-        return Fix(safe=True, remove=tuple(site.statement for site in earlier), replace=((last.statement, merged),))
+        return Fix(safe=True, remove=tuple(site.statement for site in earlier), replace=((last.statement, _calling(last, merged_call)),))
+
+
+def _tensor(site: BackwardSite) -> cst.BaseExpression:
+    """The tensor of a mergeable site (``_mergeable``: its ``tensor`` is not None, so it backwards
+    exactly one)."""
+    return site.tensors[0]
+
+
+def _calling(site: BackwardSite, call: cst.Call) -> cst.SimpleStatementLine:
+    """The statement line of a mergeable site (``_mergeable``: the call is the whole line), calling
+    ``call`` instead."""
+    line = cst.ensure_type(site.statement, cst.SimpleStatementLine)
+    return line.with_changes(body=[line.body[0].with_changes(value=call)])
 
 
 def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:

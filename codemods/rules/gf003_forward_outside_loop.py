@@ -107,7 +107,7 @@ for epoch in range(epochs):
                 hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,), guess=_guess(self.analysis.unread_value(hoisted))
             )
 
-    def _fix(self, hoisted: Sequence[cst.CSTNode], loop: Loop, safe: bool) -> Fix | None:
+    def _fix(self, hoisted: Sequence[cst.BaseStatement], loop: Loop, safe: bool) -> Fix | None:
         body = loop.node.body
         hoisted = self._with_what_they_feed(hoisted, loop)
         if not isinstance(body, cst.IndentedBlock) or not all(is_single_assignment(s) for s in hoisted):
@@ -117,12 +117,13 @@ for epoch in range(epochs):
         defined: set[str] = set()
         for statement in hoisted:
             block = self.analysis.block_of(statement)
-            container = self.analysis.tree.child_holding(block.owner, loop.node)
-            if container is None or block.index(statement) > block.index(container):
+            container = self.analysis.tree.child_holding(block.owner, loop.node) if block is not None else None
+            if block is None or container is None or block.index(statement) > block.index(container):
                 return None  # the loop is not after the statement in an enclosing block
             on_the_way = [*block.statements[block.index(statement) + 1 : block.index(container)], container]
             rebound = set().union(*(assigned_names(s, rebinding_only=True) for s in on_the_way))
-            inputs = read_names(statement.body[0].value) - defined
+            assignment = cst.ensure_type(cst.ensure_type(statement, cst.SimpleStatementLine).body[0], cst.Assign)  # what is_single_assignment found
+            inputs = read_names(assignment.value) - defined
             if inputs & (rebound | assigned_in_the_loop | assigned_by_the_move):
                 return None  # moved, it would read another value than it reads where it is
             defined |= assigned_names(statement)
@@ -132,7 +133,7 @@ for epoch in range(epochs):
             return Fix(safe=safe, insert_before=((body.body[0], copies),))
         return Fix(safe=safe, move=tuple((statement, body.body[0]) for statement in hoisted))
 
-    def _with_what_they_feed(self, hoisted: Sequence[cst.CSTNode], loop: Loop) -> list[cst.CSTNode]:
+    def _with_what_they_feed(self, hoisted: Sequence[cst.BaseStatement], loop: Loop) -> list[cst.BaseStatement]:
         """``hoisted`` with the statements between them and the loop, in their blocks, that compute
         from what they assign: a step of the forward that built no graph node of its own (an item
         of a model's output, picked by an index) is still a step of it."""
@@ -140,13 +141,13 @@ for epoch in range(epochs):
         for statement in hoisted:
             block = self.analysis.block_of(statement)
             container = self.analysis.tree.child_holding(block.owner, loop.node) if block is not None else None
-            if container is None or block.index(statement) > block.index(container):
+            if block is None or container is None or block.index(statement) > block.index(container):
                 continue
             for later in block.statements[block.index(statement) + 1 : block.index(container)]:
                 if (
                     all(later is not s for s in moving)
                     and is_single_assignment(later)
-                    and read_names(later.body[0].value)
+                    and read_names(cst.ensure_type(later.body[0], cst.Assign).value)
                     & set().union(*(assigned_names(s) for s in moving if self.analysis.order(s) < self.analysis.order(later)))
                 ):
                     moving.append(later)

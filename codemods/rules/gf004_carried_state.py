@@ -257,8 +257,8 @@ for inputs, targets in loader:
     # state a module keeps on self between calls -------------------------------------------
     def _stored_on_self_violations(self) -> Iterator[Violation]:
         for method in self.analysis.loops:
-            if not method.is_call:
-                continue
+            if not isinstance(method.node, cst.FunctionDef):
+                continue  # a loop, not a method's calls
             for name in sorted(method.carried_names):
                 stored = method.back_edge.get(name)
                 if stored is None or not any(isinstance(o, Origin) for o in stored.origins):
@@ -317,7 +317,7 @@ for inputs, targets in loader:
         """Whether every call of the method in the file is one its class's ``__init__`` makes
         (``self.add_regularization_loss(...)`` twice while building the model)."""
         constructor = self.analysis.constructor_of(method.scope.class_name)
-        name = method.node.name.value
+        name = cst.ensure_type(method.node, cst.FunctionDef).name.value  # a method's calls
         calls = [
             call
             for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
@@ -366,14 +366,16 @@ for inputs, targets in loader:
         if not stores or not all(is_single_assignment(s) for s in stores):
             return None, f"`{name}` is not stored by plain assignments"
         unknown = f"gradfix cannot tell what `{name}` holds (a namedtuple, a dataclass, …)"
-        replace, insert_after = [], []
+        replace: list[tuple[cst.BaseStatement, cst.BaseStatement]] = []
+        insert_after: list[tuple[cst.BaseStatement, tuple[cst.BaseStatement, ...]]] = []
         for store in stores:
+            store = cst.ensure_type(store, cst.SimpleStatementLine)  # one assignment, checked above
             if self._read_after(method, name, store):
                 return None, (
                     f"this call reads `{name}` after storing it, and a detach there would cut this call's "
                     "own gradient; store a detached copy for the next call instead"
                 )
-            assign = store.body[0]
+            assign = cst.ensure_type(store.body[0], cst.Assign)
             target = assign.targets[0].target
             if dotted_name(target) == name:
                 value = detached(assign.value, stored.structure)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import libcst as cst
 
@@ -89,7 +89,9 @@ optimizer.step()
                 )
             yield self.violation(site.call, message, fix, related=(loop.node,), sites=(site,))
 
-    def _backward_after(self, loop: Loop, following) -> tuple[BackwardSite, list, str, list] | None:
+    def _backward_after(
+        self, loop: Loop, following: Sequence[cst.BaseStatement]
+    ) -> tuple[BackwardSite, list[cst.BaseStatement], str, list[cst.BaseStatement]] | None:
         """The backward that follows ``loop`` (past optimizer calls, and statements that touch no
         gradient) of a value computed from one the loop overwrites on every iteration with that
         iteration's data alone; the optimizer calls between; that value's name; the other

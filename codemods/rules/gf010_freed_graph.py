@@ -143,9 +143,9 @@ class Classifier(pl.LightningModule):
             )
             restart = self._restarted_sum(earlier[-1], site) if earlier else None
             recompute = self._recomputed(earlier[-1], site, built) if earlier and restart is None and built is not None else None
-            if restart is not None:
+            if restart is not None and site.tensor is not None:  # (a name, where the sum restarts)
                 message += f"`{code_of(site.tensor)}` keeps adding to the loss that backward took: start the sum afresh after it"
-            elif recompute is not None:
+            elif recompute is not None and built is not None:
                 message += f"an optimizer steps between them: compute line {self.analysis.line(built)} again after the step, where it is read"
             else:
                 message += (
@@ -258,7 +258,7 @@ class Classifier(pl.LightningModule):
         if not any(self.analysis.gradient_effects(statement) & GradientEffect.STEP for statement in on_the_way):
             return None  # (no step between: the two losses are one step's, backwarded together)
         changed = set().union(*(assigned_names(statement) for statement in on_the_way if statement is not earlier.statement))
-        if (read_names(built.body[0].value) | computed) & changed:
+        if (read_names(cst.ensure_type(built.body[0], cst.Assign).value) | computed) & changed:
             return None
         return Fix(safe=False, insert_before=((first_read, (built.with_changes(leading_lines=[]),)),))
 
@@ -332,7 +332,7 @@ class Classifier(pl.LightningModule):
             kept = [arg for arg in site.call.args if arg.keyword is None or arg.keyword.value not in ("retain_graph", "create_graph")]
             create = cst.Arg(value=cst.Name("True"), keyword=cst.Name("create_graph"), equal=_EQUAL)
             call = site.call.with_changes(args=[*kept[:-1], kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT), create])
-            return Fix(safe=False, replace=((statement, statement.deep_replace(site.call, call)),))
+            return Fix(safe=False, replace=((statement, cst.ensure_type(statement.deep_replace(site.call, call), type(statement))),))
         line = self.analysis.statement_of(returned)
         handed = loss_handed_to_trainer(returned.value) if returned.value is not None else None
         if (
@@ -342,13 +342,14 @@ class Classifier(pl.LightningModule):
             or handed is None
             or statement not in body
             or line not in body
+            or site.tensor is None
         ):
             return None
         between = body[body.index(statement) + 1 : body.index(line)]
         if any(self.analysis.gradient_effects(s) or read_names(site.tensor) & assigned_names(s) for s in between):
             return None
         summed = cst.BinaryOperation(left=as_operand(handed), operator=cst.Add(), right=as_operand(site.tensor))
-        return Fix(safe=False, remove=(statement,), replace=((line, line.deep_replace(handed, summed)),))
+        return Fix(safe=False, remove=(statement,), replace=((line, cst.ensure_type(line.deep_replace(handed, summed), cst.SimpleStatementLine)),))
 
     def _fits_of(self, class_name: str) -> list[cst.Call]:
         """The ``trainer.fit(model, ...)`` calls of the file that hand the trainer an instance of
@@ -378,9 +379,14 @@ def _operands(expression: cst.BaseExpression | None) -> Iterator[cst.Name]:
         yield from _operands(expression.expression)
 
 
-def _accumulates(small: cst.AugAssign | cst.Assign, name: str) -> bool:
+def _accumulates(small: cst.BaseSmallStatement, name: str) -> bool:
     """Whether ``small`` computes ``name`` from the value it replaces (``loss += part``,
     ``loss = loss + part``)."""
     if isinstance(small, cst.AugAssign):
         return target_names(small.target, bindings_only=True) == [name]
-    return len(small.targets) == 1 and target_names(small.targets[0].target, bindings_only=True) == [name] and name in read_names(small.value)
+    return (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and target_names(small.targets[0].target, bindings_only=True) == [name]
+        and name in read_names(small.value)
+    )
