@@ -9,6 +9,7 @@ import pytest
 
 from gradfix.codemods import check
 from gradfix.codemods.analysis import FileAnalysis
+from gradfix.codemods.analysis.tree import SyntaxTree
 from gradfix.codemods.check import check_file
 from gradfix.codemods.parse import parse_decoded
 from gradfix.codemods.registry import all_rules
@@ -140,3 +141,47 @@ def test_a_module_the_run_checks_is_analysed_once_for_its_exports_and_its_check(
     for path, report in zip(project, reports):
         alone = check_file(path, all_rules(), FixMode.UNSAFE)
         assert (alone.findings, alone.fixed, alone.rewritten, alone.errors) == (report.findings, report.fixed, report.rewritten, report.errors), path
+
+
+def test_the_names_a_body_writes_are_walked_once_however_often_they_are_asked(monkeypatch):
+    """A loop's body is walked at each of its passes and each round of the summaries (here two: a
+    function called before its definition), and an ``if``/``elif`` chain asks what each branch
+    binds each time it is walked: the module's tree keeps each answer."""
+    source = textwrap.dedent(
+        """
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+        def train(batches, mode):
+            hidden = torch.zeros(1)
+            for x, y in batches:
+                for _ in range(2):
+                    if mode == "a":
+                        loss = helper(model(x) + hidden, y)
+                    elif mode == "b":
+                        loss = helper(model(x) * hidden, y)
+                    hidden = loss.detach()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+        def helper(prediction, target):
+            return ((prediction - target) ** 2).mean()
+        """
+    ).encode()
+    replayed = []
+    replay = SyntaxTree.replay
+    monkeypatch.setattr(
+        SyntaxTree,
+        "replay",
+        lambda tree, visitor, root=None: (
+            replayed.append((type(visitor), vars(visitor).get("rebinding_only"), id(root))) or replay(tree, visitor, root)
+        ),
+    )
+    analysis = FileAnalysis(parse_decoded(source, "<test>"), {}, source)
+    assert analysis.backward_sites and analysis.loops  # analysed: loops passed more than once
+    assert len(replayed) == len(set(replayed))

@@ -169,13 +169,17 @@ def assigned_names(node: cst.CSTNode, rebinding_only: bool = False, tree: Syntax
     """Every name written anywhere inside ``node`` (not inside nested functions or classes).
     With ``rebinding_only``, only writes that bind a name to another object: not ``a.append(v)``,
     ``a.add_(v)`` or an augmented assignment under ``torch.no_grad()``. ``tree``, the module's,
-    saves walking ``node`` again."""
+    saves walking ``node`` again, and keeps the answer for the next time it is asked."""
     visitor = _Writes(rebinding_only)
     if tree is None:
         node.visit(visitor)
-    else:
+        return visitor.names
+
+    def written() -> frozenset[str]:
         tree.replay(visitor, node)
-    return visitor.names
+        return frozenset(visitor.names)
+
+    return set(tree.kept(("written", rebinding_only), node, written))
 
 
 class _Reads(cst.CSTVisitor):
