@@ -100,9 +100,30 @@ def module_exports(data: bytes) -> dict[str, ExportedSummary]:
             refuse_deep_nesting(text, "<module>")
         with _cycle_collection_deferred():
             module = skeleton.module if skeleton is not None else parse_decoded(data, "<module>")
-            return FileAnalysis(module, {}, data, skeleton and skeleton.python_tree).exports()
+            analysis = FileAnalysis(module, {}, data, skeleton and skeleton.python_tree)
+            if skeleton is not None and _skeleton_analyses is not None:
+                _skeleton_analyses[data] = (skeleton, analysis)
+            return analysis.exports()
     except Exception:  # (what cannot be analysed is unread, which no finding and no fix rests on)
         return {}
+
+
+# While ``exports_and_report`` runs: the skeleton of each module ``module_exports`` analysed, and
+# that analysis, by the module's bytes, for the check of the same bytes with no project to reuse.
+_skeleton_analyses: dict[bytes, tuple[Skeleton, FileAnalysis]] | None = None
+
+
+def exports_and_report(data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path: str) -> tuple[dict[str, ExportedSummary], FileReport]:
+    """``module_exports(data)``, and the report of ``check_source`` of the file at ``path`` holding
+    ``data`` with no project of its own, from one analysis of its skeleton: a run checks most of
+    the modules it reads the exports of, and most import no summary (analysing them twice was a
+    fifth of a cold check of Lightning)."""
+    global _skeleton_analyses
+    _skeleton_analyses = {}
+    try:
+        return module_exports(data), check_source(data, rules, mode, path, {})
+    finally:
+        _skeleton_analyses = None
 
 
 def _internal_error(path: str, error: Exception) -> str:
@@ -132,10 +153,11 @@ def _check_python(data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path:
     report = FileReport(path, original=data)
     try:
         text, encoding = decoded(data, path)
-        skeleton = build_skeleton(text, encoding)
+        kept = _skeleton_analyses.pop(data, None) if _skeleton_analyses and not project else None
+        skeleton, analysis = kept if kept is not None else (build_skeleton(text, encoding), None)
         if skeleton is None:
             refuse_deep_nesting(text, path)
-        elif _skeleton_finds_nothing(report, skeleton, data, rules, project):
+        elif _skeleton_finds_nothing(report, skeleton, data, rules, project, analysis):
             return report
         module = parse_decoded(data, path)
     except SourceError as error:
@@ -153,7 +175,12 @@ def _check_python(data: bytes, rules: Sequence[type[Rule]], mode: FixMode, path:
 
 
 def _skeleton_finds_nothing(
-    report: FileReport, skeleton: Skeleton, data: bytes, rules: Sequence[type[Rule]], project: ProjectSummaries | None
+    report: FileReport,
+    skeleton: Skeleton,
+    data: bytes,
+    rules: Sequence[type[Rule]],
+    project: ProjectSummaries | None,
+    analysis: FileAnalysis | None = None,
 ) -> bool:
     """Whether the rules find nothing in the file's skeleton (``skeleton``), which is what they
     would find in LibCST's tree of it. Anything else (a finding, an error of the analysis) is for
@@ -162,9 +189,10 @@ def _skeleton_finds_nothing(
     file's, so only the full check can tell which comment silences which finding.
     The skeleton's tree is LibCST's, and the analysis walks it by recursion: a tree too deep for
     that raises ``SourceError`` before LibCST's parse, which would recurse as deep on the C stack
-    (a tree the analysis walked is not deeper than Python's recursion limit)."""
+    (a tree the analysis walked is not deeper than Python's recursion limit). ``analysis``: the
+    skeleton's, where it was made already."""
     try:
-        analysis = FileAnalysis(skeleton.module, project, data, skeleton.python_tree)
+        analysis = analysis or FileAnalysis(skeleton.module, project, data, skeleton.python_tree)
         if any(True for rule in rules for _ in rule(analysis).violations()):
             return False
     except RecursionError as error:

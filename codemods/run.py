@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
 
 from .summaries import Exports, ProjectSummaries
 from .config import Overrides, Settings, project_root
@@ -150,8 +150,29 @@ def _check_groups(
     contents = [_read(path) for path in files]
     modules = ProjectModules(settings, ModuleSummaries(cache))
     unknown = modules.summaries.unknown(modules_imported(modules, ((path, data) for path, data in zip(files, contents) if data is not None)))
-    for data, exports in zip(unknown, _map(_module_exports_job, unknown, jobs)):
+    # A module that is also a file of the run, whose own imports' exports are all known already, has
+    # a project known now: where it is empty, the job that computes the module's exports checks the
+    # file too, from the same analysis.
+    group_of = {index: (rules, mode) for rules, mode, indexes in groups for index in indexes}
+    file_holding = {data: index for index, data in enumerate(contents) if data is not None}
+    pending = set(unknown)
+
+    def module_work(data: bytes) -> ModuleWork:
+        index = file_holding.get(data)
+        if (
+            index is None
+            or any(modules.module_bytes(file) in pending for _, file in modules.imported(files[index], data))
+            or modules.project_for(files[index], data)
+        ):
+            return data, None
+        rules, mode = group_of[index]
+        return data, (tuple(rules), mode, str(files[index]))
+
+    checked_early: dict[int, FileReport] = {}
+    for data, (exports, report) in zip(unknown, _map(_module_exports_job, [module_work(data) for data in unknown], jobs)):
         modules.summaries.learn(data, exports)
+        if report is not None:
+            checked_early[file_holding[data]] = report
     projects = [modules.project_for(path, data) if data is not None else {} for path, data in zip(files, contents)]
     reports: list[FileReport] = [FileReport(str(path)) for path in files]
     done = iter(range(1, len(files) + 1))
@@ -162,7 +183,8 @@ def _check_groups(
 
     for rules, mode, indexes in groups:
         work = [(files[i], contents[i], projects[i]) for i in indexes]
-        for index, report in zip(indexes, _cached_map(work, rules, mode, jobs, cache, checked)):
+        answered = {position: checked_early[i] for position, i in enumerate(indexes) if i in checked_early}
+        for index, report in zip(indexes, _cached_map(work, rules, mode, jobs, cache, checked, answered)):
             reports[index] = report
     return reports
 
@@ -186,24 +208,33 @@ def _cached_map(
     jobs: int | None,
     cache: ReportCache | None,
     checked: Callable[[], None],
+    answered: Mapping[int, FileReport],
 ) -> list[FileReport]:
     """Reports for ``work``; ``checked`` is called as each is known. A report from the cache is of
-    the very path asked for (``ReportCache.load``), and each new one is kept as soon as it is
-    known, so a run killed midway keeps what it had checked."""
+    the very path asked for (``ReportCache.load``); ``answered`` holds reports already checked (by
+    position in ``work``); each new one is kept as soon as it is known, so a run killed midway
+    keeps what it had checked."""
+
+    def keep(project: ProjectSummaries, report: FileReport) -> None:
+        if cache is not None and report.original is not None:  # keyed by the bytes the check read, even if the file changed since
+            cache.store(cache.key(report.path, report.original, rules, mode, project), report)
+        checked()
+
     reports: list[FileReport | None] = []
-    for path, data, project in work:
+    for position, (path, data, project) in enumerate(work):
         reports.append(cache.load(cache.key(path, data, rules, mode, project)) if cache is not None and data is not None else None)
         if reports[-1] is not None:
             checked()
+        elif position in answered:
+            reports[-1] = answered[position]
+            keep(project, answered[position])
     missing = [i for i, report in enumerate(reports) if report is None]
 
     missed = [work[i] for i in missing]
 
     def known(first: int, checked_reports: list[FileReport]) -> None:
         for (_, _, project), report in zip(missed[first:], checked_reports):
-            if cache is not None and report.original is not None:  # keyed by the bytes the check read, even if the file changed since
-                cache.store(cache.key(report.path, report.original, rules, mode, project), report)
-            checked()
+            keep(project, report)
 
     if missed:  # a selection's rules are imported here, once, not by each worker, and only when some file is checked
         for index, report in zip(missing, _map(partial(_check_files_job, rules=tuple(rules), mode=mode), missed, jobs, known)):
@@ -273,7 +304,12 @@ def _check_files_job(work: Sequence[Work], rules: Sequence[type[Rule]], mode: Fi
     ]
 
 
-def _module_exports_job(modules: Sequence[bytes]) -> list[Exports]:
-    from .check import module_exports  # loaded by the process that forked this one
+# A module whose exports are computed: its bytes, and where the run checks it too, with no project,
+# the rules and mode that check it and its path.
+ModuleWork = tuple[bytes, "tuple[Sequence[type[Rule]], FixMode, str] | None"]
 
-    return [module_exports(data) for data in modules]
+
+def _module_exports_job(modules: Sequence[ModuleWork]) -> list[tuple[Exports, FileReport | None]]:
+    from . import check  # loaded by the process that forked this one
+
+    return [(check.module_exports(data), None) if checked is None else check.exports_and_report(data, *checked) for data, checked in modules]

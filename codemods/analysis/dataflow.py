@@ -536,7 +536,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             params = function.params
             parameters = [*params.params, *params.kwonly_params, *params.posonly_params]
             parameters += [star for star in (params.star_arg, params.star_kwarg) if isinstance(star, cst.Param)]
-            local = self._locals_of[function] = ({p.name.value for p in parameters} | local_names(function)) - self._declared_global(function)
+            bound = {p.name.value for p in parameters} | local_names(function, self._tree)
+            local = self._locals_of[function] = bound - self._declared_global(function)
         return local
 
     def _declared_global(self, scope: cst.CSTNode) -> frozenset[str]:

@@ -12,15 +12,18 @@ import ast
 import functools
 import inspect
 import textwrap
+import weakref
 from bisect import bisect_left
 from operator import attrgetter
-from typing import Any, Callable, Iterable, TypeVar, cast
+from typing import Any, Callable, Hashable, Iterable, TypeVar, cast
 
 import libcst as cst
 
 N = TypeVar("N", bound=cst.CSTNode)
-# A visitor's ``visit_<Type>`` or ``leave_<Type>`` method (a visit answers False to skip the children).
-Handler = Callable[[cst.CSTNode], object]
+T = TypeVar("T")
+# A visitor class's ``visit_<Type>`` or ``leave_<Type>`` function, called with the visitor and the
+# node (a visit answers False to skip the children).
+Handler = Callable[[cst.CSTVisitor, cst.CSTNode], object]
 
 
 # Whitespace, newlines and comments, punctuation and operators: no question of the analysis or the
@@ -64,6 +67,7 @@ class SyntaxTree:
         self._parents: list[int] = []  # by index: the parent's index (-1 for the module)
         self._indexes: dict[int, int] = {}  # by id of the node
         self._by_type: dict[type, list[int]] = {}
+        self._kept: dict[tuple[Hashable, int], object] = {}  # answers of ``kept``, by question and index
         self._walk(module, -1)
 
     def _walk(self, node: cst.CSTNode, parent: int) -> None:
@@ -162,6 +166,18 @@ class SyntaxTree:
             found += indexes[bisect_left(indexes, first) : bisect_left(indexes, end)]
         return cast("list[cst.Name]", [self._nodes[i] for i in sorted(found)])
 
+    def kept(self, question: Hashable, node: cst.CSTNode, answer: Callable[[], T]) -> T:
+        """``answer()``, the answer to ``question`` about ``node`` from its syntax alone, computed
+        once for a node of this module: the analysis asks the same of a loop's body at each of its
+        passes and each round of the summaries."""
+        index = self._indexes.get(id(node))
+        if index is None:  # (not part of this module: its id may be another node's later)
+            return answer()
+        key = (question, index)
+        if key not in self._kept:
+            self._kept[key] = answer()
+        return self._kept[key]  # type: ignore[return-value]
+
     @functools.cached_property
     def _names_by_value(self) -> dict[str, list[int]]:
         by_value: dict[str, list[int]] = {}
@@ -177,7 +193,7 @@ class SyntaxTree:
             root.visit(visitor)
             return
         first, end = (0, len(self._nodes)) if root is None else self._known_span(root)
-        handlers = _Handlers(visitor)
+        handlers = _HANDLERS.setdefault(type(visitor), {})
         nodes, ends = self._nodes, self._ends
         leaving: list[tuple[int, cst.CSTNode, Handler]] = []  # (end of its span, node, leave), innermost last
         index = first
@@ -185,43 +201,40 @@ class SyntaxTree:
             node = nodes[index]
             while leaving and leaving[-1][0] <= index:
                 _, left, leave_left = leaving.pop()
-                leave_left(left)
-            visit, leave = handlers.of(type(node))
+                leave_left(visitor, left)
+            node_type = type(node)
+            found = handlers.get(node_type)
+            if found is None:
+                found = handlers[node_type] = _handlers(type(visitor), node_type)
+            visit, leave = found
             if leave is not None:
                 leaving.append((ends[index], node, leave))
-            index = index + 1 if visit is None or visit(node) is not False else ends[index]
+            index = index + 1 if visit is None or visit(visitor, node) is not False else ends[index]
         while leaving:
             _, left, leave_left = leaving.pop()
-            leave_left(left)
+            leave_left(visitor, left)
 
 
-class _Handlers:
-    """A visitor's ``visit_<Type>`` and ``leave_<Type>`` methods, looked up once per node type (None
-    where it has none); a visitor that overrides ``on_visit`` or ``on_leave`` gets every call."""
+# Each visitor class's handlers (``_handlers``), by node type: looked up once, not at each replay
+# (the analysis replays its visitors over thousands of bodies a file).
+_HANDLERS: weakref.WeakKeyDictionary[type, dict[type, tuple[Handler | None, Handler | None]]] = weakref.WeakKeyDictionary()
 
-    def __init__(self, visitor: cst.CSTVisitor) -> None:
-        self._visitor = visitor
-        self._by_type: dict[type, tuple[Handler | None, Handler | None]] = {}
-        self._generic: tuple[Handler, Handler] | None
-        if type(visitor).on_visit is not cst.CSTVisitor.on_visit or type(visitor).on_leave is not cst.CSTVisitor.on_leave:
-            # libcst enters a node's children when ``on_visit`` returns anything true.
-            self._generic = (lambda node: visitor.on_visit(node) or False, visitor.on_leave)
-        else:
-            self._generic = None
 
-    def of(self, node_type: type) -> tuple[Handler | None, Handler | None]:
-        found = self._by_type.get(node_type)
-        if found is None:
-            name = node_type.__name__
-            found = self._by_type[node_type] = self._generic or (self._own(f"visit_{name}"), self._own(f"leave_{name}"))
-        return found
+def _handlers(visitor_type: type[cst.CSTVisitor], node_type: type) -> tuple[Handler | None, Handler | None]:
+    """A visitor class's ``visit_<Type>`` and ``leave_<Type>`` functions for ``node_type`` (None
+    where it has libcst's empty one), called with the visitor and the node; a visitor that
+    overrides ``on_visit`` or ``on_leave`` gets every call."""
+    if visitor_type.on_visit is not cst.CSTVisitor.on_visit or visitor_type.on_leave is not cst.CSTVisitor.on_leave:
+        # libcst enters a node's children when ``on_visit`` returns anything true.
+        return (lambda visitor, node: visitor.on_visit(node) or False), visitor_type.on_leave
+    name = node_type.__name__
+    return _own(visitor_type, f"visit_{name}"), _own(visitor_type, f"leave_{name}")
 
-    def _own(self, name: str) -> Handler | None:
-        """The visitor's method ``name``; None where it is libcst's empty one."""
-        if getattr(type(self._visitor), name, None) is getattr(cst.CSTVisitor, name, None):
-            return None
-        method: Handler = getattr(self._visitor, name)
-        return method
+
+def _own(visitor_type: type[cst.CSTVisitor], name: str) -> Handler | None:
+    """The visitor class's function ``name``; None where it is libcst's empty one."""
+    found: Handler | None = getattr(visitor_type, name, None)
+    return None if found is getattr(cst.CSTVisitor, name, None) else found
 
 
 def find_nodes(root: cst.CSTNode, node_type: type[N], where: Callable[[N], object] | None = None) -> list[N]:

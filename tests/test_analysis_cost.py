@@ -1,0 +1,187 @@
+"""What a cold check computes, and how often: counted, never timed (the figures live in
+benchmarks/check_speed.py). Each test pins one way the analysis used to pay twice for one fact."""
+
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from gradfix.codemods import check
+from gradfix.codemods.analysis import FileAnalysis
+from gradfix.codemods.analysis.tree import SyntaxTree
+from gradfix.codemods.check import check_file
+from gradfix.codemods.parse import parse_decoded
+from gradfix.codemods.registry import all_rules
+from gradfix.codemods.report import FixMode
+from gradfix.codemods.run import check_files
+
+from .conftest import FIXTURES
+
+CASE = FIXTURES / "duplicate_backward" / "loss_helper_in_its_own_module"
+
+# Functions of every kind the analysis reads names of: module functions that read globals, methods
+# of a module class, nested helpers, a closure over a loop variable.
+SOURCE = textwrap.dedent(
+    """
+    import torch
+    import torch.nn as nn
+
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    history = []
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(4, 1)
+
+        def forward(self, x):
+            def scaled(y):
+                factor = 2
+                return y * factor
+
+            return scaled(self.layer(x))
+
+
+    def step(x, y):
+        def loss_of(prediction):
+            error = prediction - y
+            return (error ** 2).mean()
+
+        loss = loss_of(model(x))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        history.append(loss.item())
+        return loss
+
+
+    def train(batches):
+        for x, y in batches:
+            step(x, y)
+    """
+)
+
+
+@pytest.fixture
+def visits(monkeypatch):
+    """How many nodes LibCST's own walk (``CSTNode.visit``) enters."""
+    entered = []
+    walk = cst.CSTNode.visit
+
+    def counted(node, visitor):
+        entered.append(node)
+        return walk(node, visitor)
+
+    monkeypatch.setattr(cst.CSTNode, "visit", counted)
+    return entered
+
+
+def test_the_analysis_reads_the_names_a_function_binds_from_the_module_s_one_walk(visits):
+    """LibCST's walk rebuilds every node it passes: walking each function's body again for the names
+    it binds cost a third of a cold check of Lightning."""
+    data = SOURCE.encode()
+    analysis = FileAnalysis(parse_decoded(data, "<test>"), {}, data)
+    assert analysis.backward_sites  # the file was analysed, its backward found
+    assert visits == []
+
+
+# A module the script imports that imports the helper (its own project is not empty), and one that
+# backwards twice itself (its skeleton has a finding).
+WRAPPER = """
+from rdrop_loss import rdrop_criterion
+
+
+def criterion(model, inputs, labels):
+    return rdrop_criterion(model, inputs, labels, alpha=0.3)
+"""
+TWICE = """
+def backward_twice(loss):
+    loss.backward()
+    loss.backward()
+"""
+
+
+@pytest.fixture
+def project(tmp_path) -> list[Path]:
+    """A work tree: the R-Drop script, which imports its criterion's module and two others."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "rdrop_loss.py").write_text((CASE / "rdrop_loss.py").read_text())
+    (tmp_path / "wrapper.py").write_text(WRAPPER)
+    (tmp_path / "twice.py").write_text(TWICE)
+    (tmp_path / "train.py").write_text((CASE / "before.py").read_text() + "import wrapper\nimport twice\n")
+    return sorted(tmp_path.glob("*.py"))
+
+
+@pytest.fixture
+def analysed(monkeypatch) -> list[bytes]:
+    """The bytes of each file or module the check analyses, once an analysis."""
+    analysed = []
+    analysis = check.FileAnalysis
+    monkeypatch.setattr(
+        check,
+        "FileAnalysis",
+        lambda module, imported, source, python_tree=None: analysed.append(source) or analysis(module, imported, source, python_tree),
+    )
+    return analysed
+
+
+def test_a_module_the_run_checks_is_analysed_once_for_its_exports_and_its_check(project, analysed):
+    """A module the run checks, whose own imports export no summary, is checked in the job that
+    computes its exports, from the same analysis (a fifth of a cold check of Lightning was such
+    second analyses); a module that imports a summary (wrapper.py) is checked with it, and every
+    report is the file's checked alone."""
+    helper = project[0].read_bytes()  # rdrop_loss.py
+    reports = check_files(project, all_rules(), FixMode.UNSAFE, jobs=1)
+    assert analysed.count(helper) == 1
+    assert [[finding.code for finding in report.findings + report.fixed] for report in reports] == [[], ["GF001"], ["GF001"], []]
+    analysed.clear()
+    for path, report in zip(project, reports):
+        alone = check_file(path, all_rules(), FixMode.UNSAFE)
+        assert (alone.findings, alone.fixed, alone.rewritten, alone.errors) == (report.findings, report.fixed, report.rewritten, report.errors), path
+
+
+def test_the_names_a_body_writes_are_walked_once_however_often_they_are_asked(monkeypatch):
+    """A loop's body is walked at each of its passes and each round of the summaries (here two: a
+    function called before its definition), and an ``if``/``elif`` chain asks what each branch
+    binds each time it is walked: the module's tree keeps each answer."""
+    source = textwrap.dedent(
+        """
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+        def train(batches, mode):
+            hidden = torch.zeros(1)
+            for x, y in batches:
+                for _ in range(2):
+                    if mode == "a":
+                        loss = helper(model(x) + hidden, y)
+                    elif mode == "b":
+                        loss = helper(model(x) * hidden, y)
+                    hidden = loss.detach()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+        def helper(prediction, target):
+            return ((prediction - target) ** 2).mean()
+        """
+    ).encode()
+    replayed = []
+    replay = SyntaxTree.replay
+    monkeypatch.setattr(
+        SyntaxTree,
+        "replay",
+        lambda tree, visitor, root=None: (
+            replayed.append((type(visitor), vars(visitor).get("rebinding_only"), id(root))) or replay(tree, visitor, root)
+        ),
+    )
+    analysis = FileAnalysis(parse_decoded(source, "<test>"), {}, source)
+    assert analysis.backward_sites and analysis.loops  # analysed: loops passed more than once
+    assert len(replayed) == len(set(replayed))
