@@ -35,7 +35,7 @@ from pygls.uris import to_fs_path
 from pygls.workspace.position_codec import PositionCodec
 
 from gradfix import __version__
-from gradfix.codemods.check import check_source
+from gradfix.codemods.check import check_source, module_exports
 from gradfix.codemods.config import ConfigError, Overrides, Settings
 from gradfix.codemods.registry import RuleSelection, rule_by_code
 from gradfix.codemods.report import FileReport, Finding, FixKind, FixMode
@@ -350,7 +350,7 @@ class Checker:
     summaries are kept by the digest of its bytes, so a saved module is read as it is now."""
 
     def __init__(self) -> None:
-        self._summaries = ModuleSummaries()
+        self._summaries = ModuleSummaries(module_exports)
 
     def check(self, uri: str, version: int | None, text: str, path: Path, codec: PositionCodec) -> Checked:
         settings, overrides = Settings(), Overrides()
@@ -359,7 +359,7 @@ class Checker:
             if excluded_when_named(settings, overrides)(path):
                 return Checked(uri, version, text, path, codec, FileReport(str(path), original=data))
             rules, _ = rules_and_mode(settings, overrides, path, fixing=False)
-            project = ProjectModules(settings, self._summaries).project_for(path, data)
+            project = ProjectModules(self._summaries, settings).project_for(path, data)
         except ConfigError as error:
             return Checked(uri, version, text, path, codec, FileReport(str(path), original=data), problem=str(error))
         report = check_source(data, rules, FixMode.NONE, str(path), project)

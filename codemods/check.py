@@ -81,10 +81,6 @@ def check_source(
         return FileReport(path, original=data, internal_errors=[_internal_error(path, error)])
 
 
-# Summaries by the digest of a module's bytes: never stale, so kept for the life of the process.
-_MODULE_SUMMARIES = ModuleSummaries()
-
-
 def _is_place(path: str) -> bool:
     return path != "-" and not path.startswith("<")
 
@@ -106,6 +102,10 @@ def module_exports(data: bytes) -> dict[str, ExportedSummary]:
             return analysis.exports()
     except Exception:  # (what cannot be analysed is unread, which no finding and no fix rests on)
         return {}
+
+
+# Summaries by the digest of a module's bytes: never stale, so kept for the life of the process.
+_MODULE_SUMMARIES = ModuleSummaries(module_exports)
 
 
 # While ``exports_and_report`` runs: the skeleton of each module ``module_exports`` analysed, and

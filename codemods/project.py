@@ -32,7 +32,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from .config import DEFAULT_EXCLUDE, Settings, project_root
 from .notebook import Notebook, is_notebook
@@ -103,18 +103,18 @@ def _note_statement(found: dict[WrittenModule, None], dots: bytes | None, module
 
 class ModuleSummaries:
     """The summaries each module of the project exports, by the digest of its bytes: computed
-    once (``check.module_exports``) and, with ``cache``, kept from one run to the next."""
+    once by ``exports_of`` (``check.module_exports``: the caller gives it, as this layer never
+    imports LibCST and the analysis) and, with ``cache``, kept from one run to the next."""
 
-    def __init__(self, cache: ReportCache | None = None) -> None:
+    def __init__(self, exports_of: Callable[[bytes], Exports], cache: ReportCache | None = None) -> None:
+        self._exports_of = exports_of
         self._cache = cache
         self._known: dict[str, Exports] = {}
 
     def of(self, data: bytes) -> Exports:
         known = self._known_of(data)
         if known is None:
-            from .check import module_exports  # LibCST and the analysis, only for a module not known
-
-            known = module_exports(data)
+            known = self._exports_of(data)
             self.learn(data, known)
         return known
 
@@ -142,8 +142,8 @@ class ProjectModules:
     """Finds, for a file, the modules of its project it imports, and what they export. Paths are
     strings here and every answer is kept: a run asks the same of thousands of imports."""
 
+    summaries: ModuleSummaries
     settings: Settings = field(default_factory=Settings)
-    summaries: ModuleSummaries = field(default_factory=ModuleSummaries)
     _listings: dict[str, dict[str, bool]] = field(default_factory=dict)  # folder -> its names, True for a folder
     _tops: dict[str, str] = field(default_factory=dict)  # folder -> the real path of its work tree's top
     _roots: dict[str, tuple[str, ...]] = field(default_factory=dict)  # folder -> where its absolute imports are looked for

@@ -148,7 +148,7 @@ def _check_groups(
     disk whether the run names them or not (``project``): first the summaries no one knows yet
     are computed, on the same processes, then the files."""
     contents = [_read(path) for path in files]
-    modules = ProjectModules(settings, ModuleSummaries(cache))
+    modules = ProjectModules(ModuleSummaries(_module_exports, cache), settings)
     unknown = modules.summaries.unknown(modules_imported(modules, ((path, data) for path, data in zip(files, contents) if data is not None)))
     # A module that is also a file of the run, whose own imports' exports are all known already, has
     # a project known now: where it is empty, the job that computes the module's exports checks the
@@ -307,6 +307,14 @@ def _check_files_job(work: Sequence[Work], rules: Sequence[type[Rule]], mode: Fi
 # A module whose exports are computed: its bytes, and where the run checks it too, with no project,
 # the rules and mode that check it and its path.
 ModuleWork = tuple[bytes, "tuple[Sequence[type[Rule]], FixMode, str] | None"]
+
+
+def _module_exports(data: bytes) -> Exports:
+    """A module's exports, computed here (a module no job computed: LibCST and the analysis are
+    loaded only then)."""
+    from .check import module_exports
+
+    return module_exports(data)
 
 
 def _module_exports_job(modules: Sequence[ModuleWork]) -> list[tuple[Exports, FileReport | None]]:

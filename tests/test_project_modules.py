@@ -12,7 +12,7 @@ from gradfix.cli.app import app
 
 from gradfix.codemods import check
 from gradfix.codemods.cache import ReportCache
-from gradfix.codemods.check import check_file
+from gradfix.codemods.check import check_file, module_exports
 from gradfix.codemods.project import ModuleSummaries, ProjectModules, WrittenModule, written_modules
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.report import FileReport, FixMode
@@ -145,9 +145,9 @@ def test_an_import_finds_the_module_python_would(tmp_path, files, statement, pre
         (tmp_path / name).write_text(text)
     importer = tmp_path / "pkg" / "train.py"
     importer.write_text(statement + "\n")
-    found = ProjectModules().imported(importer, importer.read_bytes())
+    found = ProjectModules(ModuleSummaries(module_exports)).imported(importer, importer.read_bytes())
     assert (prefix, tmp_path / module) in found
-    summaries = ProjectModules().project_for(importer, importer.read_bytes())
+    summaries = ProjectModules(ModuleSummaries(module_exports)).project_for(importer, importer.read_bytes())
     assert f"{prefix}.rdrop_criterion".lstrip(".") in summaries
 
 
@@ -174,7 +174,7 @@ def test_a_name_two_imports_could_mean_is_left_out(tmp_path):
     (tmp_path / "steps.py").write_text(HELPER.replace("    loss.backward()\n", "    loss.backward(retain_graph=True)\n"))
     importer = tmp_path / "pkg" / "train.py"
     importer.write_text("from .steps import rdrop_criterion\nfrom ..steps import rdrop_criterion\n")
-    assert ProjectModules().project_for(importer, importer.read_bytes()) == {}
+    assert ProjectModules(ModuleSummaries(module_exports)).project_for(importer, importer.read_bytes()) == {}
 
 
 def test_module_summaries_are_computed_once_and_kept_in_the_cache(tree, monkeypatch):
@@ -200,7 +200,7 @@ def test_module_summaries_are_computed_once_and_kept_in_the_cache(tree, monkeypa
 def test_a_module_that_cannot_be_analysed_exports_nothing(tree):
     (tree / "rdrop_loss.py").write_text(HELPER + "\ndef broken(:\n")
     assert check_file(tree / "train.py", all_rules()).findings == []
-    assert ModuleSummaries().of(b"def broken(:\n    x.backward()\n") == {}
+    assert ModuleSummaries(module_exports).of(b"def broken(:\n    x.backward()\n") == {}
 
 
 def _same_answer(script: Path, together: FileReport) -> None:
