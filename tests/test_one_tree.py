@@ -33,6 +33,7 @@ from gradfix.codemods.check import check_source
 from gradfix.codemods.report import FixMode
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.rule import Violation, without_repeats
+from gradfix.codemods.skeleton import Skeleton
 
 from .conftest import FIXTURES
 
@@ -64,12 +65,14 @@ class _Watched:
 
     def __init__(self, setattr_: Callable[[object, str, object], None]) -> None:
         self.gate_found_nothing: bool | None = None  # None: no skeleton, the file went down the full path
+        self.skeleton: Skeleton | None = None
         self.analyses: list[FileAnalysis] = []
         self.found_in_full: list[Violation] = []
         gate, analysis, unrepeated = check._skeleton_finds_nothing, check.FileAnalysis, check.without_repeats
 
         def watched_gate(*arguments) -> bool:
             self.gate_found_nothing = gate(*arguments)
+            self.skeleton = arguments[1]
             return False
 
         def kept_analysis(*arguments) -> FileAnalysis:
@@ -80,17 +83,6 @@ class _Watched:
             self.found_in_full = unrepeated(violations)
             return self.found_in_full
 
-        def exports_unwatched(data: bytes) -> object:
-            """A module the file imports, analysed for its exports (before the file, where they are
-            not known yet): not the file's skeleton."""
-            kept, self.analyses = self.analyses, []
-            try:
-                return exports(data)
-            finally:
-                self.analyses = kept
-
-        exports = check.module_exports
-        setattr_(check, "module_exports", exports_unwatched)
         setattr_(check, "_skeleton_finds_nothing", watched_gate)
         setattr_(check, "FileAnalysis", kept_analysis)
         setattr_(check, "without_repeats", kept_violations)
@@ -98,7 +90,7 @@ class _Watched:
     def check(self, data: bytes, path: str) -> tuple[list[tuple], list[tuple], Counter, Counter]:
         """The shipped findings, the full check's, and the codes the rules find on each tree
         (before ``# noqa`` comments, which only the full check reads)."""
-        self.gate_found_nothing, self.analyses, self.found_in_full = None, [], []
+        self.gate_found_nothing, self.skeleton, self.analyses, self.found_in_full = None, None, [], []
         report = check_source(data, RULES, FixMode.NONE, path)
         assert report.errors == [] and report.internal_errors == [], (report.errors, report.internal_errors)
         full = [(f.code, f.line, f.column, f.cell, f.message) for f in report.findings]
@@ -107,7 +99,9 @@ class _Watched:
             return full, full, in_full, in_full
         if self.gate_found_nothing:
             return [], full, Counter(), in_full
-        skeleton = self.analyses[0]  # the gate stopped at its first finding: the rest, from its facts
+        # The gate stopped at its first finding: the rest, from its facts. (The modules the file
+        # imports are analysed too, before it where their summaries are not kept yet.)
+        skeleton = next(analysis for analysis in self.analyses if self.skeleton and analysis.module is self.skeleton.module)
         in_skeleton = Counter(v.finding.code for v in without_repeats([v for rule in RULES for v in rule(skeleton).violations()]))
         return full, full, in_skeleton, in_full
 
