@@ -13,29 +13,27 @@ modules of their own, grouped as ruff groups its own (``check`` and ``fix``; ``p
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Mapping, NamedTuple, Optional
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from gradfix import __version__
 
 from . import formats, options, render
-from .check_commands import check, fix
 from .options import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Verbose
-from .pr_command import pr
-from .rule_commands import explain, rules
-from .run_commands import diagnose, verify
-from .server_command import server
 
 if TYPE_CHECKING:
     from click import HelpFormatter  # (typer's own copy of click, in recent typer)
 
 # LibCST and the analysis are imported where a command needs them (the check for code on stdin
 # and for reviewing fixes, the execution layer for verify and diagnose; the run imports the check
-# for the files the cache does not answer): `check` answered by the cache loads neither.
+# for the files the cache does not answer): `check` answered by the cache loads neither. A
+# command's module is imported, and its options read, only when that command runs (or the help
+# lists it): typer reading every command's signature was a fifth of a one-file check's time.
 
 
 class Command(TyperCommand):
@@ -57,7 +55,61 @@ class Command(TyperCommand):
         return [p for p in self.get_params(ctx) if p.param_type_name == kind]
 
 
+class CommandEntry(NamedTuple):
+    """A command of the app: the function of a module of this package that typer reads."""
+
+    module: str
+    function: str
+    settings: Mapping[str, Any] = {}
+
+
+# The commands, in the order `gradfix --help` lists them.
+COMMANDS = {
+    "check": CommandEntry("check_commands", "check"),
+    "fix": CommandEntry("check_commands", "fix"),
+    "pr": CommandEntry("pr_command", "pr"),
+    "rules": CommandEntry("rule_commands", "rules"),
+    "explain": CommandEntry("rule_commands", "explain"),
+    "rule": CommandEntry("rule_commands", "explain", {"help": "Explain a rule, with a before/after example (as `explain`, ruff's name for it)."}),
+    "server": CommandEntry("server_command", "server"),
+    "verify": CommandEntry("run_commands", "verify"),
+    "diagnose": CommandEntry("run_commands", "diagnose", {"context_settings": {"ignore_unknown_options": True}}),
+}
+
+
+class CommandsOnDemand(Mapping[str, Any]):
+    """The app's commands by name, each imported and read by typer the first time it is asked for."""
+
+    def __init__(self, entries: Mapping[str, CommandEntry]) -> None:
+        self._entries = entries
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            entry = self._entries[name]
+            function = getattr(importlib.import_module(f"{__package__}.{entry.module}"), entry.function)
+            one_command = typer.Typer(rich_markup_mode=None, add_completion=False, pretty_exceptions_enable=False)
+            one_command.command(name, cls=Command, **entry.settings)(function)
+            self._built[name] = typer.main.get_command(one_command)
+        return self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class Group(TyperGroup):
+    """The app's group: its commands are ``COMMANDS``, read on demand."""
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.commands = CommandsOnDemand(COMMANDS)
+
+
 app = typer.Typer(
+    cls=Group,
     add_completion=True,  # --install-completion and --show-completion, as typer writes them
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
@@ -81,18 +133,6 @@ def _main(
     """Find and fix the PyTorch training-loop bugs behind 'Trying to backward through the graph a
     second time'."""
     render.notes.quiet = False  # until a command's --quiet says otherwise
-
-
-# The commands, in the order `gradfix --help` lists them.
-app.command(cls=Command)(check)
-app.command(cls=Command)(fix)
-app.command(cls=Command)(pr)
-app.command(cls=Command)(rules)
-app.command(cls=Command)(explain)
-app.command("rule", cls=Command, help="Explain a rule, with a before/after example (as `explain`, ruff's name for it).")(explain)
-app.command(cls=Command)(server)
-app.command(cls=Command)(verify)
-app.command(cls=Command, context_settings={"ignore_unknown_options": True})(diagnose)
 
 
 # click's UsageError, of the click typer uses (its own copy, in recent typer), which exports no name for it

@@ -22,6 +22,12 @@ NOT_FOR_A_CACHED_CHECK = [
     "pydantic",  # typer 0.29 builds a pydantic validator for every option
     "rich._emoji_codes",  # gradfix prints no emoji codes
     "rich.table",  # for the commands that print a table
+    "gradfix.cli.pr_command",  # another command's module: read only when that command runs
+    "gradfix.cli.run_commands",
+    "gradfix.cli.rule_commands",
+    "gradfix.cli.server_command",
+    "gradfix.codemods.execution",  # the runner, whose options are verify's and diagnose's
+    "gradfix.cli.pull_request",
 ]
 
 _MODULES_AFTER = (
