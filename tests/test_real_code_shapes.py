@@ -137,6 +137,71 @@ def test_correct_real_code_shapes_are_left_alone(name):
     assert report.findings == [] and report.rewritten is None and report.internal_errors == []
 
 
+# torch-light's image captioning: an actor and a critic built in one tuple assignment, each starting
+# from the encoder's output through its own `.data` (the critic trains on its own graph only).
+ACTOR_AND_CRITIC = """
+    import torch.nn.functional as F
+
+    class Captioner(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = torch.nn.Linear(8, 4)
+            self.cell = torch.nn.LSTMCell(4, 4)
+            self.out = torch.nn.Linear(4, 5)
+
+        def encode(self, images):
+            return self.encoder(images)
+
+        def start_state(self, code):
+            return {actor_start}
+
+        def forward(self, state):
+            state = self.cell(torch.zeros(state[0].size(0), 4), state)
+            return F.log_softmax(self.out(state[0]), -1)
+
+    class Scorer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.value = torch.nn.Linear(4, 1)
+
+        def start_state(self, code):
+            return {critic_start}
+
+        def forward(self, state):
+            return self.value(state).squeeze(1)
+
+    {built}
+    actor_optimizer = torch.optim.Adam(actor.parameters())
+    critic_optimizer = torch.optim.Adam(critic.parameters())
+    for images, labels, rewards in batches:
+        actor_optimizer.zero_grad()
+        critic_optimizer.zero_grad()
+        code = actor.encode(images)
+        log_probs = actor(actor.start_state(code))
+        estimate = critic(critic.start_state(code))
+        critic_loss = F.mse_loss(estimate, rewards)
+        critic_loss.backward()
+        critic_optimizer.step()
+        actor_loss = F.nll_loss(log_probs, labels)
+        actor_loss.backward()
+        actor_optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("built", ["actor, critic = Captioner(), Scorer()", "actor = Captioner()\ncritic = Scorer()"])
+def test_instances_built_in_one_tuple_assignment_are_read_as_built_one_by_one(built):
+    def checked(actor_start: str, critic_start: str) -> list[str]:
+        code = textwrap.dedent(ACTOR_AND_CRITIC).format(actor_start=actor_start, critic_start=critic_start, built="{built}")
+        source = b"import torch\n" + code.replace("{built}", built).encode()
+        report = check_source(source, all_rules(), FixMode.UNSAFE, "train.py")
+        return [f.code for f in [*report.findings, *report.fixed]]
+
+    detached = "(code.data.clone(), torch.zeros_like(code.data))"
+    assert checked(detached, "code.data.clone()") == []  # each loss walks its own graph
+    assert checked(detached, "code") == []  # only the critic's reaches the encoder
+    assert checked("(code, torch.zeros_like(code))", "code") == ["GF002"]  # both do: the second backward fails
+
+
 def test_a_carried_name_first_bound_inside_the_loop_is_not_detached_before_it_exists():
     source = textwrap.dedent(
         """

@@ -279,6 +279,16 @@ for segment in torch.randn(4, 5, 2, 3):
     report = checked(source)
     assert codes(report) == ["GF004"] and report.rewritten is None
     assert report.findings[0].hint and "passes through `repackage_hidden`" in report.findings[0].message
+    # The file's own helper that hands each tensor to the imported one: the same guess.
+    wrapped = source.replace(
+        "from lm_utils import repackage_hidden\n",
+        "from lm_utils import detach_tensor\ndef repackage_hidden(h):\n    return tuple(detach_tensor(v) for v in h)\n",
+    )
+    report = checked(wrapped)
+    assert [(f.code, f.hint, f.fix) for f in report.findings] == [("GF004", True, None)] and report.rewritten is None
+    # Read to the end and not detaching, it is the bug.
+    read = checked(wrapped.replace("from lm_utils import detach_tensor\n", "").replace("detach_tensor(v)", "v * 1"))
+    assert [(f.code, f.hint) for f in [*read.findings, *read.fixed]] == [("GF004", False)]
 
 
 def test_a_graph_carrying_object_is_not_a_tensor():
@@ -424,6 +434,19 @@ for x in torch.randn(5, 2, 4):
     assert report.findings == []
     undetached = checked(source.replace("    state = detach_all(state)\n", ""))
     assert codes(undetached) == ["GF004"]
+    # torch-light's repackage_hidden: a new tensor of each one's data, the tuples by calling itself;
+    # what makes no graph is read from torch's tables, as the dataflow reads them
+    recursive = """\
+def detach_all(state):
+    if isinstance(state, torch.Tensor):
+        return {leaf}
+    return tuple(detach_all(s) for s in state)
+"""
+    for leaf in ("Variable(state.data)", "state.data", "torch.zeros_like(state)", "state.detach()"):
+        written = source.replace("def detach_all(state):\n    return tuple(s.detach() for s in state)\n", recursive.format(leaf=leaf))
+        assert codes(checked("from torch.autograd import Variable\n" + written)) == [], leaf
+    kept = checked(source.replace("def detach_all(state):\n    return tuple(s.detach() for s in state)\n", recursive.format(leaf="state * 1")))
+    assert [f.code for f in kept.findings] == ["GF004"]  # (its own call is not read to the end: a hint)
 
 
 def test_a_helper_returning_a_number_returns_no_graph():
@@ -682,6 +705,18 @@ for x in torch.randn(3, 4, 3):
     assert codes(separate) == []
     assert codes(shared) == ["GF002"] and not [*shared.findings, *shared.fixed][0].hint
     assert [(f.code, f.hint) for f in unread.findings] == [("GF002", True)] and unread.rewritten is None
+    # bentrevett's n-step A2C: an episode's actor and critic outputs returned with its total reward,
+    # a number an environment gave (code gradfix did not read, handed no graph): that item holds
+    # nothing to share, and the losses stay apart.
+    with_a_reward = template.replace("    policy_loss, critic_loss = losses(x)", "    policy_loss, critic_loss, reward = losses(x)")
+    reward = (
+        "from gym_utils import env_reward\ndef losses(x):\n    h = {input}\n    return policy(h).mean(), critic(h).pow(2).mean(), env_reward(0)\n"
+    )
+    separate = checked(with_a_reward.format(helper=reward.format(input="x")))
+    shared = checked(with_a_reward.format(helper=reward.format(input="encoder(x)")))
+    through_the_argument = checked(with_a_reward.format(helper=reward.format(input="x")).replace("= losses(x)", "= losses(encoder(x))"))
+    assert codes(separate) == []
+    assert codes(shared) == codes(through_the_argument) == ["GF002"]
 
 
 def test_an_attribute_no_backward_reads_again_is_a_hint():

@@ -72,6 +72,10 @@ class CallSemantics:
         value = self._call_value(node, env)
         if self._detaching_call(node.func):
             return CONSTANT
+        if value.graph and value.unread:
+            self.unread_results.add(node)
+        else:
+            self.unread_results.discard(node)
         if value.graph and self._called_class(node.func) in self.stateful_classes:
             self._escape([value])  # the object keeps part of this graph for its next call
         return value
@@ -234,7 +238,7 @@ class CallSemantics:
             return Value(graph=True, structure=ListOf(TENSOR))  # its parameters: leaves that require grad
         summary = self._summary((module.class_name, method)) if module.is_local else None
         if summary is not None and not summary.has_effect and (items := self._returned_items(summary, node)) is not None:
-            self._call_items[node] = items
+            self._keep_returned_items(node, items, values)
         if summary is not None and summary.returned.graph:  # builds its result from parameters
             return combine([*values, LEAF], self._origin(node), summary.returned.structure)
         # D.compute_loss(fake, …): from its inputs (and maybe parameters gradfix does not see)
@@ -318,7 +322,7 @@ class CallSemantics:
         unread = True if module.unread else None
         called = combine(values, self._origin(node), result, guessed=unread, unread=unread)
         if forward is not None and not forward.has_effect and (items := self._returned_items(forward, node)) is not None:
-            self._call_items[node] = items
+            self._keep_returned_items(node, items, values)
         elif forward is None and isinstance(result, TupleOf):
             # every output of a torch.nn module is computed from its input and its parameters
             self._call_items[node] = tuple(Value(graph=True, structure=item) for item in result.items)
@@ -334,6 +338,16 @@ class CallSemantics:
             return combine(values, self._origin(node), TupleOf((TENSOR,) * TUPLE_FUNCTIONS[qualified]))
         return combine(values, self._origin(node))
 
+    def _keep_returned_items(self, call: cst.Call, items: tuple[Value, ...], passed: Sequence[Value]) -> None:
+        """What each item of the tuple ``call`` returns holds, as its callee's returns say, and whether
+        the call passes it a graph: an item the callee builds from no graph of its own (from its
+        arguments, or from code gradfix did not read given none) holds none where it passes none."""
+        self._call_items[call] = items
+        if any(value.graph for value in passed):
+            self._items_given_no_graph.discard(call)
+        else:
+            self._items_given_no_graph.add(call)
+
     def _items_of_the_call(self, call: cst.Call, whole: Value, targets: Sequence[cst.BaseExpression]) -> list[Value] | None:
         """What each target of ``a, b = f(...)`` holds, for a function of the file whose every return
         writes out a tuple of that length: nothing, where the returns prove an item graphless
@@ -344,7 +358,7 @@ class CallSemantics:
         items = self._call_items.get(call)
         if items is None or len(items) != len(targets):
             return None
-        groups = _sharing_groups(items)
+        groups = _sharing_groups(items, given_a_graph=call not in self._items_given_no_graph)
         call_origin = self._origin(call)
         values = []
         for index, item in enumerate(items):
@@ -513,13 +527,13 @@ def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:
     return qualified.startswith(_NUMBER_LIBRARIES) and not any(value.graph for value in values)
 
 
-def _sharing_groups(items: Sequence[Value]) -> list[int]:
+def _sharing_groups(items: Sequence[Value], given_a_graph: bool) -> list[int]:
     """For each of a callee's returned items, the first item it is joined to by nodes of the
     callee's graph they both hold (directly or through other items). Where the callee says
     nothing of the graph of an item that may hold one (a torch.nn module's outputs, a value
-    built from an argument), all are one group."""
+    built from an argument where the call passes a graph), all are one group."""
     nodes = [{source.node for source in item.origins if isinstance(source, Origin)} for item in items]
-    if any(not graph_nodes and not item.graphless for item, graph_nodes in zip(items, nodes)):
+    if any(not graph_nodes and not item.graphless and (item.graph or given_a_graph) for item, graph_nodes in zip(items, nodes)):
         return [0] * len(items)
     groups = list(range(len(items)))
     for index in range(len(items)):

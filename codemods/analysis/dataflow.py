@@ -130,12 +130,14 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # What each item of a call's tuple result holds, where the callee says it: the returns of
         # a function or forward of the file, or a torch.nn module's outputs.
         self._call_items: dict[cst.Call, tuple[Value, ...]] = {}
+        self._items_given_no_graph: set[cst.Call] = set()  # of those, calls that pass no graph (in a loop: its last pass)
         self._read_callees: dict[cst.Call, object] = {}  # calls read as any other, of the file's functions
         # What a function of the file returns in the walk with what its callers pass it.
         self.returned_with_arguments: dict[object, Value] = {}
         self._differentiable_outputs: set[cst.CSTNode] = set()  # calls of torch.nn modules returning tuples
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
         self.read_values: dict[cst.Name | cst.Attribute, Value] = {}  # what each name (attribute) read held (in a loop: its last pass)
+        self.unread_results: set[cst.Call] = set()  # calls whose result's graph came out of code gradfix did not read (its last pass)
         # Right-hand sides, and what ``+=`` adds or ``.append(...)`` stores, as evaluated.
         self.assigned_values: dict[cst.BaseExpression, Value] = {}
         self.graph_arguments: dict[str, bool] = {}  # function -> whether a call in this file passes it a graph

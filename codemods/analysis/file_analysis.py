@@ -114,6 +114,12 @@ class FileAnalysis:
         """Pairs of backwards that are a GAN's discriminator and generator steps (``analysis.gan``)."""
         return find_gan_steps(self)
 
+    def returns_unread_graph(self, call: cst.Call) -> bool:
+        """Whether what ``call`` returns holds a graph that came out of code gradfix did not read
+        (another package's function, a parameter, a helper of the file that calls such code or
+        itself): it may as well hold none (in a loop: its last pass)."""
+        return call in self._dataflow.unread_results
+
     def value_assigned(self, expression: cst.BaseExpression) -> Value | None:
         """What the right-hand side of an assignment, or what ``+=`` adds or ``.append(...)``
         stores, evaluated to (None where never reached)."""

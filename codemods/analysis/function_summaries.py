@@ -156,7 +156,7 @@ class FunctionSummaries:
             # proved on every path, whatever it was given (``return float(acc.item())``)
             return Value(structure=returned_structure, graphless=True)
         if not summary.has_effect and (items := self._returned_items(summary, call)) is not None:
-            self._call_items[call] = items
+            self._keep_returned_items(call, items, values)
         if not summary.has_effect:
             if not summary.returned.graph:
                 self._returned_shapes[call] = returned_structure  # (the call is read as any other)

@@ -29,7 +29,15 @@ from ..frameworks import (
     TRAINER_HOOKS,
     WRAPPED_MODEL_KEYWORDS,
 )
-from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, PARAMETERLESS_MODULES
+from ..torch_api import (
+    CREATION_FUNCTIONS,
+    DETACHING_METHODS,
+    GRAPHLESS_ATTRIBUTES,
+    MODULE_METHODS,
+    MODULE_RETURNING,
+    PARAMETER_METHODS,
+    PARAMETERLESS_MODULES,
+)
 from .syntax import is_detach, is_name, method_called, method_receiver
 from .tree import SyntaxTree
 from .values import TENSOR, UNKNOWN, Structure, TupleOf
@@ -321,9 +329,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self.names.detaching_functions.add(qualified)
 
     def _returns_detached(self, function: cst.FunctionDef) -> bool:
-        """Whether every ``return`` of ``function`` hands back detached values: ``h.detach()``,
-        a tuple, list or comprehension of them, ``map(torch.Tensor.detach, h)``, or a call of the
-        function itself (``repackage_hidden``)."""
+        """Whether every ``return`` of ``function`` hands back values without a graph, by torch's
+        tables (``torch_api``) as the dataflow reads them: ``h.detach()``, ``h.item()``, ``h.data``,
+        a new tensor (``Variable(h.data)``, ``torch.zeros(...)``), a tuple, list or comprehension of
+        them, ``map(torch.Tensor.detach, h)``, or a call of the function itself (``repackage_hidden``:
+        every value it returns bottoms out in a return of the others)."""
         returns = [r for r in self._tree.findall(function.body, cst.Return) if not self._nested(r, function)]
         return bool(returns) and all(r.value is not None and self._detached(r.value, function.name.value) for r in returns)
 
@@ -336,7 +346,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
         return False
 
     def _detached(self, value: cst.BaseExpression, function: str) -> bool:
-        if is_detach(value) or method_called(value) in ("item", "tolist", "numpy"):
+        if is_detach(value) or method_called(value) in DETACHING_METHODS:
+            return True
+        if isinstance(value, cst.Attribute) and value.attr.value in GRAPHLESS_ATTRIBUTES:
             return True
         if isinstance(value, (cst.Tuple, cst.List)):
             return all(self._detached(element.value, function) for element in value.elements)
@@ -348,6 +360,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
             callee = dotted_name(value.func)
             if callee in self.names.detaching_functions or (callee or "").rpartition(".")[2] == function:
                 return True  # (``function`` itself, called as ``f``, ``self.f``, ``cls.f`` or ``Class.f``)
+            qualified = self.names.qualify(value.func) or ""
+            if qualified.startswith("torch.") and qualified.rpartition(".")[2] in CREATION_FUNCTIONS and not creates_parameter(self.names, value):
+                return True
             if callee in ("tuple", "list") and len(value.args) == 1:
                 return self._detached(value.args[0].value, function)
             if callee == "map" and value.args:
@@ -365,8 +380,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._name_lists[node.targets[0].target.value] = node.value
         for target in node.targets:
             pairs = _unpacked(target.target, node.value)
-            for element, value in pairs:  # self.model, self.steps = model, steps
+            for element, value in pairs:  # self.model, self.steps = model, steps; actor, critic = Actor(), Critic()
                 self._bind(element, value)
+                self._bind_framework(element, value)
             self._bind(target.target, node.value)
             self._bind_framework(target.target, node.value)
             if isinstance(target.target, (cst.Attribute, cst.Subscript)):

@@ -146,7 +146,9 @@ for inputs, targets in loader:
         guess = ""
         if passed is not None:
             name, function = passed
-            guess = f"`{name}` passes through `{function}`, which gradfix cannot read: if it detaches it, there is no bug"
+            guess = (
+                f"`{name}` passes through `{function}`, whose result comes out of code gradfix cannot read: if that code detaches it, there is no bug"
+            )
         elif unread:
             guess = f"what `{unread[0]}` carries comes out of code gradfix did not read, and may hold no graph"
         elif skipping := [name for name in names if self.analysis.read_only_where_assigned(loop, name, inner_loops_run=True)]:
@@ -182,21 +184,20 @@ for inputs, targets in loader:
         return next((s for s in self.analysis.writes_of(loop, name) if isinstance(s, cst.SimpleStatementLine)), None)
 
     def _passed_through_unread_code(self, loop: Loop, names: list[str]) -> tuple[str, str] | None:
-        """A state the iteration hands to an imported function on its way to its next value
-        (``hidden = repackage_hidden(hidden)``, ``state = cell(x, refresh(state))``): that function
-        may be the detach."""
-        imports = self.analysis.names.aliases
+        """A state the iteration hands, on its way to its next value, to a call whose result
+        comes out of code gradfix did not read (``hidden = repackage_hidden(hidden)`` imported, or
+        a helper of the file that hands it to such code; ``state = cell(x, refresh(state))``):
+        that code may be the detach."""
         for statement in loop.node.body.body:
             if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(statement.body[0], cst.Assign):
                 continue
             # (``hidden[i] = repackage_hidden(hidden[i])`` writes into the state as well)
             written = {dotted_name(_stored_into(target.target)) for target in statement.body[0].targets}
             for call in self.analysis.tree.findall(statement.body[0].value, cst.Call):
-                function = dotted_name(call.func)
-                if function is None or function.split(".")[0] not in imports or (self.analysis.names.qualify(call.func) or "").startswith("torch."):
+                if not self.analysis.returns_unread_graph(call):
                     continue
                 for name in sorted(set(names) & written & read_names(call)):
-                    return name, function
+                    return name, code_of(call.func)
         return None
 
     def _loop_fix(self, loop: Loop, names: list[str], safe: bool) -> tuple[Fix | None, str]:
