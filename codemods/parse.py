@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 import warnings
 from keyword import kwlist
@@ -72,12 +73,23 @@ def _trusted(node: CSTNode) -> None:
 
 
 def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:
-    """``line: cannot parse: why``; Python's own parser words it best and places it exactly."""
+    """``line: cannot parse: why``; Python's own parser words it best and places it exactly. Where
+    it says it noticed the error later ("detected at line N", N counted in the whole module, which
+    is no line of a notebook's cell), that is said from the line the error is placed at."""
     try:
         ast.parse(data)
     except SyntaxError as python_error:
-        return f"{python_error.lineno}: cannot parse: {python_error.msg}"
+        placed = python_error.lineno or 0
+        why = _NOTICED_AT.sub(lambda noticed: _noticed_below(int(noticed.group(1)) - placed), python_error.msg)
+        return f"{python_error.lineno}: cannot parse: {why}"
     return f"{error.raw_line}: cannot parse: {error.message}"
+
+
+_NOTICED_AT = re.compile(r" \(detected at line (\d+)\)")
+
+
+def _noticed_below(lines: int) -> str:
+    return "" if lines <= 0 else f" (noticed {lines} line{'s' if lines > 1 else ''} below)"
 
 
 def compile_error(analysis: FileAnalysis, path: str) -> SyntaxError | None:
