@@ -262,3 +262,27 @@ class _BranchMerge(cst.CSTTransformer):
             return updated_node  # an elif: its own branches get the earlier backward
         body = updated_node.body
         return updated_node.with_changes(body=body.with_changes(body=[*body.body, alone]))
+
+
+def unpacked(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """The element-by-element assignments of ``a, b = x, y``; none for any other assignment."""
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(target.elements) == len(value.elements):
+        return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+    return []
+
+
+def changes_in_place(call: cst.Call) -> bool:
+    """``p.sub_(...)``, ``p.data.add_(...)``: a tensor method that writes into its receiver."""
+    method = method_called(call)
+    return method is not None and method.endswith("_") and not method.startswith("_")
+
+
+def parameter_receiving(function: cst.FunctionDef, position: int, keyword: str | None, is_constructor: bool) -> str | None:
+    """The parameter of ``function`` an argument arrives as (None when gradfix cannot tell)."""
+    parameters = [p.name.value for p in function.params.params]
+    if is_constructor:
+        parameters = parameters[1:]
+    if keyword is not None:
+        every = parameters + [p.name.value for p in function.params.kwonly_params]
+        return keyword if keyword in every else None
+    return parameters[position] if position < len(parameters) else None

@@ -29,16 +29,9 @@ from ..frameworks import (
     TRAINER_HOOKS,
     WRAPPED_MODEL_KEYWORDS,
 )
-from ..torch_api import (
-    CREATION_FUNCTIONS,
-    DETACHING_METHODS,
-    GRAPHLESS_ATTRIBUTES,
-    MODULE_METHODS,
-    MODULE_RETURNING,
-    PARAMETER_METHODS,
-    PARAMETERLESS_MODULES,
-)
-from .syntax import is_detach, is_name, method_called, method_receiver
+from .. import torch_api
+from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, PARAMETERLESS_MODULES
+from .syntax import changes_in_place, is_detach, is_name, method_called, method_receiver, parameter_receiving, unpacked
 from .tree import SyntaxTree
 from .values import TENSOR, UNKNOWN, Structure, TupleOf
 
@@ -346,9 +339,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
         return False
 
     def _detached(self, value: cst.BaseExpression, function: str) -> bool:
-        if is_detach(value) or method_called(value) in DETACHING_METHODS:
+        if is_detach(value) or method_called(value) in torch_api.DETACHING_METHODS:
             return True
-        if isinstance(value, cst.Attribute) and value.attr.value in GRAPHLESS_ATTRIBUTES:
+        if isinstance(value, cst.Attribute) and value.attr.value in torch_api.GRAPHLESS_ATTRIBUTES:
             return True
         if isinstance(value, (cst.Tuple, cst.List)):
             return all(self._detached(element.value, function) for element in value.elements)
@@ -361,7 +354,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if callee in self.names.detaching_functions or (callee or "").rpartition(".")[2] == function:
                 return True  # (``function`` itself, called as ``f``, ``self.f``, ``cls.f`` or ``Class.f``)
             qualified = self.names.qualify(value.func) or ""
-            if qualified.startswith("torch.") and qualified.rpartition(".")[2] in CREATION_FUNCTIONS and not creates_parameter(self.names, value):
+            if (
+                qualified.startswith("torch.")
+                and qualified.rpartition(".")[2] in torch_api.CREATION_FUNCTIONS
+                and not creates_parameter(self.names, value)
+            ):
                 return True
             if callee in ("tuple", "list") and len(value.args) == 1:
                 return self._detached(value.args[0].value, function)
@@ -379,7 +376,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, (cst.List, cst.Tuple)):
             self._name_lists[node.targets[0].target.value] = node.value
         for target in node.targets:
-            pairs = _unpacked(target.target, node.value)
+            pairs = unpacked(target.target, node.value)
             for element, value in pairs:  # self.model, self.steps = model, steps; actor, critic = Actor(), Critic()
                 self._bind(element, value)
                 self._bind_framework(element, value)
@@ -534,7 +531,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._add_parameter_group(node)
         if isinstance(func, cst.Attribute) and method_called(node) in ("append", "insert") and node.args:
             self._note_module_container(func.value, node.args[-1].value)
-        if isinstance(func, cst.Attribute) and _changes_in_place(node):
+        if isinstance(func, cst.Attribute) and changes_in_place(node):
             for arg in node.args:
                 self._note_update_by_hand(node, func.value, arg.value)
         if (
@@ -666,9 +663,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if any(dotted_name(t.target) == f"{variable}.requires_grad" for t in assign.targets):
                 self._freeze(method_receiver(node.iter))
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.AugAssign)))
-        self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.Call, _changes_in_place)))
+        self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.Call, changes_in_place)))
         written = [dotted_name(a.target) for a in self._tree.findall(node.body, cst.AugAssign)]
-        written += [dotted_name(method_receiver(c)) for c in self._tree.findall(node.body, cst.Call) if _changes_in_place(c)]
+        written += [dotted_name(method_receiver(c)) for c in self._tree.findall(node.body, cst.Call) if changes_in_place(c)]
         if owner is not None and any(w in (variable, f"{variable}.data") for w in written):
             self.names.manually_trained.add(owner)
 
@@ -714,7 +711,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self.names.stored_values |= stored
         for name, callee, position, keyword, _ in self._handed:
             function = self._callables.get(callee)
-            parameter = None if function is None else _parameter(function, position, keyword, callee in self.names.local_classes)
+            parameter = None if function is None else parameter_receiving(function, position, keyword, callee in self.names.local_classes)
             handed_on = any(passed == parameter and scope is function for passed, *_, scope in self._handed)
             if parameter is None or parameter in self._stored_in.get(function, set()) or handed_on:
                 self.names.stored_values.add(name)
@@ -726,7 +723,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         handed = [(callee, position, keyword, self.names.modules.get(name)) for name, callee, position, keyword, _ in self._handed]
         for callee, position, keyword, module in [*handed, *self._handed_modules]:
             function = self._callables.get(callee)
-            parameter = None if function is None or callee not in self._calls_of else _parameter(function, position, keyword, False)
+            parameter = None if function is None or callee not in self._calls_of else parameter_receiving(function, position, keyword, False)
             if parameter is not None and module is not None:
                 passed.setdefault((callee, parameter), []).append(module)
         for (callee, parameter), modules in passed.items():
@@ -766,19 +763,6 @@ def _names_automatic_optimization(target: cst.BaseExpression) -> bool:
     return isinstance(target, (cst.Name, cst.Attribute)) and (dotted_name(target) or "").endswith(LIGHTNING_AUTOMATIC_OPTIMIZATION)
 
 
-def _unpacked(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
-    """The element-by-element assignments of ``a, b = x, y``; none for any other assignment."""
-    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(target.elements) == len(value.elements):
-        return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
-    return []
-
-
-def _changes_in_place(call: cst.Call) -> bool:
-    """``p.sub_(...)``, ``p.data.add_(...)``: a tensor method that writes into its receiver."""
-    method = method_called(call)
-    return method is not None and method.endswith("_") and not method.startswith("_")
-
-
 def _is_optimizer_class(qualified: str) -> bool:
     """``torch.optim.SGD`` and friends (not ``torch.optim.lr_scheduler.*``)."""
     parts = qualified.split(".")
@@ -792,17 +776,6 @@ def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
     if names.qualify(value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
         return True
     return any(arg.keyword is not None and arg.keyword.value == "requires_grad" and is_name(arg.value, "True") for arg in value.args)
-
-
-def _parameter(function: cst.FunctionDef, position: int, keyword: str | None, is_constructor: bool) -> str | None:
-    """The parameter of ``function`` an argument arrives as (None when gradfix cannot tell)."""
-    parameters = [p.name.value for p in function.params.params]
-    if is_constructor:
-        parameters = parameters[1:]
-    if keyword is not None:
-        every = parameters + [p.name.value for p in function.params.kwonly_params]
-        return keyword if keyword in every else None
-    return parameters[position] if position < len(parameters) else None
 
 
 def collect_torch_names(tree: SyntaxTree) -> TorchNames:
