@@ -1,13 +1,14 @@
 """Reports of unchanged files, kept from one run to the next (as ruff keeps ``.ruff_cache``).
 
-An entry is one file's ``FileReport``, or the summaries a module of the project exports to the files
-that import it (``project``: they depend on its bytes alone). A report is stored under a key made
-of everything it depends on: the file's path and bytes, gradfix's version and a digest of its own
-code (so that neither a new release nor an edit of a development install serves an old result),
-the Python and the LibCST that read the file (a file 3.11 cannot compile may be one 3.13
-compiles), the selected rules, the fix mode, and the summaries of the project modules' functions
-the report was computed with (a file that calls into a sibling is checked again when the
-sibling's summaries change).
+An entry is one file's ``FileReport``, the summaries a module of the project exports to the files
+that import it (``project``: they depend on its bytes alone), or the project modules a run's files
+import (``ImportsFound``, under the run's files: it names all it read, and is taken only where all
+of it reads the same again). A report is stored under a key made of everything it depends on:
+the file's path and bytes, gradfix's version and a digest of its own code (so that neither a new
+release nor an edit of a development install serves an old result), the Python and the LibCST
+that read the file (a file 3.11 cannot compile may be one 3.13 compiles), the selected rules, the
+fix mode, and the summaries of the project modules' functions the report was computed with (a
+file that calls into a sibling is checked again when the sibling's summaries change).
 
 The folder lives in the checked tree by default, and the tree is not trusted: a pull request can
 commit a ``.gradfix_cache`` of its own, a CI cache can be restored from anywhere, and another user
@@ -48,7 +49,7 @@ from typing import Sequence
 from gradfix import __version__
 
 from . import typed_json
-from .summaries import Exports, ProjectSummaries
+from .summaries import Exports, ImportsFound, ProjectSummaries
 from .report import FileReport, FixMode
 from .registry import rule_codes
 from .rule import Rule
@@ -118,6 +119,21 @@ class ReportCache:
 
     def store_exports(self, module: bytes, exports: Exports) -> None:
         self._keep(self._exports_key(module), typed_json.dumps(exports, Exports))
+
+    def load_imports(self, files: Sequence[str | Path]) -> ImportsFound | None:
+        """What a run over these ``files`` found they import, and what finding it read
+        (``project.ProjectModules.recall`` reads it all again before it takes any of it)."""
+        body = self._entry(self._imports_key(files))
+        try:
+            return typed_json.loads(body, ImportsFound) if body is not None else None
+        except typed_json.UnexpectedData:
+            return None
+
+    def store_imports(self, files: Sequence[str | Path], found: ImportsFound) -> None:
+        self._keep(self._imports_key(files), typed_json.dumps(found, ImportsFound))
+
+    def _imports_key(self, files: Sequence[str | Path]) -> Key:
+        return self._key((b"project imports", *(os.fsencode(os.path.abspath(file)) for file in files)), "", b"")
 
     def _exports_key(self, module: bytes) -> Key:
         return self._key((b"module summaries", module), "", module)
