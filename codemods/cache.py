@@ -18,7 +18,8 @@ they were written for. Under a secret of this user on this machine, kept outside
 (``machine_secret``), an entry's name is an HMAC of its key, and its bytes begin with an HMAC of
 that name and of its body: an entry nobody here wrote has a name no lookup computes, and an entry
 edited, or copied over another one, fails its MAC. A report is served only for the path and the
-bytes it was made of (``Key``), so nothing downstream writes a path that an entry names. Entries
+bytes it was made of (``Key``: it is kept only under the key of those bytes, which its entry does
+not copy), so nothing downstream writes a path that an entry names. Entries
 are JSON checked field by field against their type when read (``typed_json``), never pickles:
 a foreign, partial or malformed entry is a miss. The folder is not followed through symbolic
 links (it, its entries folder and its ``.gitignore`` must be real folders and files), so a
@@ -40,7 +41,7 @@ import secrets
 import stat
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 import importlib.util
 from pathlib import Path
@@ -102,11 +103,18 @@ class ReportCache:
             report = typed_json.loads(body, FileReport) if body is not None else None
         except typed_json.UnexpectedData:  # of another shape
             return None
-        return report if report is not None and _answers(report, key) else None
+        if report is None or not _answers(report, key):
+            return None
+        report.original = key.data  # (the entry's name is made of these bytes)
+        return report
 
     def store(self, key: Key, report: FileReport) -> None:
-        """Keep ``report``; a folder that cannot be written only costs the next run its speed."""
-        self._keep(key, typed_json.dumps(report, FileReport))
+        """Keep ``report`` if it is of the file and bytes of ``key``; a folder that cannot be
+        written only costs the next run its speed. The entry holds no copy of the bytes, which the
+        key is made of: a tree's entries were as large as its files, and reading them back was
+        most of a warm run."""
+        if report.original == key.data:
+            self._keep(key, typed_json.dumps(replace(report, original=None), FileReport))
 
     def load_exports(self, module: bytes) -> Exports | None:
         """The summaries kept for a project module of these bytes (``project.ModuleSummaries``),
@@ -256,10 +264,10 @@ def _untrusted(folder: Path) -> str:
 
 
 def _answers(report: FileReport, key: Key) -> bool:
-    """Whether ``report`` is of the file ``key`` asks for: its path (and its findings'), and the
-    bytes read from it."""
+    """Whether ``report``, as ``store`` keeps it, is of the file ``key`` asks for: its path (and its
+    findings')."""
     findings = (*report.findings, *report.fixed)
-    return report.path == key.path and report.original == key.data and all(f.path == key.path for f in findings)
+    return report.path == key.path and report.original is None and all(f.path == key.path for f in findings)
 
 
 def _python_and_libcst() -> str:
