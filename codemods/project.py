@@ -157,6 +157,7 @@ class ProjectModules:
     _inside: dict[tuple[str, str], bool] = field(default_factory=dict)  # (file, top) -> whether it is in the project
     _imported: dict[tuple[str, bytes], list[tuple[str, Path]]] = field(default_factory=dict)
     _modules: dict[Path, bytes | None] = field(default_factory=dict)  # a module's file -> its bytes
+    _exports: dict[Path, Exports] = field(default_factory=dict)  # a module's file -> what it exports
     _recalled: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)  # ImportsFound.imports still true
     _found_anew: bool = False  # whether some file's imports were found here, not recalled
 
@@ -222,15 +223,20 @@ class ProjectModules:
         index: dict[str, ExportedSummary] = {}
         ambiguous: set[str] = set()
         for prefix, file in self.imported(path, data):
-            module = self.module_bytes(file)
-            if module is None:
-                continue
-            for name, summary in self.summaries.of(module).items():
+            for name, summary in self._exports_in(file).items():
                 key = f"{prefix}.{name}" if prefix else name
                 if index.get(key, summary) != summary:
                     ambiguous.add(key)
                 index[key] = summary
         return {key: summary for key, summary in index.items() if key not in ambiguous}
+
+    def _exports_in(self, file: Path) -> Exports:
+        """What the module in ``file`` exports (nothing where it cannot be read), asked of the
+        summaries once: its bytes are read once, and many files import it."""
+        if file not in self._exports:
+            module = self.module_bytes(file)
+            self._exports[file] = {} if module is None else self.summaries.of(module)
+        return self._exports[file]
 
     def module_bytes(self, file: Path) -> bytes | None:
         """A module's bytes, read once; None for a file that cannot be read or is too large to be
@@ -341,5 +347,7 @@ def _code_of(path: str | Path, data: bytes) -> bytes | None:
 
 
 def modules_imported(modules: ProjectModules, files: Iterable[tuple[str | Path, bytes]]) -> list[bytes]:
-    """The bytes of every project module ``files`` (paths and bytes) import."""
-    return [module for path, data in files for _, file in modules.imported(path, data) if (module := modules.module_bytes(file)) is not None]
+    """The bytes of each project module ``files`` (paths and bytes) import, once (in the order
+    they are first imported)."""
+    imported = dict.fromkeys(file for path, data in files for _, file in modules.imported(path, data))
+    return [module for file in imported if (module := modules.module_bytes(file)) is not None]

@@ -129,3 +129,14 @@ def test_a_link_that_now_leads_out_of_the_work_tree(repo, tmp_path):
     (repo / "rdrop_loss.py").unlink()
     (repo / "rdrop_loss.py").symlink_to(tmp_path / "elsewhere" / "rdrop_loss.py")
     assert warm_and_cold(repo / "train.py", cache) == ([], [])
+
+
+def test_a_run_asks_what_a_module_exports_once_however_many_files_import_it(repo, monkeypatch):
+    for name in ("other.py", "third.py"):
+        (repo / name).write_text(TRAIN)
+    asked: list[bytes] = []
+    exports_of = project.ModuleSummaries.of
+    monkeypatch.setattr(project.ModuleSummaries, "of", lambda self, data: asked.append(data) or exports_of(self, data))
+    reports = check_paths([repo / "train.py", repo / "other.py", repo / "third.py"], jobs=1).reports
+    assert [[finding.code for finding in report.findings] for report in reports] == [["GF001"]] * 3
+    assert asked == [HELPER.encode()]
