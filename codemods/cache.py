@@ -1,13 +1,14 @@
 """Reports of unchanged files, kept from one run to the next (as ruff keeps ``.ruff_cache``).
 
-An entry is one file's ``FileReport``, or the summaries a module of the project exports to the files
-that import it (``project``: they depend on its bytes alone). A report is stored under a key made
-of everything it depends on: the file's path and bytes, gradfix's version and a digest of its own
-code (so that neither a new release nor an edit of a development install serves an old result),
-the Python and the LibCST that read the file (a file 3.11 cannot compile may be one 3.13
-compiles), the selected rules, the fix mode, and the summaries of the project modules' functions
-the report was computed with (a file that calls into a sibling is checked again when the
-sibling's summaries change).
+An entry is one file's ``FileReport``, the summaries a module of the project exports to the files
+that import it (``project``: they depend on its bytes alone), or the project modules a run's files
+import (``ImportsFound``, under the run's files: it names all it read, and is taken only where all
+of it reads the same again). A report is stored under a key made of everything it depends on:
+the file's path and bytes, gradfix's version and a digest of its own code (so that neither a new
+release nor an edit of a development install serves an old result), the Python and the LibCST
+that read the file (a file 3.11 cannot compile may be one 3.13 compiles), the selected rules, the
+fix mode, and the summaries of the project modules' functions the report was computed with (a
+file that calls into a sibling is checked again when the sibling's summaries change).
 
 The folder lives in the checked tree by default, and the tree is not trusted: a pull request can
 commit a ``.gradfix_cache`` of its own, a CI cache can be restored from anywhere, and another user
@@ -17,7 +18,8 @@ they were written for. Under a secret of this user on this machine, kept outside
 (``machine_secret``), an entry's name is an HMAC of its key, and its bytes begin with an HMAC of
 that name and of its body: an entry nobody here wrote has a name no lookup computes, and an entry
 edited, or copied over another one, fails its MAC. A report is served only for the path and the
-bytes it was made of (``Key``), so nothing downstream writes a path that an entry names. Entries
+bytes it was made of (``Key``: it is kept only under the key of those bytes, which its entry does
+not copy), so nothing downstream writes a path that an entry names. Entries
 are JSON checked field by field against their type when read (``typed_json``), never pickles:
 a foreign, partial or malformed entry is a miss. The folder is not followed through symbolic
 links (it, its entries folder and its ``.gitignore`` must be real folders and files), so a
@@ -39,7 +41,7 @@ import secrets
 import stat
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 import importlib.util
 from pathlib import Path
@@ -48,7 +50,7 @@ from typing import Sequence
 from gradfix import __version__
 
 from . import typed_json
-from .summaries import Exports, ProjectSummaries
+from .summaries import Exports, ImportsFound, ProjectSummaries
 from .report import FileReport, FixMode
 from .registry import rule_codes
 from .rule import Rule
@@ -101,11 +103,18 @@ class ReportCache:
             report = typed_json.loads(body, FileReport) if body is not None else None
         except typed_json.UnexpectedData:  # of another shape
             return None
-        return report if report is not None and _answers(report, key) else None
+        if report is None or not _answers(report, key):
+            return None
+        report.original = key.data  # (the entry's name is made of these bytes)
+        return report
 
     def store(self, key: Key, report: FileReport) -> None:
-        """Keep ``report``; a folder that cannot be written only costs the next run its speed."""
-        self._keep(key, typed_json.dumps(report, FileReport))
+        """Keep ``report`` if it is of the file and bytes of ``key``; a folder that cannot be
+        written only costs the next run its speed. The entry holds no copy of the bytes, which the
+        key is made of: a tree's entries were as large as its files, and reading them back was
+        most of a warm run."""
+        if report.original == key.data:
+            self._keep(key, typed_json.dumps(replace(report, original=None), FileReport))
 
     def load_exports(self, module: bytes) -> Exports | None:
         """The summaries kept for a project module of these bytes (``project.ModuleSummaries``),
@@ -118,6 +127,21 @@ class ReportCache:
 
     def store_exports(self, module: bytes, exports: Exports) -> None:
         self._keep(self._exports_key(module), typed_json.dumps(exports, Exports))
+
+    def load_imports(self, files: Sequence[str | Path]) -> ImportsFound | None:
+        """What a run over these ``files`` found they import, and what finding it read
+        (``project.ProjectModules.recall`` reads it all again before it takes any of it)."""
+        body = self._entry(self._imports_key(files))
+        try:
+            return typed_json.loads(body, ImportsFound) if body is not None else None
+        except typed_json.UnexpectedData:
+            return None
+
+    def store_imports(self, files: Sequence[str | Path], found: ImportsFound) -> None:
+        self._keep(self._imports_key(files), typed_json.dumps(found, ImportsFound))
+
+    def _imports_key(self, files: Sequence[str | Path]) -> Key:
+        return self._key((b"project imports", *(os.fsencode(os.path.abspath(file)) for file in files)), "", b"")
 
     def _exports_key(self, module: bytes) -> Key:
         return self._key((b"module summaries", module), "", module)
@@ -240,10 +264,10 @@ def _untrusted(folder: Path) -> str:
 
 
 def _answers(report: FileReport, key: Key) -> bool:
-    """Whether ``report`` is of the file ``key`` asks for: its path (and its findings'), and the
-    bytes read from it."""
+    """Whether ``report``, as ``store`` keeps it, is of the file ``key`` asks for: its path (and its
+    findings')."""
     findings = (*report.findings, *report.fixed)
-    return report.path == key.path and report.original == key.data and all(f.path == key.path for f in findings)
+    return report.path == key.path and report.original is None and all(f.path == key.path for f in findings)
 
 
 def _python_and_libcst() -> str:

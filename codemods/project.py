@@ -20,6 +20,11 @@ scan of the text, not a parse: a file that need not be parsed still needs its pr
 may find more than the file imports (an import in a string), never less of what it writes on
 one line or in parentheses; the analysis asks only for the names the file really imports.
 
+What a run's files import is kept in the report cache too (``ImportsFound``): the next run reads
+again all that finding them read and takes a file's imports from the entry only when every read
+returns what it did and the file's bytes are the same; a module created, deleted or moved, a new
+``src`` or a new work tree top changes a read, and all is found anew.
+
 Plain data and files: nothing here loads LibCST; computing a module's summaries is
 ``check.module_exports``'s, loaded when one is not known.
 """
@@ -37,7 +42,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from .config import DEFAULT_EXCLUDE, Settings, project_root
 from .notebook import Notebook, is_notebook
 from .source import may_backward
-from .summaries import ExportedSummary, Exports, ProjectSummaries
+from .summaries import ExportedSummary, Exports, ImportsFound, ProjectSummaries
 
 if TYPE_CHECKING:
     from .cache import ReportCache
@@ -152,22 +157,65 @@ class ProjectModules:
     _inside: dict[tuple[str, str], bool] = field(default_factory=dict)  # (file, top) -> whether it is in the project
     _imported: dict[tuple[str, bytes], list[tuple[str, Path]]] = field(default_factory=dict)
     _modules: dict[Path, bytes | None] = field(default_factory=dict)  # a module's file -> its bytes
+    _exports: dict[Path, Exports] = field(default_factory=dict)  # a module's file -> what it exports
+    _recalled: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)  # ImportsFound.imports still true
+    _found_anew: bool = False  # whether some file's imports were found here, not recalled
 
     def imported(self, path: str | Path, data: bytes) -> list[tuple[str, Path]]:
         """The project modules the file at ``path`` (holding ``data``) imports: each with the
         prefix the analysis names its contents by, and its file."""
         here = os.path.abspath(path)
         if (here, data) not in self._imported:
-            code = _code_of(path, data)
-            found: list[tuple[str, Path]] = []
-            if code is not None:
-                folder = os.path.dirname(here)
-                for module in written_modules(code):
-                    file = self._find(module, folder)
-                    if file is not None and file != here:
-                        found.append((module.name, Path(file)))
-            self._imported[here, data] = found
+            recalled = self._recalled.get(here)
+            if recalled is not None and recalled[0] == hashlib.sha256(data).hexdigest():
+                self._imported[here, data] = [(prefix, Path(file)) for prefix, file in recalled[1]]
+            else:
+                self._imported[here, data] = self._find_imports(here, _code_of(path, data))
+                self._found_anew = True
         return self._imported[here, data]
+
+    def _find_imports(self, here: str, code: bytes | None) -> list[tuple[str, Path]]:
+        found: list[tuple[str, Path]] = []
+        if code is not None:
+            folder = os.path.dirname(here)
+            for module in written_modules(code):
+                file = self._find(module, folder)
+                if file is not None and file != here:
+                    found.append((module.name, Path(file)))
+        return found
+
+    def recall(self, kept: ImportsFound) -> None:
+        """Take the imports ``kept`` found (by an earlier run, of the same files) for the files
+        whose bytes are unchanged, if all it read reads the same now; call it before anything
+        is found, so that what is read again is read from disk."""
+        if self._reads(kept.listed, kept.rooted, kept.topped, kept.placed) == kept.reads:
+            self._recalled = kept.imports
+
+    def found(self) -> ImportsFound | None:
+        """The imports of the files asked about and what finding them read, for ``recall`` in a
+        later run; None when all of it was recalled (the entry it came from still holds), or when
+        no file imports a module of the project (a script, a folder of scripts: the cache keeps
+        only their reports, and finding their imports again scans them)."""
+        if not self._found_anew or not any(self._imported.values()):
+            return None
+        imports = {
+            here: (hashlib.sha256(data).hexdigest(), tuple((prefix, str(file)) for prefix, file in found))
+            for (here, data), found in self._imported.items()
+        }
+        listed, rooted, topped, placed = tuple(self._listings), tuple(self._roots), tuple(self._tops), tuple(self._inside)
+        return ImportsFound(imports, listed, rooted, topped, placed, self._reads(listed, rooted, topped, placed))
+
+    def _reads(self, listed: Iterable[str], rooted: Iterable[str], topped: Iterable[str], placed: Iterable[tuple[str, str]]) -> str:
+        """The digest of what these reads return (each read once, then kept, as finding keeps it)."""
+        digest = hashlib.sha256()
+        for value in (
+            *(sorted(self._listing(folder).items()) for folder in listed),
+            *(self._roots_of(folder) for folder in rooted),
+            *(self._top(folder) for folder in topped),
+            *(self._in_project(file, top) for file, top in placed),
+        ):
+            digest.update(repr(value).encode() + b"\n")  # (a repr holds no line break)
+        return digest.hexdigest()
 
     def project_for(self, path: str | Path, data: bytes) -> ProjectSummaries:
         """The summaries the file at ``path`` (holding ``data``) may call, named as it calls them;
@@ -175,15 +223,20 @@ class ProjectModules:
         index: dict[str, ExportedSummary] = {}
         ambiguous: set[str] = set()
         for prefix, file in self.imported(path, data):
-            module = self.module_bytes(file)
-            if module is None:
-                continue
-            for name, summary in self.summaries.of(module).items():
+            for name, summary in self._exports_in(file).items():
                 key = f"{prefix}.{name}" if prefix else name
                 if index.get(key, summary) != summary:
                     ambiguous.add(key)
                 index[key] = summary
         return {key: summary for key, summary in index.items() if key not in ambiguous}
+
+    def _exports_in(self, file: Path) -> Exports:
+        """What the module in ``file`` exports (nothing where it cannot be read), asked of the
+        summaries once: its bytes are read once, and many files import it."""
+        if file not in self._exports:
+            module = self.module_bytes(file)
+            self._exports[file] = {} if module is None else self.summaries.of(module)
+        return self._exports[file]
 
     def module_bytes(self, file: Path) -> bytes | None:
         """A module's bytes, read once; None for a file that cannot be read or is too large to be
@@ -294,5 +347,7 @@ def _code_of(path: str | Path, data: bytes) -> bytes | None:
 
 
 def modules_imported(modules: ProjectModules, files: Iterable[tuple[str | Path, bytes]]) -> list[bytes]:
-    """The bytes of every project module ``files`` (paths and bytes) import."""
-    return [module for path, data in files for _, file in modules.imported(path, data) if (module := modules.module_bytes(file)) is not None]
+    """The bytes of each project module ``files`` (paths and bytes) import, once (in the order
+    they are first imported)."""
+    imported = dict.fromkeys(file for path, data in files for _, file in modules.imported(path, data))
+    return [module for file in imported if (module := modules.module_bytes(file)) is not None]

@@ -149,6 +149,8 @@ def _check_groups(
     are computed, on the same processes, then the files."""
     contents = [_read(path) for path in files]
     modules = ProjectModules(ModuleSummaries(_module_exports, cache), settings)
+    if cache is not None and (kept := cache.load_imports(files)) is not None:
+        modules.recall(kept)
     unknown = modules.summaries.unknown(modules_imported(modules, ((path, data) for path, data in zip(files, contents) if data is not None)))
     # A module that is also a file of the run, whose own imports' exports are all known already, has
     # a project known now: where it is empty, the job that computes the module's exports checks the
@@ -174,6 +176,8 @@ def _check_groups(
         if report is not None:
             checked_early[file_holding[data]] = report
     projects = [modules.project_for(path, data) if data is not None else {} for path, data in zip(files, contents)]
+    if cache is not None and (found := modules.found()) is not None:
+        cache.store_imports(files, found)
     reports: list[FileReport] = [FileReport(str(path)) for path in files]
     done = iter(range(1, len(files) + 1))
 

@@ -6,7 +6,8 @@ backwarded); a file that imports the module (``project``) sees them under the do
 calls them by (``steps.update`` for ``from .steps import update``).
 
 Plain data: the summaries cross processes and are read back from the cache, so this module never
-loads LibCST (the analysis computes them: ``FileAnalysis.exports``).
+loads LibCST (the analysis computes them: ``FileAnalysis.exports``); so is where a run's files found
+the modules they import (``ImportsFound``), which the cache keeps too.
 """
 
 from __future__ import annotations
@@ -29,6 +30,22 @@ class ExportedSummary:
 
 ProjectSummaries = Mapping[str, ExportedSummary]  # the name a file calls it by -> summary
 Exports = dict[str, ExportedSummary]  # what one module exports: its function's or method's name -> summary
+
+
+@dataclass(frozen=True)
+class ImportsFound:
+    """The project modules a run's files import, and what finding them read
+    (``project.ProjectModules.found`` and ``recall``): the names in folders, the roots of absolute
+    imports (the settings' ``src``, the packages' tops), the work trees' tops and where module files
+    lead. A later run reads those again, which costs a fifth of finding the imports anew, and takes
+    a file's imports from here only where all of it is as it was and the file's bytes are too."""
+
+    imports: dict[str, tuple[str, tuple[tuple[str, str], ...]]]  # file (absolute) -> digest of its bytes, its (prefix, module file)s
+    listed: tuple[str, ...]  # the folders whose names were read
+    rooted: tuple[str, ...]  # the folders whose import roots were found
+    topped: tuple[str, ...]  # the folders whose work tree top was found
+    placed: tuple[tuple[str, str], ...]  # (module file, top): whether the file is in that project
+    reads: str  # the digest of what those reads returned, in that order
 
 
 def written_names(project: ProjectSummaries | None) -> frozenset[tuple[bytes, bytes, bytes]]:
