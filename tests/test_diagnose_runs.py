@@ -1,6 +1,6 @@
 """The runs `gradfix diagnose` makes, and when: the warm server starts before the script is read,
-the run beside while the script is analysed, and an unsafe rule fix is confirmed by the run that
-tried it, not run again."""
+the run beside while the script is analysed, the rules' rewrites are made while it starts, and an
+unsafe rule fix is confirmed by the run that tried it, not run again."""
 
 import shutil
 import threading
@@ -86,6 +86,28 @@ def test_the_run_beside_starts_while_the_script_is_analysed(runs, script, noted_
     diagnosis = diagnose(script, runs.runner, BOUNDS)
     assert diagnosis.second_backward and diagnosis.finding.code == "GF006"
     assert noted_beside.stopped.is_set() and diagnosis.reference is None  # the rule has a fix: no search follows
+
+
+def test_the_rule_fix_is_made_while_the_run_beside_starts_not_after_the_run(runs, script, noted_beside, monkeypatch):
+    made, made_already = [], threading.Event()
+    check_source, run = diagnosing.check_source, runs.runner.run
+
+    def noted_check(*args):
+        made.append("rewrite")
+        made_already.set()
+        return check_source(*args)
+
+    class StartingSlowly(noted_beside):  # as a cold server does, importing torch
+        def __init__(self, *args) -> None:
+            made_already.wait(60)
+            super().__init__(*args)
+
+    monkeypatch.setattr(diagnosing, "check_source", noted_check)
+    monkeypatch.setattr(diagnosing, "RunBeside", StartingSlowly)
+    monkeypatch.setattr(runs.runner, "run", lambda *args: (made.append("run"), run(*args))[1])
+    diagnosis = diagnose(script, runs.runner, BOUNDS)
+    assert diagnosis.fix is not None and diagnosis.fix.rewritten == (UNSAFE_RULE_FIX / "after.py").read_bytes()
+    assert made[:2] == ["rewrite", "run"] and made.count("rewrite") == 1  # made once, before the traced run
 
 
 def test_an_analysis_that_fails_stops_the_run_beside(runs, script, noted_beside, monkeypatch):
