@@ -235,7 +235,7 @@ class _Request:
 class ScriptRunner:
     """Runs scripts in children forked from one warm server process that has imported torch.
 
-    Use as a context manager, or call ``close()``; the server starts on the first run."""
+    Use as a context manager, or call ``close()``; the server starts on the first run, or at ``start()``."""
 
     def __init__(self) -> None:
         self._server: subprocess.Popen | _TwinServer | None = None
