@@ -133,19 +133,24 @@ def diagnose(
         cwd=str(script.resolve().parent),
         pass_env=tuple(pass_env or ()),
     )
-    from gradfix.codemods.execution.diagnose import notebook_as_script
+    with ScriptRunner() as runner:
+        # Its server imports torch for seconds, the script's own start-up: that goes on while
+        # gradfix imports its analysis and reads the script, instead of after.
+        runner.start()
+        from gradfix.codemods.execution.diagnose import notebook_as_script
 
-    try:  # a fix is not written over a file edited while the script ran
-        if not is_notebook(str(script)):
-            _diagnose_script(script, None, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
-        with notebook_as_script(script) as (runnable, notebook):
-            _diagnose_script(runnable, notebook, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
-    except (NotebookError, FileChanged) as error:
-        render.stderr.print(f"error: {error}")
-        raise typer.Exit(EXIT_ERROR) from None
+        try:  # a fix is not written over a file edited while the script ran
+            if not is_notebook(str(script)):
+                _diagnose_script(runner, script, None, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
+            with notebook_as_script(script) as (runnable, notebook):
+                _diagnose_script(runner, runnable, notebook, options, started, timeout, fix, unsafe_fixes, show_output, jobs)
+        except (NotebookError, FileChanged) as error:
+            render.stderr.print(f"error: {error}")
+            raise typer.Exit(EXIT_ERROR) from None
 
 
 def _diagnose_script(
+    runner: ScriptRunner,
     script: Path,
     notebook: Optional[Notebook],
     options: RunOptions,
@@ -156,34 +161,33 @@ def _diagnose_script(
     show_output: bool,
     jobs: int,
 ) -> NoReturn:
-    """Diagnose ``script`` (made from ``notebook``, if given) and exit with what it found."""
+    """Diagnose ``script`` (made from ``notebook``, if given) on ``runner`` and exit with what it found."""
     from gradfix.codemods.execution.diagnose import diagnose as run_diagnosis
     from gradfix.codemods.execution.diagnose import fix_and_rerun
     from gradfix.codemods.execution.repair import repair
 
     shown = Path(notebook.path) if notebook is not None else script
-    with ScriptRunner() as runner:
-        try:
-            diagnosis = run_diagnosis(script, runner, options, notebook)
-        except SourceError as error:
-            _usage_error(str(error))
-        render.print_diagnosis(diagnosis, show_output)
-        if not diagnosis.found:
-            raise typer.Exit(EXIT_CLEAN if diagnosis.run.succeeded else EXIT_FINDINGS)
-        if diagnosis.fix is None:
-            if not diagnosis.second_backward:
-                raise typer.Exit(EXIT_FINDINGS)
-            searched = repair(diagnosis, runner, options, budget=timeout - (time.monotonic() - started), jobs=jobs)
-            render.print_repair(searched, diagnosis)
-            _apply_repair(searched, diagnosis, shown, fix, unsafe_fixes)
-        unsafe = diagnosis.finding.fix is FixKind.UNSAFE
-        if not fix or (unsafe and not unsafe_fixes):
-            flags = "--fix --unsafe-fixes" if unsafe else "--fix"
-            render.stderr.print(
-                ("This fix changes the maths (unsafe). " if unsafe else "") + f"Run `gradfix diagnose {flags} {shown}` to apply it and check again."
-            )
+    try:
+        diagnosis = run_diagnosis(script, runner, options, notebook)
+    except SourceError as error:
+        _usage_error(str(error))
+    render.print_diagnosis(diagnosis, show_output)
+    if not diagnosis.found:
+        raise typer.Exit(EXIT_CLEAN if diagnosis.run.succeeded else EXIT_FINDINGS)
+    if diagnosis.fix is None:
+        if not diagnosis.second_backward:
             raise typer.Exit(EXIT_FINDINGS)
-        again = fix_and_rerun(diagnosis, runner, options)
+        searched = repair(diagnosis, runner, options, budget=timeout - (time.monotonic() - started), jobs=jobs)
+        render.print_repair(searched, diagnosis)
+        _apply_repair(searched, diagnosis, shown, fix, unsafe_fixes)
+    unsafe = diagnosis.finding.fix is FixKind.UNSAFE
+    if not fix or (unsafe and not unsafe_fixes):
+        flags = "--fix --unsafe-fixes" if unsafe else "--fix"
+        render.stderr.print(
+            ("This fix changes the maths (unsafe). " if unsafe else "") + f"Run `gradfix diagnose {flags} {shown}` to apply it and check again."
+        )
+        raise typer.Exit(EXIT_FINDINGS)
+    again = fix_and_rerun(diagnosis, runner, options)
     confirmed, detail = diagnosis.confirmed_by(again)
     if confirmed:
         render.stderr.print(f"fixed {shown}: {detail}")

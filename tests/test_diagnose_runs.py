@@ -1,14 +1,17 @@
-"""The runs `gradfix diagnose` makes, and when: the run beside (and the warm server) starts while the
-script is analysed, and an unsafe rule fix is confirmed by the run that tried it, not run again."""
+"""The runs `gradfix diagnose` makes, and when: the warm server starts before the script is read,
+the run beside while the script is analysed, the rules' rewrites are made while it starts, and an
+unsafe rule fix is confirmed by the run that tried it, not run again."""
 
 import shutil
 import threading
 
 import pytest
+from typer.testing import CliRunner
 
 from gradfix.codemods.execution import diagnose as diagnosing
 from gradfix.codemods.execution.diagnose import diagnose, fix_and_rerun
-from gradfix.codemods.execution.runner import RunBeside, RunOptions
+from gradfix.cli.app import app
+from gradfix.codemods.execution.runner import RunBeside, RunOptions, ScriptRunner
 from gradfix.codemods.report import SourceError
 from gradfix.codemods.rule import FixKind
 
@@ -48,6 +51,30 @@ def noted_beside(monkeypatch):
     return _NotedBeside
 
 
+def test_the_command_starts_its_server_before_it_reads_the_script(tmp_path, monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text("def f(:\n")
+    order, servers = [], []
+    started, parse = ScriptRunner._started_server, diagnosing.parse_source
+
+    def noted_start(runner):
+        if runner._server is None:
+            order.append("server started")
+        servers.append(started(runner))
+        return servers[-1]
+
+    def noted_parse(*args):
+        order.append("script parsed")
+        return parse(*args)
+
+    monkeypatch.setattr(ScriptRunner, "_started_server", noted_start)
+    monkeypatch.setattr(diagnosing, "parse_source", noted_parse)
+    result = CliRunner().invoke(app, ["diagnose", str(script)])
+    assert result.exit_code == 2 and "error:" in result.stderr
+    assert order == ["server started", "script parsed"]
+    assert servers[0].returncode is not None  # ended with the command, though it was asked nothing
+
+
 def test_the_run_beside_starts_while_the_script_is_analysed(runs, script, noted_beside, monkeypatch):
     analysed = diagnosing.FileAnalysis
 
@@ -59,6 +86,28 @@ def test_the_run_beside_starts_while_the_script_is_analysed(runs, script, noted_
     diagnosis = diagnose(script, runs.runner, BOUNDS)
     assert diagnosis.second_backward and diagnosis.finding.code == "GF006"
     assert noted_beside.stopped.is_set() and diagnosis.reference is None  # the rule has a fix: no search follows
+
+
+def test_the_rule_fix_is_made_while_the_run_beside_starts_not_after_the_run(runs, script, noted_beside, monkeypatch):
+    made, made_already = [], threading.Event()
+    check_source, run = diagnosing.check_source, runs.runner.run
+
+    def noted_check(*args):
+        made.append("rewrite")
+        made_already.set()
+        return check_source(*args)
+
+    class StartingSlowly(noted_beside):  # as a cold server does, importing torch
+        def __init__(self, *args) -> None:
+            made_already.wait(60)
+            super().__init__(*args)
+
+    monkeypatch.setattr(diagnosing, "check_source", noted_check)
+    monkeypatch.setattr(diagnosing, "RunBeside", StartingSlowly)
+    monkeypatch.setattr(runs.runner, "run", lambda *args: (made.append("run"), run(*args))[1])
+    diagnosis = diagnose(script, runs.runner, BOUNDS)
+    assert diagnosis.fix is not None and diagnosis.fix.rewritten == (UNSAFE_RULE_FIX / "after.py").read_bytes()
+    assert made[:2] == ["rewrite", "run"] and made.count("rewrite") == 1  # made once, before the traced run
 
 
 def test_an_analysis_that_fails_stops_the_run_beside(runs, script, noted_beside, monkeypatch):

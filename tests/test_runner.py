@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import signal
 import time
 
 import pytest
@@ -286,3 +287,18 @@ def test_anomaly_mode_traces_without_raising_on_a_nan_gradient(runs, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import torch\nx = torch.zeros(1, requires_grad=True)\n(x / x).nan_to_num().sum().backward()\nprint(x.grad)\n")
     assert runs.runner.run(script, RunOptions(detect_anomaly=True, cwd=str(tmp_path))).status == "ok"
+
+
+def test_a_server_started_ahead_serves_the_runs_and_one_asked_nothing_is_killed_at_close(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text("print('ran')\n")
+    with ScriptRunner() as used:
+        used.start()
+        assert used.run(script, RunOptions(cwd=str(tmp_path))).stdout == "ran\n"
+        server = used._server
+    assert server.returncode == 0  # it cleaned up after the run and left by itself
+    unused = ScriptRunner()
+    unused.start()
+    server = unused._server
+    unused.close()  # not waited for through its import of torch: it ran nothing, it leaves nothing
+    assert server.returncode == -signal.SIGKILL

@@ -17,7 +17,7 @@ import contextlib
 import os
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -63,6 +63,9 @@ class Diagnosis:
     # The run with retain_graph=True that a repair search compares candidates with, started beside
     # the traced run; None when no search follows.
     reference: RunBeside | None = None
+    # Rewrites of the script by the rules of its findings, by rule code and mode, made before the
+    # run while the server was still starting: the one the run matches is not waited for after it.
+    rewrites_ahead: dict[tuple[str, FixMode], FileReport] = field(default_factory=dict)
 
     def describe(self, text: str) -> str:
         """``text`` with its ``line N`` as users find them: in a notebook, ``cell C, line L``; a
@@ -149,9 +152,10 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
         counted = {line for f in last_batch for line in (f.line, *_loop_body_lines(analysis, f))}
         # Gradients recorded: the steps it completes before failing are what a repair must keep.
         traced = replace(options, detect_anomaly=True, count_lines=tuple(sorted(counted)), record_gradients=True, recorded_steps=COMPARED_STEPS)
+        rewrites = _rewrites_while_starting(source, script, findings, started)
         reference = started.result()  # the server takes one request at a time: the twin's, then the traced run's
         run = runner.run(script, traced)
-        diagnosis = Diagnosis(script, source, analysis, run, notebook=notebook, reference=reference)
+        diagnosis = Diagnosis(script, source, analysis, run, notebook=notebook, reference=reference, rewrites_ahead=rewrites)
         if not diagnosis.second_backward:
             reference.stop()
         _refuse_if_changed(script, source)
@@ -163,6 +167,20 @@ def diagnose(script: Path, runner: ScriptRunner, options: RunOptions, notebook: 
         diagnosis.reference = None
         reference.stop()
     return diagnosis
+
+
+def _rewrites_while_starting(source: bytes, script: Path, findings: list[Finding], started: Future) -> dict[tuple[str, FixMode], FileReport]:
+    """The script's rewrites by the rules of ``findings`` that have a fix, made while the run beside
+    starts (its server imports torch for seconds, on another core), each as ``rule_fix`` makes it;
+    none is begun once the run beside has started, when the traced run can."""
+    made: dict[tuple[str, FixMode], FileReport] = {}
+    for finding in sorted(findings, key=_fixable_first):
+        if finding.fix is None or started.done():
+            break
+        key = (finding.code, _fix_mode(finding))
+        if key not in made:
+            made[key] = check_source(source, [rule_by_code(finding.code)], key[1], str(script))
+    return made
 
 
 def _stop_once_started(started: Future) -> None:
@@ -222,10 +240,18 @@ def rule_fix(diagnosis: Diagnosis) -> FileReport | None:
     explanation was resolved in), when it has one."""
     if diagnosis.finding is None or diagnosis.finding.fix is None:
         return None
-    mode = FixMode.UNSAFE if diagnosis.finding.fix is FixKind.UNSAFE else FixMode.SAFE
-    source, path = (diagnosis.module_source, str(diagnosis.module)) if diagnosis.module is not None else (diagnosis.source, str(diagnosis.script))
-    report = check_source(source, [diagnosis.rule], mode, path)
+    mode = _fix_mode(diagnosis.finding)
+    if diagnosis.module is not None:
+        report = check_source(diagnosis.module_source, [diagnosis.rule], mode, str(diagnosis.module))
+    else:
+        made = diagnosis.rewrites_ahead.get((diagnosis.finding.code, mode))
+        report = made or check_source(diagnosis.source, [diagnosis.rule], mode, str(diagnosis.script))
     return report if report.changed else None
+
+
+def _fix_mode(finding: Finding) -> FixMode:
+    """The mode in which the finding's rule makes the finding's fix."""
+    return FixMode.UNSAFE if finding.fix is FixKind.UNSAFE else FixMode.SAFE
 
 
 def _refuse_if_changed(script: Path, source: bytes) -> None:

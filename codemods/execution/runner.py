@@ -235,12 +235,13 @@ class _Request:
 class ScriptRunner:
     """Runs scripts in children forked from one warm server process that has imported torch.
 
-    Use as a context manager, or call ``close()``; the server starts on the first run."""
+    Use as a context manager, or call ``close()``; the server starts on the first run, or at ``start()``."""
 
     def __init__(self) -> None:
         self._server: subprocess.Popen | _TwinServer | None = None
         self._running: int | None = None  # the pid of the run in progress
         self._stopping = False  # stop() was called: a run in progress, or starting, is killed
+        self._unasked = False  # the server started has been asked nothing yet: it ran no script
 
     def __enter__(self) -> "ScriptRunner":
         return self
@@ -250,6 +251,8 @@ class ScriptRunner:
 
     def close(self) -> None:
         if self._server is not None:
+            if self._unasked:  # nothing to clean up: not waited for through its import of torch
+                self._server.kill()
             self._server.stdin.close()
             self._server.wait(10)
             self._server = None
@@ -265,7 +268,7 @@ class ScriptRunner:
     def twin(self) -> "ScriptRunner":
         """Another runner whose server is forked from this one's, warm at once (frameworks this
         one imported included): for runs side by side. Close it like any runner."""
-        server = self._started_server()
+        server = self._server_for_request()
         twin = ScriptRunner()
         with tempfile.TemporaryDirectory(prefix="gradfix-twin-") as scratch:
             requests, replies = os.path.join(scratch, "requests"), os.path.join(scratch, "replies")
@@ -277,6 +280,17 @@ class ScriptRunner:
             # the pid of a run, and a run can start on the server while the twin is still read.
             twin._server = _TwinServer(open(requests, "wb", buffering=0), open(replies, "rb", buffering=0))
         return twin
+
+    def start(self) -> None:
+        """Start the server now, not at the first run: its import of torch (seconds) goes on while
+        gradfix prepares that run."""
+        self._started_server()
+
+    def _server_for_request(self) -> subprocess.Popen | _TwinServer:
+        """The server, started if need be, about to be asked something."""
+        server = self._started_server()
+        self._unasked = False
+        return server
 
     def _started_server(self) -> subprocess.Popen | _TwinServer:
         if self._server is None or self._server.poll() is not None:
@@ -294,10 +308,11 @@ class ScriptRunner:
                 # Ctrl-C) reaches gradfix alone, and the server outlives gradfix to clean up.
                 start_new_session=True,
             )
+            self._unasked = True
         return self._server
 
     def run(self, script: str | Path, options: RunOptions = RunOptions()) -> RunResult:
-        server = self._started_server()
+        server = self._server_for_request()
         request = _Request(
             str(Path(script).resolve()),
             replace(options, sources=tuple((str(Path(path).resolve()), source) for path, source in options.sources)),
