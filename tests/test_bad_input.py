@@ -171,14 +171,14 @@ def test_diagnose_refuses_a_script_edited_during_its_run(warm_cli, runs, monkeyp
 def test_diagnose_fix_does_not_write_over_a_script_edited_before_the_write(warm_cli, monkeypatch, tmp_path):
     script = tmp_path / "train.py"
     script.write_bytes(BEFORE)
-    edited = BEFORE + b"# edited while gradfix ran it\n"
-    rewrite = diagnose.check_source
+    edited = BEFORE + b"# edited while gradfix explained the run\n"
+    explain = diagnose._explain
 
-    def edit_then_rewrite(*args, **kwargs):
+    def explain_then_edit(*args, **kwargs):  # (after the run, whose script is checked unchanged)
+        explain(*args, **kwargs)
         script.write_bytes(edited)
-        return rewrite(*args, **kwargs)
 
-    monkeypatch.setattr(diagnose, "check_source", edit_then_rewrite)
+    monkeypatch.setattr(diagnose, "_explain", explain_then_edit)
     result = warm_cli("diagnose", "--fix", script)
     assert result.exit_code == 2, result.output
     assert f"error: {script}: changed since gradfix read it; not written" in result.stderr
