@@ -442,11 +442,19 @@ def detach_all(state):
         return {leaf}
     return tuple(detach_all(s) for s in state)
 """
-    for leaf in ("Variable(state.data)", "state.data", "torch.zeros_like(state)", "state.detach()"):
+    for leaf in (
+        "Variable(state.data)",
+        "state.data",
+        "torch.zeros_like(state)",
+        "state.detach()",
+        "state.data.clone()",
+        "Variable(state.data).cuda()",
+    ):
         written = source.replace("def detach_all(state):\n    return tuple(s.detach() for s in state)\n", recursive.format(leaf=leaf))
         assert codes(checked("from torch.autograd import Variable\n" + written)) == [], leaf
-    kept = checked(source.replace("def detach_all(state):\n    return tuple(s.detach() for s in state)\n", recursive.format(leaf="state * 1")))
-    assert [f.code for f in kept.findings] == ["GF004"]  # (its own call is not read to the end: a hint)
+    for leaf in ("state * 1", "state.clone()"):
+        kept = checked(source.replace("def detach_all(state):\n    return tuple(s.detach() for s in state)\n", recursive.format(leaf=leaf)))
+        assert [f.code for f in kept.findings] == ["GF004"], leaf  # (its own call is not read to the end: a hint)
 
 
 def test_a_helper_returning_a_number_returns_no_graph():

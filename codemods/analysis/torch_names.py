@@ -350,6 +350,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if isinstance(value, cst.Name):
             return value.value == "None"
         if isinstance(value, cst.Call):
+            if isinstance(value.func, cst.Attribute) and not value.args and value.func.attr.value not in torch_api.BOOKKEEPING_METHODS:
+                if self._detached(value.func.value, function):  # ``Variable(h.data).cuda()``: given nothing but a tensor without a graph
+                    return True
             callee = dotted_name(value.func)
             if callee in self.names.detaching_functions or (callee or "").rpartition(".")[2] == function:
                 return True  # (``function`` itself, called as ``f``, ``self.f``, ``cls.f`` or ``Class.f``)
