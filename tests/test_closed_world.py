@@ -98,3 +98,18 @@ for step in range(3):
     assert record["fix"] == "unsafe" and "at line 11" in record["message"]
     proof = {step["obligation"]: (step["answer"], step["line"]) for step in record["proof"]}
     assert proof["reads_modelled_code"] == ("unknown", 11) and proof["no_hidden_backward"] == ("unknown", 11)
+
+
+def test_an_object_built_in_a_tuple_assignment_proves_a_fix_only_when_its_class_was_read():
+    # talking-heads builds its three networks in one assignment; the discriminator's `D.W` read
+    # between the backwards is a parameter only if `D` is known as the file's `Discriminator`.
+    before = FIXTURES / "needless_retain_graph" / "talking_heads_retain_left_after_detach" / "before.py"
+    source = before.read_text(encoding="utf-8")
+    rule = RULES["needless_retain_graph"]
+    read = check_source(source.encode(), [rule], FixMode.SAFE, str(before))
+    unread = source.replace("Discriminator(VIDEOS)\n", "make_discriminator(VIDEOS)\n").replace(
+        "from torch.optim import Adam\n", "from torch.optim import Adam\nfrom gans import make_discriminator\n"
+    )
+    hidden = check_source(unread.encode(), [rule], FixMode.SAFE, str(before))
+    assert [f.code for f in read.fixed] == ["GF009"]
+    assert hidden.fixed == [] and [(f.code, f.fix.value) for f in hidden.findings] == [("GF009", "unsafe")]
