@@ -19,7 +19,14 @@ def _terminate(signum, frame) -> None:
 def main() -> None:
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        from .app import run  # imported here, so that Ctrl-C during the slow imports is handled
+        # Imported here, so that Ctrl-C during the imports is handled; a check of files that finds
+        # nothing is answered before typer's and rich's imports (``clean_check``).
+        from .clean_check import clean_check_status
+
+        status = clean_check_status(sys.argv[1:])
+        if status is not None:
+            sys.exit(status)
+        from .app import run
 
         run()
     except KeyboardInterrupt:

@@ -24,7 +24,8 @@ from typer.core import TyperCommand, TyperGroup
 from gradfix import __version__
 
 from . import formats, options, render
-from .options import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Verbose
+from .conventions import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+from .options import Verbose
 
 if TYPE_CHECKING:
     from click import HelpFormatter  # (typer's own copy of click, in recent typer)

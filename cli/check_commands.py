@@ -26,12 +26,9 @@ from gradfix.codemods.run import excluded_by, excluded_when_named
 from gradfix.codemods.shard import Shard
 
 from . import formats, render
+from .conventions import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, STDIN, check_summary, fix_summary
 from .options import (
     CURRENT_FOLDER,
-    EXIT_CLEAN,
-    EXIT_ERROR,
-    EXIT_FINDINGS,
-    STDIN,
     CacheDir,
     ConfigOption,
     Exclude,
@@ -178,7 +175,7 @@ def check(
         render.print_errors(reports, errors)
         # --watch: the project's totals after each change, whatever the format of the findings
         if (watch or output_format in (OutputFormat.text, OutputFormat.github)) and (reports or not errors):
-            render.notes.print(render.check_summary(reports))
+            render.notes.print(check_summary(reports))
         if _has_errors(reports, errors):
             return EXIT_ERROR
         return EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN
@@ -403,7 +400,7 @@ def fix(
     if show_fixes:
         render.print_fixed((f for r in reports for f in r.fixed), diff)
     render.print_errors(reports, errors)
-    render.notes.print(render.fix_summary(reports, diff))
+    render.notes.print(fix_summary(reports, diff))
     if _has_errors(reports, errors):
         raise typer.Exit(EXIT_ERROR)
     pending = changed if diff else [f for r in reports for f in r.findings]

@@ -28,8 +28,8 @@ from gradfix.codemods.run import check_paths, excluded_when_named, rules_and_mod
 from gradfix.codemods.shard import Shard
 
 from . import formats, render
+from .conventions import EXIT_ERROR, STDIN
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 _PROGRESS_MIN_FILES = 20
 tracebacks_shown = False  # --verbose was given: an error gradfix did not foresee shows its traceback
 
@@ -190,7 +190,6 @@ Quiet = Annotated[
         help="Print the findings and the errors, nothing else (no summary, no warning).",
     ),
 ]
-STDIN = "-"
 
 
 def _split(values: Optional[List[str]]) -> list[str]:

@@ -11,10 +11,8 @@ import typer
 
 from . import formats, pull_request, render
 from .github_api import DEFAULT_API_URL, GitHub, GitHubError
+from .conventions import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
 from .options import (
-    EXIT_CLEAN,
-    EXIT_ERROR,
-    EXIT_FINDINGS,
     Ignore,
     Jobs,
     Select,

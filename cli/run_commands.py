@@ -18,7 +18,8 @@ from gradfix.codemods.notebook import Notebook, NotebookError, is_notebook
 from gradfix.codemods.execution.runner import STOP_SHARE, RunOptions, ScriptRunner
 
 from . import render
-from .options import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, ListFormat, Verbose, _require_torch, _usage_error, at_least
+from .conventions import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+from .options import ListFormat, Verbose, _require_torch, _usage_error, at_least
 
 if TYPE_CHECKING:
     from gradfix.codemods.execution.diagnose import Diagnosis

@@ -11,7 +11,7 @@ from gradfix.codemods.execution.verify_command import BadCommand, verify_rewrite
 from gradfix.codemods.report import FileReport
 
 from . import render
-from .options import EXIT_ERROR
+from .conventions import EXIT_ERROR
 
 _SHOWN = {"verified": "verified", "refused": "not applied, refused", "not exercised": "not applied, not exercised"}
 
