@@ -269,3 +269,37 @@ def test_what_an_inner_loop_assigns_is_this_iterations_when_it_runs_as_often_eve
     assert [(code, hint) for code, hint, _ in found(used_up)] == [("GF004", True)]
     rebound = INNER_LOOP_OUTPUT.format(before="", steps="range(3 - iteration)")  # none from the fourth iteration on
     assert [(code, hint) for code, hint, _ in found(rebound)] == [("GF004", True)]
+
+
+# https://github.com/WeiChengTseng/Pytorch-PCGrad/blob/e987ac603fa1accd386820a985a6dc2fd92dec5b/pcgrad.py
+# (PCGrad's _pack_grad: each task's loss of one forward backwarded in turn from the kept graph)
+TASK_GRADIENTS = """\
+class Collector:
+    def __init__(self, optimizer):
+        self._optim = optimizer
+
+    def pack(self, objectives):
+        grads = []
+        for objective in objectives:
+            self._optim.zero_grad(set_to_none=True)
+            objective.backward(retain_graph=True)
+            grads.append([p.grad.clone() for group in self._optim.param_groups for p in group["params"]])
+            {in_the_loop}
+        return grads
+
+
+net = nn.Linear(3, 4)
+x, y = torch.randn(2, 3), torch.randn(2, 4)
+prediction = net(x)
+collector = Collector(torch.optim.Adam(net.parameters()))
+collector.pack([nn.L1Loss()(prediction, y), nn.MSELoss()(prediction, y)])
+"""
+
+
+def test_a_kept_graph_backwarded_in_a_loop_is_a_bug_only_where_the_loop_must_change_the_parameters():
+    # The forward before the loop is stale only if an iteration changes the parameters; with the
+    # graph kept, the program runs either way. Not knowing whether it does is a guess.
+    unknown = TASK_GRADIENTS.format(in_the_loop="pass")
+    stepping = TASK_GRADIENTS.format(in_the_loop="self._optim.step()")
+    assert [(code, hint) for code, hint, _ in found(unknown)] == [("GF003", True)]
+    assert [(code, hint) for code, hint, _ in found(stepping)] == [("GF003", False)]

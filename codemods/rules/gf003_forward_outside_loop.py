@@ -39,7 +39,8 @@ class ForwardOutsideLoop(Rule):
     program runs as it is, and the move, which changes its results, is an unsafe fix; and when
     nothing in the loop changes the parameters (no optimizer steps in it), every iteration's forward
     would be the same: a Jacobian's rows, a Fisher estimate's labels backwarded one by one from one
-    kept graph. That is correct code, and not reported.
+    kept graph. That is correct code, and not reported; where gradfix cannot tell whether anything in
+    the loop changes the parameters, the finding rests on a guess, and is a hint.
     """
 
     SUMMARY = "the forward pass is computed before the loop that backwards it"
@@ -93,19 +94,15 @@ for epoch in range(epochs):
             if changing is False:
                 continue  # every iteration would compute the same forward: one kept graph is right
             fix = self._fix(hoisted, loop, safe=not runs)
-            if changing is None:
-                message += (
-                    " (the graph is kept, so the program runs; not rewritten: gradfix cannot tell whether anything in the loop "
-                    "changes the parameters, and if nothing does, one forward is right)"
-                )
-                fix = None
+            guesses = [_guess(self.analysis.unread_value(hoisted))]
+            if changing is None:  # the stale forward is the bug only if an iteration must change the parameters
+                message += " (the graph is kept, so the program runs)"
+                guesses.append("gradfix cannot tell whether anything in the loop changes the parameters, and if nothing does, one forward is right")
             elif runs and site.retain_graph is not False:
                 message += " (the graph is kept, so the program runs; moving the forward changes its results)"
             elif runs:
                 message += " (the part built before the loop is not proved to save a tensor the backward frees, so the program may run; moving it changes its results)"
-            yield self.violation(
-                hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,), guess=_guess(self.analysis.unread_value(hoisted))
-            )
+            yield self.violation(hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,), guess="; ".join(filter(None, guesses)))
 
     def _fix(self, hoisted: Sequence[cst.BaseStatement], loop: Loop, safe: bool) -> Fix | None:
         body = loop.node.body
