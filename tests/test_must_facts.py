@@ -303,3 +303,29 @@ def test_a_kept_graph_backwarded_in_a_loop_is_a_bug_only_where_the_loop_must_cha
     stepping = TASK_GRADIENTS.format(in_the_loop="self._optim.step()")
     assert [(code, hint) for code, hint, _ in found(unknown)] == [("GF003", True)]
     assert [(code, hint) for code, hint, _ in found(stepping)] == [("GF003", False)]
+
+
+# https://github.com/karpathy/pytorch-normalizing-flows/blob/b60e119b37be10ce2930ef9fa17e58686aaf2b3d/nflib1.ipynb
+# (a flow's inverse is its method `backward(z)`, of a module class another file defines)
+INVERSE_FLOW = """\
+from flows import {imported}
+model = {built}
+{use}
+xy = torch.randn(8, 2)
+zs = model.backward(xy)
+for k in range(3):
+    loss = torch.randn(8, 2, requires_grad=True).pow(2).sum()
+    loss.backward()
+    zs = model.backward(xy)
+"""
+
+
+def test_the_backward_method_of_an_object_that_is_no_tensor_is_not_proved_autograds():
+    # `model.parameters()` handed to an optimizer and `model(x)` make `model` a module: no tensor,
+    # so `model.backward(xy)` is its own method. Not known as an object, it is the tensor backwarded.
+    module = INVERSE_FLOW.format(
+        imported="Flow", built="Flow()", use="optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)\nout = model(torch.randn(8, 2))"
+    )
+    unknown = INVERSE_FLOW.format(imported="sample", built="sample()", use="")
+    assert [(code, hint) for code, hint, _ in found(module) if not hint] == []
+    assert ("GF001", False) in [(code, hint) for code, hint, _ in found(unknown)]

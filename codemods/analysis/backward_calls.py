@@ -44,9 +44,11 @@ def method_api(
     ``x.backward(arg)``: a tensor's first argument is its gradient, a wrapper's (an optimizer
     wrapper, a criterion) is the tensor. It is the tensor's own backward when ``x`` may carry a
     graph and ``arg`` does not (``receiver_has_graph``), or ``arg`` is proved to carry none
-    (nothing without a graph can be backwarded); a wrapper's when ``x`` is an object gradfix knows
-    (an optimizer, a framework object, an instance of the file's own class); otherwise gradfix
-    cannot tell, and the row says it guessed."""
+    (nothing without a graph can be backwarded) and ``x`` may be a tensor; a wrapper's when ``x``
+    is an object gradfix knows (an optimizer, a framework object, an instance of the file's own
+    class); otherwise gradfix cannot tell, and the row says it guessed: an object's method given
+    nothing to backward is its own (a flow's inverse, ``flow.backward(z)``), or a wrapper's of
+    what it keeps."""
     if method == MANUAL_BACKWARD_METHOD and call.args:
         return LIGHTNING_MANUAL_BACKWARD if in_lightning_module or receiver_framework else WRAPPER_BACKWARD
     if method != BACKWARD_METHOD or receiver_is_module_import and not receiver_framework:
@@ -62,7 +64,7 @@ def method_api(
         arg.keyword is not None and arg.keyword.value not in TENSOR_BACKWARD_KEYWORDS for arg in call.args
     )
     if not takes_tensor or argument_is_graphless:
-        return TENSOR_BACKWARD
+        return GUESSED_WRAPPER_BACKWARD if receiver_is_an_object else TENSOR_BACKWARD
     return WRAPPER_BACKWARD if receiver_is_an_object else GUESSED_WRAPPER_BACKWARD
 
 
