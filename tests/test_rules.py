@@ -514,3 +514,41 @@ def test_gf004_detaches_safely_only_where_the_backward_runs_every_iteration(back
     report = check_source(source, all_rules(), FixMode.SAFE, "train.py")
     assert [f.code for f in report.fixed] == (["GF004"] if safe else [])
     assert [f.fix.value for f in report.findings] == ([] if safe else ["unsafe"])
+
+
+# https://github.com/dataflowr/notebooks/blob/043dff0f792a5ae67005ba147f7b9dd5fc66e2a1/Module12/GPT_hist_sol.ipynb
+# (a forward of the module's code read by a function's training loop, in a later cell)
+_FORWARD_READ_BY_A_FUNCTIONS_LOOP = """model = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(4, 3)
+{forward}
+
+
+def train(steps):
+{inside}    for step in range(steps):
+        loss = pred.pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+train(3)
+"""
+
+
+@pytest.mark.parametrize(
+    ("forward", "inside", "after", "moved"),
+    [
+        ("pred = model(x)", "", "", True),  # read by the loop alone: it moves into the function's loop
+        ("pred = model(x)", "", "print(pred.shape)\n", False),  # moved, the module's later read of it fails
+        ("pred = model(x)", "    x = torch.randn(4, 3)\n", "", False),  # moved, it would read the function's own `x`
+        ("pred = model(x)", "", "def reset():\n    global pred\n", False),  # another function's `global`
+        ("pred = x", "    pred = model(x)\n", "print(pred.shape)\n", True),  # built in the function: moved within it
+    ],
+)
+def test_gf003_moves_a_forward_into_a_functions_loop_only_where_no_other_code_reads_what_it_binds(forward, inside, after, moved):
+    report = _findings(_FORWARD_READ_BY_A_FUNCTIONS_LOOP.format(forward=forward, inside=inside) + after, FixMode.UNSAFE)
+    if moved:
+        assert [f.code for f in report.fixed] == ["GF003"] and b"        pred = model(x)\n        loss" in report.rewritten
+    else:
+        assert [(f.code, f.fix) for f in report.findings] == [("GF003", None)] and report.rewritten is None

@@ -34,7 +34,9 @@ class ForwardOutsideLoop(Rule):
     When gradfix only reports: gradfix only reports, without rewriting anything, when the move could
     change what the program means: when a moved statement reads a name that is assigned again in the
     loop, on the way to it or by the moved statements themselves (``preds = preds.softmax(-1)``
-    alone, moved, would apply once more in every iteration), or when it is not a plain assignment.
+    alone, moved, would apply once more in every iteration), or when it is not a plain assignment,
+    or when the loop is a function's and the module's forward it would move is read elsewhere (or
+    reads a name the function binds: moved, it would be the function's own).
     When the backward keeps the graph (``retain_graph=True``, or a value gradfix cannot read), the
     program runs as it is, and the move, which changes its results, is an unsafe fix; and when
     nothing in the loop changes the parameters (no optimizer steps in it), every iteration's forward
@@ -109,6 +111,10 @@ for epoch in range(epochs):
         hoisted = self._with_what_they_feed(hoisted, loop)
         if not isinstance(body, cst.IndentedBlock) or not all(is_single_assignment(s) for s in hoisted):
             return None
+        scope = loop.scope.node
+        crossing = [s for s in hoisted if not (self.analysis.tree.contains(scope, s) and not self._in_nested_scope(s, scope))]
+        if crossing and not self._movable_into_function(hoisted, loop):
+            return None
         assigned_by_the_move = set().union(*(assigned_names(s, rebinding_only=True) for s in hoisted))
         assigned_in_the_loop = assigned_names(body, rebinding_only=True)
         defined: set[str] = set()
@@ -129,6 +135,23 @@ for epoch in range(epochs):
             copies = tuple(statement.with_changes(leading_lines=[]) for statement in hoisted)
             return Fix(safe=safe, insert_before=((body.body[0], copies),))
         return Fix(safe=safe, move=tuple((statement, body.body[0]) for statement in hoisted))
+
+    def _movable_into_function(self, hoisted: Sequence[cst.BaseStatement], loop: Loop) -> bool:
+        """Whether statements of the module move into ``loop`` of a function keeping their meaning:
+        moved, the names they bind are the function's own, so no other code may read them (nor
+        declare them global), and they read what they read at the module only where the function
+        binds none of those names."""
+        function, module = loop.scope.node, self.analysis.module
+        if not isinstance(function, cst.FunctionDef) or any(self._in_nested_scope(s, module) for s in hoisted):
+            return False
+        tree = self.analysis.tree
+        bound = set().union(*(assigned_names(s) for s in hoisted))
+        read_elsewhere = any(
+            not tree.contains(loop.node.body, node) and not any(tree.contains(s, node) for s in hoisted) for node in tree.names(module, bound)
+        )
+        read = set().union(*(read_names(s) for s in hoisted))
+        bound_by_the_function = assigned_names(function.body) | {parameter.name.value for parameter in tree.findall(function.params, cst.Param)}
+        return not read_elsewhere and not read & bound_by_the_function
 
     def _with_what_they_feed(self, hoisted: Sequence[cst.BaseStatement], loop: Loop) -> list[cst.BaseStatement]:
         """``hoisted`` with the statements between them and the loop, in their blocks, that compute
