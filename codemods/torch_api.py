@@ -35,6 +35,17 @@ NON_DIFFERENTIABLE = frozenset(
     }
 )
 
+# Casts, and the integer and boolean types a cast to which ends the graph as ``x.long()`` does (an
+# integer tensor cannot require grad): ``x.to(torch.long)``, ``x.type(torch.LongTensor)``.
+CASTING_METHODS = frozenset({"to", "type"})
+INTEGER_TYPES = frozenset(
+    {
+        *(f"torch.{dtype}" for dtype in ("long", "int", "short", "bool", "uint8", "int8", "int16", "int32", "int64")),
+        *(f"torch.{kind}Tensor" for kind in ("Long", "Int", "Short", "Byte", "Char", "Bool")),
+        *(f"torch.cuda.{kind}Tensor" for kind in ("Long", "Int", "Short", "Byte", "Char", "Bool")),
+    }
+)
+
 # What a tensor tells without its graph ------------------------------------------------------------
 
 # What a tensor tells of itself without its values: attributes, and methods asked of it.

@@ -329,3 +329,27 @@ def test_the_backward_method_of_an_object_that_is_no_tensor_is_not_proved_autogr
     unknown = INVERSE_FLOW.format(imported="sample", built="sample()", use="")
     assert [(code, hint) for code, hint, _ in found(module) if not hint] == []
     assert ("GF001", False) in [(code, hint) for code, hint, _ in found(unknown)]
+
+
+# https://github.com/dataflowr/notebooks/blob/043dff0f792a5ae67005ba147f7b9dd5fc66e2a1/Module12/GPT_hist_sol.ipynb
+# (labels made once by a model, cast to integers, then trained on every step)
+LABELS_FROM_A_MODEL = """\
+teacher, student = nn.Linear(4, 1), nn.Linear(4, 5)
+optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+inputs = torch.randn(8, 4)
+labels = teacher(inputs).squeeze(1).abs().round().clamp(max=4).{cast}
+for step in range(3):
+    loss = nn.functional.{loss}(student(inputs), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_cast_to_an_integer_type_keeps_no_graph():
+    # An integer tensor cannot require grad: `.to(torch.long)` and `.type(torch.LongTensor)` end
+    # the graph as `.long()` does. A cast to a float type keeps it.
+    for cast in ("long()", "type(torch.LongTensor)", "to(torch.int64)", "to(dtype=torch.long)"):
+        assert found(LABELS_FROM_A_MODEL.format(cast=cast, loss="cross_entropy")) == [], cast
+    kept = found(LABELS_FROM_A_MODEL.format(cast="type(torch.FloatTensor)", loss="l1_loss").replace("nn.Linear(4, 5)", "nn.Linear(4, 1)"))
+    assert [code for code, _, _ in kept] == ["GF006"]  # (nothing trains the teacher: a constant of training)

@@ -17,6 +17,8 @@ import libcst as cst
 
 from ..frameworks import BACKWARD_METHODS, CALLED_AS_FORWARD, FUNCTION_APIS, READING_LOGGERS, BackwardApi
 from ..torch_api import (
+    CASTING_METHODS,
+    INTEGER_TYPES,
     BOOKKEEPING_METHODS,
     CREATION_FUNCTIONS,
     DETACHING_METHODS,
@@ -159,6 +161,8 @@ class CallSemantics:
         values = self._eval_all(arguments, env)
         if _number_library_result(qualified, values):
             return CONSTANT
+        if method in CASTING_METHODS and self._casts_to_integers(node):
+            return Value(structure=TENSOR, graphless=True)
         target = dotted_name(func.value)
         handler = _TENSOR_METHODS.get(method)
         value = handler(node, receiver) if handler is not None else None
@@ -204,6 +208,11 @@ class CallSemantics:
         if self._imported_code(func):
             self._escape(values)  # trpo.hessian_vector_product(kl, params) may backward what it is given
         return result
+
+    def _casts_to_integers(self, call: cst.Call) -> bool:
+        """``x.to(torch.long)``, ``x.to(dtype=torch.int64)``, ``x.type(torch.LongTensor)``: a cast
+        to one of ``INTEGER_TYPES``."""
+        return any(self.names.qualify(arg.value) in INTEGER_TYPES for arg in call.args if arg.keyword is None or arg.keyword.value == "dtype")
 
     def _backward_method_call(self, node: cst.Call, env: Env) -> bool:
         """Whether ``x.backward(...)`` (or ``manual_backward``) is a row of ``frameworks``' backward
