@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
 
 from .summaries import Exports, ProjectSummaries
-from .config import Overrides, Settings, project_root
+from .config import Config, Overrides, Settings, project_root
 from .files import PathError, collect_files
 from .registry import RuleSelection
 from .report import FileReport, Finding, FixMode
@@ -87,9 +87,18 @@ def without_hints(findings: list[Finding]) -> list[Finding]:
     return [finding for finding in findings if not finding.hint]
 
 
-def excluded_by(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:
-    """Whether a path is excluded, by the settings of the folder it is in."""
-    return lambda path: overrides.applied(settings.for_path(path.parent)).excludes(path)
+def excluded_by(settings: Settings, overrides: Overrides) -> Callable[[str | Path], bool]:
+    """Whether a path is excluded, by the settings of the folder it is in (with the command line's
+    exclusions applied once for each table, not for each path)."""
+    applied: dict[Config, Config] = {}
+
+    def excluded(path: str | Path) -> bool:
+        config = settings.in_folder(os.path.dirname(path))
+        if config not in applied:
+            applied[config] = overrides.applied(config)
+        return applied[config].excludes(path)
+
+    return excluded
 
 
 def excluded_when_named(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:

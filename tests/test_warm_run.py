@@ -1,0 +1,65 @@
+"""A run answered by the cache does each file's share of the work once: the exclusions compiled once
+and matched on strings, settings looked up once a folder, an entry's types read once, each file's
+bytes hashed once. Each test counts the work the slow way repeated for every file or value (no
+timing: speed lives in benchmarks/check_speed.py), and checks the answers are those of the slow way."""
+
+import fnmatch
+import os
+from pathlib import Path
+
+from gradfix.codemods.config import Config
+from gradfix.codemods.files import collect_files
+
+
+def _spied(monkeypatch, module, name: str) -> list[tuple]:
+    """The arguments of each call of ``module.name`` from now on."""
+    calls: list[tuple] = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *arguments, **keywords: calls.append(arguments) or real(*arguments, **keywords))
+    return calls
+
+
+def _matches(pattern: str, path: str, root: str) -> bool:
+    """The documented reading of one pattern (config's docstring), pattern by pattern."""
+    pattern = pattern.removeprefix("./").rstrip("/")
+    if "/" not in pattern:
+        return fnmatch.fnmatchcase(os.path.basename(path), pattern)
+    if not (path + "/").startswith(root + "/"):
+        return False
+    relative = os.path.relpath(path, root)
+    return fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*")
+
+
+PATTERNS = ("build", "*.egg-info", "./generated/", "experiments/*.py", "docs/*", "a*b/c", "[st]mp")
+
+
+def test_exclusions_answer_as_each_pattern_would(tmp_path):
+    config = Config(exclude=PATTERNS, root=tmp_path)
+    root = str(tmp_path)
+    paths = [
+        *(os.path.join(root, name) for name in ("build", "builder", "x.egg-info", "generated", "tmp", "smp", "ump")),
+        *(os.path.join(root, "src", name) for name in ("build", "generated", "run.py")),
+        os.path.join(root, "experiments", "one.py"),
+        os.path.join(root, "experiments", "deep", "two.py"),
+        os.path.join(root, "src", "experiments", "one.py"),
+        os.path.join(root, "docs", "conf.py"),
+        os.path.join(root, "axxb", "c"),
+        os.path.join(root, "axxb", "c", "d.py"),
+        os.path.join(os.path.dirname(root), "elsewhere", "docs", "x.py"),
+        root,
+    ]
+    for path in paths:
+        expected = any(_matches(pattern, path, root) for pattern in PATTERNS)
+        assert config.excludes(path) == expected == config.excludes(Path(path)), path
+
+
+def test_a_walk_matches_the_exclusions_as_compiled_expressions_not_pattern_by_pattern(tmp_path, monkeypatch):
+    for folder in ("pkg", "pkg/sub", "build", "pkg/node_modules", "pkg/x.egg-info", "experiments"):
+        (tmp_path / folder).mkdir()
+    for file in ("pkg/a.py", "pkg/sub/b.py", "build/c.py", "pkg/node_modules/d.py", "pkg/x.egg-info/e.py", "experiments/f.py", "g.py"):
+        (tmp_path / file).write_text("x = 1\n")
+    excluded = Config(extend_exclude=("experiments/*",), root=tmp_path).excludes
+    matched = _spied(monkeypatch, fnmatch, "fnmatchcase")
+    found = collect_files([tmp_path], excluded).files
+    assert sorted(path.relative_to(tmp_path).as_posix() for path in found) == ["g.py", "pkg/a.py", "pkg/sub/b.py"]
+    assert matched == []
