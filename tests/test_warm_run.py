@@ -5,10 +5,13 @@ timing: speed lives in benchmarks/check_speed.py), and checks the answers are th
 
 import fnmatch
 import os
+import typing
 from pathlib import Path
 
+from gradfix.codemods import typed_json
 from gradfix.codemods.config import Config
 from gradfix.codemods.files import collect_files
+from gradfix.codemods.report import FileReport, Finding, FixKind
 
 
 def _spied(monkeypatch, module, name: str) -> list[tuple]:
@@ -63,3 +66,13 @@ def test_a_walk_matches_the_exclusions_as_compiled_expressions_not_pattern_by_pa
     found = collect_files([tmp_path], excluded).files
     assert sorted(path.relative_to(tmp_path).as_posix() for path in found) == ["g.py", "pkg/a.py", "pkg/sub/b.py"]
     assert matched == []
+
+
+def test_an_entry_is_decoded_without_reading_its_type_hints_again(monkeypatch):
+    finding = Finding("GF001", 3, 4, "backward twice", FixKind.SAFE, (7,), "train.py")
+    reports = [FileReport("train.py"), FileReport("train.py", findings=[finding], prefiltered=True)]
+    entries = [typed_json.dumps(report, FileReport) for report in reports]
+    assert [typed_json.loads(entry, FileReport) for entry in entries] == reports
+    hints_read = _spied(monkeypatch, typing, "get_origin")
+    assert [typed_json.loads(entry, FileReport) for entry in entries] == reports
+    assert hints_read == []
