@@ -14,8 +14,8 @@ project (the work tree that holds the importing file) and outside the folders a 
 (virtualenvs, ``site-packages``, build output) is read; any other stays code gradfix did not read.
 
 A module's summaries are computed from its bytes alone (``ModuleSummaries``: the analysis of it
-with no project of its own), so they are the same whoever imports it, and kept by the digest of
-its bytes (and in the report cache, authenticated as its reports are). The imports are found by a
+with no project of its own), so they are the same whoever imports it, and kept by its bytes (and
+in the report cache, authenticated as its reports are). The imports are found by a
 scan of the text, not a parse: a file that need not be parsed still needs its project. The scan
 may find more than the file imports (an import in a string), never less of what it writes on
 one line or in parentheses; the analysis asks only for the names the file really imports.
@@ -107,14 +107,14 @@ def _note_statement(found: dict[WrittenModule, None], dots: bytes | None, module
 
 
 class ModuleSummaries:
-    """The summaries each module of the project exports, by the digest of its bytes: computed
-    once by ``exports_of`` (``check.module_exports``: the caller gives it, as this layer never
-    imports LibCST and the analysis) and, with ``cache``, kept from one run to the next."""
+    """The summaries each module of the project exports, by its bytes: computed once by
+    ``exports_of`` (``check.module_exports``: the caller gives it, as this layer never imports
+    LibCST and the analysis) and, with ``cache``, kept from one run to the next."""
 
     def __init__(self, exports_of: Callable[[bytes], Exports], cache: ReportCache | None = None) -> None:
         self._exports_of = exports_of
         self._cache = cache
-        self._known: dict[str, Exports] = {}
+        self._known: dict[bytes, Exports] = {}  # (the bytes, not a digest of them: a run asks twice of each module)
 
     def of(self, data: bytes) -> Exports:
         known = self._known_of(data)
@@ -125,21 +125,21 @@ class ModuleSummaries:
 
     def unknown(self, modules: Iterable[bytes]) -> list[bytes]:
         """Of ``modules``' bytes, each whose summaries must still be computed, once."""
-        return list({hashlib.sha256(data).digest(): data for data in modules if self._known_of(data) is None}.values())
+        return list(dict.fromkeys(data for data in modules if self._known_of(data) is None))
 
     def learn(self, data: bytes, exports: Exports) -> None:
         """``exports``, computed (here or in another process) from ``data``."""
-        self._known[hashlib.sha256(data).hexdigest()] = exports
+        self._known[data] = exports
         if self._cache is not None:
             self._cache.store_exports(data, exports)
 
     def _known_of(self, data: bytes) -> Exports | None:
-        if not may_backward(data):  # nothing it defines can backward, which is all a summary says
-            return {}
-        digest = hashlib.sha256(data).hexdigest()
-        if digest not in self._known and self._cache is not None and (kept := self._cache.load_exports(data)) is not None:
-            self._known[digest] = kept
-        return self._known.get(digest)
+        if data not in self._known:
+            if not may_backward(data):  # nothing it defines can backward, which is all a summary says
+                self._known[data] = {}
+            elif self._cache is not None and (kept := self._cache.load_exports(data)) is not None:
+                self._known[data] = kept
+        return self._known.get(data)
 
 
 @dataclass
@@ -160,6 +160,14 @@ class ProjectModules:
     _exports: dict[Path, Exports] = field(default_factory=dict)  # a module's file -> what it exports
     _recalled: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)  # ImportsFound.imports still true
     _found_anew: bool = False  # whether some file's imports were found here, not recalled
+    _digests: dict[bytes, str] = field(default_factory=dict)  # a file's bytes -> their digest
+
+    def digest(self, data: bytes) -> str:
+        """The digest of a file's bytes, computed once a run: its recalled imports are checked by
+        it, and its report's cache key is made of it."""
+        if data not in self._digests:
+            self._digests[data] = hashlib.sha256(data).hexdigest()
+        return self._digests[data]
 
     def imported(self, path: str | Path, data: bytes) -> list[tuple[str, Path]]:
         """The project modules the file at ``path`` (holding ``data``) imports: each with the
@@ -167,7 +175,7 @@ class ProjectModules:
         here = os.path.abspath(path)
         if (here, data) not in self._imported:
             recalled = self._recalled.get(here)
-            if recalled is not None and recalled[0] == hashlib.sha256(data).hexdigest():
+            if recalled is not None and recalled[0] == self.digest(data):
                 self._imported[here, data] = [(prefix, Path(file)) for prefix, file in recalled[1]]
             else:
                 self._imported[here, data] = self._find_imports(here, _code_of(path, data))
@@ -198,10 +206,7 @@ class ProjectModules:
         only their reports, and finding their imports again scans them)."""
         if not self._found_anew or not any(self._imported.values()):
             return None
-        imports = {
-            here: (hashlib.sha256(data).hexdigest(), tuple((prefix, str(file)) for prefix, file in found))
-            for (here, data), found in self._imported.items()
-        }
+        imports = {here: (self.digest(data), tuple((prefix, str(file)) for prefix, file in found)) for (here, data), found in self._imported.items()}
         listed, rooted, topped, placed = tuple(self._listings), tuple(self._roots), tuple(self._tops), tuple(self._inside)
         return ImportsFound(imports, listed, rooted, topped, placed, self._reads(listed, rooted, topped, placed))
 

@@ -197,7 +197,7 @@ def _check_groups(
     for rules, mode, indexes in groups:
         work = [(files[i], contents[i], projects[i]) for i in indexes]
         answered = {position: checked_early[i] for position, i in enumerate(indexes) if i in checked_early}
-        for index, report in zip(indexes, _cached_map(work, rules, mode, jobs, cache, checked, answered)):
+        for index, report in zip(indexes, _cached_map(work, rules, mode, jobs, cache, checked, answered, modules.digest)):
             reports[index] = report
     return reports
 
@@ -222,20 +222,22 @@ def _cached_map(
     cache: ReportCache | None,
     checked: Callable[[], None],
     answered: Mapping[int, FileReport],
+    digest: Callable[[bytes], str],
 ) -> list[FileReport]:
     """Reports for ``work``; ``checked`` is called as each is known. A report from the cache is of
     the very path asked for (``ReportCache.load``); ``answered`` holds reports already checked (by
     position in ``work``); each new one is kept as soon as it is known, so a run killed midway
-    keeps what it had checked."""
+    keeps what it had checked. ``digest`` gives the SHA-256 of a file's bytes, which the run
+    computed once for its imports."""
 
     def keep(project: ProjectSummaries, report: FileReport) -> None:
         if cache is not None and report.original is not None:  # keyed by the bytes the check read, even if the file changed since
-            cache.store(cache.key(report.path, report.original, rules, mode, project), report)
+            cache.store(cache.key(report.path, report.original, rules, mode, project, digest(report.original)), report)
         checked()
 
     reports: list[FileReport | None] = []
     for position, (path, data, project) in enumerate(work):
-        reports.append(cache.load(cache.key(path, data, rules, mode, project)) if cache is not None and data is not None else None)
+        reports.append(cache.load(cache.key(path, data, rules, mode, project, digest(data))) if cache is not None and data is not None else None)
         if reports[-1] is not None:
             checked()
         elif position in answered:

@@ -4,14 +4,20 @@ bytes hashed once. Each test counts the work the slow way repeated for every fil
 timing: speed lives in benchmarks/check_speed.py), and checks the answers are those of the slow way."""
 
 import fnmatch
+import hashlib
+import hmac
 import os
 import typing
 from pathlib import Path
 
 from gradfix.codemods import typed_json
+from gradfix.codemods.cache import ReportCache
 from gradfix.codemods.config import Config
 from gradfix.codemods.files import collect_files
 from gradfix.codemods.report import FileReport, Finding, FixKind
+from gradfix.codemods.run import check_paths
+
+from .test_imports_kept import HELPER, SECRET, TRAIN
 
 
 def _spied(monkeypatch, module, name: str) -> list[tuple]:
@@ -76,3 +82,20 @@ def test_an_entry_is_decoded_without_reading_its_type_hints_again(monkeypatch):
     hints_read = _spied(monkeypatch, typing, "get_origin")
     assert [typed_json.loads(entry, FileReport) for entry in entries] == reports
     assert hints_read == []
+
+
+def test_a_warm_run_hashes_each_file_once(tmp_path, monkeypatch):
+    """Its recalled imports and its report's key are both made of one digest of its bytes."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "train.py").write_text(TRAIN)
+    (repo / "rdrop_loss.py").write_text(HELPER)
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([repo / "train.py"], cache=cache, jobs=1).reports
+    assert [finding.code for finding in cold[0].findings] == ["GF001"]
+    hashed = _spied(monkeypatch, hashlib, "sha256")
+    keyed = _spied(monkeypatch, hmac.HMAC, "update")
+    assert check_paths([repo / "train.py"], cache=cache, jobs=1).reports == cold
+    script = (repo / "train.py").read_bytes()
+    assert [arguments for arguments in hashed if script in arguments] == [(script,)]
+    assert not [arguments for arguments in keyed if script in arguments]
