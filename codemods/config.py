@@ -230,7 +230,7 @@ class Settings:
             found = _load(Path(candidate), pyproject=True) if os.path.isfile(candidate) else None
             if found is not None:
                 found = self._with_table(found)
-            elif os.path.dirname(folder) == folder or _is_work_tree_top(folder):
+            elif os.path.dirname(folder) == folder or is_work_tree_top(folder):
                 found = self._with_table(Config())
             else:
                 found = self._in(os.path.dirname(folder))
@@ -340,8 +340,8 @@ def project_root(start: str | Path | None = None) -> Path:
     files relative to it, so every job of a CI matrix splits the tree the same way, and GitHub
     names files relative to it."""
     folder = Path(os.path.abspath(start or Path.cwd()))
-    return next((f for f in (folder, *folder.parents) if _is_work_tree_top(f)), folder)
+    return next((f for f in (folder, *folder.parents) if is_work_tree_top(f)), folder)
 
 
-def _is_work_tree_top(folder: str | Path) -> bool:
+def is_work_tree_top(folder: str | Path) -> bool:
     return os.path.exists(os.path.join(folder, ".git"))  # a folder, or a file naming it (a worktree, a submodule)

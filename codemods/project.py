@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from .config import DEFAULT_EXCLUDE, Settings, project_root
+from .config import DEFAULT_EXCLUDE, Settings, is_work_tree_top
 from .notebook import Notebook, is_notebook
 from .source import may_backward
 from .summaries import ExportedSummary, Exports, ImportsFound, ProjectSummaries
@@ -161,6 +161,9 @@ class ProjectModules:
     _recalled: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)  # ImportsFound.imports still true
     _found_anew: bool = False  # whether some file's imports were found here, not recalled
     _digests: dict[bytes, str] = field(default_factory=dict)  # a file's bytes -> their digest
+    _work_trees: dict[str, str | None] = field(default_factory=dict)  # folder -> the top of the work tree holding it
+    _real_folders: dict[str, str] = field(default_factory=dict)  # folder -> its real path
+    _paths: dict[str, Path] = field(default_factory=dict)  # a module's file -> its Path
 
     def digest(self, data: bytes) -> str:
         """The digest of a file's bytes, computed once a run: its recalled imports are checked by
@@ -176,7 +179,7 @@ class ProjectModules:
         if (here, data) not in self._imported:
             recalled = self._recalled.get(here)
             if recalled is not None and recalled[0] == self.digest(data):
-                self._imported[here, data] = [(prefix, Path(file)) for prefix, file in recalled[1]]
+                self._imported[here, data] = [(prefix, self._path(file)) for prefix, file in recalled[1]]
             else:
                 self._imported[here, data] = self._find_imports(here, _code_of(path, data))
                 self._found_anew = True
@@ -189,8 +192,14 @@ class ProjectModules:
             for module in written_modules(code):
                 file = self._find(module, folder)
                 if file is not None and file != here:
-                    found.append((module.name, Path(file)))
+                    found.append((module.name, self._path(file)))
         return found
+
+    def _path(self, file: str) -> Path:
+        """``Path(file)``, made once for all the imports of a module's file."""
+        if file not in self._paths:
+            self._paths[file] = Path(file)
+        return self._paths[file]
 
     def recall(self, kept: ImportsFound) -> None:
         """Take the imports ``kept`` found (by an earlier run, of the same files) for the files
@@ -279,7 +288,7 @@ class ProjectModules:
             while self._listing(package_top).get("__init__.py") is False and os.path.dirname(package_top) != package_top:
                 package_top = os.path.dirname(package_top)
             config = self.settings.for_path(os.path.join(folder, "__init__.py"))
-            base = os.path.abspath(config.root) if config.root is not None else project_root(folder).as_posix()
+            base = os.path.abspath(config.root) if config.root is not None else self._project_root(folder)
             roots = [folder, package_top, *(os.path.normpath(os.path.join(base, root)) for root in config.src)]
             self._roots[folder] = tuple(dict.fromkeys(roots))
         return self._roots[folder]
@@ -324,15 +333,38 @@ class ProjectModules:
 
     def _top(self, folder: str) -> str:
         if folder not in self._tops:
-            self._tops[folder] = os.path.realpath(project_root(folder))
+            self._tops[folder] = os.path.realpath(self._project_root(folder))
         return self._tops[folder]
+
+    def _project_root(self, folder: str) -> str:
+        """``config.project_root(folder)``, each folder above looked at once for all the folders below it."""
+        return self._work_tree_above(folder) or folder
+
+    def _work_tree_above(self, folder: str) -> str | None:
+        if folder not in self._work_trees:
+            parent = os.path.dirname(folder)
+            if is_work_tree_top(folder):
+                self._work_trees[folder] = folder
+            else:
+                self._work_trees[folder] = None if parent == folder else self._work_tree_above(parent)
+        return self._work_trees[folder]
+
+    def _real_path(self, file: str) -> str:
+        """``os.path.realpath(file)``, each folder resolved once: thousands of module files are in
+        a few hundred folders, and a realpath reads every folder of the path again."""
+        folder, name = os.path.split(file)
+        if name in ("", ".", "..") or os.path.islink(file):
+            return os.path.realpath(file)
+        if folder not in self._real_folders:
+            self._real_folders[folder] = os.path.realpath(folder)
+        return os.path.join(self._real_folders[folder], name)
 
     def _in_project(self, file: str, top: str) -> bool:
         """Whether ``file``, wherever its links lead, is inside the work tree ``top`` (a real path)
         and outside the folders a walk never enters (a virtualenv's, installed packages, build
         output)."""
         if (file, top) not in self._inside:
-            real = os.path.realpath(file)
+            real = self._real_path(file)
             folders = real[len(top) + 1 :].split(os.sep)[:-1]
             self._inside[file, top] = real.startswith(top + os.sep) and not any(
                 fnmatch.fnmatchcase(part, pattern) for part in folders for pattern in DEFAULT_EXCLUDE

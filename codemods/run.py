@@ -64,14 +64,15 @@ def check_paths(
     found = collect_files(paths, excluded_by(settings, overrides), excluded_named)
     if shard is not None:
         found.files = shard.select(found.files, project_root())
+    configs = [settings.in_folder(os.path.dirname(path)) for path in found.files]  # (a file found is no folder)
     groups: dict[tuple[tuple[str, ...], FixMode], list[int]] = {}
-    for index, path in enumerate(found.files):
-        rules, mode = rules_and_mode(settings, overrides, path, fixing)
+    for index, (path, config) in enumerate(zip(found.files, configs)):
+        rules, mode = configured_rules_and_mode(config, overrides, path, fixing)
         groups.setdefault((rules.codes, mode), []).append(index)
     selections = [(RuleSelection(codes), mode, indexes) for (codes, mode), indexes in groups.items()]
     reports = _check_groups(found.files, selections, jobs, cache, progress, settings)
-    for path, report in zip(found.files, reports):
-        if not overrides.shows_hints(settings.for_path(path)):
+    for config, report in zip(configs, reports):
+        if not overrides.shows_hints(config):
             hide_hints(report)
     return Checked(reports, found.errors, found.notices)
 
@@ -122,7 +123,11 @@ def excluded_when_named(settings: Settings, overrides: Overrides) -> Callable[[P
 def rules_and_mode(settings: Settings, overrides: Overrides, path: Path, fixing: bool) -> tuple[RuleSelection, FixMode]:
     """The rules that check ``path`` and the fixes they may make (``ConfigError`` from its
     settings)."""
-    config = settings.for_path(path)
+    return configured_rules_and_mode(settings.for_path(path), overrides, path, fixing)
+
+
+def configured_rules_and_mode(config: Config, overrides: Overrides, path: Path, fixing: bool) -> tuple[RuleSelection, FixMode]:
+    """The rules that check ``path``, whose settings are ``config``, and the fixes they may make."""
     rules = RuleSelection(overrides.codes(config, path))
     if not fixing:
         return rules, FixMode.NONE

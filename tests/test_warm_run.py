@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gradfix.codemods import typed_json
 from gradfix.codemods.cache import ReportCache
-from gradfix.codemods.config import Config
+from gradfix.codemods.config import Config, Settings
 from gradfix.codemods.files import collect_files
 from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.run import check_paths
@@ -99,3 +99,31 @@ def test_a_warm_run_hashes_each_file_once(tmp_path, monkeypatch):
     script = (repo / "train.py").read_bytes()
     assert [arguments for arguments in hashed if script in arguments] == [(script,)]
     assert not [arguments for arguments in keyed if script in arguments]
+
+
+def _package_of_modules(tmp_path, count: int) -> Path:
+    """A work tree whose script imports ``count`` modules of one package, and the script."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "pkg").mkdir()
+    (repo / "pkg" / "__init__.py").write_text("")
+    (repo / "pkg" / "rdrop_loss.py").write_text(HELPER)
+    for number in range(count):
+        (repo / "pkg" / f"m{number}.py").write_text(f"def f{number}(x):\n    return x\n")
+    imports = "".join(f"from pkg.m{number} import f{number}\n" for number in range(count))
+    (repo / "train.py").write_text(imports + TRAIN.replace("from rdrop_loss import", "from pkg.rdrop_loss import"))
+    return repo
+
+
+def test_a_warm_run_looks_at_each_folder_once_not_at_each_file(tmp_path, monkeypatch):
+    """The settings of each file of a folder, the real path and the work tree of each module
+    file the recalled imports name: asked of the folder, once."""
+    repo = _package_of_modules(tmp_path, 30)
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([repo], cache=cache, jobs=1).reports
+    assert {Path(report.path).name: [f.code for f in report.findings] for report in cold}["train.py"] == ["GF001"]
+    settings_asked = _spied(monkeypatch, Settings, "for_path")
+    resolved = _spied(monkeypatch, os.path, "realpath")
+    assert check_paths([repo], cache=cache, jobs=1).reports == cold
+    assert len(settings_asked) <= 3  # (the folders whose imports are found: the repository's and the package's)
+    assert len(resolved) <= 4
