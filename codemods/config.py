@@ -86,10 +86,12 @@ class Config:
     def excludes(self, path: str | Path) -> bool:
         """Whether a walk skips ``path`` (a file or a folder)."""
         names, paths = _compiled((*self.exclude, *self.extend_exclude))
-        place = _Place(path, self.root)
-        if names.match(os.path.basename(place.absolute)):
+        absolute = os.path.abspath(path)
+        if names.match(os.path.basename(absolute)):
             return True
-        relative = place.relative
+        if paths is None:  # (the default patterns: names only)
+            return False
+        relative = _relative(absolute, os.path.abspath(self.root or os.getcwd()))
         return relative is not None and paths.match(relative) is not None
 
     def ignored_for(self, path: str | Path) -> tuple[str, ...]:
@@ -121,7 +123,7 @@ class _Place:
         pattern = _cleaned(pattern)
         if "/" not in pattern:
             return any(fnmatch.fnmatchcase(name, pattern) for name in (self._names if folders else (os.path.basename(self.absolute),)))
-        relative = self.relative
+        relative = self._relative
         return relative is not None and (fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*"))
 
     @cached_property
@@ -135,11 +137,15 @@ class _Place:
         return tuple(names)
 
     @cached_property
-    def relative(self) -> str | None:
-        """The path relative to ``root`` (``.`` for ``root`` itself); None outside it."""
-        if self.absolute == self.root:
-            return "."
-        return self.absolute[len(_as_folder(self.root)) :] if _strictly_inside(self.absolute, self.root) else None
+    def _relative(self) -> str | None:
+        return _relative(self.absolute, self.root)
+
+
+def _relative(absolute: str, root: str) -> str | None:
+    """``absolute`` relative to ``root`` (``.`` for ``root`` itself); None outside it."""
+    if absolute == root:
+        return "."
+    return absolute[len(_as_folder(root)) :] if _strictly_inside(absolute, root) else None
 
 
 def _as_folder(root: str) -> str:
@@ -155,17 +161,14 @@ def _cleaned(pattern: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
     """``patterns`` as ``_Place.matches`` reads them, in two expressions compiled once: one matched
-    against a name, one against the path relative to the settings' folder."""
+    against a name, one against the path relative to the settings' folder (None: no pattern has a
+    ``/``)."""
     cleaned = [_cleaned(pattern) for pattern in patterns]
     names = [fnmatch.translate(pattern) for pattern in cleaned if "/" not in pattern]
     paths = [fnmatch.translate(form) for pattern in cleaned if "/" in pattern for form in (pattern, pattern + "/*")]
-    return _any_of(names), _any_of(paths)
-
-
-def _any_of(expressions: list[str]) -> re.Pattern[str]:
-    return re.compile("|".join(expressions) or "(?!)")  # (an empty list matches nothing)
+    return re.compile("|".join(names) or "(?!)"), re.compile("|".join(paths)) if paths else None  # ((?!) matches nothing)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from .config import DEFAULT_EXCLUDE, Settings, is_work_tree_top
 from .notebook import Notebook, is_notebook
 from .source import may_backward
-from .summaries import ExportedSummary, Exports, ImportsFound, ProjectSummaries
+from .summaries import ExportedSummary, Exports, ImportsFound, ProjectSummaries, bytes_digest
 
 if TYPE_CHECKING:
     from .cache import ReportCache
@@ -156,7 +156,7 @@ class ProjectModules:
     _below: dict[tuple[str, str], str | None] = field(default_factory=dict)  # (folder, module) -> its file below the folder
     _inside: dict[tuple[str, str], bool] = field(default_factory=dict)  # (file, top) -> whether it is in the project
     _imported: dict[tuple[str, bytes], list[tuple[str, Path]]] = field(default_factory=dict)
-    _modules: dict[Path, bytes | None] = field(default_factory=dict)  # a module's file -> its bytes
+    _modules: dict[str, bytes | None] = field(default_factory=dict)  # a module's file -> its bytes
     _exports: dict[Path, Exports] = field(default_factory=dict)  # a module's file -> what it exports
     _recalled: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)  # ImportsFound.imports still true
     _found_anew: bool = False  # whether some file's imports were found here, not recalled
@@ -166,10 +166,10 @@ class ProjectModules:
     _paths: dict[str, Path] = field(default_factory=dict)  # a module's file -> its Path
 
     def digest(self, data: bytes) -> str:
-        """The digest of a file's bytes, computed once a run: its recalled imports are checked by
-        it, and its report's cache key is made of it."""
+        """The digest of a file's bytes (``bytes_digest``), computed once a run: its recalled
+        imports are checked by it, and its report's cache key is made of it."""
         if data not in self._digests:
-            self._digests[data] = hashlib.sha256(data).hexdigest()
+            self._digests[data] = bytes_digest(data)
         return self._digests[data]
 
     def imported(self, path: str | Path, data: bytes) -> list[tuple[str, Path]]:
@@ -255,14 +255,20 @@ class ProjectModules:
     def module_bytes(self, file: Path) -> bytes | None:
         """A module's bytes, read once; None for a file that cannot be read or is too large to be
         code gradfix checks."""
-        if file not in self._modules:
+        name = os.fspath(file)
+        if name not in self._modules:
             try:
                 with open(file, "rb") as handle:
                     data = handle.read(MAX_MODULE_BYTES + 1)
-                self._modules[file] = data if len(data) <= MAX_MODULE_BYTES else None
+                self._modules[name] = data if len(data) <= MAX_MODULE_BYTES else None
             except OSError:
-                self._modules[file] = None
-        return self._modules[file]
+                self._modules[name] = None
+        return self._modules[name]
+
+    def read_already(self, path: str | Path, data: bytes | None) -> None:
+        """The bytes the run read from its file ``path`` (None: it could not): the module in that
+        file, which most of a package's files import, is not read again."""
+        self._modules.setdefault(os.path.abspath(path), data if data is not None and len(data) <= MAX_MODULE_BYTES else None)
 
     def _find(self, module: WrittenModule, folder: str) -> str | None:
         """The file of ``module``, imported by a file in ``folder``: relative to its package, else

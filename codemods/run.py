@@ -90,14 +90,14 @@ def without_hints(findings: list[Finding]) -> list[Finding]:
 
 def excluded_by(settings: Settings, overrides: Overrides) -> Callable[[str | Path], bool]:
     """Whether a path is excluded, by the settings of the folder it is in (with the command line's
-    exclusions applied once for each table, not for each path)."""
-    applied: dict[Config, Config] = {}
+    exclusions applied once for each folder, not for each path)."""
+    in_folder: dict[str, Config] = {}  # a folder as the walk names it -> its settings, applied
 
     def excluded(path: str | Path) -> bool:
-        config = settings.in_folder(os.path.dirname(path))
-        if config not in applied:
-            applied[config] = overrides.applied(config)
-        return applied[config].excludes(path)
+        folder = os.path.dirname(path)
+        if folder not in in_folder:
+            in_folder[folder] = overrides.applied(settings.in_folder(folder))
+        return in_folder[folder].excludes(path)
 
     return excluded
 
@@ -163,6 +163,8 @@ def _check_groups(
     are computed, on the same processes, then the files."""
     contents = [_read(path) for path in files]
     modules = ProjectModules(ModuleSummaries(_module_exports, cache), settings)
+    for path, data in zip(files, contents):
+        modules.read_already(path, data)
     if cache is not None and (kept := cache.load_imports(files)) is not None:
         modules.recall(kept)
     unknown = modules.summaries.unknown(modules_imported(modules, ((path, data) for path, data in zip(files, contents) if data is not None)))
@@ -214,7 +216,8 @@ Work = tuple[Path, bytes | None, ProjectSummaries]
 
 def _read(path: Path) -> bytes | None:
     try:
-        return Path(path).read_bytes()
+        with open(path, "rb") as handle:
+            return handle.read()
     except OSError:
         return None
 
@@ -232,8 +235,8 @@ def _cached_map(
     """Reports for ``work``; ``checked`` is called as each is known. A report from the cache is of
     the very path asked for (``ReportCache.load``); ``answered`` holds reports already checked (by
     position in ``work``); each new one is kept as soon as it is known, so a run killed midway
-    keeps what it had checked. ``digest`` gives the SHA-256 of a file's bytes, which the run
-    computed once for its imports."""
+    keeps what it had checked. ``digest`` gives the digest of a file's bytes, which the run
+    computes once for its imports and its key."""
 
     def keep(project: ProjectSummaries, report: FileReport) -> None:
         if cache is not None and report.original is not None:  # keyed by the bytes the check read, even if the file changed since
