@@ -156,6 +156,11 @@ def _strictly_inside(path: str, root: str) -> bool:
     return path != root and path.startswith(_as_folder(root))
 
 
+def excluded_name(name: str) -> bool:
+    """Whether ``name`` is the name of a file or folder the default exclusions skip."""
+    return _compiled(DEFAULT_EXCLUDE)[0].match(name) is not None
+
+
 def _cleaned(pattern: str) -> str:
     return pattern.removeprefix("./").rstrip("/")
 

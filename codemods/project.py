@@ -31,7 +31,6 @@ Plain data and files: nothing here loads LibCST; computing a module's summaries 
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import os
 import re
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from .config import DEFAULT_EXCLUDE, Settings, is_work_tree_top
+from .config import Settings, excluded_name, is_work_tree_top
 from .notebook import Notebook, is_notebook
 from .source import may_backward
 from .summaries import ExportedSummary, Exports, ImportsFound, ProjectSummaries, bytes_digest
@@ -372,9 +371,7 @@ class ProjectModules:
         if (file, top) not in self._inside:
             real = self._real_path(file)
             folders = real[len(top) + 1 :].split(os.sep)[:-1]
-            self._inside[file, top] = real.startswith(top + os.sep) and not any(
-                fnmatch.fnmatchcase(part, pattern) for part in folders for pattern in DEFAULT_EXCLUDE
-            )
+            self._inside[file, top] = real.startswith(top + os.sep) and not any(excluded_name(part) for part in folders)
         return self._inside[file, top]
 
 

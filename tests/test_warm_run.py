@@ -94,9 +94,11 @@ def test_a_warm_run_hashes_each_file_once(tmp_path, monkeypatch):
     cold = check_paths([repo / "train.py"], cache=cache, jobs=1).reports
     assert [finding.code for finding in cold[0].findings] == ["GF001"]
     hashes = [_spied(monkeypatch, hashlib, "sha256"), _spied(monkeypatch, hashlib, "blake2b"), _spied(monkeypatch, hmac.HMAC, "update")]
+    keys_made_piecewise = _spied(monkeypatch, hmac, "new")
     assert check_paths([repo / "train.py"], cache=cache, jobs=1).reports == cold
     script = (repo / "train.py").read_bytes()
     assert len([arguments for calls in hashes for arguments in calls if script in arguments]) == 1
+    assert keys_made_piecewise == []  # (a key is one HMAC of its parts)
 
 
 def _package_of_modules(tmp_path, count: int) -> Path:
@@ -122,9 +124,11 @@ def test_a_warm_run_looks_at_each_folder_once_not_at_each_file(tmp_path, monkeyp
     assert {Path(report.path).name: [f.code for f in report.findings] for report in cold}["train.py"] == ["GF001"]
     settings_asked = _spied(monkeypatch, Settings, "for_path")
     resolved = _spied(monkeypatch, os.path, "realpath")
+    matched = _spied(monkeypatch, fnmatch, "fnmatchcase")
     assert check_paths([repo], cache=cache, jobs=1).reports == cold
     assert len(settings_asked) <= 3  # (the folders whose imports are found: the repository's and the package's)
     assert len(resolved) <= 4
+    assert matched == []  # (a module file's folders are matched against the default exclusions compiled)
 
 
 def test_a_module_the_run_checks_is_read_once(tmp_path, monkeypatch):
