@@ -167,15 +167,18 @@ def _pairs(key_hint: Any, item_hint: Any, data: Any) -> dict[Any, Any]:
 
 
 def _each(items: list[Any], decoders: list[Decoder]) -> list[Any]:
-    """Each of ``items`` decoded by the decoder beside it, a misfit said at its index."""
-    decoded: list[Any] = []
-    for index, (item, decode) in enumerate(zip(items, decoders)):
-        try:
-            decoded.append(decode(item))
-        except _Misfit as misfit:
-            misfit.place.append(f"[{index}]")
-            raise
-    return decoded
+    """Each of ``items`` decoded by the decoder beside it, a misfit said at its index (found by
+    decoding them again one by one: only data that misfits pays for counting)."""
+    try:
+        return [decode(item) for item, decode in zip(items, decoders)]
+    except _Misfit:
+        for index, (item, decode) in enumerate(zip(items, decoders)):
+            try:
+                decode(item)
+            except _Misfit as misfit:
+                misfit.place.append(f"[{index}]")
+                raise misfit from None
+        raise
 
 
 def _checked(data: Any, kind: type) -> Any:

@@ -6,9 +6,12 @@ timing: speed lives in benchmarks/check_speed.py), and checks the answers are th
 import fnmatch
 import hashlib
 import hmac
+import json
 import os
 import typing
 from pathlib import Path
+
+import pytest
 
 from gradfix.codemods import project, typed_json
 from gradfix.codemods.cache import ReportCache
@@ -138,3 +141,20 @@ def test_a_module_the_run_checks_is_read_once(tmp_path, monkeypatch):
     reports = check_paths([repo], jobs=1).reports
     assert {Path(report.path).name: [f.code for f in report.findings] for report in reports}["train.py"] == ["GF001"]
     assert read == []
+
+
+@pytest.mark.parametrize(
+    "changed, message",
+    [
+        (lambda entry: entry.update(findings=[{"x": 1}]), "$.findings[0]: not the fields of Finding"),
+        (lambda entry: entry.update(errors=["a", 3]), "$.errors[1]: not a str"),
+        (lambda entry: entry.update(prefiltered=1), "$.prefiltered: not a bool"),
+        (lambda entry: entry.pop("fixed"), "$: not the fields of FileReport"),
+    ],
+)
+def test_a_misfit_entry_is_said_where_it_misfits(changed, message):
+    entry = json.loads(typed_json.dumps(FileReport("train.py"), FileReport))
+    changed(entry)
+    with pytest.raises(typed_json.UnexpectedData) as raised:
+        typed_json.loads(json.dumps(entry).encode(), FileReport)
+    assert str(raised.value) == message
