@@ -216,8 +216,7 @@ Work = tuple[Path, bytes | None, ProjectSummaries]
 
 def _read(path: Path) -> bytes | None:
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        return Path(path).read_bytes()
     except OSError:
         return None
 
