@@ -4,7 +4,7 @@ An entry is one file's ``FileReport``, the summaries a module of the project exp
 that import it (``project``: they depend on its bytes alone), or the project modules a run's files
 import (``ImportsFound``, under the run's files: it names all it read, and is taken only where all
 of it reads the same again). A report is stored under a key made of everything it depends on:
-the file's path and bytes, gradfix's version and a digest of its own code (so that neither a new
+the file's path and bytes (their ``bytes_digest``, computed once a run), gradfix's version and a digest of its own code (so that neither a new
 release nor an edit of a development install serves an old result), the Python and the LibCST
 that read the file (a file 3.11 cannot compile may be one 3.13 compiles), the selected rules, the
 fix mode, and the summaries of the project modules' functions the report was computed with (a
@@ -50,7 +50,7 @@ from typing import Sequence
 from gradfix import __version__
 
 from . import typed_json
-from .summaries import Exports, ImportsFound, ProjectSummaries
+from .summaries import Exports, ImportsFound, ProjectSummaries, bytes_digest
 from .report import FileReport, FixMode
 from .registry import rule_codes
 from .rule import Rule
@@ -91,9 +91,20 @@ class ReportCache:
             except NoSecret as why:
                 self._without_secret = str(why)
 
-    def key(self, path: str | Path, data: bytes, rules: Sequence[type[Rule]], mode: FixMode, project: ProjectSummaries | None) -> Key:
+    def key(
+        self,
+        path: str | Path,
+        data: bytes,
+        rules: Sequence[type[Rule]],
+        mode: FixMode,
+        project: ProjectSummaries | None,
+        digest: str | None = None,
+    ) -> Key:
+        """The key of the report of ``path`` holding ``data``; ``digest``: ``bytes_digest(data)``
+        where the run has it already (``ProjectModules.digest``), so each file is hashed once."""
         parts = (",".join(rule_codes(rules)).encode(), mode.value.encode(), repr(sorted(project.items()) if project else []).encode())
-        return self._key((os.fsencode(str(path)), *parts, data), str(path), data)
+        contents = (digest or bytes_digest(data)).encode()
+        return self._key((os.fsencode(str(path)), *parts, contents), str(path), data)
 
     def load(self, key: Key) -> FileReport | None:
         """The report kept under ``key``, if this user's gradfix wrote it there, for that file and
@@ -147,11 +158,8 @@ class ReportCache:
         return self._key((b"module summaries", module), "", module)
 
     def _key(self, parts: Sequence[bytes], path: str, data: bytes) -> Key:
-        digest = hmac.new(self._secret or b"", digestmod=hashlib.sha256)
-        for part in parts:
-            digest.update(len(part).to_bytes(8, "little"))
-            digest.update(part)
-        return Key(digest.hexdigest(), path, data)
+        message = b"".join(len(part).to_bytes(8, "little") + part for part in parts)  # one call: hmac's updates cost more than the parts
+        return Key(hmac.digest(self._secret or b"", message, "sha256").hex(), path, data)
 
     def _entry(self, key: Key) -> bytes | None:
         """The body kept under ``key`` if this user's gradfix wrote it there; None for a missing,

@@ -28,9 +28,10 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+import re
 import tomllib
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -84,12 +85,20 @@ class Config:
 
     def excludes(self, path: str | Path) -> bool:
         """Whether a walk skips ``path`` (a file or a folder)."""
-        place = _Place(path, self.root)
-        return any(place.matches(pattern) for pattern in (*self.exclude, *self.extend_exclude))
+        names, paths = _compiled((*self.exclude, *self.extend_exclude))
+        absolute = os.path.abspath(path)
+        if names.match(os.path.basename(absolute)):
+            return True
+        if paths is None:  # (the default patterns: names only)
+            return False
+        relative = _relative(absolute, os.path.abspath(self.root or os.getcwd()))
+        return relative is not None and paths.match(relative) is not None
 
     def ignored_for(self, path: str | Path) -> tuple[str, ...]:
         """The rule patterns ``per-file-ignores`` ignores in ``path`` (a name pattern also matches
         the folders it is in, below the settings' folder)."""
+        if not self.per_file_ignores:
+            return ()
         place = _Place(path, self.root)
         return tuple(code for pattern, codes in self.per_file_ignores if place.matches(pattern, folders=True) for code in codes)
 
@@ -101,32 +110,70 @@ class Config:
 
 
 class _Place:
-    """A path as patterns match it (worked out once for all the patterns of a table)."""
+    """A path as patterns match it (worked out once for all the patterns of a table): strings,
+    not ``Path`` objects, which a walk of thousands of files would build for every pattern."""
 
     def __init__(self, path: str | Path, root: Path | None) -> None:
-        self.absolute = Path(os.path.abspath(path))
-        self.root = Path(os.path.abspath(root or Path.cwd()))
+        self.absolute = os.path.abspath(path)
+        self.root = os.path.abspath(root or os.getcwd())
 
     def matches(self, pattern: str, folders: bool = False) -> bool:
         """Whether ``pattern`` matches the path: its name (``folders``: or a folder's it is in,
         below ``root``), or its path relative to ``root`` when the pattern has a ``/``."""
-        pattern = pattern.removeprefix("./").rstrip("/")
+        pattern = _cleaned(pattern)
         if "/" not in pattern:
-            return any(fnmatch.fnmatchcase(name, pattern) for name in (self._names if folders else (self.absolute.name,)))
+            return any(fnmatch.fnmatchcase(name, pattern) for name in (self._names if folders else (os.path.basename(self.absolute),)))
         relative = self._relative
         return relative is not None and (fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*"))
 
     @cached_property
     def _names(self) -> tuple[str, ...]:
         """The path's name and those of the folders it is in, below ``root``."""
-        return (self.absolute.name, *(folder.name for folder in self.absolute.parents if self.root in folder.parents))
+        names = [os.path.basename(self.absolute)]
+        folder = os.path.dirname(self.absolute)
+        while _strictly_inside(folder, self.root):
+            names.append(os.path.basename(folder))
+            folder = os.path.dirname(folder)
+        return tuple(names)
 
     @cached_property
     def _relative(self) -> str | None:
-        try:
-            return self.absolute.relative_to(self.root).as_posix()
-        except ValueError:
-            return None
+        return _relative(self.absolute, self.root)
+
+
+def _relative(absolute: str, root: str) -> str | None:
+    """``absolute`` relative to ``root`` (``.`` for ``root`` itself); None outside it."""
+    if absolute == root:
+        return "."
+    return absolute[len(_as_folder(root)) :] if _strictly_inside(absolute, root) else None
+
+
+def _as_folder(root: str) -> str:
+    return root if root.endswith(os.sep) else root + os.sep  # ("/" ends with one)
+
+
+def _strictly_inside(path: str, root: str) -> bool:
+    return path != root and path.startswith(_as_folder(root))
+
+
+def excluded_name(name: str) -> bool:
+    """Whether ``name`` is the name of a file or folder the default exclusions skip."""
+    return _compiled(DEFAULT_EXCLUDE)[0].match(name) is not None
+
+
+def _cleaned(pattern: str) -> str:
+    return pattern.removeprefix("./").rstrip("/")
+
+
+@lru_cache(maxsize=None)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
+    """``patterns`` as ``_Place.matches`` reads them, in two expressions compiled once: one matched
+    against a name, one against the path relative to the settings' folder (None: no pattern has a
+    ``/``)."""
+    cleaned = [_cleaned(pattern) for pattern in patterns]
+    names = [fnmatch.translate(pattern) for pattern in cleaned if "/" not in pattern]
+    paths = [fnmatch.translate(form) for pattern in cleaned if "/" in pattern for form in (pattern, pattern + "/*")]
+    return re.compile("|".join(names) or "(?!)"), re.compile("|".join(paths)) if paths else None  # ((?!) matches nothing)
 
 
 @dataclass(frozen=True)
@@ -170,25 +217,31 @@ class Settings:
         if table:
             _fields(table, "--config")  # said at once, whatever files there are
         self._fixed = None if config_file is None else self._with_table(_load_file(Path(config_file)))
-        self._known: dict[Path, Config] = {}
+        self._known: dict[str, Config] = {}  # a folder (absolute) -> its settings: a run asks for each file's
 
     def for_path(self, path: str | Path) -> Config:
         """The settings of a file (or of the files in a folder). Raises ``ConfigError`` naming the
         file they could not be read from."""
+        absolute = os.path.abspath(path)  # not resolved: a symlink loop must not raise here
+        return self.in_folder(absolute if os.path.isdir(absolute) else os.path.dirname(absolute))
+
+    def in_folder(self, folder: str) -> Config:
+        """The settings of the files in ``folder`` (a path to a folder); ``ConfigError`` as
+        ``for_path``."""
         if self._fixed is not None:
             return self._fixed
-        return self._in(_folder_of(path))
+        return self._in(os.path.abspath(folder))
 
-    def _in(self, folder: Path) -> Config:
+    def _in(self, folder: str) -> Config:
         if folder not in self._known:
-            candidate = folder / PYPROJECT
-            found = _load(candidate, pyproject=True) if candidate.is_file() else None
+            candidate = os.path.join(folder, PYPROJECT)
+            found = _load(Path(candidate), pyproject=True) if os.path.isfile(candidate) else None
             if found is not None:
                 found = self._with_table(found)
-            elif folder.parent == folder or _is_work_tree_top(folder):
+            elif os.path.dirname(folder) == folder or is_work_tree_top(folder):
                 found = self._with_table(Config())
             else:
-                found = self._in(folder.parent)
+                found = self._in(os.path.dirname(folder))
             self._known[folder] = found
         return self._known[folder]
 
@@ -217,11 +270,6 @@ def inline_table(text: str) -> dict[str, Any]:
         raise ConfigError(f"--config {text!r} is neither a file nor a setting (KEY = VALUE in TOML): {error}") from None
     _fields(table, "--config")
     return table
-
-
-def _folder_of(path: str | Path) -> Path:
-    start = Path(os.path.abspath(path))  # not resolved: a symlink loop must not raise here
-    return start if start.is_dir() else start.parent
 
 
 def _load_file(path: Path) -> Config:
@@ -300,8 +348,8 @@ def project_root(start: str | Path | None = None) -> Path:
     files relative to it, so every job of a CI matrix splits the tree the same way, and GitHub
     names files relative to it."""
     folder = Path(os.path.abspath(start or Path.cwd()))
-    return next((f for f in (folder, *folder.parents) if _is_work_tree_top(f)), folder)
+    return next((f for f in (folder, *folder.parents) if is_work_tree_top(f)), folder)
 
 
-def _is_work_tree_top(folder: Path) -> bool:
-    return (folder / ".git").exists()  # a folder, or a file naming it (a worktree, a submodule)
+def is_work_tree_top(folder: str | Path) -> bool:
+    return os.path.exists(os.path.join(folder, ".git"))  # a folder, or a file naming it (a worktree, a submodule)

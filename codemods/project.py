@@ -14,8 +14,8 @@ project (the work tree that holds the importing file) and outside the folders a 
 (virtualenvs, ``site-packages``, build output) is read; any other stays code gradfix did not read.
 
 A module's summaries are computed from its bytes alone (``ModuleSummaries``: the analysis of it
-with no project of its own), so they are the same whoever imports it, and kept by the digest of
-its bytes (and in the report cache, authenticated as its reports are). The imports are found by a
+with no project of its own), so they are the same whoever imports it, and kept by its bytes (and
+in the report cache, authenticated as its reports are). The imports are found by a
 scan of the text, not a parse: a file that need not be parsed still needs its project. The scan
 may find more than the file imports (an import in a string), never less of what it writes on
 one line or in parentheses; the analysis asks only for the names the file really imports.
@@ -31,7 +31,6 @@ Plain data and files: nothing here loads LibCST; computing a module's summaries 
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import os
 import re
@@ -39,10 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from .config import DEFAULT_EXCLUDE, Settings, project_root
+from .config import Settings, excluded_name, is_work_tree_top
 from .notebook import Notebook, is_notebook
 from .source import may_backward
-from .summaries import ExportedSummary, Exports, ImportsFound, ProjectSummaries
+from .summaries import ExportedSummary, Exports, ImportsFound, ProjectSummaries, bytes_digest
 
 if TYPE_CHECKING:
     from .cache import ReportCache
@@ -107,14 +106,14 @@ def _note_statement(found: dict[WrittenModule, None], dots: bytes | None, module
 
 
 class ModuleSummaries:
-    """The summaries each module of the project exports, by the digest of its bytes: computed
-    once by ``exports_of`` (``check.module_exports``: the caller gives it, as this layer never
-    imports LibCST and the analysis) and, with ``cache``, kept from one run to the next."""
+    """The summaries each module of the project exports, by its bytes: computed once by
+    ``exports_of`` (``check.module_exports``: the caller gives it, as this layer never imports
+    LibCST and the analysis) and, with ``cache``, kept from one run to the next."""
 
     def __init__(self, exports_of: Callable[[bytes], Exports], cache: ReportCache | None = None) -> None:
         self._exports_of = exports_of
         self._cache = cache
-        self._known: dict[str, Exports] = {}
+        self._known: dict[bytes, Exports] = {}  # (the bytes, not a digest of them: a run asks twice of each module)
 
     def of(self, data: bytes) -> Exports:
         known = self._known_of(data)
@@ -125,21 +124,21 @@ class ModuleSummaries:
 
     def unknown(self, modules: Iterable[bytes]) -> list[bytes]:
         """Of ``modules``' bytes, each whose summaries must still be computed, once."""
-        return list({hashlib.sha256(data).digest(): data for data in modules if self._known_of(data) is None}.values())
+        return list(dict.fromkeys(data for data in modules if self._known_of(data) is None))
 
     def learn(self, data: bytes, exports: Exports) -> None:
         """``exports``, computed (here or in another process) from ``data``."""
-        self._known[hashlib.sha256(data).hexdigest()] = exports
+        self._known[data] = exports
         if self._cache is not None:
             self._cache.store_exports(data, exports)
 
     def _known_of(self, data: bytes) -> Exports | None:
-        if not may_backward(data):  # nothing it defines can backward, which is all a summary says
-            return {}
-        digest = hashlib.sha256(data).hexdigest()
-        if digest not in self._known and self._cache is not None and (kept := self._cache.load_exports(data)) is not None:
-            self._known[digest] = kept
-        return self._known.get(digest)
+        if data not in self._known:
+            if not may_backward(data):  # nothing it defines can backward, which is all a summary says
+                self._known[data] = {}
+            elif self._cache is not None and (kept := self._cache.load_exports(data)) is not None:
+                self._known[data] = kept
+        return self._known.get(data)
 
 
 @dataclass
@@ -156,10 +155,21 @@ class ProjectModules:
     _below: dict[tuple[str, str], str | None] = field(default_factory=dict)  # (folder, module) -> its file below the folder
     _inside: dict[tuple[str, str], bool] = field(default_factory=dict)  # (file, top) -> whether it is in the project
     _imported: dict[tuple[str, bytes], list[tuple[str, Path]]] = field(default_factory=dict)
-    _modules: dict[Path, bytes | None] = field(default_factory=dict)  # a module's file -> its bytes
+    _modules: dict[str, bytes | None] = field(default_factory=dict)  # a module's file -> its bytes
     _exports: dict[Path, Exports] = field(default_factory=dict)  # a module's file -> what it exports
     _recalled: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)  # ImportsFound.imports still true
     _found_anew: bool = False  # whether some file's imports were found here, not recalled
+    _digests: dict[bytes, str] = field(default_factory=dict)  # a file's bytes -> their digest
+    _work_trees: dict[str, str | None] = field(default_factory=dict)  # folder -> the top of the work tree holding it
+    _real_folders: dict[str, str] = field(default_factory=dict)  # folder -> its real path
+    _paths: dict[str, Path] = field(default_factory=dict)  # a module's file -> its Path
+
+    def digest(self, data: bytes) -> str:
+        """The digest of a file's bytes (``bytes_digest``), computed once a run: its recalled
+        imports are checked by it, and its report's cache key is made of it."""
+        if data not in self._digests:
+            self._digests[data] = bytes_digest(data)
+        return self._digests[data]
 
     def imported(self, path: str | Path, data: bytes) -> list[tuple[str, Path]]:
         """The project modules the file at ``path`` (holding ``data``) imports: each with the
@@ -167,8 +177,8 @@ class ProjectModules:
         here = os.path.abspath(path)
         if (here, data) not in self._imported:
             recalled = self._recalled.get(here)
-            if recalled is not None and recalled[0] == hashlib.sha256(data).hexdigest():
-                self._imported[here, data] = [(prefix, Path(file)) for prefix, file in recalled[1]]
+            if recalled is not None and recalled[0] == self.digest(data):
+                self._imported[here, data] = [(prefix, self._path(file)) for prefix, file in recalled[1]]
             else:
                 self._imported[here, data] = self._find_imports(here, _code_of(path, data))
                 self._found_anew = True
@@ -181,8 +191,14 @@ class ProjectModules:
             for module in written_modules(code):
                 file = self._find(module, folder)
                 if file is not None and file != here:
-                    found.append((module.name, Path(file)))
+                    found.append((module.name, self._path(file)))
         return found
+
+    def _path(self, file: str) -> Path:
+        """``Path(file)``, made once for all the imports of a module's file."""
+        if file not in self._paths:
+            self._paths[file] = Path(file)
+        return self._paths[file]
 
     def recall(self, kept: ImportsFound) -> None:
         """Take the imports ``kept`` found (by an earlier run, of the same files) for the files
@@ -198,10 +214,7 @@ class ProjectModules:
         only their reports, and finding their imports again scans them)."""
         if not self._found_anew or not any(self._imported.values()):
             return None
-        imports = {
-            here: (hashlib.sha256(data).hexdigest(), tuple((prefix, str(file)) for prefix, file in found))
-            for (here, data), found in self._imported.items()
-        }
+        imports = {here: (self.digest(data), tuple((prefix, str(file)) for prefix, file in found)) for (here, data), found in self._imported.items()}
         listed, rooted, topped, placed = tuple(self._listings), tuple(self._roots), tuple(self._tops), tuple(self._inside)
         return ImportsFound(imports, listed, rooted, topped, placed, self._reads(listed, rooted, topped, placed))
 
@@ -241,14 +254,20 @@ class ProjectModules:
     def module_bytes(self, file: Path) -> bytes | None:
         """A module's bytes, read once; None for a file that cannot be read or is too large to be
         code gradfix checks."""
-        if file not in self._modules:
+        name = os.fspath(file)
+        if name not in self._modules:
             try:
                 with open(file, "rb") as handle:
                     data = handle.read(MAX_MODULE_BYTES + 1)
-                self._modules[file] = data if len(data) <= MAX_MODULE_BYTES else None
+                self._modules[name] = data if len(data) <= MAX_MODULE_BYTES else None
             except OSError:
-                self._modules[file] = None
-        return self._modules[file]
+                self._modules[name] = None
+        return self._modules[name]
+
+    def read_already(self, path: str | Path, data: bytes | None) -> None:
+        """The bytes the run read from its file ``path`` (None: it could not): the module in that
+        file, which most of a package's files import, is not read again."""
+        self._modules.setdefault(os.path.abspath(path), data if data is not None and len(data) <= MAX_MODULE_BYTES else None)
 
     def _find(self, module: WrittenModule, folder: str) -> str | None:
         """The file of ``module``, imported by a file in ``folder``: relative to its package, else
@@ -274,7 +293,7 @@ class ProjectModules:
             while self._listing(package_top).get("__init__.py") is False and os.path.dirname(package_top) != package_top:
                 package_top = os.path.dirname(package_top)
             config = self.settings.for_path(os.path.join(folder, "__init__.py"))
-            base = os.path.abspath(config.root) if config.root is not None else project_root(folder).as_posix()
+            base = os.path.abspath(config.root) if config.root is not None else self._project_root(folder)
             roots = [folder, package_top, *(os.path.normpath(os.path.join(base, root)) for root in config.src)]
             self._roots[folder] = tuple(dict.fromkeys(roots))
         return self._roots[folder]
@@ -319,19 +338,40 @@ class ProjectModules:
 
     def _top(self, folder: str) -> str:
         if folder not in self._tops:
-            self._tops[folder] = os.path.realpath(project_root(folder))
+            self._tops[folder] = os.path.realpath(self._project_root(folder))
         return self._tops[folder]
+
+    def _project_root(self, folder: str) -> str:
+        """``config.project_root(folder)``, each folder above looked at once for all the folders below it."""
+        return self._work_tree_above(folder) or folder
+
+    def _work_tree_above(self, folder: str) -> str | None:
+        if folder not in self._work_trees:
+            parent = os.path.dirname(folder)
+            if is_work_tree_top(folder):
+                self._work_trees[folder] = folder
+            else:
+                self._work_trees[folder] = None if parent == folder else self._work_tree_above(parent)
+        return self._work_trees[folder]
+
+    def _real_path(self, file: str) -> str:
+        """``os.path.realpath(file)``, each folder resolved once: thousands of module files are in
+        a few hundred folders, and a realpath reads every folder of the path again."""
+        folder, name = os.path.split(file)
+        if name in ("", ".", "..") or os.path.islink(file):
+            return os.path.realpath(file)
+        if folder not in self._real_folders:
+            self._real_folders[folder] = os.path.realpath(folder)
+        return os.path.join(self._real_folders[folder], name)
 
     def _in_project(self, file: str, top: str) -> bool:
         """Whether ``file``, wherever its links lead, is inside the work tree ``top`` (a real path)
         and outside the folders a walk never enters (a virtualenv's, installed packages, build
         output)."""
         if (file, top) not in self._inside:
-            real = os.path.realpath(file)
+            real = self._real_path(file)
             folders = real[len(top) + 1 :].split(os.sep)[:-1]
-            self._inside[file, top] = real.startswith(top + os.sep) and not any(
-                fnmatch.fnmatchcase(part, pattern) for part in folders for pattern in DEFAULT_EXCLUDE
-            )
+            self._inside[file, top] = real.startswith(top + os.sep) and not any(excluded_name(part) for part in folders)
         return self._inside[file, top]
 
 

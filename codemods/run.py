@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
 
 from .summaries import Exports, ProjectSummaries
-from .config import Overrides, Settings, project_root
+from .config import Config, Overrides, Settings, project_root
 from .files import PathError, collect_files
 from .registry import RuleSelection
 from .report import FileReport, Finding, FixMode
@@ -64,14 +64,15 @@ def check_paths(
     found = collect_files(paths, excluded_by(settings, overrides), excluded_named)
     if shard is not None:
         found.files = shard.select(found.files, project_root())
+    configs = [settings.in_folder(os.path.dirname(path)) for path in found.files]  # (a file found is no folder)
     groups: dict[tuple[tuple[str, ...], FixMode], list[int]] = {}
-    for index, path in enumerate(found.files):
-        rules, mode = rules_and_mode(settings, overrides, path, fixing)
+    for index, (path, config) in enumerate(zip(found.files, configs)):
+        rules, mode = configured_rules_and_mode(config, overrides, path, fixing)
         groups.setdefault((rules.codes, mode), []).append(index)
     selections = [(RuleSelection(codes), mode, indexes) for (codes, mode), indexes in groups.items()]
     reports = _check_groups(found.files, selections, jobs, cache, progress, settings)
-    for path, report in zip(found.files, reports):
-        if not overrides.shows_hints(settings.for_path(path)):
+    for config, report in zip(configs, reports):
+        if not overrides.shows_hints(config):
             hide_hints(report)
     return Checked(reports, found.errors, found.notices)
 
@@ -87,9 +88,18 @@ def without_hints(findings: list[Finding]) -> list[Finding]:
     return [finding for finding in findings if not finding.hint]
 
 
-def excluded_by(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:
-    """Whether a path is excluded, by the settings of the folder it is in."""
-    return lambda path: overrides.applied(settings.for_path(path.parent)).excludes(path)
+def excluded_by(settings: Settings, overrides: Overrides) -> Callable[[str | Path], bool]:
+    """Whether a path is excluded, by the settings of the folder it is in (with the command line's
+    exclusions applied once for each folder, not for each path)."""
+    in_folder: dict[str, Config] = {}  # a folder as the walk names it -> its settings, applied
+
+    def excluded(path: str | Path) -> bool:
+        folder = os.path.dirname(path)
+        if folder not in in_folder:
+            in_folder[folder] = overrides.applied(settings.in_folder(folder))
+        return in_folder[folder].excludes(path)
+
+    return excluded
 
 
 def excluded_when_named(settings: Settings, overrides: Overrides) -> Callable[[Path], bool]:
@@ -113,7 +123,11 @@ def excluded_when_named(settings: Settings, overrides: Overrides) -> Callable[[P
 def rules_and_mode(settings: Settings, overrides: Overrides, path: Path, fixing: bool) -> tuple[RuleSelection, FixMode]:
     """The rules that check ``path`` and the fixes they may make (``ConfigError`` from its
     settings)."""
-    config = settings.for_path(path)
+    return configured_rules_and_mode(settings.for_path(path), overrides, path, fixing)
+
+
+def configured_rules_and_mode(config: Config, overrides: Overrides, path: Path, fixing: bool) -> tuple[RuleSelection, FixMode]:
+    """The rules that check ``path``, whose settings are ``config``, and the fixes they may make."""
     rules = RuleSelection(overrides.codes(config, path))
     if not fixing:
         return rules, FixMode.NONE
@@ -149,6 +163,8 @@ def _check_groups(
     are computed, on the same processes, then the files."""
     contents = [_read(path) for path in files]
     modules = ProjectModules(ModuleSummaries(_module_exports, cache), settings)
+    for path, data in zip(files, contents):
+        modules.read_already(path, data)
     if cache is not None and (kept := cache.load_imports(files)) is not None:
         modules.recall(kept)
     unknown = modules.summaries.unknown(modules_imported(modules, ((path, data) for path, data in zip(files, contents) if data is not None)))
@@ -188,7 +204,7 @@ def _check_groups(
     for rules, mode, indexes in groups:
         work = [(files[i], contents[i], projects[i]) for i in indexes]
         answered = {position: checked_early[i] for position, i in enumerate(indexes) if i in checked_early}
-        for index, report in zip(indexes, _cached_map(work, rules, mode, jobs, cache, checked, answered)):
+        for index, report in zip(indexes, _cached_map(work, rules, mode, jobs, cache, checked, answered, modules.digest)):
             reports[index] = report
     return reports
 
@@ -213,20 +229,22 @@ def _cached_map(
     cache: ReportCache | None,
     checked: Callable[[], None],
     answered: Mapping[int, FileReport],
+    digest: Callable[[bytes], str],
 ) -> list[FileReport]:
     """Reports for ``work``; ``checked`` is called as each is known. A report from the cache is of
     the very path asked for (``ReportCache.load``); ``answered`` holds reports already checked (by
     position in ``work``); each new one is kept as soon as it is known, so a run killed midway
-    keeps what it had checked."""
+    keeps what it had checked. ``digest`` gives the digest of a file's bytes, which the run
+    computes once for its imports and its key."""
 
     def keep(project: ProjectSummaries, report: FileReport) -> None:
         if cache is not None and report.original is not None:  # keyed by the bytes the check read, even if the file changed since
-            cache.store(cache.key(report.path, report.original, rules, mode, project), report)
+            cache.store(cache.key(report.path, report.original, rules, mode, project, digest(report.original)), report)
         checked()
 
     reports: list[FileReport | None] = []
     for position, (path, data, project) in enumerate(work):
-        reports.append(cache.load(cache.key(path, data, rules, mode, project)) if cache is not None and data is not None else None)
+        reports.append(cache.load(cache.key(path, data, rules, mode, project, digest(data))) if cache is not None and data is not None else None)
         if reports[-1] is not None:
             checked()
         elif position in answered:

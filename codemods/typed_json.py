@@ -17,8 +17,8 @@ import enum
 import json
 import types
 import typing
-from functools import lru_cache
-from typing import Any, TypeVar
+from functools import lru_cache, partial
+from typing import Any, Callable, Hashable, TypeVar
 
 T = TypeVar("T")
 
@@ -37,8 +37,10 @@ def loads(data: bytes, hint: type[T]) -> T:
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         raise UnexpectedData(f"not JSON: {error}") from None
     try:
-        decoded: T = _decode(parsed, hint, "$")
+        decoded: T = _decoder(typing.cast(Hashable, hint))(parsed)  # (a hint is hashable: lru_cache keys by it)
         return decoded
+    except _Misfit as misfit:
+        raise UnexpectedData(f"${''.join(reversed(misfit.place))}: {misfit.reason}") from None
     except RecursionError:
         raise UnexpectedData("nested too deep") from None
 
@@ -65,47 +67,123 @@ def _encode(value: Any, hint: Any) -> Any:
     raise TypeError(f"no JSON form for {hint!r}")
 
 
-def _decode(data: Any, hint: Any, where: str) -> Any:
+class _Misfit(Exception):
+    """Data not of its hint: why, and where (the steps into the data, innermost first, added as
+    the decoders it passed through unwind: no decoder spells where it is unless data misfits)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.place: list[str] = []
+
+
+Decoder = Callable[[Any], Any]
+
+
+@lru_cache(maxsize=None)
+def _decoder(hint: Any) -> Decoder:
+    """How data of ``hint`` is checked and decoded, worked out once for each hint (a cache entry
+    of a file with nothing found is decoded in a few steps, not by reading the hints of each of
+    its values again)."""
     optional = _optional(hint)
     if optional is not None:
-        return None if data is None else _decode(data, optional, where)
+        present = _decoder(optional)
+        return lambda data: None if data is None else present(data)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        fields = _fields(hint)
-        if not isinstance(data, dict) or data.keys() != fields.keys():
-            raise UnexpectedData(f"{where}: not the fields of {hint.__name__}")
-        return hint(**{name: _decode(data[name], field, f"{where}.{name}") for name, field in fields.items()})
+        return _dataclass_decoder(hint)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        try:
-            return hint(data)
-        except (ValueError, TypeError):
-            raise UnexpectedData(f"{where}: not a {hint.__name__}") from None
+        return partial(_enum, hint)
     if hint is bytes:
-        try:
-            return base64.b64decode(_checked(data, str, where), validate=True)
-        except binascii.Error:
-            raise UnexpectedData(f"{where}: not base64") from None
-    if hint is float and type(data) is int:  # an int is a float to type hints (PEP 484)
-        return float(data)
-    if hint in (str, int, float, bool):
-        return _checked(data, hint, where)
+        return _bytes
+    if hint is float:
+        return _float
+    if hint in (str, int, bool):
+        return partial(_checked, kind=hint)
     if origin in (list, set, frozenset) or origin is tuple and args[1:] == (...,):
-        return origin(_decode(item, args[0], f"{where}[{i}]") for i, item in enumerate(_checked(data, list, where)))
+        return partial(_items, origin, args[0])
     if origin is tuple:
-        if len(_checked(data, list, where)) != len(args):
-            raise UnexpectedData(f"{where}: not {len(args)} items")
-        return tuple(_decode(item, item_hint, f"{where}[{i}]") for i, (item, item_hint) in enumerate(zip(data, args)))
+        return partial(_tuple, args)
     if origin is dict:
-        pairs = [_checked(pair, list, f"{where}[{i}]") for i, pair in enumerate(_checked(data, list, where))]
-        if any(len(pair) != 2 for pair in pairs):
-            raise UnexpectedData(f"{where}: not key-value pairs")
-        return {_decode(key, args[0], f"{where}[{i}]"): _decode(item, args[1], f"{where}[{i}]") for i, (key, item) in enumerate(pairs)}
+        return partial(_pairs, args[0], args[1])
     raise TypeError(f"no JSON form for {hint!r}")
 
 
-def _checked(data: Any, kind: type, where: str) -> Any:
+def _dataclass_decoder(cls: type) -> Decoder:
+    names = _fields(cls).keys()
+    decoders: list[tuple[str, Decoder]] = []  # made at the first value, so that a class may hold itself
+
+    def decode(data: Any) -> Any:
+        if not isinstance(data, dict) or data.keys() != names:
+            raise _Misfit(f"not the fields of {cls.__name__}")
+        if not decoders:
+            decoders.extend((name, _decoder(field)) for name, field in _fields(cls).items())
+        values = {}
+        for name, decode_field in decoders:
+            try:
+                values[name] = decode_field(data[name])
+            except _Misfit as misfit:
+                misfit.place.append(f".{name}")
+                raise
+        return cls(**values)
+
+    return decode
+
+
+def _enum(cls: type[enum.Enum], data: Any) -> enum.Enum:
+    try:
+        return cls(data)
+    except (ValueError, TypeError):
+        raise _Misfit(f"not a {cls.__name__}") from None
+
+
+def _bytes(data: Any) -> bytes:
+    try:
+        return base64.b64decode(_checked(data, str), validate=True)
+    except binascii.Error:
+        raise _Misfit("not base64") from None
+
+
+def _float(data: Any) -> float:
+    return float(data) if type(data) is int else _checked(data, float)  # an int is a float to type hints (PEP 484)
+
+
+def _items(container: Callable[[list[Any]], Any], hint: Any, data: Any) -> Any:
+    items = _checked(data, list)
+    return container(_each(items, [_decoder(hint)] * len(items)))
+
+
+def _tuple(hints: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    if len(_checked(data, list)) != len(hints):
+        raise _Misfit(f"not {len(hints)} items")
+    return tuple(_each(data, [_decoder(hint) for hint in hints]))
+
+
+def _pairs(key_hint: Any, item_hint: Any, data: Any) -> dict[Any, Any]:
+    pairs = _each(_checked(data, list), [partial(_checked, kind=list)] * len(data))
+    if any(len(pair) != 2 for pair in pairs):
+        raise _Misfit("not key-value pairs")
+    decode_key, decode_item = _decoder(key_hint), _decoder(item_hint)
+    return dict(_each(pairs, [lambda pair: (decode_key(pair[0]), decode_item(pair[1]))] * len(pairs)))
+
+
+def _each(items: list[Any], decoders: list[Decoder]) -> list[Any]:
+    """Each of ``items`` decoded by the decoder beside it, a misfit said at its index (found by
+    decoding them again one by one: only data that misfits pays for counting)."""
+    try:
+        return [decode(item) for item, decode in zip(items, decoders)]
+    except _Misfit:
+        for index, (item, decode) in enumerate(zip(items, decoders)):
+            try:
+                decode(item)
+            except _Misfit as misfit:
+                misfit.place.append(f"[{index}]")
+                raise misfit from None
+        raise
+
+
+def _checked(data: Any, kind: type) -> Any:
     if type(data) is not kind:  # exactly: True is not an int
-        raise UnexpectedData(f"{where}: not a {kind.__name__}")
+        raise _Misfit(f"not a {kind.__name__}")
     return data
 
 

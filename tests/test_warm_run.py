@@ -1,0 +1,160 @@
+"""A run answered by the cache does each file's share of the work once: the exclusions compiled once
+and matched on strings, settings looked up once a folder, an entry's types read once, each file's
+bytes hashed once. Each test counts the work the slow way repeated for every file or value (no
+timing: speed lives in benchmarks/check_speed.py), and checks the answers are those of the slow way."""
+
+import fnmatch
+import hashlib
+import hmac
+import json
+import os
+import typing
+from pathlib import Path
+
+import pytest
+
+from gradfix.codemods import project, typed_json
+from gradfix.codemods.cache import ReportCache
+from gradfix.codemods.config import Config, Settings
+from gradfix.codemods.files import collect_files
+from gradfix.codemods.report import FileReport, Finding, FixKind
+from gradfix.codemods.run import check_paths
+
+from .test_imports_kept import HELPER, SECRET, TRAIN
+
+
+def _spied(monkeypatch, module, name: str) -> list[tuple]:
+    """The arguments of each call of ``module.name`` from now on."""
+    calls: list[tuple] = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *arguments, **keywords: calls.append(arguments) or real(*arguments, **keywords))
+    return calls
+
+
+def _matches(pattern: str, path: str, root: str) -> bool:
+    """The documented reading of one pattern (config's docstring), pattern by pattern."""
+    pattern = pattern.removeprefix("./").rstrip("/")
+    if "/" not in pattern:
+        return fnmatch.fnmatchcase(os.path.basename(path), pattern)
+    if not (path + "/").startswith(root + "/"):
+        return False
+    relative = os.path.relpath(path, root)
+    return fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*")
+
+
+PATTERNS = ("build", "*.egg-info", "./generated/", "experiments/*.py", "docs/*", "a*b/c", "[st]mp")
+
+
+def test_exclusions_answer_as_each_pattern_would(tmp_path):
+    config = Config(exclude=PATTERNS, root=tmp_path)
+    root = str(tmp_path)
+    paths = [
+        *(os.path.join(root, name) for name in ("build", "builder", "x.egg-info", "generated", "tmp", "smp", "ump")),
+        *(os.path.join(root, "src", name) for name in ("build", "generated", "run.py")),
+        os.path.join(root, "experiments", "one.py"),
+        os.path.join(root, "experiments", "deep", "two.py"),
+        os.path.join(root, "src", "experiments", "one.py"),
+        os.path.join(root, "docs", "conf.py"),
+        os.path.join(root, "axxb", "c"),
+        os.path.join(root, "axxb", "c", "d.py"),
+        os.path.join(os.path.dirname(root), "elsewhere", "docs", "x.py"),
+        root,
+    ]
+    for path in paths:
+        expected = any(_matches(pattern, path, root) for pattern in PATTERNS)
+        assert config.excludes(path) == expected == config.excludes(Path(path)), path
+
+
+def test_a_walk_matches_the_exclusions_as_compiled_expressions_not_pattern_by_pattern(tmp_path, monkeypatch):
+    for folder in ("pkg", "pkg/sub", "build", "pkg/node_modules", "pkg/x.egg-info", "experiments"):
+        (tmp_path / folder).mkdir()
+    for file in ("pkg/a.py", "pkg/sub/b.py", "build/c.py", "pkg/node_modules/d.py", "pkg/x.egg-info/e.py", "experiments/f.py", "g.py"):
+        (tmp_path / file).write_text("x = 1\n")
+    excluded = Config(extend_exclude=("experiments/*",), root=tmp_path).excludes
+    matched = _spied(monkeypatch, fnmatch, "fnmatchcase")
+    found = collect_files([tmp_path], excluded).files
+    assert sorted(path.relative_to(tmp_path).as_posix() for path in found) == ["g.py", "pkg/a.py", "pkg/sub/b.py"]
+    assert matched == []
+
+
+def test_an_entry_is_decoded_without_reading_its_type_hints_again(monkeypatch):
+    finding = Finding("GF001", 3, 4, "backward twice", FixKind.SAFE, (7,), "train.py")
+    reports = [FileReport("train.py"), FileReport("train.py", findings=[finding], prefiltered=True)]
+    entries = [typed_json.dumps(report, FileReport) for report in reports]
+    assert [typed_json.loads(entry, FileReport) for entry in entries] == reports
+    hints_read = _spied(monkeypatch, typing, "get_origin")
+    assert [typed_json.loads(entry, FileReport) for entry in entries] == reports
+    assert hints_read == []
+
+
+def test_a_warm_run_hashes_each_file_once(tmp_path, monkeypatch):
+    """Its recalled imports and its report's key are both made of one digest of its bytes."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "train.py").write_text(TRAIN)
+    (repo / "rdrop_loss.py").write_text(HELPER)
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([repo / "train.py"], cache=cache, jobs=1).reports
+    assert [finding.code for finding in cold[0].findings] == ["GF001"]
+    hashes = [_spied(monkeypatch, hashlib, "sha256"), _spied(monkeypatch, hashlib, "blake2b"), _spied(monkeypatch, hmac.HMAC, "update")]
+    keys_made_piecewise = _spied(monkeypatch, hmac, "new")
+    assert check_paths([repo / "train.py"], cache=cache, jobs=1).reports == cold
+    script = (repo / "train.py").read_bytes()
+    assert len([arguments for calls in hashes for arguments in calls if script in arguments]) == 1
+    assert keys_made_piecewise == []  # (a key is one HMAC of its parts)
+
+
+def _package_of_modules(tmp_path, count: int) -> Path:
+    """A work tree whose script imports ``count`` modules of one package, and the script."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "pkg").mkdir()
+    (repo / "pkg" / "__init__.py").write_text("")
+    (repo / "pkg" / "rdrop_loss.py").write_text(HELPER)
+    for number in range(count):
+        (repo / "pkg" / f"m{number}.py").write_text(f"def f{number}(x):\n    return x\n")
+    imports = "".join(f"from pkg.m{number} import f{number}\n" for number in range(count))
+    (repo / "train.py").write_text(imports + TRAIN.replace("from rdrop_loss import", "from pkg.rdrop_loss import"))
+    return repo
+
+
+def test_a_warm_run_looks_at_each_folder_once_not_at_each_file(tmp_path, monkeypatch):
+    """The settings of each file of a folder, the real path and the work tree of each module
+    file the recalled imports name: asked of the folder, once."""
+    repo = _package_of_modules(tmp_path, 30)
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([repo], cache=cache, jobs=1).reports
+    assert {Path(report.path).name: [f.code for f in report.findings] for report in cold}["train.py"] == ["GF001"]
+    settings_asked = _spied(monkeypatch, Settings, "for_path")
+    resolved = _spied(monkeypatch, os.path, "realpath")
+    matched = _spied(monkeypatch, fnmatch, "fnmatchcase")
+    assert check_paths([repo], cache=cache, jobs=1).reports == cold
+    assert len(settings_asked) <= 3  # (the folders whose imports are found: the repository's and the package's)
+    assert len(resolved) <= 4
+    assert matched == []  # (a module file's folders are matched against the default exclusions compiled)
+
+
+def test_a_module_the_run_checks_is_read_once(tmp_path, monkeypatch):
+    repo = _package_of_modules(tmp_path, 3)
+    read = []
+    monkeypatch.setattr(project, "open", lambda file, *rest: read.append(file) or open(file, *rest), raising=False)
+    reports = check_paths([repo], jobs=1).reports
+    assert {Path(report.path).name: [f.code for f in report.findings] for report in reports}["train.py"] == ["GF001"]
+    assert read == []
+
+
+@pytest.mark.parametrize(
+    "changed, message",
+    [
+        (lambda entry: entry.update(findings=[{"x": 1}]), "$.findings[0]: not the fields of Finding"),
+        (lambda entry: entry.update(errors=["a", 3]), "$.errors[1]: not a str"),
+        (lambda entry: entry.update(prefiltered=1), "$.prefiltered: not a bool"),
+        (lambda entry: entry.pop("fixed"), "$: not the fields of FileReport"),
+    ],
+)
+def test_a_misfit_entry_is_said_where_it_misfits(changed, message):
+    entry = json.loads(typed_json.dumps(FileReport("train.py"), FileReport))
+    changed(entry)
+    with pytest.raises(typed_json.UnexpectedData) as raised:
+        typed_json.loads(json.dumps(entry).encode(), FileReport)
+    assert str(raised.value) == message
