@@ -19,11 +19,11 @@ def _terminate(signum, frame) -> None:
 def main() -> None:
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        # Imported here, so that Ctrl-C during the imports is handled; a check of files that finds
-        # nothing is answered before typer's and rich's imports (``clean_check``).
-        from .clean_check import clean_check_status
+        # Imported here, so that Ctrl-C during the imports is handled; a check whose output is
+        # plain text is answered before typer's and rich's imports (``plain_check``).
+        from .plain_check import plain_check_status
 
-        status = clean_check_status(sys.argv[1:])
+        status = plain_check_status(sys.argv[1:])
         if status is not None:
             sys.exit(status)
         from .app import run

@@ -1,6 +1,6 @@
-"""What every command says the same way, without typer or rich (``clean_check`` answers before they
-are imported): the exit statuses, the path that means stdin, and the line that ends a check or a
-fix."""
+"""What every command says the same way, without typer or rich (``plain_check`` answers before they
+are imported): the exit statuses, the path that means stdin, how text of the checked files is
+printed, and the line that ends a check or a fix."""
 
 from __future__ import annotations
 
@@ -11,6 +11,28 @@ from gradfix.codemods.report import FileReport, FixKind
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 STDIN = "-"
+
+
+def visible(text: str) -> str:
+    """Text of the checked files (quoted code, a path) as it is shown, never obeyed: each character
+    Python would not print as it is (a control character of C0 or C1, DEL, half of a UTF-16 pair,
+    a line separator, a format character that hides itself) is its escape, as ``repr`` writes it
+    (``\\n``, ``\\x1b``, ``\\u202e``). So no escape sequence reaches a terminal, and the text
+    stays on one line."""
+    if text.isprintable():
+        return text
+    return "".join(character if character.isprintable() else ascii(character)[1:-1] for character in text)
+
+
+def printed_line(text: str) -> str:
+    """A line gradfix prints holding text of the checked files: ``visible``, and never a workflow
+    command of the CI runner that reads gradfix's output. GitHub's obeys a line that starts with
+    ``::`` after its blanks, and a ``##[`` anywhere in one; their escapes are shown instead."""
+    line = visible(text).replace("##[", "##\\x5b")
+    blanks = len(line) - len(line.lstrip())
+    if line.startswith("::", blanks):
+        line = line[:blanks] + "\\x3a" + line[blanks + 1 :]
+    return line
 
 
 def fix_summary(reports: Sequence[FileReport], diff: bool) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gradfix import __version__
-from gradfix.cli.render import plain_documentation, visible
+from gradfix.cli.conventions import visible
+from gradfix.cli.render import plain_documentation
 from gradfix.cli.rule_pages import rules_page_link
 from gradfix.codemods.config import project_root
 from gradfix.codemods.files import PathError

@@ -22,6 +22,8 @@ from gradfix.codemods.report import FileReport, Finding
 from gradfix.codemods.registry import rule_by_code
 from gradfix.codemods.rule import Rule
 
+from .conventions import printed_line
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -33,28 +35,6 @@ stderr = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emo
 # What is said beside the results (summaries, warnings): `--quiet` silences it, never an error.
 notes = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
-
-
-def visible(text: str) -> str:
-    """Text of the checked files (quoted code, a path) as it is shown, never obeyed: each character
-    Python would not print as it is (a control character of C0 or C1, DEL, half of a UTF-16 pair,
-    a line separator, a format character that hides itself) is its escape, as ``repr`` writes it
-    (``\\n``, ``\\x1b``, ``\\u202e``). So no escape sequence reaches a terminal, and the text
-    stays on one line."""
-    if text.isprintable():
-        return text
-    return "".join(character if character.isprintable() else ascii(character)[1:-1] for character in text)
-
-
-def printed_line(text: str) -> str:
-    """A line gradfix prints holding text of the checked files: ``visible``, and never a workflow
-    command of the CI runner that reads gradfix's output. GitHub's obeys a line that starts with
-    ``::`` after its blanks, and a ``##[`` anywhere in one; their escapes are shown instead."""
-    line = visible(text).replace("##[", "##\\x5b")
-    blanks = len(line) - len(line.lstrip())
-    if line.startswith("::", blanks):
-        line = line[:blanks] + "\\x3a" + line[blanks + 1 :]
-    return line
 
 
 def _stdout() -> Console:
