@@ -1,7 +1,11 @@
 """What a cold check computes, and how often, beyond ``test_analysis_cost``: counted, never timed
 (the figures live in benchmarks/check_speed.py)."""
 
+import abc
+import re
+import sys
 import textwrap
+from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -9,6 +13,10 @@ import pytest
 from gradfix.codemods.analysis import FileAnalysis
 from gradfix.codemods.parse import parse_decoded
 from gradfix.codemods.registry import all_rules
+
+from .conftest import FIXTURES
+
+CASE = FIXTURES / "duplicate_backward" / "loss_helper_in_its_own_module"
 
 
 @pytest.fixture
@@ -53,3 +61,41 @@ def test_the_statements_after_a_loop_are_read_from_the_module_s_one_walk(visits)
     rule = next(rule for rule in all_rules() if rule.CODE == "GF008")
     assert analysis.loops and list(rule(analysis).violations()) == []
     assert visits == []
+
+
+@pytest.fixture
+def instance_checks(monkeypatch):
+    """The functions that made each ``isinstance`` of a LibCST class that went through ABCMeta's
+    ``__instancecheck__`` (any that does not find the node's own class)."""
+    callers = []
+    check = abc.ABCMeta.__instancecheck__
+
+    def counted(cls, instance):
+        if cls.__module__.startswith("libcst"):
+            callers.append(sys._getframe(1).f_code.co_name)
+        return check(cls, instance)
+
+    monkeypatch.setattr(abc.ABCMeta, "__instancecheck__", counted)
+    return callers
+
+
+def test_the_interpreter_tells_nodes_apart_by_their_own_class(instance_checks):
+    """Each statement the dataflow walks, each target it assigns and each name it asks a module or
+    a summary of is told apart by its class, not by ``isinstance`` of LibCST's classes: a failed
+    one goes through ABCMeta, millions of times in a cold check of diffusers (a tenth of its
+    profile)."""
+    data = (CASE / "before.py").read_bytes()
+    analysis = FileAnalysis(parse_decoded(data, "<test>"), {}, data)
+    assert analysis.backward_sites
+    hot = {"_exec_statement", "_exec_small", "_assign", "target_names", "module", "_note_stored", "class_name_of", "_summary_of"}
+    assert hot & set(instance_checks) == set()
+
+
+def test_classes_compared_by_identity_have_no_subclasses():
+    """``type(node) is cst.Name`` answers as ``isinstance(node, cst.Name)`` only for a class no
+    other class derives from: each LibCST class the analysis compares so has none."""
+    compared = set()
+    for path in (Path(__file__).parents[1] / "codemods").rglob("*.py"):
+        compared |= set(re.findall(r"(?:type\([\w.\[\]]+\)|_type) is (?:not )?cst\.(\w+)", path.read_text()))
+    assert {"Name", "Attribute", "Subscript", "SimpleStatementLine", "Assign"} <= compared
+    assert [name for name in sorted(compared) if getattr(cst, name).__subclasses__()] == []

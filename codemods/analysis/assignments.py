@@ -30,13 +30,14 @@ def target_names(target: cst.BaseExpression, bindings_only: bool = False, reboun
     """Names bound by an assignment target, with tuple unpacking flattened (``x[i]`` and ``x.a``
     name the ``x`` they write to, unless ``bindings_only``: they read ``x``, and bind nothing).
     With ``rebound_only``, the names and attributes bound anew, not the ``x`` an item write changes."""
-    if isinstance(target, (cst.Tuple, cst.List)):
+    # (exact types: see ``dotted_name``)
+    if type(target) is cst.Tuple or type(target) is cst.List:
         return [name for element in target.elements for name in target_names(element.value, bindings_only, rebound_only)]
-    if isinstance(target, cst.StarredElement):
+    if type(target) is cst.StarredElement:
         return target_names(target.value, bindings_only, rebound_only)
     if bindings_only:
-        return [target.value] if isinstance(target, cst.Name) else []
-    if isinstance(target, cst.Subscript):
+        return [target.value] if type(target) is cst.Name else []
+    if type(target) is cst.Subscript:
         name = None if rebound_only else dotted_name(target.value)
         return [name] if name else []
     name = dotted_name(target)

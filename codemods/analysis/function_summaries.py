@@ -307,14 +307,14 @@ class FunctionSummaries:
 
     def _summary_of(self, func: cst.BaseExpression) -> FunctionSummary | None:
         class_name = self._scope.class_name
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:  # (exact types: see ``dotted_name``)
             if func.value in self.names.local_classes:
                 return None
             instance = self.names.instance_class(func, class_name)
             if instance is not None:
                 return self._summary((instance, "__call__")) or self._summary((instance, "forward"))
             return self._summary(self.names.function_aliases.get(func.value, func.value))
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             instance = self.names.instance_class(func.value, class_name)
             if instance is not None:
                 return self._summary((instance, func.attr.value))
