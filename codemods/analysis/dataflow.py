@@ -13,7 +13,6 @@ loops each statement sits in.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import reduce
 from itertools import compress
 from operator import attrgetter, not_
@@ -404,7 +403,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         scaled loss, whose graph is the loss's."""
         if isinstance(item, cst.Call) and item.args and (self.names.qualify(item.func) or "") in SCALED_LOSS_CONTEXTS:
             loss = self._eval(item.args[0].value, env)
-            return replace(loss, backwarded=frozenset())
+            return loss.changed(backwarded=frozenset())
         return NOTHING
 
     def _exec_else(self, statement: Union[cst.For, cst.While], env: Env | None) -> Env | None:
@@ -487,7 +486,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         for _ in range(_MAX_PASSES):
             head = dict(env)
             for name in freed_in_loop:
-                head[name] = replace(head[name], freed=True)
+                head[name] = head[name].changed(freed=True)
             for name in loop.carried_names:
                 before, after = entry.get(name), back_edge.get(name)
                 value = after if before is None else before if after is None else join_values(before, after)

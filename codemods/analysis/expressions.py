@@ -7,7 +7,6 @@ and unpacked targets; and what an ``if`` test says of the names it tests.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterator
 
 import libcst as cst
@@ -183,7 +182,7 @@ class Expressions:
             fields = self.names.record_classes.get(base.structure.name, ())
             if node.attr.value in fields:
                 return item_of(base, base.structure.items[fields.index(node.attr.value)])
-        return replace(base, structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
+        return base.changed(structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
 
     def _eval_comprehension(self, node, env: Env) -> Value:
         inner = dict(env)
