@@ -30,13 +30,14 @@ def target_names(target: cst.BaseExpression, bindings_only: bool = False, reboun
     """Names bound by an assignment target, with tuple unpacking flattened (``x[i]`` and ``x.a``
     name the ``x`` they write to, unless ``bindings_only``: they read ``x``, and bind nothing).
     With ``rebound_only``, the names and attributes bound anew, not the ``x`` an item write changes."""
-    if isinstance(target, (cst.Tuple, cst.List)):
+    # (exact types: see ``dotted_name``)
+    if type(target) is cst.Tuple or type(target) is cst.List:
         return [name for element in target.elements for name in target_names(element.value, bindings_only, rebound_only)]
-    if isinstance(target, cst.StarredElement):
+    if type(target) is cst.StarredElement:
         return target_names(target.value, bindings_only, rebound_only)
     if bindings_only:
-        return [target.value] if isinstance(target, cst.Name) else []
-    if isinstance(target, cst.Subscript):
+        return [target.value] if type(target) is cst.Name else []
+    if type(target) is cst.Subscript:
         name = None if rebound_only else dotted_name(target.value)
         return [name] if name else []
     name = dotted_name(target)
@@ -183,8 +184,15 @@ def assigned_names(node: cst.CSTNode, rebinding_only: bool = False, tree: Syntax
 
 
 class _Reads(cst.CSTVisitor):
-    def __init__(self) -> None:
+    def __init__(self, tree: SyntaxTree | None) -> None:
         self.names: set[str] = set()
+        self._tree = tree
+
+    def walk(self, node: cst.CSTNode) -> None:
+        if self._tree is None:
+            node.visit(self)
+        else:
+            self._tree.replay(self, node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         name = dotted_name(node)
@@ -198,7 +206,7 @@ class _Reads(cst.CSTVisitor):
         self.names.add(node.value)
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        self.walk(node.value)
         return False
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
@@ -208,7 +216,7 @@ class _Reads(cst.CSTVisitor):
     def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
         _visit_target_reads(node.target, self)
         if node.value is not None:
-            node.value.visit(self)
+            self.walk(node.value)
         return False
 
 
@@ -218,18 +226,27 @@ def _visit_target_reads(target: cst.BaseExpression, visitor: _Reads) -> None:
         for element in target.elements:
             _visit_target_reads(element.value, visitor)
     elif isinstance(target, cst.Subscript):
-        target.value.visit(visitor)
+        visitor.walk(target.value)
         for index in target.slice:
-            index.visit(visitor)
+            visitor.walk(index)
     elif isinstance(target, cst.Attribute) and dotted_name(target) is None:
-        target.value.visit(visitor)
+        visitor.walk(target.value)
 
 
-def read_names(node: cst.CSTNode) -> set[str]:
-    """Every name read inside ``node``, each dotted prefix included (``self.h`` reads ``self``)."""
-    visitor = _Reads()
-    node.visit(visitor)
-    return visitor.names
+def read_names(node: cst.CSTNode, tree: SyntaxTree | None = None) -> set[str]:
+    """Every name read inside ``node``, each dotted prefix included (``self.h`` reads ``self``).
+    ``tree``, the module's, saves walking ``node`` again, and keeps the answer for the next time
+    it is asked."""
+    visitor = _Reads(tree)
+    if tree is None:
+        node.visit(visitor)
+        return visitor.names
+
+    def read() -> frozenset[str]:
+        visitor.walk(node)
+        return frozenset(visitor.names)
+
+    return set(tree.kept("read", node, read))
 
 
 def read_before_assigned(statements: Sequence[cst.CSTNode]) -> set[str]:
@@ -256,7 +273,7 @@ def read_for_data(statement: cst.CSTNode, tree: SyntaxTree) -> set[str]:
         if isinstance(parent, cst.Arg) and isinstance(call := tree.parent(parent), cst.Call) and dotted_name(call.func) == "len":
             continue
         names.add(node.value)
-    return names & read_names(statement)
+    return names & read_names(statement, tree)
 
 
 _METADATA = METADATA_ATTRIBUTES | METADATA_METHODS

@@ -10,7 +10,6 @@ its backward is answered twice, side by side: may (``_saves_tensors``) and must 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Sequence
 
 import libcst as cst
@@ -108,7 +107,7 @@ class CallSemantics:
         shape = self._returned_shapes.pop(node, UNKNOWN)
         # A call of the file's function read as any call, shaped as the function's returns show
         # (a helper defined later returning ``(matrix, norm)``).
-        return replace(value, structure=shape) if value.structure is UNKNOWN and shape is not UNKNOWN else value
+        return value.changed(structure=shape) if value.structure is UNKNOWN and shape is not UNKNOWN else value
 
     def _read_call(self, node: cst.Call, env: Env) -> Value:
         """The value of a call, read by the first handler that knows its callee."""
@@ -371,12 +370,12 @@ class CallSemantics:
         call_origin = self._origin(call)
         values = []
         for index, item in enumerate(items):
-            value = replace(part(whole, item.structure), guessed=whole.guessed or item.guessed or not (item.graph or item.structure is TENSOR))
+            value = part(whole, item.structure).changed(guessed=whole.guessed or item.guessed or not (item.graph or item.structure is TENSOR))
             if call_origin in value.origins and groups[index] != groups[0]:
                 # Items the callee builds from no node in common share nothing of the call: each
                 # group of them stands for its own part (``return policy_loss, q1_loss, q2_loss``
                 # of three networks).
-                value = replace(value, origins=value.origins - {call_origin} | {Origin(targets[groups[index]], call_origin.statement)})
+                value = value.changed(origins=value.origins - {call_origin} | {Origin(targets[groups[index]], call_origin.statement)})
             values.append(Value(structure=item.structure, graphless=True) if item.graphless else value)
         return values
 
@@ -453,12 +452,12 @@ class CallSemantics:
             held = env[name]
             # The very tensor (an alias holds the same value), not another that shares its graph.
             backwarded = held.backwarded | {call} if any(held is v for v in values) else held.backwarded
-            env[name] = replace(held, freed=held.freed or name in freed, backwarded=backwarded)
+            env[name] = held.changed(freed=held.freed or name in freed, backwarded=backwarded)
         for tensor, held in zip(tensors, values):
             name = dotted_name(tensor)
             if name is not None:  # known to be this very tensor even when its graph is not
                 before = env.get(name, held)
-                env[name] = replace(before, freed=before.freed or bool(saving), backwarded=before.backwarded | {call})
+                env[name] = before.changed(freed=before.freed or bool(saving), backwarded=before.backwarded | {call})
         self.backward_sites[call] = BackwardSite(
             call=call,
             statement=self._statement,

@@ -13,11 +13,10 @@ loops each statement sits in.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import reduce
 from itertools import compress
 from operator import attrgetter, not_
-from typing import Callable, Sequence, Union
+from typing import Callable, Sequence, Union, cast
 
 import libcst as cst
 
@@ -31,7 +30,7 @@ from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, 
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
 from .syntax import is_grad, method_called
 from .torch_names import TorchNames, dotted_name
-from .tree import SyntaxTree
+from .tree import SyntaxTree, node_types
 from .values import LEAF, NOTHING, TENSOR, ListOf, Origin, Source, Structure, TupleOf, Value, combine, element_of, joined, part
 
 _MAX_PASSES = 4
@@ -43,6 +42,8 @@ class _Terminated(Exception):
 
 
 _GRAPH = attrgetter("graph")
+_STATEMENTS = node_types(cst.SimpleStatementLine, cst.BaseCompoundStatement)
+_SMALL_STATEMENTS = node_types(cst.BaseSmallStatement)
 
 
 class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
@@ -272,21 +273,22 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         return env
 
     def _exec_statement(self, statement: cst.CSTNode, env: Env) -> Env | None:
-        if isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            self._statement = statement
+        statement_type = type(statement)  # (exact types: see ``dotted_name``)
+        if statement_type in _STATEMENTS:
+            self._statement = cast(cst.BaseStatement, statement)
             self.statement_loops[statement] = tuple(reversed(self._loops))
             if self._no_grad:
                 self.no_grad_statements.add(statement)
-        if isinstance(statement, cst.SimpleStatementLine):
+        if type(statement) is cst.SimpleStatementLine:
             for small in statement.body:
                 self._statement = statement
                 env = self._exec_small(small, env)
             return env
-        if isinstance(statement, cst.BaseSmallStatement):
-            return self._exec_small(statement, env)
-        if isinstance(statement, cst.If):
+        if statement_type in _SMALL_STATEMENTS:
+            return self._exec_small(cast(cst.BaseSmallStatement, statement), env)
+        if type(statement) is cst.If:
             return self._exec_if_chain(statement, env)
-        if isinstance(statement, cst.For):
+        if type(statement) is cst.For:
             items = self._eval(statement.iter, env)
             # What a data loader or an unknown iterable yields is data; a list of losses, the items
             # of a dict of features, or the rows of a tensor, yield graphs.
@@ -313,7 +315,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                     held = after.get(name, NOTHING)
                     after[name] = held if held.graph else LEAF  # for p in [W, b]: p.requires_grad = True
             return self._exec_else(statement, after)
-        if isinstance(statement, cst.While):
+        if type(statement) is cst.While:
 
             def iteration(head: Env) -> Env | None:
                 self._eval(statement.test, head)
@@ -321,7 +323,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
 
             after = self._run_loop(statement, env, iteration)
             return self._exec_else(statement, after)
-        if isinstance(statement, cst.With):
+        if type(statement) is cst.With:
             no_grad = any(self._is_no_grad(item.item) for item in statement.items)
             for item in statement.items:
                 self._eval(item.item, env)
@@ -332,7 +334,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 return self._exec_body(statement.body, env)
             finally:
                 self._no_grad -= no_grad
-        if isinstance(statement, cst.Try):
+        if type(statement) is cst.Try:
             body_env = self._exec_body(statement.body, dict(env))
             handler_start = join_envs([env, body_env]) or env
             ends = [self._exec_body(handler.body, dict(handler_start)) for handler in statement.handlers]
@@ -342,17 +344,17 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             if statement.finalbody is not None:
                 return self._exec_body(statement.finalbody.body, joined if joined is not None else dict(env))
             return joined
-        if isinstance(statement, cst.FunctionDef):
+        if type(statement) is cst.FunctionDef:
             env[statement.name.value] = NOTHING
             # A module-level function reads the graph-carrying globals defined before it.
             is_global = isinstance(self._scope.node, cst.Module)
             self._define_function(statement, env=self._globals_read(statement, env) if is_global else None)
             return env
-        if isinstance(statement, cst.ClassDef):
+        if type(statement) is cst.ClassDef:
             env[statement.name.value] = NOTHING
             self._define_class(statement)
             return env
-        if isinstance(statement, cst.Match):
+        if type(statement) is cst.Match:
             self._eval(statement.subject, env)
             return join_envs([env, *(self._exec_body(case.body, dict(env)) for case in statement.cases)])
         return env
@@ -401,7 +403,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         scaled loss, whose graph is the loss's."""
         if isinstance(item, cst.Call) and item.args and (self.names.qualify(item.func) or "") in SCALED_LOSS_CONTEXTS:
             loss = self._eval(item.args[0].value, env)
-            return replace(loss, backwarded=frozenset())
+            return loss.changed(backwarded=frozenset())
         return NOTHING
 
     def _exec_else(self, statement: Union[cst.For, cst.While], env: Env | None) -> Env | None:
@@ -410,31 +412,32 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         return self._exec_body(statement.orelse.body, env)
 
     def _exec_small(self, small: cst.BaseSmallStatement, env: Env) -> Env:
-        if isinstance(small, cst.Assign):
+        # (exact types: see ``dotted_name``)
+        if type(small) is cst.Assign:
             value = self._eval(small.value, env)
             self.assigned_values[small.value] = value
             for target in small.targets:
                 self._assign(target.target, value, env, small.value)
-        elif isinstance(small, cst.AnnAssign):
+        elif type(small) is cst.AnnAssign:
             if small.value is not None:
                 self._assign(small.target, self._eval(small.value, env), env, small.value)
-        elif isinstance(small, cst.AugAssign):
+        elif type(small) is cst.AugAssign:
             added = self.assigned_values[small.value] = self._eval(small.value, env)
             value = combine([self._eval(small.target, env), added], self._origin(small))
             self._assign(small.target, value, env)
-        elif isinstance(small, cst.Expr):
+        elif type(small) is cst.Expr:
             self._eval(small.value, env)
-            if isinstance(small.value, cst.Call) and self._may_keep_its_arguments(small.value):
+            if type(small.value) is cst.Call and self._may_keep_its_arguments(small.value):
                 self._escape([self._eval(arg.value, env) for arg in small.value.args])
-        elif isinstance(small, cst.Return):
+        elif type(small) is cst.Return:
             frame = next(f for f in reversed(self._frames) if f.loop is None or f.loop.is_call)
             if small.value is not None:
                 frame.returned.append(self._eval(small.value, env))
                 self._escape(frame.returned[-1:])
-                items = self._tuple_items.get(small.value) if isinstance(small.value, cst.Tuple) else None
+                items = self._tuple_items.get(small.value) if type(small.value) is cst.Tuple else None
                 frame.returned_items.append(None if items is None else [v.without_graph() if self._no_grad else v for v in items])
                 function = self._scope.node
-                parameters = [p.name.value for p in function.params.params] if isinstance(function, cst.FunctionDef) else []
+                parameters = [p.name.value for p in function.params.params] if type(function) is cst.FunctionDef else []
                 # (by identity: a join of the two markers is a value equal to both, and says neither)
                 truths = {name: env.get(truth_key(name)) for name in parameters}
                 frame.returned_truths.append(
@@ -442,14 +445,14 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 )
             frame.returns.append(env)
             raise _Terminated
-        elif isinstance(small, cst.Raise):
+        elif type(small) is cst.Raise:
             raise _Terminated
-        elif isinstance(small, (cst.Break, cst.Continue)):
+        elif type(small) is cst.Break or type(small) is cst.Continue:
             loop_frame = next((f for f in reversed(self._frames) if f.loop is not None and not f.loop.is_call), None)
             if loop_frame is not None:
-                (loop_frame.breaks if isinstance(small, cst.Break) else loop_frame.continues).append(env)
+                (loop_frame.breaks if type(small) is cst.Break else loop_frame.continues).append(env)
             raise _Terminated
-        elif isinstance(small, cst.Del):
+        elif type(small) is cst.Del:
             for name in target_names(small.target):
                 env.pop(name, None)
                 self._forget_slots(name, env)
@@ -483,7 +486,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         for _ in range(_MAX_PASSES):
             head = dict(env)
             for name in freed_in_loop:
-                head[name] = replace(head[name], freed=True)
+                head[name] = head[name].changed(freed=True)
             for name in loop.carried_names:
                 before, after = entry.get(name), back_edge.get(name)
                 value = after if before is None else before if after is None else join_values(before, after)

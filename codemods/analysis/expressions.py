@@ -7,7 +7,6 @@ and unpacked targets; and what an ``if`` test says of the names it tests.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterator
 
 import libcst as cst
@@ -183,7 +182,7 @@ class Expressions:
             fields = self.names.record_classes.get(base.structure.name, ())
             if node.attr.value in fields:
                 return item_of(base, base.structure.items[fields.index(node.attr.value)])
-        return replace(base, structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
+        return base.changed(structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
 
     def _eval_comprehension(self, node, env: Env) -> Value:
         inner = dict(env)
@@ -209,12 +208,13 @@ class Expressions:
     ) -> None:
         """``differentiable``: ``value`` is a tuple of differentiable outputs of a torch.nn module,
         each holding its graph (what ``(h, c)`` of ``out, (h, c) = lstm(x)`` unpacks)."""
-        if isinstance(target, (cst.Tuple, cst.List)):
+        # (exact types: see ``dotted_name``)
+        if type(target) is cst.Tuple or type(target) is cst.List:
             elements = [e.value for e in target.elements]
             sources: list[cst.BaseExpression | None] = [None] * len(elements)
-            known = self._items_of_the_call(source, value, elements) if isinstance(source, cst.Call) else None
+            known = self._items_of_the_call(source, value, elements) if type(source) is cst.Call else None
             differentiable = differentiable or source in self._differentiable_outputs
-            if isinstance(source, (cst.Tuple, cst.List)) and len(source.elements) == len(elements):
+            if (type(source) is cst.Tuple or type(source) is cst.List) and len(source.elements) == len(elements):
                 sources = [e.value for e in source.elements]
                 values = [self._eval(s, env) for s in sources]
             elif known is not None:
@@ -225,10 +225,10 @@ class Expressions:
             for element, element_value, element_source in zip(elements, values, sources):
                 self._assign(element, element_value, env, element_source, differentiable)
             return
-        if isinstance(target, cst.StarredElement):
+        if type(target) is cst.StarredElement:
             self._assign(target.value, item_of(value, ListOf(UNKNOWN)), env)
             return
-        if isinstance(target, cst.Subscript):
+        if type(target) is cst.Subscript:
             name = dotted_name(target.value)
             if name is not None:
                 held = env.get(name, NOTHING)
@@ -252,7 +252,7 @@ class Expressions:
             return
         if name in self._declared_global(self._scope.node):
             self._escape([value])  # the next call of the function reads it again
-        if isinstance(target, cst.Attribute) and target.attr.value == "data":
+        if type(target) is cst.Attribute and target.attr.value == "data":
             value = value.without_graph()  # what is written to .data is never recorded
         for key in self._attributes_of.get(name, ()):
             env.pop(key, None)

@@ -438,7 +438,7 @@ class FileAnalysis:
 
     def class_name_of(self, node: cst.CSTNode | None) -> str | None:
         """The name of the innermost class whose body holds ``node``."""
-        while node is not None and not isinstance(node, cst.ClassDef):
+        while node is not None and type(node) is not cst.ClassDef:  # (exact types: see ``dotted_name``)
             node = self.tree.parent(node)
         return node.name.value if node is not None else None
 

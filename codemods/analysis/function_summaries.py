@@ -180,7 +180,7 @@ class FunctionSummaries:
         result = combine(values, self._origin(call), returned_structure, known_operation=False)
         if summary.returned.backwarded:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
-            result = replace(result, graph=True, freed=frees, backwarded=summary.returned.backwarded)
+            result = result.changed(graph=True, freed=frees, backwarded=summary.returned.backwarded)
         return self._freed_inside(call, summary, result)
 
     def _returned_structure(self, summary: FunctionSummary, call: cst.Call) -> Structure:
@@ -220,7 +220,7 @@ class FunctionSummaries:
                 continue
             walked = self.graph_nodes(site.value) & passed
             for name in self._sharing_graph(env, walked):
-                env[name] = replace(env[name], freed=True)
+                env[name] = env[name].changed(freed=True)
 
     def _walked_by(self, key: object, sites: Mapping[cst.Call, BackwardSite]) -> dict[cst.Call, frozenset[Origin]]:
         """What each backward of the function ``key`` walks, by call: a fact a caller met before
@@ -272,7 +272,7 @@ class FunctionSummaries:
         if not summary.returned.freed or not result.graph:
             return result
         self.calls_returning_freed.add(call)
-        return replace(result, freed=True)
+        return result.changed(freed=True)
 
     def _call_imported(self, call: cst.Call, summary: ExportedSummary, env: Env) -> Value:
         """The same for a function of another checked file: a backward inside it has no site here,
@@ -290,7 +290,7 @@ class FunctionSummaries:
             call,
             BackwardSite(call, self._statement, api, (), result, retained, False, tuple(reversed(self._loops)), self._scope),
         )
-        return replace(result, graph=True, freed=retained is False, backwarded=frozenset({call}))
+        return result.changed(graph=True, freed=retained is False, backwarded=frozenset({call}))
 
     def _imported_summary(self, func: cst.BaseExpression) -> ExportedSummary | None:
         if not self.imported:
@@ -307,14 +307,14 @@ class FunctionSummaries:
 
     def _summary_of(self, func: cst.BaseExpression) -> FunctionSummary | None:
         class_name = self._scope.class_name
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:  # (exact types: see ``dotted_name``)
             if func.value in self.names.local_classes:
                 return None
             instance = self.names.instance_class(func, class_name)
             if instance is not None:
                 return self._summary((instance, "__call__")) or self._summary((instance, "forward"))
             return self._summary(self.names.function_aliases.get(func.value, func.value))
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             instance = self.names.instance_class(func.value, class_name)
             if instance is not None:
                 return self._summary((instance, func.attr.value))

@@ -69,7 +69,7 @@ def read_only_where_assigned(
 def _invariant(tree: SyntaxTree, test: cst.BaseExpression, written: set[str]) -> bool:
     """A test that answers the same in every iteration: it calls nothing (``random.random() < p``
     answers anew) and reads nothing the loop writes."""
-    return not tree.findall(test, cst.Call) and not read_names(test) & written
+    return not tree.findall(test, cst.Call) and not read_names(test, tree) & written
 
 
 def _runs_before(tree: SyntaxTree, branch: cst.If | cst.For, read: cst.CSTNode, written: set[str]) -> bool:
@@ -118,14 +118,14 @@ def _same_trip_count(tree: SyntaxTree, bound: Container[str], sequence: cst.Base
     read nothing the loop writes and call only ``FRESH_SEQUENCES`` and ``NUMBER_READS`` (the
     builtins, not names the file binds)."""
     if isinstance(sequence, (cst.List, cst.Tuple)):
-        return not read_names(sequence) & written
+        return not read_names(sequence, tree) & written
     if not (isinstance(sequence, cst.Call) and isinstance(sequence.func, cst.Name) and sequence.func.value in FRESH_SEQUENCES):
         return False
     for call in tree.findall(sequence, cst.Call):
         called = call.func.value if isinstance(call.func, cst.Name) else call.func.attr.value if isinstance(call.func, cst.Attribute) else None
         if called not in FRESH_SEQUENCES | NUMBER_READS or (isinstance(call.func, cst.Name) and called in bound):
             return False
-    return not read_names(sequence) & written
+    return not read_names(sequence, tree) & written
 
 
 def _first_pass_assigns(tree: SyntaxTree, block: cst.BaseSuite, name: str) -> bool:

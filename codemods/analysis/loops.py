@@ -10,7 +10,7 @@ held when the iteration started"; an element a loop variable picks from a contai
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_, is_not
@@ -213,9 +213,9 @@ def join_envs(envs: Sequence[Env | None]) -> Env | None:
         for name in _names_to_join(joined, env):
             held, value = joined.get(name), env.get(name)
             if value is None:
-                joined[name] = replace(joined[name], unbound=True)  # (held: bound on the other path)
+                joined[name] = joined[name].changed(unbound=True)  # (held: bound on the other path)
             elif held is None:
-                joined[name] = replace(value, unbound=True)
+                joined[name] = value.changed(unbound=True)
             else:
                 joined[name] = join_values(held, value)
     return joined

@@ -182,7 +182,7 @@ class TorchNames:
 
     def module(self, node: cst.CSTNode, class_name: str | None) -> ModuleInfo | None:
         """The module an expression names (``model``, ``self.encoder``, ``self.layers[i]``), if any."""
-        if isinstance(node, cst.Subscript):
+        if type(node) is cst.Subscript:  # (exact types: see ``dotted_name``)
             container = self.module(node.value, class_name)
             return None if container is None else ModuleInfo("")
         name = dotted_name(node)
@@ -582,13 +582,14 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def _note_stored(self, value: cst.BaseExpression) -> None:
         """Names that ``value`` hands over as they are (not called, not read through a method)."""
-        if isinstance(value, (cst.List, cst.Tuple, cst.Set)):
+        # (exact types: see ``dotted_name``)
+        if type(value) is cst.List or type(value) is cst.Tuple or type(value) is cst.Set:
             for element in value.elements:
                 self._note_stored(element.value)
-        elif isinstance(value, cst.Dict):
+        elif type(value) is cst.Dict:
             for entry in value.elements:
                 self._note_stored(entry.value)
-        elif isinstance(value, cst.StarredElement):
+        elif type(value) is cst.StarredElement:
             self._note_stored(value.value)
         else:
             name = dotted_name(value)

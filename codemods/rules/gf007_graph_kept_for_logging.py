@@ -192,10 +192,11 @@ print(total_loss / len(loader))
         if len(key) != 1 or not isinstance(key[0].slice, cst.Index):
             return False
         index = key[0].slice.value
-        read = read_names(index)
-        if self.analysis.tree.findall(index, cst.Call) or any("." in name for name in read):
+        tree = self.analysis.tree
+        read = read_names(index, tree)
+        if tree.findall(index, cst.Call) or any("." in name for name in read):
             return False
-        return not read if loop.is_call else not read & assigned_names(loop.node)
+        return not read if loop.is_call else not read & assigned_names(loop.node, tree=tree)
 
     def _why_graphs_may_be_needed(self, loop: Loop, store: str, held: Value) -> str:
         """Why the kept graphs may still be needed, or "" when they cannot be."""

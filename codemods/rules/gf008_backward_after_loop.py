@@ -100,13 +100,14 @@ optimizer.step()
         computing: list[cst.BaseStatement] = []
         # What each name assigned after the loop was computed from, as the loop left it.
         computed_from: dict[str, set[str]] = {}
+        tree = self.analysis.tree
         for statement in following:
             site = self._site_of_statement(statement)
             if site is not None:
                 tensor = site.tensor.value if isinstance(site.tensor, cst.Name) else None
                 if tensor is not None and tensor not in computed_from and self.analysis.afresh_each_iteration(loop, tensor):
                     return site, between, tensor, computing
-                read = _as_the_loop_left_them(read_names(site.statement), computed_from)
+                read = _as_the_loop_left_them(read_names(site.statement, tree), computed_from)
                 if any(loop.carries(name) for name in read):
                     return None  # it also reads what every iteration added to (loss = loss + ...): all of them train
                 last = next((n for n in sorted(read) if self._from_the_iteration_alone(loop, n)), None)
@@ -116,8 +117,8 @@ optimizer.step()
             elif self.analysis.gradient_effects(statement) or not isinstance(statement, cst.SimpleStatementLine):
                 return None
             else:
-                read = _as_the_loop_left_them(read_names(statement), computed_from)
-                computed_from.update(dict.fromkeys(assigned_names(statement), read))
+                read = _as_the_loop_left_them(read_names(statement, tree), computed_from)
+                computed_from.update(dict.fromkeys(assigned_names(statement, tree=tree), read))
                 computing.append(statement)
         return None
 
@@ -127,11 +128,12 @@ optimizer.step()
         them computed from it), so that inside the loop it computes the same from every
         iteration's values; and the moved code must read nothing an iteration would then hand to
         the next."""
-        produced = set(assigned_names(loop.node))
+        tree = self.analysis.tree
+        produced = assigned_names(loop.node, tree=tree)
         for statement in moving:
-            if not read_names(statement) & produced:
+            if not read_names(statement, tree) & produced:
                 return f"line {self.analysis.line(statement)} does not depend on the loop"
-            produced |= assigned_names(statement)
+            produced |= assigned_names(statement, tree=tree)
         if loop.carried_with([*moving, site.statement]) != loop.carried_with(()):
             return "inside the loop, the moved code would read what the previous iteration left"
         return None
@@ -147,8 +149,9 @@ optimizer.step()
             return True
         if not self.analysis.afresh_each_iteration(loop, name):
             return False
-        assignments = [s for s in loop.node.body.body if name in assigned_names(s)]
-        return all(not any(loop.carries(read) for read in read_names(s)) and read_for_data(s, self.analysis.tree) & batch for s in assignments)
+        tree = self.analysis.tree
+        assignments = [s for s in loop.node.body.body if name in assigned_names(s, tree=tree)]
+        return all(not any(loop.carries(read) for read in read_names(s, tree)) and read_for_data(s, tree) & batch for s in assignments)
 
     def _site_of_statement(self, statement: cst.CSTNode) -> BackwardSite | None:
         return next((s for s in self.analysis.sites_in(statement) if s.is_whole_statement and s.api.accumulates), None)
