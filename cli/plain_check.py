@@ -32,6 +32,7 @@ from gradfix.codemods.run import check_paths
 from .conventions import EXIT_CLEAN, EXIT_FINDINGS, STDIN, check_summary, printed_line
 
 CURRENT_FOLDER = "."  # what ``check`` checks given no path
+EXIT_BROKEN_PIPE = 1  # click's status when stdout's reader has gone
 
 # Options whose meaning here is the ``check`` command's, each with whether it takes a value, and
 # the other names click knows them by.
@@ -67,8 +68,12 @@ def plain_check_status(arguments: Sequence[str]) -> int | None:
             return None
     except Exception:  # (declined, or an error: the full command says it in its words)
         return None
-    sys.stdout.writelines(printed_line(finding.render()) + "\n" for finding in findings)
-    sys.stdout.flush()
+    try:
+        sys.stdout.writelines(printed_line(finding.render()) + "\n" for finding in findings)
+        sys.stdout.flush()
+    except BrokenPipeError:  # a reader that stopped early (`| head`): the command ends as click ends it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nothing left to flush at exit)
+        return EXIT_BROKEN_PIPE
     sys.stderr.write(check_summary(reports) + "\n")
     return EXIT_FINDINGS if findings and "--exit-zero" not in options else EXIT_CLEAN
 

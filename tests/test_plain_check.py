@@ -162,3 +162,16 @@ def test_a_file_not_in_the_cache_is_checked_and_answered(tmp_path):
     assert (exit_, stdout, stderr.strip()) == (0, "", "No findings in 1 file(s).")
     assert not loaded["typer"]
     assert (tmp_path / ".gradfix_cache").is_dir()  # kept for the next check
+
+
+def test_a_reader_that_stops_early_ends_both_as_click_ends_the_command(tmp_path):
+    _project(tmp_path, {f"train{i}.py": FINDING for i in range(5)})
+    env = {key: value for key, value in os.environ.items() if key != "GRADFIX_NO_CACHE"}
+    ended = []
+    for program in (_FULL_COMMAND_LINE, _ENTRY_POINT):
+        run = subprocess.Popen([sys.executable, "-c", program, "check", "."], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        run.stdout.close()  # (gone before the first finding is written)
+        said = run.stderr.read().decode()
+        run.wait()
+        ended.append((run.returncode, said.rpartition("\n")[0], json.loads(said.rpartition("\n")[2])["exit"]))
+    assert ended[0] == ended[1] == (0, "", 1)
