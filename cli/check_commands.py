@@ -26,9 +26,8 @@ from gradfix.codemods.run import excluded_by, excluded_when_named
 from gradfix.codemods.shard import Shard
 
 from . import formats, render
-from .conventions import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, STDIN, check_summary, fix_summary
+from .conventions import CURRENT_FOLDER, EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, STDIN, check_summary, fix_summary
 from .options import (
-    CURRENT_FOLDER,
     CacheDir,
     ConfigOption,
     Exclude,

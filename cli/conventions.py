@@ -1,6 +1,6 @@
 """What every command says the same way, without typer or rich (``plain_check`` answers before they
-are imported): the exit statuses, the path that means stdin, how text of the checked files is
-printed, and the line that ends a check or a fix."""
+are imported): the exit statuses, the path that means stdin and the one checked given none, how
+text of the checked files is printed, and the line that ends a check or a fix."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from gradfix.codemods.report import FileReport, FixKind
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 STDIN = "-"
+CURRENT_FOLDER = "."  # what `check` and `fix` check given no path, as ruff's
 
 
 def visible(text: str) -> str:

@@ -63,7 +63,6 @@ Paths = Annotated[
         metavar="[PATH...]", help="Files or folders to check [default: the current folder]; `-` reads the code from stdin.", show_default=False
     ),
 ]
-CURRENT_FOLDER = "."  # what `check` and `fix` check given no path, as ruff's
 Select = Annotated[
     Optional[List[str]],
     typer.Option("--select", metavar="RULES", help="Only these rules: codes, prefixes, names or ALL (comma-separated, repeatable)."),

@@ -29,9 +29,8 @@ from gradfix.codemods.config import Overrides, Settings, project_root
 from gradfix.codemods.report import FileReport, FixKind
 from gradfix.codemods.run import check_paths
 
-from .conventions import EXIT_CLEAN, EXIT_FINDINGS, STDIN, check_summary, printed_line
+from .conventions import CURRENT_FOLDER, EXIT_CLEAN, EXIT_FINDINGS, STDIN, check_summary, printed_line
 
-CURRENT_FOLDER = "."  # what ``check`` checks given no path
 EXIT_BROKEN_PIPE = 1  # click's status when stdout's reader has gone
 
 # Options whose meaning here is the ``check`` command's, each with whether it takes a value, and
