@@ -233,13 +233,14 @@ def _check_notebook(data: bytes, rules: Sequence[type[Rule]], mode: FixMode, pat
 
 
 def _error_in_cells(notebook: Notebook, error: str) -> str:
-    """``path:line: why`` of the cells' source as ``path:cell N:line: why``."""
+    """``path:line: why`` of the cells' source as ``path:cell N:line: why`` (and the lines ``why``
+    names, as the notebook shows them)."""
     prefix = notebook.path + ":"
     line, _, why = error.removeprefix(prefix).partition(":")
     if not error.startswith(prefix) or not line.isdigit():
         return error
     place = notebook.locate(int(line))
-    return f"{prefix}cell {place.cell}:{place.line}:{why}"
+    return f"{prefix}cell {place.cell}:{place.line}:{notebook.describe(why)}"
 
 
 def _in_cells(notebook: Notebook, finding: Finding) -> Finding:

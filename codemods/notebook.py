@@ -101,6 +101,7 @@ class Notebook:
         self.code_cells = [i for i, cell in enumerate(cells) if cell.get("cell_type") == "code"]
         lines: list[str] = []
         self._cell_starts: list[tuple[int, int]] = []  # (first source line, cell index), in order
+        self._cell_lengths: dict[int, int] = {}  # each cell's lines in ``source``
         self._indents: dict[int, str] = {}  # the indentation IPython strips from a cell before running it
         self._magics: dict[int, list[str]] = {}  # each cell's masked lines, which no rewrite may change
         for index in self.code_cells:
@@ -110,6 +111,7 @@ class Notebook:
             self._indents[index], source = _without_leading_indent(cell_source(cells[index]))
             masked = [line if line.endswith(("\n", "\r")) else line + "\n" for line in _masked(source)]
             self._magics[index] = _magic_lines("".join(masked))
+            self._cell_lengths[index] = len(masked)
             lines += masked
         self.source = "".join(lines).encode("utf-8")
 
@@ -118,9 +120,10 @@ class Notebook:
         return self.language.lower() == "python"
 
     def locate(self, line: int) -> CellLine:
-        """The cell and in-cell line of a line of ``source``."""
+        """The cell and in-cell line of a line of ``source``; the line that marks the next cell's
+        start (where Python places an error found at a cell's end) is its cell's last line."""
         first, index = max((start for start in self._cell_starts if start[0] <= line), default=self._cell_starts[0])
-        return CellLine(index + 1, max(1, line - first + 1))
+        return CellLine(index + 1, max(1, min(line - first + 1, self._cell_lengths[index])))
 
     def describe(self, message: str) -> str:
         """``message`` with each ``line N`` of ``source`` named as the notebook shows it."""

@@ -303,6 +303,11 @@ def test_a_syntax_error_is_placed_by_cell(tmp_path):
     broken.write_bytes(notebook_of("import torch\nx = 1\ny = 2", "print('unterminated)\n"))
     result = CliRunner().invoke(app, ["check", str(broken)])
     assert f"{broken}:cell 3:1: cannot parse: unterminated string literal\n" in result.stderr
+    # An exercise's empty block (dataflowr's notebooks): Python places it past the cell's last line,
+    # and names the `def` by its line in the whole module.
+    broken.write_bytes(notebook_of("import torch\nx = 1", "def step():\n    # your code here\n", "y = 2"))
+    result = CliRunner().invoke(app, ["check", str(broken)])
+    assert f"{broken}:cell 3:2: cannot parse: expected an indented block after function definition on cell 3, line 1\n" in result.stderr
     opened = tmp_path / "docstring.py"
     opened.write_text('import torch\n"""opened\n\nnever closed\n')
     result = CliRunner().invoke(app, ["check", str(opened)])
