@@ -1,6 +1,7 @@
 import os
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from gradfix.codemods.execution.runner import ScriptRunner
@@ -45,3 +46,17 @@ def warm_cli(runs, monkeypatch):
 
     monkeypatch.setattr(run_commands, "ScriptRunner", lambda: _Lent(runs.runner))
     return lambda *args: CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def visits(monkeypatch):
+    """How many nodes LibCST's own walk (``CSTNode.visit``) enters."""
+    entered = []
+    walk = cst.CSTNode.visit
+
+    def counted(node, visitor):
+        entered.append(node)
+        return walk(node, visitor)
+
+    monkeypatch.setattr(cst.CSTNode, "visit", counted)
+    return entered

@@ -4,7 +4,6 @@ benchmarks/check_speed.py). Each test pins one way the analysis used to pay twic
 import textwrap
 from pathlib import Path
 
-import libcst as cst
 import pytest
 
 from gradfix.codemods import check
@@ -63,20 +62,6 @@ SOURCE = textwrap.dedent(
             step(x, y)
     """
 )
-
-
-@pytest.fixture
-def visits(monkeypatch):
-    """How many nodes LibCST's own walk (``CSTNode.visit``) enters."""
-    entered = []
-    walk = cst.CSTNode.visit
-
-    def counted(node, visitor):
-        entered.append(node)
-        return walk(node, visitor)
-
-    monkeypatch.setattr(cst.CSTNode, "visit", counted)
-    return entered
 
 
 def test_the_analysis_reads_the_names_a_function_binds_from_the_module_s_one_walk(visits):

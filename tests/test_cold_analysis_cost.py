@@ -21,20 +21,6 @@ from .conftest import FIXTURES
 CASE = FIXTURES / "duplicate_backward" / "loss_helper_in_its_own_module"
 
 
-@pytest.fixture
-def visits(monkeypatch):
-    """How many nodes LibCST's own walk (``CSTNode.visit``) enters."""
-    entered = []
-    walk = cst.CSTNode.visit
-
-    def counted(node, visitor):
-        entered.append(node)
-        return walk(node, visitor)
-
-    monkeypatch.setattr(cst.CSTNode, "visit", counted)
-    return entered
-
-
 # A training loop followed by code that reads what it left, with no backward after it: GF008 reads
 # the names each following statement reads and writes, and finds nothing.
 TRAINED_THEN_EVALUATED = textwrap.dedent(
