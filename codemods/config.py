@@ -85,14 +85,7 @@ class Config:
 
     def excludes(self, path: str | Path) -> bool:
         """Whether a walk skips ``path`` (a file or a folder)."""
-        names, paths = _compiled((*self.exclude, *self.extend_exclude))
-        absolute = os.path.abspath(path)
-        if names.match(os.path.basename(absolute)):
-            return True
-        if paths is None:  # (the default patterns: names only)
-            return False
-        relative = _relative(absolute, os.path.abspath(self.root or os.getcwd()))
-        return relative is not None and paths.match(relative) is not None
+        return _Place(path, self.root).matches((*self.exclude, *self.extend_exclude))
 
     def ignored_for(self, path: str | Path) -> tuple[str, ...]:
         """The rule patterns ``per-file-ignores`` ignores in ``path`` (a name pattern also matches
@@ -100,7 +93,7 @@ class Config:
         if not self.per_file_ignores:
             return ()
         place = _Place(path, self.root)
-        return tuple(code for pattern, codes in self.per_file_ignores if place.matches(pattern, folders=True) for code in codes)
+        return tuple(code for pattern, codes in self.per_file_ignores if place.matches((pattern,), folders=True) for code in codes)
 
     def selected_codes(self) -> set[str]:
         """The rule codes the table selects: ``select`` (every rule when empty) with
@@ -115,16 +108,22 @@ class _Place:
 
     def __init__(self, path: str | Path, root: Path | None) -> None:
         self.absolute = os.path.abspath(path)
-        self.root = os.path.abspath(root or os.getcwd())
+        self._root = root
 
-    def matches(self, pattern: str, folders: bool = False) -> bool:
-        """Whether ``pattern`` matches the path: its name (``folders``: or a folder's it is in,
-        below ``root``), or its path relative to ``root`` when the pattern has a ``/``."""
-        pattern = _cleaned(pattern)
-        if "/" not in pattern:
-            return any(fnmatch.fnmatchcase(name, pattern) for name in (self._names if folders else (os.path.basename(self.absolute),)))
+    def matches(self, patterns: tuple[str, ...], folders: bool = False) -> bool:
+        """Whether one of ``patterns`` matches the path: its name (``folders``: or a folder's it is
+        in, below the root), or its path relative to the root when the pattern has a ``/``."""
+        names, paths = _compiled(patterns)
+        if any(names.match(name) for name in (self._names if folders else (os.path.basename(self.absolute),))):
+            return True
+        if paths is None:
+            return False
         relative = self._relative
-        return relative is not None and (fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*"))
+        return relative is not None and paths.match(relative) is not None
+
+    @cached_property
+    def root(self) -> str:
+        return os.path.abspath(self._root or os.getcwd())
 
     @cached_property
     def _names(self) -> tuple[str, ...]:
@@ -161,16 +160,12 @@ def excluded_name(name: str) -> bool:
     return _compiled(DEFAULT_EXCLUDE)[0].match(name) is not None
 
 
-def _cleaned(pattern: str) -> str:
-    return pattern.removeprefix("./").rstrip("/")
-
-
 @lru_cache(maxsize=None)
 def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
-    """``patterns`` as ``_Place.matches`` reads them, in two expressions compiled once: one matched
-    against a name, one against the path relative to the settings' folder (None: no pattern has a
-    ``/``)."""
-    cleaned = [_cleaned(pattern) for pattern in patterns]
+    """``patterns`` in two expressions compiled once: one matched against a name (a pattern without
+    a ``/``), one against the path relative to the settings' folder (None: no pattern has a ``/``);
+    ``*`` matches any characters, ``/`` included, and a folder's pattern the paths under it."""
+    cleaned = [pattern.removeprefix("./").rstrip("/") for pattern in patterns]
     names = [fnmatch.translate(pattern) for pattern in cleaned if "/" not in pattern]
     paths = [fnmatch.translate(form) for pattern in cleaned if "/" in pattern for form in (pattern, pattern + "/*")]
     return re.compile("|".join(names) or "(?!)"), re.compile("|".join(paths)) if paths else None  # ((?!) matches nothing)
