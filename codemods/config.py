@@ -233,7 +233,7 @@ class Settings:
             found = _load(Path(candidate), pyproject=True) if os.path.isfile(candidate) else None
             if found is not None:
                 found = self._with_table(found)
-            elif os.path.dirname(folder) == folder or is_work_tree_top(folder):
+            elif os.path.dirname(folder) == folder or _is_work_tree_top(folder):
                 found = self._with_table(Config())
             else:
                 found = self._in(os.path.dirname(folder))
@@ -342,9 +342,18 @@ def project_root(start: str | Path | None = None) -> Path:
     folder above it with a ``.git``, else ``start`` itself. The cache lives there, shards name
     files relative to it, so every job of a CI matrix splits the tree the same way, and GitHub
     names files relative to it."""
-    folder = Path(os.path.abspath(start or Path.cwd()))
-    return next((f for f in (folder, *folder.parents) if is_work_tree_top(f)), folder)
+    folder = os.path.abspath(start or os.getcwd())
+    return Path(work_tree_top(folder, {}) or folder)
 
 
-def is_work_tree_top(folder: str | Path) -> bool:
+def work_tree_top(folder: str, known: dict[str, str | None]) -> str | None:
+    """The nearest folder at or above ``folder`` (an absolute path) that holds a ``.git``, or None;
+    ``known`` keeps each folder's answer, for a caller that asks of many folders of one tree."""
+    if folder not in known:
+        parent = os.path.dirname(folder)
+        known[folder] = folder if _is_work_tree_top(folder) else None if parent == folder else work_tree_top(parent, known)
+    return known[folder]
+
+
+def _is_work_tree_top(folder: str | Path) -> bool:
     return os.path.exists(os.path.join(folder, ".git"))  # a folder, or a file naming it (a worktree, a submodule)

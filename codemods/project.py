@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from .config import Settings, excluded_name, is_work_tree_top
+from .config import Settings, excluded_name, work_tree_top
 from .notebook import Notebook, is_notebook
 from .source import may_backward
 from .summaries import ExportedSummary, Exports, ImportsFound, ProjectSummaries, bytes_digest
@@ -343,16 +343,7 @@ class ProjectModules:
 
     def _project_root(self, folder: str) -> str:
         """``config.project_root(folder)``, each folder above looked at once for all the folders below it."""
-        return self._work_tree_above(folder) or folder
-
-    def _work_tree_above(self, folder: str) -> str | None:
-        if folder not in self._work_trees:
-            parent = os.path.dirname(folder)
-            if is_work_tree_top(folder):
-                self._work_trees[folder] = folder
-            else:
-                self._work_trees[folder] = None if parent == folder else self._work_tree_above(parent)
-        return self._work_trees[folder]
+        return work_tree_top(folder, self._work_trees) or folder
 
     def _real_path(self, file: str) -> str:
         """``os.path.realpath(file)``, each folder resolved once: thousands of module files are in
