@@ -27,6 +27,9 @@ class ExportedSummary:
     parameters: tuple[str, ...]  # as callers pass them
     backwarded: tuple[tuple[str, BackwardApi, Tristate], ...]  # (parameter, how, retain_graph)
     returns_backwarded: tuple[BackwardApi, Tristate] | None  # how its result was already backwarded
+    # Every graph it returns, on each path, holds an operation that certainly saved a tensor: a
+    # backward of its result frees one, and walking that result again raises.
+    returns_saved: bool = False
 
 
 ProjectSummaries = Mapping[str, ExportedSummary]  # the name a file calls it by -> summary

@@ -98,12 +98,19 @@ SAVING_FOR_CERTAIN = frozenset(
      "softmax", "log_softmax", "sin", "cos", "linear", "conv1d", "conv2d", "conv3d", "mse_loss", "l1_loss", "cross_entropy", "nll_loss",
      "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss", "kl_div", "layer_norm", "batch_norm", "norm"}
 )  # fmt: skip
+# torch.nn modules without parameters whose backward certainly needs a tensor saved in the
+# forward, as the functions they call (a layer with parameters saves its input; dropout saves a
+# mask only in training mode).
+SAVING_FOR_CERTAIN_MODULES = frozenset(
+    {"MSELoss", "L1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
+     "ReLU", "LeakyReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "GELU", "SiLU", "ELU"}
+)  # fmt: skip
 # Operations whose backward needs no tensor saved in the forward (sums, means, additions, and
-# what only moves, copies or joins values): a backward frees nothing of a graph built of these
-# from leaves, and a second backward through it runs. Any other operation may save tensors.
+# what only moves, copies, casts or joins values): a backward frees nothing of a graph built of
+# these from leaves, and a second backward through it runs. Any other operation may save tensors.
 SAVING_NOTHING_METHODS = frozenset(
     {"sum", "mean", "neg", "view", "view_as", "reshape", "reshape_as", "flatten", "squeeze", "unsqueeze", "expand", "expand_as", "t",
-     "transpose", "permute", "contiguous", "clone"}
+     "transpose", "permute", "contiguous", "clone", *CASTING_METHODS, "float", "double", "half", "bfloat16", "cpu", "cuda"}
 )  # fmt: skip
 SAVING_NOTHING_FUNCTIONS = frozenset(
     f"torch.{name}"

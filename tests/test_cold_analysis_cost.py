@@ -18,7 +18,7 @@ from gradfix.codemods.registry import all_rules
 
 from .conftest import FIXTURES
 
-CASE = FIXTURES / "duplicate_backward" / "loss_helper_in_its_own_module"
+CASE = FIXTURES / "duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
 
 
 # A training loop followed by code that reads what it left, with no backward after it: GF008 reads

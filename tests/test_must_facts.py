@@ -353,3 +353,178 @@ def test_a_cast_to_an_integer_type_keeps_no_graph():
         assert found(LABELS_FROM_A_MODEL.format(cast=cast, loss="cross_entropy")) == [], cast
     kept = found(LABELS_FROM_A_MODEL.format(cast="type(torch.FloatTensor)", loss="l1_loss").replace("nn.Linear(4, 5)", "nn.Linear(4, 1)"))
     assert [code for code, _, _ in kept] == ["GF006"]  # (nothing trains the teacher: a constant of training)
+
+
+# https://github.com/jayroxis/PINNs/blob/fcc37d2fb2c920eebddd29ea141bf9b3caba4d92/Burgers%20Equation/Burgers%20Identification%20(PyTorch).ipynb
+# (collocation points made once with requires_grad=True and cast; derivatives by autograd.grad)
+COLLOCATION_POINTS = """\
+points = torch.rand(64, 2, dtype=torch.float64)
+net = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
+lift = nn.Linear(1, 1)
+optimizer = torch.optim.Adam([*net.parameters(), *lift.parameters()])
+x = {x}
+t = points[:, 1:].clone().requires_grad_().float()
+for step in range(3):
+    u = net(torch.cat([x, t], 1))
+    u_x = torch.autograd.grad(u, x, torch.ones_like(u), retain_graph=True, create_graph=True)[0]
+    loss = (u_x - u).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def _runs(program):
+    try:
+        exec(HEADER + program, {})
+    except RuntimeError as error:
+        assert "backward through the graph a second time" in str(error)
+        return False
+    return True
+
+
+def test_walking_a_freed_graph_again_is_a_bug_only_where_it_saved_a_tensor_and_a_stale_one_only_where_it_reads_what_trains():
+    # A cast of a leaf saves nothing: every step walks it again and runs, and recomputed it would
+    # be the same. An `exp` saves its result (the second step raises); a layer the optimizer trains
+    # makes the points stale (and saves its input).
+    cast = COLLOCATION_POINTS.format(x="points[:, :1].clone().requires_grad_().float()")
+    saving = COLLOCATION_POINTS.format(x="points[:, :1].clone().requires_grad_().float().exp()")
+    trained = COLLOCATION_POINTS.format(x="lift(points[:, :1].clone().requires_grad_().float())")
+    assert _runs(cast) and not _runs(saving) and not _runs(trained)
+    assert [code for code, hint, _ in found(cast) if not hint] == []
+    assert [code for code, hint, _ in found(saving) if not hint] == ["GF010"]
+    assert [code for code, hint, _ in found(trained) if not hint] == ["GF003", "GF010"]
+
+
+# (a loss backwarded twice; what the second backward walks decides whether it raises)
+BACKWARDED_TWICE = """\
+weight = torch.ones(3, requires_grad=True)
+loss = ({operation}).sum()
+loss.backward()
+loss.backward()
+"""
+
+
+def test_a_second_backward_is_removed_safely_only_where_the_first_certainly_freed_a_saved_tensor():
+    # A repeat, a flip, a roll or a narrow saves no tensor: the second backward runs and doubles
+    # the gradient, and removing it changes the maths. A product saves its operand: the second
+    # backward raises, and removing it is what the program meant.
+    for operation in ("weight.repeat(2)", "weight.flip(0)", "torch.roll(weight, 1)", "weight.narrow(0, 0, 2)", "weight.float()"):
+        program = BACKWARDED_TWICE.format(operation=operation)
+        assert _runs(program), operation
+        assert [(code, fix) for code, hint, fix in found(program) if not hint] == [("GF001", "unsafe")], operation
+    for operation in ("weight * 2", "weight.exp()", "weight / 3"):
+        program = BACKWARDED_TWICE.format(operation=operation)
+        assert not _runs(program), operation
+        assert [(code, fix) for code, hint, fix in found(program) if not hint] == [("GF001", "safe")], operation
+
+
+# https://github.com/labmlai/annotated_deep_learning_paper_implementations/blob/e6b3c8a6a2cdae4071bcde1abeaaf9a2bc37bd53/labml_nn/gan/stylegan/__init__.py
+# (a path-length penalty's running mean and step count, parameters that require no grad)
+RUNNING_STATE = """\
+class PathLengthPenalty(nn.Module):
+    def __init__(self, beta):
+        super().__init__()
+        self.beta = beta
+        self.steps = nn.Parameter(torch.tensor(0.0){frozen})
+
+    def forward(self, x):
+        norm = x.pow(2).sum(1).sqrt()
+        loss = (norm - self.steps).pow(2).mean()
+        self.steps.add_(1.0)
+        return loss
+
+
+generator = nn.Linear(4, 3)
+penalty = PathLengthPenalty(0.99)
+optimizer = torch.optim.SGD(generator.parameters(), lr=0.01)
+for step in range(3):
+    loss = penalty(generator(torch.randn(5, 4)))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_parameter_made_not_to_require_grad_is_a_constant_of_the_modules_state():
+    frozen = RUNNING_STATE.format(frozen=", requires_grad=False")
+    assert _runs(frozen) and found(frozen) == []
+    assert "GF004" in [code for code, _, _ in found(RUNNING_STATE.format(frozen=""))]
+
+
+# https://github.com/descriptinc/descript-audio-codec/blob/c7cfc5d2647e26471dc394f95846a0830e7bec34/scripts/train_no_adv.py
+# (the optimizer class named once at the module's top, built in a loader and kept in a state object)
+STATE_OBJECT = """\
+{optimizer_class}
+
+
+class State:
+    def __init__(self, generator, optimizer, criterion):
+        self.generator = generator
+        self.optimizer = optimizer
+        self.criterion = criterion
+
+
+def load():
+    generator = nn.Linear(4, 4)
+    return State(generator, AdamW(generator.parameters()), nn.L1Loss())
+
+
+def train_loop(state, batch):
+    output = {{}}
+    output["loss"] = state.criterion(state.generator(batch), batch)
+    state.optimizer.zero_grad()
+    output["loss"].backward()
+    state.optimizer.step()
+    return output
+
+
+state = load()
+for step in range(3):
+    train_loop(state, torch.randn(2, 4))
+"""
+
+
+def test_a_name_bound_once_to_torchs_class_is_torchs_and_an_object_holding_unread_code_holds_a_guess():
+    aliased = STATE_OBJECT.format(optimizer_class="AdamW = torch.optim.AdamW")
+    assert _runs(aliased) and found(aliased) == []
+    # Another package's optimizer, handed the parameters, may hold a graph: what it reaches
+    # through the state object is a guess, and what rests on it a hint.
+    unread = STATE_OBJECT.format(optimizer_class="from optimizers import AdamW")
+    assert [code for code, hint, _ in found(unread) if not hint] == []
+    rebound = STATE_OBJECT.format(optimizer_class="AdamW = torch.optim.AdamW\nAdamW = make_optimizer()")
+    assert [code for code, hint, _ in found(rebound) if not hint] == []
+
+
+# https://github.com/yandex-research/tab-ddpm/blob/b476257dd460b778ba09eb97f7a51d6490fa17f8/CTAB-GAN-Plus/model/synthesizer/ctabgan_synthesizer.py
+# (a gradient penalty whose helper makes the interpolated input a fresh leaf)
+PENALTY_HELPER = """\
+def gradient_penalty(critic, real, fake):
+    alpha = torch.rand(real.shape[0], 1)
+    interpolates = alpha * real + (1 - alpha) * fake
+    {fresh}
+    scores = critic(interpolates)
+    gradients = torch.autograd.grad(scores, interpolates, torch.ones_like(scores), create_graph=True)[0]
+    return ((gradients.norm(2, dim=1) - 1) ** 2).mean()
+
+
+generator, critic = nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+optimizer = torch.optim.Adam(critic.parameters())
+for step in range(3):
+    real = torch.randn(8, 4)
+    fake = torch.tanh(generator(torch.randn(8, 4)))
+    optimizer.zero_grad()
+    critic_fake = critic(fake).mean()
+    critic_fake.backward()
+    penalty = gradient_penalty(critic, real, fake)
+    penalty.backward()
+    optimizer.step()
+"""
+
+
+def test_an_argument_the_helper_never_carries_to_its_return_is_not_in_the_result():
+    fresh = PENALTY_HELPER.format(fresh="interpolates = torch.autograd.Variable(interpolates, requires_grad=True)")
+    assert _runs(fresh) and found(fresh) == []
+    kept = PENALTY_HELPER.format(fresh="interpolates.requires_grad_(True)")
+    assert not _runs(kept)
+    assert [code for code, hint, _ in found(kept) if not hint] == ["GF005"]  # (the critic's step on the generator's graph)

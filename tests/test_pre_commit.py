@@ -91,12 +91,13 @@ def test_the_hooks_keep_the_projects_exclusions_for_the_files_pre_commit_names(t
 
 def test_a_file_staged_alone_is_checked_with_the_project_modules_it_imports(tmp_path):
     """Only train.py is staged; the helper it imports, which already backwards the loss, is read
-    from disk, so the hook says what ``gradfix check .`` says, and fixes it."""
-    case = FIXTURES / "duplicate_backward" / "loss_helper_in_its_own_module"
+    from disk, so the hook says what ``gradfix check .`` says; the fix hook applies safe fixes
+    only, and this one is unsafe (the fixture's docstring says why): the file stays as it was."""
+    case = FIXTURES / "duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
     for name in ("before.py", "rdrop_loss.py"):
         (tmp_path / name).write_text((case / name).read_text())
     (tmp_path / ".git").mkdir()
     result = run_hook(hooks()["gradfix-check"], tmp_path, staged=["before.py"])
-    assert result.returncode == 1 and "before.py:20:5: GF001" in result.stdout and "[safe fix]" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 1 and "before.py:23:5: GF001" in result.stdout and "[unsafe fix]" in result.stdout, result.stdout + result.stderr
     assert run_hook(hooks()["gradfix-fix"], tmp_path, staged=["before.py"]).returncode == 1
-    assert (tmp_path / "before.py").read_text() == (case / "after.py").read_text()
+    assert (tmp_path / "before.py").read_text() == (case / "before.py").read_text()

@@ -15,6 +15,7 @@ from typing import Sequence
 import libcst as cst
 
 from ..frameworks import BACKWARD_METHODS, CALLED_AS_FORWARD, FUNCTION_APIS, READING_LOGGERS, BackwardApi
+from ..summaries import ExportedSummary
 from ..torch_api import (
     CASTING_METHODS,
     INTEGER_TYPES,
@@ -25,6 +26,7 @@ from ..torch_api import (
     NON_DIFFERENTIABLE,
     SAMPLING_METHODS,
     SAVING_FOR_CERTAIN,
+    SAVING_FOR_CERTAIN_MODULES,
     SAVING_NOTHING_FUNCTIONS,
     SAVING_NOTHING_METHODS,
     TUPLE_FUNCTIONS,
@@ -36,7 +38,7 @@ from .assignments import APPENDING_METHODS, is_inplace_method
 from .backward_calls import BackwardSite
 from .function_summaries import summary_key
 from .loops import Env
-from .torch_names import ModuleInfo, creates_parameter, dotted_name
+from .torch_names import ModuleInfo, creates_parameter, dotted_name, is_optimizer_class
 from .values import (
     CONSTANT,
     DISTRIBUTION,
@@ -271,6 +273,8 @@ class CallSemantics:
             return LEAF
         if self.names.module_class(func) is not None:
             return NOTHING  # a module object
+        if is_optimizer_class(qualified) or qualified in self.names.optimizer_classes:
+            return NOTHING  # an optimizer object, whatever parameters it is handed
         if qualified.startswith("torch."):
             return self._torch_call(node, qualified, values)
         if _number_library_result(qualified, values):
@@ -492,11 +496,14 @@ class CallSemantics:
         return True
 
     def saves_for_certain(self, node: cst.CSTNode, class_name: str | None = None, reading: frozenset[str] = frozenset()) -> bool:
-        """Whether the operation at ``node`` certainly saves a tensor for its backward: a matrix
-        product, a call of ``SAVING_FOR_CERTAIN`` (torch's function or a tensor's method), or a
-        call of a torch.nn layer that holds parameters."""
+        """Whether the operation at ``node`` certainly saves a tensor for its backward: a product,
+        a quotient or a power (each saves an operand or its result), a call of
+        ``SAVING_FOR_CERTAIN`` (torch's function or a tensor's method) or of a module of
+        ``SAVING_FOR_CERTAIN_MODULES``, or a call of a torch.nn layer that holds parameters."""
         if isinstance(node, cst.BinaryOperation):
-            return isinstance(node.operator, cst.MatrixMultiply)
+            return isinstance(node.operator, _SAVING_OPERATORS)
+        if isinstance(node, cst.AugAssign):
+            return isinstance(node.operator, _SAVING_ASSIGNMENTS)
         if not isinstance(node, cst.Call):
             return False
         func = node.func
@@ -505,7 +512,14 @@ class CallSemantics:
             return True
         if isinstance(func, cst.Attribute) and func.attr.value in SAVING_FOR_CERTAIN and not qualified.startswith("torch."):
             return True
+        callee = self.callees.get(node)
+        if isinstance(callee, ExportedSummary):  # a function of another checked file
+            return callee.returns_saved
+        if callee is not None:
+            return self.returns_saved(callee, reading)
         module = self.names.module(func, class_name)
+        if module is not None and not module.is_local and module.class_name in SAVING_FOR_CERTAIN_MODULES:
+            return True
         if module is None or not module.trainable:
             return False
         if module.is_local:  # the file's own class: what its forward certainly saves
@@ -516,9 +530,27 @@ class CallSemantics:
             )
         return bool(module.class_name)
 
+    def returns_saved(self, callee: object, reading: frozenset[str] = frozenset()) -> bool:
+        """Whether every graph the function ``callee`` returns, on each path, holds an operation
+        that certainly saved a tensor: a backward of what a call of it returns then frees one."""
+        function, marker = self.summarized_functions.get(callee), f"{callee}()"
+        if function is None or marker in reading:
+            return False
+        class_name = callee[0] if isinstance(callee, tuple) else None
+        graphs = [value for value in self.returns.get(function, ()) if value.graph]
+        return bool(graphs) and all(
+            any(self.saves_for_certain(origin.node, class_name, reading | {marker}) for origin in self.graph_nodes(value)) for value in graphs
+        )
+
     def _methods(self, class_name: str, name: str) -> list[cst.FunctionDef]:
         classes = self._tree.findall(self._module, cst.ClassDef, lambda c: c.name.value == class_name)
         return [s for c in classes for s in c.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+
+
+# Operators whose backward needs an operand or the result: ``a * b`` saves ``b`` for ``a``'s
+# gradient (even a number: ``w * 2`` raises when walked again).
+_SAVING_OPERATORS = (cst.Multiply, cst.Divide, cst.Power, cst.MatrixMultiply)
+_SAVING_ASSIGNMENTS = (cst.MultiplyAssign, cst.DivideAssign, cst.PowerAssign, cst.MatrixMultiplyAssign)
 
 
 def _turns_off(call: cst.Call) -> bool:

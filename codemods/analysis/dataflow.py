@@ -57,6 +57,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # Function summaries, by function name or (class, method); a call met before the function's
         # definition sees the summary of the previous round, so rounds repeat until they agree.
         self.summaries: dict[object, FunctionSummary] = {}
+        self.summarized_functions: dict[object, cst.FunctionDef] = {}  # the definition of each summary's function
         # What each local class's constructor, function and method was called with in this file, by
         # parameter (by class name, function name or (class, method)): the body is walked with it,
         # so what it keeps, returns or backwards carries the callers' graphs (seen a round late,
@@ -123,6 +124,11 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # Local module classes whose methods keep a graph on ``self`` for the next call.
         self.stateful_classes: set[str] = set()
         self.returned: dict[cst.FunctionDef, Value] = {}
+        # What each ``return`` of a function hands back, one by one (a must-fact about every path
+        # reads them apart: ``returned`` is their join).
+        self.returns: dict[cst.FunctionDef, tuple[Value, ...]] = {}
+        # The calls read through a summary: the key of the file's function, another file's summary.
+        self.callees: dict[cst.Call, object] = {}
         self.returned_items: dict[cst.FunctionDef, tuple[Value, ...] | None] = {}
         self.returned_given: dict[cst.FunctionDef, dict[tuple[str, bool], Value]] = {}
         self.items_given: dict[cst.FunctionDef, dict[tuple[str, bool], tuple[Value, ...] | None]] = {}
@@ -190,6 +196,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 method_body = scope.node.body
                 self._run_loop(scope.node, env, iteration=lambda head: self._exec_body(method_body, head))
                 self.returned[scope.node] = self.loops[scope.node].returned
+                self.returns[scope.node] = self.loops[scope.node].returns
                 return None
             end = self._exec_block(body, env)
             if isinstance(scope.node, cst.FunctionDef):
@@ -199,6 +206,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 self.returned[scope.node] = (
                     part(joined(frame.yielded), ListOf(joined(frame.yielded).structure)) if frame.yielded else joined(frame.returned)
                 )
+                self.returns[scope.node] = tuple(frame.returned)
                 self.returned_items[scope.node] = frame.items_returned()
                 self.returned_given[scope.node] = frame.returned_given()
                 self.items_given[scope.node] = frame.items_given()
@@ -524,7 +532,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             if converged:
                 break
         loop.entry, loop.back_edge = entry, back_edge
-        loop.returned = joined(frame.returned)
+        loop.returned, loop.returns = joined(frame.returned), tuple(frame.returned)
         if isinstance(node, cst.FunctionDef):
             self.returned_items[node] = frame.items_returned()
             self.returned_given[node] = frame.returned_given()

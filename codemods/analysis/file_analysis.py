@@ -7,7 +7,7 @@ import ast
 from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import libcst as cst
 from libcst.metadata import CodeRange
@@ -212,13 +212,15 @@ class FileAnalysis:
 
     def frees_what_they_saved(self, site: BackwardSite, statements: Sequence[cst.CSTNode]) -> bool:
         """Whether the backward at ``site`` certainly frees a tensor that an operation of
-        ``statements`` saved (``DataflowAnalysis.saves_for_certain``): a graph of joins and sums
-        of parameters saves nothing, and a second backward through it runs."""
-        return any(
-            self._dataflow.saves_for_certain(origin.node)
-            for origin in self.graph_nodes(site)
-            if any(self.contains(s, origin.node) for s in statements)
-        )
+        ``statements`` saved: a graph of joins and sums of parameters saves nothing, and a second
+        backward through it runs."""
+        return self.saved_for_certain(origin for origin in self.graph_nodes(site) if any(self.contains(s, origin.node) for s in statements))
+
+    def saved_for_certain(self, origins: Iterable[Origin]) -> bool:
+        """Whether one of the operations at ``origins`` certainly saved a tensor for its backward
+        (``DataflowAnalysis.saves_for_certain``), so that walking them again after a backward
+        freed them raises: casts, views, joins, repeats and sums save none."""
+        return any(self._dataflow.saves_for_certain(origin.node) for origin in origins)
 
     def read_only_where_assigned(self, loop: Loop, name: str, inner_loops_run: bool = False) -> bool:
         """Whether ``name`` is read in ``loop`` only where this iteration assigned it, under tests
@@ -292,6 +294,24 @@ class FileAnalysis:
             if self.names.module(call.func, self.class_name_of(statement)) is not None
         ]
         return bool(modules) and not any(module in self.names.stored_values or self._may_train(module, trained) for module in modules)
+
+    def reads_what_trains(self, statements: Sequence[cst.CSTNode]) -> bool:
+        """Whether ``statements`` read something an optimizer may train: a module that may hold
+        parameters (called, or handed to a call), a parameter read as an attribute, or a tensor
+        with a graph they did not make (a leaf, a graph built elsewhere). Where they read none,
+        their graph starts at tensors they make themselves with ``requires_grad=True`` (a PINN's
+        collocation points, cast once), and recomputed it would be the same."""
+        for statement in statements:
+            class_name = self.class_name_of(statement)
+            read: list[cst.Name | cst.Attribute] = [*self.tree.findall(statement, cst.Name), *self.tree.findall(statement, cst.Attribute)]
+            for node in read:
+                module = self.names.module(node, class_name)
+                value = self.value_read(node)
+                if module is not None and module.trainable or value is not None and value.graph:
+                    return True
+                if isinstance(node, cst.Attribute) and self.names.is_parameter(node, class_name):
+                    return True
+        return False
 
     def _reads_a_leaf(self, statement: cst.CSTNode) -> bool:
         """Whether ``statement`` reads a tensor that requires grad of its own and that an optimizer

@@ -54,13 +54,14 @@ class FunctionSummary:
         name = site.tensor.value
         return BackwardApi.of_function(self.name, self.parameters.index(name), name, site.api, site.retain_graph)
 
-    def exported(self, backward_sites: Mapping[cst.Call, BackwardSite]) -> ExportedSummary:
+    def exported(self, backward_sites: Mapping[cst.Call, BackwardSite], returns_saved: bool) -> ExportedSummary:
         returned = [backward_sites[call] for call in self.returned.backwarded]
         return ExportedSummary(
             self.name,
             self.parameters,
             tuple((site.tensor.value, site.api, site.retain_graph) for site in self.backwarded),
             (returned[0].api, returned[0].retain_graph) if returned else None,
+            returns_saved,
         )
 
 
@@ -116,6 +117,7 @@ class FunctionSummaries:
         )
         key = node.name.value if class_name is None else (class_name, node.name.value)
         self.summaries[key] = summary
+        self.summarized_functions[key] = node
         self._summarized.add(key)
 
     def _summary(self, key: object) -> FunctionSummary | None:
@@ -139,6 +141,7 @@ class FunctionSummaries:
             return None
         values = self._eval_all([arg.value for arg in call.args], env)
         self._record_arguments(summary_key(summary), summary.parameters, call, values)
+        self.callees[call] = summary_key(summary)
         if self._loops:
             self.repeated_functions.add(summary.name)
         self.graph_arguments[summary.name] = self.graph_arguments.get(summary.name, False) or any(v.graph for v in values)
@@ -171,7 +174,12 @@ class FunctionSummaries:
                 # ``return [w, b]``): what no operation built, no forward of it is repeated
                 return Value(graph=True, structure=returned_structure)
             # self.sample_G(n): a method that returns what it built from parameters
-            return self._freed_inside(call, summary, combine([*values, LEAF], self._origin(call), returned_structure))
+            built = combine([*self._flowing(summary_key(summary), values), LEAF], self._origin(call), returned_structure)
+            if self._returned_items(summary, call) is None:
+                # Only guessed where its return is (a dict holding an optimizer of another package);
+                # a tuple's items say it each for itself (``_items_of_the_call``).
+                built = built.changed(guessed=summary.returned.guessed, unread=summary.returned.unread)
+            return self._freed_inside(call, summary, built)
         self._eval(call.func, env)
         for inner in summary.backwarded:
             api = summary.backward_api(inner)
@@ -278,6 +286,7 @@ class FunctionSummaries:
         """The same for a function of another checked file: a backward inside it has no site here,
         so the call stands for it."""
         values = self._eval_all([arg.value for arg in call.args], env)
+        self.callees[call] = summary
         for parameter, inner, retains in summary.backwarded:
             api = BackwardApi.of_function(summary.name, summary.parameters.index(parameter), parameter, inner, retains)
             if backward_calls.tensor_expression(api, call) is not None:
@@ -335,7 +344,19 @@ class FunctionSummaries:
             return None
         if not returned.graph:
             return Value(structure=structure)
-        return combine(values, self._origin(call), structure, guessed=returned.guessed or None, unread=returned.unread or None)
+        return combine(self._flowing(callee, values), self._origin(call), structure, guessed=returned.guessed or None, unread=returned.unread or None)
+
+    def _flowing(self, callee: object, values: list[Value]) -> list[Value]:
+        """The arguments whose graph may reach what a call of ``callee`` returns: all, but those the
+        walk with what its callers pass (``returned_with_arguments``) carried to no return (a
+        gradient penalty that makes its input a fresh leaf). An argument known by no origin of its
+        own (a leaf, a marker of a loop) cannot be told apart, and may."""
+        returned = self.returned_with_arguments.get(callee)
+        if returned is None:
+            return values
+        return [
+            value for value in values if not value.origins or value.origins & returned.origins or not all(type(o) is Origin for o in value.origins)
+        ]
 
     def _record_arguments(self, callee: object, parameters: Sequence[str], call: cst.Call, values: list[Value], freed: bool = True) -> None:
         """What ``call`` passes the graph-carrying parameters of ``callee``, joined with what other
@@ -364,7 +385,7 @@ class FunctionSummaries:
     def exports(self) -> dict[str, ExportedSummary]:
         """The summaries other files may import: module-level functions and methods, with an effect."""
         return {
-            key if isinstance(key, str) else ".".join(key): summary.exported(self.backward_sites)
+            key if isinstance(key, str) else ".".join(key): summary.exported(self.backward_sites, self.returns_saved(key))
             for key, summary in self.summaries.items()
             if summary.has_effect
         }
@@ -402,14 +423,15 @@ def graph_facts(env: Env) -> GraphFacts:
 
 def summary_facts(summary: FunctionSummary | None) -> tuple | None:
     """What a caller reads of a summary (a later round's summary of the same function is another
-    object, with other sites of the same calls)."""
+    object, with other sites of the same calls): whether what it returns is only guessed too, or a
+    round that read a method not yet defined as unread code would be taken for the last."""
     if summary is None:
         return None
     returned = summary.returned
     return (
         summary.parameters,
         tuple(site.call for site in summary.backwarded),
-        (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded),
+        (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded, returned.guessed, returned.unread),
         graph_facts(dict(summary.left_for_caller)),
         _items_facts(summary.returned_items),
         tuple(sorted((key, value.structure, value.graph) for key, value in summary.returned_given.items())),

@@ -45,6 +45,7 @@ class Loop:
     entry: Env = field(default_factory=dict)  # values before the first iteration
     back_edge: Env = field(default_factory=dict)  # values at the end of an iteration
     returned: Value = NOTHING  # for methods: what a call returns
+    returns: tuple[Value, ...] = ()  # (what each of its ``return`` statements does)
     freed_at_entry: frozenset[str] = frozenset()  # names holding a freed graph when the loop starts
 
     @property

@@ -214,6 +214,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._calls_of: dict[str, int] = {}  # the file's own functions, by how often the file calls them
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
         self._bindings: dict[str, list[str | None]] = {}  # name -> what each assignment binds it to (a name, or None)
+        self._assigned_aliases: set[str] = set()  # names an assignment made another name for torch's
 
     # imports ---------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
@@ -308,7 +309,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return
         for call in self._tree.findall(node.value, cst.Call):
             callee = self.names.qualify(call.func) or ""
-            if _is_optimizer_class(callee) or callee in self.names.optimizer_classes:
+            if is_optimizer_class(callee) or callee in self.names.optimizer_classes:
                 hook = cst.Attribute(cst.Name(self._classes[-1]), cst.Name(LIGHTNING_OPTIMIZERS_HOOK))
                 self._bind_optimizers(hook, call, callee)
 
@@ -437,7 +438,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return
         module = self._constructed_module(value) or self._built_modules(value)
         current_class = self._classes[-1] if self._classes else None
-        self._bindings.setdefault(name, []).append(value.value if isinstance(value, cst.Name) else None)
+        bindings = self._bindings.setdefault(name, [])
+        bindings.append(value.value if isinstance(value, cst.Name) else None)
+        self._alias_torch_name(name, value, bindings)
         if module is None and isinstance(value, cst.Name):
             self._aliases.append((current_class, name, value.value))
         if module is not None:
@@ -449,6 +452,21 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self.names.self_parameters.setdefault(self._classes[-1], set()).add(name[5:])
         elif creates_parameter(self.names, value):
             self.names.leaf_tensors.add(name)
+
+    def _alias_torch_name(self, name: str, value: cst.BaseExpression, bindings: list[str | None]) -> None:
+        """``AdamW = torch.optim.AdamW`` at the module's top, the name's only binding: another name
+        for torch's, as an import's ``as`` gives. A second binding of the name unmakes it."""
+        if len(bindings) > 1:
+            if name in self._assigned_aliases:
+                del self.names.aliases[name]
+                self._assigned_aliases.discard(name)
+            return
+        if self._functions or self._classes or name in self.names.aliases or not isinstance(value, cst.Attribute):
+            return
+        qualified = self.names.qualify(value)
+        if qualified is not None and qualified.split(".")[0] == "torch":
+            self.names.aliases[name] = qualified
+            self._assigned_aliases.add(name)
 
     def _module_of(self, expression: cst.BaseExpression) -> ModuleInfo | None:
         """The module an expression names or builds (``model``, ``Net()``, ``Net().to(device)``)."""
@@ -492,7 +510,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         position) and by a LightningModule's ``self.optimizers()``."""
         elements = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
         method = value.func.attr.value if isinstance(value.func, cst.Attribute) else ""
-        if _is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == LIGHTNING_OPTIMIZERS_METHOD:
+        if is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == LIGHTNING_OPTIMIZERS_METHOD:
             chosen = elements
             modules = self._optimized_modules(value.args[0].value) if value.args and method != LIGHTNING_OPTIMIZERS_METHOD else None
             updated = {dotted_name(e): modules for e in chosen} if modules is not None else {}
@@ -767,18 +785,22 @@ def _names_automatic_optimization(target: cst.BaseExpression) -> bool:
     return isinstance(target, (cst.Name, cst.Attribute)) and (dotted_name(target) or "").endswith(LIGHTNING_AUTOMATIC_OPTIMIZATION)
 
 
-def _is_optimizer_class(qualified: str) -> bool:
+def is_optimizer_class(qualified: str) -> bool:
     """``torch.optim.SGD`` and friends (not ``torch.optim.lr_scheduler.*``)."""
     parts = qualified.split(".")
     return len(parts) == 3 and parts[:2] == ["torch", "optim"] and parts[2][:1].isupper()
 
 
 def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
-    """``nn.Parameter(...)`` or a tensor factory called with ``requires_grad=True``."""
+    """``nn.Parameter(...)`` or a tensor factory called with ``requires_grad=True``; not
+    ``nn.Parameter(x, requires_grad=False)``, a constant kept in the module's state (a step
+    count, a running mean) that holds no graph."""
     if not isinstance(value, cst.Call):
         return False
     if names.qualify(value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
-        return True
+        positional = [arg.value for arg in value.args if arg.keyword is None]
+        flags = [arg.value for arg in value.args if arg.keyword is not None and arg.keyword.value == "requires_grad"] + positional[1:2]
+        return not (flags and is_name(flags[0], "False"))
     return any(arg.keyword is not None and arg.keyword.value == "requires_grad" and is_name(arg.value, "True") for arg in value.args)
 
 

@@ -43,7 +43,12 @@ class DuplicateBackward(Rule):
     or gradfix cannot tell what it passes, nothing is rewritten: the program runs, and the second
     backward is then deliberate. A gradient check whose graph saved no tensor (sums, means, views and
     concatenations of leaves) frees nothing, and the backward after it runs and counts nothing
-    twice: no finding.
+    twice: no finding. Removing the repeated call is safe only where the first call certainly freed
+    a tensor its graph saved (a product, a layer with parameters, a loss function, an activation;
+    and through the file's functions, on every path they return by): then the second call raises,
+    and the program never meant it. A graph of repeats, flips, casts and sums saves nothing, the
+    second call runs and doubles the gradient, and removing it changes what the program computes:
+    an unsafe fix.
     """
 
     SUMMARY = "the same tensor is backwarded twice"
@@ -94,7 +99,7 @@ for batch, target in loader:
             detail = f"`{first.api.name}` freed its graph; keep it there (retain_graph=True), it adds nothing to .grad"
         elif first.retain_graph is None:
             detail = "the first call frees its graph unless its retain_graph, which gradfix cannot read, keeps it"
-        elif second.value.graph and second.value.freed:
+        elif self._freed_by_the_first(first, second):
             detail = "its graph was freed by the first call"
         else:
             detail = "if it holds a graph, the first call freed it"
@@ -120,8 +125,15 @@ for batch, target in loader:
         if not second.is_whole_statement or self.analysis.block_of(second.statement) is None:
             return None
         # Unless the value is proved to hold a graph the first call freed, the second call may run
-        # (a leaf, a loader's item) and add its gradient again: dropping it changes the maths.
-        return Fix(safe=second.value.graph and second.value.freed, remove=(second.statement,))
+        # (a leaf, a loader's item, a graph of repeats and casts that saved nothing) and add its
+        # gradient again: dropping it changes the maths.
+        return Fix(safe=self._freed_by_the_first(first, second), remove=(second.statement,))
+
+    def _freed_by_the_first(self, first: BackwardSite, second: BackwardSite) -> bool:
+        """Whether the second backward certainly walks a tensor the first one freed: it backwards
+        the very tensor again, so walks all the first walked, and a node there certainly saved
+        one (``FileAnalysis.saved_for_certain``): the second raises."""
+        return bool(second.value.graph and second.value.freed) and self.analysis.saved_for_certain(self.analysis.graph_nodes(first))
 
     def _backwarded_for_the_trainer(self) -> Iterator[Violation]:
         """A trainer (Lightning under automatic optimization, Hugging Face's ``Trainer``) backwards

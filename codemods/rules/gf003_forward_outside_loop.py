@@ -42,7 +42,10 @@ class ForwardOutsideLoop(Rule):
     nothing in the loop changes the parameters (no optimizer steps in it), every iteration's forward
     would be the same: a Jacobian's rows, a Fisher estimate's labels backwarded one by one from one
     kept graph. That is correct code, and not reported; where gradfix cannot tell whether anything in
-    the loop changes the parameters, the finding rests on a guess, and is a hint.
+    the loop changes the parameters, the finding rests on a guess, and is a hint. So is one whose
+    part built before the loop reads no module, no parameter and no graph, only tensors it makes
+    itself (a PINN's collocation points made with ``requires_grad=True`` and cast once): recomputed,
+    it may be the same at every iteration.
     """
 
     SUMMARY = "the forward pass is computed before the loop that backwards it"
@@ -97,7 +100,13 @@ for epoch in range(epochs):
                 continue  # every iteration would compute the same forward: one kept graph is right
             fix = self._fix(hoisted, loop, safe=not runs)
             guesses = [_guess(self.analysis.unread_value(hoisted))]
-            if changing is None:  # the stale forward is the bug only if an iteration must change the parameters
+            # Where the program runs, the stale forward is the bug only if an iteration must change
+            # what it was built from.
+            if runs and changing and not self.analysis.reads_what_trains(hoisted):
+                guesses.append(
+                    "what is built before the loop reads no module, parameter or graph, only tensors it makes itself, so every iteration may compute the same values"
+                )
+            if changing is None:
                 message += " (the graph is kept, so the program runs)"
                 guesses.append("gradfix cannot tell whether anything in the loop changes the parameters, and if nothing does, one forward is right")
             elif runs and site.retain_graph is not False:
