@@ -156,12 +156,14 @@ def _check_groups(
 ) -> list[FileReport]:
     """Reports for ``files``, in order, each checked by the rules and in the mode of its group (the
     indexes of its files), computed on ``jobs`` processes (all cores by default); with ``cache``,
-    reports of unchanged files are taken from it and new ones kept in it.
+    reports of unchanged files are taken from it and new ones kept in it (and in the index of the
+    run's entries, ``ReportCache.for_run``, once all are known).
 
     Each file is checked once, with the summaries of the project modules it imports, read from
     disk whether the run names them or not (``project``): first the summaries no one knows yet
     are computed, on the same processes, then the files."""
     contents = [_read(path) for path in files]
+    cache = cache.for_run(files) if cache is not None else None
     modules = ProjectModules(ModuleSummaries(_module_exports, cache), settings)
     for path, data in zip(files, contents):
         modules.read_already(path, data)
@@ -206,6 +208,8 @@ def _check_groups(
         answered = {position: checked_early[i] for position, i in enumerate(indexes) if i in checked_early}
         for index, report in zip(indexes, _cached_map(work, rules, mode, jobs, cache, checked, answered, modules.digest)):
             reports[index] = report
+    if cache is not None:
+        cache.keep_index()
     return reports
 
 
