@@ -158,3 +158,16 @@ def test_a_misfit_entry_is_said_where_it_misfits(changed, message):
     with pytest.raises(typed_json.UnexpectedData) as raised:
         typed_json.loads(json.dumps(entry).encode(), FileReport)
     assert str(raised.value) == message
+
+
+def test_an_entry_is_decoded_by_decoders_made_once_not_looked_up_for_each_value(monkeypatch):
+    """Each list, tuple and dict of an entry is decoded by the decoder of its items made with its
+    own, not looked up (by hashing its hint) for each value: once an entry's types are known, a
+    load asks for one decoder, its own."""
+    finding = Finding("GF001", 3, 4, "backward twice", FixKind.SAFE, (7,), "train.py")
+    reports = [FileReport("train.py", findings=[finding, finding], errors=["a", "b"]), FileReport("other.py")]
+    entries = [typed_json.dumps(report, FileReport) for report in reports]
+    assert [typed_json.loads(entry, FileReport) for entry in entries] == reports
+    looked_up = _spied(monkeypatch, typed_json, "_decoder")
+    assert [typed_json.loads(entry, FileReport) for entry in entries] == reports
+    assert looked_up == [(FileReport,), (FileReport,)]
