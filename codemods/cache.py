@@ -163,21 +163,21 @@ class ReportCache:
     def store_exports(self, module: bytes, exports: Exports) -> None:
         self._keep(self._exports_key(module), typed_json.dumps(exports, Exports))
 
-    def load_imports(self, files: Sequence[str | Path]) -> ImportsFound | None:
-        """What a run over these ``files`` found they import, and what finding it read
-        (``project.ProjectModules.recall`` reads it all again before it takes any of it)."""
+    def load_imports(self, files: Sequence[str]) -> ImportsFound | None:
+        """What a run over these ``files`` (absolute paths) found they import, and what finding it
+        read (``project.ProjectModules.recall`` reads it all again before it takes any of it)."""
         body = self._entry(self._imports_key(files))
         try:
             return typed_json.loads(body, ImportsFound) if body is not None else None
         except typed_json.UnexpectedData:
             return None
 
-    def store_imports(self, files: Sequence[str | Path], found: ImportsFound) -> None:
+    def store_imports(self, files: Sequence[str], found: ImportsFound) -> None:
         self._keep(self._imports_key(files), typed_json.dumps(found, ImportsFound))
 
-    def for_run(self, files: Sequence[str | Path]) -> ReportCache:
-        """This cache as a run over ``files`` reads and keeps it: with an index of its entries
-        (read here) when they are many, else itself. ``keep_index`` ends the run."""
+    def for_run(self, files: Sequence[str]) -> ReportCache:
+        """This cache as a run over ``files`` (absolute paths) reads and keeps it: with an index of
+        its entries (read here) when they are many, else itself. ``keep_index`` ends the run."""
         if len(files) < INDEXED_FILES or not self._secret:
             return self
         run = copy.copy(self)
@@ -191,11 +191,11 @@ class ReportCache:
             entries = self._index.used.items()
             self._write(self._index.name, b"".join(name.encode() + len(body).to_bytes(LENGTH_BYTES, "little") + body for name, body in entries))
 
-    def _imports_key(self, files: Sequence[str | Path]) -> Key:
+    def _imports_key(self, files: Sequence[str]) -> Key:
         return self._files_key(b"project imports", files)
 
-    def _files_key(self, kind: bytes, files: Sequence[str | Path]) -> Key:
-        return self._key((kind, *(os.fsencode(os.path.abspath(file)) for file in files)), "", b"")
+    def _files_key(self, kind: bytes, files: Sequence[str]) -> Key:
+        return self._key((kind, *map(os.fsencode, files)), "", b"")
 
     def _exports_key(self, module: bytes) -> Key:
         return self._key((b"module summaries", module), "", module)
