@@ -47,7 +47,6 @@ import hashlib
 import hmac
 import os
 import platform
-import secrets
 import stat
 import sys
 import tempfile
@@ -301,6 +300,8 @@ def machine_secret() -> bytes:
         raise NoSecret(f"its secret {path} cannot be read: {error.strerror or error}") from None
     if len(secret) == SECRET_BYTES:
         return secret
+    import secrets  # (the first run alone makes one)
+
     secret = secrets.token_bytes(SECRET_BYTES)
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
