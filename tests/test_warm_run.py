@@ -4,6 +4,7 @@ bytes hashed once. Each test counts the work the slow way repeated for every fil
 timing: speed lives in benchmarks/check_speed.py), and checks the answers are those of the slow way."""
 
 import fnmatch
+import functools
 import hashlib
 import hmac
 import json
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gradfix.codemods import project, typed_json
+from gradfix.codemods import cache as cache_module, project, typed_json
 from gradfix.codemods.cache import ReportCache
 from gradfix.codemods.config import Config, Settings
 from gradfix.codemods.files import collect_files
@@ -185,3 +186,14 @@ def test_a_warm_run_makes_each_files_absolute_path_once(tmp_path, monkeypatch):
     made = _spied(monkeypatch, os.path, "abspath")
     assert check_paths([repo / "train.py"], cache=cache, jobs=1).reports == cold
     assert len([arguments for arguments in made if os.fspath(arguments[0]).endswith("train.py")]) <= 2  # (the run's, and the project's of it)
+
+
+def test_gradfix_s_code_is_hashed_by_blake2b_once_a_run(tmp_path, monkeypatch):
+    """Its digest names the entries' folder (every run reads and hashes the 1 MB of it)."""
+    monkeypatch.setattr(cache_module, "_code_digest", functools.lru_cache(maxsize=None)(cache_module._code_digest.__wrapped__))
+    by_sha256, by_blake2b = _spied(monkeypatch, hashlib, "sha256"), _spied(monkeypatch, hashlib, "blake2b")
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    for _ in range(2):
+        check_paths([script], cache=ReportCache(tmp_path / "cache", secret=SECRET), jobs=1)
+    assert by_sha256 == [] and len(by_blake2b) == 1 + 2  # (and the script's bytes, at each run)
