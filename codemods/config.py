@@ -29,7 +29,6 @@ import dataclasses
 import fnmatch
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -259,6 +258,8 @@ def find_config(paths: Sequence[str | Path]) -> Config:
 def inline_table(text: str) -> dict[str, Any]:
     """``--config 'KEY = VALUE'``: one or more settings in TOML, as ruff takes them. Raises
     ``ConfigError``."""
+    import tomllib  # (as ``_load``)
+
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -277,6 +278,8 @@ def _load_file(path: Path) -> Config:
 
 
 def _load(path: Path, pyproject: bool) -> Config | None:
+    import tomllib  # imported once a file is read: a tree without one never pays for it
+
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:

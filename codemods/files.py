@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import stat
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,6 +177,8 @@ def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
     a folder named on the command line is checked whatever git says of it."""
     if not files:
         return set()
+    import subprocess  # only a walk asks git: a check of the files named (pre-commit, an editor) does not pay for it
+
     try:
         result = subprocess.run(
             ["git", "-C", str(root), "check-ignore", "--stdin", "-z"],

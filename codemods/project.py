@@ -163,6 +163,7 @@ class ProjectModules:
     _work_trees: dict[str, str | None] = field(default_factory=dict)  # folder -> the top of the work tree holding it
     _real_folders: dict[str, str] = field(default_factory=dict)  # folder -> its real path
     _paths: dict[str, Path] = field(default_factory=dict)  # a module's file -> its Path
+    _absolute: dict[str | Path, str] = field(default_factory=dict)  # a file asked about -> its absolute path
 
     def digest(self, data: bytes) -> str:
         """The digest of a file's bytes (``bytes_digest``), computed once a run: its recalled
@@ -174,7 +175,7 @@ class ProjectModules:
     def imported(self, path: str | Path, data: bytes) -> list[tuple[str, Path]]:
         """The project modules the file at ``path`` (holding ``data``) imports: each with the
         prefix the analysis names its contents by, and its file."""
-        here = os.path.abspath(path)
+        here = self._absolute_path(path)
         if (here, data) not in self._imported:
             recalled = self._recalled.get(here)
             if recalled is not None and recalled[0] == self.digest(data):
@@ -183,6 +184,12 @@ class ProjectModules:
                 self._imported[here, data] = self._find_imports(here, _code_of(path, data))
                 self._found_anew = True
         return self._imported[here, data]
+
+    def _absolute_path(self, path: str | Path) -> str:
+        """``os.path.abspath(path)``, once for each file: a run asks about each of its files thrice."""
+        if path not in self._absolute:
+            self._absolute[path] = os.path.abspath(path)
+        return self._absolute[path]
 
     def _find_imports(self, here: str, code: bytes | None) -> list[tuple[str, Path]]:
         found: list[tuple[str, Path]] = []
@@ -267,7 +274,7 @@ class ProjectModules:
     def read_already(self, path: str | Path, data: bytes | None) -> None:
         """The bytes the run read from its file ``path`` (None: it could not): the module in that
         file, which most of a package's files import, is not read again."""
-        self._modules.setdefault(os.path.abspath(path), data if data is not None and len(data) <= MAX_MODULE_BYTES else None)
+        self._modules.setdefault(self._absolute_path(path), data if data is not None and len(data) <= MAX_MODULE_BYTES else None)
 
     def _find(self, module: WrittenModule, folder: str) -> str | None:
         """The file of ``module``, imported by a file in ``folder``: relative to its package, else

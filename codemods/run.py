@@ -156,18 +156,21 @@ def _check_groups(
 ) -> list[FileReport]:
     """Reports for ``files``, in order, each checked by the rules and in the mode of its group (the
     indexes of its files), computed on ``jobs`` processes (all cores by default); with ``cache``,
-    reports of unchanged files are taken from it and new ones kept in it.
+    reports of unchanged files are taken from it and new ones kept in it (and in the index of the
+    run's entries, ``ReportCache.for_run``, once all are known).
 
     Each file is checked once, with the summaries of the project modules it imports, read from
     disk whether the run names them or not (``project``): first the summaries no one knows yet
     are computed, on the same processes, then the files."""
     contents = [_read(path) for path in files]
+    absolute = [os.path.abspath(path) for path in files]  # (the project's modules and the cache's keys name files so, asked often)
+    cache = cache.for_run(absolute) if cache is not None else None
     modules = ProjectModules(ModuleSummaries(_module_exports, cache), settings)
-    for path, data in zip(files, contents):
-        modules.read_already(path, data)
-    if cache is not None and (kept := cache.load_imports(files)) is not None:
+    for here, data in zip(absolute, contents):
+        modules.read_already(here, data)
+    if cache is not None and (kept := cache.load_imports(absolute)) is not None:
         modules.recall(kept)
-    unknown = modules.summaries.unknown(modules_imported(modules, ((path, data) for path, data in zip(files, contents) if data is not None)))
+    unknown = modules.summaries.unknown(modules_imported(modules, ((here, data) for here, data in zip(absolute, contents) if data is not None)))
     # A module that is also a file of the run, whose own imports' exports are all known already, has
     # a project known now: where it is empty, the job that computes the module's exports checks the
     # file too, from the same analysis.
@@ -179,8 +182,8 @@ def _check_groups(
         index = file_holding.get(data)
         if (
             index is None
-            or any(modules.module_bytes(file) in pending for _, file in modules.imported(files[index], data))
-            or modules.project_for(files[index], data)
+            or any(modules.module_bytes(file) in pending for _, file in modules.imported(absolute[index], data))
+            or modules.project_for(absolute[index], data)
         ):
             return data, None
         rules, mode = group_of[index]
@@ -191,9 +194,9 @@ def _check_groups(
         modules.summaries.learn(data, exports)
         if report is not None:
             checked_early[file_holding[data]] = report
-    projects = [modules.project_for(path, data) if data is not None else {} for path, data in zip(files, contents)]
+    projects = [modules.project_for(here, data) if data is not None else {} for here, data in zip(absolute, contents)]
     if cache is not None and (found := modules.found()) is not None:
-        cache.store_imports(files, found)
+        cache.store_imports(absolute, found)
     reports: list[FileReport] = [FileReport(str(path)) for path in files]
     done = iter(range(1, len(files) + 1))
 
@@ -206,6 +209,8 @@ def _check_groups(
         answered = {position: checked_early[i] for position, i in enumerate(indexes) if i in checked_early}
         for index, report in zip(indexes, _cached_map(work, rules, mode, jobs, cache, checked, answered, modules.digest)):
             reports[index] = report
+    if cache is not None:
+        cache.keep_index()
     return reports
 
 

@@ -14,11 +14,12 @@ import base64
 import binascii
 import dataclasses
 import enum
+import itertools
 import json
 import types
 import typing
 from functools import lru_cache, partial
-from typing import Any, Callable, Hashable, TypeVar
+from typing import Any, Callable, Hashable, Iterable, TypeVar
 
 T = TypeVar("T")
 
@@ -100,11 +101,11 @@ def _decoder(hint: Any) -> Decoder:
     if hint in (str, int, bool):
         return partial(_checked, kind=hint)
     if origin in (list, set, frozenset) or origin is tuple and args[1:] == (...,):
-        return partial(_items, origin, args[0])
+        return partial(_items, origin, _decoder(args[0]))
     if origin is tuple:
-        return partial(_tuple, args)
+        return partial(_tuple, tuple(map(_decoder, args)))
     if origin is dict:
-        return partial(_pairs, args[0], args[1])
+        return partial(_pairs, _decoder(args[0]), _decoder(args[1]))
     raise TypeError(f"no JSON form for {hint!r}")
 
 
@@ -117,14 +118,16 @@ def _dataclass_decoder(cls: type) -> Decoder:
             raise _Misfit(f"not the fields of {cls.__name__}")
         if not decoders:
             decoders.extend((name, _decoder(field)) for name, field in _fields(cls).items())
-        values = {}
-        for name, decode_field in decoders:
-            try:
-                values[name] = decode_field(data[name])
-            except _Misfit as misfit:
-                misfit.place.append(f".{name}")
-                raise
-        return cls(**values)
+        try:
+            return cls(**{name: decode_field(data[name]) for name, decode_field in decoders})
+        except _Misfit:  # said at its field, found as ``_each`` finds an item
+            for name, decode_field in decoders:
+                try:
+                    decode_field(data[name])
+                except _Misfit as misfit:
+                    misfit.place.append(f".{name}")
+                    raise misfit from None
+            raise
 
     return decode
 
@@ -147,28 +150,27 @@ def _float(data: Any) -> float:
     return float(data) if type(data) is int else _checked(data, float)  # an int is a float to type hints (PEP 484)
 
 
-def _items(container: Callable[[list[Any]], Any], hint: Any, data: Any) -> Any:
-    items = _checked(data, list)
-    return container(_each(items, [_decoder(hint)] * len(items)))
+def _items(container: Callable[[list[Any]], Any], decode: Decoder, data: Any) -> Any:
+    return container(_each(_checked(data, list), itertools.repeat(decode)))
 
 
-def _tuple(hints: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
-    if len(_checked(data, list)) != len(hints):
-        raise _Misfit(f"not {len(hints)} items")
-    return tuple(_each(data, [_decoder(hint) for hint in hints]))
+def _tuple(decoders: tuple[Decoder, ...], data: Any) -> tuple[Any, ...]:
+    if len(_checked(data, list)) != len(decoders):
+        raise _Misfit(f"not {len(decoders)} items")
+    return tuple(_each(data, decoders))
 
 
-def _pairs(key_hint: Any, item_hint: Any, data: Any) -> dict[Any, Any]:
-    pairs = _each(_checked(data, list), [partial(_checked, kind=list)] * len(data))
+def _pairs(decode_key: Decoder, decode_item: Decoder, data: Any) -> dict[Any, Any]:
+    pairs = _each(_checked(data, list), itertools.repeat(partial(_checked, kind=list)))
     if any(len(pair) != 2 for pair in pairs):
         raise _Misfit("not key-value pairs")
-    decode_key, decode_item = _decoder(key_hint), _decoder(item_hint)
-    return dict(_each(pairs, [lambda pair: (decode_key(pair[0]), decode_item(pair[1]))] * len(pairs)))
+    return dict(_each(pairs, itertools.repeat(lambda pair: (decode_key(pair[0]), decode_item(pair[1])))))
 
 
-def _each(items: list[Any], decoders: list[Decoder]) -> list[Any]:
-    """Each of ``items`` decoded by the decoder beside it, a misfit said at its index (found by
-    decoding them again one by one: only data that misfits pays for counting)."""
+def _each(items: list[Any], decoders: Iterable[Decoder]) -> list[Any]:
+    """Each of ``items`` decoded by the decoder beside it (``decoders``: one each, or one repeated),
+    a misfit said at its index (found by decoding them again one by one: only data that misfits
+    pays for counting)."""
     try:
         return [decode(item) for item, decode in zip(items, decoders)]
     except _Misfit:

@@ -19,6 +19,9 @@ NOT_FOR_A_CACHED_CHECK = [
     "http.client",
     "ssl",
     "importlib.metadata",  # brings email and zipfile
+    "subprocess",  # git is asked only by a folder's walk
+    "tomllib",  # no pyproject.toml to read
+    "secrets",  # the cache's secret is made by the first run alone
     "pydantic",  # typer 0.29 builds a pydantic validator for every option
     "rich._emoji_codes",  # gradfix prints no emoji codes
     "rich.table",  # for the commands that print a table

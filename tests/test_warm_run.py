@@ -4,6 +4,7 @@ bytes hashed once. Each test counts the work the slow way repeated for every fil
 timing: speed lives in benchmarks/check_speed.py), and checks the answers are those of the slow way."""
 
 import fnmatch
+import functools
 import hashlib
 import hmac
 import json
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gradfix.codemods import project, typed_json
+from gradfix.codemods import cache as cache_module, project, typed_json
 from gradfix.codemods.cache import ReportCache
 from gradfix.codemods.config import Config, Settings
 from gradfix.codemods.files import collect_files
@@ -158,3 +159,41 @@ def test_a_misfit_entry_is_said_where_it_misfits(changed, message):
     with pytest.raises(typed_json.UnexpectedData) as raised:
         typed_json.loads(json.dumps(entry).encode(), FileReport)
     assert str(raised.value) == message
+
+
+def test_an_entry_is_decoded_by_decoders_made_once_not_looked_up_for_each_value(monkeypatch):
+    """Each list, tuple and dict of an entry is decoded by the decoder of its items made with its
+    own, not looked up (by hashing its hint) for each value: once an entry's types are known, a
+    load asks for one decoder, its own."""
+    finding = Finding("GF001", 3, 4, "backward twice", FixKind.SAFE, (7,), "train.py")
+    reports = [FileReport("train.py", findings=[finding, finding], errors=["a", "b"]), FileReport("other.py")]
+    entries = [typed_json.dumps(report, FileReport) for report in reports]
+    assert [typed_json.loads(entry, FileReport) for entry in entries] == reports
+    looked_up = _spied(monkeypatch, typed_json, "_decoder")
+    assert [typed_json.loads(entry, FileReport) for entry in entries] == reports
+    assert looked_up == [(FileReport,), (FileReport,)]
+
+
+def test_a_warm_run_makes_each_files_absolute_path_once(tmp_path, monkeypatch):
+    """Its imports, the imports found and the index are asked of by that path (a run of 2,000
+    files made 16,000 absolute paths)."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "train.py").write_text(TRAIN)
+    (repo / "rdrop_loss.py").write_text(HELPER)
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([repo / "train.py"], cache=cache, jobs=1).reports
+    made = _spied(monkeypatch, os.path, "abspath")
+    assert check_paths([repo / "train.py"], cache=cache, jobs=1).reports == cold
+    assert len([arguments for arguments in made if os.fspath(arguments[0]).endswith("train.py")]) <= 2  # (the run's, and the project's of it)
+
+
+def test_gradfix_s_code_is_hashed_by_blake2b_once_a_run(tmp_path, monkeypatch):
+    """Its digest names the entries' folder (every run reads and hashes the 1 MB of it)."""
+    monkeypatch.setattr(cache_module, "_code_digest", functools.lru_cache(maxsize=None)(cache_module._code_digest.__wrapped__))
+    by_sha256, by_blake2b = _spied(monkeypatch, hashlib, "sha256"), _spied(monkeypatch, hashlib, "blake2b")
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    for _ in range(2):
+        check_paths([script], cache=ReportCache(tmp_path / "cache", secret=SECRET), jobs=1)
+    assert by_sha256 == [] and len(by_blake2b) == 1 + 2  # (and the script's bytes, at each run)
