@@ -528,3 +528,39 @@ def test_an_argument_the_helper_never_carries_to_its_return_is_not_in_the_result
     kept = PENALTY_HELPER.format(fresh="interpolates.requires_grad_(True)")
     assert not _runs(kept)
     assert [code for code, hint, _ in found(kept) if not hint] == ["GF005"]  # (the critic's step on the generator's graph)
+
+
+# https://github.com/DeepLearningDTU/02456-deep-learning-with-PyTorch/blob/9f4f39095387a36c51e110d24d5ac4f9d2f7b6ef/2_Feedforward_Python/2.1-EXE-FNN-AutoDif-Nanograd.ipynb
+# (a course's own autodiff class, whose backward is run twice to show gradients accumulate)
+OWN_AUTODIFF = """\
+class Var:
+    def __init__(self, value, grad_fn=lambda: []):
+        self.value, self.grad_fn, self.grad = value, grad_fn, 0.0
+
+    def backprop(self, bp):
+        self.grad += bp
+        for node, grad in self.grad_fn():
+            node.backprop(grad * bp)
+
+    def backward(self):
+        self.backprop(1.0)
+
+    def __add__(self, other):
+        return Var(self.value + other.value, lambda: [(self, 1.0), (other, 1.0)])
+
+    def __mul__(self, other):
+        return Var(self.value * other.value, lambda: [(self, other.value), (other, self.value)])
+
+
+a, b = {a}, {b}
+f = a * b + a
+f.backward()
+f.backward()
+"""
+
+
+def test_a_value_with_no_graph_gradfix_sees_backwarded_twice_is_a_hint():
+    own = OWN_AUTODIFF.format(a="Var(3.0)", b="Var(5.0)")
+    assert _runs(own) and [(code, hint) for code, hint, _ in found(own)] == [("GF001", True)]
+    tensors = OWN_AUTODIFF.format(a="torch.ones(2, requires_grad=True)", b="torch.full((2,), 5.0)").replace("f = a * b + a", "f = (a * b + a).sum()")
+    assert not _runs(tensors) and [(code, hint) for code, hint, _ in found(tensors)] == [("GF001", False)]

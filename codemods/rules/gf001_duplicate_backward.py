@@ -41,7 +41,9 @@ class DuplicateBackward(Rule):
 
     When gradfix only reports: When the first call already passes ``retain_graph=True`` on purpose,
     or gradfix cannot tell what it passes, nothing is rewritten: the program runs, and the second
-    backward is then deliberate. A gradient check whose graph saved no tensor (sums, means, views and
+    backward is then deliberate. Where gradfix sees no graph in the value at all (it may be no
+    tensor: a course's own autodiff class, whose ``backward`` runs twice on purpose), the finding is
+    a hint. A gradient check whose graph saved no tensor (sums, means, views and
     concatenations of leaves) frees nothing, and the backward after it runs and counts nothing
     twice: no finding. Removing the repeated call is safe only where the first call certainly freed
     a tensor its graph saved (a product, a layer with parameters, a loss function, an activation;
@@ -103,12 +105,16 @@ for batch, target in loader:
             detail = "its graph was freed by the first call"
         else:
             detail = "if it holds a graph, the first call freed it"
+        # Backwarded twice, a tensor with a graph raises and a leaf adds its gradient twice; what
+        # gradfix saw no graph in may be no tensor at all (an object whose own ``backward`` runs).
+        unseen = "" if second.value.graph else f"gradfix sees no graph in `{name}`: it may be no tensor, and its `backward` not autograd's"
         return self.violation(
             second.call,
             f"`{name}` is backwarded again (first {where}); {detail}",
             self._fix(first, second),
             related=(first.call,),
             sites=(first, second),
+            guess=unseen,
         )
 
     def _fix(self, first: BackwardSite, second: BackwardSite) -> Fix | None:
