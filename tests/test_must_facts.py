@@ -564,3 +564,53 @@ def test_a_value_with_no_graph_gradfix_sees_backwarded_twice_is_a_hint():
     assert _runs(own) and [(code, hint) for code, hint, _ in found(own)] == [("GF001", True)]
     tensors = OWN_AUTODIFF.format(a="torch.ones(2, requires_grad=True)", b="torch.full((2,), 5.0)").replace("f = a * b + a", "f = (a * b + a).sum()")
     assert not _runs(tensors) and [(code, hint) for code, hint, _ in found(tensors)] == [("GF001", False)]
+
+
+# https://github.com/JiaxuanYou/graph-generation/blob/3444b8ad2fd7ecb6ade45086b4c75f8e2e9f29d1/model.py
+# (a GRU keeping its hidden state on self; the training loops, in train.py, set it afresh per batch)
+HIDDEN_ON_SELF = """\
+from torch.autograd import Variable
+from torch.nn.utils.rnn import pad_packed_sequence
+
+
+class Recurrent(nn.Module):
+    def __init__(self, size, has_input=True):
+        super().__init__()
+        self.has_input = has_input
+        if has_input:
+            self.embed = nn.Linear(size, size)
+        self.rnn = nn.GRU(size, 4, batch_first=True)
+        self.hidden = None
+        for name, param in self.rnn.named_parameters():
+            nn.init.constant_(param, 0.25)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                module.weight.data = nn.init.xavier_uniform_(module.weight.data)
+
+    def init_hidden(self, batch_size):
+        return Variable(torch.zeros(1, batch_size, 4))
+
+    def forward(self, x, packed=False):
+        if self.has_input:
+            x = torch.relu(self.embed(x))
+        output, self.hidden = self.rnn(x, self.hidden)
+        if packed:
+            output = pad_packed_sequence(output, batch_first=True)[0]
+        return output
+{training}"""
+TRAINING = """
+model = Recurrent(3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(2, 5, 3)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_state_a_module_keeps_on_self_is_carried_for_certain_only_where_the_file_runs_the_steps():
+    # The module alone: its callers are in another file and may set `model.hidden` afresh per batch.
+    assert [(code, hint) for code, hint, _ in found(HIDDEN_ON_SELF.format(training=""))] == [("GF004", True)]
+    trained_here = HIDDEN_ON_SELF.format(training=TRAINING)
+    assert not _runs(trained_here) and [(code, hint) for code, hint, _ in found(trained_here)] == [("GF004", False)]

@@ -58,7 +58,9 @@ class CarriedState(Rule):
 
     When gradfix only reports: gradfix only reports when it cannot tell the state's structure (a
     namedtuple, a dataclass, a dict, the result of an unknown function) or when the state has no
-    value before the loop.
+    value before the loop. State a module keeps on ``self`` whose calls no backward of the file
+    walks (its training loop is in another file, which may set ``model.hidden`` afresh before each
+    batch) is a hint; a trainer's hook is called by the trainer, which sets nothing.
 
     When every backward keeps its graph (``retain_graph=True``) and no optimizer steps inside the
     loop, the program backpropagates through all iterations on purpose (full backpropagation
@@ -283,6 +285,11 @@ for inputs, targets in loader:
                 guess = ""
                 if stored.unread:
                     guess = f"what `{name}` keeps comes out of code gradfix did not read, and may hold no graph"
+                elif not backwarding and self.analysis.names.trainer_hooks.get(method.scope.class_name) != method.node.name.value:
+                    guess = (
+                        f"no backward in this file walks what a call of `{method.scope.class_name}` builds: its callers are elsewhere, "
+                        f"and may set `{name}` afresh between calls"
+                    )
                 elif not self._backwarded_again(method, name, backwarding):
                     guess = f"no backward gradfix sees walks what `{name}` keeps again: it holds each call's graph until it is cleared"
                 yield self.violation(
