@@ -104,7 +104,7 @@ for epoch in range(epochs):
             # what it was built from.
             if runs and changing and not self.analysis.reads_what_trains(hoisted):
                 guesses.append(
-                    "what is built before the loop reads no module, parameter or graph, only tensors it makes itself, so every iteration may compute the same values"
+                    "what is built before the loop reads nothing an optimizer may train (no trainable module, no parameter, no graph), so every iteration may compute the same values"
                 )
             if changing is None:
                 message += " (the graph is kept, so the program runs)"
