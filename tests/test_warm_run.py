@@ -88,14 +88,20 @@ def test_an_entry_is_decoded_without_reading_its_type_hints_again(monkeypatch):
     assert hints_read == []
 
 
-def test_a_warm_run_hashes_each_file_once(tmp_path, monkeypatch):
-    """Its recalled imports and its report's key are both made of one digest of its bytes."""
+def _checked_once(tmp_path):
+    """A work tree of a training script and the helper it imports, checked once into a cache:
+    the tree, the cache and the cold run's reports."""
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     (repo / "train.py").write_text(TRAIN)
     (repo / "rdrop_loss.py").write_text(HELPER)
     cache = ReportCache(tmp_path / "cache", secret=SECRET)
-    cold = check_paths([repo / "train.py"], cache=cache, jobs=1).reports
+    return repo, cache, check_paths([repo / "train.py"], cache=cache, jobs=1).reports
+
+
+def test_a_warm_run_hashes_each_file_once(tmp_path, monkeypatch):
+    """Its recalled imports and its report's key are both made of one digest of its bytes."""
+    repo, cache, cold = _checked_once(tmp_path)
     assert [finding.code for finding in cold[0].findings] == ["GF001"]
     hashes = [_spied(monkeypatch, hashlib, "sha256"), _spied(monkeypatch, hashlib, "blake2b"), _spied(monkeypatch, hmac.HMAC, "update")]
     keys_made_piecewise = _spied(monkeypatch, hmac, "new")
@@ -177,12 +183,7 @@ def test_an_entry_is_decoded_by_decoders_made_once_not_looked_up_for_each_value(
 def test_a_warm_run_makes_each_files_absolute_path_once(tmp_path, monkeypatch):
     """Its imports, the imports found and the index are asked of by that path (a run of 2,000
     files made 16,000 absolute paths)."""
-    repo = tmp_path / "repo"
-    (repo / ".git").mkdir(parents=True)
-    (repo / "train.py").write_text(TRAIN)
-    (repo / "rdrop_loss.py").write_text(HELPER)
-    cache = ReportCache(tmp_path / "cache", secret=SECRET)
-    cold = check_paths([repo / "train.py"], cache=cache, jobs=1).reports
+    repo, cache, cold = _checked_once(tmp_path)
     made = _spied(monkeypatch, os.path, "abspath")
     assert check_paths([repo / "train.py"], cache=cache, jobs=1).reports == cold
     assert len([arguments for arguments in made if os.fspath(arguments[0]).endswith("train.py")]) <= 2  # (the run's, and the project's of it)
