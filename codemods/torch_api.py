@@ -94,7 +94,7 @@ TUPLE_FUNCTIONS = {
 # so that a backward through them frees it and a second one raises. A layer of torch.nn with
 # parameters saves its input too.
 SAVING_FOR_CERTAIN = frozenset(
-    {"matmul", "mm", "bmm", "mv", "einsum", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "elu", "silu",
+    {"matmul", "mm", "bmm", "mv", "einsum", "mul", "div", "pow", "square", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "elu", "silu",
      "softmax", "log_softmax", "sin", "cos", "linear", "conv1d", "conv2d", "conv3d", "mse_loss", "l1_loss", "cross_entropy", "nll_loss",
      "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss", "kl_div", "layer_norm", "batch_norm", "norm"}
 )  # fmt: skip

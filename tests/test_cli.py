@@ -406,6 +406,21 @@ def test_summaries_cross_the_files_of_one_run(cli, tmp_path):
     assert cli("check", script).exit_code == 0  # alone, the file's imports resolve to nothing checked
 
 
+def test_a_helper_of_another_file_whose_loss_saved_nothing_certain_gets_no_safe_removal(cli, tmp_path):
+    """The variant that hides the fact: the helper's loss is a sum of what it is given, which saves
+    no tensor, so the second backward may run (a graph of sums does) and its removal is unsafe."""
+    write(tmp_path / "pkg" / "steps.py", "def train_step(model, batch):\n    loss = model(batch).sum()\n    loss.backward()\n    return loss\n")
+    script = write(
+        tmp_path / "pkg" / "train.py",
+        "import torch\n\nfrom .steps import train_step\n\nmodel = torch.nn.Linear(3, 1)\n"
+        "for batch in torch.randn(4, 2, 3):\n    loss = train_step(model, batch)\n    loss.backward()\n",
+    )
+    result = cli("check", tmp_path)
+    assert result.exit_code == 1 and "train.py:8:5: GF001" in result.stdout and "[unsafe fix]" in result.stdout
+    assert cli("fix", tmp_path).exit_code == 1
+    assert "    loss.backward()" in script.read_text()
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to check .gitignore handling")
 def test_a_symlink_to_outside_the_repository_keeps_gitignore_honoured(cli, tmp_path):
     repository, outside = tmp_path / "repo", tmp_path / "elsewhere"

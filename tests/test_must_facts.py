@@ -327,8 +327,10 @@ def test_the_backward_method_of_an_object_that_is_no_tensor_is_not_proved_autogr
         imported="Flow", built="Flow()", use="optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)\nout = model(torch.randn(8, 2))"
     )
     unknown = INVERSE_FLOW.format(imported="sample", built="sample()", use="")
+    tensor = INVERSE_FLOW.format(imported="sample", built="torch.randn(8, 2, requires_grad=True).exp()", use="")
     assert [(code, hint) for code, hint, _ in found(module) if not hint] == []
-    assert ("GF001", False) in [(code, hint) for code, hint, _ in found(unknown)]
+    assert ("GF001", True) in [(code, hint) for code, hint, _ in found(unknown)]  # (no graph seen in it: a hint)
+    assert ("GF001", False) in [(code, hint) for code, hint, _ in found(tensor)]
 
 
 # https://github.com/dataflowr/notebooks/blob/043dff0f792a5ae67005ba147f7b9dd5fc66e2a1/Module12/GPT_hist_sol.ipynb

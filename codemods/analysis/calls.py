@@ -34,7 +34,7 @@ from ..torch_api import (
     WITH_INDICES_GIVEN_A_DIMENSION,
 )
 from . import backward_calls
-from .assignments import APPENDING_METHODS, is_inplace_method
+from .assignments import APPENDING_METHODS, assigned_names, is_inplace_method
 from .backward_calls import BackwardSite
 from .function_summaries import summary_key
 from .loops import Env
@@ -536,11 +536,61 @@ class CallSemantics:
         function, marker = self.summarized_functions.get(callee), f"{callee}()"
         if function is None or marker in reading:
             return False
-        class_name = callee[0] if isinstance(callee, tuple) else None
+        class_name, reading = (callee[0] if isinstance(callee, tuple) else None), reading | {marker}
         graphs = [value for value in self.returns.get(function, ()) if value.graph]
-        return bool(graphs) and all(
-            any(self.saves_for_certain(origin.node, class_name, reading | {marker}) for origin in self.graph_nodes(value)) for value in graphs
-        )
+        if graphs:
+            return all(any(self.saves_for_certain(origin.node, class_name, reading) for origin in self.graph_nodes(value)) for value in graphs)
+        return self._returned_expressions_save(function, class_name, reading)
+
+    def _returned_expressions_save(self, function: cst.FunctionDef, class_name: str | None, reading: frozenset[str]) -> bool:
+        """Where the walk saw no graph in what ``function`` returns (its parameters hold none
+        there: ``train_step(model, batch)``), whether each ``return`` hands back what an operation
+        that certainly saves computed from everything the returned value reads (``return
+        model(batch).pow(2).mean()``, or a name only plain assignments bind so): whatever graph a
+        caller's arguments bring flows through that operation, and a backward of the result frees
+        what it saved."""
+        tree = self._tree
+        if tree.findall(function.body, cst.FunctionDef) or tree.findall(function.body, cst.Lambda):
+            return False  # (a nested function's returns are not this one's)
+        expressions: list[cst.BaseExpression] = []
+        for statement in tree.findall(function.body, cst.Return):
+            value = statement.value
+            if value is None:
+                return False
+            assigned = self._plainly_bound(function, value.value) if type(value) is cst.Name else [value]
+            if not assigned:
+                return False
+            expressions += assigned
+        return bool(expressions) and all(self._saves_all_it_reads(expression, class_name, reading) for expression in expressions)
+
+    def _plainly_bound(self, function: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
+        """What the assignments of ``function`` bind ``name`` to, where only assignments of that
+        one name bind it (not ``+=``, an unpacking, a loop's or a ``with``'s target, a parameter)."""
+        tree, plain = self._tree, []
+        for assignment in tree.findall(function.body, cst.Assign):
+            if name not in assigned_names(assignment, tree=tree):
+                continue
+            if len(assignment.targets) != 1 or type(assignment.targets[0].target) is not cst.Name:
+                return []
+            plain.append(assignment.value)
+        others = [*tree.findall(function.body, cst.AugAssign), *tree.findall(function.body, cst.For), *tree.findall(function.body, cst.With)]
+        others += [*tree.findall(function.body, cst.NamedExpr), *tree.findall(function.body, cst.AnnAssign)]
+        if any(name in assigned_names(other, tree=tree) for other in others) or name in {p.name.value for p in function.params.params}:
+            return []
+        return plain
+
+    def _saves_all_it_reads(self, expression: cst.BaseExpression, class_name: str | None, reading: frozenset[str]) -> bool:
+        """Whether an operation of ``expression`` certainly saves a tensor and reads every name the
+        expression reads, so that any graph in it passes through that operation."""
+        names = self._names_read(expression)
+        operations = [*self._tree.findall(expression, cst.Call), *self._tree.findall(expression, cst.BinaryOperation)]
+        return any(self.saves_for_certain(operation, class_name, reading) and self._names_read(operation) == names for operation in operations)
+
+    def _names_read(self, node: cst.CSTNode) -> set[int]:
+        """The ``Name`` nodes ``node`` reads (not an attribute's or a keyword's name), by identity."""
+        tree = self._tree
+        spelled = {id(a.attr) for a in tree.findall(node, cst.Attribute)} | {id(a.keyword) for a in tree.findall(node, cst.Arg) if a.keyword}
+        return {id(name) for name in tree.findall(node, cst.Name) if id(name) not in spelled}
 
     def _methods(self, class_name: str, name: str) -> list[cst.FunctionDef]:
         classes = self._tree.findall(self._module, cst.ClassDef, lambda c: c.name.value == class_name)

@@ -295,6 +295,8 @@ class FunctionSummaries:
         if summary.returns_backwarded is None:
             return result
         api, retained = summary.returns_backwarded
+        # What it backwarded had a graph, which the call built: its node stands for it.
+        result = result.changed(graph=True, origins=result.origins | {self._origin(call)})
         self.backward_sites.setdefault(
             call,
             BackwardSite(call, self._statement, api, (), result, retained, False, tuple(reversed(self._loops)), self._scope),

@@ -285,7 +285,7 @@ for inputs, targets in loader:
                 guess = ""
                 if stored.unread:
                     guess = f"what `{name}` keeps comes out of code gradfix did not read, and may hold no graph"
-                elif not backwarding and self.analysis.names.trainer_hooks.get(method.scope.class_name) != method.node.name.value:
+                elif not backwarding and self.analysis.names.trainer_hooks.get(method.scope.class_name or "") != method.node.name.value:
                     guess = (
                         f"no backward in this file walks what a call of `{method.scope.class_name}` builds: its callers are elsewhere, "
                         f"and may set `{name}` afresh between calls"
