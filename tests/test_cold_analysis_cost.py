@@ -3,6 +3,7 @@
 
 import abc
 import dataclasses
+import inspect
 import re
 import sys
 import textwrap
@@ -12,7 +13,7 @@ import libcst as cst
 import pytest
 
 from gradfix.codemods.analysis import FileAnalysis
-from gradfix.codemods.analysis.values import TENSOR, Value
+from gradfix.codemods.analysis.values import NUMBER, TENSOR, Origin, Value
 from gradfix.codemods.parse import parse_decoded
 from gradfix.codemods.registry import all_rules
 
@@ -110,3 +111,30 @@ def test_a_changed_value_is_the_value_replace_makes():
     assert value.changed(unbound=True) == dataclasses.replace(value, unbound=True)
     assert value.changed(unbound=True).__dict__ == dataclasses.replace(value, unbound=True).__dict__
     assert value.changed(unbound=True) is not value and not value.unbound
+
+
+def test_values_and_origins_are_made_as_dataclasses_makes_them_without_a_setattr_per_field():
+    """The analysis makes about 450,000 values and 100,000 origins in a cold check of diffusers'
+    124 parsed files: the constructor ``dataclasses`` writes for a frozen class calls
+    ``object.__setattr__`` once a field. Theirs store the fields in the instance's dict, the same
+    fields in the same order, with the same defaults and factories."""
+    for made in (Value, Origin):
+        assert "__setattr__" not in made.__init__.__code__.co_names
+        made_parameters = inspect.signature(made).parameters.values()
+        assert [(p.name, p.kind) for p in made_parameters] == [(p.name, p.kind) for p in inspect.signature(reference_of(made)).parameters.values()]
+    node, statement = cst.Name("x"), cst.SimpleStatementLine([])
+    origin = Origin(node, statement)
+    for arguments, keywords in [((), {}), ((True, frozenset({origin}), TENSOR), {"unread": True}), ((), {"freed": True, "structure": NUMBER})]:
+        value = Value(*arguments, **keywords)
+        assert list(vars(value).items()) == list(vars(reference_of(Value)(*arguments, **keywords)).items())
+        assert value == Value(*arguments, **keywords) and hash(value) == hash(Value(*arguments, **keywords))
+    assert list(vars(origin).items()) == [("node", node), ("statement", statement)]
+    assert Value().origins == frozenset() and Value(origins=frozenset({origin})).origins == {origin}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Value().graph = True  # type: ignore[misc]
+
+
+def reference_of(made: type) -> type:
+    """A frozen dataclass with ``made``'s fields, whose constructor ``dataclasses`` writes."""
+    fields = [(f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory)) for f in dataclasses.fields(made)]
+    return dataclasses.make_dataclass("Reference", fields, frozen=True)
