@@ -16,8 +16,10 @@ from gradfix.codemods.analysis import FileAnalysis
 from gradfix.codemods.analysis.values import NUMBER, TENSOR, Origin, Value
 from gradfix.codemods.parse import parse_decoded
 from gradfix.codemods.registry import all_rules
+from gradfix.codemods.skeleton import _BUILDERS, build_skeleton
 
 from .conftest import FIXTURES
+from .test_skeleton import differences
 
 CASE = FIXTURES / "duplicate_backward" / "loss_helper_in_its_own_module"
 
@@ -138,3 +140,14 @@ def reference_of(made: type) -> type:
     """A frozen dataclass with ``made``'s fields, whose constructor ``dataclasses`` writes."""
     fields = [(f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory)) for f in dataclasses.fields(made)]
     return dataclasses.make_dataclass("Reference", fields, frozen=True)
+
+
+def test_a_skeleton_node_s_fields_are_set_by_their_slots():
+    """A skeleton builds about 750,000 nodes for diffusers' parsed files, each field set by
+    ``object.__setattr__``, which looks the field's slot up on the class at each call: each
+    builder holds its class's slots' setters."""
+    source = "loss = criterion(model(x), y)\nloss.backward()\n"
+    built = build_skeleton(source, "utf-8")
+    assert built is not None and list(differences(built.module, cst.parse_module(source))) == []
+    for node_type in (cst.Name, cst.Call, cst.Attribute, cst.Assign):
+        assert object.__setattr__ not in _BUILDERS[node_type].__globals__.values()
