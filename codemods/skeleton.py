@@ -22,7 +22,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import inspect
 import re
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -58,7 +60,6 @@ def build_skeleton(text: str, encoding: str) -> Skeleton | None:
 
 
 _new = object.__new__
-_set = object.__setattr__
 _REQUIRED = object()
 
 
@@ -85,17 +86,29 @@ class _Builders(dict):
     """For each node class, a function that builds its node from keyword arguments without the
     class's constructor (which validates every field, as nodes built from a parse do not need),
     each field not given left at its default. Written out per class, like the constructor
-    ``dataclasses`` writes: a loop over the fields costs three times as much."""
+    ``dataclasses`` writes: a loop over the fields costs three times as much. Each field is set
+    by its slot's own setter, which ``object.__setattr__`` looks up by name on the class at every
+    call (the skeletons of Lightning's parsed files: 1.42 -> 1.14 s CPU)."""
 
     def __missing__(self, node_type: type[cst.CSTNode]) -> Callable[..., Any]:
         defaults = _defaults(node_type)
         parameters = ", ".join(name if value is _REQUIRED else f"{name}=defaults[{name!r}]" for name, value in defaults.items())
-        body = "".join(f"    set_field(node, {name!r}, {name})\n" for name in defaults)
-        namespace = {"defaults": defaults, "new": _new, "set_field": _set, "node_type": node_type}
+        body = "".join(f"    set_{name}(node, {name})\n" for name in defaults)
+        namespace = {"defaults": defaults, "new": _new, "node_type": node_type}
+        namespace.update((f"set_{name}", _slot(node_type, name).__set__) for name in defaults)
         signature = f"*, {parameters}" if parameters else ""
         exec(f"def build({signature}):\n    node = new(node_type)\n{body}    return node\n", namespace)
         self[node_type] = namespace["build"]
         return namespace["build"]
+
+
+def _slot(node_type: type[cst.CSTNode], name: str) -> types.MemberDescriptorType:
+    """The slot that holds the field ``name`` of ``node_type``'s nodes (LibCST's node classes
+    have slots)."""
+    slot = inspect.getattr_static(node_type, name)
+    if type(slot) is not types.MemberDescriptorType:
+        raise TypeError(f"{node_type.__name__}.{name} is not a slot")
+    return slot
 
 
 _BUILDERS = _Builders()

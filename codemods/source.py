@@ -14,7 +14,6 @@ import re
 import symtable
 import tokenize
 import warnings
-from itertools import islice
 from typing import Iterable
 
 from .summaries import ProjectSummaries, written_names
@@ -31,7 +30,10 @@ _BACKWARD_CALL = re.compile(rb"backward\s*\(")
 # lines) is well inside.
 MAX_LINES = 10_000
 MAX_WORDS_AND_SYMBOLS = 70_000
-_WORD_OR_SYMBOL = re.compile(rb"[\w\x80-\xff]+|[^\w\s]")  # a name, number or keyword, or one other character
+# Each byte's kind: part of a word (a name, number or keyword: ``w``), a space, or a symbol (``s``).
+_BYTE_KINDS = b"".join(
+    b"w" if re.match(rb"[\w\x80-\xff]", byte) else b" " if re.match(rb"\s", byte) else b"s" for byte in (bytes([code]) for code in range(256))
+)
 # A class reaches a trainer's base only through a name whose last part the file writes (imported,
 # or read as an attribute), and a trainer backwards only the hook the file's class defines.
 _TRAINER_BASES_BY_HOOK = {
@@ -86,13 +88,22 @@ def source_text(data: bytes) -> tuple[str, str]:
 
 def over_size_limits(code: bytes) -> str:
     """How code is over ``MAX_LINES`` or ``MAX_WORDS_AND_SYMBOLS``, or "". Words and symbols are
-    counted only as far as the limit, and only in code that could hold that many."""
+    counted only in code that could hold that many."""
     lines = code.count(b"\n") + code.count(b"\r") - code.count(b"\r\n")
     if lines > MAX_LINES:
         return f"{lines:,} lines, over gradfix's limit of {MAX_LINES:,}"
-    if len(code) > MAX_WORDS_AND_SYMBOLS and next(islice(_WORD_OR_SYMBOL.finditer(code), MAX_WORDS_AND_SYMBOLS, None), None):
+    if len(code) > MAX_WORDS_AND_SYMBOLS and words_and_symbols(code) > MAX_WORDS_AND_SYMBOLS:
         return f"more words and symbols than gradfix's limit of {MAX_WORDS_AND_SYMBOLS:,}"
     return ""
+
+
+def words_and_symbols(code: bytes) -> int:
+    """How many words (runs of word bytes) and symbols (each other byte but a space) ``code``
+    holds: the matches of ``[\\w\\x80-\\xff]+|[^\\w\\s]``, counted in C from each byte's kind
+    (``_BYTE_KINDS``) rather than found one match object at a time, up to 70,000 a file over
+    70 KB (decoding diffusers' 2,089 files, 102 of them over 70 KB: 0.74 -> 0.34 s CPU)."""
+    kinds = code.translate(_BYTE_KINDS)
+    return kinds.count(b"s") + kinds.count(b" w") + kinds.count(b"sw") + kinds.startswith(b"w")
 
 
 def prefiltered_report(data: bytes, path: str, project: ProjectSummaries | None = None) -> FileReport | None:

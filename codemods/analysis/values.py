@@ -22,13 +22,46 @@ iteration started", so a rule can tell a graph built in this iteration from one 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Sequence, TypeVar, Union
 
 import libcst as cst
 
+C = TypeVar("C", bound=type)
 
+
+def _stored_in_its_dict(cls: C) -> C:
+    """A frozen dataclass whose constructor stores each field in the instance's dict, as
+    ``Value.changed`` copies it: the same parameters, defaults and factories, and the same dict,
+    in the same order. The constructor ``dataclasses`` writes for a frozen class calls
+    ``object.__setattr__`` once a field (the class's own ``__setattr__`` refuses), and the
+    dataflow makes about 450,000 values and 100,000 origins over diffusers' parsed files (their
+    dataflow: 9.65 -> 9.14 s CPU)."""
+    if hasattr(cls, "__post_init__") or any(not f.init or f.kw_only for f in dataclasses.fields(cls)):
+        raise TypeError(f"{cls.__name__}: only plain fields are stored this way")
+    defaults, factories = {}, {}
+    parameters, stores = [], []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+            parameters.append(f"{f.name}=defaults[{f.name!r}]")
+            stores.append(f"    stored[{f.name!r}] = {f.name}\n")
+        elif f.default_factory is not dataclasses.MISSING:
+            factories[f.name] = f.default_factory
+            parameters.append(f"{f.name}=made")
+            stores.append(f"    stored[{f.name!r}] = factories[{f.name!r}]() if {f.name} is made else {f.name}\n")
+        else:
+            parameters.append(f.name)
+            stores.append(f"    stored[{f.name!r}] = {f.name}\n")
+    namespace = {"defaults": defaults, "factories": factories, "made": object()}
+    exec(f"def __init__(self, {', '.join(parameters)}):\n    stored = self.__dict__\n{''.join(stores)}", namespace)
+    setattr(cls, "__init__", namespace["__init__"])
+    return cls
+
+
+@_stored_in_its_dict
 @dataclass(frozen=True)
 class Origin:
     """An expression that creates interior autograd nodes, and the statement it belongs to.
@@ -112,6 +145,7 @@ class ListOf(Structure):
         return UNKNOWN
 
 
+@_stored_in_its_dict
 @dataclass(frozen=True)
 class Value:
     graph: bool = False
