@@ -6,6 +6,7 @@ a shape the full command would read otherwise is the bug these tests look for.""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -41,11 +42,16 @@ HINT = (
 )
 
 
+# A progress bar drawn on a terminal: its frames, and the cursor moves that wipe it. How many frames
+# a run draws depends on how long it takes (the display refreshes on a clock), not on what it says.
+_LIVE_DISPLAY = re.compile(r"\x1b\[\?25l.*?\x1b\[\?25h(\r\x1b\[1A\x1b\[2K)?", re.DOTALL)
+
+
 def _run(program: str, tmp_path, arguments, environment) -> tuple[int, str, str, dict]:
     env = {key: value for key, value in os.environ.items() if key != "GRADFIX_NO_CACHE"}  # (conftest's)
     env.update(environment)
     run = subprocess.run([sys.executable, "-c", program, *arguments], cwd=tmp_path, env=env, capture_output=True, text=True)
-    said, _, record = run.stderr.rpartition("\n")
+    said, _, record = _LIVE_DISPLAY.sub("", run.stderr).rpartition("\n")
     shown = json.loads(record)
     return shown["exit"], run.stdout, said, shown
 
