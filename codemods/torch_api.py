@@ -146,3 +146,15 @@ MODULE_METHODS = frozenset({"parameters", "named_parameters", "train", "eval", "
 MODULE_RETURNING = frozenset({"to", "cuda", "cpu", "double", "float", "half", "train", "eval", "requires_grad_"})
 # Methods that list a module's parameters.
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
+# Builtins that never see a tensor's gradient (they read values, counts and types).
+BUILTINS_WITHOUT_GRADIENTS = frozenset(
+    {"print", "len", "float", "int", "bool", "str", "format", "repr", "isinstance", "range", "sum", "max", "min", "abs", "round", "list",
+     "tuple", "dict", "set", "zip", "enumerate", "sorted", "reversed", "any", "all"}
+)  # fmt: skip
+
+
+def is_optimizer_class(qualified: str) -> bool:
+    """``torch.optim.SGD`` and friends (not ``torch.optim.lr_scheduler.*``)."""
+    parts = qualified.split(".")
+    return len(parts) == 3 and parts[:2] == ["torch", "optim"] and parts[2][:1].isupper()

@@ -32,13 +32,14 @@ from ..torch_api import (
     TUPLE_FUNCTIONS,
     WITH_INDICES,
     WITH_INDICES_GIVEN_A_DIMENSION,
+    is_optimizer_class,
 )
 from . import backward_calls
 from .assignments import APPENDING_METHODS, assigned_names, is_inplace_method
 from .backward_calls import BackwardSite
 from .function_summaries import summary_key
 from .loops import Env
-from .torch_names import ModuleInfo, creates_parameter, dotted_name, is_optimizer_class
+from .torch_names import ModuleInfo, creates_parameter, dotted_name
 from .values import (
     CONSTANT,
     DISTRIBUTION,

@@ -13,6 +13,7 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from ..frameworks import PARAMETER_KEEPING_METHODS, TENSOR_BACKWARD, GradientEffect
+from ..torch_api import BUILTINS_WITHOUT_GRADIENTS
 from ..summaries import ExportedSummary, ProjectSummaries
 from .assignments import assigned_names, read_names, target_names
 from .optimizers import gradient_effects
@@ -687,7 +688,7 @@ class FileAnalysis:
             if self.names.is_torch(func) or self.names.module(func, self.class_name_of(call)) is not None:
                 continue
             if isinstance(func, cst.Name) and (
-                func.value in _BUILTINS_WITHOUT_GRADIENTS or func.value in reading or self._reads_no_gradient(func.value, reading)
+                func.value in BUILTINS_WITHOUT_GRADIENTS or func.value in reading or self._reads_no_gradient(func.value, reading)
             ):
                 continue
             if isinstance(func, cst.Attribute) and (self._is_tensor(func.value) or self._is_container(func.value)):
@@ -769,36 +770,6 @@ def _tested_name(test: cst.BaseExpression) -> tuple[str, bool] | None:
     negated = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else None
     name = dotted_name(test if negated is None else negated)
     return None if name is None else (name, negated is None)
-
-
-# Builtins that never see a tensor's gradient.
-_BUILTINS_WITHOUT_GRADIENTS = {
-    "print",
-    "len",
-    "float",
-    "int",
-    "bool",
-    "str",
-    "format",
-    "repr",
-    "isinstance",
-    "range",
-    "sum",
-    "max",
-    "min",
-    "abs",
-    "round",
-    "list",
-    "tuple",
-    "dict",
-    "set",
-    "zip",
-    "enumerate",
-    "sorted",
-    "reversed",
-    "any",
-    "all",
-}
 
 
 def _function_name(function: cst.FunctionDef, class_name: str | None) -> str:

@@ -30,7 +30,7 @@ from ..frameworks import (
     WRAPPED_MODEL_KEYWORDS,
 )
 from .. import torch_api
-from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, PARAMETERLESS_MODULES
+from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, PARAMETERLESS_MODULES, is_optimizer_class
 from .syntax import changes_in_place, is_detach, is_name, method_called, method_receiver, parameter_receiving, unpacked
 from .tree import SyntaxTree
 from .values import TENSOR, UNKNOWN, Structure, TupleOf
@@ -438,9 +438,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return
         module = self._constructed_module(value) or self._built_modules(value)
         current_class = self._classes[-1] if self._classes else None
-        bindings = self._bindings.setdefault(name, [])
-        bindings.append(value.value if isinstance(value, cst.Name) else None)
-        self._alias_torch_name(name, value, bindings)
+        self._bindings.setdefault(name, []).append(value.value if isinstance(value, cst.Name) else None)
+        self._alias_torch_name(name, value, self._bindings[name])
         if module is None and isinstance(value, cst.Name):
             self._aliases.append((current_class, name, value.value))
         if module is not None:
@@ -454,19 +453,15 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self.names.leaf_tensors.add(name)
 
     def _alias_torch_name(self, name: str, value: cst.BaseExpression, bindings: list[str | None]) -> None:
-        """``AdamW = torch.optim.AdamW`` at the module's top, the name's only binding: another name
-        for torch's, as an import's ``as`` gives. A second binding of the name unmakes it."""
-        if len(bindings) > 1:
-            if name in self._assigned_aliases:
-                del self.names.aliases[name]
-                self._assigned_aliases.discard(name)
-            return
-        if self._functions or self._classes or name in self.names.aliases or not isinstance(value, cst.Attribute):
-            return
-        qualified = self.names.qualify(value)
-        if qualified is not None and qualified.split(".")[0] == "torch":
-            self.names.aliases[name] = qualified
-            self._assigned_aliases.add(name)
+        """``AdamW = torch.optim.AdamW`` at the module's top, its only binding: torch's (a second unmakes it)."""
+        if len(bindings) > 1 and name in self._assigned_aliases:
+            del self.names.aliases[name]
+            self._assigned_aliases.discard(name)
+        elif len(bindings) == 1 and not (self._functions or self._classes or name in self.names.aliases) and isinstance(value, cst.Attribute):
+            qualified = self.names.qualify(value) or ""
+            if qualified.split(".")[0] == "torch":
+                self.names.aliases[name] = qualified
+                self._assigned_aliases.add(name)
 
     def _module_of(self, expression: cst.BaseExpression) -> ModuleInfo | None:
         """The module an expression names or builds (``model``, ``Net()``, ``Net().to(device)``)."""
@@ -785,21 +780,13 @@ def _names_automatic_optimization(target: cst.BaseExpression) -> bool:
     return isinstance(target, (cst.Name, cst.Attribute)) and (dotted_name(target) or "").endswith(LIGHTNING_AUTOMATIC_OPTIMIZATION)
 
 
-def is_optimizer_class(qualified: str) -> bool:
-    """``torch.optim.SGD`` and friends (not ``torch.optim.lr_scheduler.*``)."""
-    parts = qualified.split(".")
-    return len(parts) == 3 and parts[:2] == ["torch", "optim"] and parts[2][:1].isupper()
-
-
 def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
     """``nn.Parameter(...)`` or a tensor factory called with ``requires_grad=True``; not
-    ``nn.Parameter(x, requires_grad=False)``, a constant kept in the module's state (a step
-    count, a running mean) that holds no graph."""
+    ``nn.Parameter(x, requires_grad=False)``, a constant of the module's state (a step count)."""
     if not isinstance(value, cst.Call):
         return False
     if names.qualify(value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
-        positional = [arg.value for arg in value.args if arg.keyword is None]
-        flags = [arg.value for arg in value.args if arg.keyword is not None and arg.keyword.value == "requires_grad"] + positional[1:2]
+        flags = [a.value for i, a in enumerate(value.args) if (a.keyword.value == "requires_grad" if a.keyword else i == 1)]
         return not (flags and is_name(flags[0], "False"))
     return any(arg.keyword is not None and arg.keyword.value == "requires_grad" and is_name(arg.value, "True") for arg in value.args)
 

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ..analysis import (
     NO_GRADIENT_HOOKS,
+    TENSOR,
     BackwardSite,
     NO_HIDDEN_BACKWARD,
     READS_MODELLED_CODE,
@@ -106,8 +107,11 @@ for batch, target in loader:
         else:
             detail = "if it holds a graph, the first call freed it"
         # Backwarded twice, a tensor with a graph raises and a leaf adds its gradient twice; what
-        # gradfix saw no graph in may be no tensor at all (an object whose own ``backward`` runs).
-        unseen = "" if second.value.graph else f"gradfix sees no graph in `{name}`: it may be no tensor, and its `backward` not autograd's"
+        # gradfix saw no graph in, and does not know for a tensor (a torch operation's result,
+        # which a first backward that ran proves has a graph), may be no tensor at all: an object
+        # whose own ``backward`` runs.
+        unknown = not second.value.graph and second.value.structure is not TENSOR
+        unseen = f"gradfix sees no graph in `{name}`: it may be no tensor, and its `backward` not autograd's" if unknown else ""
         return self.violation(
             second.call,
             f"`{name}` is backwarded again (first {where}); {detail}",
