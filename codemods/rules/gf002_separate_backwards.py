@@ -35,8 +35,11 @@ class SeparateBackwards(Rule):
 
     Why it fails: The first call frees the shared part of the graph, so the second raises
     ``RuntimeError: Trying to backward through the graph a second time``. (With
-    ``retain_graph=True`` on every call but the last, the program runs and computes the same
-    gradients: that is left alone.)
+    ``retain_graph=True`` on every call but the last and no optimizer step between them, the
+    program runs and computes the same gradients: that is left alone. A step between changes
+    weights in place; where the shared part saved one of them, the second backward raises
+    ``one of the variables needed for gradient computation has been modified by an inplace
+    operation`` instead: a bug gradfix does not report yet.)
 
     The fix: gradfix backwards the sum once: ``(loss_a + loss_b).backward()``. Gradients accumulate
     additively, so this gives exactly the gradients of the separate calls (the tests check it
