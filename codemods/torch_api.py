@@ -140,6 +140,12 @@ PARAMETERLESS_MODULES = frozenset(
         *("CosineSimilarity", "PairwiseDistance"),
     }
 )
+# ``model.forward(x)`` runs the module's forward as ``model(x)`` does (without its hooks).
+FORWARD_METHOD = "forward"
+# A module's (and a LightningModule's) attributes that hold no parameter: reading one runs nothing.
+MODULE_ATTRIBUTES_WITHOUT_PARAMETERS = frozenset(
+    {"device", "dtype", "training", "hparams", "current_epoch", "global_step", "trainer", "automatic_optimization"}
+)
 # Methods that mark a receiver as an nn.Module wherever they are called on it.
 MODULE_METHODS = frozenset({"parameters", "named_parameters", "train", "eval", "state_dict", "modules", "children"})
 # Methods that return the module they are called on.

@@ -616,3 +616,95 @@ def test_state_a_module_keeps_on_self_is_carried_for_certain_only_where_the_file
     assert [(code, hint) for code, hint, _ in found(HIDDEN_ON_SELF.format(training=""))] == [("GF004", True)]
     trained_here = HIDDEN_ON_SELF.format(training=TRAINING)
     assert not _runs(trained_here) and [(code, hint) for code, hint, _ in found(trained_here)] == [("GF004", False)]
+
+
+# pytorch-beginner's Jacobian (https://github.com/L1aoXingyu/pytorch-beginner, 11-backward): torch 0.3
+# spelled retain_graph `retain_variables`; torch 2 raises TypeError on it.
+JACOBIAN_ROWS = """\
+x = torch.tensor([[2.0, 1.0]], requires_grad=True)
+z = torch.mm(x, torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+z.backward(torch.tensor([[1.0, 0.0]]), {keyword}=True)
+first_row = x.grad.clone()
+x.grad.zero_()
+z.backward(torch.tensor([[0.0, 1.0]]))
+"""
+
+
+def test_a_keyword_tensor_backward_does_not_take_leaves_what_the_call_keeps_unknown():
+    # `retain_variables` is no keyword of Tensor.backward: whether the first call keeps the graph
+    # (torch 0.3), raises (torch 2) or is some object's method, gradfix cannot say: no finding
+    # rests on it, and no second backward is removed.
+    assert [(code, hint) for code, hint, _ in found(JACOBIAN_ROWS.format(keyword="retain_variables"))] == [("GF001", True)]
+    assert found(JACOBIAN_ROWS.format(keyword="retain_graph")) == []
+    assert [(code, hint) for code, hint, _ in found(JACOBIAN_ROWS.format(keyword="create_graph"))] == []
+
+
+# A GAN written with explicit `.forward` calls (GunhoChoi/PyTorch-FastCampus's GAN notebooks,
+# https://github.com/GunhoChoi/PyTorch-FastCampus): one prediction on the fake serves both steps.
+FORWARD_CALLED_GAN = """\
+generator = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+discriminator = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 1), nn.Sigmoid())
+gen_optim = torch.optim.Adam(generator.parameters(), lr=1e-3)
+dis_optim = torch.optim.Adam(discriminator.parameters(), lr=1e-3)
+loss_func = nn.MSELoss()
+ones, zeros = torch.ones(5, 1), torch.zeros(5, 1)
+for step in range(3):
+    gen_optim.zero_grad()
+    gen_fake = {generate}(torch.randn(5, 4))
+    dis_fake = {judge}(gen_fake)
+    gen_loss = loss_func(dis_fake, ones)
+    gen_loss.backward()
+    gen_optim.step()
+    dis_optim.zero_grad()
+    dis_loss = loss_func(dis_fake, zeros) + loss_func({judge}(torch.randn(5, 3)), ones)
+    dis_loss.backward()
+    dis_optim.step()
+"""
+
+
+def test_a_gans_discriminator_is_a_module_its_step_trains_and_forward_is_its_call():
+    # `discriminator.forward(x)` runs the discriminator as `discriminator(x)` does: its prediction
+    # is shared by both steps, which no detach of the fake mends (a finding, no fix). Before,
+    # gradfix took `loss_func` (no parameter, trained by no one) for the discriminator and
+    # `dis_fake`, the discriminator's own prediction, for the generator's output, and detached it
+    # "safely": the discriminator never learnt from fakes.
+    for judge in ("discriminator", "discriminator.forward"):
+        for generate in ("generator", "generator.forward"):
+            findings = found(FORWARD_CALLED_GAN.format(judge=judge, generate=generate))
+            assert [(code, hint, fix) for code, hint, fix in findings if code == "GF005"] == [("GF005", False, None)], (judge, generate)
+
+
+GAN_OF_A_HELPER = """\
+{imports}
+generator = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+discriminator = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 1))
+def make_fake(z):
+{body}
+gen_optim = torch.optim.Adam(generator.parameters(), lr=1e-3)
+dis_optim = torch.optim.Adam({trained}, lr=1e-3)
+bce = nn.BCEWithLogitsLoss()
+ones, zeros = torch.ones(5, 1), torch.zeros(5, 1)
+for step in range(3):
+    fake = make_fake(torch.randn(5, 4))
+    dis_optim.zero_grad()
+    dis_loss = bce(discriminator(torch.randn(5, 3)), ones) + bce(discriminator(fake), zeros)
+    dis_loss.backward()
+    dis_optim.step()
+    gen_optim.zero_grad()
+    gen_loss = bce(discriminator(fake), ones)
+    gen_loss.backward()
+    gen_optim.step()
+"""
+
+
+def test_the_fake_is_detached_safely_only_where_nothing_the_discriminators_optimizer_trains_built_it():
+    def gf005(imports="", body="    return generator(z)", trained="discriminator.parameters()"):
+        source = GAN_OF_A_HELPER.format(imports=imports, body=body, trained=trained)
+        return [(code, hint, fix) for code, hint, fix in found(source) if code == "GF005"]
+
+    assert gf005() == [("GF005", False, "safe")]
+    # A fake refined by the discriminator: detached, the discriminator's own gradient through it
+    # is lost too (run, its gradient fell from 3.07 to 1.09, and the step still raised).
+    assert gf005(body="    fake = generator(z)\n    return fake - 0.1 * discriminator(fake)") == [("GF005", False, None)]
+    # The discriminator's optimizer given parameters gradfix cannot name: what it trains is unknown.
+    assert gf005(imports="from gan_setup import dis_params", trained="dis_params") == [("GF005", False, None)]

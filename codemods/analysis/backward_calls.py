@@ -130,13 +130,24 @@ def _flag(call: cst.Call, name: str, position: int | None) -> Tristate:
     return None
 
 
+def _passes_a_keyword_backward_does_not_take(api: BackwardApi, call: cst.Call) -> bool:
+    """A keyword outside ``Tensor.backward``'s (torch 0.3's ``retain_variables``) on a call backwarding
+    its receiver: a tensor raises TypeError there, and any other object's method may keep the graph
+    or not: what the call does to it is unknown."""
+    return api.tensor_position == RECEIVER and any(arg.keyword is not None and arg.keyword.value not in TENSOR_BACKWARD_KEYWORDS for arg in call.args)
+
+
 def create_graph(api: BackwardApi, call: cst.Call) -> Tristate:
     """Whether the call builds a graph of the gradients (a double backward follows)."""
+    if _passes_a_keyword_backward_does_not_take(api, call):
+        return None
     return _flag(call, "create_graph", None if api.retain_position is None else api.retain_position + 1)
 
 
 def retain_graph(api: BackwardApi, call: cst.Call) -> Tristate:
     """Whether the call keeps the graph it walks. Its default is ``create_graph``."""
+    if _passes_a_keyword_backward_does_not_take(api, call):
+        return None
     if argument(call, api.retain_position, "retain_graph") is not None:
         return _flag(call, "retain_graph", api.retain_position)
     created = create_graph(api, call)

@@ -294,7 +294,7 @@ class FileAnalysis:
             for call in self.tree.findall(statement, cst.Call)
             if self.names.module(call.func, self.class_name_of(statement)) is not None
         ]
-        return bool(modules) and not any(module in self.names.stored_values or self._may_train(module, trained) for module in modules)
+        return bool(modules) and not any(module in self.names.stored_values or self.may_train(module, trained) for module in modules)
 
     def reads_what_trains(self, statements: Sequence[cst.CSTNode]) -> bool:
         """Whether ``statements`` read something an optimizer may train: a module that may hold
@@ -327,7 +327,7 @@ class FileAnalysis:
         return any(self.names.is_parameter(a, class_name) for a in self.tree.findall(statement, cst.Attribute))
 
     @staticmethod
-    def _may_train(module: str | None, trained: set[str]) -> bool:
+    def may_train(module: str | None, trained: set[str]) -> bool:
         """Whether an optimizer may update ``module``: it trains the module, a module holding it
         (``model`` holds ``model.encoder``) or one inside it; and, since ``self.model`` may be
         the ``model`` some optimizer trains, any module named through ``self`` by an optimizer

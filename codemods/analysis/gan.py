@@ -26,7 +26,15 @@ from typing import Iterable
 import libcst as cst
 
 from ..frameworks import GradientEffect
-from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES, METADATA_METHODS, VALUE_METHODS
+from ..torch_api import (
+    AUTOGRAD_RECORD,
+    FORWARD_METHOD,
+    GRAPHLESS_ATTRIBUTES,
+    METADATA_ATTRIBUTES,
+    METADATA_METHODS,
+    MODULE_ATTRIBUTES_WITHOUT_PARAMETERS,
+    VALUE_METHODS,
+)
 from .backward_calls import BackwardSite
 from .optimizers import stepped_optimizers
 from .syntax import is_single_assignment
@@ -85,9 +93,16 @@ def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps 
             if len(elsewhere) != 1:
                 continue
             d_step = elsewhere[0]
+            trained = _stepped_after(analysis, d_step)
+            if trained is not None and discriminator not in trained:
+                continue  # (a loss module both graphs run on a prediction trains nothing: no discriminator)
             g_step = second if d_step is first else first
             reused = tuple(sorted({o.node for o in shared - chain}, key=analysis.order))
             detach_at, unfixable = _reads_of_chain(analysis, graphs[d_step] - graphs[g_step], chain)
+            if trained is None:
+                unfixable = unfixable or f"gradfix cannot tell what the optimizer stepped after `{discriminator}`'s loss trains"
+            elif _runs_what_trains(analysis, d_step.scope.class_name, chain, trained):
+                unfixable = unfixable or f"`{output}` may be built by what `{discriminator}`'s optimizer trains"
             return GanSteps(d_step, g_step, output, discriminator, detach_at, reused, unfixable)
     return None
 
@@ -146,18 +161,85 @@ def _in_function_or_lambda(analysis, node: cst.CSTNode) -> bool:
     return statement is None
 
 
-def _stepped_after(analysis, site: BackwardSite) -> set[str]:
-    """The modules whose optimizers step after ``site`` in its block, before the next backward."""
+def _stepped_after(analysis, site: BackwardSite) -> set[str] | None:
+    """The modules whose optimizers step after ``site`` in its block, before the next backward;
+    None when one of those optimizers updates parameters gradfix cannot name."""
     block = analysis.block_of(site.statement)
     if block is None:
         return set()
+    names = analysis.names
     modules: set[str] = set()
     for statement in block.statements[block.index(site.statement) + 1 :]:
         if GradientEffect.BACKWARD in analysis.gradient_effects(statement):
             break
         for optimizer in stepped_optimizers(statement):
-            modules |= analysis.names.optimized_modules.get(optimizer, set())
+            if optimizer not in names.optimized_modules or optimizer in names.optimizers_of_unknown_parameters:
+                return None
+            modules |= names.optimized_modules[optimizer]
     return modules
+
+
+def _runs_what_trains(analysis, class_name: str | None, chain: frozenset[Origin], trained: set[str]) -> bool:
+    """Whether building the generator's output may run a module in ``trained`` (the discriminator
+    step's): a detach there would also cut the discriminator's own gradient. Read through the
+    file's own functions and methods the chain calls (``self.sample(n)``), at every depth."""
+    nodes: list[cst.CSTNode] = [origin.node for origin in chain]
+    read: set[cst.FunctionDef] = set()
+    while nodes:
+        node = nodes.pop()
+        for call in analysis.tree.findall(node, cst.Call):
+            for function in _own_functions_called(analysis, call, class_name):
+                if function not in read:
+                    read.add(function)
+                    nodes.append(function.body)
+        for name in (*analysis.tree.findall(node, cst.Name), *analysis.tree.findall(node, cst.Attribute)):
+            module = _module_named(analysis, name, class_name)
+            if module is not None and analysis.may_train(module, trained):
+                return True
+    return False
+
+
+def _module_named(analysis, node: cst.Name | cst.Attribute, class_name: str | None) -> str | None:
+    """The module a dotted expression reads, when it is the whole expression (``self.G`` of
+    ``self.G.weight``): its longest part that names a module, unless that part only receives a call
+    of one of the class's own methods (``self`` of ``self.sample(n)``, whose body is read)."""
+    parent = analysis.tree.parent(node)
+    if isinstance(parent, cst.Attribute) and parent.value is node:
+        return None  # (a part of a longer expression, read with it)
+    part: cst.BaseExpression = node
+    reading: cst.Attribute | None = None  # the attribute read from ``part``
+    while analysis.names.module(part, class_name) is None:
+        if not isinstance(part, cst.Attribute):
+            return None
+        part, reading = part.value, part
+    own_method = FORWARD_METHOD if reading is None and _called(analysis, node) else reading and reading.attr.value
+    if dotted_name(part) == "self" and own_method and _methods_named(analysis, class_name, own_method):
+        return None  # (``self(x)``, ``self.sample(n)``: the method's body is read)
+    if reading is not None and reading.attr.value in MODULE_ATTRIBUTES_WITHOUT_PARAMETERS:
+        return None
+    return dotted_name(part)
+
+
+def _called(analysis, node: cst.CSTNode) -> bool:
+    parent = analysis.tree.parent(node)
+    return isinstance(parent, cst.Call) and parent.func is node
+
+
+def _own_functions_called(analysis, call: cst.Call, class_name: str | None) -> list[cst.FunctionDef]:
+    """The file's functions ``call`` may run: ``f(...)`` of a function of the file, ``self.m(...)``
+    of a method of the class it is in, ``self(x)`` of its ``forward``."""
+    func = call.func
+    if isinstance(func, cst.Name) and func.value == "self":
+        return _methods_named(analysis, class_name, FORWARD_METHOD)
+    if isinstance(func, cst.Name):
+        return [f for f in analysis.tree.findall(analysis.module, cst.FunctionDef) if f.name.value == func.value]
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        return _methods_named(analysis, class_name, func.attr.value)
+    return []
+
+
+def _methods_named(analysis, class_name: str | None, name: str) -> list[cst.FunctionDef]:
+    return [s for s in analysis.class_body(class_name) if isinstance(s, cst.FunctionDef) and s.name.value == name]
 
 
 def _calls_taking(nodes: frozenset[Origin], name: str) -> set[cst.Call]:
@@ -165,10 +247,13 @@ def _calls_taking(nodes: frozenset[Origin], name: str) -> set[cst.Call]:
 
 
 def _module_name(analysis, site: BackwardSite, node: cst.CSTNode) -> str | None:
-    """The module a call runs: ``D(x)``, or ``gradient_penalty(D, real, fake)`` that is given it."""
+    """The module a call runs: ``D(x)``, ``D.forward(x)``, or ``gradient_penalty(D, real, fake)``
+    that is given it."""
     if not isinstance(node, cst.Call):
         return None
-    for candidate in (node.func, *(arg.value for arg in node.args)):
+    func = node.func
+    forward = func.value if isinstance(func, cst.Attribute) and func.attr.value == FORWARD_METHOD else None
+    for candidate in (func, *((forward,) if forward is not None else ()), *(arg.value for arg in node.args)):
         if analysis.names.module(candidate, site.scope.class_name) is not None:
             return dotted_name(candidate)
     return None

@@ -41,8 +41,9 @@ class DuplicateBackward(Rule):
     lets that check keep the graph (``retain_graph=True``) for the real backward.
 
     When gradfix only reports: When the first call already passes ``retain_graph=True`` on purpose,
-    or gradfix cannot tell what it passes, nothing is rewritten: the program runs, and the second
-    backward is then deliberate. Where gradfix sees no graph in the value at all (it may be no
+    or gradfix cannot tell what it passes (an expression, or a keyword ``Tensor.backward`` does not
+    take: torch 0.3's ``retain_variables``), nothing is rewritten: the program runs, and the second
+    backward is then deliberate; a first call that may keep the graph makes the finding a hint. Where gradfix sees no graph in the value at all (it may be no
     tensor: a course's own autodiff class, whose ``backward`` runs twice on purpose), the finding is
     a hint. A gradient check whose graph saved no tensor (sums, means, views and
     concatenations of leaves) frees nothing, and the backward after it runs and counts nothing
@@ -112,6 +113,8 @@ for batch, target in loader:
         # whose own ``backward`` runs.
         unknown = not second.value.graph and second.value.structure is not TENSOR
         unseen = f"gradfix sees no graph in `{name}`: it may be no tensor, and its `backward` not autograd's" if unknown else ""
+        if first.retain_graph is None:  # kept, it is backwarded again on purpose, as with retain_graph=True
+            unseen = unseen or "the first call may keep its graph"
         return self.violation(
             second.call,
             f"`{name}` is backwarded again (first {where}); {detail}",

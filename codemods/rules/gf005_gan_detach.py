@@ -33,6 +33,12 @@ class GanDetach(Rule):
     the fix is two predictions, one on ``fake.detach()`` for the discriminator step and one on
     ``fake`` for the generator step (a prediction computed again for the generator step alone still
     lets the discriminator's backward reach the generator, after its optimizer changed its weights).
+    The discriminator is the module the optimizer stepped after its loss trains (a loss module run
+    on a prediction in both steps trains nothing and is none; ``D.forward(x)`` runs ``D`` as
+    ``D(x)`` does). The detach is written only where gradfix can name what that optimizer trains
+    and nothing of it builds ``fake`` (read through the file's functions and methods that build
+    it): a detach there would also cut the discriminator's own gradient. Optimizers handed back by
+    Lightning's ``self.optimizers()`` are not followed to ``configure_optimizers``: reported only.
     """
 
     SUMMARY = "the discriminator step backwards through the generator's output"
