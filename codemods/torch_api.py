@@ -87,6 +87,20 @@ TUPLE_FUNCTIONS = {
     "torch.var_mean": 2,
     "torch.frexp": 2,
 }
+# Those whose every output holds the graph of what they are given (run: each has a grad_fn); the
+# others' last output is an integer (frexp's exponent, inv_ex's and cholesky_ex's info).
+EVERY_OUTPUT_DIFFERENTIABLE = frozenset(
+    {
+        "torch.linalg.eigh",
+        "torch.linalg.eig",
+        "torch.linalg.qr",
+        "torch.linalg.svd",
+        "torch.linalg.slogdet",
+        "torch.aminmax",
+        "torch.std_mean",
+        "torch.var_mean",
+    }
+)
 
 # What a backward frees: the must-answer and the may-answer side by side ---------------------------
 

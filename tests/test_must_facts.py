@@ -708,3 +708,125 @@ def test_the_fake_is_detached_safely_only_where_nothing_the_discriminators_optim
     assert gf005(body="    fake = generator(z)\n    return fake - 0.1 * discriminator(fake)") == [("GF005", False, None)]
     # The discriminator's optimizer given parameters gradfix cannot name: what it trains is unknown.
     assert gf005(imports="from gan_setup import dis_params", trained="dis_params") == [("GF005", False, None)]
+
+
+# alpaca_farm's RLHF trainers (https://github.com/tatsu-lab/alpaca_farm, rl/quark_trainer.py), reduced:
+# the accelerator is a parameter, the loss comes out of an imported function.
+ACCUMULATING_STEP = """\
+from mylib import compute_loss
+
+
+def run(accelerator, policy, optimizer, loader):
+    for epoch in range(3):
+        for batch in loader:
+            with accelerator.accumulate(policy):
+                loss = compute_loss(batch)
+                accelerator.backward(loss)
+                {receiver}.clip_grad_norm_(policy.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+"""
+
+
+def test_an_in_place_method_carries_a_graph_into_its_receiver_for_certain_only_where_that_is_a_tensor():
+    # `accelerator.clip_grad_norm_(...)`: a method with a trailing underscore of an object gradfix
+    # does not know is no tensor's in-place operation for certain.
+    assert [(code, hint) for code, hint, _ in found(ACCUMULATING_STEP.format(receiver="accelerator"))] == [("GF004", True)]
+    assert found(ACCUMULATING_STEP.format(receiver="torch.nn.utils")) == []
+    # A tensor's in-place addition does write the graph into it, carried to the next backward.
+    on_a_tensor = """\
+layer = nn.Linear(3, 4)
+optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+state = torch.zeros(2, 4)
+for step in range(3):
+    state.add_(layer(torch.randn(2, 3)))
+    loss = state.pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    assert found(on_a_tensor) == [("GF004", False, "safe")]
+
+
+# MOSS-RLHF's PPO step (https://github.com/OpenLMLab/MOSS-RLHF, ppo/ppo_trainer.py), reduced: the
+# criterion returns the PPO loss and a pretraining loss from a forward of its own.
+TWO_LOSSES_OF_A_CRITERION = """\
+policy = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+def criterion(logits, context):
+    ppo_loss = logits.log_softmax(-1).mean()
+    pretrain_loss = {second}
+    return ppo_loss, pretrain_loss
+for step in range(3):
+    optimizer.zero_grad()
+    logits = policy(torch.randn(2, 4))
+    losses = criterion(logits, torch.randn(2, 4))
+    losses[0].backward()
+    losses[1].backward()
+    optimizer.step()
+"""
+
+
+def test_losses_share_a_graph_for_certain_only_where_gradfix_tells_the_items_of_their_tuple_apart():
+    # Items of a tuple are told apart by nothing gradfix reads: the pretraining loss may (and here
+    # does) come from a forward of its own, and the two backwards then run.
+    own_forward = found(TWO_LOSSES_OF_A_CRITERION.format(second="policy(context).pow(2).mean()"))
+    assert [(code, hint) for code, hint, _ in own_forward] == [("GF002", True)]
+    # Computed in the loop itself, two losses of one forward share its graph for certain.
+    told_apart = TWO_LOSSES_OF_A_CRITERION.format(second="logits.pow(2).mean()")
+    for old, new in (
+        ("losses = criterion(logits, torch.randn(2, 4))", "ppo_loss, pretrain_loss = logits.log_softmax(-1).mean(), logits.pow(2).mean()"),
+        ("losses[0].backward()", "ppo_loss.backward()"),
+        ("losses[1].backward()", "pretrain_loss.backward()"),
+    ):
+        told_apart = told_apart.replace(old, new)
+    assert found(told_apart) == [("GF002", False, "safe")]
+
+
+# alpaca_farm's Quark trainer (https://github.com/tatsu-lab/alpaca_farm, rl/quark_trainer.py), reduced:
+# the loss function returns the loss and a dict of statistics, which the loop keeps.
+STATISTICS_KEPT = """\
+policy = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+def compute_loss(batch):
+    loss = policy(batch).pow(2).mean()
+    return loss, {statistics}
+stats_list = []
+for step in range(3):
+    loss, stats = compute_loss(torch.randn(4, 3))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    stats_list.append(stats)
+"""
+
+
+def test_what_is_kept_is_detached_only_where_it_is_one_tensor():
+    # A dict of losses kept every step keeps their graphs, but `stats.detach()` would raise
+    # AttributeError: reported, not rewritten.
+    assert found(STATISTICS_KEPT.format(statistics='{"loss": loss}')) == [("GF007", False, None)]
+    assert found(STATISTICS_KEPT.format(statistics='{"loss": loss.detach()}')) == []
+    assert found(STATISTICS_KEPT.format(statistics="loss * 1.0")) == [("GF007", False, "safe")]
+
+
+SPECTRUM_LOSSES = """\
+layer = nn.Linear(4, 4)
+optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+for step in range(3):
+    features = layer(torch.randn(6, 4))
+    first, second = {decomposition}(features.t() @ features)
+    loss_a = first.pow(2).mean()
+    loss_b = second.pow(2).mean()
+    optimizer.zero_grad()
+    loss_a.backward()
+    loss_b.backward()
+    optimizer.step()
+"""
+
+
+def test_every_output_of_an_eigendecomposition_holds_the_graph_of_what_it_is_given():
+    # torch.linalg.eigh's eigenvalues and eigenvectors both hold the graph of `features`: the two
+    # losses share it for certain. Out of a function gradfix does not know, the items are a guess.
+    assert found(SPECTRUM_LOSSES.format(decomposition="torch.linalg.eigh")) == [("GF002", False, "safe")]
+    unknown = "from spectral import decompose\n" + SPECTRUM_LOSSES.format(decomposition="decompose")
+    assert [(code, hint) for code, hint, _ in found(unknown)] == [("GF002", True)]

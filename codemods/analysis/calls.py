@@ -30,6 +30,7 @@ from ..torch_api import (
     SAVING_NOTHING_FUNCTIONS,
     SAVING_NOTHING_METHODS,
     TUPLE_FUNCTIONS,
+    EVERY_OUTPUT_DIFFERENTIABLE,
     WITH_INDICES,
     WITH_INDICES_GIVEN_A_DIMENSION,
     is_optimizer_class,
@@ -205,8 +206,10 @@ class CallSemantics:
             and not self._names_an_object(func.value)
         ):
             # (``commons.clip_grad_value_(...)`` changes no module object, and
-            # ``accelerator.clip_grad_norm_(model.parameters(), 1.0)`` no graph into the accelerator)
-            env[target] = result
+            # ``accelerator.clip_grad_norm_(model.parameters(), 1.0)`` no graph into the accelerator).
+            # A tensor's in-place operation writes the graph into it; on a receiver not known for a
+            # tensor, the method is some object's, and what it keeps is a guess.
+            env[target] = result if tensor_method else result.changed(guessed=True, unread=True)
         if self._imported_code(func):
             self._escape(values)  # trpo.hessian_vector_product(kl, params) may backward what it is given
         return result
@@ -348,6 +351,8 @@ class CallSemantics:
         if qualified.startswith("torch.distributions."):
             return combine(values, self._origin(node), DISTRIBUTION)
         if qualified in TUPLE_FUNCTIONS:
+            if qualified in EVERY_OUTPUT_DIFFERENTIABLE:
+                self._differentiable_outputs.add(node)
             return combine(values, self._origin(node), TupleOf((TENSOR,) * TUPLE_FUNCTIONS[qualified]))
         return combine(values, self._origin(node))
 

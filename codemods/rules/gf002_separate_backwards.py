@@ -65,6 +65,11 @@ class SeparateBackwards(Rule):
     gradfix cannot see, or when a gradient hook (``register_hook``, a module's backward hook) or a
     custom autograd ``Function`` in the file may see each backward's gradient on its own (a clamp
     of each gradient is not a clamp of their sum).
+    Where a loss is an item of a tuple whose items gradfix cannot tell apart (``losses[1]`` of a
+    criterion's ``(ppo_loss, pretrain_loss)``, the second from a forward of its own), the losses
+    may share nothing, and both backwards run: the finding is a hint. The outputs of a torch
+    function that each hold its input's graph (``torch.linalg.eigh``'s values and vectors) are
+    told apart.
     """
 
     SUMMARY = "losses that share a graph are backwarded separately"
@@ -340,8 +345,12 @@ def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
 
 def _guess(sites: Sequence[BackwardSite]) -> str:
     """Why the losses may not share a graph after all: one of them came out of code gradfix did not
-    read."""
+    read, or is an item of a tuple whose items gradfix cannot tell apart (a function's
+    ``(loss, aux_loss)``, the second from a forward of its own)."""
     unread = next((site for site in sites if site.value.unread), None)
-    if unread is None:
-        return ""
-    return f"`{code_of(unread.tensors[0])}` comes out of code gradfix did not read, and may not hold the graph it seems to share"
+    if unread is not None:
+        return f"`{code_of(unread.tensors[0])}` comes out of code gradfix did not read, and may not hold the graph it seems to share"
+    guessed = next((site for site in sites if site.value.guessed), None)
+    if guessed is not None:
+        return f"gradfix cannot tell which part of the graph `{code_of(guessed.tensors[0])}` holds, and it may share none"
+    return ""

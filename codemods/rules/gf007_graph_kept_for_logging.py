@@ -121,13 +121,17 @@ print(total_loss / len(loader))
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
                 if not self._outlives_iteration(loop, store) or self._backwarded(store):
                     continue
+                # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
+                # environment's `reward`, `time.time() - start`) or a dict of tensors; a tensor a
+                # backward walked is one.
+                proved = held.backwarded or (isinstance(value, cst.Name) and self._backwarded_later(loop, statement, value.value))
+                one_tensor = held.structure is TENSOR or bool(proved)
                 unfixable = self._why_graphs_may_be_needed(loop, store, held)
-                if not unfixable and held.structure is not TENSOR and not isinstance(value, cst.Name):
+                if not unfixable and not one_tensor:
+                    # (``stats.detach()`` of a dict of losses raises AttributeError)
                     unfixable = f"gradfix cannot tell that `{code_of(value)}` is one tensor"
                 message = f"`{code_of(statement.body[0])}` keeps the graph of every step alive in `{store}`; " + (
-                    f"store `{code_of(_detached(value))}`"
-                    if isinstance(value, cst.Name) or held.structure is TENSOR
-                    else "store its tensors detached"
+                    f"store `{code_of(_detached(value))}`" if one_tensor else "store its tensors detached"
                 )
                 fix = None
                 if unfixable:
@@ -135,10 +139,11 @@ print(total_loss / len(loader))
                 else:
                     kept_detached = cst.ensure_type(statement.deep_replace(value, _detached(value)), cst.SimpleStatementLine)
                     fix = Fix(safe=True, replace=((statement, kept_detached),))
-                # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
-                # environment's `reward`, `time.time() - start`); a tensor a backward walked is one.
-                proved = held.backwarded or (isinstance(value, cst.Name) and self._backwarded_later(loop, statement, value.value))
-                guess = f"`{code_of(value)}` may hold no graph: it comes out of code gradfix did not read" if held.unread and not proved else ""
+                guess = ""
+                if held.unread and not proved:
+                    guess = f"`{code_of(value)}` may hold no graph: it comes out of code gradfix did not read"
+                elif held.guessed and not proved:
+                    guess = f"`{code_of(value)}` may hold no graph: it is an item of a tuple gradfix cannot tell apart from the others"
                 yield self.violation(value, message, fix, guess=guess)
 
     def _backwarded_later(self, loop: Loop, statement: cst.CSTNode, name: str) -> bool:
