@@ -830,3 +830,56 @@ def test_every_output_of_an_eigendecomposition_holds_the_graph_of_what_it_is_giv
     assert found(SPECTRUM_LOSSES.format(decomposition="torch.linalg.eigh")) == [("GF002", False, "safe")]
     unknown = "from spectral import decompose\n" + SPECTRUM_LOSSES.format(decomposition="decompose")
     assert [(code, hint) for code, hint, _ in found(unknown)] == [("GF002", True)]
+
+
+# Reduced from programs of an outside generator (this session's H48): the error a fix ends is one the
+# program catches, and a closure backwards what the fix frees.
+CAUGHT_SECOND_BACKWARD = """\
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+x, y = torch.randn(4, 4), torch.randn(4, 1)
+fails = 0
+for step in range(2):
+    optimizer.zero_grad()
+    loss = (model(x) - y).pow(2).mean()
+    loss.backward()
+    try:
+        loss.backward()
+    except {caught}:
+        fails += 1
+    optimizer.step()
+print(fails)
+"""
+
+
+def test_a_fix_that_ends_an_error_is_safe_only_where_the_program_catches_no_such_error():
+    # Caught, the second backward's error is part of what the program does (it counts it): removing
+    # the call changes `fails`. A handler of an error torch does not raise there proves nothing is caught.
+    for caught in ("RuntimeError", "Exception", "(ValueError, RuntimeError)"):
+        assert found(CAUGHT_SECOND_BACKWARD.format(caught=caught)) == [("GF001", False, "unsafe")], caught
+    assert found(CAUGHT_SECOND_BACKWARD.format(caught="KeyError")) == [("GF001", False, "safe")]
+
+
+RETAINED_FOR_A_CLOSURE = """\
+def main():
+    model = nn.Linear(4, 1)
+    x, y = torch.randn(4, 4), torch.randn(4, 1)
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward(retain_graph=True)
+
+    def again():
+        {body}
+
+    again()
+
+
+main()
+"""
+
+
+def test_a_nested_function_reading_its_enclosing_names_leaves_a_hidden_backward_unknown():
+    # `again` backwards the enclosing `loss` when it is called: the retained graph is needed.
+    closure = found(RETAINED_FOR_A_CLOSURE.format(body="loss.backward()"))
+    assert [(code, fix) for code, _, fix in closure if code == "GF009"] in ([], [("GF009", "unsafe")])
+    unrelated = found(RETAINED_FOR_A_CLOSURE.format(body="print('done')"))
+    assert [(code, fix) for code, _, fix in unrelated if code == "GF009"] == [("GF009", "safe")]

@@ -14,7 +14,7 @@ package: the framework rows in ``codemods.frameworks``, the cross-file summaries
 from ..frameworks import GradientEffect
 from .assignments import APPENDING_METHODS, assigned_names, read_for_data, read_names, target_names
 from .backward_calls import BackwardSite, argument, with_retained_graph
-from .closed_world import NO_BOOKKEEPING_READS, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE
+from .closed_world import NO_BOOKKEEPING_READS, NO_CAUGHT_ERRORS, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE
 from .file_analysis import Block, FileAnalysis
 from .gan import GanSteps
 from .loops import Carried, Element, Loop, Scope, expand
@@ -42,6 +42,7 @@ from .values import NONE, NUMBER, TENSOR, UNKNOWN, ListOf, Origin, RecordOf, Str
 __all__ = [
     "APPENDING_METHODS",
     "NO_BOOKKEEPING_READS",
+    "NO_CAUGHT_ERRORS",
     "NO_GRADIENT_HOOKS",
     "NO_HIDDEN_BACKWARD",
     "READS_MODELLED_CODE",

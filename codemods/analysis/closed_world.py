@@ -35,6 +35,7 @@ it (no import loop runs through the analysis, not even a type's).
 from __future__ import annotations
 
 import enum
+import symtable
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
@@ -59,11 +60,13 @@ READS_MODELLED_CODE = "reads_modelled_code"
 NO_GRADIENT_HOOKS = "no_gradient_hooks"
 NO_HIDDEN_BACKWARD = "no_hidden_backward"
 NO_BOOKKEEPING_READS = "no_bookkeeping_reads"
+NO_CAUGHT_ERRORS = "no_caught_errors"
 OBLIGATIONS: dict[str, str] = {
     READS_MODELLED_CODE: "every call on the fix's path that is handed, or returns, a graph, a tensor or a module runs code gradfix read or models",
     NO_GRADIENT_HOOKS: "no hook, custom autograd.Function or checkpoint can change the gradients the fix claims to keep",
     NO_HIDDEN_BACKWARD: "no backward or graph read runs through a lambda, a closure, a nonlocal, a bound method or getattr",
     NO_BOOKKEEPING_READS: "nothing reads the autograd bookkeeping (is_leaf, requires_grad, grad_fn) of what the fix changes",
+    NO_CAUGHT_ERRORS: "no error a backward raises where the fix is can be caught by the program, which would then mean it",
 }
 # Obligations about what is set up once for the whole program: searched in the whole file.
 PROGRAM_WIDE = frozenset({NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS})
@@ -126,6 +129,16 @@ EMPTIED_IN_PLACE = Construct(
     "``.clear()``, a slice assignment or ``del x[...]`` changes what every alias of the container holds",
     leaves_unknown=frozenset({READS_MODELLED_CODE}),
 )
+CLOSURE = Construct(
+    "a nested function reading names of the function around it",
+    "it reads (and may backward) their values wherever it is called, which the dataflow does not follow",
+    leaves_unknown=frozenset({READS_MODELLED_CODE, NO_HIDDEN_BACKWARD}),
+)
+CAUGHT_ERROR = Construct(
+    "a handler that may catch the error a backward raises",
+    "``except RuntimeError``, ``except Exception`` or a bare ``except`` around the code: the program may count on the error",
+    leaves_unknown=frozenset({NO_CAUGHT_ERRORS}),
+)
 CONSTRUCTS: tuple[Construct, ...] = (
     UNREAD_CALL,
     DYNAMIC_ACCESS,
@@ -136,7 +149,16 @@ CONSTRUCTS: tuple[Construct, ...] = (
     UNMODELLED_TORCH,
     BOOKKEEPING_READ,
     EMPTIED_IN_PLACE,
+    CLOSURE,
+    CAUGHT_ERROR,
 )
+# Exceptions that are not RuntimeError or one of its bases: a handler of them alone catches no error of
+# a backward (torch raises RuntimeError).
+NOT_RUNTIME_ERRORS = frozenset(
+    {"ValueError", "TypeError", "KeyError", "IndexError", "LookupError", "AttributeError", "NameError", "ImportError",
+     "ModuleNotFoundError", "StopIteration", "OSError", "IOError", "FileNotFoundError", "ZeroDivisionError", "ArithmeticError",
+     "AssertionError", "KeyboardInterrupt", "NotImplementedError", "UnicodeDecodeError", "json.JSONDecodeError"}
+)  # fmt: skip
 
 # torch's namespaces whose functions are operators on tensors (what the dataflow models a torch call
 # as: a differentiable function of its arguments, or a factory); the rest of torch (``torch.utils``,
@@ -280,7 +302,12 @@ class ClosedWorld:
         path = self._path(about)
         steps = []
         for obligation in obligations:
-            where = self._found if obligation in PROGRAM_WIDE else [f for f in self._found if any(self.analysis.contains(p, f.node) for p in path)]
+            if obligation in PROGRAM_WIDE:
+                where = self._found
+            elif obligation == NO_CAUGHT_ERRORS:  # a handler around the fix, or around a call that runs it
+                where = [f for f in self._found if f.construct is CAUGHT_ERROR and self._runs_under(cst.ensure_type(f.node, cst.Try), about)]
+            else:
+                where = [f for f in self._found if any(self.analysis.contains(p, f.node) for p in path)]
             refuting = next((f for f in where if obligation in f.construct.refutes), None)
             unknown = next((f for f in where if obligation in f.construct.leaves_unknown), None)
             if refuting is not None:
@@ -304,6 +331,50 @@ class ClosedWorld:
             path.append(scope)
             pending.extend(self._functions_called(scope))
         return path
+
+    def _runs_under(self, handled: cst.Try, about: Sequence[cst.CSTNode]) -> bool:
+        """Whether any of ``about`` runs in ``handled``'s body: written there, or in a function of the
+        file a call there runs (at any depth)."""
+        reached: list[cst.CSTNode] = [handled.body]
+        pending = list(self._functions_called(handled.body))
+        while pending:
+            function = pending.pop()
+            if not any(function is seen for seen in reached):
+                reached.append(function)
+                pending.extend(self._functions_called(function))
+        return any(self.analysis.contains(scope, node) for scope in reached for node in about)
+
+    def _may_catch_runtime_errors(self, caught: cst.BaseExpression | None) -> bool:
+        """Whether an ``except`` clause of this type may catch torch's RuntimeError: a bare one, and
+        any type but those ``NOT_RUNTIME_ERRORS`` names."""
+        if caught is None:
+            return True
+        if isinstance(caught, cst.Tuple):
+            return any(self._may_catch_runtime_errors(element.value) for element in caught.elements)
+        return (self.analysis.names.qualify(caught) or "") not in NOT_RUNTIME_ERRORS
+
+    def _reads_enclosing_names(self, function: cst.FunctionDef) -> bool:
+        """Whether a nested function reads a name a function around it binds (a closure: a free
+        variable, as Python's own symbol table says)."""
+        closures = self._closures
+        return closures is None or (function.name.value, self.analysis.line(function.name)) in closures
+
+    @cached_property
+    def _closures(self) -> set[tuple[str, int]] | None:
+        """The functions with free variables, by name and ``def`` line; None where Python cannot
+        read the source (every nested function may then be one)."""
+        try:
+            table = symtable.symtable(self.analysis.source.decode("utf-8"), "<gradfix>", "exec")
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            return None
+        closures: set[tuple[str, int]] = set()
+        pending = [table]
+        while pending:
+            scope = pending.pop()
+            if isinstance(scope, symtable.Function) and scope.get_frees():
+                closures.add((scope.get_name(), scope.get_lineno()))
+            pending.extend(scope.get_children())
+        return closures
 
     def _code_of_scope(self, scope: cst.CSTNode) -> list[cst.CSTNode]:
         """What runs when ``scope`` runs: a function's body, or the module's statements but its
@@ -384,6 +455,11 @@ class ClosedWorld:
             if self._nested(function):
                 for statement in tree.findall(function.body, cst.Nonlocal) + tree.findall(function.body, cst.Global):
                     yield INNER_REBINDING, statement
+                if self._reads_enclosing_names(function):
+                    yield CLOSURE, function
+        for statement in tree.findall(module, cst.Try):
+            if any(self._may_catch_runtime_errors(handler.type) for handler in statement.handlers):
+                yield CAUGHT_ERROR, statement
         for class_def in tree.findall(module, cst.ClassDef):
             if any((names.qualify(base.value) or "").startswith("torch.autograd.") for base in class_def.bases):
                 yield GRADIENT_HOOK, class_def

@@ -8,6 +8,7 @@ from ..analysis import (
     NO_GRADIENT_HOOKS,
     TENSOR,
     BackwardSite,
+    NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     READS_MODELLED_CODE,
     assigned_names,
@@ -57,7 +58,7 @@ class DuplicateBackward(Rule):
 
     SUMMARY = "the same tensor is backwarded twice"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_CAUGHT_ERRORS)
     EXAMPLE_BEFORE = """\
 model = nn.Linear(8, 2)
 criterion = nn.CrossEntropyLoss()

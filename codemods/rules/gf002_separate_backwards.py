@@ -6,6 +6,7 @@ import libcst as cst
 
 from ..analysis import (
     READS_MODELLED_CODE,
+    NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     NO_GRADIENT_HOOKS,
     BackwardSite,
@@ -74,7 +75,7 @@ class SeparateBackwards(Rule):
 
     SUMMARY = "losses that share a graph are backwarded separately"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_CAUGHT_ERRORS)
     KEEPS_GRADIENTS = True
     EXAMPLE_BEFORE = """\
 encoder = nn.Sequential(nn.Linear(10, 32), nn.Tanh())

@@ -4,7 +4,17 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from ..analysis import Loop, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, assigned_names, code_of, is_single_assignment, read_names
+from ..analysis import (
+    Loop,
+    NO_GRADIENT_HOOKS,
+    NO_CAUGHT_ERRORS,
+    NO_HIDDEN_BACKWARD,
+    READS_MODELLED_CODE,
+    assigned_names,
+    code_of,
+    is_single_assignment,
+    read_names,
+)
 from ..edits import Fix
 from ..report import FixKind
 from ..rule import Rule, Violation
@@ -50,7 +60,7 @@ class ForwardOutsideLoop(Rule):
 
     SUMMARY = "the forward pass is computed before the loop that backwards it"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_CAUGHT_ERRORS)
     EXAMPLE_BEFORE = """\
 model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
 criterion = nn.MSELoss()

@@ -7,6 +7,7 @@ import libcst as cst
 from ..analysis import (
     NO_GRADIENT_HOOKS,
     READS_MODELLED_CODE,
+    NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     NO_BOOKKEEPING_READS,
     NONE,
@@ -70,7 +71,7 @@ class CarriedState(Rule):
 
     SUMMARY = "state carries its graph across training iterations"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS, NO_CAUGHT_ERRORS)
     EXAMPLE_BEFORE = """\
 lstm = nn.LSTM(8, size)
 head = nn.Linear(size, 1)

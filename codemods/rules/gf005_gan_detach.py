@@ -5,7 +5,17 @@ from typing import Iterator, cast
 import libcst as cst
 from libcst import CSTNodeT
 
-from ..analysis import NO_GRADIENT_HOOKS, GanSteps, NO_BOOKKEEPING_READS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE, argument, code_of, detached
+from ..analysis import (
+    NO_GRADIENT_HOOKS,
+    GanSteps,
+    NO_BOOKKEEPING_READS,
+    NO_CAUGHT_ERRORS,
+    NO_HIDDEN_BACKWARD,
+    READS_MODELLED_CODE,
+    argument,
+    code_of,
+    detached,
+)
 from ..edits import Fix
 from ..report import FixKind
 from ..rule import Rule, Violation
@@ -43,7 +53,7 @@ class GanDetach(Rule):
 
     SUMMARY = "the discriminator step backwards through the generator's output"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS, NO_CAUGHT_ERRORS)
     EXAMPLE_BEFORE = """\
 generator = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
 discriminator = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 1))

@@ -7,6 +7,7 @@ import libcst as cst
 from ..analysis import (
     NO_GRADIENT_HOOKS,
     READS_MODELLED_CODE,
+    NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     NO_BOOKKEEPING_READS,
     NONE,
@@ -63,7 +64,7 @@ class CachedGraph(Rule):
     SUMMARY = "a target built once by an untrained network keeps its graph across steps"
     FIX = FixKind.SAFE
     KEEPS_RESULTS = True
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS, NO_CAUGHT_ERRORS)
     EXAMPLE_BEFORE = """\
 teacher = nn.Linear(8, 4)
 student = nn.Linear(8, 4)

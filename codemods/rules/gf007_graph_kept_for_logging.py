@@ -8,6 +8,7 @@ import libcst as cst
 from ..analysis import (
     NO_GRADIENT_HOOKS,
     READS_MODELLED_CODE,
+    NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     NO_BOOKKEEPING_READS,
     TENSOR,
@@ -63,7 +64,7 @@ class GraphKeptForLogging(Rule):
     SUMMARY = "a value kept across training steps keeps every step's graph alive"
     FIX = FixKind.SAFE
     KEEPS_GRADIENTS = True
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS, NO_CAUGHT_ERRORS)
     SYMPTOM = GraphsKeptAlive()
     EXAMPLE_BEFORE = """\
 model = nn.Linear(8, 1)

@@ -10,6 +10,7 @@ from ..analysis import (
     Element,
     Loop,
     NO_GRADIENT_HOOKS,
+    NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     Origin,
     READS_MODELLED_CODE,
@@ -48,7 +49,7 @@ class NeedlessRetainGraph(Rule):
 
     SUMMARY = "retain_graph=True keeps a graph nothing backwards again"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_CAUGHT_ERRORS)
     KEEPS_GRADIENTS = True
     SYMPTOM = RunsCorrectly()
     EXAMPLE_BEFORE = """\
