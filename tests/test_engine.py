@@ -106,16 +106,6 @@ def test_files_without_backward_are_not_parsed(monkeypatch):
     assert report.findings == [] and report.errors == []
 
 
-def test_the_trusted_parse_builds_the_tree_the_validating_parse_builds():
-    for path in sorted(FIXTURES.rglob("*.py")):
-        data = path.read_bytes()
-        try:
-            validated = cst.parse_module(data)
-        except cst.ParserSyntaxError:
-            continue
-        assert parse.parse_trusted(data).deep_equals(validated), path
-
-
 @pytest.mark.parametrize("source", [b"x = 1\n", b"def (:\n"])
 def test_nodes_built_after_a_trusted_parse_are_validated_again(source):
     with contextlib.suppress(cst.ParserSyntaxError):
