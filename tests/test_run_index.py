@@ -74,9 +74,7 @@ def test_a_warm_run_over_many_files_opens_one_entry_not_one_a_file(tree, tmp_pat
     assert checked == [] and len(opened) == 1
 
 
-@pytest.mark.parametrize(
-    "other", [{"overrides": Overrides(select=("GF001",))}, {"fixing": True}], ids=["another selection", "fix's mode"]
-)
+@pytest.mark.parametrize("other", [{"overrides": Overrides(select=("GF001",))}, {"fixing": True}], ids=["another selection", "fix's mode"])
 def test_runs_over_the_same_files_with_other_rules_or_mode_keep_indexes_of_their_own(tree, tmp_path, checked, opened, other):
     """Each run over the files, alternated, opens its own index and only it: a run of other rules
     or of another fix mode reads other entries, and an index named by the files alone was written
