@@ -31,7 +31,8 @@ either a whole entry or none.
 
 A run over many files (``INDEXED_FILES`` or more: a tree, not the few files pre-commit names) keeps
 one more entry, its index (``for_run``): every entry it read or kept, each under its name, in one
-entry named by an HMAC of the run's files and authenticated as any entry is. The next run over the
+entry named by an HMAC of the run's files and of the rules and fix mode of each, and authenticated
+as any entry is. The next run over the
 same files reads that one entry instead of opening thousands (a warm run of a large tree spent a
 sixth of its time opening and authenticating them), and takes from it only an entry of the very
 name it computes, as it would take the entry's own file: what a report depends on is in its name,
@@ -125,7 +126,7 @@ class ReportCache:
     ) -> Key:
         """The key of the report of ``path`` holding ``data``; ``digest``: ``bytes_digest(data)``
         where the run has it already (``ProjectModules.digest``), so each file is hashed once."""
-        parts = (",".join(rule_codes(rules)).encode(), mode.value.encode(), repr(sorted(project.items()) if project else []).encode())
+        parts = (*_selection(rules, mode), repr(sorted(project.items()) if project else []).encode())
         contents = (digest or bytes_digest(data)).encode()
         return self._key((os.fsencode(str(path)), *parts, contents), str(path), data)
 
@@ -174,13 +175,18 @@ class ReportCache:
     def store_imports(self, files: Sequence[str], found: ImportsFound) -> None:
         self._keep(self._imports_key(files), typed_json.dumps(found, ImportsFound))
 
-    def for_run(self, files: Sequence[str]) -> ReportCache:
-        """This cache as a run over ``files`` (absolute paths) reads and keeps it: with an index of
-        its entries (read here) when they are many, else itself. ``keep_index`` ends the run."""
+    def for_run(self, files: Sequence[str], checks: Sequence[tuple[Sequence[type[Rule]], FixMode]]) -> ReportCache:
+        """This cache as a run over ``files`` (absolute paths), each checked by the rules and in the
+        fix mode ``checks`` gives it (in the same order), reads and keeps it: with an index of its
+        entries (read here) when they are many, else itself. ``keep_index`` ends the run. The
+        index is named by the rules and modes too: a run of others over the same files reads
+        other entries, and runs alternated wrote one index over in turn, each then reading every
+        entry from its own file."""
         if len(files) < INDEXED_FILES or not self._secret:
             return self
         run = copy.copy(self)
-        name = self._files_key(b"run index", files).name
+        selections = (part for rules, mode in checks for part in _selection(rules, mode))
+        name = self._key((b"run index", *map(os.fsencode, files), *selections), "", b"").name
         run._index = _Index(name, _index_entries(self._authenticated(name) or b""), {})
         return run
 
@@ -342,6 +348,11 @@ def _index_entries(index: bytes) -> dict[str, bytes]:
         entries[index[position : position + NAME_BYTES].decode("latin-1")] = index[start:end]
         position = end
     return entries
+
+
+def _selection(rules: Sequence[type[Rule]], mode: FixMode) -> tuple[bytes, bytes]:
+    """The parts of a key that name the rules and the fix mode a file is checked by."""
+    return ",".join(rule_codes(rules)).encode(), mode.value.encode()
 
 
 def _answers(report: FileReport, key: Key) -> bool:

@@ -106,19 +106,30 @@ class _Place:
     not ``Path`` objects, which a walk of thousands of files would build for every pattern."""
 
     def __init__(self, path: str | Path, root: Path | None) -> None:
-        self.absolute = os.path.abspath(path)
+        self._path = path
         self._root = root
 
     def matches(self, patterns: tuple[str, ...], folders: bool = False) -> bool:
         """Whether one of ``patterns`` matches the path: its name (``folders``: or a folder's it is
         in, below the root), or its path relative to the root when the pattern has a ``/``."""
         names, paths = _compiled(patterns)
-        if any(names.match(name) for name in (self._names if folders else (os.path.basename(self.absolute),))):
+        if any(names.match(name) for name in (self._names if folders else (self._name,))):
             return True
         if paths is None:
             return False
         relative = self._relative
         return relative is not None and paths.match(relative) is not None
+
+    @cached_property
+    def absolute(self) -> str:
+        return os.path.abspath(self._path)
+
+    @cached_property
+    def _name(self) -> str:
+        """The path's name, read from the path as written where it ends in one (a walk's paths do:
+        the default exclusions match names alone, and a walk need not make its paths absolute)."""
+        name = os.path.basename(self._path)
+        return name if name not in ("", ".", "..") else os.path.basename(self.absolute)
 
     @cached_property
     def root(self) -> str:
@@ -127,7 +138,7 @@ class _Place:
     @cached_property
     def _names(self) -> tuple[str, ...]:
         """The path's name and those of the folders it is in, below ``root``."""
-        names = [os.path.basename(self.absolute)]
+        names = [self._name]
         folder = os.path.dirname(self.absolute)
         while _strictly_inside(folder, self.root):
             names.append(os.path.basename(folder))

@@ -179,12 +179,13 @@ def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
         return set()
     import subprocess  # only a walk asks git: a check of the files named (pre-commit, an editor) does not pay for it
 
+    # The paths as walked, not their targets: a link to outside the work tree would make git
+    # refuse the whole list.
+    absolute = [os.path.abspath(f) for f in [root, *files]]
     try:
         result = subprocess.run(
             ["git", "-C", str(root), "check-ignore", "--stdin", "-z"],
-            # The paths as walked, not their targets: a link to outside the work tree would make
-            # git refuse the whole list.
-            input=b"\0".join(os.fsencode(os.path.abspath(f)) for f in [root, *files]),
+            input=b"\0".join(map(os.fsencode, absolute)),
             capture_output=True,
             timeout=60,
         )
@@ -193,9 +194,9 @@ def _git_ignored(root: Path, files: list[Path]) -> set[Path]:
     if result.returncode not in (0, 1):  # 128: not a git work tree
         return set()
     ignored = {os.fsdecode(p) for p in result.stdout.split(b"\0") if p}
-    if os.path.abspath(root) in ignored:
+    if absolute[0] in ignored:
         return set()
-    return {f for f in files if os.path.abspath(f) in ignored}
+    return {f for f, path in zip(files, absolute[1:]) if path in ignored}
 
 
 class NotWritten(Exception):

@@ -271,10 +271,12 @@ class ProjectModules:
                 self._modules[name] = None
         return self._modules[name]
 
-    def read_already(self, path: str | Path, data: bytes | None) -> None:
-        """The bytes the run read from its file ``path`` (None: it could not): the module in that
-        file, which most of a package's files import, is not read again."""
-        self._modules.setdefault(self._absolute_path(path), data if data is not None and len(data) <= MAX_MODULE_BYTES else None)
+    def read_already(self, absolute: str, data: bytes | None) -> None:
+        """The bytes the run read from its file at ``absolute`` (its path as ``os.path.abspath``
+        makes it, which is not made again; None: it could not): the module in that file, which
+        most of a package's files import, is not read again."""
+        self._absolute.setdefault(absolute, absolute)
+        self._modules.setdefault(absolute, data if data is not None and len(data) <= MAX_MODULE_BYTES else None)
 
     def _find(self, module: WrittenModule, folder: str) -> str | None:
         """The file of ``module``, imported by a file in ``folder``: relative to its package, else

@@ -164,7 +164,8 @@ def _check_groups(
     are computed, on the same processes, then the files."""
     contents = [_read(path) for path in files]
     absolute = [os.path.abspath(path) for path in files]  # (the project's modules and the cache's keys name files so, asked often)
-    cache = cache.for_run(absolute) if cache is not None else None
+    group_of = {index: (rules, mode) for rules, mode, indexes in groups for index in indexes}
+    cache = cache.for_run(absolute, [group_of[index] for index in range(len(files))]) if cache is not None else None
     modules = ProjectModules(ModuleSummaries(_module_exports, cache), settings)
     for here, data in zip(absolute, contents):
         modules.read_already(here, data)
@@ -174,7 +175,6 @@ def _check_groups(
     # A module that is also a file of the run, whose own imports' exports are all known already, has
     # a project known now: where it is empty, the job that computes the module's exports checks the
     # file too, from the same analysis.
-    group_of = {index: (rules, mode) for rules, mode, indexes in groups for index in indexes}
     file_holding = {data: index for index, data in enumerate(contents) if data is not None}
     pending = set(unknown)
 

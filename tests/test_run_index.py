@@ -11,6 +11,7 @@ import pytest
 
 from gradfix.codemods import check
 from gradfix.codemods.cache import INDEXED_FILES, ReportCache
+from gradfix.codemods.config import Overrides
 from gradfix.codemods.run import check_paths
 
 from .test_cache import CLEAN, DOUBLE
@@ -71,6 +72,23 @@ def test_a_warm_run_over_many_files_opens_one_entry_not_one_a_file(tree, tmp_pat
     opened.clear()
     assert answers(tree, cache) == cold
     assert checked == [] and len(opened) == 1
+
+
+@pytest.mark.parametrize("other", [{"overrides": Overrides(select=("GF001",))}, {"fixing": True}], ids=["another selection", "fix's mode"])
+def test_runs_over_the_same_files_with_other_rules_or_mode_keep_indexes_of_their_own(tree, tmp_path, checked, opened, other):
+    """Each run over the files, alternated, opens its own index and only it: a run of other rules
+    or of another fix mode reads other entries, and an index named by the files alone was written
+    over by each run in turn, every entry then read from its own file."""
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = answers(tree, cache)
+    check_paths([tree], cache=cache, jobs=1, **other)
+    for _ in range(2):
+        opened.clear()
+        assert answers(tree, cache) == cold and len(opened) == 1
+        opened.clear()
+        check_paths([tree], cache=cache, jobs=1, **other)
+        assert len(opened) == 1
+    assert checked.count("train.py") == 2  # once for each: nothing was checked again
 
 
 def test_a_run_over_few_files_keeps_no_index(tree, tmp_path):

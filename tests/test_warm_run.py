@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import os
+import subprocess
 import typing
 from pathlib import Path
 
@@ -198,3 +199,21 @@ def test_gradfix_s_code_is_hashed_by_blake2b_once_a_run(tmp_path, monkeypatch):
     for _ in range(2):
         check_paths([script], cache=ReportCache(tmp_path / "cache", secret=SECRET), jobs=1)
     assert by_sha256 == [] and len(by_blake2b) == 1 + 2  # (and the script's bytes, at each run)
+
+
+def test_a_warm_walk_makes_each_files_absolute_path_once(tmp_path, monkeypatch):
+    """A folder's walk, under the default exclusions (none has a ``/``: a name is matched, not
+    the path), in a git work tree (git is asked which files it ignores, by absolute path): each
+    file found is made absolute twice: for git, and for the run (its imports and keys share it).
+    A package's ``__init__.py`` names its folder when the settings of the folder's imports are
+    looked up, once."""
+    repo = _package_of_modules(tmp_path, 3)
+    (repo / ".git").rmdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([repo], cache=cache, jobs=1).reports
+    made = _spied(monkeypatch, os.path, "abspath")
+    assert check_paths([repo], cache=cache, jobs=1).reports == cold
+    for report in cold:
+        asked_for_settings = Path(report.path).name == "__init__.py"
+        assert len([arguments for arguments in made if os.fspath(arguments[0]) == report.path]) <= 2 + asked_for_settings, report.path
