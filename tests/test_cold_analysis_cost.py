@@ -84,6 +84,28 @@ def test_the_interpreter_tells_nodes_apart_by_their_own_class(instance_checks):
     assert hot & set(instance_checks) == set()
 
 
+def test_the_analysis_and_the_rules_tell_nodes_apart_by_their_own_class_in_every_fixture(instance_checks):
+    """The tests of names, calls, unpacked targets, ``if`` chains, module bindings and logged values
+    the analysis and GF007 make of each node: about 920,000 failed ``isinstance`` of LibCST's
+    classes went through ABCMeta in a cold check of diffusers' 124 parsed files (each ten times an
+    exact-class test)."""
+    hot = {
+        "_called_class", "_detaching_call", "_read_call", "_may_keep_its_arguments", "_function_call", "_saves_tensors",
+        "unpacked", "appended", "narrowed", "_exec_if_chain", "visit_Assign", "_built_modules", "_bind", "visit_Call",
+        "_bind_optimizers", "_bind_framework", "creates_parameter", "_constructed_module", "_module_of", "_nested",
+        "_names_automatic_optimization", "_call_summary", "_kept_value", "is_call",
+    }  # fmt: skip
+    analysed = 0
+    for before in sorted(FIXTURES.glob("*/*/before.py")):
+        data = before.read_bytes()
+        analysis = FileAnalysis(parse_decoded(data, "<test>"), {}, data)
+        for rule in all_rules():
+            list(rule(analysis).violations())
+        analysed += bool(analysis.backward_sites)
+    assert analysed > 50
+    assert hot & set(instance_checks) == set()
+
+
 def test_classes_compared_by_identity_have_no_subclasses():
     """``type(node) is cst.Name`` answers as ``isinstance(node, cst.Name)`` only for a class no
     other class derives from: each LibCST class the analysis compares so has none."""

@@ -89,11 +89,7 @@ class _Writes(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if (
-            not self.rebinding_only
-            and isinstance(func, cst.Attribute)
-            and (func.attr.value in APPENDING_METHODS or is_inplace_method(func.attr.value))
-        ):
+        if not self.rebinding_only and type(func) is cst.Attribute and (func.attr.value in APPENDING_METHODS or is_inplace_method(func.attr.value)):
             name = dotted_name(func.value)
             if name:
                 self.names.add(name)

@@ -91,13 +91,13 @@ class CallSemantics:
         detaching = self.names.detaching_functions
         if dotted_name(func) in detaching:
             return True
-        called = self._called_class(func.value) if isinstance(func, cst.Attribute) else None
+        called = self._called_class(func.value) if type(func) is cst.Attribute else None
         return called is not None and f"{called}.{func.attr.value}" in detaching
 
     def _called_class(self, func: cst.BaseExpression) -> str | None:
         """The file's own class whose instance (or method) a call runs: ``model(x)``, ``model.step(x)``."""
         class_name = self._scope.class_name
-        for receiver in (func, func.value) if isinstance(func, cst.Attribute) else (func,):
+        for receiver in (func, func.value) if type(func) is cst.Attribute else (func,):
             instance = self.names.instance_class(receiver, class_name)
             module = self.names.module(receiver, class_name)
             if instance is not None:
@@ -127,7 +127,7 @@ class CallSemantics:
             return self._module_call(called_module, node, [arg.value for arg in node.args], env)
         if self.names.framework(func) in CALLED_AS_FORWARD:
             return self._engine_call(node, env)
-        if isinstance(func, cst.Attribute) and not self.names.is_torch(func.value):
+        if type(func) is cst.Attribute and not self.names.is_torch(func.value):
             return self._method_call(node, qualified, env)
         return self._function_call(node, qualified, env)
 
@@ -265,9 +265,9 @@ class CallSemantics:
         func = node.func
         arguments = [arg.value for arg in node.args]
         values = self._eval_all(arguments, env)
-        if isinstance(func, cst.Name) and func.value in self.names.record_classes:
+        if type(func) is cst.Name and func.value in self.names.record_classes:
             return union(values, self._record_structure(func.value, node, values))
-        if isinstance(func, cst.Name) and func.value in self.names.local_classes:
+        if type(func) is cst.Name and func.value in self.names.local_classes:
             self._record_construction(func.value, node, values)
             if func.value in self._constructor_parameters:
                 # An object: its methods read what it keeps from its ``__init__``; what reads it
@@ -414,9 +414,9 @@ class CallSemantics:
         func = call.func
         if call in self.backward_sites or self.names.is_torch(func):
             return False
-        if isinstance(func, cst.Name) and func.value in _NON_GRAPH_BUILTINS:
+        if type(func) is cst.Name and func.value in _NON_GRAPH_BUILTINS:
             return False
-        if isinstance(func, cst.Attribute) and (func.attr.value in APPENDING_METHODS or func.attr.value in DETACHING_METHODS):
+        if type(func) is cst.Attribute and (func.attr.value in APPENDING_METHODS or func.attr.value in DETACHING_METHODS):
             return False
         if self._only_reads(func):
             return False
@@ -485,20 +485,18 @@ class CallSemantics:
         """Whether the operation at ``node`` may save tensors for its backward: anything but an
         addition, a subtraction, a negation, an index or slice, and the sums, means, views and
         joins of ``SAVING_NOTHING_METHODS`` and ``SAVING_NOTHING_FUNCTIONS``."""
-        if isinstance(node, cst.BinaryOperation):
-            return not isinstance(node.operator, (cst.Add, cst.Subtract))
-        if isinstance(node, cst.AugAssign):
-            return not isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign))
-        if isinstance(node, cst.UnaryOperation):
-            return not isinstance(node.operator, (cst.Minus, cst.Plus))
-        if isinstance(node, cst.Subscript):
+        if type(node) is cst.BinaryOperation:
+            return type(node.operator) is not cst.Add and type(node.operator) is not cst.Subtract
+        if type(node) is cst.AugAssign:
+            return type(node.operator) is not cst.AddAssign and type(node.operator) is not cst.SubtractAssign
+        if type(node) is cst.UnaryOperation:
+            return type(node.operator) is not cst.Minus and type(node.operator) is not cst.Plus
+        if type(node) is cst.Subscript:
             return False
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             if (self.names.qualify(node.func) or "") in SAVING_NOTHING_FUNCTIONS:
                 return False
-            return not (
-                isinstance(node.func, cst.Attribute) and node.func.attr.value in SAVING_NOTHING_METHODS and not self.names.is_torch(node.func)
-            )
+            return not (type(node.func) is cst.Attribute and node.func.attr.value in SAVING_NOTHING_METHODS and not self.names.is_torch(node.func))
         return True
 
     def saves_for_certain(self, node: cst.CSTNode, class_name: str | None = None, reading: frozenset[str] = frozenset()) -> bool:

@@ -662,7 +662,7 @@ class ClosedWorld:
     def _nested(self, function: cst.FunctionDef) -> bool:
         parent = self.analysis.tree.parent(function)
         while parent is not None:
-            if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+            if type(parent) is cst.FunctionDef or type(parent) is cst.Lambda:
                 return True
             parent = self.analysis.tree.parent(parent)
         return False

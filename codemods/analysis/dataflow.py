@@ -72,7 +72,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             for method in cls.body.body
             if isinstance(method, cst.FunctionDef) and method.name.value != "__init__"
         }
-        self._module_functions = {statement.name.value: statement for statement in module.body if isinstance(statement, cst.FunctionDef)}
+        self._module_functions = {statement.name.value: statement for statement in module.body if type(statement) is cst.FunctionDef}
         self._constructor_parameters = {
             cls.name.value: [p.name.value for p in init.params.params[1:]]
             for cls in tree.findall(module, cst.ClassDef)
@@ -393,8 +393,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             branch_ends.append(self._exec_body(current.body, then_start))
             bodies.append(current.body)
             orelse = current.orelse
-            current = orelse if isinstance(orelse, cst.If) else None
-            if isinstance(orelse, cst.Else):
+            current = orelse if type(orelse) is cst.If else None
+            if type(orelse) is cst.Else:
                 branch_ends.append(self._exec_body(orelse.body, start))
                 return join_envs(branch_ends)
         joined = join_envs([*branch_ends, start])
@@ -471,7 +471,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         loop = self.loops.get(node)
         if loop is None:
             carried = assigned_names(node.body, tree=self._tree) | self._left_by_calls(node.body)
-            if isinstance(node, cst.FunctionDef):
+            if type(node) is cst.FunctionDef:
                 # Across calls only what is kept on the instance survives.
                 self_name = node.params.params[0].name.value if node.params.params else "self"
                 carried = {name for name in carried if name.startswith(self_name + ".")}
@@ -524,7 +524,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             newly_freed = {
                 name for name, value in ends.items() if value.freed and name not in loop.carried_names and name in env and not env[name].freed
             } - freed_in_loop
-            if isinstance(loop.node, cst.FunctionDef):  # (a method's calls)
+            if type(loop.node) is cst.FunctionDef:  # (a method's calls)
                 newly_freed -= self._local_names(loop.node)  # each call binds its own: the next one is not freed
             converged = same_graphs(new_back_edge, back_edge) and not newly_freed
             back_edge = new_back_edge
@@ -533,7 +533,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 break
         loop.entry, loop.back_edge = entry, back_edge
         loop.returned, loop.returns = joined(frame.returned), tuple(frame.returned)
-        if isinstance(node, cst.FunctionDef):
+        if type(node) is cst.FunctionDef:
             self.returned_items[node] = frame.items_returned()
             self.returned_given[node] = frame.returned_given()
             self.items_given[node] = frame.items_given()

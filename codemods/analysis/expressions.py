@@ -81,7 +81,7 @@ class Expressions:
             return combine(operands, self._origin(node), structure)
         if node_type is cst.UnaryOperation:
             operand = self._eval(node.expression, env)
-            return CONSTANT if isinstance(node.operator, cst.Not) else combine([operand], self._origin(node))
+            return CONSTANT if type(node.operator) is cst.Not else combine([operand], self._origin(node))
         if node_type is cst.BooleanOperation:
             return self._eval(node.left, env).join(self._eval(node.right, env))
         if node_type is cst.Comparison:
@@ -108,7 +108,7 @@ class Expressions:
             written = env.get(slot) if slot is not None else None
             base = self._eval(node.value, env)
             for element in node.slice:
-                if isinstance(element.slice, cst.Index):
+                if type(element.slice) is cst.Index:
                     self._eval(element.slice.value, env)
             if base.structure is TENSOR:
                 return combine([base], self._origin(node))
@@ -138,7 +138,7 @@ class Expressions:
             return element
         if node_type in (cst.Tuple, cst.List):
             values = self._eval_all([e.value for e in node.elements], env)
-            if node_type is cst.Tuple and not any(isinstance(e, cst.StarredElement) for e in node.elements):
+            if node_type is cst.Tuple and not any(type(e) is cst.StarredElement for e in node.elements):
                 self._tuple_items[node] = values
             structure: Structure = (
                 TupleOf(tuple(v.structure for v in values)) if isinstance(node, cst.Tuple) else ListOf(join_structures(v.structure for v in values))
@@ -156,7 +156,7 @@ class Expressions:
             return value
         if node_type is cst.FormattedString:
             for piece in node.parts:
-                if isinstance(piece, cst.FormattedStringExpression):
+                if type(piece) is cst.FormattedStringExpression:
                     self._eval(piece.expression, env)
             return CONSTANT
         if node_type in _CONSTANT_EXPRESSIONS:
@@ -282,20 +282,20 @@ def narrowed(test: cst.BaseExpression, env: Env) -> tuple[Env, Env]:
     """The environments at the start of an ``if``'s two branches: after ``x is None`` /
     ``x is not None``, ``x`` holds None on one side."""
     then_env, else_env = dict(env), dict(env)
-    tested = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
+    tested = test.expression if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not else test
     if type(tested) is cst.Name and tested.value not in ("True", "False", "None"):
         true_side, false_side = (then_env, else_env) if tested is test else (else_env, then_env)
         true_side[truth_key(tested.value)], false_side[truth_key(tested.value)] = TESTED_TRUE, TESTED_FALSE
     if (
-        isinstance(test, cst.Comparison)
+        type(test) is cst.Comparison
         and len(test.comparisons) == 1
-        and isinstance(test.comparisons[0].comparator, cst.Name)
+        and type(test.comparisons[0].comparator) is cst.Name
         and test.comparisons[0].comparator.value == "None"
     ):
         name = dotted_name(test.left)
         operator = test.comparisons[0].operator
-        if name is not None and isinstance(operator, (cst.Is, cst.IsNot)):
-            none_side = then_env if isinstance(operator, cst.Is) else else_env
+        if name is not None and (type(operator) is cst.Is or type(operator) is cst.IsNot):
+            none_side = then_env if type(operator) is cst.Is else else_env
             none_side[name] = Value(structure=NONE)
     return then_env, else_env
 

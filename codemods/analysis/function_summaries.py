@@ -103,7 +103,7 @@ class FunctionSummaries:
         defaults = {
             p.name.value: p.default.value == "True"
             for p in node.params.params
-            if isinstance(p.default, cst.Name) and p.default.value in ("True", "False")
+            if type(p.default) is cst.Name and p.default.value in ("True", "False")
         }
         summary = FunctionSummary(
             name,
@@ -145,12 +145,12 @@ class FunctionSummaries:
         if self._loops:
             self.repeated_functions.add(summary.name)
         self.graph_arguments[summary.name] = self.graph_arguments.get(summary.name, False) or any(v.graph for v in values)
-        if isinstance(call.func, cst.Attribute) and dotted_name(call.func.value) == "self":
+        if type(call.func) is cst.Attribute and dotted_name(call.func.value) == "self":
             self._record_object_state(summary_key(summary), env)
             env.update(summary.left_for_caller)  # self.add_regularization_loss(...) in __init__: what it keeps stays
         elif self._module_functions.get(summary.name) is not None:
             caller = self._scope.node
-            shadowed = self._local_names(caller) if isinstance(caller, cst.FunctionDef) else set()
+            shadowed = self._local_names(caller) if type(caller) is cst.FunctionDef else set()
             self._record_module_state(summary.name, env, shadowed)
             env.update((name, value) for name, value in summary.left_for_caller.items() if name.split(".")[0] not in shadowed)
         self._free_what_the_call_walked(summary, values, env)

@@ -50,7 +50,7 @@ class Loop:
 
     @property
     def is_call(self) -> bool:
-        return isinstance(self.node, cst.FunctionDef)
+        return type(self.node) is cst.FunctionDef
 
     @property
     def body(self) -> cst.BaseSuite:

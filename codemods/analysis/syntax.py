@@ -99,7 +99,7 @@ def is_grad(attribute: cst.Attribute) -> bool:
 
 def appended(small: cst.CSTNode) -> cst.Call | None:
     """The call of a statement ``xs.append(value)``, one value passed by position; None for any other."""
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and method_called(small.value) == "append":
+    if type(small) is cst.Expr and type(small.value) is cst.Call and method_called(small.value) == "append":
         arguments = small.value.args
         if len(arguments) == 1 and arguments[0].keyword is None and not arguments[0].star:
             return small.value
@@ -266,7 +266,11 @@ class _BranchMerge(cst.CSTTransformer):
 
 def unpacked(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
     """The element-by-element assignments of ``a, b = x, y``; none for any other assignment."""
-    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(target.elements) == len(value.elements):
+    if (
+        (type(target) is cst.Tuple or type(target) is cst.List)
+        and (type(value) is cst.Tuple or type(value) is cst.List)
+        and len(target.elements) == len(value.elements)
+    ):
         return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
     return []
 

@@ -334,7 +334,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def _nested(self, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
         parent = self._tree.parent(node)
         while parent is not None and parent is not function:
-            if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+            if type(parent) is cst.FunctionDef or type(parent) is cst.Lambda:
                 return True
             parent = self._tree.parent(parent)
         return False
@@ -377,7 +377,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     # instances -------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, (cst.List, cst.Tuple)):
+        if len(node.targets) == 1 and type(node.targets[0].target) is cst.Name and (type(node.value) is cst.List or type(node.value) is cst.Tuple):
             self._name_lists[node.targets[0].target.value] = node.value
         for target in node.targets:
             pairs = unpacked(target.target, node.value)
@@ -386,7 +386,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self._bind_framework(element, value)
             self._bind(target.target, node.value)
             self._bind_framework(target.target, node.value)
-            if isinstance(target.target, (cst.Attribute, cst.Subscript)):
+            if type(target.target) is cst.Attribute or type(target.target) is cst.Subscript:
                 self._note_stored(node.value)
         if (
             self._classes
@@ -401,11 +401,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def _bind_framework(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         """``accelerator = Accelerator()``, ``engine, opt, _, _ = deepspeed.initialize(...)`` and
         instances of the file's own classes."""
-        if not isinstance(value, cst.Call):
+        if type(value) is not cst.Call:
             return
         callee = self.names.qualify(value.func)
         self._bind_optimizers(target, value, callee or "")
-        if isinstance(target, (cst.Tuple, cst.List)) and callee in FRAMEWORK_TUPLE_CONSTRUCTORS and target.elements:
+        if (type(target) is cst.Tuple or type(target) is cst.List) and callee in FRAMEWORK_TUPLE_CONSTRUCTORS and target.elements:
             if len(target.elements) > 1 and (optimizer := dotted_name(target.elements[1].value)):
                 self.names.optimizers.add(optimizer)  # engine, optimizer, …
             kind: str | None
@@ -438,9 +438,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return
         module = self._constructed_module(value) or self._built_modules(value)
         current_class = self._classes[-1] if self._classes else None
-        self._bindings.setdefault(name, []).append(value.value if isinstance(value, cst.Name) else None)
+        self._bindings.setdefault(name, []).append(value.value if type(value) is cst.Name else None)
         self._alias_torch_name(name, value, self._bindings[name])
-        if module is None and isinstance(value, cst.Name):
+        if module is None and type(value) is cst.Name:
             self._aliases.append((current_class, name, value.value))
         if module is not None:
             if name.startswith("self.") and self._classes:
@@ -465,7 +465,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def _module_of(self, expression: cst.BaseExpression) -> ModuleInfo | None:
         """The module an expression names or builds (``model``, ``Net()``, ``Net().to(device)``)."""
-        if isinstance(expression, cst.Call):
+        if type(expression) is cst.Call:
             return self._constructed_module(expression)
         return self.names.module(expression, self._classes[-1] if self._classes else None)
 
@@ -473,9 +473,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
         """A plain list or tuple of modules the expression builds (``[nn.Linear(6, 1) for _ in
         range(3)]``, ``(encoder, decoder)``): named as a container of modules, whose items are
         modules (``heads[0](x)``), as an ``nn.ModuleList`` is."""
-        if isinstance(value, (cst.ListComp, cst.GeneratorExp)) and value.for_in.inner_for_in is None:
+        if (type(value) is cst.ListComp or type(value) is cst.GeneratorExp) and value.for_in.inner_for_in is None:
             items = [value.elt]
-        elif isinstance(value, (cst.List, cst.Tuple)) and value.elements:
+        elif (type(value) is cst.List or type(value) is cst.Tuple) and value.elements:
             items = [element.value for element in value.elements]
         else:
             return None
@@ -485,10 +485,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
         return ModuleInfo("") if all(module is not None for module in modules) else None
 
     def _constructed_module(self, value: cst.BaseExpression) -> ModuleInfo | None:
-        if not isinstance(value, cst.Call):
+        if type(value) is not cst.Call:
             return None
         func = value.func
-        if isinstance(func, cst.Attribute) and func.attr.value in MODULE_RETURNING:
+        if type(func) is cst.Attribute and func.attr.value in MODULE_RETURNING:
             return self._module_of(func.value)
         if self.names.qualify(func) in MODULE_WRAPPERS:
             return self._module_of(value.args[0].value) if value.args else None  # the wrapped module
@@ -503,8 +503,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
         """Optimizers by construction (``torch.optim.X(...)``, a local Optimizer subclass), by a
         framework handing them back (``accelerator.prepare``, ``fabric.setup``, position for
         position) and by a LightningModule's ``self.optimizers()``."""
-        elements = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
-        method = value.func.attr.value if isinstance(value.func, cst.Attribute) else ""
+        elements = [e.value for e in target.elements] if (type(target) is cst.Tuple or type(target) is cst.List) else [target]
+        method = value.func.attr.value if type(value.func) is cst.Attribute else ""
         if is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == LIGHTNING_OPTIMIZERS_METHOD:
             chosen = elements
             modules = self._optimized_modules(value.args[0].value) if value.args and method != LIGHTNING_OPTIMIZERS_METHOD else None
@@ -545,27 +545,22 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._note_stored(arg.value)
         if method_called(node) == "add_param_group":
             self._add_parameter_group(node)
-        if isinstance(func, cst.Attribute) and method_called(node) in ("append", "insert") and node.args:
+        if type(func) is cst.Attribute and method_called(node) in ("append", "insert") and node.args:
             self._note_module_container(func.value, node.args[-1].value)
-        if isinstance(func, cst.Attribute) and changes_in_place(node):
+        if type(func) is cst.Attribute and changes_in_place(node):
             for arg in node.args:
                 self._note_update_by_hand(node, func.value, arg.value)
-        if (
-            isinstance(func, cst.Attribute)
-            and method_called(node) == "requires_grad_"
-            and len(node.args) == 1
-            and is_name(node.args[0].value, "False")
-        ):
+        if type(func) is cst.Attribute and method_called(node) == "requires_grad_" and len(node.args) == 1 and is_name(node.args[0].value, "False"):
             self._freeze(func.value)  # vgg.requires_grad_(False)
-        elif isinstance(func, cst.Attribute) and method_called(node) == "requires_grad_" and isinstance(func.value, cst.Name):
+        elif type(func) is cst.Attribute and method_called(node) == "requires_grad_" and type(func.value) is cst.Name:
             # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
             # parameters require grad already), such as an input it optimizes
             self.names.leaf_tensors.add(func.value.value)
-        if isinstance(func, cst.Attribute) and func.attr.value in OPTIMIZER_ONLY_METHODS:
+        if type(func) is cst.Attribute and func.attr.value in OPTIMIZER_ONLY_METHODS:
             name = dotted_name(func.value)
             if name is not None:
                 self.names.objects.add(name)
-        if isinstance(func, cst.Attribute) and func.attr.value in MODULE_METHODS:
+        if type(func) is cst.Attribute and func.attr.value in MODULE_METHODS:
             name = dotted_name(func.value)
             if name is None:
                 return
@@ -777,13 +772,13 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
 
 def _names_automatic_optimization(target: cst.BaseExpression) -> bool:
-    return isinstance(target, (cst.Name, cst.Attribute)) and (dotted_name(target) or "").endswith(LIGHTNING_AUTOMATIC_OPTIMIZATION)
+    return (type(target) is cst.Name or type(target) is cst.Attribute) and (dotted_name(target) or "").endswith(LIGHTNING_AUTOMATIC_OPTIMIZATION)
 
 
 def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
     """``nn.Parameter(...)`` or a tensor factory called with ``requires_grad=True``; not
     ``nn.Parameter(x, requires_grad=False)``, a constant of the module's state (a step count)."""
-    if not isinstance(value, cst.Call):
+    if type(value) is not cst.Call:
         return False
     if names.qualify(value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
         flags = [a.value for i, a in enumerate(value.args) if (a.keyword.value == "requires_grad" if a.keyword else i == 1)]

@@ -277,21 +277,21 @@ def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.BaseExpression]
     """``(store, value)`` for ``store += value``, ``store = store + value``, ``store.append(value)``
     and ``store[key] = value`` (``value`` a name, or for all but the sum written out any expression:
     ``total += loss / n``)."""
-    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
+    if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign:
         name = dotted_name(small.target)
         return (name, small.value) if name else None
-    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+    if type(small) is cst.Assign and len(small.targets) == 1:
         target, value = small.targets[0].target, small.value
         name = dotted_name(target)
         if (
             name
-            and isinstance(value, cst.BinaryOperation)
-            and isinstance(value.operator, cst.Add)
+            and type(value) is cst.BinaryOperation
+            and type(value.operator) is cst.Add
             and dotted_name(value.left) == name
             and isinstance(value.right, cst.Name)
         ):
             return name, value.right
-        if isinstance(target, cst.Subscript) and (container := dotted_name(target.value)):
+        if type(target) is cst.Subscript and (container := dotted_name(target.value)):
             return container, value
     call = appended(small)
     if call is not None and isinstance(call.func, cst.Attribute):
