@@ -305,7 +305,11 @@ class ClosedWorld:
             if obligation in PROGRAM_WIDE:
                 where = self._found
             elif obligation == NO_CAUGHT_ERRORS:  # a handler around the fix, or around a call that runs it
-                where = [f for f in self._found if f.construct is CAUGHT_ERROR and self._runs_under(cst.ensure_type(f.node, cst.Try), about)]
+                where = [
+                    f
+                    for f in self._found
+                    if f.construct is CAUGHT_ERROR and isinstance(f.node, (cst.Try, cst.TryStar)) and self._runs_under(f.node, about)
+                ]
             else:
                 where = [f for f in self._found if any(self.analysis.contains(p, f.node) for p in path)]
             refuting = next((f for f in where if obligation in f.construct.refutes), None)
@@ -332,7 +336,7 @@ class ClosedWorld:
             pending.extend(self._functions_called(scope))
         return path
 
-    def _runs_under(self, handled: cst.Try, about: Sequence[cst.CSTNode]) -> bool:
+    def _runs_under(self, handled: cst.Try | cst.TryStar, about: Sequence[cst.CSTNode]) -> bool:
         """Whether any of ``about`` runs in ``handled``'s body: written there, or in a function of the
         file a call there runs (at any depth)."""
         reached: list[cst.CSTNode] = [handled.body]
@@ -457,7 +461,7 @@ class ClosedWorld:
                     yield INNER_REBINDING, statement
                 if self._reads_enclosing_names(function):
                     yield CLOSURE, function
-        for statement in tree.findall(module, cst.Try):
+        for statement in [*tree.findall(module, cst.Try), *tree.findall(module, cst.TryStar)]:
             if any(self._may_catch_runtime_errors(handler.type) for handler in statement.handlers):
                 yield CAUGHT_ERROR, statement
         for class_def in tree.findall(module, cst.ClassDef):
