@@ -883,3 +883,30 @@ def test_a_nested_function_reading_its_enclosing_names_leaves_a_hidden_backward_
     assert [(code, fix) for code, _, fix in closure if code == "GF009"] in ([], [("GF009", "unsafe")])
     unrelated = found(RETAINED_FOR_A_CLOSURE.format(body="print('done')"))
     assert [(code, fix) for code, _, fix in unrelated if code == "GF009"] == [("GF009", "safe")]
+
+
+# A program of tests/test_fuzz_safe_fixes.py (a recurrent cell backwarded in the loop and once more
+# after it): the optimizer's parameters, a list of both modules', are named by no module.
+STEPPED_BY_AN_OPTIMIZER_OF_UNNAMED_PARAMETERS = """\
+inputs, targets = torch.randn(2, 2, 4), torch.randn(2, 2, 1)
+cell = nn.GRUCell(4, 6)
+head = nn.Linear(6, 1)
+criterion = nn.SmoothL1Loss()
+parameters = [*cell.parameters(), *head.parameters()]
+optimizer = torch.optim.SGD(parameters, lr=0.05)
+hidden = torch.zeros(2, 6)
+for step in range(2):
+    optimizer.zero_grad()
+    hidden = cell(inputs[step], hidden)
+    loss = criterion(head(hidden), targets[step])
+    torch.autograd.backward(loss)
+    optimizer.step()
+loss.backward()
+optimizer.step()
+"""
+
+
+def test_an_optimizer_stepped_after_a_backward_whose_modules_are_unnamed_leaves_the_gans_roles_unknown():
+    result = gradfix.check(HEADER + STEPPED_BY_AN_OPTIMIZER_OF_UNNAMED_PARAMETERS, hints=True)
+    assert result.errors == ()  # (the analysis raised TypeError: which module the optimizer trains was None)
+    assert "GF005" not in [finding.code for finding in result.findings]

@@ -89,7 +89,7 @@ def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps 
                 if any(_module_name(analysis, site, origin.node) == discriminator and origin.node not in on_output[site] for origin in graphs[site])
             ]
             if len(elsewhere) != 1:
-                elsewhere = [site for site in (first, second) if discriminator in _stepped_after(analysis, site)]
+                elsewhere = [site for site in (first, second) if discriminator in (_stepped_after(analysis, site) or ())]
             if len(elsewhere) != 1:
                 continue
             d_step = elsewhere[0]
