@@ -44,9 +44,9 @@ class DuplicateBackward(Rule):
     When gradfix only reports: When the first call already passes ``retain_graph=True`` on purpose,
     or gradfix cannot tell what it passes (an expression, or a keyword ``Tensor.backward`` does not
     take: torch 0.3's ``retain_variables``), nothing is rewritten: the program runs, and the second
-    backward is then deliberate; a first call that may keep the graph makes the finding a hint. Where gradfix sees no graph in the value at all (it may be no
-    tensor: a course's own autodiff class, whose ``backward`` runs twice on purpose), the finding is
-    a hint. A gradient check whose graph saved no tensor (sums, means, views and
+    backward is then deliberate; a first call that may keep the graph makes the finding a hint.
+    Where gradfix sees no graph in the value at all (it may be no tensor: a course's own autodiff
+    class, whose ``backward`` runs twice on purpose), the finding is a hint. A gradient check whose graph saved no tensor (sums, means, views and
     concatenations of leaves) frees nothing, and the backward after it runs and counts nothing
     twice: no finding. Removing the repeated call is safe only where the first call certainly freed
     a tensor its graph saved (a product, a layer with parameters, a loss function, an activation;
