@@ -185,8 +185,8 @@ class ReportCache:
         if len(files) < INDEXED_FILES or not self._secret:
             return self
         run = copy.copy(self)
-        selections = (part for rules, mode in checks for part in _selection(rules, mode))
-        name = self._key((b"run index", *map(os.fsencode, files), *selections), "", b"").name
+        selections = [part for rules, mode in checks for part in _selection(rules, mode)]
+        name = self._files_key(b"run index", files, selections).name
         run._index = _Index(name, _index_entries(self._authenticated(name) or b""), {})
         return run
 
@@ -199,8 +199,8 @@ class ReportCache:
     def _imports_key(self, files: Sequence[str]) -> Key:
         return self._files_key(b"project imports", files)
 
-    def _files_key(self, kind: bytes, files: Sequence[str]) -> Key:
-        return self._key((kind, *map(os.fsencode, files)), "", b"")
+    def _files_key(self, kind: bytes, files: Sequence[str], more: Sequence[bytes] = ()) -> Key:
+        return self._key((kind, *map(os.fsencode, files), *more), "", b"")
 
     def _exports_key(self, module: bytes) -> Key:
         return self._key((b"module summaries", module), "", module)

@@ -910,3 +910,43 @@ def test_an_optimizer_stepped_after_a_backward_whose_modules_are_unnamed_leaves_
     result = gradfix.check(HEADER + STEPPED_BY_AN_OPTIMIZER_OF_UNNAMED_PARAMETERS, hints=True)
     assert result.errors == ()  # (the analysis raised TypeError: which module the optimizer trains was None)
     assert "GF005" not in [finding.code for finding in result.findings]
+
+
+GAN_OF_A_TRAINER = """\
+class Trainer:
+    def __init__(self):
+        self.G = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+        self.D = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 1))
+        self.opt_g = torch.optim.Adam(self.G.parameters(), lr=1e-3)
+        self.opt_d = torch.optim.Adam(self.D.parameters(), lr=1e-3)
+        self.bce = nn.BCEWithLogitsLoss()
+
+    def sample(self, n):
+{body}
+
+    def step(self, real):
+        fake = self.sample(len(real))
+        self.opt_d.zero_grad()
+        d_loss = self.bce(self.D(real), torch.ones(len(real), 1)) + self.bce(self.D(fake), torch.zeros(len(real), 1))
+        d_loss.backward()
+        self.opt_d.step()
+        self.opt_g.zero_grad()
+        g_loss = self.bce(self.D(fake), torch.ones(len(real), 1))
+        g_loss.backward()
+        self.opt_g.step()
+
+
+trainer = Trainer()
+for step in range(3):
+    trainer.step(torch.randn(5, 3))
+"""
+
+
+def test_a_fake_made_by_a_method_of_the_trainer_is_read_through_that_method():
+    def gf005(body):
+        return [(code, hint, fix) for code, hint, fix in found(GAN_OF_A_TRAINER.format(body=body)) if code == "GF005"]
+
+    assert gf005("        return self.G(torch.randn(n, 4))") == [("GF005", False, "safe")]
+    # The method refines the fake with the discriminator: detaching it would cut D's own gradient.
+    refined = "        fake = self.G(torch.randn(n, 4))\n        return fake - 0.1 * self.D(fake)"
+    assert gf005(refined) == [("GF005", False, None)]

@@ -333,19 +333,19 @@ class ClosedWorld:
             if any(scope is seen for seen in path):
                 continue
             path.append(scope)
-            pending.extend(self._functions_called(scope))
+            pending.extend(self.functions_called(scope))
         return path
 
     def _runs_under(self, handled: cst.Try | cst.TryStar, about: Sequence[cst.CSTNode]) -> bool:
         """Whether any of ``about`` runs in ``handled``'s body: written there, or in a function of the
         file a call there runs (at any depth)."""
         reached: list[cst.CSTNode] = [handled.body]
-        pending = list(self._functions_called(handled.body))
+        pending = list(self.functions_called(handled.body))
         while pending:
             function = pending.pop()
             if not any(function is seen for seen in reached):
                 reached.append(function)
-                pending.extend(self._functions_called(function))
+                pending.extend(self.functions_called(function))
         return any(self.analysis.contains(scope, node) for scope in reached for node in about)
 
     def _may_catch_runtime_errors(self, caught: cst.BaseExpression | None) -> bool:
@@ -396,18 +396,18 @@ class ClosedWorld:
             scope = parent
         return scope
 
-    def _functions_called(self, scope: cst.CSTNode) -> Iterator[cst.FunctionDef]:
+    def functions_called(self, scope: cst.CSTNode) -> Iterator[cst.FunctionDef]:
+        """The file's functions and methods the calls in ``scope`` run."""
         for call in self.analysis.tree.findall(scope, cst.Call):
-            yield from self._read_callees(call)
+            yield from self.functions_run_by(call)
 
-    def _read_callees(self, call: cst.Call) -> list[cst.FunctionDef]:
+    def functions_run_by(self, call: cst.Call) -> list[cst.FunctionDef]:
         """The file's functions (and methods, through ``self`` or an instance of a class of the file)
         a call runs."""
         func = call.func
-        if isinstance(func, cst.Name) and func.value in self.analysis.names.instances:
-            return self._methods_of(self.analysis.names.instances[func.value], "__call__") + self._methods_of(
-                self.analysis.names.instances[func.value], "forward"
-            )
+        instance = self.analysis.names.instance_class(func, self.analysis.class_name_of(call)) if isinstance(func, cst.Name) else None
+        if instance is not None:  # (``model(x)`` of an instance of the file's class, ``self(x)`` in it)
+            return self._methods_of(instance, "__call__") + self._methods_of(instance, "forward")
         if isinstance(func, cst.Name):
             name = self.analysis.names.function_aliases.get(func.value, func.value)
             functions = [f for f in self.analysis._functions if f.name.value == name and self.analysis.class_name_of(f) is None]
@@ -502,7 +502,7 @@ class ClosedWorld:
         if isinstance(func, cst.Attribute) and method == "apply" and names.module(func.value, analysis.class_name_of(call)) is not None:
             # ``model.apply(fn)`` runs ``fn`` on every submodule: read when ``fn`` is the file's own
             applied = [arg.value for arg in call.args[:1]]
-            return None if applied and isinstance(applied[0], cst.Name) and self._read_callees(cst.Call(func=applied[0])) else UNREAD_CALL
+            return None if applied and isinstance(applied[0], cst.Name) and self.functions_run_by(cst.Call(func=applied[0])) else UNREAD_CALL
         return UNREAD_CALL if self._touches_autograd(call) else None
 
     def _modelled(self, call: cst.Call, func: cst.BaseExpression, method: str | None, qualified: str | None) -> bool:
@@ -522,7 +522,7 @@ class ClosedWorld:
         if isinstance(func, cst.Name):
             if func.value in MODELLED_BUILTINS and func.value not in names.aliases:
                 return True
-            if self._read_callees(call) or self._built_of_read_classes(func.value) or names.framework(func) in CALLED_AS_FORWARD:
+            if self.functions_run_by(call) or self._built_of_read_classes(func.value) or names.framework(func) in CALLED_AS_FORWARD:
                 return True
             info = names.module(func, class_name)
             return info is not None and (info.is_local or names.module_class(cst.Name("nn")) is None) and _torch_or_local(info)
@@ -548,7 +548,7 @@ class ClosedWorld:
                 or (dotted_name(receiver) == "self" and class_name in names.lightning_classes)
             ):
                 return True
-            if self._read_callees(call):
+            if self.functions_run_by(call):
                 return True
             if method not in TENSOR_HOOK_METHODS and method not in TENSOR_DEFERRED_METHODS and self._names_a_tensor(receiver):
                 return True

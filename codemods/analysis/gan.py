@@ -182,16 +182,16 @@ def _stepped_after(analysis, site: BackwardSite) -> set[str] | None:
 def _runs_what_trains(analysis, class_name: str | None, chain: frozenset[Origin], trained: set[str]) -> bool:
     """Whether building the generator's output may run a module in ``trained`` (the discriminator
     step's): a detach there would also cut the discriminator's own gradient. Read through the
-    file's own functions and methods the chain calls (``self.sample(n)``), at every depth."""
+    file's functions and the class's own methods the chain calls (``self.sample(n)``, ``self(x)``),
+    at every depth."""
     nodes: list[cst.CSTNode] = [origin.node for origin in chain]
     read: set[cst.FunctionDef] = set()
     while nodes:
         node = nodes.pop()
-        for call in analysis.tree.findall(node, cst.Call):
-            for function in _own_functions_called(analysis, call, class_name):
-                if function not in read:
-                    read.add(function)
-                    nodes.append(function.body)
+        for function in analysis.closed_world.functions_called(node):
+            if function not in read and analysis.class_name_of(function) in (None, class_name):
+                read.add(function)
+                nodes.append(function.body)
         for name in (*analysis.tree.findall(node, cst.Name), *analysis.tree.findall(node, cst.Attribute)):
             module = _module_named(analysis, name, class_name)
             if module is not None and analysis.may_train(module, trained):
@@ -201,8 +201,9 @@ def _runs_what_trains(analysis, class_name: str | None, chain: frozenset[Origin]
 
 def _module_named(analysis, node: cst.Name | cst.Attribute, class_name: str | None) -> str | None:
     """The module a dotted expression reads, when it is the whole expression (``self.G`` of
-    ``self.G.weight``): its longest part that names a module, unless that part only receives a call
-    of one of the class's own methods (``self`` of ``self.sample(n)``, whose body is read)."""
+    ``self.G.weight``): its longest part that names a module; not ``self`` where it only runs one
+    of its class's own methods (``self.sample(n)``, ``self(x)``: their bodies are read), nor a
+    module's attribute that holds no parameter (``self.device``)."""
     parent = analysis.tree.parent(node)
     if isinstance(parent, cst.Attribute) and parent.value is node:
         return None  # (a part of a longer expression, read with it)
@@ -212,34 +213,11 @@ def _module_named(analysis, node: cst.Name | cst.Attribute, class_name: str | No
         if not isinstance(part, cst.Attribute):
             return None
         part, reading = part.value, part
-    own_method = FORWARD_METHOD if reading is None and _called(analysis, node) else reading and reading.attr.value
-    if dotted_name(part) == "self" and own_method and _methods_named(analysis, class_name, own_method):
-        return None  # (``self(x)``, ``self.sample(n)``: the method's body is read)
+    if dotted_name(part) == "self" and isinstance(parent, cst.Call) and parent.func is node and analysis.closed_world.functions_run_by(parent):
+        return None
     if reading is not None and reading.attr.value in MODULE_ATTRIBUTES_WITHOUT_PARAMETERS:
         return None
     return dotted_name(part)
-
-
-def _called(analysis, node: cst.CSTNode) -> bool:
-    parent = analysis.tree.parent(node)
-    return isinstance(parent, cst.Call) and parent.func is node
-
-
-def _own_functions_called(analysis, call: cst.Call, class_name: str | None) -> list[cst.FunctionDef]:
-    """The file's functions ``call`` may run: ``f(...)`` of a function of the file, ``self.m(...)``
-    of a method of the class it is in, ``self(x)`` of its ``forward``."""
-    func = call.func
-    if isinstance(func, cst.Name) and func.value == "self":
-        return _methods_named(analysis, class_name, FORWARD_METHOD)
-    if isinstance(func, cst.Name):
-        return [f for f in analysis.tree.findall(analysis.module, cst.FunctionDef) if f.name.value == func.value]
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-        return _methods_named(analysis, class_name, func.attr.value)
-    return []
-
-
-def _methods_named(analysis, class_name: str | None, name: str) -> list[cst.FunctionDef]:
-    return [s for s in analysis.class_body(class_name) if isinstance(s, cst.FunctionDef) and s.name.value == name]
 
 
 def _calls_taking(nodes: frozenset[Origin], name: str) -> set[cst.Call]:
@@ -247,13 +225,15 @@ def _calls_taking(nodes: frozenset[Origin], name: str) -> set[cst.Call]:
 
 
 def _module_name(analysis, site: BackwardSite, node: cst.CSTNode) -> str | None:
-    """The module a call runs: ``D(x)``, ``D.forward(x)``, or ``gradient_penalty(D, real, fake)``
-    that is given it."""
+    """The module that may hold parameters a call runs: ``D(x)``, ``D.forward(x)``, or
+    ``gradient_penalty(D, real, fake)`` that is given it (a loss or an activation trains nothing,
+    and is no discriminator)."""
     if not isinstance(node, cst.Call):
         return None
     func = node.func
     forward = func.value if isinstance(func, cst.Attribute) and func.attr.value == FORWARD_METHOD else None
     for candidate in (func, *((forward,) if forward is not None else ()), *(arg.value for arg in node.args)):
-        if analysis.names.module(candidate, site.scope.class_name) is not None:
-            return dotted_name(candidate)
+        module = analysis.names.module(candidate, site.scope.class_name)
+        if module is not None:
+            return dotted_name(candidate) if module.trainable else None
     return None
