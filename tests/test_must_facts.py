@@ -950,3 +950,56 @@ def test_a_fake_made_by_a_method_of_the_trainer_is_read_through_that_method():
     # The method refines the fake with the discriminator: detaching it would cut D's own gradient.
     refined = "        fake = self.G(torch.randn(n, 4))\n        return fake - 0.1 * self.D(fake)"
     assert gf005(refined) == [("GF005", False, None)]
+
+
+LIGHTNING_GAN = """\
+import pytorch_lightning as pl
+
+
+class GAN(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.G = nn.Linear(4, 8)
+        self.D = nn.Linear(8, 1)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        {unpacked} = self.optimizers()
+        fake = self.G(torch.randn(4, 4))
+        d_loss = self.D(fake).mean() - self.D(batch).mean()
+        d_opt.zero_grad()
+        self.manual_backward(d_loss)
+        d_opt.step()
+        g_loss = -self.D(fake).mean()
+        g_opt.zero_grad()
+        self.manual_backward(g_loss)
+        g_opt.step()
+
+    def configure_optimizers(self):
+{configure}
+"""
+G_AND_D = "torch.optim.Adam(self.G.parameters()), torch.optim.Adam(self.D.parameters())"
+
+
+def test_lightnings_optimizers_are_those_configure_optimizers_returns_in_their_order():
+    def gan(configure, unpacked="g_opt, d_opt", extra=""):
+        return found(LIGHTNING_GAN.format(configure=configure, unpacked=unpacked) + extra)
+
+    safe = [("GF005", False, "safe")]
+    assert gan(f"        return {G_AND_D}") == safe
+    assert gan(f"        return [{G_AND_D}], []") == safe  # (the optimizers, then the schedulers)
+    by_dicts = '        return {"optimizer": torch.optim.Adam(self.G.parameters())}, {"optimizer": torch.optim.Adam(self.D.parameters())}'
+    assert gan(by_dicts) == safe
+    named_otherwise = "        first = torch.optim.Adam(self.G.parameters())\n        second = torch.optim.SGD(self.D.parameters(), lr=0.1)\n        return first, second"
+    assert gan(named_otherwise) == safe
+    reported = [("GF005", False, None)]
+    # By position, the optimizer stepped after the discriminator's loss trains the generator: no
+    # discriminator's step, and two backwards of one graph.
+    assert gan(f"        return {G_AND_D}", unpacked="d_opt, g_opt") == [("GF002", False, None)]
+    assert gan("        return self.build_optimizers()") == reported  # (a method gradfix does not follow)
+    flipped = "torch.optim.Adam(self.D.parameters()), torch.optim.Adam(self.G.parameters())"
+    two_returns = f"        if self.training:\n            return {G_AND_D}\n        return {flipped}"
+    assert gan(two_returns) == reported
+    assert gan(f"        return {G_AND_D}, torch.optim.Adam(self.G.parameters())") == reported  # (three for two names)
+    overridden = f"\n\nclass FlippedGAN(GAN):\n    def configure_optimizers(self):\n        return {flipped}\n"
+    assert gan(f"        return {G_AND_D}", extra=overridden) == reported  # (``self`` may be a FlippedGAN)

@@ -25,6 +25,7 @@ from .syntax import (
     code_of,
     detached,
     detached_where_stored,
+    dotted_name,
     expression_key,
     is_detach,
     is_name,
@@ -35,7 +36,6 @@ from .syntax import (
     with_backward_merged_into_branches,
     with_reads_replaced,
 )
-from .torch_names import dotted_name
 from .tree import LAYOUT, find_nodes
 from .values import NONE, NUMBER, TENSOR, UNKNOWN, ListOf, Origin, RecordOf, Structure, TupleOf, Value
 

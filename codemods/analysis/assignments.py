@@ -11,8 +11,7 @@ from typing import Sequence
 import libcst as cst
 
 from ..torch_api import METADATA_ATTRIBUTES, METADATA_METHODS
-from .torch_names import dotted_name
-from .syntax import is_name, method_called
+from .syntax import dotted_name, is_name, method_called
 from .tree import SyntaxTree
 
 APPENDING_METHODS = {"append", "extend", "insert"}

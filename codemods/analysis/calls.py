@@ -40,7 +40,9 @@ from .assignments import APPENDING_METHODS, assigned_names, is_inplace_method
 from .backward_calls import BackwardSite
 from .function_summaries import summary_key
 from .loops import Env
-from .torch_names import ModuleInfo, creates_parameter, dotted_name
+from .module_info import ModuleInfo
+from .torch_names import creates_parameter
+from .syntax import dotted_name
 from .values import (
     CONSTANT,
     DISTRIBUTION,

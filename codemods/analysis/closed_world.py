@@ -45,7 +45,8 @@ import libcst as cst
 
 from ..frameworks import CALLED_AS_FORWARD, FRAMEWORK_CONSTRUCTORS, FRAMEWORK_TUPLE_CONSTRUCTORS, MODULE_WRAPPERS, READING_LOGGERS, TRAINER_RUNS
 from ..torch_api import AUTOGRAD_INTERNALS, AUTOGRAD_RECORD
-from .torch_names import ModuleInfo, dotted_name
+from .module_info import ModuleInfo
+from .syntax import dotted_name
 from .values import TENSOR, ListOf, Structure, TupleOf
 
 

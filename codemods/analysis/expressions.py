@@ -14,7 +14,7 @@ import libcst as cst
 from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES
 from .assignments import read_names, target_names
 from .loops import Element, Env, join_envs
-from .torch_names import dotted_name
+from .syntax import dotted_name
 from .values import (
     CONSTANT,
     LEAF,

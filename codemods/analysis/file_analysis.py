@@ -23,8 +23,8 @@ from .guards import read_only_where_assigned
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
-from .syntax import as_operand, code_of, is_single_assignment, method_called, method_receiver
-from .torch_names import TorchNames, collect_torch_names, dotted_name
+from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver
+from .torch_names import TorchNames, collect_torch_names
 from .tree import SyntaxTree
 from .loops import Carried, Loop, Scope, expand
 from .values import TENSOR, ListOf, Origin, TupleOf, Value

@@ -22,7 +22,7 @@ from . import backward_calls
 from .assignments import assigned_names
 from .backward_calls import BackwardSite
 from .loops import Env
-from .torch_names import dotted_name
+from .syntax import dotted_name
 from .values import LEAF, NOTHING, UNKNOWN, Origin, Source, Structure, Value, combine
 
 

@@ -37,8 +37,7 @@ from ..torch_api import (
 )
 from .backward_calls import BackwardSite
 from .optimizers import stepped_optimizers
-from .syntax import is_single_assignment
-from .torch_names import dotted_name
+from .syntax import dotted_name, is_single_assignment
 from .values import Origin
 
 # Reads that take no graph from what they read: nothing to detach there.

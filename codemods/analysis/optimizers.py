@@ -13,8 +13,7 @@ from typing import Callable, Collection, Protocol, Sequence
 import libcst as cst
 
 from ..frameworks import CLIPPING_FUNCTIONS, GRADIENT_METHODS, GradientEffect
-from .syntax import expression_key, is_grad, is_name, method_called
-from .torch_names import dotted_name
+from .syntax import dotted_name, expression_key, is_grad, is_name, method_called
 from .tree import N, find_nodes
 
 

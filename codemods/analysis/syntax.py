@@ -70,6 +70,18 @@ def _compared_fields(node_type: type[cst.CSTNode]) -> tuple[str, ...]:
     )
 
 
+def dotted_name(node: cst.CSTNode) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name, else None."""
+    # Exact types: a failed isinstance of a libcst class goes through ABCMeta, and this runs for
+    # nearly every expression the analysis reads.
+    if type(node) is cst.Name:
+        return node.value
+    if type(node) is cst.Attribute:
+        base = dotted_name(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
 def is_name(node: cst.CSTNode, *spellings: str) -> bool:
     """Whether ``node`` is a bare name (spelled as one of ``spellings``, when given)."""
     return type(node) is cst.Name and (not spellings or node.value in spellings)

@@ -30,59 +30,11 @@ from ..frameworks import (
     WRAPPED_MODEL_KEYWORDS,
 )
 from .. import torch_api
-from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, PARAMETERLESS_MODULES, is_optimizer_class
-from .syntax import changes_in_place, is_detach, is_name, method_called, method_receiver, parameter_receiving, unpacked
+from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, is_optimizer_class
+from .lightning_optimizers import LightningOptimizers, is_configure_optimizers
+from .syntax import changes_in_place, dotted_name, is_detach, is_name, method_called, method_receiver, parameter_receiving, unpacked
+from .module_info import ModuleInfo
 from .tree import SyntaxTree
-from .values import TENSOR, UNKNOWN, Structure, TupleOf
-
-# What calling a recurrent module returns, so tuple state can be detached element by element.
-_RECURRENT_RESULTS: dict[str, Structure] = {
-    "LSTM": TupleOf((TENSOR, TupleOf((TENSOR, TENSOR)))),
-    "GRU": TupleOf((TENSOR, TENSOR)),
-    "RNN": TupleOf((TENSOR, TENSOR)),
-    "LSTMCell": TupleOf((TENSOR, TENSOR)),
-    "GRUCell": TENSOR,
-    "RNNCell": TENSOR,
-}
-
-
-def dotted_name(node: cst.CSTNode) -> str | None:
-    """``a.b.c`` for a chain of attributes on a name, else None."""
-    # Exact types: a failed isinstance of a libcst class goes through ABCMeta, and this runs for
-    # nearly every expression the analysis reads.
-    if type(node) is cst.Name:
-        return node.value
-    if type(node) is cst.Attribute:
-        base = dotted_name(node.value)
-        return f"{base}.{node.attr.value}" if base else None
-    return None
-
-
-@dataclass(frozen=True)
-class ModuleInfo:
-    """A name bound to an nn.Module instance."""
-
-    class_name: str  # the class's short name, e.g. "LSTM", or "" when unknown
-    is_local: bool = False  # a class defined in the same file
-    frozen: bool = False  # its parameters were set not to require grad
-    # Known to be a module only by how it is used (``model.parameters()``, an ``nn.Module``
-    # annotation): its class, so its forward, is code gradfix did not read.
-    unread: bool = False
-
-    @property
-    def trainable(self) -> bool:
-        """Whether calling it may add parameters to a graph: not when it is frozen, or a torch.nn
-        class without parameters (an activation, a pooling, a loss); a class of the file's own
-        may hold parameters whatever its name."""
-        parameterless = not self.is_local and self.class_name in PARAMETERLESS_MODULES
-        return not (self.frozen or parameterless)
-
-    @property
-    def call_result(self) -> Structure:
-        """What calling a torch.nn module of this class returns."""
-        if self.class_name in _RECURRENT_RESULTS:
-            return _RECURRENT_RESULTS[self.class_name]
-        return TENSOR if self.class_name else UNKNOWN
 
 
 @dataclass
@@ -215,6 +167,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
         self._bindings: dict[str, list[str | None]] = {}  # name -> what each assignment binds it to (a name, or None)
         self._assigned_aliases: set[str] = set()  # names an assignment made another name for torch's
+        self.lightning = LightningOptimizers()
 
     # imports ---------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
@@ -256,6 +209,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self.names.local_classes.add(class_name)
         for base in node.bases:
             name = self.names.qualify(base.value) or ""
+            if name in self.names.local_classes:
+                self.lightning.local_bases.setdefault(class_name, set()).add(name)
             if name == "typing.NamedTuple":
                 self.names.record_classes[class_name] = tuple(
                     statement.body[0].target.value
@@ -303,15 +258,24 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.frameworks[param.name.value] = FRAMEWORK_CONSTRUCTORS[qualified]
 
     def visit_Return(self, node: cst.Return) -> None:
-        """A LightningModule's ``configure_optimizers`` returns optimizers it builds in place
-        (``return torch.optim.Adam(...)``, or in a list or dict): the trainer steps them."""
-        if not self._classes or self._classes[-1] not in self.names.lightning_classes or node.value is None:
+        """A LightningModule's ``configure_optimizers`` returns optimizers the trainer steps
+        (``return torch.optim.Adam(...)``) and ``self.optimizers()`` hands back (by position)."""
+        if not self._classes or self._classes[-1] not in self.names.lightning_classes:
             return
-        for call in self._tree.findall(node.value, cst.Call):
+        if len(self._functions) == 1 and is_configure_optimizers(self._functions[0]):
+            generator = bool(self._tree.findall(self._functions[0].body, cst.Yield))
+            self.lightning.note_return(self._classes[-1], None if generator else node.value, self._built_optimizer)
+        for call in self._tree.findall(node.value, cst.Call) if node.value is not None else ():
             callee = self.names.qualify(call.func) or ""
             if is_optimizer_class(callee) or callee in self.names.optimizer_classes:
                 hook = cst.Attribute(cst.Name(self._classes[-1]), cst.Name(LIGHTNING_OPTIMIZERS_HOOK))
                 self._bind_optimizers(hook, call, callee)
+
+    def _built_optimizer(self, call: cst.Call) -> set[str] | None:
+        """The modules the optimizer ``call`` builds trains; None when gradfix cannot tell."""
+        callee, args = self.names.qualify(call.func) or "", call.args
+        built = (is_optimizer_class(callee) or callee in self.names.optimizer_classes) and args and args[0].keyword is None
+        return self._optimized_modules(args[0].value) if built else None
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._functions.pop()
@@ -505,7 +469,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
         position) and by a LightningModule's ``self.optimizers()``."""
         elements = [e.value for e in target.elements] if (type(target) is cst.Tuple or type(target) is cst.List) else [target]
         method = value.func.attr.value if type(value.func) is cst.Attribute else ""
-        if is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == LIGHTNING_OPTIMIZERS_METHOD:
+        updated: dict[str | None, set[str]] = {}
+        if method == LIGHTNING_OPTIMIZERS_METHOD and is_name(method_receiver(value), "self") and self._classes:
+            chosen = elements  # (what each trains: known once the whole file is read)
+            self.lightning.note_unpacked(self._classes[-1], elements)
+        elif is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == LIGHTNING_OPTIMIZERS_METHOD:
             chosen = elements
             modules = self._optimized_modules(value.args[0].value) if value.args and method != LIGHTNING_OPTIMIZERS_METHOD else None
             updated = {dotted_name(e): modules for e in chosen} if modules is not None else {}
@@ -792,4 +760,6 @@ def collect_torch_names(tree: SyntaxTree) -> TorchNames:
     collector.resolve_stored()
     collector.resolve_module_parameters()
     collector.resolve_aliases()
-    return collector.names
+    names = collector.names
+    collector.lightning.resolve(names.optimized_modules, names.optimizers_of_unknown_parameters, names.optimizers)
+    return names

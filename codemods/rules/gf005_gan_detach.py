@@ -47,8 +47,9 @@ class GanDetach(Rule):
     on a prediction in both steps trains nothing and is none; ``D.forward(x)`` runs ``D`` as
     ``D(x)`` does). The detach is written only where gradfix can name what that optimizer trains
     and nothing of it builds ``fake`` (read through the file's functions and methods that build
-    it): a detach there would also cut the discriminator's own gradient. Optimizers handed back by
-    Lightning's ``self.optimizers()`` are not followed to ``configure_optimizers``: reported only.
+    it): a detach there would also cut the discriminator's own gradient. Lightning's
+    ``self.optimizers()`` hands back what the module's own ``configure_optimizers`` returns, by
+    position; where gradfix cannot read that return, what each optimizer trains is unknown.
     """
 
     SUMMARY = "the discriminator step backwards through the generator's output"

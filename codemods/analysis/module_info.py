@@ -1,0 +1,46 @@
+"""What gradfix knows of a name bound to an ``nn.Module`` instance: its class, whether it may train,
+and what calling it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..torch_api import PARAMETERLESS_MODULES
+from .values import TENSOR, UNKNOWN, Structure, TupleOf
+
+# What calling a recurrent module returns, so tuple state can be detached element by element.
+_RECURRENT_RESULTS: dict[str, Structure] = {
+    "LSTM": TupleOf((TENSOR, TupleOf((TENSOR, TENSOR)))),
+    "GRU": TupleOf((TENSOR, TENSOR)),
+    "RNN": TupleOf((TENSOR, TENSOR)),
+    "LSTMCell": TupleOf((TENSOR, TENSOR)),
+    "GRUCell": TENSOR,
+    "RNNCell": TENSOR,
+}
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """A name bound to an nn.Module instance."""
+
+    class_name: str  # the class's short name, e.g. "LSTM", or "" when unknown
+    is_local: bool = False  # a class defined in the same file
+    frozen: bool = False  # its parameters were set not to require grad
+    # Known to be a module only by how it is used (``model.parameters()``, an ``nn.Module``
+    # annotation): its class, so its forward, is code gradfix did not read.
+    unread: bool = False
+
+    @property
+    def trainable(self) -> bool:
+        """Whether calling it may add parameters to a graph: not when it is frozen, or a torch.nn
+        class without parameters (an activation, a pooling, a loss); a class of the file's own
+        may hold parameters whatever its name."""
+        parameterless = not self.is_local and self.class_name in PARAMETERLESS_MODULES
+        return not (self.frozen or parameterless)
+
+    @property
+    def call_result(self) -> Structure:
+        """What calling a torch.nn module of this class returns."""
+        if self.class_name in _RECURRENT_RESULTS:
+            return _RECURRENT_RESULTS[self.class_name]
+        return TENSOR if self.class_name else UNKNOWN
