@@ -1003,3 +1003,27 @@ def test_lightnings_optimizers_are_those_configure_optimizers_returns_in_their_o
     assert gan(f"        return {G_AND_D}, torch.optim.Adam(self.G.parameters())") == reported  # (three for two names)
     overridden = f"\n\nclass FlippedGAN(GAN):\n    def configure_optimizers(self):\n        return {flipped}\n"
     assert gan(f"        return {G_AND_D}", extra=overridden) == reported  # (``self`` may be a FlippedGAN)
+
+
+RETAINED_FOR_LATER = """\
+model = nn.Linear(3, 1)
+
+
+def train():
+    loss = model(torch.randn(4, 3)).pow(2).mean()
+    scale = 2.0
+    {later}
+    loss.backward(retain_graph=True)
+    again()
+"""
+
+
+def test_a_graph_that_code_kept_for_later_reads_may_be_backwarded_again():
+    def codes(later):
+        return [code for code, _, _ in found(RETAINED_FOR_LATER.format(later=later))]
+
+    assert codes("def again():\n        loss.backward()") == []  # (a closure's free variable)
+    assert codes("again = lambda: loss.backward()") == []
+    assert codes("again = loss.backward") == []
+    assert codes("def again():\n        return scale * 2") == ["GF009"]  # (it reads no graph)
+    assert codes("again = lambda: scale * 2") == ["GF009"]

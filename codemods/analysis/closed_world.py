@@ -47,7 +47,7 @@ from ..frameworks import CALLED_AS_FORWARD, FRAMEWORK_CONSTRUCTORS, FRAMEWORK_TU
 from ..torch_api import AUTOGRAD_INTERNALS, AUTOGRAD_RECORD
 from .module_info import ModuleInfo
 from .syntax import dotted_name
-from .values import TENSOR, ListOf, Structure, TupleOf
+from .values import TENSOR, ListOf, Origin, Structure, TupleOf
 
 
 class Answer(str, enum.Enum):
@@ -361,25 +361,55 @@ class ClosedWorld:
     def _reads_enclosing_names(self, function: cst.FunctionDef) -> bool:
         """Whether a nested function reads a name a function around it binds (a closure: a free
         variable, as Python's own symbol table says)."""
+        return bool(self._free_names(function))
+
+    def _free_names(self, function: cst.FunctionDef) -> frozenset[str]:
+        """The names ``function`` reads from the functions around it; every name it reads where
+        Python cannot read the source."""
         closures = self._closures
-        return closures is None or (function.name.value, self.analysis.line(function.name)) in closures
+        if closures is None:
+            return frozenset(name.value for name in self.analysis.tree.findall(function.body, cst.Name))
+        return closures.get((function.name.value, self.analysis.line(function.name)), frozenset())
 
     @cached_property
-    def _closures(self) -> set[tuple[str, int]] | None:
-        """The functions with free variables, by name and ``def`` line; None where Python cannot
-        read the source (every nested function may then be one)."""
+    def _closures(self) -> dict[tuple[str, int], frozenset[str]] | None:
+        """The functions with free variables, by name and ``def`` line, each with them; None where
+        Python cannot read the source."""
         try:
             table = symtable.symtable(self.analysis.source.decode("utf-8"), "<gradfix>", "exec")
         except (SyntaxError, UnicodeDecodeError, ValueError):
             return None
-        closures: set[tuple[str, int]] = set()
+        closures: dict[tuple[str, int], frozenset[str]] = {}
         pending = [table]
         while pending:
             scope = pending.pop()
             if isinstance(scope, symtable.Function) and scope.get_frees():
-                closures.add((scope.get_name(), scope.get_lineno()))
+                closures[(scope.get_name(), scope.get_lineno())] = frozenset(scope.get_frees())
             pending.extend(scope.get_children())
         return closures
+
+    def graphs_read_later(self, scope: cst.CSTNode) -> set[Origin]:
+        """Graph nodes that code ``scope`` keeps for later may read wherever it runs, which the
+        dataflow does not follow: the values of the names a nested function (its free variables)
+        or a lambda reads from ``scope``, and the receiver of a backward or an update taken as a
+        value (``again = loss.backward``)."""
+        analysis, tree = self.analysis, self.analysis.tree
+        free: set[str] = set()
+        for function in tree.findall(scope, cst.FunctionDef):
+            if function is not scope:
+                free |= self._free_names(function)
+        for lam in tree.findall(scope, cst.Lambda):
+            free |= {name.value for name in tree.findall(lam.body, cst.Name)} - _parameter_names(lam.params)
+        read: list[cst.BaseExpression] = list(tree.findall(scope, cst.Name, lambda name: name.value in free))
+        read += [
+            cst.ensure_type(f.node, cst.Attribute).value for f in self._found if f.construct is METHOD_TAKEN and analysis.contains(scope, f.node)
+        ]
+        nodes: set[Origin] = set()
+        for expression in read:
+            value = analysis.value_read(expression) if type(expression) is cst.Name or type(expression) is cst.Attribute else None
+            if value is not None and value.graph:
+                nodes |= analysis.value_nodes(value)
+        return nodes
 
     def _code_of_scope(self, scope: cst.CSTNode) -> list[cst.CSTNode]:
         """What runs when ``scope`` runs: a function's body, or the module's statements but its
@@ -671,6 +701,11 @@ class ClosedWorld:
                 return True
             parent = self.analysis.tree.parent(parent)
         return False
+
+
+def _parameter_names(parameters: cst.Parameters) -> set[str]:
+    stars = [star for star in (parameters.star_arg, parameters.star_kwarg) if isinstance(star, cst.Param)]
+    return {p.name.value for p in (*parameters.posonly_params, *parameters.params, *parameters.kwonly_params, *stars)}
 
 
 def _is_slice(target: cst.Subscript) -> bool:

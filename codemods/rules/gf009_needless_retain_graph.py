@@ -38,7 +38,8 @@ class NeedlessRetainGraph(Rule):
     The fix: gradfix removes the argument when no later backward reaches any part of that graph, no
     later iteration of a loop carries it on or walks it again (a graph built before the loop), the
     graph is not handed to code it does not follow (stored on an object, returned, passed to a call
-    made for its effect), and, inside a function, no caller in the file passes it a graph (or the
+    made for its effect, read by a nested function or a lambda from the scope around it, or the
+    receiver of ``loss.backward`` taken as a value: code that may run later), and, inside a function, no caller in the file passes it a graph (or the
     graph does not reach its parameters). The gradients are the same; the memory is freed at the
     backward.
 
@@ -96,7 +97,7 @@ for x, y in loader:
         nodes = self.analysis.graph_nodes(site)
         if any(self._handed_to_next_iteration(loop, nodes) for loop in site.loops):
             return False
-        if not nodes or nodes & self.analysis.escaped(site.scope):
+        if not nodes or nodes & (self.analysis.escaped(site.scope) | self.analysis.closed_world.graphs_read_later(site.scope.node)):
             return False
         if any(isinstance(source, Element) for source in site.value.origins | expand(site.value.origins, within)):
             return False  # an element of a container of graphs: what the elements share is not known
