@@ -1027,3 +1027,28 @@ def test_a_graph_that_code_kept_for_later_reads_may_be_backwarded_again():
     assert codes("again = loss.backward") == []
     assert codes("def again():\n        return scale * 2") == ["GF009"]  # (it reads no graph)
     assert codes("again = lambda: scale * 2") == ["GF009"]
+
+
+KEPT_BESIDE_A_SCALED_LOSS = """\
+from apex import amp
+
+model = nn.Linear(3, 1)
+optimizer = torch.optim.Adam(model.parameters())
+losses = []
+scaled = torch.zeros(())
+for step in range(3):
+    loss = model(torch.randn(4, 3)).pow(2).mean()
+    optimizer.zero_grad()
+    with amp.scale_loss({scaled_from}, optimizer) as scaled:
+        scaled.backward()
+    optimizer.step()
+    losses.append(loss)
+"""
+
+
+def test_what_a_with_statement_binds_is_made_of_its_item_not_of_the_last_iteration():
+    # ``scaled`` is made anew from ``loss`` each step: it carries no graph on, so ``losses`` keeps
+    # every step's graph.
+    assert [(code, hint) for code, hint, _ in found(KEPT_BESIDE_A_SCALED_LOSS.format(scaled_from="loss"))] == [("GF007", False)]
+    # Made from its own last value, it holds every step's graph anyway (carried state, GF004).
+    assert [code for code, _, _ in found(KEPT_BESIDE_A_SCALED_LOSS.format(scaled_from="loss + 0 * scaled"))] == ["GF004"]

@@ -23,7 +23,7 @@ from .guards import read_only_where_assigned
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
-from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver
+from .syntax import as_operand, code_of, dotted_name, is_name, is_single_assignment, method_called, method_receiver
 from .torch_names import TorchNames, collect_torch_names
 from .tree import SyntaxTree
 from .loops import Carried, Loop, Scope, expand
@@ -157,7 +157,7 @@ class FileAnalysis:
                 else:
                     writes[statement] = name in read_names(assignment.value)
             elif name in _bound_by_header(statement):
-                writes[statement] = None
+                writes[statement] = _context_bound_from_itself(statement, name)
         return writes
 
     def _binding_statements(self, loop: Loop) -> list[cst.CSTNode]:
@@ -776,6 +776,15 @@ def _function_name(function: cst.FunctionDef, class_name: str | None) -> str:
     """How the dataflow names a function: ``f`` or ``Class.method``."""
     name = function.name.value
     return name if class_name is None else f"{class_name}.{name}"
+
+
+def _context_bound_from_itself(statement: cst.CSTNode, name: str) -> bool | None:
+    """Whether ``with item as name`` computes ``name`` from its previous value: the item reads it
+    (what the context hands back is made of the item); None for the other headers' bindings."""
+    if type(statement) is not cst.With:
+        return None
+    items = [item for item in statement.items if item.asname is not None and is_name(item.asname.name, name)]
+    return name in read_names(items[-1].item) if items else None
 
 
 def _bound_by_header(statement: cst.CSTNode) -> list[str]:
