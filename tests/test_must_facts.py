@@ -1052,3 +1052,33 @@ def test_what_a_with_statement_binds_is_made_of_its_item_not_of_the_last_iterati
     assert [(code, hint) for code, hint, _ in found(KEPT_BESIDE_A_SCALED_LOSS.format(scaled_from="loss"))] == [("GF007", False)]
     # Made from its own last value, it holds every step's graph anyway (carried state, GF004).
     assert [code for code, _, _ in found(KEPT_BESIDE_A_SCALED_LOSS.format(scaled_from="loss + 0 * scaled"))] == ["GF004"]
+
+
+
+RETAINED_IN_EITHER_BRANCH = """\
+use_amp = False
+model = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+for step in range(3):
+    loss = model(torch.randn(4, 3)).pow(2).mean()
+    optimizer.zero_grad()
+    if use_amp:
+        scaler.scale(loss).backward(retain_graph=True)
+        scaler.step(optimizer)
+        scaler.update()
+    {between}
+    if not use_amp:
+        loss.backward(retain_graph=True)
+        optimizer.step()
+"""
+
+
+def test_a_backward_under_the_opposite_test_of_a_fixed_flag_never_walks_the_graph_again():
+    def lines(between):
+        source = HEADER + RETAINED_IN_EITHER_BRANCH.format(between=between)
+        return [f.line - HEADER.count("\n") for f in gradfix.check(source, hints=True).findings]
+
+    assert lines("pass") == [9, 14]  # (nothing assigns ``use_amp``: the two tests never both hold)
+    # Flipped between the two, both backwards run in one iteration, the second through the first's graph.
+    assert lines("use_amp = not use_amp") == [14]

@@ -35,13 +35,14 @@ class NeedlessRetainGraph(Rule):
     gone (or was never there): then the graph of every step is held until its loss is dropped, for
     nothing.
 
-    The fix: gradfix removes the argument when no later backward reaches any part of that graph, no
-    later iteration of a loop carries it on or walks it again (a graph built before the loop), the
-    graph is not handed to code it does not follow (stored on an object, returned, passed to a call
-    made for its effect, read by a nested function or a lambda from the scope around it, or the
-    receiver of ``loss.backward`` taken as a value: code that may run later), and, inside a function, no caller in the file passes it a graph (or the
-    graph does not reach its parameters). The gradients are the same; the memory is freed at the
-    backward.
+    The fix: gradfix removes the argument when no later backward that may run in the same pass (not one
+    in the other branch of ``if use_amp:``/``else``, a test nothing changes) reaches any part of that
+    graph, no later iteration of a loop carries it on or walks it again (a graph built before the loop),
+    the graph is not handed to code it does not follow (stored on an object, returned, passed to a call
+    made for its effect, read by a nested function or a lambda from the scope around it, or the receiver
+    of ``loss.backward`` taken as a value: code that may run later), and, inside a function, no caller
+    in the file passes it a graph (or the graph does not reach its parameters). The gradients are the
+    same; the memory is freed at the backward.
 
     When gradfix only reports: A ``True`` passed by position (``loss.backward(None, True)``) is
     reported and left: dropping it would shift the arguments after it. With ``create_graph=True`` (a
@@ -105,7 +106,10 @@ for x, y in loader:
             return False  # built before the loop: every iteration backwards through it again
         if any(self.analysis.iterates_graph(loop) for loop in site.loops):
             return False  # the loop hands out parts of a graph built before it, which every iteration walks
-        if any(self.analysis.graph_nodes(other) & nodes for other in self.analysis.sites_after(site)):
+        if any(
+            self.analysis.graph_nodes(other) & nodes and not self.analysis.exclusive(site.statement, other.statement)
+            for other in self.analysis.sites_after(site)
+        ):
             return False  # (an earlier one can reach it only through a graph kept across iterations)
         return self.analysis.called_with_graph(site.scope) is False or not self._reaches_parameters(site, nodes)
 
