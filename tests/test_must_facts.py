@@ -1054,7 +1054,6 @@ def test_what_a_with_statement_binds_is_made_of_its_item_not_of_the_last_iterati
     assert [code for code, _, _ in found(KEPT_BESIDE_A_SCALED_LOSS.format(scaled_from="loss + 0 * scaled"))] == ["GF004"]
 
 
-
 RETAINED_IN_EITHER_BRANCH = """\
 use_amp = False
 model = nn.Linear(3, 1)
