@@ -1081,3 +1081,33 @@ def test_a_backward_under_the_opposite_test_of_a_fixed_flag_never_walks_the_grap
     assert lines("pass") == [9, 14]  # (nothing assigns ``use_amp``: the two tests never both hold)
     # Flipped between the two, both backwards run in one iteration, the second through the first's graph.
     assert lines("use_amp = not use_amp") == [14]
+
+
+GAN_WITH_A_CRITIC_HEAD = """\
+G = nn.Linear(4, 8)
+H = nn.Linear(8, 8)
+D = nn.Linear(8, 1)
+C = nn.Linear(8, 1)
+extra = [torch.zeros(1, requires_grad=True)]
+opt_g = torch.optim.Adam(list(G.parameters()) + list(H.parameters()))
+opt_d = torch.optim.Adam({trained_with_d})
+for real in torch.randn(3, 5, 8):
+    fake = H(G(torch.randn(5, 4)))
+    d_loss = D(fake).mean() - D(real).mean() + C(real).mean()
+    opt_d.zero_grad()
+    d_loss.backward()
+    opt_d.step()
+    g_loss = -D(fake).mean()
+    opt_g.zero_grad()
+    g_loss.backward()
+    opt_g.step()
+"""
+
+
+def test_an_optimizer_given_the_sum_of_parameter_lists_trains_each_of_their_modules():
+    def fixes(trained_with_d):
+        return [fix for _, _, fix in found(GAN_WITH_A_CRITIC_HEAD.format(trained_with_d=trained_with_d))]
+
+    assert fixes("list(D.parameters()) + list(C.parameters())") == ["safe"]
+    assert fixes("list(D.parameters()) + list(H.parameters())") == [None]  # (H builds the fake)
+    assert fixes("list(D.parameters()) + extra") == [None]  # (what ``extra`` holds is read elsewhere)

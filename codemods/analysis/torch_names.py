@@ -596,11 +596,14 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def _optimized_modules(self, params: cst.BaseExpression) -> set[str] | None:
         """The modules whose parameters an optimizer's first argument holds: ``model.parameters()``,
         ``[*a.parameters(), *b.parameters()]``, ``chain(a.parameters(), b.parameters())``, ``[x]``
-        or ``[self.image]`` (tensors, no module); None when it cannot be read (a list built
-        elsewhere)."""
+        or ``[self.image]`` (tensors, no module), ``list(a.parameters()) + list(b.parameters())``;
+        None when it cannot be read (a list built elsewhere)."""
         if method_called(params) in PARAMETER_METHODS:
             name = dotted_name(method_receiver(params))
             return {name} if name else None
+        if type(params) is cst.BinaryOperation and type(params.operator) is cst.Add:
+            left, right = self._optimized_modules(params.left), self._optimized_modules(params.right)
+            return None if left is None or right is None else left | right
         if isinstance(params, (cst.List, cst.Tuple)):
             parts = [e.value for e in params.elements]
         elif isinstance(params, cst.Call) and (is_name(params.func, "list") or method_called(params) == "chain"):
