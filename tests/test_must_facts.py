@@ -1141,3 +1141,27 @@ def test_a_module_a_function_is_given_may_be_trained_by_its_caller():
     assert codes("") == ["GF006"]
     # Given by a caller, whoever trains it trains it: its prediction may be no constant.
     assert codes("model, ") == ["GF003"]
+
+
+def test_one_graph_backwarded_twice_is_no_gans_two_steps():
+    twice = """\
+def backward(loss):
+    loss.backward()
+
+
+def detached(h):
+    return h.detach()
+
+
+model = nn.RNNCell(3, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+h = torch.zeros(2, 4)
+for i in range(3):
+    h = detached(h)
+    h = model(torch.randn(2, 3), h)
+    loss = h.sum()
+    backward(loss)
+    loss.backward()
+    opt.step()
+"""
+    assert [code for code, _, _ in found(twice)] == ["GF001"]

@@ -92,10 +92,12 @@ def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps 
             if len(elsewhere) != 1:
                 continue
             d_step = elsewhere[0]
+            g_step = second if d_step is first else first
+            if not graphs[d_step] - graphs[g_step]:
+                continue  # (nothing of the discriminator's own: the same graph backwarded twice, GF001's)
             trained = _stepped_after(analysis, d_step)
             if trained is not None and discriminator not in trained:
                 continue  # (a loss module both graphs run on a prediction trains nothing: no discriminator)
-            g_step = second if d_step is first else first
             reused = tuple(sorted({o.node for o in shared - chain}, key=analysis.order))
             detach_at, unfixable = _reads_of_chain(analysis, graphs[d_step] - graphs[g_step], chain)
             if trained is None:
