@@ -14,7 +14,7 @@ import ast
 import warnings
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping
+from typing import Mapping, cast
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
@@ -98,7 +98,7 @@ def _rendered_ranges(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
     """Where LibCST's ``PositionProvider`` places each node of ``module``, by the provider's own
     render. Not through ``MetadataWrapper.resolve``: it then walks the whole tree once more for the
     providers that share one walk, even when none was asked (half of placing a node)."""
-    return PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True))
+    return cast(Mapping[cst.CSTNode, CodeRange], PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True)))
 
 
 def _down(position: CodePosition, lines: int) -> CodePosition:
