@@ -73,6 +73,17 @@ def test_the_analysis_reads_the_names_a_function_binds_from_the_module_s_one_wal
     assert visits == []
 
 
+def test_placing_a_finding_walks_no_node(visits):
+    """A finding is placed by rendering the top-level statement that holds it; LibCST's
+    ``MetadataWrapper.resolve`` then walked that statement once more for nothing (half of placing
+    it, a tenth of checking the shared scripts)."""
+    data = SOURCE.encode()
+    analysis = FileAnalysis(parse_decoded(data, "<test>"), {}, data)
+    [site] = analysis.backward_sites
+    assert (analysis.start(site.call), analysis.range(site.call).end.line) == ((30, 4), 30)
+    assert visits == []
+
+
 # A module the script imports that imports the helper (its own project is not empty), and one that
 # backwards twice itself (its skeleton has a finding).
 WRAPPER = """

@@ -14,7 +14,7 @@ import ast
 import warnings
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping
+from typing import Mapping, cast
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
@@ -71,10 +71,9 @@ class Positions:
 
     def _place(self, index: int) -> _Placed:
         if index < 0 or self._statement_lines is None:
-            return _Placed(MetadataWrapper(self._module, unsafe_skip_copy=True).resolve(PositionProvider), 0)
+            return _Placed(_rendered_ranges(self._module), 0)
         statement = self._module.body[index]
-        alone = self._module.with_changes(header=(), body=(statement,), footer=())
-        ranges = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+        ranges = _rendered_ranges(self._module.with_changes(header=(), body=(statement,), footer=()))
         return _Placed(ranges, self._statement_lines[index] - ranges[statement].start.line)
 
     @cached_property
@@ -93,6 +92,13 @@ class Positions:
             # A statement line holds one Python statement per ``;``-separated part.
             taken += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
         return lines if taken == len(python_statements) else None
+
+
+def _rendered_ranges(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
+    """Where LibCST's ``PositionProvider`` places each node of ``module``, by the provider's own
+    render. Not through ``MetadataWrapper.resolve``: it then walks the whole tree once more for the
+    providers that share one walk, even when none was asked (half of placing a node)."""
+    return cast(Mapping[cst.CSTNode, CodeRange], PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True)))
 
 
 def _down(position: CodePosition, lines: int) -> CodePosition:
