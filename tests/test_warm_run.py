@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from gradfix.codemods import cache as cache_module, project, typed_json
-from gradfix.codemods.cache import ReportCache
+from gradfix.codemods.cache import INDEXED_FILES, ReportCache
 from gradfix.codemods.config import Config, Settings
 from gradfix.codemods.files import collect_files
 from gradfix.codemods.report import FileReport, Finding, FixKind
 from gradfix.codemods.run import check_paths
 
+from .test_cache import CLEAN, DOUBLE
 from .test_imports_kept import HELPER, SECRET, TRAIN
 
 
@@ -217,3 +218,21 @@ def test_a_warm_walk_makes_each_files_absolute_path_once(tmp_path, monkeypatch):
     for report in cold:
         asked_for_settings = Path(report.path).name == "__init__.py"
         assert len([arguments for arguments in made if os.fspath(arguments[0]) == report.path]) <= 2 + asked_for_settings, report.path
+
+
+def test_a_warm_run_decodes_only_the_entries_of_files_with_something_found(tmp_path, monkeypatch):
+    """An entry of a file with nothing found (parsed, or ruled out by its text) is told by its
+    bytes, not decoded field by field; the file with a finding is decoded. The run answers as the
+    cold run did, and as a run without the cache does."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    for number in range(INDEXED_FILES):
+        (repo / f"clean_{number:02}.py").write_text(CLEAN if number % 2 else "x = 1\n")
+    (repo / "double.py").write_text(DOUBLE)
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([repo], cache=cache, jobs=1).reports
+    assert {report.prefiltered for report in cold} == {False, True}
+    assert [Path(report.path).name for report in cold if report.findings] == ["double.py"]
+    decoded = _spied(monkeypatch, typed_json, "loads")
+    assert check_paths([repo], cache=cache, jobs=1).reports == cold == check_paths([repo], jobs=1).reports
+    assert [hint for _, hint in decoded if hint is FileReport] == [FileReport]
