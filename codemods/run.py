@@ -89,15 +89,16 @@ def without_hints(findings: list[Finding]) -> list[Finding]:
 
 
 def excluded_by(settings: Settings, overrides: Overrides) -> Callable[[str | Path], bool]:
-    """Whether a path is excluded, by the settings of the folder it is in (with the command line's
-    exclusions applied once for each folder, not for each path)."""
-    in_folder: dict[str, Config] = {}  # a folder as the walk names it -> its settings, applied
+    """Whether a path a walk found (a folder's, joined with a name in it) is excluded, by the
+    settings of the folder it is in (with the command line's exclusions applied, and the folder's
+    place below their root worked out, once for each folder, not for each path)."""
+    in_folder: dict[str, Callable[[str], bool]] = {}  # a folder as the walk names it -> whether a name in it is excluded
 
     def excluded(path: str | Path) -> bool:
-        folder = os.path.dirname(path)
+        folder, name = os.path.split(path)
         if folder not in in_folder:
-            in_folder[folder] = overrides.applied(settings.in_folder(folder))
-        return in_folder[folder].excludes(path)
+            in_folder[folder] = overrides.applied(settings.in_folder(folder)).excludes_in(folder)
+        return in_folder[folder](name)
 
     return excluded
 

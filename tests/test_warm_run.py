@@ -17,10 +17,10 @@ import pytest
 
 from gradfix.codemods import cache as cache_module, project, typed_json
 from gradfix.codemods.cache import INDEXED_FILES, ReportCache
-from gradfix.codemods.config import Config, Settings
+from gradfix.codemods.config import Config, Overrides, Settings
 from gradfix.codemods.files import collect_files
 from gradfix.codemods.report import FileReport, Finding, FixKind
-from gradfix.codemods.run import check_paths
+from gradfix.codemods.run import check_paths, excluded_by
 
 from .test_cache import CLEAN, DOUBLE
 from .test_imports_kept import HELPER, SECRET, TRAIN
@@ -66,6 +66,8 @@ def test_exclusions_answer_as_each_pattern_would(tmp_path):
     for path in paths:
         expected = any(_matches(pattern, path, root) for pattern in PATTERNS)
         assert config.excludes(path) == expected == config.excludes(Path(path)), path
+        if path != root:
+            assert config.excludes_in(os.path.dirname(path))(os.path.basename(path)) == expected, path
 
 
 def test_a_walk_matches_the_exclusions_as_compiled_expressions_not_pattern_by_pattern(tmp_path, monkeypatch):
@@ -236,3 +238,43 @@ def test_a_warm_run_decodes_only_the_entries_of_files_with_something_found(tmp_p
     decoded = _spied(monkeypatch, typed_json, "loads")
     assert check_paths([repo], cache=cache, jobs=1).reports == cold == check_paths([repo], jobs=1).reports
     assert [hint for _, hint in decoded if hint is FileReport] == [FileReport]
+
+
+def test_a_walk_asks_the_kind_of_each_file_it_finds_once(tmp_path, monkeypatch):
+    """A folder's listing says which names are folders, regular files and links: a file found is
+    looked at once more, for its identity (two names of one file are checked once), not also
+    for its kind and for whether it is a link, nor a folder for whether it is a link. Links,
+    dangling ones and what else a walk meets are still told apart."""
+    for folder in ("pkg", "pkg/sub", "other"):
+        (tmp_path / folder).mkdir()
+    plain = [tmp_path / name for name in ("a.py", "pkg/b.py", "pkg/sub/c.py", "pkg/sub/d.py", "other/e.py")]
+    for path in plain:
+        path.write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("x = 2\n")
+    (tmp_path / "other" / "link.py").symlink_to(tmp_path / "notes.txt")
+    (tmp_path / "other" / "dangling.py").symlink_to(tmp_path / "missing.py")
+    (tmp_path / "linked").symlink_to(tmp_path / "pkg")
+    os.mkfifo(tmp_path / "pkg" / "fifo.py")
+    stats, lstats = _spied(monkeypatch, os, "stat"), _spied(monkeypatch, os, "lstat")
+    found = collect_files([tmp_path])
+    assert sorted(found.files) == sorted([*plain, tmp_path / "other" / "link.py"])
+    assert [notice.split(":")[0] for notice in found.notices] == [str(tmp_path / "other" / "dangling.py")]
+    looked_at = [os.fspath(arguments[0]) for arguments in (*stats, *lstats)]
+    assert [looked_at.count(str(path)) for path in plain] == [1] * len(plain)
+    assert looked_at.count(str(tmp_path / "linked")) == 0
+
+
+def test_a_walk_places_each_folder_below_the_settings_root_once_not_each_file(tmp_path, monkeypatch):
+    """Where patterns with a / apply, a file's path relative to their root is its folder's and its
+    name: the folder's is made once (each file is made absolute once, for git's question)."""
+    (tmp_path / "pyproject.toml").write_text('[tool.gradfix]\nextend-exclude = ["experiments/*.py"]\n')
+    for folder in ("experiments", "pkg"):
+        (tmp_path / folder).mkdir()
+    kept = [tmp_path / "pkg" / f"m{number}.py" for number in range(5)]
+    for path in [*kept, *(tmp_path / "experiments" / f"e{number}.py" for number in range(5))]:
+        path.write_text("x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    made = _spied(monkeypatch, os.path, "abspath")
+    assert collect_files(["."], excluded_by(Settings(), Overrides())).files == [path.relative_to(tmp_path) for path in kept]
+    absolute = [os.path.abspath(arguments[0]) for arguments in list(made)]
+    assert [absolute.count(str(path)) for path in kept] == [1] * len(kept)
