@@ -278,3 +278,25 @@ def test_a_walk_places_each_folder_below_the_settings_root_once_not_each_file(tm
     assert collect_files(["."], excluded_by(Settings(), Overrides())).files == [path.relative_to(tmp_path) for path in kept]
     absolute = [os.path.abspath(arguments[0]) for arguments in list(made)]
     assert [absolute.count(str(path)) for path in kept] == [1] * len(kept)
+
+
+def test_a_warm_run_resolves_each_module_file_once_whichever_folders_import_it(tmp_path, monkeypatch):
+    """Outside a work tree each folder is its own project, so a module imported from several
+    folders is placed in each of their projects; where its links lead is read once, and each
+    folder above it once (a realpath reads them all again)."""
+    tree = tmp_path / "tree"
+    for folder in ("pkg", "a", "b", "c"):
+        (tree / folder).mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_text("")
+    (tree / "pkg" / "rdrop_loss.py").write_text(HELPER)
+    (tree / "train.py").write_text(TRAIN.replace("from rdrop_loss import", "from pkg.rdrop_loss import"))
+    for folder in ("a", "b", "c"):
+        (tree / folder / "train.py").write_text(TRAIN.replace("from rdrop_loss import", "from ..pkg.rdrop_loss import"))
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([tree], cache=cache, jobs=1).reports
+    assert {os.path.relpath(report.path, tree): [f.code for f in report.findings] for report in cold}["train.py"] == ["GF001"]
+    looked_at = _spied(monkeypatch, os, "lstat")
+    assert check_paths([tree], cache=cache, jobs=1).reports == cold
+    module = str(tree / "pkg" / "rdrop_loss.py")
+    assert [os.fspath(arguments[0]) for arguments in looked_at].count(module) == 1
+    assert [os.fspath(arguments[0]) for arguments in looked_at].count(str(tmp_path)) <= 1
