@@ -66,8 +66,15 @@ def check_paths(
         found.files = shard.select(found.files, project_root())
     configs = [settings.in_folder(os.path.dirname(path)) for path in found.files]  # (a file found is no folder)
     groups: dict[tuple[tuple[str, ...], FixMode], list[int]] = {}
+    # The rules and mode of settings without per-file-ignores, which are those of each of their files.
+    of_settings: dict[int, tuple[RuleSelection, FixMode]] = {}  # (by id: each folder's settings are one object)
     for index, (path, config) in enumerate(zip(found.files, configs)):
-        rules, mode = configured_rules_and_mode(config, overrides, path, fixing)
+        if config.per_file_ignores:
+            rules, mode = configured_rules_and_mode(config, overrides, path, fixing)
+        else:
+            if id(config) not in of_settings:
+                of_settings[id(config)] = configured_rules_and_mode(config, overrides, path, fixing)
+            rules, mode = of_settings[id(config)]
         groups.setdefault((rules.codes, mode), []).append(index)
     selections = [(RuleSelection(codes), mode, indexes) for (codes, mode), indexes in groups.items()]
     reports = _check_groups(found.files, selections, jobs, cache, progress, settings)

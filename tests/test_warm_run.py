@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gradfix.codemods import cache as cache_module, project, typed_json
+from gradfix.codemods import cache as cache_module, project, run as run_module, typed_json
 from gradfix.codemods.cache import INDEXED_FILES, ReportCache
 from gradfix.codemods.config import Config, Overrides, Settings
 from gradfix.codemods.files import collect_files
@@ -300,3 +300,25 @@ def test_a_warm_run_resolves_each_module_file_once_whichever_folders_import_it(t
     module = str(tree / "pkg" / "rdrop_loss.py")
     assert [os.fspath(arguments[0]) for arguments in looked_at].count(module) == 1
     assert [os.fspath(arguments[0]) for arguments in looked_at].count(str(tmp_path)) <= 1
+
+
+def test_the_rules_of_a_folder_s_files_are_chosen_once_unless_per_file_ignores_choose_them(tmp_path, monkeypatch):
+    """Settings without per-file-ignores give all their files the same rules: chosen once, not for
+    each file; a table with per-file-ignores still chooses them for each of its files."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "ignoring").mkdir()
+    for number in range(10):
+        (repo / f"script_{number}.py").write_text(DOUBLE)
+    code = check_paths([repo / "script_0.py"], jobs=1).reports[0].findings[0].code
+    (repo / "ignoring" / "pyproject.toml").write_text(f'[tool.gradfix.per-file-ignores]\n"x*.py" = ["{code}"]\n')
+    for name in ("x.py", "y.py"):
+        (repo / "ignoring" / name).write_text(DOUBLE)
+    chosen = _spied(monkeypatch, run_module, "configured_rules_and_mode")
+    reports = check_paths([repo], jobs=1).reports
+    assert {os.path.relpath(report.path, repo): [f.code for f in report.findings] for report in reports} == {
+        **{f"script_{number}.py": [code] for number in range(10)},
+        "ignoring/x.py": [],
+        "ignoring/y.py": [code],
+    }
+    assert len(chosen) == 1 + 2
