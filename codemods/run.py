@@ -64,7 +64,12 @@ def check_paths(
     found = collect_files(paths, excluded_by(settings, overrides), excluded_named)
     if shard is not None:
         found.files = shard.select(found.files, project_root())
-    configs = [settings.in_folder(os.path.dirname(path)) for path in found.files]  # (a file found is no folder)
+    in_folder: dict[str, Config] = {}  # a folder as the walk names it -> its settings (looked up, and made absolute, once)
+    configs = []
+    for folder in map(os.path.dirname, found.files):  # (a file found is no folder)
+        if folder not in in_folder:
+            in_folder[folder] = settings.in_folder(folder)
+        configs.append(in_folder[folder])
     groups: dict[tuple[tuple[str, ...], FixMode], list[int]] = {}
     # The rules and mode of settings without per-file-ignores, which are those of each of their files.
     of_settings: dict[int, tuple[RuleSelection, FixMode]] = {}  # (by id: each folder's settings are one object)

@@ -322,3 +322,15 @@ def test_the_rules_of_a_folder_s_files_are_chosen_once_unless_per_file_ignores_c
         "ignoring/y.py": [code],
     }
     assert len(chosen) == 1 + 2
+
+
+def test_a_run_looks_up_the_settings_of_each_folder_once_not_of_each_file(tmp_path, monkeypatch):
+    """A folder's settings are looked up (its path made absolute) once by each part of the run that
+    asks, not once for each of its files."""
+    repo = _package_of_modules(tmp_path, 5)
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([repo], cache=cache, jobs=1).reports
+    looked_up = _spied(monkeypatch, Settings, "in_folder")
+    assert check_paths([repo], cache=cache, jobs=1).reports == cold
+    asked = [os.path.relpath(os.path.abspath(arguments[1]), repo) for arguments in looked_up]
+    assert {folder: asked.count(folder) for folder in asked} == {".": 3, "pkg": 3}  # (by the walk, the run and the imports' roots)
