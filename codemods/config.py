@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .registry import RULE_MODULES, UnknownRuleError, codes_matching
 
@@ -85,6 +85,16 @@ class Config:
     def excludes(self, path: str | Path) -> bool:
         """Whether a walk skips ``path`` (a file or a folder)."""
         return _Place(path, self.root).matches((*self.exclude, *self.extend_exclude))
+
+    def excludes_in(self, folder: str) -> Callable[[str], bool]:
+        """``excludes`` of the paths in ``folder``, asked by name (neither "", "." nor ".."): what
+        the folder decides (where it is below the root) is worked out once for all its names."""
+        names, paths = _compiled((*self.exclude, *self.extend_exclude))
+        relative = _relative(os.path.abspath(folder), os.path.abspath(self.root or os.getcwd())) if paths is not None else None
+        if paths is None or relative is None:  # (a pattern with a / matches no path outside the root, nor the root itself)
+            return lambda name: names.match(name) is not None
+        prefix = "" if relative == "." else relative + os.sep
+        return lambda name: names.match(name) is not None or paths.match(prefix + name) is not None
 
     def ignored_for(self, path: str | Path) -> tuple[str, ...]:
         """The rule patterns ``per-file-ignores`` ignores in ``path`` (a name pattern also matches

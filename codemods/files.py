@@ -72,11 +72,15 @@ def collect_files(
             continue
         problem = unreadable_kind(path)
         if path.is_dir():
-            walked = []
-            for found in _walk(path, errors, excluded):
-                kind = unreadable_kind(found)
+            walked: list[Path] = []
+            links: set[Path] = set()
+            for name, plain in _walk(str(path), errors, excluded):
+                found = Path(name)
+                kind = "" if plain else unreadable_kind(found)
                 if not kind:
                     walked.append(found)
+                    if not plain and os.path.islink(found):
+                        links.add(found)
                 elif kind == "no such file or directory" and os.path.islink(found):  # as ruff: a walk skips a dangling link, said
                     notices.append(f"{found}: a dangling symbolic link (to {os.readlink(found)}): skipped")
                 elif kind != "not a regular file":  # a FIFO or device found by a walk is skipped
@@ -87,7 +91,7 @@ def collect_files(
                 # As black and ruff: a walk never follows a link out of the folder named, where a
                 # fix would write into someone else's file. (The walk enters no linked folder, so
                 # only a file that is itself a link can lead out.)
-                if os.path.islink(found) and outside(found, path):
+                if found in links and outside(found, path):
                     notices.append(f"{found}: a symbolic link out of {path} (to {os.path.realpath(found)}): skipped")
                 else:
                     kept.append(found)
@@ -155,21 +159,39 @@ def unreadable_kind(path: Path) -> str:
     return "" if stat.S_ISREG(mode) else "not a regular file"
 
 
-def _walk(root: Path, errors: list[PathError], excluded: Callable[[str], bool]) -> Iterator[Path]:
-    """The Python files and notebooks under ``root`` that are not excluded (asked of each path as
-    a string: building a ``Path`` for every name walked costs a warm run of a large tree more than
-    the rest of the walk); a folder that cannot be read is an error."""
-
-    def unreadable(error: OSError) -> None:
+def _walk(root: str, errors: list[PathError], excluded: Callable[[str], bool]) -> Iterator[tuple[str, bool]]:
+    """The Python files and notebooks under ``root`` that are not excluded, in the order of a
+    sorted ``os.walk`` (a folder's files, then each of its folders'), each with whether the walk
+    knows it for a regular file that is no link; a folder that cannot be read is an error. Each
+    folder is listed once and its names' kinds read from the listing (``os.scandir``), where
+    ``os.walk`` asks again of every folder whether it is a link; paths are strings (a ``Path``
+    for every name walked costs a warm run of a large tree more than the rest of the walk)."""
+    try:
+        with os.scandir(root) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+    except OSError as error:
         errors.append(PathError(str(error.filename), f"{error.filename}: cannot read: {error.strerror or error}"))
+        return
+    folders = []
+    for entry in entries:
+        path = os.path.join(root, entry.name)
+        if _is_folder(entry):
+            # A linked folder is never entered (as os.walk's); a virtualenv is told by its pyvenv.cfg.
+            if not excluded(path) and not entry.is_symlink() and not os.path.exists(os.path.join(path, "pyvenv.cfg")):
+                folders.append(path)
+        elif (entry.name.endswith(".py") or is_notebook(entry.name)) and not excluded(path):
+            yield path, entry.is_file(follow_symlinks=False)
+    for folder in folders:
+        yield from _walk(folder, errors, excluded)
 
-    for directory, subdirectories, filenames in os.walk(root, onerror=unreadable):
-        subdirectories[:] = sorted(
-            d for d in subdirectories if not excluded(os.path.join(directory, d)) and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
-        )
-        for filename in sorted(filenames):
-            if (filename.endswith(".py") or is_notebook(filename)) and not excluded(os.path.join(directory, filename)):
-                yield Path(directory, filename)
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a folder, links followed (one whose kind cannot be read is not, as in
+    ``os.walk``)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _git_ignored(root: Path, files: list[Path]) -> set[Path]:

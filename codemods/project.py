@@ -161,7 +161,7 @@ class ProjectModules:
     _found_anew: bool = False  # whether some file's imports were found here, not recalled
     _digests: dict[bytes, str] = field(default_factory=dict)  # a file's bytes -> their digest
     _work_trees: dict[str, str | None] = field(default_factory=dict)  # folder -> the top of the work tree holding it
-    _real_folders: dict[str, str] = field(default_factory=dict)  # folder -> its real path
+    _real_paths: dict[str, str] = field(default_factory=dict)  # file or folder -> its real path
     _paths: dict[str, Path] = field(default_factory=dict)  # a module's file -> its Path
     _absolute: dict[str | Path, str] = field(default_factory=dict)  # a file asked about -> its absolute path
 
@@ -347,22 +347,24 @@ class ProjectModules:
 
     def _top(self, folder: str) -> str:
         if folder not in self._tops:
-            self._tops[folder] = os.path.realpath(self._project_root(folder))
+            self._tops[folder] = self._real_path(self._project_root(folder))
         return self._tops[folder]
 
     def _project_root(self, folder: str) -> str:
         """``config.project_root(folder)``, each folder above looked at once for all the folders below it."""
         return work_tree_top(folder, self._work_trees) or folder
 
-    def _real_path(self, file: str) -> str:
-        """``os.path.realpath(file)``, each folder resolved once: thousands of module files are in
-        a few hundred folders, and a realpath reads every folder of the path again."""
-        folder, name = os.path.split(file)
-        if name in ("", ".", "..") or os.path.islink(file):
-            return os.path.realpath(file)
-        if folder not in self._real_folders:
-            self._real_folders[folder] = os.path.realpath(folder)
-        return os.path.join(self._real_folders[folder], name)
+    def _real_path(self, path: str) -> str:
+        """``os.path.realpath(path)`` (an absolute path), each path resolved once, from its folder's
+        (a realpath reads every folder of the path again, and a module file is placed in the
+        project of each folder that imports it)."""
+        if path not in self._real_paths:
+            folder, name = os.path.split(path)
+            if name in ("", ".", "..") or os.path.islink(path):
+                self._real_paths[path] = os.path.realpath(path)
+            else:  # (the folder read through its links, as lstat reads it)
+                self._real_paths[path] = os.path.join(self._real_path(folder), name)
+        return self._real_paths[path]
 
     def _in_project(self, file: str, top: str) -> bool:
         """Whether ``file``, wherever its links lead, is inside the work tree ``top`` (a real path)

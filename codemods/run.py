@@ -64,10 +64,22 @@ def check_paths(
     found = collect_files(paths, excluded_by(settings, overrides), excluded_named)
     if shard is not None:
         found.files = shard.select(found.files, project_root())
-    configs = [settings.in_folder(os.path.dirname(path)) for path in found.files]  # (a file found is no folder)
+    in_folder: dict[str, Config] = {}  # a folder as the walk names it -> its settings (looked up, and made absolute, once)
+    configs = []
+    for folder in map(os.path.dirname, found.files):  # (a file found is no folder)
+        if folder not in in_folder:
+            in_folder[folder] = settings.in_folder(folder)
+        configs.append(in_folder[folder])
     groups: dict[tuple[tuple[str, ...], FixMode], list[int]] = {}
+    # The rules and mode of settings without per-file-ignores, which are those of each of their files.
+    of_settings: dict[int, tuple[RuleSelection, FixMode]] = {}  # (by id: each folder's settings are one object)
     for index, (path, config) in enumerate(zip(found.files, configs)):
-        rules, mode = configured_rules_and_mode(config, overrides, path, fixing)
+        if config.per_file_ignores:
+            rules, mode = configured_rules_and_mode(config, overrides, path, fixing)
+        else:
+            if id(config) not in of_settings:
+                of_settings[id(config)] = configured_rules_and_mode(config, overrides, path, fixing)
+            rules, mode = of_settings[id(config)]
         groups.setdefault((rules.codes, mode), []).append(index)
     selections = [(RuleSelection(codes), mode, indexes) for (codes, mode), indexes in groups.items()]
     reports = _check_groups(found.files, selections, jobs, cache, progress, settings)
@@ -89,15 +101,16 @@ def without_hints(findings: list[Finding]) -> list[Finding]:
 
 
 def excluded_by(settings: Settings, overrides: Overrides) -> Callable[[str | Path], bool]:
-    """Whether a path is excluded, by the settings of the folder it is in (with the command line's
-    exclusions applied once for each folder, not for each path)."""
-    in_folder: dict[str, Config] = {}  # a folder as the walk names it -> its settings, applied
+    """Whether a path a walk found (a folder's, joined with a name in it) is excluded, by the
+    settings of the folder it is in (with the command line's exclusions applied, and the folder's
+    place below their root worked out, once for each folder, not for each path)."""
+    in_folder: dict[str, Callable[[str], bool]] = {}  # a folder as the walk names it -> whether a name in it is excluded
 
     def excluded(path: str | Path) -> bool:
-        folder = os.path.dirname(path)
+        folder, name = os.path.split(path)
         if folder not in in_folder:
-            in_folder[folder] = overrides.applied(settings.in_folder(folder))
-        return in_folder[folder].excludes(path)
+            in_folder[folder] = overrides.applied(settings.in_folder(folder)).excludes_in(folder)
+        return in_folder[folder](name)
 
     return excluded
 

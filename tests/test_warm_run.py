@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from gradfix.codemods import cache as cache_module, project, typed_json
-from gradfix.codemods.cache import ReportCache
-from gradfix.codemods.config import Config, Settings
+from gradfix.codemods import cache as cache_module, project, run as run_module, typed_json
+from gradfix.codemods.cache import INDEXED_FILES, ReportCache
+from gradfix.codemods.config import Config, Overrides, Settings
 from gradfix.codemods.files import collect_files
 from gradfix.codemods.report import FileReport, Finding, FixKind
-from gradfix.codemods.run import check_paths
+from gradfix.codemods.run import check_paths, excluded_by
 
+from .test_cache import CLEAN, DOUBLE
 from .test_imports_kept import HELPER, SECRET, TRAIN
 
 
@@ -65,6 +66,8 @@ def test_exclusions_answer_as_each_pattern_would(tmp_path):
     for path in paths:
         expected = any(_matches(pattern, path, root) for pattern in PATTERNS)
         assert config.excludes(path) == expected == config.excludes(Path(path)), path
+        if path != root:
+            assert config.excludes_in(os.path.dirname(path))(os.path.basename(path)) == expected, path
 
 
 def test_a_walk_matches_the_exclusions_as_compiled_expressions_not_pattern_by_pattern(tmp_path, monkeypatch):
@@ -217,3 +220,117 @@ def test_a_warm_walk_makes_each_files_absolute_path_once(tmp_path, monkeypatch):
     for report in cold:
         asked_for_settings = Path(report.path).name == "__init__.py"
         assert len([arguments for arguments in made if os.fspath(arguments[0]) == report.path]) <= 2 + asked_for_settings, report.path
+
+
+def test_a_warm_run_decodes_only_the_entries_of_files_with_something_found(tmp_path, monkeypatch):
+    """An entry of a file with nothing found (parsed, or ruled out by its text) is told by its
+    bytes, not decoded field by field; the file with a finding is decoded. The run answers as the
+    cold run did, and as a run without the cache does."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    for number in range(INDEXED_FILES):
+        (repo / f"clean_{number:02}.py").write_text(CLEAN if number % 2 else "x = 1\n")
+    (repo / "double.py").write_text(DOUBLE)
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([repo], cache=cache, jobs=1).reports
+    assert {report.prefiltered for report in cold} == {False, True}
+    assert [Path(report.path).name for report in cold if report.findings] == ["double.py"]
+    decoded = _spied(monkeypatch, typed_json, "loads")
+    assert check_paths([repo], cache=cache, jobs=1).reports == cold == check_paths([repo], jobs=1).reports
+    assert [hint for _, hint in decoded if hint is FileReport] == [FileReport]
+
+
+def test_a_walk_asks_the_kind_of_each_file_it_finds_once(tmp_path, monkeypatch):
+    """A folder's listing says which names are folders, regular files and links: a file found is
+    looked at once more, for its identity (two names of one file are checked once), not also
+    for its kind and for whether it is a link, nor a folder for whether it is a link. Links,
+    dangling ones and what else a walk meets are still told apart."""
+    for folder in ("pkg", "pkg/sub", "other"):
+        (tmp_path / folder).mkdir()
+    plain = [tmp_path / name for name in ("a.py", "pkg/b.py", "pkg/sub/c.py", "pkg/sub/d.py", "other/e.py")]
+    for path in plain:
+        path.write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("x = 2\n")
+    (tmp_path / "other" / "link.py").symlink_to(tmp_path / "notes.txt")
+    (tmp_path / "other" / "dangling.py").symlink_to(tmp_path / "missing.py")
+    (tmp_path / "linked").symlink_to(tmp_path / "pkg")
+    os.mkfifo(tmp_path / "pkg" / "fifo.py")
+    stats, lstats = _spied(monkeypatch, os, "stat"), _spied(monkeypatch, os, "lstat")
+    found = collect_files([tmp_path])
+    assert sorted(found.files) == sorted([*plain, tmp_path / "other" / "link.py"])
+    assert [notice.split(":")[0] for notice in found.notices] == [str(tmp_path / "other" / "dangling.py")]
+    looked_at = [os.fspath(arguments[0]) for arguments in (*stats, *lstats)]
+    assert [looked_at.count(str(path)) for path in plain] == [1] * len(plain)
+    assert looked_at.count(str(tmp_path / "linked")) == 0
+
+
+def test_a_walk_places_each_folder_below_the_settings_root_once_not_each_file(tmp_path, monkeypatch):
+    """Where patterns with a / apply, a file's path relative to their root is its folder's and its
+    name: the folder's is made once (each file is made absolute once, for git's question)."""
+    (tmp_path / "pyproject.toml").write_text('[tool.gradfix]\nextend-exclude = ["experiments/*.py"]\n')
+    for folder in ("experiments", "pkg"):
+        (tmp_path / folder).mkdir()
+    kept = [tmp_path / "pkg" / f"m{number}.py" for number in range(5)]
+    for path in [*kept, *(tmp_path / "experiments" / f"e{number}.py" for number in range(5))]:
+        path.write_text("x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    made = _spied(monkeypatch, os.path, "abspath")
+    assert collect_files(["."], excluded_by(Settings(), Overrides())).files == [path.relative_to(tmp_path) for path in kept]
+    absolute = [os.path.abspath(arguments[0]) for arguments in list(made)]
+    assert [absolute.count(str(path)) for path in kept] == [1] * len(kept)
+
+
+def test_a_warm_run_resolves_each_module_file_once_whichever_folders_import_it(tmp_path, monkeypatch):
+    """Outside a work tree each folder is its own project, so a module imported from several
+    folders is placed in each of their projects; where its links lead is read once, and each
+    folder above it once (a realpath reads them all again)."""
+    tree = tmp_path / "tree"
+    for folder in ("pkg", "a", "b", "c"):
+        (tree / folder).mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_text("")
+    (tree / "pkg" / "rdrop_loss.py").write_text(HELPER)
+    (tree / "train.py").write_text(TRAIN.replace("from rdrop_loss import", "from pkg.rdrop_loss import"))
+    for folder in ("a", "b", "c"):
+        (tree / folder / "train.py").write_text(TRAIN.replace("from rdrop_loss import", "from ..pkg.rdrop_loss import"))
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([tree], cache=cache, jobs=1).reports
+    assert {os.path.relpath(report.path, tree): [f.code for f in report.findings] for report in cold}["train.py"] == ["GF001"]
+    looked_at = _spied(monkeypatch, os, "lstat")
+    assert check_paths([tree], cache=cache, jobs=1).reports == cold
+    module = str(tree / "pkg" / "rdrop_loss.py")
+    assert [os.fspath(arguments[0]) for arguments in looked_at].count(module) == 1
+    assert [os.fspath(arguments[0]) for arguments in looked_at].count(str(tmp_path)) <= 1
+
+
+def test_the_rules_of_a_folder_s_files_are_chosen_once_unless_per_file_ignores_choose_them(tmp_path, monkeypatch):
+    """Settings without per-file-ignores give all their files the same rules: chosen once, not for
+    each file; a table with per-file-ignores still chooses them for each of its files."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "ignoring").mkdir()
+    for number in range(10):
+        (repo / f"script_{number}.py").write_text(DOUBLE)
+    code = check_paths([repo / "script_0.py"], jobs=1).reports[0].findings[0].code
+    (repo / "ignoring" / "pyproject.toml").write_text(f'[tool.gradfix.per-file-ignores]\n"x*.py" = ["{code}"]\n')
+    for name in ("x.py", "y.py"):
+        (repo / "ignoring" / name).write_text(DOUBLE)
+    chosen = _spied(monkeypatch, run_module, "configured_rules_and_mode")
+    reports = check_paths([repo], jobs=1).reports
+    assert {os.path.relpath(report.path, repo): [f.code for f in report.findings] for report in reports} == {
+        **{f"script_{number}.py": [code] for number in range(10)},
+        "ignoring/x.py": [],
+        "ignoring/y.py": [code],
+    }
+    assert len(chosen) == 1 + 2
+
+
+def test_a_run_looks_up_the_settings_of_each_folder_once_not_of_each_file(tmp_path, monkeypatch):
+    """A folder's settings are looked up (its path made absolute) once by each part of the run that
+    asks, not once for each of its files."""
+    repo = _package_of_modules(tmp_path, 5)
+    cache = ReportCache(tmp_path / "cache", secret=SECRET)
+    cold = check_paths([repo], cache=cache, jobs=1).reports
+    looked_up = _spied(monkeypatch, Settings, "in_folder")
+    assert check_paths([repo], cache=cache, jobs=1).reports == cold
+    asked = [os.path.relpath(os.path.abspath(arguments[1]), repo) for arguments in looked_up]
+    assert {folder: asked.count(folder) for folder in asked} == {".": 3, "pkg": 3}  # (by the walk, the run and the imports' roots)
