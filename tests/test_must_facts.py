@@ -1165,3 +1165,28 @@ for i in range(3):
     opt.step()
 """
     assert [code for code, _, _ in found(twice)] == ["GF001"]
+
+
+STATE_BUILT_IN_A_BRANCH = """\
+model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(3, 4), torch.randn(3, 1)
+use_encoder_state = True
+mem = torch.zeros(1, 4)
+for i in range(3):
+    opt.zero_grad()
+    out = model(x + mem)
+{update}
+    loss = ((out - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_carried_state_is_detached_safely_only_where_one_path_builds_it():
+    from_the_loss = "    mem = torch.tanh(out.mean()).expand(1, 4)"
+    assert found(STATE_BUILT_IN_A_BRANCH.format(update=from_the_loss)) == [("GF004", False, "safe")]
+    # H51's generator: on the path that runs, the state comes from what this step's loss does not
+    # read; no backward frees it, the next step trains model[0] through it, and a detach cuts that.
+    in_a_branch = f"    if use_encoder_state:\n        mem = torch.tanh(model[0](x)).mean(0, keepdim=True)\n    else:\n    {from_the_loss}"
+    assert found(STATE_BUILT_IN_A_BRANCH.format(update=in_a_branch)) == [("GF004", False, "unsafe")]

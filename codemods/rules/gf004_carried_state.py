@@ -141,7 +141,10 @@ for inputs, targets in loader:
         # in every iteration; one that runs on some (every k steps) backwards the graphs of the others,
         # which the detach would cut (a window shortened, a learned initial state left untrained).
         every_iteration = all(self.analysis.runs_in_every_iteration(site.statement, loop) for site in sites.values())
-        fix, unfixable = self._loop_fix(loop, names, safe=not retained and not records and every_iteration)
+        # A state a branch builds may, on that path, come from what no backward of the iteration
+        # walks: the next iteration's backward then walks it once and runs, and a detach would cut it.
+        one_path = all(self.analysis.runs_in_every_iteration(write, loop) for name in names for write in self.analysis.writes_of(loop, name))
+        fix, unfixable = self._loop_fix(loop, names, safe=not retained and not records and every_iteration and one_path)
         if fix is not None and not all(self._builds_afresh(site, loop) for site in sites.values()):
             fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
         passed = self._passed_through_unread_code(loop, names)
@@ -174,6 +177,10 @@ for inputs, targets in loader:
             )
         if fix is not None and not retained and not every_iteration:
             message += " (unsafe fix: the backward does not run in every iteration, and the detach would cut the graphs of those it skips)"
+        elif fix is not None and not retained and not one_path:
+            message += (
+                " (unsafe fix: a branch builds it, maybe from what no backward of the iteration walks, which the next step then trains through)"
+            )
         return self.violation(
             first_update,
             message + (f" (not rewritten: {unfixable})" if unfixable else ""),
