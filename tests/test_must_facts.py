@@ -1190,3 +1190,31 @@ def test_a_carried_state_is_detached_safely_only_where_one_path_builds_it():
     # read; no backward frees it, the next step trains model[0] through it, and a detach cuts that.
     in_a_branch = f"    if use_encoder_state:\n        mem = torch.tanh(model[0](x)).mean(0, keepdim=True)\n    else:\n    {from_the_loss}"
     assert found(STATE_BUILT_IN_A_BRANCH.format(update=in_a_branch)) == [("GF004", False, "unsafe")]
+
+
+TEACHER_TARGET = """\
+import torch.nn.functional as F
+
+student = nn.Sequential(nn.Linear(4, 6), nn.Sigmoid(), nn.Linear(6, 2))
+teacher = nn.Sequential({teacher_first}, nn.Tanh(), nn.Linear(6, 2))
+{shared}
+opt = torch.optim.SGD(student.parameters(), lr=0.1)
+x = torch.randn(4, 4)
+target = teacher(x)
+for i in range(3):
+    opt.zero_grad()
+    loss = F.mse_loss(student(x), target)
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_module_that_holds_a_trained_modules_part_may_train():
+    def rules(teacher_first="nn.Linear(4, 6)", shared=""):
+        return [(code, fix) for code, _, fix in found(TEACHER_TARGET.format(teacher_first=teacher_first, shared=shared))]
+
+    assert rules() == [("GF006", "safe")]  # (a teacher nothing trains: its target is a constant)
+    # H51's generator: the teacher holds the student's first layer, which the optimizer trains; a
+    # detach of the target would stop that layer's gradient through it.
+    assert rules(shared="teacher[0] = student[0]") == [("GF003", "safe")]
+    assert rules(teacher_first="student[0]") == [("GF003", "safe")]

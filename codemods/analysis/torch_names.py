@@ -69,7 +69,8 @@ class TorchNames:
     optimizers_of_unknown_parameters: set[str] = field(default_factory=set)
     # Dotted names handed to a call or kept in a container or on another object (``nn.ModuleDict(
     # {"teacher": teacher})``, ``wrapper.teacher = teacher``): a module among them may be trained
-    # through whatever holds it.
+    # through whatever holds it; and modules that hold a module or a part of one (``teacher[0] =
+    # student[0]``): they may be trained through it.
     stored_values: set[str] = field(default_factory=set)
     leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
     optimized_leaves: set[str] = field(default_factory=set)  # those an optimizer is given (``SGD([image])``)
@@ -352,6 +353,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._bind_framework(target.target, node.value)
             if type(target.target) is cst.Attribute or type(target.target) is cst.Subscript:
                 self._note_stored(node.value)
+                holder = dotted_name(target.target.value)
+                if holder is not None and self._names_a_module(node.value):
+                    self.names.stored_values.add(holder)  # ``teacher[0] = student[0]``: it holds it
         if (
             self._classes
             and self._classes[-1] in self.names.lightning_classes
@@ -411,6 +415,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.self_modules.setdefault(self._classes[-1], {})[name[5:]] = module
             else:
                 self.names.modules[name] = module
+            if type(value) is cst.Call and any(self._names_a_module(arg.value) for arg in value.args):
+                self.names.stored_values.add(name)  # ``nn.Sequential(student[0], head)``: it holds them
         elif name.startswith("self.") and self._classes and creates_parameter(self.names, value):
             self.names.self_parameters.setdefault(self._classes[-1], set()).add(name[5:])
         elif creates_parameter(self.names, value):
@@ -426,6 +432,15 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if qualified.split(".")[0] == "torch":
                 self.names.aliases[name] = qualified
                 self._assigned_aliases.add(name)
+
+    def _names_a_module(self, expression: cst.BaseExpression) -> bool:
+        """``student``, ``student.fc``, ``student[0]``, or a list or tuple holding one: a module
+        gradfix knows, by name, or a part of one (not one built there)."""
+        if type(expression) is cst.List or type(expression) is cst.Tuple:
+            return any(self._names_a_module(element.value) for element in expression.elements)
+        while type(expression) is cst.Subscript:
+            expression = expression.value
+        return type(expression) is not cst.Call and self._module_of(expression) is not None
 
     def _module_of(self, expression: cst.BaseExpression) -> ModuleInfo | None:
         """The module an expression names or builds (``model``, ``Net()``, ``Net().to(device)``)."""
