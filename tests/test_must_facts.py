@@ -1218,3 +1218,18 @@ def test_a_module_that_holds_a_trained_modules_part_may_train():
     # detach of the target would stop that layer's gradient through it.
     assert rules(shared="teacher[0] = student[0]") == [("GF003", "safe")]
     assert rules(teacher_first="student[0]") == [("GF003", "safe")]
+
+
+def test_two_backwards_of_one_loss_with_other_gradients_are_no_duplicate_to_drop():
+    twice = """\
+model = nn.Linear(3, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(4, 3)).pow(2).mean()
+    loss.backward({first})
+    loss.backward()
+    opt.step()
+"""
+    assert found(twice.format(first="")) == [("GF001", False, "safe")]
+    # H51's generator: which of the two was meant (half the gradient, or all of it) is not clear.
+    assert found(twice.format(first="torch.tensor(0.5)")) == [("GF001", False, None)]

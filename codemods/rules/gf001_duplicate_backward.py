@@ -41,7 +41,8 @@ class DuplicateBackward(Rule):
     call is a gradient check with ``torch.autograd.grad``, which adds nothing to ``.grad``, the fix
     lets that check keep the graph (``retain_graph=True``) for the real backward.
 
-    When gradfix only reports: When the first call already passes ``retain_graph=True`` on purpose,
+    When gradfix only reports: When the two calls pass other arguments (a gradient, ``inputs``),
+    which one was meant is not clear. When the first call already passes ``retain_graph=True`` on purpose,
     or gradfix cannot tell what it passes (an expression, or a keyword ``Tensor.backward`` does not
     take: torch 0.3's ``retain_variables``), nothing is rewritten: the program runs, and the second
     backward is then deliberate; a first call that may keep the graph makes the finding a hint.
@@ -134,8 +135,8 @@ for batch, target in loader:
                 return None
             kept = cst.ensure_type(first.statement.deep_replace(first.call, with_retained_graph(first.api, first.call)), cst.SimpleStatementLine)
             return Fix(safe=True, replace=((first.statement, kept),))
-        if first.api != second.api:
-            return None  # backwarded two ways (scaled and plain, say): which one was meant is not clear
+        if first.api != second.api or _passed(first) != _passed(second):
+            return None  # backwarded two ways (scaled and plain, another gradient): which one was meant is not clear
         if not second.is_whole_statement or self.analysis.block_of(second.statement) is None:
             return None
         # Unless the value is proved to hold a graph the first call freed, the second call may run
@@ -201,3 +202,10 @@ def _returned_tensor_names(value: cst.BaseExpression | None) -> set[str]:
 
 def _is_simple_statement(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+
+
+def _passed(site: BackwardSite) -> list[tuple[str | None, str]]:
+    """What a backward call passes but whether it keeps or differentiates the graph
+    (``torch.tensor(0.5)`` as the gradient, ``inputs=``)."""
+    keywords = [(arg.keyword.value if arg.keyword is not None else None, code_of(arg.value)) for arg in site.call.args]
+    return [(keyword, code) for keyword, code in keywords if keyword not in ("retain_graph", "create_graph")]
