@@ -114,10 +114,6 @@ def _slot(node_type: type[cst.CSTNode], name: str) -> types.MemberDescriptorType
 _BUILDERS = _Builders()
 
 
-def _node(node_type: type[cst.CSTNode], **fields: Any) -> Any:
-    return _BUILDERS[node_type](**fields)
-
-
 _BINARY = {
     ast.Add: cst.Add,
     ast.Sub: cst.Subtract,
@@ -174,7 +170,7 @@ _TRIPLE_QUOTES = ('"""', "'''")
 
 def _keyword_statement(node_type: type[cst.CSTNode]) -> Callable[[Any, ast.stmt], cst.BaseSmallStatement]:
     """``pass``, ``break``, ``continue``: a statement that is its keyword."""
-    return lambda builder, node: _node(node_type)
+    return lambda builder, node: _BUILDERS[node_type]()
 
 
 class _Builder:
@@ -227,7 +223,7 @@ class _Builder:
         parts = name.split(".")
         result: cst.Name | cst.Attribute = self._identifier(parts[0])
         for part in parts[1:]:
-            result = _node(cst.Attribute, value=result, attr=self._identifier(part))
+            result = _BUILDERS[cst.Attribute](value=result, attr=self._identifier(part))
         return result
 
     def _starts_with(self, node: ast.AST, word: bytes) -> bool:
@@ -235,7 +231,7 @@ class _Builder:
 
     # module and blocks -----------------------------------------------------------------------
     def module(self, tree: ast.Module) -> cst.Module:
-        return _node(cst.Module, body=self._statements(tree.body), encoding=self._encoding)
+        return _BUILDERS[cst.Module](body=self._statements(tree.body), encoding=self._encoding)
 
     def _statements(self, statements: Sequence[ast.stmt]) -> list[cst.BaseStatement]:
         """Statements as LibCST groups them: small statements on one line (``a = 1; b = 2``) share
@@ -247,28 +243,28 @@ class _Builder:
             builder = self._compound.get(type(statement))
             if builder is not None:
                 if small:
-                    lines.append(_node(cst.SimpleStatementLine, body=small))
+                    lines.append(_BUILDERS[cst.SimpleStatementLine](body=small))
                     small = []
                 lines.append(builder(self, statement))
                 previous_end = -1
                 continue
             if small and statement.lineno != previous_end:
-                lines.append(_node(cst.SimpleStatementLine, body=small))
+                lines.append(_BUILDERS[cst.SimpleStatementLine](body=small))
                 small = []
             small.append(self._small(statement))
             previous_end = statement.end_lineno
         if small:
-            lines.append(_node(cst.SimpleStatementLine, body=small))
+            lines.append(_BUILDERS[cst.SimpleStatementLine](body=small))
         return lines
 
     def _suite(self, statements: Sequence[ast.stmt]) -> cst.BaseSuite:
         """A block: on the header's line (``if x: y``) or indented below it."""
         if self._on_header_line(statements[0]):
-            return _node(cst.SimpleStatementSuite, body=[self._small(s) for s in statements])
-        return _node(cst.IndentedBlock, body=self._statements(statements))
+            return _BUILDERS[cst.SimpleStatementSuite](body=[self._small(s) for s in statements])
+        return _BUILDERS[cst.IndentedBlock](body=self._statements(statements))
 
     def _else(self, statements: Sequence[ast.stmt]) -> cst.Else | None:
-        return _node(cst.Else, body=self._suite(statements)) if statements else None
+        return _BUILDERS[cst.Else](body=self._suite(statements)) if statements else None
 
     # compound statements ---------------------------------------------------------------------
     def _if(self, node: ast.If) -> cst.If:
@@ -277,69 +273,62 @@ class _Builder:
             orelse = self._if(node.orelse[0])
         else:
             orelse = self._else(node.orelse)
-        return _node(cst.If, test=self._expression(node.test), body=self._suite(node.body), orelse=orelse)
+        return _BUILDERS[cst.If](test=self._expression(node.test), body=self._suite(node.body), orelse=orelse)
 
     def _for(self, node: ast.For | ast.AsyncFor) -> cst.For:
-        return _node(
-            cst.For,
+        return _BUILDERS[cst.For](
             target=self._expression(node.target),
             iter=self._expression(node.iter),
             body=self._suite(node.body),
             orelse=self._else(node.orelse),
-            asynchronous=_node(cst.Asynchronous) if isinstance(node, ast.AsyncFor) else None,
+            asynchronous=_BUILDERS[cst.Asynchronous]() if isinstance(node, ast.AsyncFor) else None,
         )
 
     def _while(self, node: ast.While) -> cst.While:
-        return _node(cst.While, test=self._expression(node.test), body=self._suite(node.body), orelse=self._else(node.orelse))
+        return _BUILDERS[cst.While](test=self._expression(node.test), body=self._suite(node.body), orelse=self._else(node.orelse))
 
     def _with(self, node: ast.With | ast.AsyncWith) -> cst.With:
         items = [
-            _node(
-                cst.WithItem,
+            _BUILDERS[cst.WithItem](
                 item=self._expression(item.context_expr),
-                asname=None if item.optional_vars is None else _node(cst.AsName, name=self._expression(item.optional_vars)),
+                asname=None if item.optional_vars is None else _BUILDERS[cst.AsName](name=self._expression(item.optional_vars)),
             )
             for item in node.items
         ]
-        return _node(
-            cst.With,
+        return _BUILDERS[cst.With](
             items=items,
             body=self._suite(node.body),
-            asynchronous=_node(cst.Asynchronous) if isinstance(node, ast.AsyncWith) else None,
+            asynchronous=_BUILDERS[cst.Asynchronous]() if isinstance(node, ast.AsyncWith) else None,
         )
 
     def _try(self, node: ast.Try) -> cst.Try:
         handlers = [
-            _node(
-                cst.ExceptHandler,
+            _BUILDERS[cst.ExceptHandler](
                 body=self._suite(handler.body),
                 type=self._optional(handler.type),
-                name=None if handler.name is None else _node(cst.AsName, name=self._identifier(handler.name)),
+                name=None if handler.name is None else _BUILDERS[cst.AsName](name=self._identifier(handler.name)),
             )
             for handler in node.handlers
         ]
-        return _node(
-            cst.Try,
+        return _BUILDERS[cst.Try](
             body=self._suite(node.body),
             handlers=handlers,
             orelse=self._else(node.orelse),
-            finalbody=_node(cst.Finally, body=self._suite(node.finalbody)) if node.finalbody else None,
+            finalbody=_BUILDERS[cst.Finally](body=self._suite(node.finalbody)) if node.finalbody else None,
         )
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> cst.FunctionDef:
-        return _node(
-            cst.FunctionDef,
+        return _BUILDERS[cst.FunctionDef](
             name=self._identifier(node.name),
             params=self._parameters(node.args),
             body=self._suite(node.body),
             decorators=self._decorators(node.decorator_list),
-            returns=None if node.returns is None else _node(cst.Annotation, annotation=self._expression(node.returns)),
-            asynchronous=_node(cst.Asynchronous) if isinstance(node, ast.AsyncFunctionDef) else None,
+            returns=None if node.returns is None else _BUILDERS[cst.Annotation](annotation=self._expression(node.returns)),
+            asynchronous=_BUILDERS[cst.Asynchronous]() if isinstance(node, ast.AsyncFunctionDef) else None,
         )
 
     def _class(self, node: ast.ClassDef) -> cst.ClassDef:
-        return _node(
-            cst.ClassDef,
+        return _BUILDERS[cst.ClassDef](
             name=self._identifier(node.name),
             body=self._suite(node.body),
             bases=[self._positional_argument(base) for base in node.bases],
@@ -348,7 +337,7 @@ class _Builder:
         )
 
     def _decorators(self, decorators: Sequence[ast.expr]) -> list[cst.Decorator]:
-        return [_node(cst.Decorator, decorator=self._expression(d)) for d in decorators]
+        return [_BUILDERS[cst.Decorator](decorator=self._expression(d)) for d in decorators]
 
     def _unsupported(self, node: ast.stmt) -> cst.BaseStatement:
         raise Unsupported(type(node).__name__)
@@ -377,66 +366,63 @@ class _Builder:
         return builder(self, node)
 
     def _expr(self, node: ast.Expr) -> cst.Expr:
-        return _node(cst.Expr, value=self._expression(node.value))
+        return _BUILDERS[cst.Expr](value=self._expression(node.value))
 
     def _assign(self, node: ast.Assign) -> cst.Assign:
-        targets = [_node(cst.AssignTarget, target=self._expression(t)) for t in node.targets]
-        return _node(cst.Assign, targets=targets, value=self._expression(node.value))
+        targets = [_BUILDERS[cst.AssignTarget](target=self._expression(t)) for t in node.targets]
+        return _BUILDERS[cst.Assign](targets=targets, value=self._expression(node.value))
 
     def _augmented(self, node: ast.AugAssign) -> cst.AugAssign:
-        return _node(
-            cst.AugAssign,
+        return _BUILDERS[cst.AugAssign](
             target=self._expression(node.target),
             operator=_AUGMENTED_OPERATORS[type(node.op)],
             value=self._expression(node.value),
         )
 
     def _annotated(self, node: ast.AnnAssign) -> cst.AnnAssign:
-        return _node(
-            cst.AnnAssign,
+        return _BUILDERS[cst.AnnAssign](
             target=self._expression(node.target),
-            annotation=_node(cst.Annotation, annotation=self._expression(node.annotation)),
+            annotation=_BUILDERS[cst.Annotation](annotation=self._expression(node.annotation)),
             value=self._optional(node.value),
         )
 
     def _return(self, node: ast.Return) -> cst.Return:
-        return _node(cst.Return, value=self._optional(node.value))
+        return _BUILDERS[cst.Return](value=self._optional(node.value))
 
     def _delete(self, node: ast.Delete) -> cst.Del:
         if len(node.targets) == 1:
-            return _node(cst.Del, target=self._expression(node.targets[0]))
-        return _node(cst.Del, target=_node(cst.Tuple, elements=self._elements(node.targets)))
+            return _BUILDERS[cst.Del](target=self._expression(node.targets[0]))
+        return _BUILDERS[cst.Del](target=_BUILDERS[cst.Tuple](elements=self._elements(node.targets)))
 
     def _raise(self, node: ast.Raise) -> cst.Raise:
-        cause = None if node.cause is None else _node(cst.From, item=self._expression(node.cause))
-        return _node(cst.Raise, exc=self._optional(node.exc), cause=cause)
+        cause = None if node.cause is None else _BUILDERS[cst.From](item=self._expression(node.cause))
+        return _BUILDERS[cst.Raise](exc=self._optional(node.exc), cause=cause)
 
     def _assert(self, node: ast.Assert) -> cst.Assert:
-        return _node(cst.Assert, test=self._expression(node.test), msg=self._optional(node.msg))
+        return _BUILDERS[cst.Assert](test=self._expression(node.test), msg=self._optional(node.msg))
 
     def _global(self, node: ast.Global | ast.Nonlocal) -> cst.Global | cst.Nonlocal:
-        names = [_node(cst.NameItem, name=self._identifier(n)) for n in node.names]
-        return _node(cst.Global if isinstance(node, ast.Global) else cst.Nonlocal, names=names)
+        names = [_BUILDERS[cst.NameItem](name=self._identifier(n)) for n in node.names]
+        return _BUILDERS[cst.Global if isinstance(node, ast.Global) else cst.Nonlocal](names=names)
 
     def _import(self, node: ast.Import) -> cst.Import:
-        return _node(cst.Import, names=[self._alias(alias) for alias in node.names])
+        return _BUILDERS[cst.Import](names=[self._alias(alias) for alias in node.names])
 
     def _import_from(self, node: ast.ImportFrom) -> cst.ImportFrom:
         names: Sequence[cst.ImportAlias] | cst.ImportStar
         if len(node.names) == 1 and node.names[0].name == "*":
-            names = _node(cst.ImportStar)
+            names = _BUILDERS[cst.ImportStar]()
         else:
             names = [self._alias(alias) for alias in node.names]
-        return _node(
-            cst.ImportFrom,
+        return _BUILDERS[cst.ImportFrom](
             module=None if node.module is None else self._dotted(node.module),
             names=names,
             relative=[_DOT] * node.level,
         )
 
     def _alias(self, alias: ast.alias) -> cst.ImportAlias:
-        asname = None if alias.asname is None else _node(cst.AsName, name=self._identifier(alias.asname))
-        return _node(cst.ImportAlias, name=self._dotted(alias.name), asname=asname)
+        asname = None if alias.asname is None else _BUILDERS[cst.AsName](name=self._identifier(alias.asname))
+        return _BUILDERS[cst.ImportAlias](name=self._dotted(alias.name), asname=asname)
 
     _simple: dict[type, Callable[[Any, Any], cst.BaseSmallStatement]] = {
         ast.Expr: _expr,
@@ -466,22 +452,21 @@ class _Builder:
         if arguments.vararg is not None:
             star_arg = self._param(arguments.vararg, None, "*")
         elif arguments.kwonlyargs:
-            star_arg = _node(cst.ParamStar)
+            star_arg = _BUILDERS[cst.ParamStar]()
         else:
             star_arg = cst.MaybeSentinel.DEFAULT
-        return _node(
-            cst.Parameters,
+        return _BUILDERS[cst.Parameters](
             params=params[split:],
             star_arg=star_arg,
             kwonly_params=[self._param(a, d, "") for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults)],
             star_kwarg=None if arguments.kwarg is None else self._param(arguments.kwarg, None, "**"),
             posonly_params=params[:split],
-            posonly_ind=_node(cst.ParamSlash) if split else cst.MaybeSentinel.DEFAULT,
+            posonly_ind=_BUILDERS[cst.ParamSlash]() if split else cst.MaybeSentinel.DEFAULT,
         )
 
     def _param(self, argument: ast.arg, default: ast.expr | None, star: str) -> cst.Param:
-        annotation = None if argument.annotation is None else _node(cst.Annotation, annotation=self._expression(argument.annotation))
-        return _node(cst.Param, name=self._identifier(argument.arg), annotation=annotation, default=self._optional(default), star=star)
+        annotation = None if argument.annotation is None else _BUILDERS[cst.Annotation](annotation=self._expression(argument.annotation))
+        return _BUILDERS[cst.Param](name=self._identifier(argument.arg), annotation=annotation, default=self._optional(default), star=star)
 
     # expressions -----------------------------------------------------------------------------
     def _optional(self, node: ast.expr | None) -> cst.BaseExpression | None:
@@ -501,14 +486,14 @@ class _Builder:
         if value is None or value is True or value is False:
             return _name(repr(value))
         if value is Ellipsis:
-            return _node(cst.Ellipsis)
+            return _BUILDERS[cst.Ellipsis]()
         if isinstance(value, (str, bytes)):
             return self._strings(node)
         if isinstance(value, complex):
-            return _node(cst.Imaginary, value=self._segment(node))
+            return _BUILDERS[cst.Imaginary](value=self._segment(node))
         if isinstance(value, float):
-            return _node(cst.Float, value=self._segment(node))
-        return _node(cst.Integer, value=self._segment(node))
+            return _BUILDERS[cst.Float](value=self._segment(node))
+        return _BUILDERS[cst.Integer](value=self._segment(node))
 
     def _strings(self, node: ast.Constant | ast.JoinedStr) -> cst.BaseString:
         """A literal, or literals written side by side (``"a" f"{b}"``), which LibCST nests to the
@@ -519,12 +504,12 @@ class _Builder:
         built = [self._literal(piece) for piece in pieces]
         result = built[-1]
         for left in reversed(built[:-1]):
-            result = _node(cst.ConcatenatedString, left=left, right=result)
+            result = _BUILDERS[cst.ConcatenatedString](left=left, right=result)
         return result
 
     def _literal(self, text: str) -> cst.BaseString:
         if "f" not in _STRING_PREFIX.match(text).group().lower():
-            return _node(cst.SimpleString, value=text)
+            return _BUILDERS[cst.SimpleString](value=text)
         # One f-string of several side by side: parsed on its own, and read from its own text.
         alone = text.join("()")
         parsed = ast.parse(alone, mode="eval").body
@@ -535,7 +520,7 @@ class _Builder:
         quote = text[len(prefix) : len(prefix) + 3]
         if quote not in _TRIPLE_QUOTES:
             quote = quote[0]
-        return _node(cst.FormattedString, parts=self._formatted_parts(values), start=prefix + quote, end=quote)
+        return _BUILDERS[cst.FormattedString](parts=self._formatted_parts(values), start=prefix + quote, end=quote)
 
     def _formatted_parts(self, values: Sequence[ast.expr]) -> list[cst.BaseFormattedStringContent]:
         parts: list[cst.BaseFormattedStringContent] = []
@@ -543,19 +528,18 @@ class _Builder:
             if isinstance(value, ast.FormattedValue):
                 spec = None if value.format_spec is None else self._formatted_parts(value.format_spec.values)
                 parts.append(
-                    _node(
-                        cst.FormattedStringExpression,
+                    _BUILDERS[cst.FormattedStringExpression](
                         expression=self._expression(value.value),
                         conversion=_CONVERSIONS[value.conversion],
                         format_spec=spec,
                     )
                 )
             else:  # the text between expressions; its exact spelling is nothing the analysis reads
-                parts.append(_node(cst.FormattedStringText, value=str(value.value)))
+                parts.append(_BUILDERS[cst.FormattedStringText](value=str(value.value)))
         return parts
 
     def _attribute(self, node: ast.Attribute) -> cst.Attribute:
-        return _node(cst.Attribute, value=self._expression(node.value), attr=self._identifier(node.attr))
+        return _BUILDERS[cst.Attribute](value=self._expression(node.value), attr=self._identifier(node.attr))
 
     def _subscript(self, node: ast.Subscript) -> cst.Subscript:
         index = node.slice
@@ -563,21 +547,20 @@ class _Builder:
             elements = [self._subscript_element(e) for e in index.elts]
         else:
             elements = [self._subscript_element(index)]
-        return _node(cst.Subscript, value=self._expression(node.value), slice=elements)
+        return _BUILDERS[cst.Subscript](value=self._expression(node.value), slice=elements)
 
     def _subscript_element(self, node: ast.expr) -> cst.SubscriptElement:
         if isinstance(node, ast.Slice):
-            inner: cst.BaseSlice = _node(
-                cst.Slice,
+            inner: cst.BaseSlice = _BUILDERS[cst.Slice](
                 lower=self._optional(node.lower),
                 upper=self._optional(node.upper),
                 step=self._optional(node.step),
             )
         elif isinstance(node, ast.Starred):
-            inner = _node(cst.Index, value=self._expression(node.value), star="*")
+            inner = _BUILDERS[cst.Index](value=self._expression(node.value), star="*")
         else:
-            inner = _node(cst.Index, value=self._expression(node))
-        return _node(cst.SubscriptElement, slice=inner)
+            inner = _BUILDERS[cst.Index](value=self._expression(node))
+        return _BUILDERS[cst.SubscriptElement](slice=inner)
 
     def _parenthesized(self, node: ast.Tuple) -> bool:
         """Whether a tuple is written in parentheses of its own: ``a[(1, 2)]``, not ``a[(1), 2]``."""
@@ -597,109 +580,106 @@ class _Builder:
         for keyword in node.keywords:
             arguments.append(((keyword.lineno, keyword.col_offset), self._keyword_argument(keyword)))
         arguments.sort(key=lambda pair: pair[0])
-        return _node(cst.Call, func=self._expression(node.func), args=[a for _, a in arguments])
+        return _BUILDERS[cst.Call](func=self._expression(node.func), args=[a for _, a in arguments])
 
     def _positional_argument(self, node: ast.expr) -> cst.Arg:
         if isinstance(node, ast.Starred):
-            return _node(cst.Arg, value=self._expression(node.value), star="*")
-        return _node(cst.Arg, value=self._expression(node))
+            return _BUILDERS[cst.Arg](value=self._expression(node.value), star="*")
+        return _BUILDERS[cst.Arg](value=self._expression(node))
 
     def _keyword_argument(self, node: ast.keyword) -> cst.Arg:
         if node.arg is None:
-            return _node(cst.Arg, value=self._expression(node.value), star="**")
-        return _node(cst.Arg, value=self._expression(node.value), keyword=self._identifier(node.arg))
+            return _BUILDERS[cst.Arg](value=self._expression(node.value), star="**")
+        return _BUILDERS[cst.Arg](value=self._expression(node.value), keyword=self._identifier(node.arg))
 
     def _binary(self, node: ast.BinOp) -> cst.BinaryOperation:
-        return _node(
-            cst.BinaryOperation,
+        return _BUILDERS[cst.BinaryOperation](
             left=self._expression(node.left),
             operator=_OPERATORS[type(node.op)],
             right=self._expression(node.right),
         )
 
     def _unary(self, node: ast.UnaryOp) -> cst.UnaryOperation:
-        return _node(cst.UnaryOperation, operator=_OPERATORS[type(node.op)], expression=self._expression(node.operand))
+        return _BUILDERS[cst.UnaryOperation](operator=_OPERATORS[type(node.op)], expression=self._expression(node.operand))
 
     def _boolean(self, node: ast.BoolOp) -> cst.BooleanOperation:
         """``a and b and c`` nests to the left, as LibCST reads it."""
         operator = _OPERATORS[type(node.op)]
         result = self._expression(node.values[0])
         for value in node.values[1:]:
-            result = _node(cst.BooleanOperation, left=result, operator=operator, right=self._expression(value))
+            result = _BUILDERS[cst.BooleanOperation](left=result, operator=operator, right=self._expression(value))
         return result
 
     def _compare(self, node: ast.Compare) -> cst.Comparison:
         comparisons = [
-            _node(cst.ComparisonTarget, operator=_OPERATORS[type(op)], comparator=self._expression(comparator))
+            _BUILDERS[cst.ComparisonTarget](operator=_OPERATORS[type(op)], comparator=self._expression(comparator))
             for op, comparator in zip(node.ops, node.comparators)
         ]
-        return _node(cst.Comparison, left=self._expression(node.left), comparisons=comparisons)
+        return _BUILDERS[cst.Comparison](left=self._expression(node.left), comparisons=comparisons)
 
     def _if_expression(self, node: ast.IfExp) -> cst.IfExp:
-        return _node(cst.IfExp, test=self._expression(node.test), body=self._expression(node.body), orelse=self._expression(node.orelse))
+        return _BUILDERS[cst.IfExp](test=self._expression(node.test), body=self._expression(node.body), orelse=self._expression(node.orelse))
 
     def _lambda(self, node: ast.Lambda) -> cst.Lambda:
-        return _node(cst.Lambda, params=self._parameters(node.args), body=self._expression(node.body))
+        return _BUILDERS[cst.Lambda](params=self._parameters(node.args), body=self._expression(node.body))
 
     def _named(self, node: ast.NamedExpr) -> cst.NamedExpr:
-        return _node(cst.NamedExpr, target=self._expression(node.target), value=self._expression(node.value))
+        return _BUILDERS[cst.NamedExpr](target=self._expression(node.target), value=self._expression(node.value))
 
     def _await(self, node: ast.Await) -> cst.Await:
-        return _node(cst.Await, expression=self._expression(node.value))
+        return _BUILDERS[cst.Await](expression=self._expression(node.value))
 
     def _yield(self, node: ast.Yield | ast.YieldFrom) -> cst.Yield:
         if isinstance(node, ast.YieldFrom):
-            return _node(cst.Yield, value=_node(cst.From, item=self._expression(node.value)))
-        return _node(cst.Yield, value=self._optional(node.value))
+            return _BUILDERS[cst.Yield](value=_BUILDERS[cst.From](item=self._expression(node.value)))
+        return _BUILDERS[cst.Yield](value=self._optional(node.value))
 
     def _elements(self, values: Sequence[ast.expr]) -> list[cst.BaseElement]:
         return [
-            _node(cst.StarredElement, value=self._expression(v.value))
+            _BUILDERS[cst.StarredElement](value=self._expression(v.value))
             if isinstance(v, ast.Starred)
-            else _node(cst.Element, value=self._expression(v))
+            else _BUILDERS[cst.Element](value=self._expression(v))
             for v in values
         ]
 
     def _sequence(self, node: ast.Tuple | ast.List | ast.Set) -> cst.BaseExpression:
         node_type = {ast.Tuple: cst.Tuple, ast.List: cst.List, ast.Set: cst.Set}[type(node)]
-        return _node(node_type, elements=self._elements(node.elts))
+        return _BUILDERS[node_type](elements=self._elements(node.elts))
 
     def _dict(self, node: ast.Dict) -> cst.Dict:
         elements = [
-            _node(cst.StarredDictElement, value=self._expression(value))
+            _BUILDERS[cst.StarredDictElement](value=self._expression(value))
             if key is None
-            else _node(cst.DictElement, key=self._expression(key), value=self._expression(value))
+            else _BUILDERS[cst.DictElement](key=self._expression(key), value=self._expression(value))
             for key, value in zip(node.keys, node.values)
         ]
-        return _node(cst.Dict, elements=elements)
+        return _BUILDERS[cst.Dict](elements=elements)
 
     def _comprehension_clauses(self, generators: Sequence[ast.comprehension]) -> cst.CompFor:
         inner = None
         for generator in reversed(generators):
-            inner = _node(
-                cst.CompFor,
+            inner = _BUILDERS[cst.CompFor](
                 target=self._expression(generator.target),
                 iter=self._expression(generator.iter),
-                ifs=[_node(cst.CompIf, test=self._expression(test)) for test in generator.ifs],
+                ifs=[_BUILDERS[cst.CompIf](test=self._expression(test)) for test in generator.ifs],
                 inner_for_in=inner,
-                asynchronous=_node(cst.Asynchronous) if generator.is_async else None,
+                asynchronous=_BUILDERS[cst.Asynchronous]() if generator.is_async else None,
             )
         return inner
 
     def _comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp) -> cst.BaseExpression:
         node_type = {ast.ListComp: cst.ListComp, ast.SetComp: cst.SetComp, ast.GeneratorExp: cst.GeneratorExp}[type(node)]
-        return _node(node_type, elt=self._expression(node.elt), for_in=self._comprehension_clauses(node.generators))
+        return _BUILDERS[node_type](elt=self._expression(node.elt), for_in=self._comprehension_clauses(node.generators))
 
     def _dict_comprehension(self, node: ast.DictComp) -> cst.DictComp:
-        return _node(
-            cst.DictComp,
+        return _BUILDERS[cst.DictComp](
             key=self._expression(node.key),
             value=self._expression(node.value),
             for_in=self._comprehension_clauses(node.generators),
         )
 
     def _starred(self, node: ast.Starred) -> cst.StarredElement:
-        return _node(cst.StarredElement, value=self._expression(node.value))
+        return _BUILDERS[cst.StarredElement](value=self._expression(node.value))
 
     _expressions: dict[type, Callable[[Any, Any], Any]] = {
         ast.Name: _name_expression,
@@ -731,7 +711,7 @@ class _Builder:
 
 
 def _name(value: str) -> cst.Name:
-    return _node(cst.Name, value=value)
+    return _BUILDERS[cst.Name](value=value)
 
 
 def _literals(text: str) -> list[str]:

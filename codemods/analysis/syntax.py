@@ -73,13 +73,17 @@ def _compared_fields(node_type: type[cst.CSTNode]) -> tuple[str, ...]:
 def dotted_name(node: cst.CSTNode) -> str | None:
     """``a.b.c`` for a chain of attributes on a name, else None."""
     # Exact types: a failed isinstance of a libcst class goes through ABCMeta, and this runs for
-    # nearly every expression the analysis reads.
+    # nearly every expression the analysis reads. A chain is followed in one call (a call and a
+    # string a link were a third of its 4.3 million calls in a cold check of diffusers).
     if type(node) is cst.Name:
         return node.value
-    if type(node) is cst.Attribute:
-        base = dotted_name(node.value)
-        return f"{base}.{node.attr.value}" if base else None
-    return None
+    attributes = []
+    while type(node) is cst.Attribute:
+        attributes.append(node.attr.value)
+        node = node.value
+    if not attributes or type(node) is not cst.Name or not node.value:
+        return None
+    return ".".join([node.value, *reversed(attributes)])
 
 
 def is_name(node: cst.CSTNode, *spellings: str) -> bool:
