@@ -1113,36 +1113,6 @@ def test_an_optimizer_given_the_sum_of_parameter_lists_trains_each_of_their_modu
     assert fixes("list(D.parameters()) + extra") == [None]  # (what ``extra`` holds is read elsewhere)
 
 
-ATTACK_ON_A_CACHED_PREDICTION = """\
-import torch.nn.functional as F
-
-model = nn.Linear(4, 3)
-
-
-def attack({given}x, steps=3):
-    delta = torch.zeros_like(x, requires_grad=True)
-    optimizer_delta = torch.optim.SGD([delta], lr=0.1)
-    p_natural = F.softmax(model(x), dim=1)
-    for _ in range(steps):
-        optimizer_delta.zero_grad()
-        loss = -F.kl_div(F.log_softmax(model(x + delta), dim=1), p_natural, reduction="sum")
-        loss.backward()
-        optimizer_delta.step()
-    return (x + delta).detach()
-"""
-
-
-def test_a_module_a_function_is_given_may_be_trained_by_its_caller():
-    def codes(given):
-        return [code for code, hint, _ in found(ATTACK_ON_A_CACHED_PREDICTION.format(given=given)) if not hint]
-
-    # The file's own module, which no optimizer of the file trains: the cached prediction is a
-    # constant of training whose graph every step backwards again.
-    assert codes("") == ["GF006"]
-    # Given by a caller, whoever trains it trains it: its prediction may be no constant.
-    assert codes("model, ") == ["GF003"]
-
-
 def test_one_graph_backwarded_twice_is_no_gans_two_steps():
     twice = """\
 def backward(loss):

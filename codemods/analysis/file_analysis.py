@@ -284,18 +284,17 @@ class FileAnalysis:
         """Whether ``statements`` build their graph only from modules no optimizer updates (a
         teacher, a frozen feature extractor): what they compute is a constant of training. A
         module handed to a call or kept in a container (``nn.ModuleDict({"teacher": teacher})``)
-        may be trained through what holds it, one a function is given by whoever trains it."""
+        may be trained through what holds it, and is not proved untrained."""
         trained = self.trained_modules
         if trained is None or any(self._reads_a_leaf(statement) for statement in statements):
             return False
-        scopes = [f for s in statements if isinstance(f := self._scope_node(s), cst.FunctionDef)]
-        given = {p.name.value for f in scopes for p in (*f.params.posonly_params, *f.params.params, *f.params.kwonly_params)}
-        calls = [(call, s) for s in statements for call in self.tree.findall(s, cst.Call)]
-        modules = [dotted_name(call.func) for call, s in calls if self.names.module(call.func, self.class_name_of(s)) is not None]
-        given -= {"self", "cls"}  # (the instance's own modules are its class's)
-        return bool(modules) and not any(
-            m is None or m in self.names.stored_values or self.may_train(m, trained) or m.split(".")[0] in given for m in modules
-        )
+        modules = [
+            dotted_name(call.func)
+            for statement in statements
+            for call in self.tree.findall(statement, cst.Call)
+            if self.names.module(call.func, self.class_name_of(statement)) is not None
+        ]
+        return bool(modules) and not any(module in self.names.stored_values or self.may_train(module, trained) for module in modules)
 
     def reads_what_trains(self, statements: Sequence[cst.CSTNode]) -> bool:
         """Whether ``statements`` read something an optimizer may train: a module that may hold

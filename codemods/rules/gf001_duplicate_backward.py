@@ -135,7 +135,7 @@ for batch, target in loader:
                 return None
             kept = cst.ensure_type(first.statement.deep_replace(first.call, with_retained_graph(first.api, first.call)), cst.SimpleStatementLine)
             return Fix(safe=True, replace=((first.statement, kept),))
-        if first.api != second.api or _passed(first) != _passed(second):
+        if first.api != second.api or _passed(first)[0] == _passed(second)[0] and _passed(first) != _passed(second):
             return None  # backwarded two ways (scaled and plain, another gradient): which one was meant is not clear
         if not second.is_whole_statement or self.analysis.block_of(second.statement) is None:
             return None
@@ -204,8 +204,10 @@ def _is_simple_statement(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
 
 
-def _passed(site: BackwardSite) -> list[tuple[str | None, str]]:
-    """What a backward call passes but whether it keeps or differentiates the graph
-    (``torch.tensor(0.5)`` as the gradient, ``inputs=``)."""
+def _passed(site: BackwardSite) -> tuple[str, list[tuple[str | None, str]]]:
+    """What is called, and what it is passed but whether it keeps or differentiates the graph
+    (``torch.tensor(0.5)`` as the gradient, ``inputs=``); a call of a function that backwards
+    for its caller passes its own arguments, and is told apart by its name."""
     keywords = [(arg.keyword.value if arg.keyword is not None else None, code_of(arg.value)) for arg in site.call.args]
-    return [(keyword, code) for keyword, code in keywords if keyword not in ("retain_graph", "create_graph")]
+    called = code_of(site.call.func).rpartition(".")[2]
+    return called, [(keyword, code) for keyword, code in keywords if keyword not in ("retain_graph", "create_graph")]

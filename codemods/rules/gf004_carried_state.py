@@ -130,6 +130,25 @@ for inputs, targets in loader:
             if loop not in freed:
                 yield self._loop_violation(loop, sites, retained=True)
 
+    def _walked_where_built(self, loop: Loop, name: str) -> bool:
+        """Whether each write of ``name`` in the loop gives it a value whose graph a backward of the
+        iteration that keeps no graph walks, whichever of them ran. ``freed`` says only that some
+        path's graph was freed: a branch may build the state from what no loss of the iteration
+        reads, the next iteration's backward then walks it once and runs, and a detach would cut
+        that gradient."""
+
+        def built_here(origins: frozenset[object]) -> set[Origin]:  # (not through a loop head: a last iteration's)
+            return {o for o in origins if isinstance(o, Origin)}
+
+        walking = [s for s in self.analysis.backward_sites if loop in s.loops and s.retain_graph is False]
+        walked = set().union(*(built_here(s.value.origins) for s in walking))
+        for write in self.analysis.writes_of(loop, name):
+            small = write.body[0] if isinstance(write, cst.SimpleStatementLine) and len(write.body) == 1 else None
+            value = self.analysis.value_assigned(small.value) if isinstance(small, (cst.Assign, cst.AugAssign)) else None
+            if value is None or not built_here(value.origins) & walked:
+                return False
+        return True
+
     def _loop_violation(self, loop: Loop, sites: dict[str, BackwardSite], retained: bool) -> Violation:
         updates = {name: first for name in sites if (first := self._first_update(loop, name)) is not None}
         names = sorted(sites, key=lambda n: (self.analysis.order(updates[n]), _position(updates[n], n)) if n in updates else (0, 0))
@@ -143,9 +162,7 @@ for inputs, targets in loader:
         # in every iteration; one that runs on some (every k steps) backwards the graphs of the others,
         # which the detach would cut (a window shortened, a learned initial state left untrained).
         every_iteration = all(self.analysis.runs_in_every_iteration(site.statement, loop) for site in sites.values())
-        # A state a branch builds may, on that path, come from what no backward of the iteration
-        # walks: the next iteration's backward then walks it once and runs, and a detach would cut it.
-        one_path = all(self.analysis.runs_in_every_iteration(write, loop) for name in names for write in self.analysis.writes_of(loop, name))
+        one_path = all(self._walked_where_built(loop, name) for name in names)
         fix, unfixable = self._loop_fix(loop, names, safe=not retained and not records and every_iteration and one_path)
         if fix is not None and not all(self._builds_afresh(site, loop) for site in sites.values()):
             fix, unfixable = None, "once detached, nothing the iteration computes would require grad, and the backward would fail"
