@@ -144,9 +144,15 @@ for inputs, targets in loader:
         walked = set().union(*(built_here(s.value.origins) for s in walking))
         for write in self.analysis.writes_of(loop, name):
             small = write.body[0] if isinstance(write, cst.SimpleStatementLine) and len(write.body) == 1 else None
-            value = self.analysis.value_assigned(small.value) if isinstance(small, (cst.Assign, cst.AugAssign)) else None
-            if value is None or not built_here(value.origins) & walked:
-                return False
+            if isinstance(small, (cst.Assign, cst.AugAssign)):
+                written: cst.BaseExpression | None = small.value
+            elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and small.value.args:
+                written = small.value.args[-1].value  # (``states.append(h)``)
+            else:
+                written = None
+            value = None if written is None else self.analysis.value_assigned(written)
+            if value is None or value.graph and not built_here(value.origins) & walked:
+                return False  # (a write of no graph, ``buffer[0] = x0``, builds nothing to walk)
         return True
 
     def _loop_violation(self, loop: Loop, sites: dict[str, BackwardSite], retained: bool) -> Violation:
