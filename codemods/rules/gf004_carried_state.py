@@ -151,8 +151,10 @@ for inputs, targets in loader:
             else:
                 written = None
             value = None if written is None else self.analysis.value_assigned(written)
-            if value is None or value.graph and not built_here(value.origins) & walked:
+            if value is not None and value.graph and not built_here(value.origins) & walked:
                 return False  # (a write of no graph, ``buffer[0] = x0``, builds nothing to walk)
+            if value is None and (written is None or not any(self.analysis.contains(written, o.node) for o in walked)):
+                return False  # (``state.add_(layer(x))``: what it adds is built where it is written)
         return True
 
     def _loop_violation(self, loop: Loop, sites: dict[str, BackwardSite], retained: bool) -> Violation:
