@@ -1001,6 +1001,11 @@ def test_lightnings_optimizers_are_those_configure_optimizers_returns_in_their_o
     two_returns = f"        if self.training:\n            return {G_AND_D}\n        return {flipped}"
     assert gan(two_returns) == reported
     assert gan(f"        return {G_AND_D}, torch.optim.Adam(self.G.parameters())") == reported  # (three for two names)
+    # One optimizer is handed back itself: ``(d_opt,) = self.optimizers()`` unpacks nothing gradfix knows.
+    one = "        return torch.optim.Adam(self.D.parameters())"
+    other = "\ng_opt = torch.optim.Adam(nn.Linear(1, 1).parameters())\n"
+    assert gan(one, unpacked="d_opt", extra=other) == safe
+    assert gan(one, unpacked="(d_opt,)", extra=other) == reported
     overridden = f"\n\nclass FlippedGAN(GAN):\n    def configure_optimizers(self):\n        return {flipped}\n"
     assert gan(f"        return {G_AND_D}", extra=overridden) == reported  # (``self`` may be a FlippedGAN)
 

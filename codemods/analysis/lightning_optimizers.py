@@ -41,8 +41,8 @@ class LightningOptimizers:
 
     # class -> what each ``return`` of its own ``configure_optimizers`` returns, in order
     configured: dict[str, list[list[ConfiguredOptimizer] | None]] = field(default_factory=dict)
-    # (class, the names ``self.optimizers()`` is unpacked into, or the one name bound to it)
-    unpacked: list[tuple[str, list[cst.BaseExpression]]] = field(default_factory=list)
+    # (class, the names ``self.optimizers()`` is unpacked into or the one name bound to it, whether unpacked)
+    unpacked: list[tuple[str, list[cst.BaseExpression], bool]] = field(default_factory=list)
     local_bases: dict[str, set[str]] = field(default_factory=dict)  # class -> the file's classes it derives from
 
     def note_return(self, class_name: str, returned: cst.BaseExpression | None, built: Callable[[cst.Call], set[str] | None]) -> None:
@@ -52,17 +52,18 @@ class LightningOptimizers:
         read = None if items is None else [_configured(item, built) for item in items]
         self.configured.setdefault(class_name, []).append(read)
 
-    def note_unpacked(self, class_name: str, targets: list[cst.BaseExpression]) -> None:
-        self.unpacked.append((class_name, targets))
+    def note_unpacked(self, class_name: str, targets: list[cst.BaseExpression], unpacking: bool) -> None:
+        self.unpacked.append((class_name, targets, unpacking))
 
     def resolve(self, optimized_modules: dict[str, set[str]], unknown: set[str], optimizers: set[str]) -> None:
         """Names bound by ``self.optimizers()`` get the modules of the optimizer at their
         position, or join ``unknown``."""
         found: list[tuple[str, set[str] | None]] = []
-        for class_name, targets in self.unpacked:
+        for class_name, targets, unpacking in self.unpacked:
             returned = self._positions(class_name, optimized_modules, unknown, optimizers)
             names = [dotted_name(target) for target in targets]
-            if returned is None or len(returned) != len(targets) or (len(targets) == 1) != (len(returned) == 1):
+            # (one optimizer is handed back itself, not in a list: ``(opt,) = self.optimizers()`` fails)
+            if returned is None or len(returned) != len(targets) or unpacking and len(targets) == 1:
                 found += [(name, None) for name in names if name is not None]
             else:
                 found += [(name, modules) for name, modules in zip(names, returned) if name is not None]
@@ -110,15 +111,12 @@ def _returned_items(returned: cst.BaseExpression) -> list[cst.BaseExpression] | 
             return None
         values = [element.value for element in elements]
         if len(values) == 2 and type(values[0]) is cst.List:  # ([optimizers], [schedulers])
-            return _returned_items(values[0]) if all(type(e) is not cst.Dict for e in _elements(values[0])) else None
+            listed = cst.ensure_type(values[0], cst.List).elements
+            return _returned_items(values[0]) if all(type(e.value) is not cst.Dict for e in listed) else None
         return [_dict_optimizer(value) if type(value) is cst.Dict else value for value in values]
     if type(returned) is cst.Dict:
         return [_dict_optimizer(returned)]
     return [returned]
-
-
-def _elements(value: cst.BaseExpression) -> list[cst.BaseExpression]:
-    return [element.value for element in getattr(value, "elements", ())]
 
 
 def _dict_optimizer(value: cst.Dict) -> cst.BaseExpression:

@@ -487,7 +487,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         updated: dict[str | None, set[str]] = {}
         if method == LIGHTNING_OPTIMIZERS_METHOD and is_name(method_receiver(value), "self") and self._classes:
             chosen = elements  # (what each trains: known once the whole file is read)
-            self.lightning.note_unpacked(self._classes[-1], elements)
+            self.lightning.note_unpacked(self._classes[-1], elements, type(target) is cst.Tuple or type(target) is cst.List)
         elif is_optimizer_class(callee) or callee in self.names.optimizer_classes or method == LIGHTNING_OPTIMIZERS_METHOD:
             chosen = elements
             modules = self._optimized_modules(value.args[0].value) if value.args and method != LIGHTNING_OPTIMIZERS_METHOD else None

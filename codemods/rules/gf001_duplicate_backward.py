@@ -135,7 +135,8 @@ for batch, target in loader:
                 return None
             kept = cst.ensure_type(first.statement.deep_replace(first.call, with_retained_graph(first.api, first.call)), cst.SimpleStatementLine)
             return Fix(safe=True, replace=((first.statement, kept),))
-        if first.api != second.api or _passed(first)[0] == _passed(second)[0] and _passed(first) != _passed(second):
+        (called, passed), (called_again, passed_again) = _passed(first), _passed(second)
+        if first.api != second.api or called == called_again and passed != passed_again:
             return None  # backwarded two ways (scaled and plain, another gradient): which one was meant is not clear
         if not second.is_whole_statement or self.analysis.block_of(second.statement) is None:
             return None
