@@ -1208,3 +1208,36 @@ for step in range(3):
     assert found(twice.format(first="")) == [("GF001", False, "safe")]
     # H51's generator: which of the two was meant (half the gradient, or all of it) is not clear.
     assert found(twice.format(first="torch.tensor(0.5)")) == [("GF001", False, None)]
+
+
+PENALTY_DEFINED_AFTER_ITS_CALLER = """\
+G = nn.Linear(2, 4)
+D = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+opt = torch.optim.SGD(D.parameters(), lr=0.1)
+
+
+def train():
+    for _ in range(2):
+        D.zero_grad()
+        fake = G(torch.randn(8, 2))
+        d_fake = D(fake).mean()
+        d_fake.backward()
+        p = penalty(fake)
+        p.backward()
+        opt.step()
+
+
+def penalty(fake):
+    x = {given}
+    return D(x).pow(2).mean()
+
+
+train()
+"""
+
+
+def test_a_call_before_its_functions_definition_reads_what_the_walk_with_its_arguments_returned():
+    # (H55's m06: the caller walked before the helper read a table of the round that had no entry
+    # for it yet, so a detaching helper's result took its argument's graph: a false safe GF002.)
+    assert found(PENALTY_DEFINED_AFTER_ITS_CALLER.format(given="fake.detach()")) == []
+    assert [(code, hint) for code, hint, _ in found(PENALTY_DEFINED_AFTER_ITS_CALLER.format(given="fake"))] == [("GF002", False)]

@@ -26,7 +26,7 @@ from .assignments import assigned_names, local_names, target_names
 from .backward_calls import BackwardSite
 from .calls import CallSemantics
 from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, narrowed, truth_key
-from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, decorator_callee, graph_facts, summary_facts
+from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, decorator_callee, graph_facts, result_facts, summary_facts
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
 from .syntax import dotted_name, is_grad, method_called
 from .torch_names import TorchNames
@@ -91,6 +91,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             for end in range(1, len(parts)):
                 self._attributes_of.setdefault(".".join(parts[:end]), []).append(attribute)
         self.backward_sites: dict[cst.Call, BackwardSite] = {}
+        self.returned_with_arguments: dict[object, Value] = {}
         for _ in range(_MAX_SUMMARY_ROUNDS):
             known = {key for key, summary in self.summaries.items() if summary.has_effect}
             arguments = {callee: graph_facts(env) for callee, env in self.arguments.items()}
@@ -111,12 +112,14 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             all(summary_facts(self.summaries.get(key)) == summary_facts(seen) for key, seen in self._summaries_before_definition.items())
             and all(graph_facts(self.arguments.get(callee, {})) == facts for callee, facts in self._arguments_read)
             and all(self._walked_by(key, self.backward_sites) == walked for key, walked in self._sites_read_before_definition)
+            and all(result_facts(self.returned_with_arguments.get(key)) == facts for key, facts in self._results_read_before_definition)
         )
 
     def _run_module(self, module: cst.Module) -> None:
         # A function defined after its caller has its backwards walked later in the round: the
         # caller sees those of the previous round, as it sees that round's summary.
         self._sites_of_last_round = self.backward_sites
+        self._results_of_last_round = self.returned_with_arguments
         self.backward_sites = {}
         self.loops: dict[LoopNode, Loop] = {}
         self.statement_loops: dict[cst.CSTNode, tuple[Loop, ...]] = {}
@@ -139,8 +142,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self._call_items: dict[cst.Call, tuple[Value, ...]] = {}
         self._items_given_no_graph: set[cst.Call] = set()  # of those, calls that pass no graph (in a loop: its last pass)
         self._read_callees: dict[cst.Call, object] = {}  # calls read as any other, of the file's functions
-        # What a function of the file returns in the walk with what its callers pass it.
-        self.returned_with_arguments: dict[object, Value] = {}
+        # What a function of the file returns in the walk with what its callers pass it (a call
+        # before the function's definition reads the last round's: ``_with_arguments``).
+        self.returned_with_arguments = {}
         self._differentiable_outputs: set[cst.CSTNode] = set()  # calls of torch.nn modules returning tuples
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
         self.read_values: dict[cst.Name | cst.Attribute, Value] = {}  # what each name (attribute) read held (in a loop: its last pass)
@@ -160,6 +164,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self._summarized: set[object] = set()
         self._arguments_read: list[tuple[object, GraphFacts]] = []
         self._sites_read_before_definition: list[tuple[object, dict[cst.Call, frozenset[Origin]]]] = []
+        self._results_read_before_definition: list[tuple[object, tuple[object, ...] | None]] = []
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._comprehension_names: frozenset[str] = frozenset()  # bound by the comprehensions being evaluated

@@ -341,19 +341,31 @@ class FunctionSummaries:
         none (a helper that detaches what it is given, or computes with gradients off); a graph
         built from its arguments by the operations it runs otherwise, guessed (or out of code gradfix
         did not read) where that walk's is. None where no caller passed it a graph."""
-        returned = self.returned_with_arguments.get(callee) if callee is not None else None
+        returned = self._with_arguments(callee) if callee is not None else None
         if returned is None:
             return None
         if not returned.graph:
             return Value(structure=structure)
         return combine(self._flowing(callee, values), self._origin(call), structure, guessed=returned.guessed or None, unread=returned.unread or None)
 
+    def _with_arguments(self, callee: object) -> Value | None:
+        """What the walk of ``callee`` with what its callers pass returned: this round's walk, or,
+        where this round has not walked it yet (a call before the function's definition), the
+        last round's, which the round keeps to check against its own (``_saw_final_facts``): a
+        call read as if no caller passed a graph would take a detaching helper's result for its
+        arguments' graph."""
+        if callee in self._summarized:
+            return self.returned_with_arguments.get(callee)
+        returned = self._results_of_last_round.get(callee)
+        self._results_read_before_definition.append((callee, result_facts(returned)))
+        return returned
+
     def _flowing(self, callee: object, values: list[Value]) -> list[Value]:
         """The arguments whose graph may reach what a call of ``callee`` returns: all, but those the
         walk with what its callers pass (``returned_with_arguments``) carried to no return (a
         gradient penalty that makes its input a fresh leaf). An argument known by no origin of its
         own (a leaf, a marker of a loop) cannot be told apart, and may."""
-        returned = self.returned_with_arguments.get(callee)
+        returned = self._with_arguments(callee)
         if returned is None:
             return values
         return [
@@ -439,6 +451,11 @@ def summary_facts(summary: FunctionSummary | None) -> tuple | None:
         tuple(sorted((key, value.structure, value.graph) for key, value in summary.returned_given.items())),
         tuple(sorted((key, _items_facts(items)) for key, items in summary.items_given.items())),
     )
+
+
+def result_facts(returned: Value | None) -> tuple[object, ...] | None:
+    """What a call reads of the walk of its callee with what callers pass (``_read_result``)."""
+    return None if returned is None else (returned.graph, returned.origins, returned.guessed, returned.unread)
 
 
 def _items_facts(items: tuple[Value, ...] | None) -> tuple | None:
