@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import gradfix
+
 from gradfix.codemods import check
 from gradfix.codemods.analysis import FileAnalysis
 from gradfix.codemods.analysis.tree import SyntaxTree
@@ -181,3 +183,43 @@ def test_the_names_a_body_writes_are_walked_once_however_often_they_are_asked(mo
     analysis = FileAnalysis(parse_decoded(source, "<test>"), {}, source)
     assert analysis.backward_sites and analysis.loops  # analysed: loops passed more than once
     assert len(replayed) == len(set(replayed))
+
+
+def test_a_class_whose_methods_call_later_methods_is_walked_in_one_round(monkeypatch):
+    """A method walked before a method it calls on ``self`` reads no summary of it, and the whole
+    module is walked again in a second round; walking each method after those it calls (as written
+    where they call each other) reads every summary final in the first. The answers are the same."""
+    source = textwrap.dedent(
+        """
+        import torch
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+            def fit(self, batches):
+                for x, y in batches:
+                    loss = self.loss(x, y)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+
+            def loss(self, x, y):
+                return self.scale() * ((self.model(x) - y) ** 2).mean()
+
+            def scale(self):
+                return 0.5
+
+
+        Trainer(torch.nn.Linear(4, 1)).fit([(torch.randn(2, 4), torch.randn(2, 1))] * 3)
+        """
+    )
+    from gradfix.codemods.analysis import dataflow
+
+    rounds = []
+    run_module = dataflow.DataflowAnalysis._run_module
+    monkeypatch.setattr(dataflow.DataflowAnalysis, "_run_module", lambda self, module: rounds.append(module) or run_module(self, module))
+    assert [f.code for f in gradfix.check(source).findings] == []
+    assert len(rounds) == 1

@@ -265,11 +265,37 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             end = self._define_function(constructor, node.name.value) or {}
             constructed = {name: value for name, value in end.items() if name.startswith("self.")}
         self._constructed[node.name.value] = constructed
+        in_callee_order = iter(self._callees_first([f for f in methods if f is not constructor]))
         for statement in node.body.body:
             if isinstance(statement, cst.FunctionDef) and statement is not constructor:
-                self._define_function(statement, node.name.value, constructed)
+                self._define_function(next(in_callee_order), node.name.value, constructed)
             elif isinstance(statement, cst.ClassDef):
                 self._define_class(statement)
+
+    def _callees_first(self, methods: list[cst.FunctionDef]) -> list[cst.FunctionDef]:
+        """``methods`` in the order their walks read each other's summaries final: a method
+        before those that call it on ``self`` (``self.reset()``, ``self.loss(x)``), else as
+        written (a cycle as written). Each method starts from what ``__init__`` leaves, whatever
+        the order, so the order decides only whether a caller meets its callee's summary in
+        this round or in the next one (a whole round more, for most classes)."""
+        by_name = {method.name.value: method for method in methods}
+        ordered: dict[cst.FunctionDef, None] = {}
+        entered: set[cst.FunctionDef] = set()
+
+        def place(method: cst.FunctionDef) -> None:
+            if method in entered:
+                return
+            entered.add(method)
+            receiver = method.params.params[0].name.value if method.params.params else None
+            for call in self._tree.findall(method.body, cst.Call):
+                func = call.func
+                if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == receiver and func.attr.value in by_name:
+                    place(by_name[func.attr.value])
+            ordered[method] = None
+
+        for method in methods:
+            place(method)
+        return list(ordered)
 
     # blocks and statements -------------------------------------------------------------------
     def _exec_body(self, suite: cst.BaseSuite, env: Env) -> Env | None:
