@@ -143,7 +143,7 @@ def test_a_module_the_run_checks_is_analysed_once_for_its_exports_and_its_check(
 
 def test_the_names_a_body_writes_are_walked_once_however_often_they_are_asked(monkeypatch):
     """A loop's body is walked at each of its passes and each round of the summaries (here two: a
-    function called before its definition), and an ``if``/``elif`` chain asks what each branch
+    function called before its definition, a statement between them), and an ``if``/``elif`` chain asks what each branch
     binds each time it is walked: the module's tree keeps each answer."""
     source = textwrap.dedent(
         """
@@ -167,6 +167,9 @@ def test_the_names_a_body_writes_are_walked_once_however_often_they_are_asked(mo
                 optimizer.step()
 
 
+        STEPS = 2
+
+
         def helper(prediction, target):
             return ((prediction - target) ** 2).mean()
         """
@@ -185,12 +188,8 @@ def test_the_names_a_body_writes_are_walked_once_however_often_they_are_asked(mo
     assert len(replayed) == len(set(replayed))
 
 
-def test_a_class_whose_methods_call_later_methods_is_walked_in_one_round(monkeypatch):
-    """A method walked before a method it calls on ``self`` reads no summary of it, and the whole
-    module is walked again in a second round; walking each method after those it calls (as written
-    where they call each other) reads every summary final in the first. The answers are the same."""
-    source = textwrap.dedent(
-        """
+CALLERS_BEFORE_CALLEES = {
+    "methods": """
         import torch
 
 
@@ -214,12 +213,45 @@ def test_a_class_whose_methods_call_later_methods_is_walked_in_one_round(monkeyp
 
 
         Trainer(torch.nn.Linear(4, 1)).fit([(torch.randn(2, 4), torch.randn(2, 1))] * 3)
-        """
-    )
+        """,
+    "functions": """
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+        def main():
+            for x, y in [(torch.randn(2, 4), torch.randn(2, 1))] * 3:
+                loss = compute_loss(x, y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+        def compute_loss(x, y):
+            return scale() * ((model(x) - y) ** 2).mean()
+
+
+        def scale():
+            return 0.5
+
+
+        main()
+        """,
+}
+
+
+@pytest.mark.parametrize("kind", CALLERS_BEFORE_CALLEES)
+def test_functions_written_before_what_they_call_are_walked_in_one_round(monkeypatch, kind):
+    """A function walked before one it calls reads no summary of it, and the whole module is
+    walked again in a second round; walking each function (each method of a class, each of a
+    run of the module's definitions) after those it calls reads every summary final in the
+    first."""
     from gradfix.codemods.analysis import dataflow
 
     rounds = []
     run_module = dataflow.DataflowAnalysis._run_module
     monkeypatch.setattr(dataflow.DataflowAnalysis, "_run_module", lambda self, module: rounds.append(module) or run_module(self, module))
-    assert [f.code for f in gradfix.check(source).findings] == []
+    assert [f.code for f in gradfix.check(textwrap.dedent(CALLERS_BEFORE_CALLEES[kind])).findings] == []
     assert len(rounds) == 1

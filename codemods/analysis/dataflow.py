@@ -92,6 +92,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 self._attributes_of.setdefault(".".join(parts[:end]), []).append(attribute)
         self.backward_sites: dict[cst.Call, BackwardSite] = {}
         self.returned_with_arguments: dict[object, Value] = {}
+        self._module_walk_order = self._in_walk_order(module.body)
         for _ in range(_MAX_SUMMARY_ROUNDS):
             known = {key for key, summary in self.summaries.items() if summary.has_effect}
             arguments = {callee: graph_facts(env) for callee, env in self.arguments.items()}
@@ -179,7 +180,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # belong to: set before any of its expressions is evaluated (``_exec_statement``).
         self._statement: cst.BaseStatement
         self._no_grad = 0
-        self._run_scope(self._scope, module.body, {})
+        self._run_scope(self._scope, self._module_walk_order, {})
 
     # scopes ----------------------------------------------------------------------------------
     def _run_scope(self, scope: Scope, body: Sequence[cst.CSTNode], env: Env) -> Env | None:
@@ -265,37 +266,59 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             end = self._define_function(constructor, node.name.value) or {}
             constructed = {name: value for name, value in end.items() if name.startswith("self.")}
         self._constructed[node.name.value] = constructed
-        in_callee_order = iter(self._callees_first([f for f in methods if f is not constructor]))
+        in_callee_order = iter(self._callees_first([f for f in methods if f is not constructor], on_self=True))
         for statement in node.body.body:
             if isinstance(statement, cst.FunctionDef) and statement is not constructor:
                 self._define_function(next(in_callee_order), node.name.value, constructed)
             elif isinstance(statement, cst.ClassDef):
                 self._define_class(statement)
 
-    def _callees_first(self, methods: list[cst.FunctionDef]) -> list[cst.FunctionDef]:
-        """``methods`` in the order their walks read each other's summaries final: a method
-        before those that call it on ``self`` (``self.reset()``, ``self.loss(x)``), else as
-        written (a cycle as written). Each method starts from what ``__init__`` leaves, whatever
-        the order, so the order decides only whether a caller meets its callee's summary in
-        this round or in the next one (a whole round more, for most classes)."""
-        by_name = {method.name.value: method for method in methods}
+    def _callees_first(self, functions: list[cst.FunctionDef], on_self: bool) -> list[cst.FunctionDef]:
+        """``functions`` in the order their walks read each other's summaries final: a function
+        before those that call it (a method: on ``self``, ``self.reset()``; else by its name),
+        else as written (a cycle as written). What each walk starts from does not depend on the
+        order (what ``__init__`` leaves, the module's names before the definitions), so the
+        order decides only whether a caller meets its callee's summary in this round or in the
+        next one: a whole round more, for most classes and scripts."""
+        by_name = {function.name.value: function for function in functions}
         ordered: dict[cst.FunctionDef, None] = {}
-        entered: set[cst.FunctionDef] = set()
 
-        def place(method: cst.FunctionDef) -> None:
-            if method in entered:
+        def place(function: cst.FunctionDef) -> None:
+            if function in ordered:
                 return
-            entered.add(method)
-            receiver = method.params.params[0].name.value if method.params.params else None
-            for call in self._tree.findall(method.body, cst.Call):
+            ordered[function] = None  # (placed again below, after its callees: a cycle stops here)
+            receiver = function.params.params[0].name.value if on_self and function.params.params else None
+            for call in self._tree.findall(function.body, cst.Call):
                 func = call.func
-                if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == receiver and func.attr.value in by_name:
-                    place(by_name[func.attr.value])
-            ordered[method] = None
+                if on_self and type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == receiver:
+                    called = func.attr.value
+                elif not on_self and type(func) is cst.Name:
+                    called = func.value
+                else:
+                    continue
+                if called in by_name:
+                    place(by_name[called])
+            del ordered[function]
+            ordered[function] = None
 
-        for method in methods:
-            place(method)
+        for function in functions:
+            place(function)
         return list(ordered)
+
+    def _in_walk_order(self, body: Sequence[cst.CSTNode]) -> list[cst.CSTNode]:
+        """A module's statements, each run of function definitions in a row in callee-first order
+        (``_callees_first``): the definitions only bind names, whatever their order."""
+        walked: list[cst.CSTNode] = []
+        run: list[cst.FunctionDef] = []
+        for statement in [*body, None]:
+            if type(statement) is cst.FunctionDef:
+                run.append(statement)
+                continue
+            walked.extend(self._callees_first(run, on_self=False))
+            run = []
+            if statement is not None:
+                walked.append(statement)
+        return walked
 
     # blocks and statements -------------------------------------------------------------------
     def _exec_body(self, suite: cst.BaseSuite, env: Env) -> Env | None:
