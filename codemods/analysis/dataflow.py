@@ -282,27 +282,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         next one: a whole round more, for most classes and scripts."""
         by_name = {function.name.value: function for function in functions}
         ordered: dict[cst.FunctionDef, None] = {}
-
-        def place(function: cst.FunctionDef) -> None:
-            if function in ordered:
-                return
-            ordered[function] = None  # (placed again below, after its callees: a cycle stops here)
-            receiver = function.params.params[0].name.value if on_self and function.params.params else None
-            for call in self._tree.findall(function.body, cst.Call):
-                func = call.func
-                if on_self and type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == receiver:
-                    called = func.attr.value
-                elif not on_self and type(func) is cst.Name:
-                    called = func.value
-                else:
-                    continue
-                if called in by_name:
-                    place(by_name[called])
-            del ordered[function]
-            ordered[function] = None
-
         for function in functions:
-            place(function)
+            _place_after_callees(function, by_name, ordered, on_self, self._tree)
         return list(ordered)
 
     def _in_walk_order(self, body: Sequence[cst.CSTNode]) -> list[cst.CSTNode]:
@@ -669,3 +650,27 @@ def _reads_what_the_last_call_kept(method: Loop) -> bool:
     ]
     made = method.returned.origins.union(*(value.origins for value in method.back_edge.values()))
     return bool(kept) and not expand(made, method).isdisjoint(kept)
+
+
+def _place_after_callees(
+    function: cst.FunctionDef, by_name: dict[str, cst.FunctionDef], ordered: dict[cst.FunctionDef, None], on_self: bool, tree: SyntaxTree
+) -> None:
+    """Adds ``function`` to ``ordered`` after the functions of ``by_name`` it calls (on ``self``,
+    ``on_self``; else by name), and theirs. (A function of the module, not a closure: a closure
+    that calls itself is a cycle, which would keep the tree alive past reference counting.)"""
+    if function in ordered:
+        return
+    ordered[function] = None  # (placed again below, after its callees: a cycle stops here)
+    receiver = function.params.params[0].name.value if on_self and function.params.params else None
+    for call in tree.findall(function.body, cst.Call):
+        func = call.func
+        if on_self and type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == receiver:
+            called = func.attr.value
+        elif not on_self and type(func) is cst.Name:
+            called = func.value
+        else:
+            continue
+        if called in by_name:
+            _place_after_callees(by_name[called], by_name, ordered, on_self, tree)
+    del ordered[function]
+    ordered[function] = None
