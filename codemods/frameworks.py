@@ -251,6 +251,26 @@ GRADIENT_HOOKING_LIBRARIES = ("opacus",)  # per-sample gradient clipping hooks e
 NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
 GRAD_MODE_SWITCH = "torch.set_grad_enabled"  # turns gradients off when its argument is False
 SCALED_LOSS_CONTEXTS = {"apex.amp.scale_loss", "amp.scale_loss"}  # `with amp.scale_loss(loss, opt) as scaled:`
+# Contexts whose exit lets every exception of the body through (a ``contextlib.suppress`` would not):
+# on every path that goes on past ``with`` one of them, its body ran to its end. Torch's by qualified
+# name, a framework object's by its kind and method; tests/test_contexts.py runs each row.
+EXCEPTION_KEEPING_CONTEXTS = {
+    "torch.no_grad",
+    "torch.enable_grad",
+    "torch.inference_mode",
+    "torch.set_grad_enabled",
+    "torch.autograd.no_grad",
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.cpu.amp.autocast",
+}
+EXCEPTION_KEEPING_FRAMEWORK_CONTEXTS = {
+    ("accelerator", "autocast"),
+    ("accelerator", "accumulate"),
+    ("accelerator", "no_sync"),
+    ("fabric", "autocast"),
+    ("fabric", "no_backward_sync"),
+}
 
 # Loggers -----------------------------------------------------------------------------------------------
 

@@ -1241,3 +1241,32 @@ def test_a_call_before_its_functions_definition_reads_what_the_walk_with_its_arg
     # for it yet, so a detaching helper's result took its argument's graph: a false safe GF002.)
     assert found(PENALTY_DEFINED_AFTER_ITS_CALLER.format(given="fake.detach()")) == []
     assert [(code, hint) for code, hint, _ in found(PENALTY_DEFINED_AFTER_ITS_CALLER.format(given="fake"))] == [("GF002", False)]
+
+
+ACCUMULATED_UNDER_A_CONTEXT = """\
+from accelerate import Accelerator
+import contextlib
+accelerator = Accelerator(cpu=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+batches = iter([torch.randn(8, 4) for _ in range(40)])
+for step in range(10):
+    for micro in range(4):
+        batch = next(batches)
+        with {context}:
+            loss = model(batch).pow(2).mean() / 4
+    accelerator.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+def test_a_with_whose_context_lets_exceptions_through_assigns_on_every_path_past_it():
+    # (H55's flat accumulation loop: `loss` is assigned at each first inner pass, under autocast,
+    # so the backward never reads the previous iteration's; it ran, and GF004 was reported.)
+    assert found(ACCUMULATED_UNDER_A_CONTEXT.format(context="accelerator.autocast()")) == []
+    assert found(ACCUMULATED_UNDER_A_CONTEXT.format(context="torch.autocast('cpu')")) == []
+    # A context that may swallow the body's exception leaves `loss` unassigned on that path.
+    assert [code for code, _, _ in found(ACCUMULATED_UNDER_A_CONTEXT.format(context="contextlib.suppress(ValueError)"))] == ["GF004"]
+

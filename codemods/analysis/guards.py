@@ -13,7 +13,7 @@ rests on an inner loop running no time (a guess) from one that does not."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Container, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Container, Mapping, Sequence
 
 import libcst as cst
 
@@ -25,8 +25,18 @@ if TYPE_CHECKING:
     from .tree import SyntaxTree
 
 
+# Whether every path past a ``with`` ran its body to the end (``contexts.runs_to_its_end``).
+RunsToItsEnd = Callable[[cst.With], bool]
+
+
 def read_only_where_assigned(
-    tree: SyntaxTree, reached: Container[cst.CSTNode], bound: Container[str], loop: Loop, name: str, inner_loops_run: bool = False
+    tree: SyntaxTree,
+    reached: Container[cst.CSTNode],
+    bound: Container[str],
+    loop: Loop,
+    name: str,
+    inner_loops_run: bool,
+    runs_to_its_end: RunsToItsEnd,
 ) -> bool:
     """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
     earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
@@ -35,7 +45,9 @@ def read_only_where_assigned(
     follows the assignment in the branch that makes it). An inner loop whose first pass assigns
     ``name`` counts as such a test when it runs as often in every iteration (``SAME_TRIP_COUNT``),
     or, with ``inner_loops_run``, whatever it walks. ``reached``: the reads the dataflow got to;
-    ``bound``: the names the file binds (a ``range`` of its own is not the builtin)."""
+    ``bound``: the names the file binds (a ``range`` of its own is not the builtin);
+    ``runs_to_its_end``: the ``with`` statements an assignment in whose body is made on every path
+    past them (``with accelerator.autocast(): loss = ...``)."""
     if "." in name:
         return False
     body = loop.node.body
@@ -43,12 +55,12 @@ def read_only_where_assigned(
     written = assigned_names(body, tree=tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())
     assigning: dict[str, list[cst.If]] = {}
     for branch in tree.findall(body, cst.If):
-        if _invariant(tree, branch.test, written) and _always_assigns(branch.body, name):
+        if _invariant(tree, branch.test, written) and _always_assigns(branch.body, name, runs_to_its_end):
             assigning.setdefault(expression_key(branch.test), []).append(branch)
     passes = [
         inner
         for inner in tree.findall(body, cst.For)
-        if _first_pass_assigns(tree, inner.body, name) and (inner_loops_run or _same_trip_count(tree, bound, inner.iter, written))
+        if _first_pass_assigns(tree, inner.body, name, runs_to_its_end) and (inner_loops_run or _same_trip_count(tree, bound, inner.iter, written))
     ]
     reads = [n for n in tree.names(body, [name]) if n in reached]
     if not ((assigning or passes) and reads):
@@ -128,12 +140,12 @@ def _same_trip_count(tree: SyntaxTree, bound: Container[str], sequence: cst.Base
     return not read_names(sequence, tree) & written
 
 
-def _first_pass_assigns(tree: SyntaxTree, block: cst.BaseSuite, name: str) -> bool:
+def _first_pass_assigns(tree: SyntaxTree, block: cst.BaseSuite, name: str, runs_to_its_end: RunsToItsEnd) -> bool:
     """Whether the first pass of a loop whose body is ``block`` assigns ``name``: an assignment
     (or an if/else assigning it in both) of the body itself, before anything that can leave the
     pass (``break``, ``continue``, ``return``, ``raise``)."""
     for statement in block.body if isinstance(block, cst.IndentedBlock) else ():
-        if _always_assigns(cst.IndentedBlock(body=[statement]), name):
+        if _always_assigns(cst.IndentedBlock(body=[statement]), name, runs_to_its_end):
             return True
         if any(tree.findall(statement, leaving) for leaving in (cst.Break, cst.Continue, cst.Return, cst.Raise)):
             return False
@@ -170,18 +182,24 @@ def _targets(small: cst.Assign | cst.AugAssign | cst.AnnAssign, binding_only: bo
     return {written for target in targets for written in target_names(target, bindings_only=binding_only)}
 
 
-def _always_assigns(block: cst.BaseSuite, name: str) -> bool:
-    """Whether every path through ``block`` assigns ``name`` (an if/else assigning it in both)."""
+def _always_assigns(block: cst.BaseSuite, name: str, runs_to_its_end: RunsToItsEnd) -> bool:
+    """Whether every path through ``block`` assigns ``name`` (an if/else assigning it in both, a
+    ``with`` whose body runs to its end assigning it)."""
     if _assignments(block, name):
         return True
     return any(
-        isinstance(statement, cst.If) and _always_assigns(statement.body, name) and _else_always_assigns(statement, name)
+        isinstance(statement, cst.If)
+        and _always_assigns(statement.body, name, runs_to_its_end)
+        and _else_always_assigns(statement, name, runs_to_its_end)
+        or isinstance(statement, cst.With)
+        and runs_to_its_end(statement)
+        and _always_assigns(statement.body, name, runs_to_its_end)
         for statement in (block.body if isinstance(block, cst.IndentedBlock) else ())
     )
 
 
-def _else_always_assigns(statement: cst.If, name: str) -> bool:
+def _else_always_assigns(statement: cst.If, name: str, runs_to_its_end: RunsToItsEnd) -> bool:
     orelse = statement.orelse
     if isinstance(orelse, cst.If):
-        return _always_assigns(orelse.body, name) and _else_always_assigns(orelse, name)
-    return isinstance(orelse, cst.Else) and _always_assigns(orelse.body, name)
+        return _always_assigns(orelse.body, name, runs_to_its_end) and _else_always_assigns(orelse, name, runs_to_its_end)
+    return isinstance(orelse, cst.Else) and _always_assigns(orelse.body, name, runs_to_its_end)

@@ -1,0 +1,23 @@
+"""What the contexts of a ``with`` statement do to the paths through it."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..frameworks import EXCEPTION_KEEPING_CONTEXTS, EXCEPTION_KEEPING_FRAMEWORK_CONTEXTS
+from .torch_names import TorchNames
+
+
+def runs_to_its_end(names: TorchNames, statement: cst.With) -> bool:
+    """Whether every path past ``statement`` ran its body to the end: each of its contexts is one
+    that lets the body's exceptions through (``EXCEPTION_KEEPING_CONTEXTS``, by qualified name or
+    by a framework object's kind and method); any other may swallow one (``contextlib.suppress``)."""
+    return all(
+        type(call := item.item) is cst.Call
+        and (
+            names.qualify(call.func) in EXCEPTION_KEEPING_CONTEXTS
+            or type(call.func) is cst.Attribute
+            and (names.framework(call.func.value), call.func.attr.value) in EXCEPTION_KEEPING_FRAMEWORK_CONTEXTS
+        )
+        for item in statement.items
+    )
