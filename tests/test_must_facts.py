@@ -1270,3 +1270,28 @@ def test_a_with_whose_context_lets_exceptions_through_assigns_on_every_path_past
     # A context that may swallow the body's exception leaves `loss` unassigned on that path.
     assert [code for code, _, _ in found(ACCUMULATED_UNDER_A_CONTEXT.format(context="contextlib.suppress(ValueError)"))] == ["GF004"]
 
+
+TEACHER_TARGET_BEFORE_THE_LOOP = """\
+x = torch.randn(10, 4)
+teacher = nn.Linear(4, 2)
+student = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+for q in teacher.parameters():
+    {freezing}
+target = teacher(x)
+for step in range(3):
+    loss = nn.functional.mse_loss(student(x), target)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_module_whose_parameters_turn_gradients_off_one_by_one_is_frozen():
+    # (H57: 40 generated programs froze a teacher with `q.requires_grad_(False)`; GF003 moved its
+    # target into the loop as a safe fix of correct code. The assignment was already read.)
+    for freezing in ("q.requires_grad = False", "q.requires_grad_(False)", "q.requires_grad_(requires_grad=False)"):
+        assert found(TEACHER_TARGET_BEFORE_THE_LOOP.format(freezing=freezing)) == [], freezing
+    for not_freezing in ("q.requires_grad_(True)", "print(q.shape)"):
+        # (reported by default: GF003 where the loop turns gradients on, GF006 where nothing does)
+        assert [hint for _, hint, _ in found(TEACHER_TARGET_BEFORE_THE_LOOP.format(freezing=not_freezing))] == [False], not_freezing

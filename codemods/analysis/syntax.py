@@ -108,6 +108,14 @@ def is_detach(call: cst.CSTNode) -> bool:
     return method_called(call) in ("detach", "detach_")
 
 
+def turns_gradients_off(call: cst.CSTNode) -> bool:
+    """``x.requires_grad_(False)`` or ``x.requires_grad_(requires_grad=False)``."""
+    if type(call) is not cst.Call or method_called(call) != "requires_grad_" or len(call.args) != 1:
+        return False
+    arg = call.args[0]
+    return (arg.keyword is None or arg.keyword.value == "requires_grad") and is_name(arg.value, "False")
+
+
 def is_grad(attribute: cst.Attribute) -> bool:
     """``x.grad``."""
     return attribute.attr.value == "grad"

@@ -32,7 +32,17 @@ from ..frameworks import (
 from .. import torch_api
 from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, is_optimizer_class
 from .lightning_optimizers import LightningOptimizers, is_configure_optimizers
-from .syntax import changes_in_place, dotted_name, is_detach, is_name, method_called, method_receiver, parameter_receiving, unpacked
+from .syntax import (
+    changes_in_place,
+    dotted_name,
+    is_detach,
+    is_name,
+    method_called,
+    method_receiver,
+    parameter_receiving,
+    turns_gradients_off,
+    unpacked,
+)
 from .module_info import ModuleInfo
 from .tree import SyntaxTree
 
@@ -533,7 +543,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if type(func) is cst.Attribute and changes_in_place(node):
             for arg in node.args:
                 self._note_update_by_hand(node, func.value, arg.value)
-        if type(func) is cst.Attribute and method_called(node) == "requires_grad_" and len(node.args) == 1 and is_name(node.args[0].value, "False"):
+        if type(func) is cst.Attribute and turns_gradients_off(node):
             self._freeze(func.value)  # vgg.requires_grad_(False)
         elif type(func) is cst.Attribute and method_called(node) == "requires_grad_" and type(func.value) is cst.Name:
             # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
@@ -657,9 +667,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if variable is None:
             return
         owner = dotted_name(method_receiver(node.iter))
-        for assign in self._tree.findall(node.body, cst.Assign, lambda assign: is_name(assign.value, "False")):
-            if any(dotted_name(t.target) == f"{variable}.requires_grad" for t in assign.targets):
-                self._freeze(method_receiver(node.iter))
+        assigned = (t.target for a in self._tree.findall(node.body, cst.Assign, lambda a: is_name(a.value, "False")) for t in a.targets)
+        called = (method_receiver(call) for call in self._tree.findall(node.body, cst.Call, turns_gradients_off))
+        if f"{variable}.requires_grad" in map(dotted_name, assigned) or variable in map(dotted_name, called):
+            self._freeze(method_receiver(node.iter))  # p.requires_grad = False, p.requires_grad_(False)
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.AugAssign)))
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.Call, changes_in_place)))
         written = [dotted_name(a.target) for a in self._tree.findall(node.body, cst.AugAssign)]
