@@ -300,9 +300,14 @@ def test_a_kept_graph_backwarded_in_a_loop_is_a_bug_only_where_the_loop_must_cha
     # The forward before the loop is stale only if an iteration changes the parameters; with the
     # graph kept, the program runs either way. Not knowing whether it does is a guess.
     unknown = TASK_GRADIENTS.format(in_the_loop="pass")
-    stepping = TASK_GRADIENTS.format(in_the_loop="self._optim.step()")
+    stepping = TASK_GRADIENTS.format(in_the_loop="self._optim.step()").replace(
+        "self._optim = optimizer", "self._optim = torch.optim.Adam(net.parameters())"
+    )
     assert [(code, hint) for code, hint, _ in found(unknown)] == [("GF003", True)]
     assert [(code, hint) for code, hint, _ in found(stepping)] == [("GF003", False)]
+    # Handed in, what ``self._optim`` is gradfix does not know: its step() may be a scheduler's.
+    handed_in = TASK_GRADIENTS.format(in_the_loop="self._optim.step()")
+    assert [(code, hint) for code, hint, _ in found(handed_in)] == [("GF003", True)]
 
 
 # https://github.com/karpathy/pytorch-normalizing-flows/blob/b60e119b37be10ce2930ef9fa17e58686aaf2b3d/nflib1.ipynb
@@ -1295,3 +1300,26 @@ def test_a_module_whose_parameters_turn_gradients_off_one_by_one_is_frozen():
     for not_freezing in ("q.requires_grad_(True)", "print(q.shape)"):
         # (reported by default: GF003 where the loop turns gradients on, GF006 where nothing does)
         assert [hint for _, hint, _ in found(TEACHER_TARGET_BEFORE_THE_LOOP.format(freezing=not_freezing))] == [False], not_freezing
+
+
+FULL_BACKPROPAGATION_THROUGH_TIME = """\
+xs, ys = torch.randn(4, 5, 4), torch.randn(4, 5, 1)
+rnn, head = nn.RNNCell(4, 6), nn.Linear(6, 1)
+optimizer = torch.optim.SGD(list(rnn.parameters()) + list(head.parameters()), lr=0.1)
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+h = torch.zeros(5, 6)
+optimizer.zero_grad()
+for t in range(4):
+    h = rnn(xs[t], h)
+    loss = nn.functional.mse_loss(head(h), ys[t])
+    loss.backward(retain_graph=True)
+    {stepping}.step()
+optimizer.step()
+"""
+
+
+def test_only_an_optimizers_step_changes_parameters_for_certain():
+    # (H57: a scheduler's step() in the loop was taken for a parameter update, so keeping every
+    # prefix's graph on purpose, or Jacobian rows of one forward, were default GF004 / GF003.)
+    assert found(FULL_BACKPROPAGATION_THROUGH_TIME.format(stepping="scheduler")) == []
+    assert [(code, hint) for code, hint, _ in found(FULL_BACKPROPAGATION_THROUGH_TIME.format(stepping="optimizer"))] == [("GF004", False)]

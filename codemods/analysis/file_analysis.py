@@ -16,7 +16,7 @@ from ..frameworks import PARAMETER_KEEPING_METHODS, TENSOR_BACKWARD, GradientEff
 from ..torch_api import BUILTINS_WITHOUT_GRADIENTS
 from ..summaries import ExportedSummary, ProjectSummaries
 from .assignments import assigned_names, read_names, target_names
-from .optimizers import gradient_effects
+from .optimizers import gradient_effects, steps_for_certain
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .guards import read_only_where_assigned
@@ -24,7 +24,7 @@ from .contexts import runs_to_its_end
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
-from .syntax import as_operand, code_of, dotted_name, is_name, is_single_assignment, method_called, method_receiver
+from .syntax import as_operand, code_of, dotted_name, is_name, is_single_assignment, method_called, method_receiver, tested_name
 from .torch_names import TorchNames, collect_torch_names
 from .tree import SyntaxTree
 from .loops import Carried, Loop, Scope, expand
@@ -533,7 +533,7 @@ class FileAnalysis:
         child, parent = node, self.tree.parent(node)
         while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
             if isinstance(parent, cst.If):
-                tested = _tested_name(parent.test)
+                tested = tested_name(parent.test)
                 if tested is not None and child is not parent.test:
                     name, holds = tested
                     tests.setdefault(name, holds if child is parent.body else not holds)
@@ -667,7 +667,7 @@ class FileAnalysis:
         gradfix does not read, other than a known module's methods that change no parameter); False
         when nothing in it can."""
         if GradientEffect.STEP in self.gradient_effects(node):
-            return True
+            return True if self.steps_for_certain(node) else None
         unread = (call for call in self._calls_not_read(node) if not self._keeps_parameters(call))
         return None if self.names.updated_by_hand or next(unread, None) is not None else False
 
@@ -762,16 +762,15 @@ class FileAnalysis:
         keep = "" if retains[-1] is None else f", retain_graph={code_of(retains[-1].value)}"
         return cst.ensure_type(cst.parse_expression(f"{torch}.autograd.backward([{listed}], [{given}]{keep})"), cst.Call)
 
+    def steps_for_certain(self, node: cst.CSTNode) -> bool:
+        """Whether ``node``, or a method of the file it calls, steps an optimizer of the file
+        (``optimizers.steps_for_certain``): not a scheduler's ``step()``, nor an unknown object's."""
+        bodies = [node, *(method.body for method in self._own_methods_called(node))]
+        return any(steps_for_certain(body, self.tree.findall, self.names.optimizers) for body in bodies)
+
     def updates_parameters(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` steps or zeroes an optimizer (or calls any other method of a known one)."""
         return bool(self.gradient_effects(node) & GradientEffect.UPDATING)
-
-
-def _tested_name(test: cst.BaseExpression) -> tuple[str, bool] | None:
-    """``("flag", True)`` for the test ``flag``, ``("flag", False)`` for ``not flag``."""
-    negated = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else None
-    name = dotted_name(test if negated is None else negated)
-    return None if name is None else (name, negated is None)
 
 
 def _function_name(function: cst.FunctionDef, class_name: str | None) -> str:

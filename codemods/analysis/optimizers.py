@@ -49,14 +49,33 @@ def gradient_effects(
     return effects
 
 
+def steps_for_certain(node: cst.CSTNode, findall: Findall, optimizers: Collection[str]) -> bool:
+    """Whether ``node`` steps one of ``optimizers`` (the dotted names bound to optimizers): its
+    ``step()``, ``scaler.step(opt)``, or another method of it that ``gradient_effects`` takes for
+    a step (``opt.first_step()``). What ``gradient_effects`` takes for a step of anything else (a
+    scheduler's ``step()``, an object gradfix does not know) may change no parameter."""
+    for call in findall(node, cst.Call, method_called):
+        func = cst.ensure_type(call.func, cst.Attribute)
+        effect = None if _is_dict_update(call, func.attr.value) else GRADIENT_METHODS.get(func.attr.value)
+        if effect is None and dotted_name(func.value) in optimizers:
+            return True
+        if effect is GradientEffect.STEP and _stepped(call) in optimizers:
+            return True
+    return False
+
+
 def stepped_optimizers(node: cst.CSTNode) -> set[str]:
     """The optimizers ``node`` steps, as written: ``opt_d`` for ``opt_d.step()`` and for
     ``scaler.step(opt_d)``."""
-    stepped = set()
-    for call in find_nodes(node, cst.Call, lambda call: GRADIENT_METHODS.get(method_called(call) or "") is GradientEffect.STEP):
-        receiver = call.args[0].value if call.args and call.args[0].keyword is None else cst.ensure_type(call.func, cst.Attribute).value
-        stepped.add(expression_key(receiver))
-    return stepped
+    return {
+        _stepped(call) for call in find_nodes(node, cst.Call, lambda call: GRADIENT_METHODS.get(method_called(call) or "") is GradientEffect.STEP)
+    }
+
+
+def _stepped(call: cst.Call) -> str:
+    """The optimizer a step's call steps, as written: its receiver, or ``scaler.step``'s argument."""
+    receiver = call.args[0].value if call.args and call.args[0].keyword is None else cst.ensure_type(call.func, cst.Attribute).value
+    return expression_key(receiver)
 
 
 def _is_dict_update(call: cst.Call, method: str) -> bool:

@@ -314,3 +314,10 @@ def parameter_receiving(function: cst.FunctionDef, position: int, keyword: str |
         every = parameters + [p.name.value for p in function.params.kwonly_params]
         return keyword if keyword in every else None
     return parameters[position] if position < len(parameters) else None
+
+
+def tested_name(test: cst.BaseExpression) -> tuple[str, bool] | None:
+    """``("flag", True)`` for the test ``flag``, ``("flag", False)`` for ``not flag``."""
+    negated = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else None
+    name = dotted_name(test if negated is None else negated)
+    return None if name is None else (name, negated is None)

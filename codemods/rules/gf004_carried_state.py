@@ -118,7 +118,7 @@ for inputs, targets in loader:
                         continue
                     if loop.back_edge[name].freed:
                         freed.setdefault(loop, {}).setdefault(name, site)
-                    elif site.retain_graph is True and site.create_graph is not True and self.analysis.updates_parameters(loop.node.body):
+                    elif site.retain_graph is True and site.create_graph is not True and self.analysis.steps_for_certain(loop.node.body):
                         # (with create_graph=True, gradients differentiated again later are the point: MAML's fast weights)
                         kept.setdefault(loop, {}).setdefault(name, site)
                     else:
