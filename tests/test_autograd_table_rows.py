@@ -852,3 +852,36 @@ def test_an_einsum_of_one_operand_saves_nothing_so_a_stale_forward_runs():
     product = BUILT_BEFORE_THE_LOOP.format(column="torch.matmul(W, W).sum(0)")
     assert not _runs(product)
     assert ("GF003", False, "safe") in _found(product)
+
+
+KEPT_ACROSS_STEPS = """\
+import torch
+import torch.nn as nn
+a, b = nn.Linear(3, 3), nn.Linear(3, 3)
+optimizer = torch.optim.SGD([*a.parameters(), *b.parameters()], lr=0.1)
+total = 0.0
+for step in range(3):
+    x = torch.randn(2, 3)
+    first, second = {call}
+    loss = first.sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    total += second.sum()
+"""
+
+
+def test_max_of_two_tensors_returns_no_indices():
+    """``torch.max(a(x), b(x))`` (and ``a(x).max(b(x))``) is an elementwise maximum: unpacked, its
+    second row holds the graph, which ``total`` keeps across steps. Given a dimension (``1``,
+    ``-1``, ``dim=1``), the second item is the indices, with no graph."""
+    for call in ("torch.max(a(x), b(x))", "a(x).max(b(x))", "torch.min(a(x), b(x))"):
+        namespace: dict = {}
+        exec(KEPT_ACROSS_STEPS.format(call=call), namespace)
+        assert namespace["total"].grad_fn is not None
+        assert [code for code, _, _ in _found(KEPT_ACROSS_STEPS.format(call=call))] == ["GF007"], call
+    for call in ("torch.max(a(x) + b(x), 1)", "(a(x) + b(x)).max(-1)", "torch.max(a(x) + b(x), dim=1)"):
+        namespace = {}
+        exec(KEPT_ACROSS_STEPS.format(call=call), namespace)
+        assert namespace["total"].grad_fn is None
+        assert _found(KEPT_ACROSS_STEPS.format(call=call)) == [], call
