@@ -17,7 +17,8 @@ DRAWING_FUNCTIONS = frozenset({"rand", "randn", "randint", "randperm", "rand_lik
 # torch functions (by their last name) that make a new tensor with no history.
 CREATION_FUNCTIONS = frozenset(
     {
-        *("zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "tensor", "as_tensor", "from_numpy"),
+        # (not ``as_tensor`` nor ``asarray``: given a tensor, they return it, or a cast that keeps its graph)
+        *("zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "tensor", "from_numpy"),
         *("zeros_like", "ones_like", "empty_like", "full_like", "manual_seed"),
         "Variable",  # torch.autograd.Variable(t): a new leaf sharing t's data, without its history
         *DRAWING_FUNCTIONS,
@@ -106,9 +107,10 @@ EVERY_OUTPUT_DIFFERENTIABLE = frozenset(
 
 # Operations whose backward certainly needs a tensor saved in the forward (their input or output),
 # so that a backward through them frees it and a second one raises. A layer of torch.nn with
-# parameters saves its input too.
+# parameters saves its input too. (Not ``einsum``: given one operand it is a sum, a transpose or a
+# diagonal, and saves nothing.)
 SAVING_FOR_CERTAIN = frozenset(
-    {"matmul", "mm", "bmm", "mv", "einsum", "mul", "div", "pow", "square", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "elu", "silu",
+    {"matmul", "mm", "bmm", "mv", "mul", "div", "pow", "square", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "elu", "silu",
      "softmax", "log_softmax", "sin", "cos", "linear", "conv1d", "conv2d", "conv3d", "mse_loss", "l1_loss", "cross_entropy", "nll_loss",
      "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss", "kl_div", "layer_norm", "batch_norm", "norm"}
 )  # fmt: skip

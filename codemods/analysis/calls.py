@@ -395,13 +395,18 @@ class CallSemantics:
         """Whether ``call`` is a torch reduction (function or tensor method) that returns values
         and their indices."""
         qualified = self.names.qualify(call.func) or ""
+        positional = [arg.value for arg in call.args if arg.keyword is None]
         if qualified.startswith("torch.") and qualified.count(".") == 1:
-            name, given = qualified[6:], len(call.args) - 1  # (the tensor is the first argument)
+            name, after = qualified[6:], positional[1:2]  # (the tensor is the first argument)
         elif isinstance(call.func, cst.Attribute) and not self.names.is_torch(call.func):
-            name, given = call.func.attr.value, len(call.args)
+            name, after = call.func.attr.value, positional[:1]
         else:
             return False
-        dimension = given > 0 or any(arg.keyword is not None and arg.keyword.value == "dim" for arg in call.args)
+        # A dimension is ``dim=`` or a whole number written out: ``torch.max(x, y)`` of two tensors
+        # (or ``x.max(y)``) returns their elementwise maximum, one tensor with the graph of both.
+        dimension = any(arg.keyword is not None and arg.keyword.value == "dim" for arg in call.args) or any(
+            _is_whole_number(value) for value in after
+        )
         return name in WITH_INDICES or name in WITH_INDICES_GIVEN_A_DIMENSION and dimension
 
     def _escape(self, values: Sequence[Value]) -> None:
@@ -607,6 +612,13 @@ class CallSemantics:
 # gradient (even a number: ``w * 2`` raises when walked again).
 _SAVING_OPERATORS = (cst.Multiply, cst.Divide, cst.Power, cst.MatrixMultiply)
 _SAVING_ASSIGNMENTS = (cst.MultiplyAssign, cst.DivideAssign, cst.PowerAssign, cst.MatrixMultiplyAssign)
+
+
+def _is_whole_number(node: cst.BaseExpression) -> bool:
+    """``1``, ``-1``: a literal integer."""
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus:
+        node = node.expression
+    return type(node) is cst.Integer
 
 
 def _turns_off(call: cst.Call) -> bool:
