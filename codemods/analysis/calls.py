@@ -42,7 +42,7 @@ from .function_summaries import summary_key
 from .loops import Env
 from .module_info import ModuleInfo
 from .torch_names import creates_parameter
-from .syntax import dotted_name
+from .syntax import dotted_name, turns_gradients_off
 from .values import (
     CONSTANT,
     DISTRIBUTION,
@@ -621,12 +621,6 @@ def _is_whole_number(node: cst.BaseExpression) -> bool:
     return type(node) is cst.Integer
 
 
-def _turns_off(call: cst.Call) -> bool:
-    """``x.requires_grad_(False)`` (or ``requires_grad=False``): a frozen module or a constant, not a leaf."""
-    flag = next((arg.value for arg in call.args if arg.keyword is None or arg.keyword.value == "requires_grad"), None)
-    return isinstance(flag, cst.Name) and flag.value == "False"
-
-
 def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:
     """Whether a call of ``math``, ``numpy``, ``random``, ``statistics`` or ``time`` returns nothing that holds
     a graph: when it is given nothing that holds one (nothing these libraries keep holds a graph).
@@ -673,7 +667,7 @@ def _made_by_factory(call: cst.Call, receiver: Value) -> Value:
 
 
 def _bookkept(call: cst.Call, receiver: Value) -> Value:
-    if call.func.attr.value == "requires_grad_" and not _turns_off(call):
+    if call.func.attr.value == "requires_grad_" and not turns_gradients_off(call):
         # A tensor with a graph keeps it (requires_grad_ on it changes nothing); any other becomes a leaf.
         return receiver if receiver.graph and receiver.origins else LEAF
     return Value(structure=TENSOR, graphless=True)
