@@ -1325,7 +1325,7 @@ def test_only_an_optimizers_step_changes_parameters_for_certain():
     assert [(code, hint) for code, hint, _ in found(FULL_BACKPROPAGATION_THROUGH_TIME.format(stepping="optimizer"))] == [("GF004", False)]
 
 
-BACKWARDED_TWICE = """\
+TWICE_THROUGH_A_METHOD_NAMED_SAVING = """\
 import scaling
 
 w = torch.ones(3, requires_grad=True)
@@ -1340,7 +1340,7 @@ def test_only_a_tensors_method_of_the_saving_table_saves_for_certain():
     # module gradfix did not read, or `self.norm(x)` of an identity, may save nothing, so a
     # second backward may run: the finding says so, and its fix is unsafe.)
     def finding(operation):
-        (only,) = gradfix.check(HEADER + BACKWARDED_TWICE.format(operation=operation), hints=True).findings
+        (only,) = gradfix.check(HEADER + TWICE_THROUGH_A_METHOD_NAMED_SAVING.format(operation=operation), hints=True).findings
         return only.code, "was freed by the first call" in only.message, only.fix and only.fix.value
 
     assert finding("w.exp()") == ("GF001", True, "safe")
