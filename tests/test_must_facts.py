@@ -1345,3 +1345,31 @@ def test_only_a_tensors_method_of_the_saving_table_saves_for_certain():
 
     assert finding("w.exp()") == ("GF001", True, "safe")
     assert finding("scaling.exp(w)") == ("GF001", False, "unsafe")
+
+
+TRAINING_STEP_BACKWARDS_WHAT_IT_RETURNS = """\
+import pytorch_lightning as pl
+
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        losses = {{"loss": self.net(batch).pow(2).mean()}}
+        losses["loss"].backward()
+        {between}
+        return losses["loss"]
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+"""
+
+
+def test_a_hook_that_backwards_the_item_it_returns_backwards_it_before_the_trainer():
+    # (H55's m18: `train_loss["loss"].backward(); return train_loss["loss"]` was missed, as only a
+    # name was compared; the item is the same tensor where nothing after the backward names its dict.)
+    assert [code for code, _, _ in found(TRAINING_STEP_BACKWARDS_WHAT_IT_RETURNS.format(between="pass"))] == ["GF001"]
+    # A call handed the dict may change what its "loss" holds: the returned tensor may be another.
+    assert found(TRAINING_STEP_BACKWARDS_WHAT_IT_RETURNS.format(between="refresh(losses)")) == []

@@ -13,7 +13,9 @@ from ..analysis import (
     READS_MODELLED_CODE,
     assigned_names,
     code_of,
+    expression_key,
     loss_handed_to_trainer,
+    read_names,
     with_retained_graph,
 )
 from ..edits import Fix
@@ -171,16 +173,20 @@ for batch, target in loader:
         """Backwards in ``hook``'s own body of a tensor that every ``return`` hands back unchanged
         (``return loss``, ``return {"loss": loss}``, ``return (loss, outputs) if … else loss``)."""
         returns = self.analysis.tree.findall(hook.body, cst.Return)
-        returned = [_returned_tensor_names(r.value) for r in returns]
-        if not returns or any(not names for names in returned):
+        returned = [_returned_tensors(r.value) for r in returns]
+        if not returns or any(not keys for keys in returned):
             return
         body = list(hook.body.body)
         for site in self.analysis.backward_sites:
-            if site.scope.node is not hook or not isinstance(site.tensor, cst.Name) or site.statement not in body:
+            tensor = site.tensor
+            root = _root_name(tensor) if tensor is not None else None
+            if site.scope.node is not hook or tensor is None or root is None or site.statement not in body:
                 continue
-            name = site.tensor.value
             later = body[body.index(site.statement) + 1 :]
-            if all(name in names for names in returned) and not any(name in assigned_names(s) for s in later):
+            # An item or attribute (``train_loss["loss"]``) is the same tensor where nothing after
+            # the backward names its container but a return: a call could change what it holds.
+            untouched = type(tensor) is cst.Name or not any(root in read_names(s) for s in later if not _returns_only(s))
+            if all(expression_key(tensor) in keys for keys in returned) and untouched and not any(root in assigned_names(s) for s in later):
                 yield site
 
 
@@ -189,16 +195,26 @@ def _scope_name(site: BackwardSite) -> str:
     return node.name.value if isinstance(node, cst.FunctionDef) else "the module body"
 
 
-def _returned_tensor_names(value: cst.BaseExpression | None) -> set[str]:
-    """The names a returned expression hands to the trainer as its loss."""
+def _returned_tensors(value: cst.BaseExpression | None) -> set[str]:
+    """The expressions (by ``expression_key``) a returned expression hands to the trainer as its
+    loss: a name, or an item or attribute of one (``train_loss["loss"]``)."""
     if isinstance(value, cst.IfExp):
-        return _returned_tensor_names(value.body) & _returned_tensor_names(value.orelse) or (
-            _returned_tensor_names(value.body) | _returned_tensor_names(value.orelse)
-        )
+        return _returned_tensors(value.body) & _returned_tensors(value.orelse) or (_returned_tensors(value.body) | _returned_tensors(value.orelse))
     handed = loss_handed_to_trainer(value) if value is not None else None
     if handed is not value:
-        return _returned_tensor_names(handed)
-    return {value.value} if isinstance(value, cst.Name) else set()
+        return _returned_tensors(handed)
+    return {expression_key(value)} if value is not None and _root_name(value) is not None else set()
+
+
+def _root_name(value: cst.BaseExpression) -> str | None:
+    """``x`` of ``x``, ``x.loss`` or ``x["loss"]`` (items and attributes of a name, any depth)."""
+    while isinstance(value, (cst.Attribute, cst.Subscript)):
+        value = value.value
+    return value.value if isinstance(value, cst.Name) else None
+
+
+def _returns_only(statement: cst.CSTNode) -> bool:
+    return type(statement) is cst.SimpleStatementLine and all(type(small) is cst.Return for small in statement.body)
 
 
 def _is_simple_statement(statement: cst.CSTNode) -> bool:
