@@ -118,7 +118,6 @@ def test_without_an_optimizer_a_merged_backward_is_verified_by_the_gradients_it_
     assert "train.py: verified" in result.stderr.splitlines()
 
 
-
 def test_the_warm_command_line_lends_fix_verify_its_runner_and_starts_none(project, warm_cli, monkeypatch):
     """What the tests above lean on: a cold runner's server costs seconds of importing torch, which
     the session's warm one already paid (the first test of this file starts its own)."""
@@ -132,6 +131,7 @@ def test_the_warm_command_line_lends_fix_verify_its_runner_and_starts_none(proje
     assert result.exit_code == 0, result.output
     assert "train.py: verified" in result.stderr.splitlines()
     assert started == []
+
 
 # Two backward calls GF002 merges, in a program that doubles its gradient once they are merged.
 DOUBLED_ONCE_MERGED = """import torch
