@@ -369,8 +369,7 @@ def fix(
     if interactive:
         _review(reports)
     if verify is not None:
-        from gradfix.codemods.execution.runner import ScriptRunner
-
+        from .run_commands import ScriptRunner  # the runner the commands that run code start (a test lends its warm one)
         from .verify_command import refused_rewrites
 
         _require_torch()

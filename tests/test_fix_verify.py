@@ -118,6 +118,21 @@ def test_without_an_optimizer_a_merged_backward_is_verified_by_the_gradients_it_
     assert "train.py: verified" in result.stderr.splitlines()
 
 
+def test_the_warm_command_line_lends_fix_verify_its_runner_and_starts_none(project, warm_cli, monkeypatch):
+    """What the tests above lean on: a cold runner's server costs seconds of importing torch, which
+    the session's warm one already paid (the first test of this file starts its own)."""
+    from gradfix.codemods.execution import runner
+
+    started = []
+    made = runner.ScriptRunner.__init__
+    monkeypatch.setattr(runner.ScriptRunner, "__init__", lambda self, *a, **k: started.append(self) or made(self, *a, **k))
+    (project / "train.py").write_text(UNCALLED)
+    result = warm_cli("fix", "--verify", "python train.py", "train.py")
+    assert result.exit_code == 0, result.output
+    assert "train.py: verified" in result.stderr.splitlines()
+    assert started == []
+
+
 # Two backward calls GF002 merges, in a program that doubles its gradient once they are merged.
 DOUBLED_ONCE_MERGED = """import torch
 

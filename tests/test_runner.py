@@ -250,6 +250,35 @@ def test_a_run_stops_at_its_optimizer_step_or_time_bound_and_says_which(runs, tm
     assert timed.seconds >= 0.5
 
 
+# A running total kept with each step's graph, and one kept as a number: what a measured run counts.
+KEPT_TOTAL = """\
+import torch
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+total = 0
+for step in range(4):
+    loss = model(torch.randn(4, 3)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    total += loss
+print("trained")
+"""
+
+
+@pytest.mark.parametrize(("kept", "grows"), [("loss", True), ("loss.item()", False)])
+def test_a_measured_run_counts_the_graph_it_keeps_and_its_output_is_the_script_s_own(runs, tmp_path, kept, grows):
+    script = tmp_path / "train.py"
+    script.write_text(KEPT_TOTAL.replace("total += loss", f"total += {kept}"))
+    plain = runs.runner.run(script)
+    measured = runs.runner.run(script, RunOptions(measure_graphs=True))
+    assert (measured.status, measured.stdout, measured.stderr) == (plain.status, plain.stdout, plain.stderr) == ("ok", "trained\n", "")
+    counts = measured.live_graph_nodes
+    assert len(counts) == 4 and counts[0] > 0  # (measured before each step: the step's own graph is alive)
+    growth = {later - earlier for earlier, later in zip(counts, counts[1:])}
+    assert growth == ({counts[1] - counts[0]} if grows else {0}) and (0 not in growth) == grows
+
+
 # A helper module beside the script backwards a loss, freeing the graph the script backwards next.
 HELPER = """\
 def log_first_loss(first):

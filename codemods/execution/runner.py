@@ -54,7 +54,7 @@ from .. import typed_json
 if TYPE_CHECKING:
     import ctypes
 
-MEASURED_STEPS = 8  # a scan of the heap costs a quarter of a second; growth shows in a few steps
+MEASURED_STEPS = 8  # growth shows in a few steps (a scan walks only what the run made: script_child.py)
 STOP_SHARE = 0.9  # of a run's time: a run still training then stops with what it showed; the rest kills one stuck elsewhere
 COMPARED_STEPS = 8  # optimizer steps (backward calls without one) whose gradients a repair compares
 
