@@ -4,6 +4,7 @@ benchmarks/check_speed.py). Each test pins one way the analysis used to pay twic
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 import gradfix
@@ -255,3 +256,36 @@ def test_functions_written_before_what_they_call_are_walked_in_one_round(monkeyp
     monkeypatch.setattr(dataflow.DataflowAnalysis, "_run_module", lambda self, module: rounds.append(module) or run_module(self, module))
     assert [f.code for f in gradfix.check(textwrap.dedent(CALLERS_BEFORE_CALLEES[kind])).findings] == []
     assert len(rounds) == 1
+
+
+def test_a_function_defined_twice_keeps_its_definitions_walked_as_written(monkeypatch):
+    """Walking a run of definitions callee-first must not walk an earlier definition of a name
+    last: Python calls the last one, and its summary is the one a caller must read."""
+    from gradfix.codemods.analysis import dataflow
+
+    source = textwrap.dedent(
+        """
+        import torch
+
+
+        def main():
+            return make()
+
+
+        def make():
+            return torch.zeros(1)
+
+
+        def make():
+            return torch.ones(1, requires_grad=True) * 2
+        """
+    ).encode()
+    walked = []
+    define = dataflow.DataflowAnalysis._define_function
+    monkeypatch.setattr(
+        dataflow.DataflowAnalysis, "_define_function", lambda self, node, *rest, **kw: walked.append(node) or define(self, node, *rest, **kw)
+    )
+    module = parse_decoded(source, "<test>")
+    FileAnalysis(module, {}, source)
+    definitions = [statement for statement in module.body if isinstance(statement, cst.FunctionDef)]
+    assert walked[: len(definitions)] == definitions

@@ -277,11 +277,15 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
     def _callees_first(self, functions: list[cst.FunctionDef], on_self: bool) -> list[cst.FunctionDef]:
         """``functions`` in the order their walks read each other's summaries final: a function
         before those that call it (a method: on ``self``, ``self.reset()``; else by its name),
-        else as written (a cycle as written). What each walk starts from does not depend on the
-        order (what ``__init__`` leaves, the module's names before the definitions), so the
-        order decides only whether a caller meets its callee's summary in this round or in the
-        next one: a whole round more, for most classes and scripts."""
+        else as written (in a cycle, callees as met). What each walk starts from does not
+        depend on the order (what ``__init__`` leaves, the module's names before the
+        definitions), so the order decides only whether a caller meets its callee's summary in
+        this round or in the next one: a whole round more, for most classes and scripts. A name
+        defined twice (a property's setter, a function redefined) keeps the order as written:
+        the last definition is the one its summary must be of."""
         by_name = {function.name.value: function for function in functions}
+        if len(by_name) < len(functions):
+            return functions
         ordered: dict[cst.FunctionDef, None] = {}
         for function in functions:
             _place_after_callees(function, by_name, ordered, on_self, self._tree)
