@@ -266,26 +266,27 @@ def test_non_differentiable_results_have_no_graph(row):
     _judge(row, failures, ran, "'no autograd history'")
 
 
-@pytest.mark.parametrize("row", sorted(torch_api.DETACHING_METHODS | torch_api.VALUE_METHODS | torch_api.METADATA_METHODS))
-def test_detaching_methods_carry_none_of_the_receivers_graph(row):
-    """DETACHING_METHODS (VALUE_METHODS, METADATA_METHODS): ``x.<row>(...)`` carries no graph."""
+# Methods whose result carries no graph, whatever ``x`` is: DETACHING_METHODS (VALUE_METHODS,
+# METADATA_METHODS) carry none of the receiver's; FACTORY_METHODS, without ``requires_grad``, make
+# a new tensor with no history.
+_GRAPHLESS_METHOD_ROWS = [
+    *(
+        (row, "'carries none of the receiver's graph'")
+        for row in sorted(torch_api.DETACHING_METHODS | torch_api.VALUE_METHODS | torch_api.METADATA_METHODS)
+    ),
+    *((row, "'a new tensor with no history'") for row in sorted(torch_api.FACTORY_METHODS)),
+]
+
+
+@pytest.mark.parametrize(("row", "claim"), _GRAPHLESS_METHOD_ROWS)
+def test_graphless_methods_carry_no_graph(row, claim):
+    """``x.<row>(...)`` carries no graph."""
     ran, failures = 0, []
     for described, result, _, receiver in _calls(None, row, method=True):
         ran += 1
         if _carries_graph(result):
             failures.append(f"{receiver}.{described} carries a graph")
-    _judge(row, failures, ran, "'carries none of the receiver's graph'")
-
-
-@pytest.mark.parametrize("row", sorted(torch_api.FACTORY_METHODS))
-def test_factory_methods_make_a_tensor_with_no_history(row):
-    """FACTORY_METHODS: ``x.<row>(...)`` without ``requires_grad`` has no graph, whatever ``x`` is."""
-    ran, failures = 0, []
-    for described, result, _, receiver in _calls(None, row, method=True):
-        ran += 1
-        if _carries_graph(result):
-            failures.append(f"{receiver}.{described} carries a graph")
-    _judge(row, failures, ran, "'a new tensor with no history'")
+    _judge(row, failures, ran, claim)
 
 
 def _integer_types():
