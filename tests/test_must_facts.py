@@ -1325,28 +1325,6 @@ def test_only_an_optimizers_step_changes_parameters_for_certain():
     assert [(code, hint) for code, hint, _ in found(FULL_BACKPROPAGATION_THROUGH_TIME.format(stepping="optimizer"))] == [("GF004", False)]
 
 
-TWICE_THROUGH_A_METHOD_NAMED_SAVING = """\
-import scaling
-
-w = torch.ones(3, requires_grad=True)
-loss = {operation}.sum()
-loss.backward()
-loss.backward()
-"""
-
-
-def test_only_a_tensors_method_of_the_saving_table_saves_for_certain():
-    # (H59: a method named like a saving operation counted on any receiver: `scaling.exp(w)` of a
-    # module gradfix did not read, or `self.norm(x)` of an identity, may save nothing, so a
-    # second backward may run: the finding says so, and its fix is unsafe.)
-    def finding(operation):
-        (only,) = gradfix.check(HEADER + TWICE_THROUGH_A_METHOD_NAMED_SAVING.format(operation=operation), hints=True).findings
-        return only.code, "was freed by the first call" in only.message, only.fix and only.fix.value
-
-    assert finding("w.exp()") == ("GF001", True, "safe")
-    assert finding("scaling.exp(w)") == ("GF001", False, "unsafe")
-
-
 TRAINING_STEP_BACKWARDS_WHAT_IT_RETURNS = """\
 import pytorch_lightning as pl
 

@@ -163,8 +163,6 @@ class CallSemantics:
             return self._module_method_call(module, node, env)
         arguments = [arg.value for arg in node.args]
         receiver = self._eval(func.value, env)
-        if receiver.structure is TENSOR:
-            self.tensor_method_calls.add(node)
         values = self._eval_all(arguments, env)
         if _number_library_result(qualified, values):
             return CONSTANT
@@ -511,8 +509,7 @@ class CallSemantics:
     def saves_for_certain(self, node: cst.CSTNode, class_name: str | None = None, reading: frozenset[str] = frozenset()) -> bool:
         """Whether the operation at ``node`` certainly saves a tensor for its backward: a product,
         a quotient or a power (each saves an operand or its result), a call of
-        ``SAVING_FOR_CERTAIN`` (torch's function, or the method of what the walk found a
-        tensor: ``tensor_method_calls``) or of a module of
+        ``SAVING_FOR_CERTAIN`` (torch's function or a tensor's method) or of a module of
         ``SAVING_FOR_CERTAIN_MODULES``, or a call of a torch.nn layer that holds parameters."""
         if isinstance(node, cst.BinaryOperation):
             return isinstance(node.operator, _SAVING_OPERATORS)
@@ -524,8 +521,8 @@ class CallSemantics:
         qualified = self.names.qualify(func) or ""
         if qualified.startswith("torch.") and qualified.rsplit(".", 1)[1] in SAVING_FOR_CERTAIN:
             return True
-        if isinstance(func, cst.Attribute) and func.attr.value in SAVING_FOR_CERTAIN and node in self.tensor_method_calls:
-            return True  # a tensor's method (``self.norm(x)`` may be anything: a layer, a helper)
+        if isinstance(func, cst.Attribute) and func.attr.value in SAVING_FOR_CERTAIN and not qualified.startswith("torch."):
+            return True
         callee = self.callees.get(node)
         if isinstance(callee, ExportedSummary):  # a function of another checked file
             return callee.returns_saved

@@ -143,7 +143,6 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self._call_items: dict[cst.Call, tuple[Value, ...]] = {}
         self._items_given_no_graph: set[cst.Call] = set()  # of those, calls that pass no graph (in a loop: its last pass)
         self._read_callees: dict[cst.Call, object] = {}  # calls read as any other, of the file's functions
-        self.tensor_method_calls: set[cst.Call] = set()  # ``x.m(...)`` walked with ``x`` a tensor (in some pass)
         # What a function of the file returns in the walk with what its callers pass it (a call
         # before the function's definition reads the last round's: ``_with_arguments``).
         self.returned_with_arguments = {}
