@@ -181,6 +181,7 @@ def test_a_logged_value_that_prints_without_its_grad_fn_once_detached_is_verifie
     assert "train.py: verified" in result.stderr.splitlines()
 
 
+@pytest.mark.skipif(not REAL_BREAKS.is_dir(), reason="../shared/real-breaks is not beside this checkout")
 @pytest.mark.parametrize(
     ("program", "parting"),
     [
