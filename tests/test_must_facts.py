@@ -1272,8 +1272,13 @@ def test_a_with_whose_context_lets_exceptions_through_assigns_on_every_path_past
     # so the backward never reads the previous iteration's; it ran, and GF004 was reported.)
     assert found(ACCUMULATED_UNDER_A_CONTEXT.format(context="accelerator.autocast()")) == []
     assert found(ACCUMULATED_UNDER_A_CONTEXT.format(context="torch.autocast('cpu')")) == []
-    # A context that may swallow the body's exception leaves `loss` unassigned on that path.
+    # A context that may swallow the body's exception leaves `loss` unassigned on that path, and
+    # so does a body that may leave before the assignment.
     assert [code for code, _, _ in found(ACCUMULATED_UNDER_A_CONTEXT.format(context="contextlib.suppress(ValueError)"))] == ["GF004"]
+    leaving = ACCUMULATED_UNDER_A_CONTEXT.format(context="accelerator.autocast()").replace(
+        "            loss =", "            if batch.sum() > 0:\n                continue\n            loss ="
+    )
+    assert [code for code, _, _ in found(leaving)] == ["GF004"]
 
 
 TEACHER_TARGET_BEFORE_THE_LOOP = """\

@@ -6,13 +6,17 @@ import libcst as cst
 
 from ..frameworks import EXCEPTION_KEEPING_CONTEXTS, EXCEPTION_KEEPING_FRAMEWORK_CONTEXTS
 from .torch_names import TorchNames
+from .tree import SyntaxTree
+
+_LEAVING = (cst.Break, cst.Continue, cst.Return, cst.Raise)
 
 
-def runs_to_its_end(names: TorchNames, statement: cst.With) -> bool:
-    """Whether every path past ``statement`` ran its body to the end: each of its contexts is one
-    that lets the body's exceptions through (``EXCEPTION_KEEPING_CONTEXTS``, by qualified name or
-    by a framework object's kind and method); any other may swallow one (``contextlib.suppress``)."""
-    return all(
+def runs_to_its_end(names: TorchNames, tree: SyntaxTree, statement: cst.With) -> bool:
+    """Whether every path past ``statement`` ran its body to the end: nothing in the body leaves it
+    (``break``, ``continue``, ``return``, ``raise``), and each of its contexts is one that lets the
+    body's exceptions through (``EXCEPTION_KEEPING_CONTEXTS``, by qualified name or by a framework
+    object's kind and method); any other may swallow one (``contextlib.suppress``)."""
+    return not any(tree.findall(statement.body, leaving) for leaving in _LEAVING) and all(
         type(call := item.item) is cst.Call
         and (
             names.qualify(call.func) in EXCEPTION_KEEPING_CONTEXTS

@@ -227,7 +227,7 @@ class FileAnalysis:
     def read_only_where_assigned(self, loop: Loop, name: str, inner_loops_run: bool = False) -> bool:
         """Whether ``name`` is read in ``loop`` only where this iteration assigned it, under tests
         that answer the same twice (``guards``); ``inner_loops_run``: if every inner loop runs."""
-        through = partial(runs_to_its_end, self.names)
+        through = partial(runs_to_its_end, self.names, self.tree)
         return read_only_where_assigned(self.tree, self._dataflow.read_values, self._bound_names, loop, name, inner_loops_run, through)
 
     @cached_property
