@@ -177,9 +177,22 @@ TORCH_OPERATOR_NAMESPACES = frozenset(
         "torch.optim.lr_scheduler",
     }
 )
+# torch functions that take no tensor and return none (seeding, device queries): nothing of a graph
+# passes through them (tests/test_closed_world.py runs each).
+SETUP_TORCH_FUNCTIONS = frozenset(
+    {
+        "torch.manual_seed",
+        "torch.cuda.manual_seed",
+        "torch.cuda.manual_seed_all",
+        "torch.cuda.is_available",
+        "torch.backends.mps.is_available",
+        "torch.backends.mps.is_built",
+    }
+)
 # torch functions outside those namespaces that the analysis models by name.
 MODELLED_TORCH_FUNCTIONS = frozenset(
     {
+        *SETUP_TORCH_FUNCTIONS,
         "torch.autograd.backward",
         "torch.autograd.grad",
         "torch.autograd.Variable",
@@ -191,9 +204,7 @@ MODELLED_TORCH_FUNCTIONS = frozenset(
         "torch.amp.GradScaler",
         "torch.cuda.amp.autocast",
         "torch.amp.autocast",
-        "torch.cuda.is_available",
         "torch.cuda.synchronize",
-        "torch.manual_seed",
         "torch.no_grad",
         "torch.enable_grad",
         "torch.set_grad_enabled",
