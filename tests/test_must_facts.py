@@ -1302,6 +1302,11 @@ def test_a_module_whose_parameters_turn_gradients_off_one_by_one_is_frozen():
     # target into the loop as a safe fix of correct code. The assignment was already read.)
     for freezing in ("q.requires_grad = False", "q.requires_grad_(False)", "q.requires_grad_(requires_grad=False)"):
         assert found(TEACHER_TARGET_BEFORE_THE_LOOP.format(freezing=freezing)) == [], freezing
+    # Only where every parameter is turned off: not under a test of each, nor past a `continue`.
+    some = TEACHER_TARGET_BEFORE_THE_LOOP.format(freezing="if q.dim() > 1:\n        q.requires_grad_(False)")
+    assert [hint for _, hint, _ in found(some)] == [False]
+    skipping = TEACHER_TARGET_BEFORE_THE_LOOP.format(freezing="if q.dim() == 1:\n        continue\n    q.requires_grad = False")
+    assert [hint for _, hint, _ in found(skipping)] == [False]
     for not_freezing in ("q.requires_grad_(True)", "print(q.shape)"):
         # (reported by default: GF003 where the loop turns gradients on, GF006 where nothing does)
         assert [hint for _, hint, _ in found(TEACHER_TARGET_BEFORE_THE_LOOP.format(freezing=not_freezing))] == [False], not_freezing

@@ -667,10 +667,14 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if variable is None:
             return
         owner = dotted_name(method_receiver(node.iter))
-        assigned = (t.target for a in self._tree.findall(node.body, cst.Assign, lambda a: is_name(a.value, "False")) for t in a.targets)
-        called = (method_receiver(call) for call in self._tree.findall(node.body, cst.Call, turns_gradients_off))
-        if f"{variable}.requires_grad" in map(dotted_name, assigned) or variable in map(dotted_name, called):
-            self._freeze(method_receiver(node.iter))  # p.requires_grad = False, p.requires_grad_(False)
+        # Frozen where every parameter is: the body turns each off unconditionally (not under an ``if``
+        # on its name, nor past a ``continue``), or only some parameters are frozen.
+        every = [small for line in node.body.body if type(line) is cst.SimpleStatementLine for small in line.body]
+        if not any(self._tree.findall(node.body, leaving) for leaving in (cst.Continue, cst.Break)):
+            assigned = (t.target for a in every if type(a) is cst.Assign and is_name(a.value, "False") for t in a.targets)
+            called = (method_receiver(small.value) for small in every if type(small) is cst.Expr and turns_gradients_off(small.value))
+            if f"{variable}.requires_grad" in map(dotted_name, assigned) or variable in map(dotted_name, called):
+                self._freeze(method_receiver(node.iter))  # p.requires_grad = False, p.requires_grad_(False)
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.AugAssign)))
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.Call, changes_in_place)))
         written = [dotted_name(a.target) for a in self._tree.findall(node.body, cst.AugAssign)]
