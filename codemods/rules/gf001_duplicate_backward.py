@@ -39,7 +39,9 @@ class DuplicateBackward(Rule):
     ``retain_graph=True`` to the first call silences the error but keeps the graph alive and adds
     every gradient twice, which is never what a training step means.
 
-    The fix: gradfix removes the repeated call (the one in the hook, for trainers). When the first
+    The fix: gradfix removes the repeated call (the one in the hook, for trainers; an unsafe fix
+    where the hook backwards an item or attribute, ``losses["loss"]``, which is the tensor it returns
+    only if the container hands back what it holds). When the first
     call is a gradient check with ``torch.autograd.grad``, which adds nothing to ``.grad``, the fix
     lets that check keep the graph (``retain_graph=True``) for the real backward.
 
@@ -160,7 +162,9 @@ for batch, target in loader:
             for site in self._returned_after_backward(hook):
                 fix = None
                 if site.retain_graph is False and site.is_whole_statement:
-                    fix = Fix(safe=True, remove=(site.statement,))
+                    # (a name read twice is one tensor; an item or attribute is one only if reading it
+                    # is plain: a container gradfix did not build may hand back a new one each time)
+                    fix = Fix(safe=type(site.tensor) is cst.Name, remove=(site.statement,))
                 yield self.violation(
                     site.call,
                     f"`{class_name}.{hook.name.value}` returns a loss it already backwarded, and the trainer "
