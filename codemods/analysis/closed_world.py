@@ -308,6 +308,7 @@ class ClosedWorld:
         # Weakly: the analysis keeps this object, and a cycle would leave the file's tree to the
         # cycle collector.
         self.analysis = weakref.proxy(analysis)
+        self._read_later: dict[cst.CSTNode, set[Origin]] = {}  # ``graphs_read_later`` by scope
 
     def answer(self, obligations: Sequence[str], about: Sequence[cst.CSTNode]) -> tuple[ProofStep, ...]:
         """Each obligation's answer for a fix about ``about`` (its statements and backwards)."""
@@ -403,7 +404,12 @@ class ClosedWorld:
         """Graph nodes that code ``scope`` keeps for later may read wherever it runs, which the
         dataflow does not follow: the values of the names a nested function (its free variables)
         or a lambda reads from ``scope``, and the receiver of a backward or an update taken as a
-        value (``again = loss.backward``)."""
+        value (``again = loss.backward``). Asked for each retained backward: kept by scope."""
+        if scope not in self._read_later:
+            self._read_later[scope] = self._graphs_read_later(scope)
+        return self._read_later[scope]
+
+    def _graphs_read_later(self, scope: cst.CSTNode) -> set[Origin]:
         analysis, tree = self.analysis, self.analysis.tree
         free: set[str] = set()
         for function in tree.findall(scope, cst.FunctionDef):
