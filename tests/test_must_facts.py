@@ -1333,6 +1333,9 @@ def test_only_an_optimizers_step_changes_parameters_for_certain():
     # prefix's graph on purpose, or Jacobian rows of one forward, were default GF004 / GF003.)
     assert found(FULL_BACKPROPAGATION_THROUGH_TIME.format(stepping="scheduler")) == []
     assert [(code, hint) for code, hint, _ in found(FULL_BACKPROPAGATION_THROUGH_TIME.format(stepping="optimizer"))] == [("GF004", False)]
+    # A closure handed to the step (LBFGS's `optimizer.step(closure)`) is no optimizer of its own.
+    closure = FULL_BACKPROPAGATION_THROUGH_TIME.format(stepping="optimizer").replace("    optimizer.step()\n", "    optimizer.step(None)\n", 1)
+    assert [(code, hint) for code, hint, _ in found(closure)] == [("GF004", False)]
 
 
 TRAINING_STEP_BACKWARDS_WHAT_IT_RETURNS = """\

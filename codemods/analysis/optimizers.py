@@ -32,11 +32,7 @@ def gradient_effects(
     whether a backward site is in a node."""
     effects = GradientEffect(0)
     for call in findall(node, cst.Call, method_called):
-        func = cst.ensure_type(call.func, cst.Attribute)  # (a method's call)
-        method = func.attr.value
-        effect = None if _is_dict_update(call, method) else GRADIENT_METHODS.get(method)
-        if effect is None and (receiver := dotted_name(func.value)) is not None and receiver in optimizers:
-            effect = GradientEffect.STEP  # first_step(), second_step(), a wrapper's own update methods
+        effect = _method_effect(call, optimizers)
         if effect is not None:
             effects |= effect
     for call in findall(node, cst.Call, lambda call: is_name(call.func)):
@@ -50,32 +46,39 @@ def gradient_effects(
 
 
 def steps_for_certain(node: cst.CSTNode, findall: Findall, optimizers: Collection[str]) -> bool:
-    """Whether ``node`` steps one of ``optimizers`` (the dotted names bound to optimizers): its
-    ``step()``, ``scaler.step(opt)``, or another method of it that ``gradient_effects`` takes for
-    a step (``opt.first_step()``). What ``gradient_effects`` takes for a step of anything else (a
-    scheduler's ``step()``, an object gradfix does not know) may change no parameter."""
+    """Whether ``node`` steps one of ``optimizers`` (the dotted names bound to optimizers): a step
+    (``_method_effect``) called on one (``opt.step(closure)``, ``opt.first_step()``) or handed one
+    (``scaler.step(opt)``). A step of anything else (a scheduler's ``step()``, an object gradfix
+    does not know) may change no parameter."""
     for call in findall(node, cst.Call, method_called):
-        func = cst.ensure_type(call.func, cst.Attribute)
-        effect = None if _is_dict_update(call, func.attr.value) else GRADIENT_METHODS.get(func.attr.value)
-        if effect is None and dotted_name(func.value) in optimizers:
-            return True
-        if effect is GradientEffect.STEP and _stepped(call) in optimizers:
-            return True
+        if _method_effect(call, optimizers) is GradientEffect.STEP:
+            receiver = cst.ensure_type(call.func, cst.Attribute).value
+            handed = call.args[0].value if call.args and call.args[0].keyword is None else None
+            if dotted_name(receiver) in optimizers or handed is not None and dotted_name(handed) in optimizers:
+                return True
     return False
+
+
+def _method_effect(call: cst.Call, optimizers: Collection[str]) -> GradientEffect | None:
+    """What the method call ``call`` does to gradients and parameters, by its name
+    (``GRADIENT_METHODS``); any other method of one of ``optimizers`` steps it (``first_step()``,
+    ``second_step()``, a wrapper's own update methods)."""
+    func = cst.ensure_type(call.func, cst.Attribute)
+    method = func.attr.value
+    effect = None if _is_dict_update(call, method) else GRADIENT_METHODS.get(method)
+    if effect is None and (receiver := dotted_name(func.value)) is not None and receiver in optimizers:
+        return GradientEffect.STEP
+    return effect
 
 
 def stepped_optimizers(node: cst.CSTNode) -> set[str]:
     """The optimizers ``node`` steps, as written: ``opt_d`` for ``opt_d.step()`` and for
     ``scaler.step(opt_d)``."""
-    return {
-        _stepped(call) for call in find_nodes(node, cst.Call, lambda call: GRADIENT_METHODS.get(method_called(call) or "") is GradientEffect.STEP)
-    }
-
-
-def _stepped(call: cst.Call) -> str:
-    """The optimizer a step's call steps, as written: its receiver, or ``scaler.step``'s argument."""
-    receiver = call.args[0].value if call.args and call.args[0].keyword is None else cst.ensure_type(call.func, cst.Attribute).value
-    return expression_key(receiver)
+    stepped = set()
+    for call in find_nodes(node, cst.Call, lambda call: GRADIENT_METHODS.get(method_called(call) or "") is GradientEffect.STEP):
+        receiver = call.args[0].value if call.args and call.args[0].keyword is None else cst.ensure_type(call.func, cst.Attribute).value
+        stepped.add(expression_key(receiver))
+    return stepped
 
 
 def _is_dict_update(call: cst.Call, method: str) -> bool:
