@@ -8,13 +8,14 @@ pays for them; ``check`` checks one file, and is imported only when some file mu
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .summaries import Exports, ProjectSummaries
 from .config import Config, Overrides, Settings, project_root
@@ -24,6 +25,8 @@ from .report import FileReport, Finding, FixMode
 from .project import ModuleSummaries, ProjectModules, modules_imported
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
     from .cache import ReportCache
     from .rule import Rule
     from .shard import Shard
@@ -202,34 +205,43 @@ def _check_groups(
         rules, mode = group_of[index]
         return data, (tuple(rules), mode, str(files[index]))
 
-    checked_early: dict[int, FileReport] = {}
-    for data, (exports, report) in zip(unknown, _map(_module_exports_job, [module_work(data) for data in unknown], jobs)):
-        modules.summaries.learn(data, exports)
-        if report is not None:
-            checked_early[file_holding[data]] = report
-    projects = [modules.project_for(here, data) if data is not None else {} for here, data in zip(absolute, contents)]
-    if cache is not None and (found := modules.found()) is not None:
-        cache.store_imports(absolute, found)
-    reports: list[FileReport] = [FileReport(str(path)) for path in files]
-    done = iter(range(1, len(files) + 1))
+    with _Workers(jobs, [rules for rules, _, _ in groups]) as workers:
+        checked_early: dict[int, FileReport] = {}
+        for data, (exports, report) in zip(unknown, workers.map(_module_exports_job, [module_work(data) for data in unknown], cost=_module_cost)):
+            modules.summaries.learn(data, exports)
+            if report is not None:
+                checked_early[file_holding[data]] = report
+        projects = [modules.project_for(here, data) if data is not None else {} for here, data in zip(absolute, contents)]
+        if cache is not None and (found := modules.found()) is not None:
+            cache.store_imports(absolute, found)
+        reports: list[FileReport] = [FileReport(str(path)) for path in files]
+        done = iter(range(1, len(files) + 1))
 
-    def checked() -> None:
-        if progress is not None:
-            progress(next(done), len(files))
+        def checked() -> None:
+            if progress is not None:
+                progress(next(done), len(files))
 
-    for rules, mode, indexes in groups:
-        work = [(files[i], contents[i], projects[i]) for i in indexes]
-        answered = {position: checked_early[i] for position, i in enumerate(indexes) if i in checked_early}
-        for index, report in zip(indexes, _cached_map(work, rules, mode, jobs, cache, checked, answered, modules.digest)):
-            reports[index] = report
-    if cache is not None:
-        cache.keep_index()
-    return reports
+        for rules, mode, indexes in groups:
+            work = [(files[i], contents[i], projects[i]) for i in indexes]
+            answered = {position: checked_early[i] for position, i in enumerate(indexes) if i in checked_early}
+            for index, report in zip(indexes, _cached_map(work, rules, mode, workers, cache, checked, answered, modules.digest)):
+                reports[index] = report
+        if cache is not None:
+            cache.keep_index()
+        return reports
 
 
 # A file to check: its path, the bytes read from it (None: it cannot be read, and checking it says
 # why), and the summaries of the project modules it imports.
 Work = tuple[Path, bytes | None, ProjectSummaries]
+
+
+def _work_cost(work: Work) -> int:
+    return len(work[1] or b"")
+
+
+def _module_cost(work: ModuleWork) -> int:
+    return len(work[0])
 
 
 def _read(path: Path) -> bytes | None:
@@ -243,7 +255,7 @@ def _cached_map(
     work: Sequence[Work],
     rules: Sequence[type[Rule]],
     mode: FixMode,
-    jobs: int | None,
+    workers: _Workers,
     cache: ReportCache | None,
     checked: Callable[[], None],
     answered: Mapping[int, FileReport],
@@ -272,55 +284,90 @@ def _cached_map(
 
     missed = [work[i] for i in missing]
 
-    def known(first: int, checked_reports: list[FileReport]) -> None:
-        for (_, _, project), report in zip(missed[first:], checked_reports):
-            keep(project, report)
+    def known(indexes: Sequence[int], checked_reports: list[FileReport]) -> None:
+        for index, report in zip(indexes, checked_reports):
+            if report.original is None:  # (``_check_files_job`` did not send the bytes back)
+                report.original = missed[index][1]
+            keep(missed[index][2], report)
 
     if missed:  # a selection's rules are imported here, once, not by each worker, and only when some file is checked
-        for index, report in zip(missing, _map(partial(_check_files_job, rules=tuple(rules), mode=mode), missed, jobs, known)):
+        for index, report in zip(missing, workers.map(partial(_check_files_job, rules=tuple(rules), mode=mode), missed, known, _work_cost)):
             reports[index] = report
     return [report for report in reports if report is not None]  # (every one is known by now)
 
 
-def _map(
-    job: Callable[[Sequence[T]], list[R]], items: Sequence[T], jobs: int | None, known: Callable[[int, list[R]], object] = lambda first, results: None
-) -> list[R]:
-    """``job`` over ``items``, in order, on ``jobs`` processes (all cores by default); ``known`` is
-    called with each chunk's results (and the index of its first item) as they are known."""
-    if not items:
-        return []
-    # LibCST and the analysis load here, in this process before it forks the workers, and only when
-    # some file or module is not answered by the cache.
-    from . import check  # noqa: F401
+class _Workers:
+    """The processes a run checks its files on: ``jobs`` of them (all cores by default), forked
+    once, when some work first needs them, and shared by the run's steps (the modules' exports,
+    then the files): each new process pays again for the pages it copies from this one and for
+    the memory it grows to, a third of the CPU a pool adds to a cold check of diffusers."""
 
-    jobs = jobs or os.cpu_count() or 1
-    if jobs == 1 or len(items) < 2 * jobs:
-        results = []
-        for index, item in enumerate(items):
-            result = job([item])
-            known(index, result)
-            results.extend(result)
-        return results
-    # Imported only for a run big enough for a pool: a one-file check (pre-commit, an editor) would
-    # spend a fifth of its start-up on them.
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from multiprocessing import get_context
+    def __init__(self, jobs: int | None, rules: Iterable[Sequence[type[Rule]]]) -> None:
+        self.jobs = jobs or os.cpu_count() or 1
+        self._rules = rules  # imported before the workers fork, not by each of them
+        self._pool: ProcessPoolExecutor | None = None
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork"), initializer=_die_with, initargs=(os.getpid(),)) as pool:
-        # Small chunks: the files that must be parsed cluster (a folder of long training scripts),
-        # and chunks of 32 files left one worker idle at the end (0.2 s of diffusers' cold check).
-        chunk = max(1, min(4, len(items) // (jobs * 4)))
-        try:
-            chunks = {pool.submit(job, items[first : first + chunk]): first for first in range(0, len(items), chunk)}
-            found: dict[int, R] = {}
-            for done in as_completed(chunks):  # each known as soon as it is, not behind a slower one
-                results = done.result()
-                known(chunks[done], results)
-                found.update(enumerate(results, chunks[done]))
-            return [found[index] for index in range(len(items))]
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    def __enter__(self) -> _Workers:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=exception[0] is None, cancel_futures=True)
+            gc.unfreeze()
+
+    def map(
+        self,
+        job: Callable[[Sequence[T]], list[R]],
+        items: Sequence[T],
+        known: Callable[[Sequence[int], list[R]], object] = lambda indexes, results: None,
+        cost: Callable[[T], int] | None = None,
+    ) -> list[R]:
+        """``job`` over ``items``, in order; ``known`` is called with each chunk's results (and
+        the indexes of its items) as they are known. ``cost``: how long an item takes, roughly,
+        for handing out the longest first."""
+        if not items:
+            return []
+        # LibCST and the analysis load here, in this process before it forks the workers, and only
+        # when some file or module is not answered by the cache.
+        from . import check  # noqa: F401
+
+        if self.jobs == 1 or len(items) < 2 * self.jobs:
+            results = []
+            for index, item in enumerate(items):
+                result = job([item])
+                known([index], result)
+                results.extend(result)
+            return results
+        # Small chunks, longest first: the files that must be parsed cluster (a folder of long
+        # training scripts), and a long file met last keeps one worker busy while the other idles.
+        order = sorted(range(len(items)), key=lambda index: -cost(items[index])) if cost is not None else range(len(items))
+        size = max(1, min(4, len(items) // (self.jobs * 4)))
+        chunks = [order[first : first + size] for first in range(0, len(items), size)]
+        from concurrent.futures import as_completed
+
+        pool = self._started()
+        submitted = {pool.submit(job, [items[index] for index in chunk]): chunk for chunk in chunks}
+        found: dict[int, R] = {}
+        for done in as_completed(submitted):  # each known as soon as it is, not behind a slower one
+            results = done.result()
+            known(submitted[done], results)
+            found.update(zip(submitted[done], results))
+        return [found[index] for index in range(len(items))]
+
+    def _started(self) -> ProcessPoolExecutor:
+        # Imported only for a run big enough for a pool: a one-file check (pre-commit, an editor)
+        # would spend a fifth of its start-up on them.
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        if self._pool is None:
+            for selection in self._rules:
+                tuple(selection)
+            # What this process holds is out of the workers' collections: a collection writes to
+            # each object it scans, and the page that holds it is copied into the worker.
+            gc.freeze()
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("fork"), initializer=_die_with, initargs=(os.getpid(),))
+        return self._pool
 
 
 def _die_with(parent: int) -> None:
@@ -338,10 +385,16 @@ def _die_with(parent: int) -> None:
 def _check_files_job(work: Sequence[Work], rules: Sequence[type[Rule]], mode: FixMode) -> list[FileReport]:
     from .check import check_file, check_source  # loaded by the process that forked this one
 
-    return [
+    reports = [
         check_file(path, rules, mode, project) if data is None else check_source(data, rules, mode, str(path), project)
         for path, data, project in work
     ]
+    # The bytes a report was made from go back to the process that read them as None: it has them
+    # (``_cached_map`` puts them back), and a cold run's reports would carry its whole tree.
+    for (_, data, _), report in zip(work, reports):
+        if report.original is data:
+            report.original = None
+    return reports
 
 
 # A module whose exports are computed: its bytes, and where the run checks it too, with no project,

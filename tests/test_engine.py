@@ -212,6 +212,9 @@ def test_a_file_edited_after_it_was_read_is_not_written(tmp_path):
         (b"class Model(L.LightningModule):\n    def training_step(self, batch, i):\n        return self(batch).sum()\n", True),
         (b"from transformers import Seq2SeqTrainer as T\nclass Tr(T):\n    def compute_loss(self, m, x):\n        return m(**x).loss\n", True),
         (b"from transformers import Trainer\ndef training_step(batch):\n    return batch\n", False),
+        # The hook named, not defined: a trainer runs a class of another file.
+        (b"import lightning as L\nfrom model import Net\nassert isinstance(Net(), L.LightningModule) and Net.training_step\n", False),
+        (b"class Model(L.LightningModule):\n    async def training_step (self, batch, i):\n        return batch\n", True),
     ],
 )
 def test_only_text_that_may_backward_is_parsed(source, parsed):
@@ -314,3 +317,18 @@ def test_walks_skip_what_the_exclusions_name_and_take_what_is_named():
     named = tree / "shared_trunk_for_loop" / "after.py"
     assert files.collect_files([named], excluded).files == [named]
     assert files.collect_files([named], excluded, excluded_named=excluded).files == []
+
+
+def _worker_and_item(items):
+    return [(os.getpid(), item) for item in items]
+
+
+def test_a_run_forks_its_workers_once_and_answers_in_the_order_of_its_items():
+    known = []
+    with run._Workers(2, []) as workers:
+        # handed out longest first (the item is its cost), known in whatever order they finish
+        first = workers.map(_worker_and_item, list(range(12)), lambda indexes, results: known.extend(indexes), cost=lambda item: item)
+        second = workers.map(_worker_and_item, list(range(12, 20)))
+    assert [item for _, item in first + second] == list(range(20))
+    assert sorted(known) == list(range(12))
+    assert len({worker for worker, _ in first + second}) <= 2 and os.getpid() not in {worker for worker, _ in first}
