@@ -35,9 +35,13 @@ _BYTE_KINDS = b"".join(
     b"w" if re.match(rb"[\w\x80-\xff]", byte) else b" " if re.match(rb"\s", byte) else b"s" for byte in (bytes([code]) for code in range(256))
 )
 # A class reaches a trainer's base only through a name whose last part the file writes (imported,
-# or read as an attribute), and a trainer backwards only the hook the file's class defines.
-_TRAINER_BASES_BY_HOOK = {
-    hook.encode(): {base.rpartition(".")[2].encode() for base, its_hook in TRAINER_HOOKS.items() if its_hook == hook}
+# or read as an attribute), and a trainer backwards only the hook the file's class defines: a
+# ``def`` of it (``FileAnalysis.trainer_hooks``; the name alone is in every file that calls
+# ``trainer.fit``, or mentions the hook).
+_TRAINER_BASES_BY_HOOK_DEFINITION = {
+    re.compile(rb"def[\s\\]+%s[\s\\]*\(" % hook.encode()): {
+        base.rpartition(".")[2].encode() for base, its_hook in TRAINER_HOOKS.items() if its_hook == hook
+    }
     for hook in dict.fromkeys(TRAINER_HOOKS.values())
 }
 
@@ -51,7 +55,10 @@ def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = 
     substring tests first, as one regular expression of alternatives is slow.)"""
     if b"autograd" in source:
         return True
-    if any(hook in source and any(base in source for base in bases) for hook, bases in _TRAINER_BASES_BY_HOOK.items()):
+    if any(
+        any(base in source for base in bases) and definition.search(source) is not None
+        for definition, bases in _TRAINER_BASES_BY_HOOK_DEFINITION.items()
+    ):
         return True
     if b"backward" in source and _BACKWARD_CALL.search(source) is not None:
         return True
