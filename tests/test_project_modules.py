@@ -262,3 +262,39 @@ def test_a_helper_that_backwards_only_sometimes_licenses_no_fix(tree):
     )
     report = check_file(tree / "train.py", all_rules(), FixMode.UNSAFE)
     assert report.rewritten is None and not report.fixed
+
+
+def _analyses_counted(monkeypatch) -> list[bool]:
+    """Whether each analysis the run makes is given a project, in order."""
+    made: list[bool] = []
+    analyse = check.FileAnalysis.__init__
+    monkeypatch.setattr(
+        check.FileAnalysis,
+        "__init__",
+        lambda self, module, imported=None, *rest: made.append(bool(imported)) or analyse(self, module, imported, *rest),
+    )
+    return made
+
+
+def test_a_module_the_run_checks_is_analysed_once_when_what_it_imports_exports_nothing(tmp_path, monkeypatch):
+    """train.py is a module (main.py imports it) whose own import, settings.py, must be analysed
+    first; settings.py turns out to export nothing, so the analysis that found train.py's exports
+    made its report too (the skeleton's, and LibCST's tree's for its finding)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "settings.py").write_text("# the training step calls loss.backward() itself\nLR = 0.1\n")
+    (tmp_path / "train.py").write_text("import settings\n" + (FIXTURES / "duplicate_backward" / "module_level_no_loop" / "before.py").read_text())
+    (tmp_path / "main.py").write_text("import train\n")
+    made = _analyses_counted(monkeypatch)
+    reports = check_files([tmp_path / "train.py", tmp_path / "main.py", tmp_path / "settings.py"], all_rules(), FixMode.NONE, 1)
+    assert [[f.code for f in r.findings] for r in reports] == [["GF001"], [], []]
+    assert made == [False, False, False]
+
+
+def test_a_module_the_run_checks_is_analysed_again_with_the_exports_it_imports(tree, monkeypatch):
+    """The variant: train.py's finding rests on rdrop_loss.py's exports, which are computed beside
+    train.py's own: its first analysis (with none) is not its report."""
+    (tree / "main.py").write_text("import train\n")
+    made = _analyses_counted(monkeypatch)
+    reports = check_files([tree / "train.py", tree / "main.py", tree / "rdrop_loss.py"], all_rules(), FixMode.NONE, 1)
+    assert [[f.code for f in r.findings] for r in reports] == [["GF001"], [], []]
+    assert made == [False, False, True, True]  # rdrop_loss.py, train.py alone; train.py with rdrop_loss's exports (skeleton, LibCST's tree)
