@@ -552,3 +552,24 @@ def test_gf003_moves_a_forward_into_a_functions_loop_only_where_no_other_code_re
         assert [f.code for f in report.fixed] == ["GF003"] and b"        pred = model(x)\n        loss" in report.rewritten
     else:
         assert [(f.code, f.fix) for f in report.findings] == [("GF003", None)] and report.rewritten is None
+
+
+@pytest.mark.parametrize(
+    ("between", "said"),
+    [
+        ("optimizer.zero_grad(set_to_none=True)\n", "the gradients are cleared between them"),
+        ("optimizer.step()\n", "an optimizer steps between them"),
+        ("optimizer.step()\noptimizer.zero_grad()\n", "an optimizer steps between them"),
+    ],
+)
+def test_gf002_names_what_happens_to_gradients_between_the_backwards(between, said):
+    """mdistiller's DOT without retain_graph (review h60): only the gradients are cleared between
+    the two backwards, no optimizer steps; the message says which."""
+    report = _findings(
+        "student, teacher = nn.Linear(4, 3), nn.Linear(4, 3)\noptimizer = torch.optim.SGD(student.parameters(), lr=0.1)\n"
+        "x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))\nlogits = student(x)\n"
+        "loss_ce = nn.functional.cross_entropy(logits, y)\nloss_kd = logits.pow(2).mean()\n"
+        "optimizer.zero_grad()\nloss_kd.backward()\n" + between + "loss_ce.backward()\noptimizer.step()\n"
+    )
+    [finding] = report.findings
+    assert finding.code == "GF002" and said in finding.message

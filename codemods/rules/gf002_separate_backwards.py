@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from functools import reduce
+from operator import or_
 from typing import Iterator, Sequence
 
 import libcst as cst
@@ -114,13 +116,16 @@ for x, y_reg, y_cls in loader:
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
             between = self._between(block, group[0], group[-1])
             optimizers = set().union(*(stepped_optimizers(s) for s in between))
+            effects = reduce(or_, (self.analysis.gradient_effects(s) for s in between), GradientEffect(0))
             if len(optimizers) > 1:
                 message += "optimizers take turns between them, so detach the shared value for the first loss"
-            elif any(self.analysis.gradient_effects(s) & GradientEffect.UPDATING for s in between):
+            elif effects & (GradientEffect.STEP | GradientEffect.SCALER_UPDATE):
                 message += "an optimizer steps between them, so recompute the shared value after the step"
+            elif effects & GradientEffect.ZERO_GRAD:
+                message += "the gradients are cleared between them, so recompute the shared value after that"
             else:
                 message += "backward their sum once"
-            if len(optimizers) <= 1 and any(self.analysis.gradient_effects(s) & GradientEffect.UPDATING for s in between):
+            if len(optimizers) <= 1 and effects & GradientEffect.UPDATING:
                 fix = self._recompute_fix(group, block)
             else:
                 fix = self._fix(group, block)
