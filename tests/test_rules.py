@@ -557,7 +557,7 @@ def test_gf003_moves_a_forward_into_a_functions_loop_only_where_no_other_code_re
 @pytest.mark.parametrize(
     ("between", "said"),
     [
-        ("optimizer.zero_grad(set_to_none=True)\n", "the gradients are cleared between them"),
+        ("optimizer.zero_grad(set_to_none=True)\n", "line 11 clears the gradients between them"),
         ("optimizer.step()\n", "an optimizer steps between them"),
         ("optimizer.step()\noptimizer.zero_grad()\n", "an optimizer steps between them"),
     ],

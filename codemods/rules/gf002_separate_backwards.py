@@ -122,7 +122,8 @@ for x, y_reg, y_cls in loader:
             elif effects & (GradientEffect.STEP | GradientEffect.SCALER_UPDATE):
                 message += "an optimizer steps between them, so recompute the shared value after the step"
             elif effects & GradientEffect.ZERO_GRAD:
-                message += "the gradients are cleared between them, so recompute the shared value after that"
+                clearing = next(s for s in between if self.analysis.gradient_effects(s) & GradientEffect.ZERO_GRAD)
+                message += f"line {self.analysis.line(clearing)} clears the gradients between them, so recompute the shared value after it"
             else:
                 message += "backward their sum once"
             if len(optimizers) <= 1 and effects & GradientEffect.UPDATING:
