@@ -17,7 +17,9 @@ from pathlib import Path
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from .summaries import Exports, ProjectSummaries
+from .notebook import is_notebook
+from .source import may_call
+from .summaries import Exports, ProjectSummaries, written_names
 from .config import Config, Overrides, Settings, project_root
 from .files import PathError, collect_files
 from .registry import RuleSelection
@@ -190,8 +192,9 @@ def _check_groups(
     unknown = modules.summaries.unknown(modules_imported(modules, ((here, data) for here, data in zip(absolute, contents) if data is not None)))
     # A module that is also a file of the run is checked by the job that computes its exports, from
     # the same analysis, with no project: the report stands where the file's project turns out
-    # empty (most import nothing that backwards), and is made again with it where not. Only a file
-    # whose project is known now, and is not empty, is not checked there.
+    # empty, or to hold only functions the file does not call (``_calls_none_of``), and is made
+    # again with it where not. Only a file whose project is known now, and is not empty, is not
+    # checked there.
     file_holding = {data: index for index, data in enumerate(contents) if data is not None}
     pending = set(unknown)
 
@@ -212,7 +215,9 @@ def _check_groups(
             if report is not None:
                 checked_with_no_project[file_holding[data]] = report
         projects = [modules.project_for(here, data) if data is not None else {} for here, data in zip(absolute, contents)]
-        checked_early = {index: report for index, report in checked_with_no_project.items() if not projects[index]}
+        checked_early = {
+            index: report for index, report in checked_with_no_project.items() if _calls_none_of(files[index], contents[index], projects[index])
+        }
         if cache is not None and (found := modules.found()) is not None:
             cache.store_imports(absolute, found)
         reports: list[FileReport] = [FileReport(str(path)) for path in files]
@@ -235,6 +240,16 @@ def _check_groups(
 # A file to check: its path, the bytes read from it (None: it cannot be read, and checking it says
 # why), and the summaries of the project modules it imports.
 Work = tuple[Path, bytes | None, ProjectSummaries]
+
+
+def _calls_none_of(path: Path, data: bytes | None, project: ProjectSummaries) -> bool:
+    """Whether the analysis of the file reads nothing of ``project``: it reads a summary only where
+    the file calls its function, and a call writes the module's name, the function's (or class's)
+    and the method's (``written_names``, which the prefilter trusts as much). A notebook's text is
+    JSON, whose escapes may hide a name: it is not told from its bytes."""
+    if not project:
+        return True
+    return data is not None and not is_notebook(str(path)) and not may_call(data, written_names(project))
 
 
 def _work_cost(work: Work) -> int:

@@ -276,12 +276,19 @@ def _analyses_counted(monkeypatch) -> list[bool]:
     return made
 
 
-def test_a_module_the_run_checks_is_analysed_once_when_what_it_imports_exports_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "settings",
+    [
+        "# the training step calls loss.backward() itself\nLR = 0.1\n",
+        HELPER,  # its criterion, which train.py never calls (nor names)
+    ],
+)
+def test_a_module_the_run_checks_is_analysed_once_when_it_calls_nothing_its_imports_export(tmp_path, monkeypatch, settings):
     """train.py is a module (main.py imports it) whose own import, settings.py, must be analysed
-    first; settings.py turns out to export nothing, so the analysis that found train.py's exports
-    made its report too (the skeleton's, and LibCST's tree's for its finding)."""
+    first; train.py calls nothing settings.py exports, so the analysis that found train.py's
+    exports made its report too (the skeleton's, and LibCST's tree's for its finding)."""
     (tmp_path / ".git").mkdir()
-    (tmp_path / "settings.py").write_text("# the training step calls loss.backward() itself\nLR = 0.1\n")
+    (tmp_path / "settings.py").write_text(settings)
     (tmp_path / "train.py").write_text("import settings\n" + (FIXTURES / "duplicate_backward" / "module_level_no_loop" / "before.py").read_text())
     (tmp_path / "main.py").write_text("import train\n")
     made = _analyses_counted(monkeypatch)
