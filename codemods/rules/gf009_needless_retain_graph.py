@@ -100,6 +100,10 @@ for x, y in loader:
             return False
         if not nodes or nodes & (self.analysis.escaped(site.scope) | self.analysis.closed_world.graphs_read_later(site.scope.node)):
             return False
+        if any(node.possible for node in nodes):
+            # part of it may come out of code gradfix did not read, which may share it with another
+            # backward (``module.merge_weights()`` keeping merged weights for every forward)
+            return False
         if any(isinstance(source, Element) for source in site.value.origins | expand(site.value.origins, within)):
             return False  # an element of a container of graphs: what the elements share is not known
         if within is not None and any(not self.analysis.contains(within.node, o.statement) for o in nodes):
