@@ -1366,3 +1366,32 @@ def test_a_hook_that_backwards_the_item_it_returns_backwards_it_before_the_train
     assert [(code, fix) for code, _, fix in found(TRAINING_STEP_BACKWARDS_WHAT_IT_RETURNS.format(between="pass"))] == [("GF001", "unsafe")]
     # A call handed the dict may change what its "loss" holds: the returned tensor may be another.
     assert found(TRAINING_STEP_BACKWARDS_WHAT_IT_RETURNS.format(between="refresh(losses)")) == []
+
+
+# Reduced from locuslab/fast_adversarial (MNIST/train_mnist.py, mutated): the model comes from a
+# factory of another file, so its forward is code gradfix did not read; the running loss adds the
+# loss tensor, scaled, after the loss was backwarded (run with torch: `train_loss` requires grad
+# and keeps every step's graph).
+RUNNING_LOSS = """\
+import torch.nn.functional as F
+from nets import mnist_net
+model = mnist_net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = [(torch.randn(8, 10), torch.randint(0, 3, (8,))) for _ in range(50)]
+for epoch in range(2):
+    train_loss = 0
+    for X, y in loader:
+        loss = F.cross_entropy(model(X), y)
+        opt.zero_grad()
+        {backward}
+        opt.step()
+        train_loss += loss * y.size(0)
+    print(epoch, float(train_loss) / 400)
+"""
+
+
+def test_arithmetic_on_a_tensor_a_backward_walked_holds_a_graph_whatever_code_built_it():
+    # (b85b31c: nothing: the expression's graph came out of code gradfix did not read)
+    assert [(code, hint) for code, hint, _ in found(RUNNING_LOSS.format(backward="loss.backward()"))] == [("GF007", False)]
+    # Another tensor backwarded: nothing proves `loss` holds a graph, as at b85b31c.
+    assert found(RUNNING_LOSS.format(backward="(loss * 1.0).backward()")) == []

@@ -221,7 +221,7 @@ class FileAnalysis:
         """Whether one of the operations at ``origins`` certainly saved a tensor for its backward
         (``DataflowAnalysis.saves_for_certain``), so that walking them again after a backward
         freed them raises: casts, views, joins, repeats and sums save none."""
-        return any(self._dataflow.saves_for_certain(origin.node) for origin in origins)
+        return any(not origin.possible and self._dataflow.saves_for_certain(origin.node) for origin in origins)
 
     def read_only_where_assigned(self, loop: Loop, name: str, inner_loops_run: bool = False) -> bool:
         """Whether ``name`` is read in ``loop`` only where this iteration assigned it, under tests

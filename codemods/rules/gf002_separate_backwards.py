@@ -136,7 +136,8 @@ for x, y_reg, y_cls in loader:
                     f" (not rewritten: the hook or autograd Function at line {self.analysis.line(hook)} sees each "
                     "backward's gradient on its own, and would see their sum)"
                 )
-            yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group, guess=_guess(group))
+            guess = _guess(group, self._shares_only_possible(group))
+            yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group, guess=guess)
         yield from self._into_a_branch()
 
     def _into_a_branch(self) -> Iterator[Violation]:
@@ -175,7 +176,7 @@ for x, y_reg, y_cls in loader:
                     self._branch_fix(first, second, branch, between),
                     related=(second.call,),
                     sites=(first, second),
-                    guess=_guess((first, second)),
+                    guess=_guess((first, second), self._shares_only_possible([first, second])),
                 )
                 break
 
@@ -242,12 +243,21 @@ for x, y_reg, y_cls in loader:
 
     def _shared_origins(self, group: list[BackwardSite]) -> set[cst.BaseStatement]:
         """Statements whose graph nodes the last site shares with an earlier one."""
+        return {o.statement for o in self._shared_nodes(group)}
+
+    def _shared_nodes(self, group: list[BackwardSite]) -> set[Origin]:
+        """The graph nodes the last site shares with an earlier one."""
         within = group[0].loops[0] if group[0].loops else None
         graphs = [{o for o in expand(site.value.origins, within) if isinstance(o, Origin)} for site in group]
-        shared: set[cst.BaseStatement] = set()
+        shared: set[Origin] = set()
         for earlier in graphs[:-1]:
-            shared |= {o.statement for o in earlier & graphs[-1]}
+            shared |= earlier & graphs[-1]
         return shared
+
+    def _shares_only_possible(self, group: list[BackwardSite]) -> bool:
+        """Whether every node the losses share only may exist: built from what code gradfix did not
+        read may hand back (``Value.possible``), so they may share no graph at all."""
+        return all(node.possible for node in self._shared_nodes(group))
 
     def _kept_for_later(self, site: BackwardSite, last: BackwardSite) -> bool:
         """Whether ``retain_graph=True`` at ``site`` keeps graph nodes that ``last`` does not walk
@@ -350,11 +360,15 @@ def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
     return [func] if isinstance(func, cst.Name) else []
 
 
-def _guess(sites: Sequence[BackwardSite]) -> str:
+def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False) -> str:
     """Why the losses may not share a graph after all: one of them came out of code gradfix did not
     read, or is an item of a tuple whose items gradfix cannot tell apart (a function's
-    ``(loss, aux_loss)``, the second from a forward of its own)."""
+    ``(loss, aux_loss)``, the second from a forward of its own), or what they share only may be a
+    graph (``shares_only_possible``)."""
     unread = next((site for site in sites if site.value.unread), None)
+    if shares_only_possible:
+        unread = unread or sites[0]
+        return f"what `{code_of(unread.tensors[0])}` shares with the other loss comes out of code gradfix did not read, and may hold no graph"
     if unread is not None:
         return f"`{code_of(unread.tensors[0])}` comes out of code gradfix did not read, and may not hold the graph it seems to share"
     guessed = next((site for site in sites if site.value.guessed), None)
