@@ -364,7 +364,11 @@ def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False) ->
     """Why the losses may not share a graph after all: one of them came out of code gradfix did not
     read, or is an item of a tuple whose items gradfix cannot tell apart (a function's
     ``(loss, aux_loss)``, the second from a forward of its own), or what they share only may be a
-    graph (``shares_only_possible``)."""
+    graph (``shares_only_possible``); or why the first backward may not have freed it: a
+    ``retain_graph`` gradfix cannot evaluate (a flag, a helper's parameter)."""
+    kept = next((site for site in sites[:-1] if site.retain_graph is None), None)
+    if kept is not None:
+        return f"gradfix cannot tell whether `{code_of(kept.call)}` keeps the graph for the next backward"
     unread = next((site for site in sites if site.value.unread), None)
     if shares_only_possible:
         unread = unread or sites[0]
