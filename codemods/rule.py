@@ -106,14 +106,6 @@ class Rule:
     def violations(self) -> Iterator[Violation]:
         raise NotImplementedError
 
-    def unread_guess(self, statements: Sequence[cst.CSTNode]) -> str:
-        """The ``guess`` of a finding that rests on a graph one of ``statements`` assigns from code
-        gradfix did not read (``FileAnalysis.unread_value``): that code may hand back none."""
-        from .analysis.syntax import code_of  # (a rule's metadata is read without LibCST)
-
-        unread = self.analysis.unread_value(statements)
-        return "" if unread is None else f"`{code_of(unread)}` comes out of code gradfix did not read, and may hold no graph"
-
     def violation(
         self,
         node: cst.CSTNode,

@@ -108,7 +108,7 @@ for epoch in range(epochs):
             if changing is False:
                 continue  # every iteration would compute the same forward: one kept graph is right
             fix = self._fix(hoisted, loop, safe=not runs)
-            guesses = [self.unread_guess(hoisted)]
+            guesses = [self.analysis.closed_world.unread_guess(hoisted)]
             # Where the program runs, the stale forward is the bug only if an iteration must change
             # what it was built from.
             if runs and changing and not self.analysis.reads_what_trains(hoisted):
