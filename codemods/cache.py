@@ -195,6 +195,11 @@ class ReportCache:
         run._index = _Index(name, _index_entries(self._authenticated(name) or b""), {})
         return run
 
+    def holds_nothing(self) -> bool:
+        """Whether this run's index holds no entry: a cold run, whose every file is checked (a run
+        too small for an index may still find entries of its own)."""
+        return self._index is not None and not self._index.held
+
     def keep_index(self) -> None:
         """Keep the index of the entries this run read or kept, unless it holds them already."""
         if self._index is not None and self._index.used != self._index.held:

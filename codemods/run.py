@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .notebook import is_notebook
-from .source import may_call
+from .source import may_backward, may_call
 from .summaries import Exports, ProjectSummaries, written_names
 from .config import Config, Overrides, Settings, project_root
 from .files import PathError, collect_files
@@ -184,31 +184,39 @@ def _check_groups(
     absolute = [os.path.abspath(path) for path in files]  # (the project's modules and the cache's keys name files so, asked often)
     group_of = {index: (rules, mode) for rules, mode, indexes in groups for index in indexes}
     cache = cache.for_run(absolute, [group_of[index] for index in range(len(files))]) if cache is not None else None
-    modules = ProjectModules(ModuleSummaries(_module_exports, cache), settings)
-    for here, data in zip(absolute, contents):
-        modules.read_already(here, data)
-    if cache is not None and (kept := cache.load_imports(absolute)) is not None:
-        modules.recall(kept)
-    unknown = modules.summaries.unknown(modules_imported(modules, ((here, data) for here, data in zip(absolute, contents) if data is not None)))
-    # A module that is also a file of the run is checked by the job that computes its exports, from
-    # the same analysis, with no project: the report stands where the file's project turns out
-    # empty, or to hold only functions the file does not call (``_calls_none_of``), and is made
-    # again with it where not. Only a file whose project is known now, and is not empty, is not
-    # checked there.
-    file_holding = {data: index for index, data in enumerate(contents) if data is not None}
-    pending = set(unknown)
-
-    def module_work(data: bytes) -> ModuleWork:
-        index = file_holding.get(data)
-        if index is None or (
-            not any(modules.module_bytes(file) in pending for _, file in modules.imported(absolute[index], data))
-            and modules.project_for(absolute[index], data)
-        ):
-            return data, None
-        rules, mode = group_of[index]
-        return data, (tuple(rules), mode, str(files[index]))
-
     with _Workers(jobs, [rules for rules, _, _ in groups]) as workers:
+        # A cold run checks every file: those whose own text cannot backward are checked for what
+        # Python parses on the workers now, while this process finds what the files import; a file
+        # that turns out to call a function of the project that backwards is analysed as the others.
+        cold = cache is None or cache.holds_nothing()
+        by_text = [i for i, data in enumerate(contents) if cold and data is not None and not is_notebook(str(files[i])) and not may_backward(data)]
+        parsed_by_text = workers.start(
+            _prefiltered_job, [(str(files[i]), data) for i in by_text if (data := contents[i]) is not None], cost=_text_cost
+        )
+        modules = ProjectModules(ModuleSummaries(_module_exports, cache), settings)
+        for here, data in zip(absolute, contents):
+            modules.read_already(here, data)
+        if cache is not None and (kept := cache.load_imports(absolute)) is not None:
+            modules.recall(kept)
+        unknown = modules.summaries.unknown(modules_imported(modules, ((here, data) for here, data in zip(absolute, contents) if data is not None)))
+        # A module that is also a file of the run is checked by the job that computes its exports, from
+        # the same analysis, with no project: the report stands where the file's project turns out
+        # empty, or to hold only functions the file does not call (``_calls_none_of``), and is made
+        # again with it where not. Only a file whose project is known now, and is not empty, is not
+        # checked there.
+        file_holding = {data: index for index, data in enumerate(contents) if data is not None}
+        pending = set(unknown)
+
+        def module_work(data: bytes) -> ModuleWork:
+            index = file_holding.get(data)
+            if index is None or (
+                not any(modules.module_bytes(file) in pending for _, file in modules.imported(absolute[index], data))
+                and modules.project_for(absolute[index], data)
+            ):
+                return data, None
+            rules, mode = group_of[index]
+            return data, (tuple(rules), mode, str(files[index]))
+
         checked_with_no_project: dict[int, FileReport] = {}
         for data, (exports, report) in zip(unknown, workers.map(_module_exports_job, [module_work(data) for data in unknown], cost=_module_cost)):
             modules.summaries.learn(data, exports)
@@ -218,6 +226,11 @@ def _check_groups(
         checked_early = {
             index: report for index, report in checked_with_no_project.items() if _calls_none_of(files[index], contents[index], projects[index])
         }
+        for index, report in zip(by_text, parsed_by_text()):
+            data = contents[index]
+            if report is not None and data is not None and not may_call(data, written_names(projects[index])):
+                report.original = data  # (``_prefiltered_job`` did not send the bytes back)
+                checked_early[index] = report
         if cache is not None and (found := modules.found()) is not None:
             cache.store_imports(absolute, found)
         reports: list[FileReport] = [FileReport(str(path)) for path in files]
@@ -250,6 +263,10 @@ def _calls_none_of(path: Path, data: bytes | None, project: ProjectSummaries) ->
     if not project:
         return True
     return data is not None and not is_notebook(str(path)) and not may_call(data, written_names(project))
+
+
+def _text_cost(file: tuple[str, bytes]) -> int:
+    return len(file[1])
 
 
 def _work_cost(work: Work) -> int:
@@ -341,34 +358,49 @@ class _Workers:
         """``job`` over ``items``, in order; ``known`` is called with each chunk's results (and
         the indexes of its items) as they are known. ``cost``: how long an item takes, roughly,
         for handing out the longest first."""
+        return self.start(job, items, known, cost)()
+
+    def start(
+        self,
+        job: Callable[[Sequence[T]], list[R]],
+        items: Sequence[T],
+        known: Callable[[Sequence[int], list[R]], object] = lambda indexes, results: None,
+        cost: Callable[[T], int] | None = None,
+    ) -> Callable[[], list[R]]:
+        """``map``, handed to the workers now; the function returned waits for its results (on one
+        process, they are computed here and now). Work started later runs after it."""
         if not items:
-            return []
+            return list
         # LibCST and the analysis load here, in this process before it forks the workers, and only
         # when some file or module is not answered by the cache.
         from . import check  # noqa: F401
 
         if self.jobs == 1 or len(items) < 2 * self.jobs:
-            results = []
+            computed: list[R] = []
             for index, item in enumerate(items):
                 result = job([item])
                 known([index], result)
-                results.extend(result)
-            return results
+                computed.extend(result)
+            return lambda: computed
         # Small chunks, longest first: the files that must be parsed cluster (a folder of long
         # training scripts), and a long file met last keeps one worker busy while the other idles.
         order = sorted(range(len(items)), key=lambda index: -cost(items[index])) if cost is not None else range(len(items))
         size = max(1, min(4, len(items) // (self.jobs * 4)))
         chunks = [order[first : first + size] for first in range(0, len(items), size)]
-        from concurrent.futures import as_completed
-
         pool = self._started()
         submitted = {pool.submit(job, [items[index] for index in chunk]): chunk for chunk in chunks}
-        found: dict[int, R] = {}
-        for done in as_completed(submitted):  # each known as soon as it is, not behind a slower one
-            results = done.result()
-            known(submitted[done], results)
-            found.update(zip(submitted[done], results))
-        return [found[index] for index in range(len(items))]
+
+        def results() -> list[R]:
+            from concurrent.futures import as_completed
+
+            found: dict[int, R] = {}
+            for done in as_completed(submitted):  # each known as soon as it is, not behind a slower one
+                chunk_results = done.result()
+                known(submitted[done], chunk_results)
+                found.update(zip(submitted[done], chunk_results))
+            return [found[index] for index in range(len(items))]
+
+        return results
 
     def _started(self) -> ProcessPoolExecutor:
         # Imported only for a run big enough for a pool: a one-file check (pre-commit, an editor)
@@ -396,6 +428,18 @@ def _die_with(parent: int) -> None:
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
     if os.getppid() != parent:
         os._exit(1)
+
+
+def _prefiltered_job(files: Sequence[tuple[str, bytes]]) -> list[FileReport | None]:
+    """``source.prefiltered_report`` of each file (its path and bytes) with no project: the report
+    of a file whose text cannot backward, and that calls no function of the project that does."""
+    from .source import prefiltered_report
+
+    reports = [prefiltered_report(data, path) for path, data in files]
+    for report in reports:
+        if report is not None:
+            report.original = None  # (the process that read the bytes has them)
+    return reports
 
 
 def _check_files_job(work: Sequence[Work], rules: Sequence[type[Rule]], mode: FixMode) -> list[FileReport]:

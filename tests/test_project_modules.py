@@ -16,6 +16,7 @@ from gradfix.codemods.check import check_file, module_exports
 from gradfix.codemods.project import ModuleSummaries, ProjectModules, WrittenModule, written_modules
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.report import FileReport, FixMode
+from gradfix.codemods import run
 from gradfix.codemods.run import check_files
 
 from .conftest import FIXTURES
@@ -351,3 +352,19 @@ def test_a_module_the_run_checks_is_analysed_again_with_the_exports_it_imports(t
     reports = check_files([tree / "train.py", tree / "main.py", tree / "rdrop_loss.py"], all_rules(), FixMode.NONE, 1)
     assert [[f.code for f in r.findings] for r in reports] == [["GF001"], [], []]
     assert made == [False, False, True, True]  # rdrop_loss.py, train.py alone; train.py with rdrop_loss's exports (skeleton, LibCST's tree)
+
+
+def test_a_cold_run_checks_what_cannot_backward_while_it_finds_imports(tree, monkeypatch):
+    """In a cold run, a file whose own text cannot backward is checked (its syntax) before the
+    project's imports are known; where it calls a helper of the project that backwards, it is
+    analysed like the others."""
+    (tree / "notes.py").write_text("STEPS = 3\n")
+    (tree / "eval.py").write_text("from rdrop_loss import rdrop_criterion\nloss = rdrop_criterion(None, None, None)\n")
+    analysed = []
+    checking = run._check_files_job
+    monkeypatch.setattr(run, "_check_files_job", lambda work, **kwargs: analysed.extend(path.name for path, _, _ in work) or checking(work, **kwargs))
+    files = [tree / name for name in ("train.py", "notes.py", "eval.py", "rdrop_loss.py")]
+    reports = check_files(files, all_rules(), FixMode.NONE, 1)
+    assert [[f.code for f in r.findings] for r in reports] == [["GF001"], [], [], []]
+    assert [r.prefiltered for r in reports] == [False, True, False, False]
+    assert sorted(analysed) == ["eval.py", "train.py"]  # notes.py was answered before; rdrop_loss.py beside its exports
