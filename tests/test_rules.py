@@ -552,3 +552,48 @@ def test_gf003_moves_a_forward_into_a_functions_loop_only_where_no_other_code_re
         assert [f.code for f in report.fixed] == ["GF003"] and b"        pred = model(x)\n        loss" in report.rewritten
     else:
         assert [(f.code, f.fix) for f in report.findings] == [("GF003", None)] and report.rewritten is None
+
+
+@pytest.mark.parametrize(
+    ("in_the_loop", "fixed"),
+    [
+        ("pass", True),
+        ("optimizer.zero_grad()", False),  # the next iteration clears what the moved backward added
+        ("model.zero_grad()", False),
+        ("for p in model.parameters():\n        p.grad = None", False),
+        ("reset(optimizer)", False),  # a call gradfix does not read, handed the optimizer
+        ("reset(params)", False),  # handed a name bound from the parameters
+        ("trainer.clear()", False),  # the file's own method: its body zeroes
+        ("reset(x)", True),  # handed data only: it cannot reach a parameter
+        ("meter.update(len(x))", True),
+    ],
+)
+def test_gf008_moves_no_backward_into_a_loop_whose_body_may_clear_the_gradients(in_the_loop, fixed):
+    source = f"""\
+import torch
+import torch.nn as nn
+from helpers import reset, Meter
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+params = list(model.parameters())
+meter = Meter()
+class Trainer:
+    def __init__(self, opt):
+        self.opt = opt
+    def clear(self):
+        self.opt.zero_grad()
+trainer = Trainer(optimizer)
+batches = [torch.randn(8, 4) for _ in range(3)]
+optimizer.zero_grad()
+for x in batches:
+    {in_the_loop}
+    loss = model(x).pow(2).mean()
+loss.backward()
+optimizer.step()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.UNSAFE, "train.py")
+    messages = [f.message for f in report.findings if f.code == "GF008"]  # (a finding fixed is gone)
+    moved = b"    loss = model(x).pow(2).mean()\n    loss.backward()\noptimizer.step()" in (report.rewritten or b"")
+    assert moved == fixed and report.changed == fixed, messages
+    assert fixed or len(messages) == 1 and "may clear the gradients" in messages[0]
+

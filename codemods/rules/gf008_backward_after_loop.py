@@ -32,10 +32,14 @@ class BackwardAfterLoop(Rule):
     nothing the previous iteration left.
 
     When gradfix only reports: When an optimizer step runs between the loop and the backward,
-    gradfix only reports. A loss that the loop accumulates (``total = total + loss``, a sequence
-    model unrolled over time steps) and backwards once afterwards is full-batch training, and is
-    left alone. A loop whose body ends in a plain ``break`` picks the batch it leaves on purpose
-    (``for x, y in loader: break``), and is left alone.
+    gradfix only reports. When the loop's body may clear the gradients (a ``zero_grad()``, a
+    ``.grad`` written, an optimizer stepped, or a call gradfix does not read that is handed a
+    module, an optimizer, parameters or ``self``), the backward moved into it would have its
+    gradient cleared by the next iteration, and the step would still see the last iteration's
+    alone: gradfix only reports. A loss that the loop accumulates (``total = total + loss``, a
+    sequence model unrolled over time steps) and backwards once afterwards is full-batch
+    training, and is left alone. A loop whose body ends in a plain ``break`` picks the batch it
+    leaves on purpose (``for x, y in loader: break``), and is left alone.
     """
 
     SUMMARY = "a backward after the batch loop trains the last batch only"
@@ -73,11 +77,18 @@ optimizer.step()
                 f"`{code_of(site.call)}` runs once, after the loop at line {self.analysis.line(loop.node)}, "
                 f"on the last value of `{last}`: only the last iteration trains; move it into the loop"
             )
+            moving = _moving_with(site, computing)
             zeroing = [s for s in between if self._zeroes(s)]
             if len(zeroing) != len(between):
                 fix = None  # an optimizer steps (or gradients are read) between the loop and the backward
                 message += " (not rewritten: the optimizer already steps before it)"
-            elif (unmovable := self._unmovable(loop, moving := _moving_with(site, computing), site)) is not None:
+            elif (clearing := self._clearing_in_loop(loop, moving)) is not None:
+                fix = None
+                message += (
+                    f" (not rewritten: line {self.analysis.line(clearing)} may clear the gradients on every iteration, "
+                    "so the step would still see the last iteration's alone)"
+                )
+            elif (unmovable := self._unmovable(loop, moving, site)) is not None:
                 fix = None
                 message += f" (not rewritten: {unmovable})"
             else:
@@ -155,6 +166,13 @@ optimizer.step()
 
     def _site_of_statement(self, statement: cst.CSTNode) -> BackwardSite | None:
         return next((s for s in self.analysis.sites_in(statement) if s.is_whole_statement and s.api.accumulates), None)
+
+    def _clearing_in_loop(self, loop: Loop, moving: list[cst.BaseStatement]) -> cst.BaseStatement | None:
+        """The first statement of the loop's body (or of those moving into it with the backward)
+        that may clear or overwrite gradients (``FileAnalysis.may_clear_gradients``: unknown, yes),
+        or None. Every statement of the body runs between one iteration's moved backward and the
+        next one's: a clear there leaves the step after the loop the last iteration's gradient."""
+        return next((s for s in (*loop.node.body.body, *moving) if self.analysis.may_clear_gradients(s)), None)
 
     def _zeroes(self, statement: cst.CSTNode) -> bool:
         return self.analysis.gradient_effects(statement) == GradientEffect.ZERO_GRAD
