@@ -597,3 +597,49 @@ optimizer.step()
     assert moved == fixed and report.changed == fixed, messages
     assert fixed or len(messages) == 1 and "may clear the gradients" in messages[0]
 
+
+@pytest.mark.parametrize(
+    ("update", "fixed"),
+    [
+        ("loss.backward()\noptimizer.step()", True),  # cleared before the loop: the gradient of every batch, one step
+        ("optimizer.zero_grad()\nloss.backward()\noptimizer.step()", False),  # the whole update after the loop
+        ("loss.backward()\noptimizer.step()\noptimizer.zero_grad()", False),
+    ],
+)
+def test_gf008_leaves_an_update_dedented_whole_after_the_loop_reported(update, fixed):
+    cleared_before = "optimizer.zero_grad()\n" if fixed else ""
+    source = f"""\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+batches = [torch.randn(8, 4) for _ in range(3)]
+{cleared_before}for x in batches:
+    loss = model(x).pow(2).mean()
+{update}
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.UNSAFE, "train.py")
+    messages = [f.message for f in report.findings if f.code == "GF008"]  # (a finding fixed is gone)
+    moved = b"    loss = model(x).pow(2).mean()\n    loss.backward()\n" in (report.rewritten or b"")
+    assert moved == fixed and report.changed == fixed, messages
+    assert fixed or len(messages) == 1 and "the whole update" in messages[0]
+
+
+def test_gf008_an_update_after_the_loop_cleared_before_it_too_is_still_rewritten():
+    """A clear before the loop says the gradient is gathered over it, whatever follows the step."""
+    source = b"""\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+batches = [torch.randn(8, 4) for _ in range(3)]
+for epoch in range(2):
+    optimizer.zero_grad()
+    for x in batches:
+        loss = model(x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+    report = check_source(source, all_rules(), FixMode.UNSAFE, "train.py")
+    assert b"        loss = model(x).pow(2).mean()\n        loss.backward()\n    optimizer.step()" in report.rewritten
