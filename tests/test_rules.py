@@ -599,22 +599,23 @@ optimizer.step()
 
 
 @pytest.mark.parametrize(
-    ("update", "fixed"),
+    ("cleared_before", "update", "fixed"),
     [
-        ("loss.backward()\noptimizer.step()", True),  # cleared before the loop: the gradient of every batch, one step
-        ("optimizer.zero_grad()\nloss.backward()\noptimizer.step()", False),  # the whole update after the loop
-        ("loss.backward()\noptimizer.step()\noptimizer.zero_grad()", False),
+        (True, "loss.backward()\noptimizer.step()", True),  # cleared before the loop: every batch's gradient, one step
+        (False, "optimizer.zero_grad()\nloss.backward()\noptimizer.step()", False),  # the whole update after the loop
+        (True, "optimizer.zero_grad()\nloss.backward()\noptimizer.step()", False),  # (the clear after the loop wipes it)
+        (False, "loss.backward()\noptimizer.step()\noptimizer.zero_grad()", True),  # cleared after the step, for the next loop
     ],
 )
-def test_gf008_leaves_an_update_dedented_whole_after_the_loop_reported(update, fixed):
-    cleared_before = "optimizer.zero_grad()\n" if fixed else ""
+def test_gf008_leaves_an_update_dedented_whole_after_the_loop_reported(cleared_before, update, fixed):
     source = f"""\
 import torch
 import torch.nn as nn
 model = nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 batches = [torch.randn(8, 4) for _ in range(3)]
-{cleared_before}for x in batches:
+{"optimizer.zero_grad()" if cleared_before else ""}
+for x in batches:
     loss = model(x).pow(2).mean()
 {update}
 """

@@ -4,7 +4,7 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from ..analysis import BackwardSite, Block, GradientEffect, Loop, assigned_names, code_of, read_for_data, read_names, target_names
+from ..analysis import BackwardSite, GradientEffect, Loop, assigned_names, code_of, read_for_data, read_names, target_names
 from ..edits import Fix
 from ..report import FixKind
 from ..rule import Rule, Violation
@@ -36,19 +36,22 @@ class BackwardAfterLoop(Rule):
     module, an optimizer, parameters or ``self``), the backward moved into it would have its
     gradient cleared by the next iteration, and the step would still see the last iteration's alone:
     gradfix only reports. When the whole update follows the loop (a ``zero_grad()`` between the loop
-    and the backward, or one after the step with none before the loop), gradfix only reports: the
-    clear says one backward per step, and no rewrite keeps that. Moving the whole update into the
-    loop would step once per iteration where the code steps once per loop (a scheduler, a step
-    counter, a log after it see other counts); moving only the backward in would make one step of
-    every iteration's summed gradient, a learning rate as many times larger for SGD and one Adam
-    step where there were many (a reduction of SimCSE's SentEval classifier, with Adam: loss 0.727
-    after 5 epochs against 0.574 stepping per batch). Which the author meant, the code does not say;
-    in the projects whose maintainers fixed this shape (Task-Oriented-Feature-Distillation issue 7,
+    and the backward, then the step), gradfix only reports: the clear right before the backward says
+    one backward per step, and no rewrite keeps that. Moving the whole update into the loop would
+    step once per iteration where the code steps once per loop (a scheduler, a step counter, a log
+    after it see other counts); moving only the backward in would make one step of every iteration's
+    summed gradient, a learning rate as many times larger for SGD and one Adam step where there were
+    many (a reduction of SimCSE's SentEval classifier, with Adam: loss 0.727 after 5 epochs against
+    0.574 stepping per batch). Which the author meant, the code does not say; in the projects whose
+    maintainers fixed this shape (Task-Oriented-Feature-Distillation issue 7,
     Gradient-Driven-Rewards pull request 3) the update went back into the loop, one step per batch,
-    never the accumulation. A loss that the loop accumulates (``total = total + loss``, a sequence
-    model unrolled over time steps) and backwards once afterwards is full-batch training, and is
-    left alone. A loop whose body ends in a plain ``break`` picks the batch it leaves on purpose
-    (``for x, y in loader: break``), and is left alone.
+    never the accumulation. A clear after the step (``backward(); step(); zero_grad()`` after the
+    loop) leaves the gradients clear for the next loop as one before it does, and is the
+    accumulation idiom (direct-preference-optimization's trainer steps and clears after its
+    microbatch loop): the backward moves. A loss that the loop accumulates
+    (``total = total + loss``, a sequence model unrolled over time steps) and backwards once
+    afterwards is full-batch training, and is left alone. A loop whose body ends in a plain ``break`` picks the batch it
+    leaves on purpose (``for x, y in loader: break``), and is left alone.
     """
 
     SUMMARY = "a backward after the batch loop trains the last batch only"
@@ -90,7 +93,7 @@ optimizer.step()
             if not all(self._zeroes(s) for s in between):
                 fix = None  # an optimizer steps (or gradients are read) between the loop and the backward
                 message += " (not rewritten: the optimizer already steps before it)"
-            elif between or self._cleared_after_the_step(loop, block, site):
+            elif between:
                 fix = None
                 message += (
                     " (not rewritten: the whole update, zero_grad, backward and step, follows the loop; "
@@ -179,23 +182,6 @@ optimizer.step()
 
     def _site_of_statement(self, statement: cst.CSTNode) -> BackwardSite | None:
         return next((s for s in self.analysis.sites_in(statement) if s.is_whole_statement and s.api.accumulates), None)
-
-    def _cleared_after_the_step(self, loop: Loop, block: Block, site: BackwardSite) -> bool:
-        """Whether, after the backward that follows ``loop``, an optimizer steps and then the
-        gradients are cleared (the update's ``zero_grad`` after its ``step``), while nothing clears
-        them before the loop in its block: the clear belongs to the update after the loop, not to
-        a gradient gathered over the loop."""
-        statements = block.statements
-        if not any(statement is site.statement for statement in statements):
-            return False
-        stepped = False
-        for statement in statements[block.index(site.statement) + 1 :]:
-            effects = self.analysis.gradient_effects(statement)
-            if stepped and GradientEffect.ZERO_GRAD in effects:
-                before = statements[: block.index(loop.node)]
-                return not any(GradientEffect.ZERO_GRAD in self.analysis.gradient_effects(s) for s in before)
-            stepped = stepped or GradientEffect.STEP in effects
-        return False
 
     def _clearing_in_loop(self, loop: Loop, moving: list[cst.BaseStatement]) -> cst.BaseStatement | None:
         """The first statement of the loop's body (or of those moving into it with the backward)
