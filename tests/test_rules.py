@@ -644,3 +644,31 @@ for epoch in range(2):
 """
     report = check_source(source, all_rules(), FixMode.UNSAFE, "train.py")
     assert b"        loss = model(x).pow(2).mean()\n        loss.backward()\n    optimizer.step()" in report.rewritten
+
+
+@pytest.mark.parametrize(
+    ("microbatch", "reported"),
+    [
+        ("microbatch = batch[i * 4:(i + 1) * 4]", True),  # computed from the loop's target: the last one's alone
+        ("microbatch = batch[0:4]", False),  # the same every iteration: nothing is lost
+        ("microbatch = previous\n        previous = batch[i * 4:(i + 1) * 4]", False),  # what the last iteration left
+    ],
+)
+def test_gf008_reads_a_backwarded_expression_through_names_the_iteration_computed(microbatch, reported):
+    source = f"""\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+steps = 4
+previous = torch.randn(4, 4)
+for batch in [torch.randn(16, 4) for _ in range(3)]:
+    for i in range(steps):
+        {microbatch}
+        loss = model(microbatch).pow(2).mean()
+    (loss / steps).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
+    assert ("GF008" in {f.code for f in report.findings}) == reported, [f.render() for f in report.findings]

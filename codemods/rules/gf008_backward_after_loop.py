@@ -165,20 +165,27 @@ optimizer.step()
             return "inside the loop, the moved code would read what the previous iteration left"
         return None
 
-    def _from_the_iteration_alone(self, loop: Loop, name: str) -> bool:
+    def _from_the_iteration_alone(self, loop: Loop, name: str, reading: frozenset[str] = frozenset()) -> bool:
         """``name`` is the batch the loop hands out (its target), or is overwritten on every
-        iteration from that batch's data (not only its shape) and from nothing an earlier
-        iteration left (a recurrent state): after the loop it holds the last batch's value alone."""
+        iteration from that batch's data (not only its shape), directly or through names the
+        iteration computed from it the same way (``microbatch = batch[i]``, then ``loss`` from
+        ``microbatch``), and from nothing an earlier iteration left (a recurrent state): after the
+        loop it holds the last batch's value alone. ``reading``: the names asked about on the way
+        here (a name computed from itself is not)."""
         if not isinstance(loop.node, cst.For):
             return False
         batch = set(target_names(loop.node.target))
         if name in batch:
             return True
-        if not self.analysis.afresh_each_iteration(loop, name):
+        if name in reading or not self.analysis.afresh_each_iteration(loop, name):
             return False
         tree = self.analysis.tree
         assignments = [s for s in loop.node.body.body if name in assigned_names(s, tree=tree)]
-        return all(not any(loop.carries(read) for read in read_names(s, tree)) and read_for_data(s, tree) & batch for s in assignments)
+        return all(
+            not any(loop.carries(read) for read in read_names(s, tree))
+            and any(self._from_the_iteration_alone(loop, read, reading | {name}) for read in sorted(read_for_data(s, tree)))
+            for s in assignments
+        )
 
     def _site_of_statement(self, statement: cst.CSTNode) -> BackwardSite | None:
         return next((s for s in self.analysis.sites_in(statement) if s.is_whole_statement and s.api.accumulates), None)
