@@ -625,3 +625,123 @@ _TEACHER = (
 def test_gan_and_cached_graph_findings_through_unread_code_are_hints(code, hint):
     report = _findings("from helpers import d_loss\n" + code, FixMode.NONE)
     assert [f.hint for f in report.findings if f.code in ("GF005", "GF006")] == [hint]
+
+
+@pytest.mark.parametrize(
+    ("in_the_loop", "fixed"),
+    [
+        ("pass", True),
+        ("optimizer.zero_grad()", False),  # the next iteration clears what the moved backward added
+        ("model.zero_grad()", False),
+        ("for p in model.parameters():\n        p.grad = None", False),
+        ("reset(optimizer)", False),  # a call gradfix does not read, handed the optimizer
+        ("reset(params)", False),  # handed a name bound from the parameters
+        ("trainer.clear()", False),  # the file's own method: its body zeroes
+        ("reset(x)", True),  # handed data only: it cannot reach a parameter
+        ("meter.update(len(x))", True),
+    ],
+)
+def test_gf008_moves_no_backward_into_a_loop_whose_body_may_clear_the_gradients(in_the_loop, fixed):
+    source = f"""\
+import torch
+import torch.nn as nn
+from helpers import reset, Meter
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+params = list(model.parameters())
+meter = Meter()
+class Trainer:
+    def __init__(self, opt):
+        self.opt = opt
+    def clear(self):
+        self.opt.zero_grad()
+trainer = Trainer(optimizer)
+batches = [torch.randn(8, 4) for _ in range(3)]
+optimizer.zero_grad()
+for x in batches:
+    {in_the_loop}
+    loss = model(x).pow(2).mean()
+loss.backward()
+optimizer.step()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.UNSAFE, "train.py")
+    messages = [f.message for f in report.findings if f.code == "GF008"]  # (a finding fixed is gone)
+    moved = b"    loss = model(x).pow(2).mean()\n    loss.backward()\noptimizer.step()" in (report.rewritten or b"")
+    assert moved == fixed and report.changed == fixed, messages
+    assert fixed or len(messages) == 1 and "may clear the gradients" in messages[0]
+
+
+@pytest.mark.parametrize(
+    ("cleared_before", "update", "fixed"),
+    [
+        (True, "loss.backward()\noptimizer.step()", True),  # cleared before the loop: every batch's gradient, one step
+        (False, "optimizer.zero_grad()\nloss.backward()\noptimizer.step()", False),  # the whole update after the loop
+        (True, "optimizer.zero_grad()\nloss.backward()\noptimizer.step()", False),  # (the clear after the loop wipes it)
+        (False, "loss.backward()\noptimizer.step()\noptimizer.zero_grad()", True),  # cleared after the step, for the next loop
+    ],
+)
+def test_gf008_leaves_an_update_dedented_whole_after_the_loop_reported(cleared_before, update, fixed):
+    source = f"""\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+batches = [torch.randn(8, 4) for _ in range(3)]
+{"optimizer.zero_grad()" if cleared_before else ""}
+for x in batches:
+    loss = model(x).pow(2).mean()
+{update}
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.UNSAFE, "train.py")
+    messages = [f.message for f in report.findings if f.code == "GF008"]  # (a finding fixed is gone)
+    moved = b"    loss = model(x).pow(2).mean()\n    loss.backward()\n" in (report.rewritten or b"")
+    assert moved == fixed and report.changed == fixed, messages
+    assert fixed or len(messages) == 1 and "the whole update" in messages[0]
+
+
+def test_gf008_an_update_after_the_loop_cleared_before_it_too_is_still_rewritten():
+    """A clear before the loop says the gradient is gathered over it, whatever follows the step."""
+    source = b"""\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+batches = [torch.randn(8, 4) for _ in range(3)]
+for epoch in range(2):
+    optimizer.zero_grad()
+    for x in batches:
+        loss = model(x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+    report = check_source(source, all_rules(), FixMode.UNSAFE, "train.py")
+    assert b"        loss = model(x).pow(2).mean()\n        loss.backward()\n    optimizer.step()" in report.rewritten
+
+
+@pytest.mark.parametrize(
+    ("microbatch", "reported"),
+    [
+        ("microbatch = batch[i * 4:(i + 1) * 4]", True),  # computed from the loop's target: the last one's alone
+        ("microbatch = batch[0:4]", False),  # the same every iteration: nothing is lost
+        ("microbatch = previous\n        previous = batch[i * 4:(i + 1) * 4]", False),  # what the last iteration left
+    ],
+)
+def test_gf008_reads_a_backwarded_expression_through_names_the_iteration_computed(microbatch, reported):
+    source = f"""\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+steps = 4
+previous = torch.randn(4, 4)
+for batch in [torch.randn(16, 4) for _ in range(3)]:
+    for i in range(steps):
+        {microbatch}
+        loss = model(microbatch).pow(2).mean()
+    (loss / steps).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
+    assert ("GF008" in {f.code for f in report.findings}) == reported, [f.render() for f in report.findings]

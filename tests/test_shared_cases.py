@@ -50,7 +50,7 @@ def test_correct_case_is_left_byte_identical(script, tmp_path):
 
 
 # Silent bugs: the script runs; the rule's symptom (a measure of the run) shows it, and is gone after.
-SILENT = {"loss_kept_for_logging.py": "GF007", "backward_after_batch_loop.py": "GF008"}
+SILENT = {"loss_kept_for_logging.py": "GF007"}
 
 
 @pytest.mark.parametrize("name", sorted(SILENT))
@@ -67,3 +67,15 @@ def test_silent_case_is_fixed_and_its_symptom_is_gone(name, tmp_path, runs):
     assert f"{SILENT[name]}: 1" in result.stderr
     gone, seen = symptom.gone(before, runs.run(script, options))
     assert gone, seen
+
+
+def test_silent_update_dedented_whole_after_the_loop_is_reported_and_left_as_it_is(tmp_path, runs):
+    """zero_grad, backward and step all after the batch loop: one step per batch or one step of
+    every batch's summed gradient, the code does not say which; GF008 reports it, rewriting nothing."""
+    script = tmp_path / "backward_after_batch_loop.py"
+    shutil.copy(SHARED_CASES / "silent" / script.name, script)
+    shown, seen = rule_by_code("GF008").SYMPTOM.shown_by(runs.run(script))
+    assert shown, seen
+    result = CliRunner().invoke(app, ["fix", "--unsafe-fixes", str(script)])
+    assert script.read_bytes() == (SHARED_CASES / "silent" / script.name).read_bytes()
+    assert "GF008" in result.stdout + result.stderr and "the whole update" in result.stdout + result.stderr, result.output

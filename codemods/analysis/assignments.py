@@ -272,3 +272,14 @@ def read_for_data(statement: cst.CSTNode, tree: SyntaxTree) -> set[str]:
 
 
 _METADATA = METADATA_ATTRIBUTES | METADATA_METHODS
+
+
+def bound_by_header(statement: cst.CSTNode) -> list[str]:
+    """The names a compound statement's header binds (its body's statements are walked apart)."""
+    if isinstance(statement, cst.For):
+        return target_names(statement.target)
+    if isinstance(statement, cst.With):
+        return [n for item in statement.items if item.asname is not None for n in target_names(item.asname.name)]
+    if isinstance(statement, cst.ExceptHandler) and statement.name is not None:
+        return target_names(statement.name.name)
+    return []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ..frameworks import EXCEPTION_KEEPING_CONTEXTS, EXCEPTION_KEEPING_FRAMEWORK_CONTEXTS
+from .assignments import read_names
+from .syntax import is_name
 from .torch_names import TorchNames
 from .tree import SyntaxTree
 
@@ -25,3 +27,12 @@ def runs_to_its_end(names: TorchNames, tree: SyntaxTree, statement: cst.With) ->
         )
         for item in statement.items
     )
+
+
+def context_bound_from_itself(statement: cst.CSTNode, name: str) -> bool | None:
+    """Whether ``with item as name`` computes ``name`` from its previous value: the item reads it
+    (what the context hands back is made of the item); None for the other headers' bindings."""
+    if type(statement) is not cst.With:
+        return None
+    items = [item for item in statement.items if item.asname is not None and is_name(item.asname.name, name)]
+    return name in read_names(items[-1].item) if items else None

@@ -15,15 +15,17 @@ from libcst.metadata import CodeRange
 from ..frameworks import PARAMETER_KEEPING_METHODS, TENSOR_BACKWARD, GradientEffect
 from ..torch_api import BUILTINS_WITHOUT_GRADIENTS
 from ..summaries import ExportedSummary, ProjectSummaries
-from .assignments import assigned_names, read_names, target_names
+from .assignments import assigned_names, bound_by_header, read_names, target_names
 from .optimizers import gradient_effects, steps_for_certain
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .guards import read_only_where_assigned
+from .contexts import context_bound_from_itself
+from .reach import GradientReach
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
-from .syntax import as_operand, code_of, dotted_name, is_name, is_single_assignment, method_called, method_receiver, tested_name
+from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver, tested_name
 from .torch_names import TorchNames, collect_torch_names
 from .tree import SyntaxTree
 from .loops import Carried, Loop, Scope, expand
@@ -156,8 +158,8 @@ class FileAnalysis:
                     writes[statement] = assigned is not None and marker in expand(assigned.origins, loop)
                 else:
                     writes[statement] = name in read_names(assignment.value)
-            elif name in _bound_by_header(statement):
-                writes[statement] = _context_bound_from_itself(statement, name)
+            elif name in bound_by_header(statement):
+                writes[statement] = context_bound_from_itself(statement, name)
         return writes
 
     def _binding_statements(self, loop: Loop) -> list[cst.CSTNode]:
@@ -652,6 +654,15 @@ class FileAnalysis:
     def _backward_orders(self) -> list[int]:
         return [self.order(site.call) for site in self.backward_sites]
 
+    def may_clear_gradients(self, node: cst.CSTNode) -> bool:
+        """Whether running ``node`` may clear or overwrite parameters' gradients (*may*: what gradfix
+        does not understand, yes; ``reach.GradientReach.may_clear``)."""
+        return self._reach.may_clear(node)
+
+    @cached_property
+    def _reach(self) -> GradientReach:
+        return GradientReach(self)
+
     def call_that_may_read_gradients(self, node: cst.CSTNode) -> cst.Call | None:
         """The first call in ``node`` into code that may read or change gradients where gradfix does
         not look (a logger, an imported helper, a method of an object it does not know); None when
@@ -775,23 +786,3 @@ def _function_name(function: cst.FunctionDef, class_name: str | None) -> str:
     """How the dataflow names a function: ``f`` or ``Class.method``."""
     name = function.name.value
     return name if class_name is None else f"{class_name}.{name}"
-
-
-def _context_bound_from_itself(statement: cst.CSTNode, name: str) -> bool | None:
-    """Whether ``with item as name`` computes ``name`` from its previous value: the item reads it
-    (what the context hands back is made of the item); None for the other headers' bindings."""
-    if type(statement) is not cst.With:
-        return None
-    items = [item for item in statement.items if item.asname is not None and is_name(item.asname.name, name)]
-    return name in read_names(items[-1].item) if items else None
-
-
-def _bound_by_header(statement: cst.CSTNode) -> list[str]:
-    """The names a compound statement's header binds (its body's statements are walked apart)."""
-    if isinstance(statement, cst.For):
-        return target_names(statement.target)
-    if isinstance(statement, cst.With):
-        return [n for item in statement.items if item.asname is not None for n in target_names(item.asname.name)]
-    if isinstance(statement, cst.ExceptHandler) and statement.name is not None:
-        return target_names(statement.name.name)
-    return []
