@@ -402,7 +402,9 @@ class CallSemantics:
                 # Items the callee builds from no node in common share nothing of the call: each
                 # group of them stands for its own part (``return policy_loss, q1_loss, q2_loss``
                 # of three networks).
-                value = value.changed(origins=value.origins - {call_origin} | {Origin(targets[groups[index]], call_origin.statement, call_origin.possible)})
+                value = value.changed(
+                    origins=value.origins - {call_origin} | {Origin(targets[groups[index]], call_origin.statement, call_origin.possible)}
+                )
             values.append(Value(structure=item.structure, graphless=True) if item.graphless else value)
         return values
 

@@ -455,7 +455,16 @@ def summary_facts(summary: FunctionSummary | None) -> tuple | None:
     return (
         summary.parameters,
         tuple(site.call for site in summary.backwarded),
-        (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded, returned.guessed, returned.unread, returned.possible),
+        (
+            returned.graph,
+            returned.origins,
+            returned.structure,
+            returned.freed,
+            returned.backwarded,
+            returned.guessed,
+            returned.unread,
+            returned.possible,
+        ),
         graph_facts(dict(summary.left_for_caller)),
         _items_facts(summary.returned_items),
         tuple(sorted((key, value.structure, value.graph) for key, value in summary.returned_given.items())),
