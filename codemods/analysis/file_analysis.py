@@ -323,7 +323,7 @@ class FileAnalysis:
         for name in self.tree.findall(statement, cst.Name):
             value = self.value_read(name)
             if value is not None and value.graph and not value.origins:
-                if name.value in self.names.optimized_leaves or name.value not in self.names.leaf_tensors:
+                if name.value in self.names.optimized_leaves or self.names.key(name) not in self.names.leaf_tensors:
                     return True
         class_name = self.class_name_of(statement)
         return any(self.names.is_parameter(a, class_name) for a in self.tree.findall(statement, cst.Attribute))

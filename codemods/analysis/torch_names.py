@@ -29,13 +29,11 @@ from ..frameworks import (
     TRAINER_HOOKS,
     WRAPPED_MODEL_KEYWORDS,
 )
-from .. import torch_api
 from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, is_optimizer_class
 from .lightning_optimizers import LightningOptimizers, is_configure_optimizers
 from .syntax import (
     changes_in_place,
     dotted_name,
-    is_detach,
     is_name,
     method_called,
     method_receiver,
@@ -43,12 +41,23 @@ from .syntax import (
     turns_gradients_off,
     unpacked,
 )
+from .detaching import creates_parameter, returns_detached
 from .module_info import ModuleInfo
+from .scopes import Scopes
 from .tree import SyntaxTree
 
 
 @dataclass
 class TorchNames:
+    """What the file's names mean to torch. A table keyed by a "dotted name" holds a variable's
+    fact: the key is ``Scopes.key`` of the name (``train:model`` for the ``model`` a function
+    ``train`` binds, ``model`` for the module's), so what one function learns of its ``model``
+    says nothing of another's. Kept by spelling, file-wide: import ``aliases`` (an import binds the
+    same module object in every scope that makes it) and the tables that only widen what *may*
+    hold, where merging two variables of one spelling can only add (``optimizers``,
+    ``optimized_modules``, ``optimizers_of_unknown_parameters``, ``optimized_leaves``,
+    ``stored_values``, ``manually_trained``): see ``FileAnalysis.may_train``."""
+
     aliases: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
     module_classes: set[str] = field(default_factory=set)  # local nn.Module subclasses
     modules: dict[str, ModuleInfo] = field(default_factory=dict)  # dotted name -> module
@@ -92,10 +101,15 @@ class TorchNames:
     leaves_made_by: dict[cst.For, tuple[str, ...]] = field(default_factory=dict)
     # Tensors updated by hand from their gradients (``w -= lr * w.grad``) whose module gradfix cannot name.
     updated_by_hand: bool = False
+    scopes: Scopes | None = None  # which function binds a name: the key of the tables above
+
+    def key(self, node: cst.CSTNode) -> str | None:
+        """The key of the variable a dotted expression names where it is written (``Scopes.key``)."""
+        return dotted_name(node) if self.scopes is None else self.scopes.key(node)
 
     def framework(self, node: cst.CSTNode) -> str | None:
         """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
-        name = dotted_name(node)
+        name = self.key(node)
         return None if name is None else self.frameworks.get(name)
 
     def is_imported_module(self, node: cst.CSTNode) -> bool:
@@ -104,7 +118,7 @@ class TorchNames:
 
     def instance_class(self, node: cst.CSTNode, class_name: str | None) -> str | None:
         """The local class of the object an expression names (``self`` inside that class)."""
-        name = dotted_name(node)
+        name = self.key(node)
         if name is None:
             return None
         if name == "self" and class_name:
@@ -148,7 +162,7 @@ class TorchNames:
         if type(node) is cst.Subscript:  # (exact types: see ``dotted_name``)
             container = self.module(node.value, class_name)
             return None if container is None else ModuleInfo("")
-        name = dotted_name(node)
+        name = self.key(node)
         if name is None:
             return None
         if name in self.modules:
@@ -160,7 +174,9 @@ class TorchNames:
 
 class _TorchNamesCollector(cst.CSTVisitor):
     def __init__(self, tree: SyntaxTree) -> None:
-        self.names = TorchNames()
+        self._scopes = Scopes(tree)
+        self.names = TorchNames(scopes=self._scopes)
+        self._key = self.names.key  # (the variable a dotted expression names where it is written)
         self._tree = tree
         self._classes: list[str] = []
         self._aliases: list[tuple[str | None, str, str]] = []  # (class, target, module name) to resolve
@@ -170,14 +186,15 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._by_parameter_loops: set[int] = set()  # updates inside ``for p in model.parameters():``
         self._name_lists: dict[str, cst.BaseExpression] = {}  # name -> the list or tuple literal bound to it
         self._callables: dict[str, cst.FunctionDef] = {}  # module-level function, or class -> its __init__
-        # (name, callee, position, keyword, the function passing it): names passed to the file's own
-        # functions and classes, stored only if the callee stores (or passes on) the parameter.
-        self._handed: list[tuple[str, str, int, str | None, cst.FunctionDef | None]] = []
+        # (name, callee, position, keyword, the function passing it, the name's key): names passed to
+        # the file's own functions and classes, stored only if the callee stores (or passes on) the parameter.
+        self._handed: list[tuple[str, str, int, str | None, cst.FunctionDef | None, str]] = []
         self._handed_modules: list[tuple[str, int, str | None, ModuleInfo]] = []  # modules built in a call's arguments
         self._calls_of: dict[str, int] = {}  # the file's own functions, by how often the file calls them
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
-        self._bindings: dict[str, list[str | None]] = {}  # name -> what each assignment binds it to (a name, or None)
+        self._bindings: dict[str, list[str | None]] = {}  # key -> what each assignment binds it to (a name, or None)
         self._assigned_aliases: set[str] = set()  # names an assignment made another name for torch's
+        self._spelled_bindings: dict[str, int] = {}  # spelling -> how many assignments bind it, in any scope
         self.lightning = LightningOptimizers()
 
     # imports ---------------------------------------------------------------------------------
@@ -263,10 +280,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if annotation is None:
                 continue
             qualified = self.names.qualify(annotation.annotation)
+            key = self._scopes.key_in(node, param.name.value)  # (the function's own parameter)
             if qualified == "torch.nn.Module":
-                self.names.modules[param.name.value] = ModuleInfo("", unread=True)
+                self.names.modules[key] = ModuleInfo("", unread=True)
             elif qualified in FRAMEWORK_CONSTRUCTORS:
-                self.names.frameworks[param.name.value] = FRAMEWORK_CONSTRUCTORS[qualified]
+                self.names.frameworks[key] = FRAMEWORK_CONSTRUCTORS[qualified]
 
     def visit_Return(self, node: cst.Return) -> None:
         """A LightningModule's ``configure_optimizers`` returns optimizers the trainer steps
@@ -294,66 +312,13 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return
         name = original_node.name.value
         qualified = f"{self._classes[-1]}.{name}" if self._classes else name  # a method: ``Class.method``
-        if self._returns_detached(original_node):
+        if returns_detached(original_node, self._tree, self.names):
             self.names.detaching_functions.add(qualified)
-
-    def _returns_detached(self, function: cst.FunctionDef) -> bool:
-        """Whether every ``return`` of ``function`` hands back values without a graph, by torch's
-        tables (``torch_api``) as the dataflow reads them: ``h.detach()``, ``h.item()``, ``h.data``,
-        a new tensor (``Variable(h.data)``, ``torch.zeros(...)``), a tuple, list or comprehension of
-        them, ``map(torch.Tensor.detach, h)``, or a call of the function itself (``repackage_hidden``:
-        every value it returns bottoms out in a return of the others)."""
-        returns = [r for r in self._tree.findall(function.body, cst.Return) if not self._nested(r, function)]
-        return bool(returns) and all(r.value is not None and self._detached(r.value, function.name.value) for r in returns)
-
-    def _nested(self, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
-        parent = self._tree.parent(node)
-        while parent is not None and parent is not function:
-            if type(parent) is cst.FunctionDef or type(parent) is cst.Lambda:
-                return True
-            parent = self._tree.parent(parent)
-        return False
-
-    def _detached(self, value: cst.BaseExpression, function: str) -> bool:
-        if is_detach(value) or method_called(value) in torch_api.DETACHING_METHODS:
-            return True
-        if isinstance(value, cst.Attribute) and value.attr.value in torch_api.GRAPHLESS_ATTRIBUTES:
-            return True
-        if isinstance(value, (cst.Tuple, cst.List)):
-            return all(self._detached(element.value, function) for element in value.elements)
-        if isinstance(value, (cst.ListComp, cst.GeneratorExp)):
-            return self._detached(value.elt, function)
-        if isinstance(value, cst.Name):
-            return value.value == "None"
-        if isinstance(value, cst.Call):
-            if isinstance(value.func, cst.Attribute) and not value.args and value.func.attr.value not in torch_api.BOOKKEEPING_METHODS:
-                if self._detached(value.func.value, function):  # ``Variable(h.data).cuda()``: given nothing but a tensor without a graph
-                    return True
-            callee = dotted_name(value.func)
-            if callee in self.names.detaching_functions or (callee or "").rpartition(".")[2] == function:
-                return True  # (``function`` itself, called as ``f``, ``self.f``, ``cls.f`` or ``Class.f``)
-            qualified = self.names.qualify(value.func) or ""
-            if (
-                qualified.startswith("torch.")
-                and qualified.rpartition(".")[2] in torch_api.CREATION_FUNCTIONS
-                and not creates_parameter(self.names, value)
-            ):
-                return True
-            if callee in ("tuple", "list") and len(value.args) == 1:
-                return self._detached(value.args[0].value, function)
-            if callee == "map" and value.args:
-                mapped = value.args[0].value
-                return (
-                    self.names.qualify(mapped) == "torch.Tensor.detach"
-                    or (isinstance(mapped, cst.Lambda) and self._detached(mapped.body, function))
-                    or dotted_name(mapped) in self.names.detaching_functions
-                )
-        return False
 
     # instances -------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) == 1 and type(node.targets[0].target) is cst.Name and (type(node.value) is cst.List or type(node.value) is cst.Tuple):
-            self._name_lists[node.targets[0].target.value] = node.value
+            self._name_lists[self._key(node.targets[0].target) or ""] = node.value
         for target in node.targets:
             pairs = unpacked(target.target, node.value)
             for element, value in pairs:  # self.model, self.steps = model, steps; actor, critic = Actor(), Critic()
@@ -384,17 +349,17 @@ class _TorchNamesCollector(cst.CSTVisitor):
         callee = self.names.qualify(value.func)
         self._bind_optimizers(target, value, callee or "")
         if (type(target) is cst.Tuple or type(target) is cst.List) and callee in FRAMEWORK_TUPLE_CONSTRUCTORS and target.elements:
-            if len(target.elements) > 1 and (optimizer := dotted_name(target.elements[1].value)):
+            if len(target.elements) > 1 and (optimizer := dotted_name(target.elements[1].value)):  # (file-wide: TorchNames)
                 self.names.optimizers.add(optimizer)  # engine, optimizer, …
             kind: str | None
             target, kind = target.elements[0].value, FRAMEWORK_TUPLE_CONSTRUCTORS[callee]
             keyword = WRAPPED_MODEL_KEYWORDS.get(callee or "")
             wrapped = next((self._module_of(arg.value) for arg in value.args if arg.keyword is not None and arg.keyword.value == keyword), None)
-            if wrapped is not None and (engine := dotted_name(target)) is not None:
+            if wrapped is not None and (engine := self._key(target)) is not None:
                 self.names.wrapped_modules[engine] = wrapped
         else:
             kind = FRAMEWORK_CONSTRUCTORS.get(callee or "")
-        name = dotted_name(target)
+        name = self._key(target)
         if name is None:
             return
         if callee is not None:
@@ -411,33 +376,35 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._bind(node.target, node.value)
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        name = dotted_name(target)
+        name = self._key(target)
         if name is None:
             return
         module = self._constructed_module(value) or self._built_modules(value)
         current_class = self._classes[-1] if self._classes else None
         self._bindings.setdefault(name, []).append(value.value if type(value) is cst.Name else None)
-        self._alias_torch_name(name, value, self._bindings[name])
+        spelled = dotted_name(target) or name  # (an alias is file-wide: any binding of its spelling unmakes it)
+        self._spelled_bindings[spelled] = self._spelled_bindings.get(spelled, 0) + 1
+        self._alias_torch_name(spelled, value, self._spelled_bindings[spelled])
         if module is None and type(value) is cst.Name:
-            self._aliases.append((current_class, name, value.value))
+            self._aliases.append((current_class, name, self._key(value) or value.value))
         if module is not None:
             if name.startswith("self.") and self._classes:
                 self.names.self_modules.setdefault(self._classes[-1], {})[name[5:]] = module
             else:
                 self.names.modules[name] = module
             if type(value) is cst.Call and any(self._names_a_module(arg.value) for arg in value.args):
-                self.names.stored_values.add(name)  # ``nn.Sequential(student[0], head)``: it holds them
+                self.names.stored_values.add(dotted_name(target) or name)  # ``nn.Sequential(student[0], head)``: it holds them
         elif name.startswith("self.") and self._classes and creates_parameter(self.names, value):
             self.names.self_parameters.setdefault(self._classes[-1], set()).add(name[5:])
         elif creates_parameter(self.names, value):
             self.names.leaf_tensors.add(name)
 
-    def _alias_torch_name(self, name: str, value: cst.BaseExpression, bindings: list[str | None]) -> None:
+    def _alias_torch_name(self, name: str, value: cst.BaseExpression, bindings: int) -> None:
         """``AdamW = torch.optim.AdamW`` at the module's top, its only binding: torch's (a second unmakes it)."""
-        if len(bindings) > 1 and name in self._assigned_aliases:
+        if bindings > 1 and name in self._assigned_aliases:
             del self.names.aliases[name]
             self._assigned_aliases.discard(name)
-        elif len(bindings) == 1 and not (self._functions or self._classes or name in self.names.aliases) and isinstance(value, cst.Attribute):
+        elif bindings == 1 and not (self._functions or self._classes or name in self.names.aliases) and isinstance(value, cst.Attribute):
             qualified = self.names.qualify(value) or ""
             if qualified.split(".")[0] == "torch":
                 self.names.aliases[name] = qualified
@@ -524,14 +491,16 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if not named or not isinstance(named[0], cst.SimpleString) or LIGHTNING_AUTOMATIC_OPTIMIZATION in named[0].value:
                 self.names.automatic_optimization_unknown = True
         callee = dotted_name(func)
-        if callee in self._callables and callee not in self.names.local_classes:
+        if callee in self._callables:  # (a class of the file: what it is built with is its ``__init__``'s)
             self._calls_of[callee] = self._calls_of.get(callee, 0) + 1
         for position, arg in enumerate(node.args):
             name = dotted_name(arg.value)
             if callee in self._callables or callee in self.names.local_classes:
                 keyword = arg.keyword.value if arg.keyword is not None else None
                 if name is not None and not arg.star:
-                    self._handed.append((name, callee, position, keyword, self._functions[-1] if self._functions else None))
+                    self._handed.append(
+                        (name, callee, position, keyword, self._functions[-1] if self._functions else None, self._key(arg.value) or name)
+                    )
                     continue
                 if not arg.star and (built := self._constructed_module(arg.value)) is not None:
                     self._handed_modules.append((callee, position, keyword, built))  # ``train(Net(), data)``
@@ -548,13 +517,13 @@ class _TorchNamesCollector(cst.CSTVisitor):
         elif type(func) is cst.Attribute and method_called(node) == "requires_grad_" and type(func.value) is cst.Name:
             # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
             # parameters require grad already), such as an input it optimizes
-            self.names.leaf_tensors.add(func.value.value)
+            self.names.leaf_tensors.add(self._key(func.value) or func.value.value)
         if type(func) is cst.Attribute and func.attr.value in OPTIMIZER_ONLY_METHODS:
-            name = dotted_name(func.value)
+            name = self._key(func.value)
             if name is not None:
                 self.names.objects.add(name)
         if type(func) is cst.Attribute and func.attr.value in MODULE_METHODS:
-            name = dotted_name(func.value)
+            name = self._key(func.value)  # (a helper's ``model.named_parameters()``: the helper's ``model``)
             if name is None:
                 return
             if name.startswith("self.") and name.count(".") == 1 and self._classes:
@@ -575,7 +544,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def _note_module_container(self, container: cst.BaseExpression, item: cst.BaseExpression) -> None:
         """``models.append(Net())``: a list of modules; what ``models[i]`` calls is a forward."""
-        name = dotted_name(container)
+        name = self._key(container)
         class_name = self._classes[-1] if self._classes else None
         module = self._constructed_module(item) or self.names.module(item, class_name)
         if name is not None and module is not None and not name.startswith("self."):
@@ -645,7 +614,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 modules |= found
             elif isinstance(part, cst.Dict):
                 return None  # parameter groups
-            elif isinstance(part, cst.Name) and part.value in self.names.leaf_tensors:
+            elif isinstance(part, cst.Name) and self._key(part) in self.names.leaf_tensors:
                 self.names.optimized_leaves.add(part.value)
             elif not (isinstance(part, cst.Attribute) and self.names.is_parameter(part, class_name) and dotted_name(part.value) == "self"):
                 return None  # ``model.weight``, a list built elsewhere: whose parameters is not known here
@@ -659,7 +628,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._note_leaves_made(node)
         iterated = self.names.module(node.iter, self._classes[-1] if self._classes else None)
         if iterated is not None and not iterated.unread and isinstance(node.target, cst.Name):
-            self.names.modules.setdefault(node.target.value, ModuleInfo(""))  # ``for model in models:`` of modules built here
+            self.names.modules.setdefault(self._key(node.target) or "", ModuleInfo(""))  # ``for model in models:`` of modules built here
         if method_called(node.iter) not in PARAMETER_METHODS:
             return
         target = node.target.elements[-1].value if isinstance(node.target, cst.Tuple) and node.target.elements else node.target
@@ -697,20 +666,20 @@ class _TorchNamesCollector(cst.CSTVisitor):
         items = self._listed_names(node.iter)
         if turned_on and items:
             self.names.leaves_made_by[node] = items
-            self.names.leaf_tensors.update(items)
+            self.names.leaf_tensors.update(self._scopes.key_of(item, node) for item in items)
 
     def _listed_names(self, iterable: cst.BaseExpression | None) -> tuple[str, ...]:
         """The names a list or tuple literal holds, or one a name was bound to (``parameters =
         [C, W1, b1]``); empty for anything else."""
         if isinstance(iterable, cst.Name):
-            iterable = self._name_lists.get(iterable.value)
+            iterable = self._name_lists.get(self._key(iterable) or "")
         if not isinstance(iterable, (cst.List, cst.Tuple)):
             return ()
         names = tuple(name for e in iterable.elements if (name := dotted_name(e.value)) is not None)
         return () if len(names) < len(iterable.elements) else names
 
     def _freeze(self, owner: cst.BaseExpression) -> None:
-        name = dotted_name(owner)
+        name = self._key(owner)
         if name == "self" and self._classes:
             self._frozen_classes.add(self._classes[-1])
         elif name is not None:
@@ -722,28 +691,45 @@ class _TorchNamesCollector(cst.CSTVisitor):
         defined later than gradfix reads it (``_callables`` then has no entry)."""
         for stored in self._stored_in.values():
             self.names.stored_values |= stored
-        for name, callee, position, keyword, _ in self._handed:
+        for name, callee, position, keyword, *_ in self._handed:
             function = self._callables.get(callee)
             parameter = None if function is None else parameter_receiving(function, position, keyword, callee in self.names.local_classes)
-            handed_on = any(passed == parameter and scope is function for passed, *_, scope in self._handed)
+            handed_on = any(passed == parameter and scope is function for passed, *_, scope, _ in self._handed)
             if parameter is None or parameter in self._stored_in.get(function, set()) or handed_on:
                 self.names.stored_values.add(name)
 
     def resolve_module_parameters(self) -> None:
-        """A parameter of one of the file's functions that every call in the file passes a module
-        (``backward_outputs(conv1, conv2, x)``) names a module: calling it is a forward."""
+        """A parameter of one of the file's functions (or of a class's ``__init__``) that every call
+        in the file passes a module (``backward_outputs(conv1, conv2, x)``) names a module: calling
+        it is a forward; one every call passes the same framework object (``train(fabric, ...)``)
+        names that framework's object. The parameter is the callee's own variable: the fact flows
+        along the calls, not along the spelling. A class another class of the file derives from is
+        built by its subclasses' ``super().__init__`` too, with arguments not counted here: none."""
         passed: dict[tuple[str, str], list[ModuleInfo]] = {}
-        handed = [(callee, position, keyword, self.names.modules.get(name)) for name, callee, position, keyword, _ in self._handed]
-        for callee, position, keyword, module in [*handed, *self._handed_modules]:
+        frameworks: dict[tuple[str, str], list[str | None]] = {}
+        derived = set().union(*self.lightning.local_bases.values()) if self.lightning.local_bases else set()
+        handed = [(callee, position, keyword, self.names.modules.get(key), key) for _, callee, position, keyword, _, key in self._handed]
+        built = [(callee, position, keyword, module, None) for callee, position, keyword, module in self._handed_modules]
+        for callee, position, keyword, module, key in [*handed, *built]:
             function = self._callables.get(callee)
-            parameter = None if function is None or callee not in self._calls_of else parameter_receiving(function, position, keyword, False)
-            if parameter is not None and module is not None:
-                passed.setdefault((callee, parameter), []).append(module)
-        for (callee, parameter), modules in passed.items():
+            constructor = callee in self.names.local_classes
+            if function is None or callee not in self._calls_of or callee in derived:
+                continue
+            parameter = parameter_receiving(function, position, keyword, constructor)
+            if parameter is None:
+                continue
+            variable = (callee, self._scopes.key_in(function, parameter))
+            if module is not None:
+                passed.setdefault(variable, []).append(module)
+            frameworks.setdefault(variable, []).append(self.names.frameworks.get(key) if key is not None else None)
+        for (callee, parameter), modules in passed.items():  # (``parameter``: the callee's own variable)
             # (a parameter only seen calling a module's method, ``model.parameters()``, is a module of no known class)
             if len(modules) == self._calls_of[callee] and not self.names.modules.get(parameter, ModuleInfo("")).class_name:
                 same = all(module == modules[0] for module in modules)
                 self.names.modules[parameter] = modules[0] if same else ModuleInfo("", frozen=all(m.frozen for m in modules))
+        for (callee, parameter), kinds in frameworks.items():
+            if len(kinds) == self._calls_of[callee] and kinds[0] is not None and all(kind == kinds[0] for kind in kinds):
+                self.names.frameworks.setdefault(parameter, kinds[0])
 
     def resolve_aliases(self) -> None:
         """``self.model = model`` where ``model`` turned out to be a module; modules frozen by their
@@ -774,17 +760,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
 def _names_automatic_optimization(target: cst.BaseExpression) -> bool:
     return (type(target) is cst.Name or type(target) is cst.Attribute) and (dotted_name(target) or "").endswith(LIGHTNING_AUTOMATIC_OPTIMIZATION)
-
-
-def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
-    """``nn.Parameter(...)`` or a tensor factory called with ``requires_grad=True``; not
-    ``nn.Parameter(x, requires_grad=False)``, a constant of the module's state (a step count)."""
-    if type(value) is not cst.Call:
-        return False
-    if names.qualify(value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
-        flags = [a.value for i, a in enumerate(value.args) if (a.keyword.value == "requires_grad" if a.keyword else i == 1)]
-        return not (flags and is_name(flags[0], "False"))
-    return any(arg.keyword is not None and arg.keyword.value == "requires_grad" and is_name(arg.value, "True") for arg in value.args)
 
 
 def collect_torch_names(tree: SyntaxTree) -> TorchNames:

@@ -12,7 +12,6 @@ from ..analysis import (
     as_operand,
     assigned_names,
     code_of,
-    dotted_name,
     expand,
     is_single_assignment,
     loss_handed_to_trainer,
@@ -359,8 +358,8 @@ class Classifier(pl.LightningModule):
             call
             for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
             if isinstance(call.func, cst.Attribute)
-            and TRAINER_RUNS.get(constructed.get(dotted_name(call.func.value) or "", "")) == call.func.attr.value
-            and any(constructed.get(dotted_name(arg.value) or "") == class_name for arg in call.args)
+            and TRAINER_RUNS.get(constructed.get(self.analysis.names.key(call.func.value) or "", "")) == call.func.attr.value
+            and any(constructed.get(self.analysis.names.key(arg.value) or "") == class_name for arg in call.args)
         ]
 
 
