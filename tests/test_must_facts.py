@@ -1460,3 +1460,26 @@ def test_a_framework_object_every_call_hands_a_function_is_its_parameters_not_it
     assert [(code, fix) for code, _, fix in handed] == [("GF005", "safe")]
     assert renamed == handed
     assert [(code, fix) for code, _, fix in unread] != [("GF005", "safe")]
+
+
+RETURNED_WITH_OUTPUTS = """\
+from transformers import Trainer
+
+
+class PairTrainer(Trainer):
+    def compute_loss(self, model: nn.Module, inputs, return_outputs=False, **kwargs):
+        chosen = model(input_ids=inputs["chosen"])[0]
+        rejected = model(input_ids=inputs["rejected"])[0]
+        loss = -torch.nn.functional.logsigmoid(chosen - rejected).mean()
+        self.accelerator.backward(loss)
+        return {returned}, {{"chosen": chosen, "rejected": rejected}}
+"""
+
+
+def test_the_backwarded_loss_a_hook_returns_beside_its_outputs_is_one_finding():
+    # The trainer backwards the tuple's first item, the very loss backwarded: GF001's bug alone.
+    same_loss = found(RETURNED_WITH_OUTPUTS.format(returned="loss"))
+    # Another value built on the freed graph: GF010's.
+    built_on_it = found(RETURNED_WITH_OUTPUTS.format(returned="loss * 2"))
+    assert [code for code, hint, _ in same_loss if not hint] == ["GF001"]
+    assert "GF010" in [code for code, hint, _ in built_on_it if not hint]
