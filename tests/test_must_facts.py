@@ -1483,3 +1483,47 @@ def test_the_backwarded_loss_a_hook_returns_beside_its_outputs_is_one_finding():
     built_on_it = found(RETURNED_WITH_OUTPUTS.format(returned="loss * 2"))
     assert [code for code, hint, _ in same_loss if not hint] == ["GF001"]
     assert "GF010" in [code for code, hint, _ in built_on_it if not hint]
+
+
+# Rebuilt from the real failure set-a/07 (fairseq's R-Drop task): the task's method is handed the
+# optimizer wrapper of the file under another name; its ``backward`` is the wrapper's own method.
+METHOD_HANDED_AN_INSTANCE = """\
+class Wrapped:
+    def __init__(self, params, lr):
+        self._optimizer = torch.optim.SGD(params, lr=lr)
+
+    def backward(self, loss):
+        loss.backward()
+
+    def zero_grad(self):
+        self._optimizer.zero_grad()
+
+    def step(self):
+        self._optimizer.step()
+
+
+class Task:
+    def train_step(self, batch, net, opt):
+        loss = net(batch).pow(2).mean()
+        opt.backward(loss)
+        opt.backward(loss)
+        return loss
+
+
+model = nn.Linear(3, 1)
+optimizer = Wrapped(model.parameters(), lr=0.1)
+task = Task()
+{elsewhere}
+for step in range(3):
+    optimizer.zero_grad()
+    task.train_step(torch.randn(4, 3), model, optimizer)
+    optimizer.step()
+"""
+
+
+def test_an_instance_every_call_hands_a_method_is_its_parameters_whatever_it_is_named():
+    handed = found(METHOD_HANDED_AN_INSTANCE.format(elsewhere=""))
+    # One more call of a ``train_step`` whose receiver gradfix cannot name: what ``opt`` is, is not known.
+    unresolved = found(METHOD_HANDED_AN_INSTANCE.format(elsewhere="from elsewhere import runner\nrunner.train_step(None, None, None)"))
+    assert [(code, hint, fix) for code, hint, fix in handed] == [("GF001", False, "safe")]
+    assert [code for code, hint, _ in unresolved if not hint] == []

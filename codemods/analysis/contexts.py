@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..frameworks import EXCEPTION_KEEPING_CONTEXTS, EXCEPTION_KEEPING_FRAMEWORK_CONTEXTS
-from .torch_names import TorchNames
+from .torch_facts import TorchNames
 from .tree import SyntaxTree
 
 _LEAVING = (cst.Break, cst.Continue, cst.Return, cst.Raise)

@@ -17,7 +17,7 @@ from .syntax import dotted_name, is_detach, is_name, method_called
 from .tree import SyntaxTree
 
 if TYPE_CHECKING:
-    from .torch_names import TorchNames
+    from .torch_facts import TorchNames
 
 
 def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:

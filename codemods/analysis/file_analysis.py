@@ -25,7 +25,8 @@ from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
 from .syntax import as_operand, code_of, dotted_name, is_name, is_single_assignment, method_called, method_receiver, tested_name
-from .torch_names import TorchNames, collect_torch_names
+from .torch_facts import TorchNames
+from .torch_names import collect_torch_names
 from .tree import SyntaxTree
 from .loops import Carried, Loop, Scope, expand
 from .values import TENSOR, ListOf, Origin, TupleOf, Value

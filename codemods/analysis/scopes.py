@@ -18,6 +18,8 @@ as written (the class tables of ``torch_names`` tell classes apart).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 
 from .syntax import dotted_name
@@ -114,7 +116,7 @@ class _Bindings(cst.CSTVisitor):
     def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
         self._declare(node.names)
 
-    def _declare(self, names) -> None:
+    def _declare(self, names: Sequence[cst.NameItem]) -> None:
         scope = next((s for s, _ in reversed(self._stack) if s is not None), None)
         if scope is not None:
             self.declared[scope].update(item.name.value for item in names)

@@ -7,7 +7,7 @@ and resolves dotted names like ``F.mse_loss`` to ``torch.nn.functional.mse_loss`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import libcst as cst
 
@@ -41,135 +41,12 @@ from .syntax import (
     turns_gradients_off,
     unpacked,
 )
+from .call_flow import flow_along_calls
 from .detaching import creates_parameter, returns_detached
 from .module_info import ModuleInfo
 from .scopes import Scopes
+from .torch_facts import TorchNames
 from .tree import SyntaxTree
-
-
-@dataclass
-class TorchNames:
-    """What the file's names mean to torch. A table keyed by a "dotted name" holds a variable's
-    fact: the key is ``Scopes.key`` of the name (``train:model`` for the ``model`` a function
-    ``train`` binds, ``model`` for the module's), so what one function learns of its ``model``
-    says nothing of another's. Kept by spelling, file-wide: import ``aliases`` (an import binds the
-    same module object in every scope that makes it) and the tables that only widen what *may*
-    hold, where merging two variables of one spelling can only add (``optimizers``,
-    ``optimized_modules``, ``optimizers_of_unknown_parameters``, ``optimized_leaves``,
-    ``stored_values``, ``manually_trained``): see ``FileAnalysis.may_train``."""
-
-    aliases: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
-    module_classes: set[str] = field(default_factory=set)  # local nn.Module subclasses
-    modules: dict[str, ModuleInfo] = field(default_factory=dict)  # dotted name -> module
-    self_modules: dict[str, dict[str, ModuleInfo]] = field(default_factory=dict)  # class -> attr -> module
-    self_parameters: dict[str, set[str]] = field(default_factory=dict)  # class -> attrs holding parameters
-    detaching_functions: set[str] = field(default_factory=set)
-    frameworks: dict[str, str] = field(default_factory=dict)  # dotted name -> "accelerator", "fabric", …
-    local_classes: set[str] = field(default_factory=set)  # every class defined in the file
-    # The file's named tuple classes (``class State(NamedTuple)``), with their fields in order.
-    record_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    instances: dict[str, str] = field(default_factory=dict)  # dotted name -> local class it was built from
-    wrapped_modules: dict[str, ModuleInfo] = field(default_factory=dict)  # an engine -> the model it runs (``WRAPPED_MODEL_KEYWORDS``)
-    constructed: dict[str, str] = field(default_factory=dict)  # dotted name -> qualified callee it came from
-    # A name bound once, to one of the file's module-level functions (``loss_fn = my_loss``): that function.
-    function_aliases: dict[str, str] = field(default_factory=dict)
-    trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
-    lightning_classes: set[str] = field(default_factory=set)
-    manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
-    # Whether Lightning optimizes automatically is proved only where ``automatic_optimization`` is
-    # never anything but a literal: set from an argument, a flag, a property or ``setattr``, it is unknown.
-    automatic_optimization_unknown: bool = False
-    optimizer_classes: set[str] = field(default_factory=set)  # local torch.optim.Optimizer subclasses
-    optimizers: set[str] = field(default_factory=set)  # dotted names bound to optimizers
-    optimized_modules: dict[str, set[str]] = field(default_factory=dict)  # optimizer -> modules it updates
-    # Code that sees each backward's gradient on its own (``frameworks.GRADIENT_HOOK_METHODS``).
-    gradient_hooks: list[cst.CSTNode] = field(default_factory=list)
-    # Optimizers given parameters gradfix cannot read (``add_param_group`` of a list built elsewhere).
-    optimizers_of_unknown_parameters: set[str] = field(default_factory=set)
-    # Dotted names handed to a call or kept in a container or on another object (``nn.ModuleDict(
-    # {"teacher": teacher})``, ``wrapper.teacher = teacher``): a module among them may be trained
-    # through whatever holds it; and modules that hold a module or a part of one (``teacher[0] =
-    # student[0]``): they may be trained through it.
-    stored_values: set[str] = field(default_factory=set)
-    leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
-    optimized_leaves: set[str] = field(default_factory=set)  # those an optimizer is given (``SGD([image])``)
-    # Objects that are no tensors by what the program calls on them (``x.zero_grad()``, ``x.step()``:
-    # a tensor has neither method): an optimizer or a wrapper of one, whatever class built it.
-    objects: set[str] = field(default_factory=set)
-    manually_trained: set[str] = field(default_factory=set)  # modules whose parameters the program updates itself
-    # ``for p in [W, b]: p.requires_grad = True``: the loop, and the names it makes leaves.
-    leaves_made_by: dict[cst.For, tuple[str, ...]] = field(default_factory=dict)
-    # Tensors updated by hand from their gradients (``w -= lr * w.grad``) whose module gradfix cannot name.
-    updated_by_hand: bool = False
-    scopes: Scopes | None = None  # which function binds a name: the key of the tables above
-
-    def key(self, node: cst.CSTNode) -> str | None:
-        """The key of the variable a dotted expression names where it is written (``Scopes.key``)."""
-        return dotted_name(node) if self.scopes is None else self.scopes.key(node)
-
-    def framework(self, node: cst.CSTNode) -> str | None:
-        """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
-        name = self.key(node)
-        return None if name is None else self.frameworks.get(name)
-
-    def is_imported_module(self, node: cst.CSTNode) -> bool:
-        """``kernels`` after ``import kernels`` (or ``from pkg import kernels``): a module object."""
-        return isinstance(node, cst.Name) and node.value in self.aliases
-
-    def instance_class(self, node: cst.CSTNode, class_name: str | None) -> str | None:
-        """The local class of the object an expression names (``self`` inside that class)."""
-        name = self.key(node)
-        if name is None:
-            return None
-        if name == "self" and class_name:
-            return class_name
-        return self.instances.get(name)
-
-    def qualify(self, node: cst.CSTNode) -> str | None:
-        """The qualified name of a dotted expression, following import aliases."""
-        name = dotted_name(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        if head in self.aliases:
-            head = self.aliases[head]
-        return f"{head}.{rest}" if rest else head
-
-    def is_torch(self, node: cst.CSTNode) -> bool:
-        name = self.qualify(node)
-        return name is not None and name.split(".")[0] == "torch"
-
-    def module_class(self, callee: cst.CSTNode) -> str | None:
-        """If calling ``callee`` constructs an nn.Module, the class's short name."""
-        name = self.qualify(callee)
-        if name is None:
-            return None
-        if name in self.module_classes:
-            return name
-        if name.startswith("torch.nn.") and name.count(".") == 2 and name[9:10].isupper() and name != "torch.nn.Parameter":
-            return name.rsplit(".", 1)[1]
-        return None
-
-    def is_parameter(self, node: cst.Attribute, class_name: str | None) -> bool:
-        """``self.w`` set from ``nn.Parameter`` in the class, or ``<module>.weight`` / ``.bias``."""
-        name = dotted_name(node)
-        if name is not None and class_name and name.startswith("self.") and name.count(".") == 1:
-            return name[5:] in self.self_parameters.get(class_name, set())
-        return self.module(node.value, class_name) is not None and node.attr.value.startswith(("weight", "bias"))
-
-    def module(self, node: cst.CSTNode, class_name: str | None) -> ModuleInfo | None:
-        """The module an expression names (``model``, ``self.encoder``, ``self.layers[i]``), if any."""
-        if type(node) is cst.Subscript:  # (exact types: see ``dotted_name``)
-            container = self.module(node.value, class_name)
-            return None if container is None else ModuleInfo("")
-        name = self.key(node)
-        if name is None:
-            return None
-        if name in self.modules:
-            return self.modules[name]
-        if class_name and name.startswith("self."):
-            return self.self_modules.get(class_name, {}).get(name[5:])
-        return None
 
 
 class _TorchNamesCollector(cst.CSTVisitor):
@@ -189,8 +66,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
         # (name, callee, position, keyword, the function passing it, the name's key): names passed to
         # the file's own functions and classes, stored only if the callee stores (or passes on) the parameter.
         self._handed: list[tuple[str, str, int, str | None, cst.FunctionDef | None, str]] = []
-        self._handed_modules: list[tuple[str, int, str | None, ModuleInfo]] = []  # modules built in a call's arguments
-        self._calls_of: dict[str, int] = {}  # the file's own functions, by how often the file calls them
+        self._calls: list[cst.Call] = []  # every call, for the facts handed along them (``call_flow``)
+        self._methods: dict[tuple[str, str], cst.FunctionDef] = {}  # (class, name) -> method, of top-level classes
+        self._plain_classes: set[str] = set()  # classes of the file of no base but ``object`` and the file's plain classes
+        self._derived: set[str] = set()  # the file's classes another class of the file derives from
+        self._redefined: set[str] = set()  # class names the file defines more than once
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
         self._bindings: dict[str, list[str | None]] = {}  # key -> what each assignment binds it to (a name, or None)
         self._assigned_aliases: set[str] = set()  # names an assignment made another name for torch's
@@ -234,6 +114,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
     # classes and functions -------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         class_name = node.name.value
+        if class_name in self.names.local_classes:
+            self._redefined.add(class_name)
         self.names.local_classes.add(class_name)
         for base in node.bases:
             name = self.names.qualify(base.value) or ""
@@ -261,6 +143,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.module_classes.add(class_name)
             if name in AUTOGRAD_FUNCTION_BASES:
                 self.names.gradient_hooks.append(node)
+        bases = [self.names.qualify(base.value) or "" for base in node.bases]
+        self._derived.update(bases)
+        if not node.keywords and all(base == "object" or base in self._plain_classes for base in bases):
+            self._plain_classes.add(class_name)
         self._classes.append(class_name)
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
@@ -274,6 +160,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self._callables[node.name.value] = node
             elif node.name.value == "__init__" and len(self._classes) == 1:
                 self._callables[self._classes[-1]] = node
+            if len(self._classes) == 1:
+                self._methods[(self._classes[-1], node.name.value)] = node
         self._functions.append(node)
         for param in node.params.params:
             annotation = param.annotation
@@ -491,8 +379,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if not named or not isinstance(named[0], cst.SimpleString) or LIGHTNING_AUTOMATIC_OPTIMIZATION in named[0].value:
                 self.names.automatic_optimization_unknown = True
         callee = dotted_name(func)
-        if callee in self._callables:  # (a class of the file: what it is built with is its ``__init__``'s)
-            self._calls_of[callee] = self._calls_of.get(callee, 0) + 1
+        self._calls.append(node)
         for position, arg in enumerate(node.args):
             name = dotted_name(arg.value)
             if callee in self._callables or callee in self.names.local_classes:
@@ -502,8 +389,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
                         (name, callee, position, keyword, self._functions[-1] if self._functions else None, self._key(arg.value) or name)
                     )
                     continue
-                if not arg.star and (built := self._constructed_module(arg.value)) is not None:
-                    self._handed_modules.append((callee, position, keyword, built))  # ``train(Net(), data)``
             self._note_stored(arg.value)
         if method_called(node) == "add_param_group":
             self._add_parameter_group(node)
@@ -698,38 +583,16 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if parameter is None or parameter in self._stored_in.get(function, set()) or handed_on:
                 self.names.stored_values.add(name)
 
-    def resolve_module_parameters(self) -> None:
-        """A parameter of one of the file's functions (or of a class's ``__init__``) that every call
-        in the file passes a module (``backward_outputs(conv1, conv2, x)``) names a module: calling
-        it is a forward; one every call passes the same framework object (``train(fabric, ...)``)
-        names that framework's object. The parameter is the callee's own variable: the fact flows
-        along the calls, not along the spelling. A class another class of the file derives from is
-        built by its subclasses' ``super().__init__`` too, with arguments not counted here: none."""
-        passed: dict[tuple[str, str], list[ModuleInfo]] = {}
-        frameworks: dict[tuple[str, str], list[str | None]] = {}
-        derived = set().union(*self.lightning.local_bases.values()) if self.lightning.local_bases else set()
-        handed = [(callee, position, keyword, self.names.modules.get(key), key) for _, callee, position, keyword, _, key in self._handed]
-        built = [(callee, position, keyword, module, None) for callee, position, keyword, module in self._handed_modules]
-        for callee, position, keyword, module, key in [*handed, *built]:
-            function = self._callables.get(callee)
-            constructor = callee in self.names.local_classes
-            if function is None or callee not in self._calls_of or callee in derived:
-                continue
-            parameter = parameter_receiving(function, position, keyword, constructor)
-            if parameter is None:
-                continue
-            variable = (callee, self._scopes.key_in(function, parameter))
-            if module is not None:
-                passed.setdefault(variable, []).append(module)
-            frameworks.setdefault(variable, []).append(self.names.frameworks.get(key) if key is not None else None)
-        for (callee, parameter), modules in passed.items():  # (``parameter``: the callee's own variable)
-            # (a parameter only seen calling a module's method, ``model.parameters()``, is a module of no known class)
-            if len(modules) == self._calls_of[callee] and not self.names.modules.get(parameter, ModuleInfo("")).class_name:
-                same = all(module == modules[0] for module in modules)
-                self.names.modules[parameter] = modules[0] if same else ModuleInfo("", frozen=all(m.frozen for m in modules))
-        for (callee, parameter), kinds in frameworks.items():
-            if len(kinds) == self._calls_of[callee] and kinds[0] is not None and all(kind == kinds[0] for kind in kinds):
-                self.names.frameworks.setdefault(parameter, kinds[0])
+    def resolve_handed_facts(self) -> None:
+        """Parameters that every call of the file hands a module, a framework object or an
+        instance of a class of the file (``call_flow``)."""
+        plain = self._plain_classes - self._derived - self._redefined
+        flow_along_calls(
+            self.names, self._scopes, self._tree, self._calls, self._callables_of_the_module(), self._methods, plain, self._constructed_module
+        )
+
+    def _callables_of_the_module(self) -> dict[str, cst.FunctionDef]:
+        return {name: function for name, function in self._callables.items() if name not in self.names.local_classes}
 
     def resolve_aliases(self) -> None:
         """``self.model = model`` where ``model`` turned out to be a module; modules frozen by their
@@ -766,7 +629,7 @@ def collect_torch_names(tree: SyntaxTree) -> TorchNames:
     collector = _TorchNamesCollector(tree)
     tree.replay(collector)
     collector.resolve_stored()
-    collector.resolve_module_parameters()
+    collector.resolve_handed_facts()
     collector.resolve_aliases()
     names = collector.names
     collector.lightning.resolve(names.optimized_modules, names.optimizers_of_unknown_parameters, names.optimizers)
