@@ -1527,3 +1527,32 @@ def test_an_instance_every_call_hands_a_method_is_its_parameters_whatever_it_is_
     unresolved = found(METHOD_HANDED_AN_INSTANCE.format(elsewhere="from elsewhere import runner\nrunner.train_step(None, None, None)"))
     assert [(code, hint, fix) for code, hint, fix in handed] == [("GF001", False, "safe")]
     assert [code for code, hint, _ in unresolved if not hint] == []
+
+
+FROZEN_AND_HANDED = """\
+def encode(encoder, x):
+    return encoder(x)
+
+
+def main():
+    encoder = nn.Linear(3, 4)
+{frozen}    head = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+    features = None
+    for step in range(3):
+        if step == 0:
+            features = encode(encoder, torch.randn(2, 3))
+        loss = head(features).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_module_frozen_by_the_caller_is_handed_on_frozen():
+    # The caller's encoder is frozen: what the helper computes with it holds no graph (it runs).
+    frozen = found(FROZEN_AND_HANDED.format(frozen="    encoder.requires_grad_(False)\n"))
+    # The same encoder trainable: the features of the first step carry its freed graph (it raises).
+    trainable = found(FROZEN_AND_HANDED.format(frozen=""))
+    assert frozen == []
+    assert [(code, hint) for code, hint, _ in trainable] == [("GF004", False)]

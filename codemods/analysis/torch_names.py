@@ -587,6 +587,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         """Parameters that every call of the file hands a module, a framework object or an
         instance of a class of the file (``call_flow``)."""
         plain = self._plain_classes - self._derived - self._redefined
+        self._apply_freezing()  # (a module is handed on as it is: frozen, ``encode_prompt(text_encoder, ...)``)
         flow_along_calls(
             self.names, self._scopes, self._tree, self._calls, self._callables_of_the_module(), self._methods, plain, self._constructed_module
         )
@@ -597,13 +598,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def resolve_aliases(self) -> None:
         """``self.model = model`` where ``model`` turned out to be a module; modules frozen by their
         own constructor or after it are not trainable."""
-        for name, module in list(self.names.modules.items()):
-            if name in self._frozen_names or module.class_name in self._frozen_classes:
-                self.names.modules[name] = replace(module, frozen=True)
-        for attributes in self.names.self_modules.values():
-            for attribute, module in list(attributes.items()):
-                if module.class_name in self._frozen_classes or f"self.{attribute}" in self._frozen_names:
-                    attributes[attribute] = replace(module, frozen=True)
+        self._apply_freezing()
         for name, bound in self._bindings.items():
             callee = bound[0] if len(bound) == 1 else None
             function = self._callables.get(callee) if callee is not None else None
@@ -619,6 +614,16 @@ class _TorchNamesCollector(cst.CSTVisitor):
                     known[target[5:]] = aliased
             elif not self.names.modules.get(target, ModuleInfo("")).class_name:
                 self.names.modules[target] = aliased
+
+    def _apply_freezing(self) -> None:
+        """Modules frozen by their own constructor or after it are not trainable."""
+        for name, module in list(self.names.modules.items()):
+            if name in self._frozen_names or module.class_name in self._frozen_classes:
+                self.names.modules[name] = replace(module, frozen=True)
+        for attributes in self.names.self_modules.values():
+            for attribute, module in list(attributes.items()):
+                if module.class_name in self._frozen_classes or f"self.{attribute}" in self._frozen_names:
+                    attributes[attribute] = replace(module, frozen=True)
 
 
 def _names_automatic_optimization(target: cst.BaseExpression) -> bool:
