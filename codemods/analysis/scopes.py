@@ -18,6 +18,7 @@ as written (the class tables of ``torch_names`` tell classes apart).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 
 import libcst as cst
@@ -135,23 +136,48 @@ class Scopes:
         for scope, label in bindings.labels.items():  # (lambdas of one function: numbered in order)
             counted[label] = counted.get(label, 0) + 1
             self._labels[scope] = label if type(scope) is cst.FunctionDef or counted[label] == 1 else f"{label}#{counted[label]}"
+        # The scopes by where they start in the tree's order, each with the one around it: a node's
+        # scopes are found by its order, not by walking its parents (asked of every name the analysis reads).
+        placed = sorted((span, scope) for scope in self._own if (span := tree.span(scope)) is not None)
+        self._scopes = [scope for _, scope in placed]
+        self._starts = [span[0] for span, _ in placed]
+        self._ends = [span[1] for span, _ in placed]
+        self._outer: list[int] = []
+        self._keys: dict[int, str | None] = {}  # id of a node of the tree -> ``key``
+        around: list[int] = []
+        for index, start in enumerate(self._starts):
+            while around and self._ends[around[-1]] <= start:
+                around.pop()
+            self._outer.append(around[-1] if around else -1)
+            around.append(index)
 
     def binder(self, node: cst.CSTNode, name: str) -> Scope | None:
         """The function (or lambda) whose variable ``name`` is where ``node`` reads or binds it;
         None for the module's."""
-        tree = self._tree
-        parent = tree.parent(node)
-        while parent is not None:
-            if (type(parent) is cst.FunctionDef or type(parent) is cst.Lambda) and name in self._own.get(parent, ()):
-                return parent
-            parent = tree.parent(parent)
+        span = self._tree.span(node)
+        if span is None:
+            return None
+        order = span[0]
+        index = bisect_left(self._starts, order) - 1  # (the last scope starting before the node: strictly inside it)
+        while index >= 0 and self._ends[index] <= order:
+            index = self._outer[index]
+        while index >= 0:
+            scope = self._scopes[index]
+            if name in self._own[scope]:
+                return scope
+            index = self._outer[index]
         return None
 
     def key(self, node: cst.CSTNode) -> str | None:
         """The variable the dotted expression ``node`` names (``model``, ``model.encoder``), as a
         key: its spelling, after the label of the function that binds its head if one does."""
+        if id(node) in self._keys:  # (kept for the tree's own nodes, which live as long as it)
+            return self._keys[id(node)]
         name = dotted_name(node)
-        return None if name is None else self.key_of(name, node)
+        key = None if name is None else self.key_of(name, node)
+        if self._tree.span(node) is not None:
+            self._keys[id(node)] = key
+        return key
 
     def key_of(self, name: str, node: cst.CSTNode) -> str:
         """``name`` (a dotted spelling) as a key, read or bound where ``node`` is."""
