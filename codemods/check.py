@@ -91,10 +91,10 @@ def module_exports(data: bytes) -> dict[str, ExportedSummary]:
     read or analyse exports nothing: calls of it stay calls of code gradfix did not read."""
     try:
         text, encoding = decoded(data, "<module>")
-        skeleton = build_skeleton(text, encoding)
-        if skeleton is None:
-            refuse_deep_nesting(text, "<module>")
         with _cycle_collection_deferred():
+            skeleton = build_skeleton(text, encoding)
+            if skeleton is None:
+                refuse_deep_nesting(text, "<module>")
             module = skeleton.module if skeleton is not None else parse_decoded(data, "<module>")
             analysis = FileAnalysis(module, {}, data, skeleton and skeleton.python_tree)
             if skeleton is not None and _skeleton_analyses is not None:
@@ -121,7 +121,8 @@ def exports_and_report(data: bytes, rules: Sequence[type[Rule]], mode: FixMode, 
     global _skeleton_analyses
     _skeleton_analyses = {}
     try:
-        return module_exports(data), check_source(data, rules, mode, path, {})
+        with _cycle_collection_deferred():  # (the analysis lives from one to the other)
+            return module_exports(data), check_source(data, rules, mode, path, {})
     finally:
         _skeleton_analyses = None
 

@@ -52,6 +52,12 @@ _STATEMENT = re.compile(rb"[ \t]*(?:from[ \t]+(?P<dots>\.*)[ \t]*(?P<module>[\w.
 _NAME = re.compile(rb"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 # A module larger than this is not read (calls of it stay calls of code gradfix did not read).
 MAX_MODULE_BYTES = 16 * 2**20
+# Code that changes where Python looks for modules: ``sys.path.insert(0, ...)``, ``sys.path +=``,
+# ``sys.path[:0] = ...``, ``site.addsitedir(...)``.
+_SEARCH_PATH_EDITS = re.compile(
+    rb"\bsys\s*\.\s*path\s*(?:\.\s*(?:insert|append|extend|remove|pop|clear)\b|\+=|=(?!=)|\[[^\]]*\]\s*=(?!=))|\baddsitedir\b"
+)
+_EXTENSION_SUFFIXES = (".so", ".pyd")
 
 
 @dataclass(frozen=True)
@@ -195,7 +201,12 @@ class ProjectModules:
         found: list[tuple[str, Path]] = []
         if code is not None:
             folder = os.path.dirname(here)
+            # A file that changes where Python looks for modules may import another file of the
+            # same name than the one looked for here: only its relative imports are read.
+            absolute = _SEARCH_PATH_EDITS.search(code) is None
             for module in written_modules(code):
+                if not module.level and not absolute:
+                    continue
                 file = self._find(module, folder)
                 if file is not None and file != here:
                     found.append((module.name, self._path(file)))
@@ -280,7 +291,9 @@ class ProjectModules:
 
     def _find(self, module: WrittenModule, folder: str) -> str | None:
         """The file of ``module``, imported by a file in ``folder``: relative to its package, else
-        in the first of its roots that holds it; None outside the work tree that holds ``folder``."""
+        in the one of its roots that holds it; None outside the work tree that holds ``folder``, and
+        where two roots hold it (which one Python finds first depends on how the file is run:
+        ``python pkg/train.py`` looks in ``pkg/``, ``python -m pkg.train`` in the folder above)."""
         key = (folder, module.level, module.name)
         if key not in self._found:
             if module.level:
@@ -291,8 +304,8 @@ class ProjectModules:
             else:
                 folders = self._roots_of(folder)
             top = self._top(folder)
-            candidates = (self._module_file(candidate, module.name) for candidate in folders)
-            self._found[key] = next((file for file in candidates if file is not None and self._in_project(file, top)), None)
+            held = {file for file in (self._module_file(candidate, module.name) for candidate in folders) if file is not None}
+            self._found[key] = held.pop() if len(held) == 1 and self._in_project(next(iter(held)), top) else None
         return self._found[key]
 
     def _roots_of(self, folder: str) -> tuple[str, ...]:
@@ -321,11 +334,16 @@ class ProjectModules:
         if not parts:
             return os.path.join(folder, "__init__.py") if self._listing(folder).get("__init__.py") is False else None
         last = parts[-1]
-        if self._listing(folder).get(f"{last}.py") is False:
-            return os.path.join(folder, f"{last}.py")
+        names = self._listing(folder)
+        # As Python's finder: a package before a module of the same name; an extension module
+        # (``losses.cpython-311-x86_64-linux-gnu.so``) before a ``.py``, and it is not read.
         package = os.path.join(folder, last)
-        if self._listing(folder).get(last) is True and self._listing(package).get("__init__.py") is False:
+        if names.get(last) is True and self._listing(package).get("__init__.py") is False:
             return os.path.join(package, "__init__.py")
+        if any(name.startswith(f"{last}.") and name.endswith(_EXTENSION_SUFFIXES) for name in names):
+            return None
+        if names.get(f"{last}.py") is False:
+            return os.path.join(folder, f"{last}.py")
         return None
 
     def _listing(self, folder: str) -> dict[str, bool]:

@@ -17,7 +17,9 @@ from pathlib import Path
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from .summaries import Exports, ProjectSummaries
+from .notebook import is_notebook
+from .source import may_call
+from .summaries import Exports, ProjectSummaries, written_names
 from .config import Config, Overrides, Settings, project_root
 from .files import PathError, collect_files
 from .registry import RuleSelection
@@ -188,30 +190,34 @@ def _check_groups(
     if cache is not None and (kept := cache.load_imports(absolute)) is not None:
         modules.recall(kept)
     unknown = modules.summaries.unknown(modules_imported(modules, ((here, data) for here, data in zip(absolute, contents) if data is not None)))
-    # A module that is also a file of the run, whose own imports' exports are all known already, has
-    # a project known now: where it is empty, the job that computes the module's exports checks the
-    # file too, from the same analysis.
+    # A module that is also a file of the run is checked by the job that computes its exports, from
+    # the same analysis, with no project: the report stands where the file's project turns out
+    # empty, or to hold only functions the file does not call (``_calls_none_of``), and is made
+    # again with it where not. Only a file whose project is known now, and is not empty, is not
+    # checked there.
     file_holding = {data: index for index, data in enumerate(contents) if data is not None}
     pending = set(unknown)
 
     def module_work(data: bytes) -> ModuleWork:
         index = file_holding.get(data)
-        if (
-            index is None
-            or any(modules.module_bytes(file) in pending for _, file in modules.imported(absolute[index], data))
-            or modules.project_for(absolute[index], data)
+        if index is None or (
+            not any(modules.module_bytes(file) in pending for _, file in modules.imported(absolute[index], data))
+            and modules.project_for(absolute[index], data)
         ):
             return data, None
         rules, mode = group_of[index]
         return data, (tuple(rules), mode, str(files[index]))
 
     with _Workers(jobs, [rules for rules, _, _ in groups]) as workers:
-        checked_early: dict[int, FileReport] = {}
+        checked_with_no_project: dict[int, FileReport] = {}
         for data, (exports, report) in zip(unknown, workers.map(_module_exports_job, [module_work(data) for data in unknown], cost=_module_cost)):
             modules.summaries.learn(data, exports)
             if report is not None:
-                checked_early[file_holding[data]] = report
+                checked_with_no_project[file_holding[data]] = report
         projects = [modules.project_for(here, data) if data is not None else {} for here, data in zip(absolute, contents)]
+        checked_early = {
+            index: report for index, report in checked_with_no_project.items() if _calls_none_of(files[index], contents[index], projects[index])
+        }
         if cache is not None and (found := modules.found()) is not None:
             cache.store_imports(absolute, found)
         reports: list[FileReport] = [FileReport(str(path)) for path in files]
@@ -234,6 +240,16 @@ def _check_groups(
 # A file to check: its path, the bytes read from it (None: it cannot be read, and checking it says
 # why), and the summaries of the project modules it imports.
 Work = tuple[Path, bytes | None, ProjectSummaries]
+
+
+def _calls_none_of(path: Path, data: bytes | None, project: ProjectSummaries) -> bool:
+    """Whether the analysis of the file reads nothing of ``project``: it reads a summary only where
+    the file calls its function, and a call writes the module's name, the function's (or class's)
+    and the method's (``written_names``, which the prefilter trusts as much). A notebook's text is
+    JSON, whose escapes may hide a name: it is not told from its bytes."""
+    if not project:
+        return True
+    return data is not None and not is_notebook(str(path)) and not may_call(data, written_names(project))
 
 
 def _work_cost(work: Work) -> int:

@@ -38,26 +38,28 @@ _BYTE_KINDS = b"".join(
 # or read as an attribute), and a trainer backwards only the hook the file's class defines: a
 # ``def`` of it (``FileAnalysis.trainer_hooks``; the name alone is in every file that calls
 # ``trainer.fit``, or mentions the hook).
-_TRAINER_BASES_BY_HOOK_DEFINITION = {
-    re.compile(rb"def[\s\\]+%s[\s\\]*\(" % hook.encode()): {
-        base.rpartition(".")[2].encode() for base, its_hook in TRAINER_HOOKS.items() if its_hook == hook
-    }
+_TRAINER_HOOKS = [
+    (
+        hook.encode(),
+        re.compile(rb"def[\s\\]+%s[\s\\]*\(" % hook.encode()),
+        {base.rpartition(".")[2].encode() for base, its_hook in TRAINER_HOOKS.items() if its_hook == hook},
+    )
     for hook in dict.fromkeys(TRAINER_HOOKS.values())
-}
+]
 
 
 def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = ()) -> bool:
     """Whether a file's text could backward anything in a way ``frameworks``' table knows: every
     row's method or function is called as ``…backward(`` or lives in ``autograd``; a trainer
-    backwards what its hooks return; ``helpers`` are other checked files' functions that backward, each as the module,
+    backwards what the hooks the file defines return; ``helpers`` are other checked files' functions that backward, each as the module,
     name and method a file that calls it writes (``summaries.written_names``).
     ("backward" alone would also take every "backward compatibility" of a docstring; plain
     substring tests first, as one regular expression of alternatives is slow.)"""
     if b"autograd" in source:
         return True
     if any(
-        any(base in source for base in bases) and definition.search(source) is not None
-        for definition, bases in _TRAINER_BASES_BY_HOOK_DEFINITION.items()
+        hook in source and any(base in source for base in bases) and definition.search(source) is not None
+        for hook, definition, bases in _TRAINER_HOOKS
     ):
         return True
     if b"backward" in source and _BACKWARD_CALL.search(source) is not None:

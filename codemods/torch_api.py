@@ -168,6 +168,18 @@ MODULE_METHODS = frozenset({"parameters", "named_parameters", "train", "eval", "
 MODULE_RETURNING = frozenset({"to", "cuda", "cpu", "double", "float", "half", "train", "eval", "requires_grad_"})
 # Methods that list a module's parameters.
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+# torch.nn.Module's own methods that run no forward: what they return (the module, its parameters,
+# buffers, children, state, a hook's handle, None) is no graph built by the call.
+MODULE_API = frozenset(
+    {
+        *MODULE_METHODS,
+        *MODULE_RETURNING,
+        *("named_modules", "named_children", "buffers", "named_buffers", "get_submodule", "get_parameter", "get_buffer"),
+        *("zero_grad", "apply", "load_state_dict", "register_buffer", "register_parameter", "register_module", "add_module"),
+        *("register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook", "register_backward_hook"),
+        *("share_memory", "bfloat16", "to_empty", "type", "extra_repr", "ipu", "xpu"),
+    }
+)
 
 # Builtins that never see a tensor's gradient (they read values, counts and types).
 BUILTINS_WITHOUT_GRADIENTS = frozenset(

@@ -1,6 +1,7 @@
 """The engine's guarantees: files are old or new, never half-written; a bad rewrite is never written."""
 
 import contextlib
+import gc
 import os
 import shutil
 import subprocess
@@ -332,3 +333,19 @@ def test_a_run_forks_its_workers_once_and_answers_in_the_order_of_its_items():
     assert [item for _, item in first + second] == list(range(20))
     assert sorted(known) == list(range(12))
     assert len({worker for worker, _ in first + second}) <= 2 and os.getpid() not in {worker for worker, _ in first}
+
+
+def test_every_tree_is_built_and_analysed_with_the_cycle_collector_held_back(monkeypatch):
+    """A skeleton and its analysis are freed by reference counting; at Python's default threshold the
+    cycle collector scans them over and over while they are built. The module's exports and the
+    check of the same bytes share one analysis, held back from the collector from one to the other."""
+    thresholds = []
+    building, analysing = check.build_skeleton, check.FileAnalysis.__init__
+    monkeypatch.setattr(check, "build_skeleton", lambda *args: thresholds.append(gc.get_threshold()[0]) or building(*args))
+    monkeypatch.setattr(check.FileAnalysis, "__init__", lambda self, *args: thresholds.append(gc.get_threshold()[0]) or analysing(self, *args))
+    source = (FIXTURES / "duplicate_backward" / "module_level_no_loop" / "before.py").read_bytes()
+    check.exports_and_report(source, all_rules(), FixMode.NONE, "train.py")
+    check.module_exports(source)
+    check.check_source(source, all_rules(), FixMode.NONE, "train.py", {})
+    default = gc.get_threshold()[0]
+    assert len(thresholds) >= 5 and default not in thresholds

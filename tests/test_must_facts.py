@@ -1556,3 +1556,32 @@ def test_a_module_frozen_by_the_caller_is_handed_on_frozen():
     trainable = found(FROZEN_AND_HANDED.format(frozen=""))
     assert frozen == []
     assert [(code, hint) for code, hint, _ in trainable] == [("GF004", False)]
+
+
+# Reduced from locuslab/fast_adversarial (MNIST/train_mnist.py, mutated): the model comes from a
+# factory of another file, so its forward is code gradfix did not read; the running loss adds the
+# loss tensor, scaled, after the loss was backwarded (run with torch: `train_loss` requires grad
+# and keeps every step's graph).
+RUNNING_LOSS = """\
+import torch.nn.functional as F
+from nets import mnist_net
+model = mnist_net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = [(torch.randn(8, 10), torch.randint(0, 3, (8,))) for _ in range(50)]
+for epoch in range(2):
+    train_loss = 0
+    for X, y in loader:
+        loss = F.cross_entropy(model(X), y)
+        opt.zero_grad()
+        {backward}
+        opt.step()
+        train_loss += loss * y.size(0)
+    print(epoch, float(train_loss) / 400)
+"""
+
+
+def test_arithmetic_on_a_tensor_a_backward_walked_holds_a_graph_whatever_code_built_it():
+    # (b85b31c: nothing: the expression's graph came out of code gradfix did not read)
+    assert [(code, hint) for code, hint, _ in found(RUNNING_LOSS.format(backward="loss.backward()"))] == [("GF007", False)]
+    # Another tensor backwarded: nothing proves `loss` holds a graph, as at b85b31c.
+    assert found(RUNNING_LOSS.format(backward="(loss * 1.0).backward()")) == []

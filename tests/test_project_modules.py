@@ -151,6 +151,52 @@ def test_an_import_finds_the_module_python_would(tmp_path, files, statement, pre
     assert f"{prefix}.rdrop_criterion".lstrip(".") in summaries
 
 
+# A correct training step whose loss comes from a project helper that does not backward, beside a
+# module of the same name whose helper does (the generator of review h62): where gradfix cannot
+# tell which file Python imports, it reads neither, and the step's own backward stays.
+_TRAINS = (
+    "from losses import compute\nimport torch\nmodel = torch.nn.Linear(2, 1)\nloss = compute(model, torch.ones(2), torch.zeros(1))\nloss.backward()\n"
+)
+_KEEPS = "import torch.nn.functional as F\ndef compute(model, x, y):\n    return F.mse_loss(model(x), y)\n"
+_BACKWARDS = "import torch.nn.functional as F\ndef compute(model, x, y):\n    loss = F.mse_loss(model(x), y)\n    loss.backward()\n    return loss\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "script", "safe_drop"),
+    [
+        # Run as `python -m proj.train` it imports ./losses.py; as `python proj/train.py`, proj/losses.py.
+        ({"losses.py": _KEEPS, "proj/__init__.py": "", "proj/losses.py": _BACKWARDS}, "proj/train.py", False),
+        ({"proj/__init__.py": "", "proj/losses.py": _BACKWARDS}, "proj/train.py", True),
+        # Python's finder takes the package before the module of the same name.
+        ({"losses/__init__.py": _KEEPS, "losses.py": _BACKWARDS}, "train.py", False),
+        ({"losses.py": _BACKWARDS}, "train.py", True),
+        # An extension module before the `.py`: its code is not read.
+        ({"losses.cpython-311-x86_64-linux-gnu.so": "", "losses.py": _BACKWARDS}, "train.py", False),
+    ],
+)
+def test_a_module_is_read_only_where_it_is_the_one_python_imports(tmp_path, files, script, safe_drop):
+    (tmp_path / ".git").mkdir()
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / script).write_text(_TRAINS)
+    report = check_file(tmp_path / script, all_rules(), FixMode.SAFE)
+    assert (report.rewritten is not None) is safe_drop
+
+
+@pytest.mark.parametrize("edit", ["sys.path.insert(0, 'lib')", "sys.path += ['lib']", "sys.path[:0] = ['lib']", "site.addsitedir('lib')"])
+def test_a_file_that_changes_where_python_looks_reads_only_its_relative_imports(tmp_path, edit):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "losses.py").write_text(_KEEPS)
+    (tmp_path / "losses.py").write_text(_BACKWARDS)
+    (tmp_path / "train.py").write_text(f"import site, sys\n{edit}\n" + _TRAINS)
+    assert check_file(tmp_path / "train.py", all_rules(), FixMode.SAFE).rewritten is None
+    # The variant: it only reads the search path; the helper beside it is the one imported.
+    (tmp_path / "train.py").write_text("import sys\nprint(sys.path == ['lib'])\n" + _TRAINS)
+    assert check_file(tmp_path / "train.py", all_rules(), FixMode.SAFE).rewritten is not None
+
+
 def test_the_scan_reads_every_form_of_import_statement():
     code = b"import a.b as c, d\nfrom .e import (f,\n  g)\nif x:\n    from ..h import i; y = 1\nfrom . import j  # k\nprint('import')\n"
     assert set(written_modules(code)) == {
@@ -262,3 +308,46 @@ def test_a_helper_that_backwards_only_sometimes_licenses_no_fix(tree):
     )
     report = check_file(tree / "train.py", all_rules(), FixMode.UNSAFE)
     assert report.rewritten is None and not report.fixed
+
+
+def _analyses_counted(monkeypatch) -> list[bool]:
+    """Whether each analysis the run makes is given a project, in order."""
+    made: list[bool] = []
+    analyse = check.FileAnalysis.__init__
+    monkeypatch.setattr(
+        check.FileAnalysis,
+        "__init__",
+        lambda self, module, imported=None, *rest: made.append(bool(imported)) or analyse(self, module, imported, *rest),
+    )
+    return made
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        "# the training step calls loss.backward() itself\nLR = 0.1\n",
+        HELPER,  # its criterion, which train.py never calls (nor names)
+    ],
+)
+def test_a_module_the_run_checks_is_analysed_once_when_it_calls_nothing_its_imports_export(tmp_path, monkeypatch, settings):
+    """train.py is a module (main.py imports it) whose own import, settings.py, must be analysed
+    first; train.py calls nothing settings.py exports, so the analysis that found train.py's
+    exports made its report too (the skeleton's, and LibCST's tree's for its finding)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "settings.py").write_text(settings)
+    (tmp_path / "train.py").write_text("import settings\n" + (FIXTURES / "duplicate_backward" / "module_level_no_loop" / "before.py").read_text())
+    (tmp_path / "main.py").write_text("import train\n")
+    made = _analyses_counted(monkeypatch)
+    reports = check_files([tmp_path / "train.py", tmp_path / "main.py", tmp_path / "settings.py"], all_rules(), FixMode.NONE, 1)
+    assert [[f.code for f in r.findings] for r in reports] == [["GF001"], [], []]
+    assert made == [False, False, False]
+
+
+def test_a_module_the_run_checks_is_analysed_again_with_the_exports_it_imports(tree, monkeypatch):
+    """The variant: train.py's finding rests on rdrop_loss.py's exports, which are computed beside
+    train.py's own: its first analysis (with none) is not its report."""
+    (tree / "main.py").write_text("import train\n")
+    made = _analyses_counted(monkeypatch)
+    reports = check_files([tree / "train.py", tree / "main.py", tree / "rdrop_loss.py"], all_rules(), FixMode.NONE, 1)
+    assert [[f.code for f in r.findings] for r in reports] == [["GF001"], [], []]
+    assert made == [False, False, True, True]  # rdrop_loss.py, train.py alone; train.py with rdrop_loss's exports (skeleton, LibCST's tree)

@@ -552,3 +552,76 @@ def test_gf003_moves_a_forward_into_a_functions_loop_only_where_no_other_code_re
         assert [f.code for f in report.fixed] == ["GF003"] and b"        pred = model(x)\n        loss" in report.rewritten
     else:
         assert [(f.code, f.fix) for f in report.findings] == [("GF003", None)] and report.rewritten is None
+
+
+@pytest.mark.parametrize(
+    ("between", "said"),
+    [
+        ("optimizer.zero_grad(set_to_none=True)\n", "line 11 clears the gradients between them"),
+        ("optimizer.step()\n", "an optimizer steps between them"),
+        ("optimizer.step()\noptimizer.zero_grad()\n", "an optimizer steps between them"),
+    ],
+)
+def test_gf002_names_what_happens_to_gradients_between_the_backwards(between, said):
+    """mdistiller's DOT without retain_graph (review h60): only the gradients are cleared between
+    the two backwards, no optimizer steps; the message says which."""
+    report = _findings(
+        "student, teacher = nn.Linear(4, 3), nn.Linear(4, 3)\noptimizer = torch.optim.SGD(student.parameters(), lr=0.1)\n"
+        "x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))\nlogits = student(x)\n"
+        "loss_ce = nn.functional.cross_entropy(logits, y)\nloss_kd = logits.pow(2).mean()\n"
+        "optimizer.zero_grad()\nloss_kd.backward()\n" + between + "loss_ce.backward()\noptimizer.step()\n"
+    )
+    [finding] = report.findings
+    assert finding.code == "GF002" and said in finding.message
+
+
+@pytest.mark.parametrize(
+    ("first", "hint"),
+    [
+        ('la.backward(retain_graph=os.environ.get("KEEP", "1") == "1")', True),
+        ("backward_loss(la, retain=True)", True),
+        ("la.backward()", False),  # the variant: the graph is freed, the second backward raises
+    ],
+)
+def test_gf002_is_a_hint_where_the_first_backward_may_keep_the_graph(first, hint):
+    """Review h62's generator: a helper's ``retain`` parameter, or a flag, that gradfix cannot
+    evaluate may keep the graph, and the program runs."""
+    report = _findings(
+        "import os\ndef backward_loss(loss, retain=False):\n    loss.backward(retain_graph=retain)\n"
+        "trunk, head_a, head_b = nn.Linear(4, 8), nn.Linear(8, 2), nn.Linear(8, 2)\n"
+        "h = trunk(torch.randn(5, 4))\nla = nn.functional.mse_loss(head_a(h), torch.zeros(5, 2))\nlb = head_b(h).abs().mean()\n"
+        + first
+        + "\nlb.backward()\n"
+    )
+    assert [(f.code, f.hint) for f in [*report.findings, *report.fixed]] == [("GF002", hint)]
+
+
+_GAN_STEP = (
+    "G, D = nn.Linear(3, 4), nn.Linear(4, 1)\nopt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())\n"
+    "for x in torch.randn(3, 6, 4):\n    fake = G(torch.randn(6, 3))\n    opt_d.zero_grad()\n    ld = DISCRIMINATOR_LOSS\n"
+    "    ld.backward()\n    opt_d.step()\n    opt_g.zero_grad()\n    lg = D(fake).mean()\n    lg.backward()\n    opt_g.step()\n"
+)
+_TEACHER = (
+    "from helpers import make_targets\nX = torch.randn(3, 5, 4)\n"
+    "class Trainer:\n    def __init__(self):\n        self.student, self.teacher = nn.Linear(4, 2), nn.Linear(4, 2)\n"
+    "        self.opt = torch.optim.SGD(self.student.parameters(), lr=0.1)\n        self.targets = TARGETS\n"
+    "    def train_epoch(self):\n        for i in range(len(X)):\n"
+    "            loss = nn.functional.mse_loss(self.student(X[i]), self.targets[i])\n"
+    "            self.opt.zero_grad()\n            loss.backward()\n            self.opt.step()\n"
+    "trainer = Trainer()\nfor epoch in range(2):\n    trainer.train_epoch()\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        # review h62: a helper of another file that detaches what it is given, or hands back detached targets
+        (_GAN_STEP.replace("DISCRIMINATOR_LOSS", "d_loss(D, x, fake)"), True),
+        (_GAN_STEP.replace("DISCRIMINATOR_LOSS", "D(x).mean() - D(fake).mean()"), False),
+        (_TEACHER.replace("TARGETS", "make_targets(self.teacher, X)"), True),
+        (_TEACHER.replace("TARGETS", "[self.teacher(b) for b in X]"), False),
+    ],
+)
+def test_gan_and_cached_graph_findings_through_unread_code_are_hints(code, hint):
+    report = _findings("from helpers import d_loss\n" + code, FixMode.NONE)
+    assert [f.hint for f in report.findings if f.code in ("GF005", "GF006")] == [hint]

@@ -415,6 +415,23 @@ for step in range(3):
     assert codes(checked(source.replace("trpo.hessian_vector_product(kl, params)", "kl.item()"))) == ["GF009"]
 
 
+def test_an_import_python_may_resolve_elsewhere_is_unread(tmp_path):
+    from gradfix.codemods.check import check_file
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pkg").mkdir()
+    helper = "import torch.nn.functional as F\ndef compute(model, x, y):\n    loss = F.mse_loss(model(x), y)\n    loss.backward()\n    return loss\n"
+    (tmp_path / "pkg" / "losses.py").write_text(helper)
+    script = tmp_path / "pkg" / "train.py"
+    script.write_text(
+        "from losses import compute\nimport torch\nmodel = torch.nn.Linear(2, 1)\n"
+        "loss = compute(model, torch.ones(2), torch.zeros(1))\nloss.backward()\n"
+    )
+    assert codes(check_file(script, all_rules(), FixMode.UNSAFE)) == ["GF001"]  # one file holds it: read
+    (tmp_path / "losses.py").write_text(helper.replace("    loss.backward()\n", ""))
+    assert codes(check_file(script, all_rules(), FixMode.UNSAFE)) == []  # two roots hold it: unread
+
+
 def test_a_detaching_helper_returns_no_graph():
     source = """\
 import torch

@@ -20,6 +20,8 @@ from ..torch_api import (
     CASTING_METHODS,
     INTEGER_TYPES,
     BOOKKEEPING_METHODS,
+    MODULE_API,
+    MODULE_ATTRIBUTES_WITHOUT_PARAMETERS,
     CREATION_FUNCTIONS,
     DETACHING_METHODS,
     EVERY_OUTPUT_DIFFERENTIABLE,
@@ -49,6 +51,7 @@ from .values import (
     LEAF,
     NOTHING,
     TENSOR,
+    UNREAD_PARAMETERS,
     UNKNOWN,
     ListOf,
     Origin,
@@ -188,6 +191,8 @@ class CallSemantics:
             env[target] = union([stored, item], ListOf(item_structure.join(item.structure)))
             return CONSTANT
         tensor_method = receiver.structure is TENSOR
+        if not tensor_method and not receiver.graph and not receiver.graphless and self._part_of_a_module(func.value) and method not in MODULE_API:
+            values = [*values, UNREAD_PARAMETERS]  # ``model.encoder.encode(x)``: a submodule gradfix cannot name
         # A method of a graph-carrying receiver holds its graph as much as the receiver does; a
         # method of anything else is a function gradfix cannot read, unless it read it.
         guessed = (not tensor_method and not receiver.graph) or all(v.guessed for v in (receiver, *values) if v.graph)
@@ -259,7 +264,13 @@ class CallSemantics:
             return combine([*values, LEAF], self._origin(node), summary.returned.structure)
         # D.compute_loss(fake, …): from its inputs (and maybe parameters gradfix does not see)
         read = self._read_result(summary and summary_key(summary), node, values, UNKNOWN)
-        return read if read is not None else combine(values, self._origin(node), UNKNOWN, known_operation=False)
+        if read is not None:
+            return read
+        if summary is None and module.trainable and method not in MODULE_API:
+            # a method gradfix did not read (its class is another file's, or it inherits it): it may
+            # run the module's layers, ``self.policy.sample(state)``
+            values = [*values, UNREAD_PARAMETERS]
+        return combine(values, self._origin(node), UNKNOWN, known_operation=False)
 
     def _function_call(self, node: cst.Call, qualified: str, env: Env) -> Value:
         """``f(...)``: a class of the file, a parameter made, a module built, a torch function, a
@@ -299,7 +310,11 @@ class CallSemantics:
         module_arguments = [self.names.module(a, self._scope.class_name) for a in arguments]
         if any(m is not None and m.trainable for m in module_arguments) or isinstance(func, cst.Name) and func.value in self._module_items:
             values.append(LEAF)
-        self._eval(func, env)
+        callee = self._eval(func, env)
+        if node not in self._read_callees and not callee.graphless and self._names_a_value(func, env):
+            # a callable the code holds (a parameter, an item of a list, what a factory built): a
+            # module gradfix cannot see may be behind it, ``criterion(model_s(x), y)``
+            values.append(UNREAD_PARAMETERS)
         if self._imported_code(func):
             self._escape(values)  # another package's function may backward what it is given
         read = self._read_result(self._read_callees.get(node), node, values, UNKNOWN)
@@ -379,7 +394,7 @@ class CallSemantics:
         if items is None or len(items) != len(targets):
             return None
         groups = _sharing_groups(items, given_a_graph=call not in self._items_given_no_graph)
-        call_origin = self._origin(call)
+        call_origin = next((o for o in whole.origins if isinstance(o, Origin) and o.node is call), self._origin(call))
         values = []
         for index, item in enumerate(items):
             value = part(whole, item.structure).changed(guessed=whole.guessed or item.guessed or not (item.graph or item.structure is TENSOR))
@@ -387,7 +402,7 @@ class CallSemantics:
                 # Items the callee builds from no node in common share nothing of the call: each
                 # group of them stands for its own part (``return policy_loss, q1_loss, q2_loss``
                 # of three networks).
-                value = value.changed(origins=value.origins - {call_origin} | {Origin(targets[groups[index]], call_origin.statement)})
+                value = value.changed(origins=value.origins - {call_origin} | {Origin(targets[groups[index]], call_origin.statement, call_origin.possible)})
             values.append(Value(structure=item.structure, graphless=True) if item.graphless else value)
         return values
 
@@ -429,6 +444,37 @@ class CallSemantics:
             return False
         return self.names.module(func, self._scope.class_name) is None
 
+    def _part_of_a_module(self, node: cst.BaseExpression) -> bool:
+        """An attribute (of an attribute…) of a module, or of ``self`` in a module class, that gradfix
+        knows no more of: ``model.gcn``, ``self.policy`` (a submodule of a class it did not read)."""
+        class_name = self._scope.class_name
+        while type(node) is cst.Attribute:
+            if node.attr.value in MODULE_ATTRIBUTES_WITHOUT_PARAMETERS:
+                return False
+            node = node.value
+            if self.names.module(node, class_name) is not None:
+                return True
+            if type(node) is cst.Name and node.value == "self" and class_name in self.names.module_classes:
+                return True
+        return False
+
+    def _names_a_value(self, func: cst.BaseExpression, env: Env) -> bool:
+        """Whether the callee is a value the code holds, not a function, class or import it names:
+        a parameter or a name bound by an assignment, an item of a container, what a call returned."""
+        if type(func) is cst.Call:  # what a call returned, unless torch's or the file's class built it (``nn.ReLU()(x)``)
+            inner = func.func
+            known = self.names.module_class(inner) is not None or (self.names.qualify(inner) or "").startswith("torch.")
+            return not known and not (type(inner) is cst.Name and inner.value in self.names.local_classes)
+        if type(func) is cst.Subscript:
+            return True
+        if type(func) is not cst.Name:
+            return False
+        name = func.value
+        if name in self.names.aliases or name in self.names.local_classes or name in self._defined_functions:
+            return False
+        scope = self._scope.node
+        return name in env or (type(scope) is cst.FunctionDef and name in self._local_names(scope))
+
     def _imported_code(self, func: cst.BaseExpression) -> bool:
         """A function or class an import names (``trpo.hessian_vector_product``, ``from utils import
         helper``), outside torch and the number libraries: code gradfix does not read here."""
@@ -462,8 +508,9 @@ class CallSemantics:
         stops_at = self._eval(inputs.value, env) if inputs is not None else NOTHING
         walked = self.walked_nodes(value, stops_at)
         # It frees what the walked nodes saved for it; a graph of sums and views of leaves saved
-        # nothing, and what shares only such nodes can be backwarded again.
-        saving = frozenset(origin for origin in walked if self._saves_tensors(origin.node)) if frees else frozenset()
+        # nothing, and what shares only such nodes can be backwarded again. (Nor a node that only
+        # may exist, of a graph gradfix did not see: nothing is proved freed there.)
+        saving = frozenset(origin for origin in walked if not origin.possible and self._saves_tensors(origin.node)) if frees else frozenset()
         freed = set(self._sharing_graph(env, saving))
         for name in self._sharing_graph(env, walked):
             held = env[name]
@@ -548,9 +595,13 @@ class CallSemantics:
         if function is None or marker in reading:
             return False
         class_name, reading = (callee[0] if isinstance(callee, tuple) else None), reading | {marker}
-        graphs = [value for value in self.returns.get(function, ()) if value.graph]
+        # (a graph only possible, out of code gradfix did not read, is no graph it proved)
+        graphs = [value for value in self.returns.get(function, ()) if value.graph and not value.possible]
         if graphs:
-            return all(any(self.saves_for_certain(origin.node, class_name, reading) for origin in self.graph_nodes(value)) for value in graphs)
+            return all(
+                any(self.saves_for_certain(origin.node, class_name, reading) for origin in self.graph_nodes(value) if not origin.possible)
+                for value in graphs
+            )
         return self._returned_expressions_save(function, class_name, reading)
 
     def _returned_expressions_save(self, function: cst.FunctionDef, class_name: str | None, reading: frozenset[str]) -> bool:

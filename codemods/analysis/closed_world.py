@@ -46,7 +46,7 @@ import libcst as cst
 from ..frameworks import CALLED_AS_FORWARD, FRAMEWORK_CONSTRUCTORS, FRAMEWORK_TUPLE_CONSTRUCTORS, MODULE_WRAPPERS, READING_LOGGERS, TRAINER_RUNS
 from ..torch_api import AUTOGRAD_INTERNALS, AUTOGRAD_RECORD
 from .module_info import ModuleInfo
-from .syntax import dotted_name
+from .syntax import code_of, dotted_name
 from .values import TENSOR, ListOf, Origin, Structure, TupleOf
 
 
@@ -309,6 +309,12 @@ class ClosedWorld:
         # cycle collector.
         self.analysis = weakref.proxy(analysis)
         self._read_later: dict[cst.CSTNode, set[Origin]] = {}  # ``graphs_read_later`` by scope
+
+    def unread_guess(self, statements: Sequence[cst.CSTNode]) -> str:
+        """The guess of a finding that rests on a graph one of ``statements`` assigns from code
+        gradfix did not read (``FileAnalysis.unread_value``): that code may hand back none."""
+        unread = self.analysis.unread_value(statements)
+        return "" if unread is None else f"`{code_of(unread)}` comes out of code gradfix did not read, and may hold no graph"
 
     def answer(self, obligations: Sequence[str], about: Sequence[cst.CSTNode]) -> tuple[ProofStep, ...]:
         """Each obligation's answer for a fix about ``about`` (its statements and backwards)."""

@@ -73,6 +73,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             if isinstance(method, cst.FunctionDef) and method.name.value != "__init__"
         }
         self._module_functions = {statement.name.value: statement for statement in module.body if type(statement) is cst.FunctionDef}
+        # The names a ``def`` binds outside a class body: calling one runs the file's code, not a value it holds.
+        methods = {id(s) for cls in tree.findall(module, cst.ClassDef) for s in cls.body.body if type(s) is cst.FunctionDef}
+        self._defined_functions = {f.name.value for f in tree.findall(module, cst.FunctionDef) if id(f) not in methods}
         self._constructor_parameters = {
             cls.name.value: [p.name.value for p in init.params.params[1:]]
             for cls in tree.findall(module, cst.ClassDef)
@@ -549,6 +552,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                     graphless=value.graphless,
                     guessed=value.guessed,
                     unread=value.unread,
+                    possible=value.possible,
                 )
             frame = Frame(loop)
             self._frames.append(frame)

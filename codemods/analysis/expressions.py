@@ -134,6 +134,7 @@ class Expressions:
                     freed=dotted_name(node.value) in loop.freed_at_entry,
                     guessed=element.guessed,
                     unread=element.unread,
+                    possible=element.possible,
                 )
             return element
         if node_type in (cst.Tuple, cst.List):

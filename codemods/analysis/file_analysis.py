@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from bisect import bisect_left
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import cached_property
 from typing import Iterable, Iterator, Sequence
 
 import libcst as cst
@@ -20,7 +20,6 @@ from .optimizers import gradient_effects, steps_for_certain
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .guards import read_only_where_assigned
-from .contexts import runs_to_its_end
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
@@ -223,13 +222,12 @@ class FileAnalysis:
         """Whether one of the operations at ``origins`` certainly saved a tensor for its backward
         (``DataflowAnalysis.saves_for_certain``), so that walking them again after a backward
         freed them raises: casts, views, joins, repeats and sums save none."""
-        return any(self._dataflow.saves_for_certain(origin.node) for origin in origins)
+        return any(not origin.possible and self._dataflow.saves_for_certain(origin.node) for origin in origins)
 
     def read_only_where_assigned(self, loop: Loop, name: str, inner_loops_run: bool = False) -> bool:
         """Whether ``name`` is read in ``loop`` only where this iteration assigned it, under tests
         that answer the same twice (``guards``); ``inner_loops_run``: if every inner loop runs."""
-        through = partial(runs_to_its_end, self.names, self.tree)
-        return read_only_where_assigned(self.tree, self._dataflow.read_values, self._bound_names, loop, name, inner_loops_run, through)
+        return read_only_where_assigned(self.tree, self._dataflow.read_values, self._bound_names, loop, name, inner_loops_run, self.names)
 
     @cached_property
     def _bound_names(self) -> frozenset[str]:

@@ -23,7 +23,7 @@ from .assignments import assigned_names
 from .backward_calls import BackwardSite
 from .loops import Env
 from .syntax import dotted_name
-from .values import LEAF, NOTHING, UNKNOWN, Origin, Source, Structure, Value, combine
+from .values import LEAF, NOTHING, UNKNOWN, UNREAD_PARAMETERS, Origin, Source, Structure, Value, combine
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,9 @@ class FunctionSummaries:
                 # ``return [w, b]``): what no operation built, no forward of it is repeated
                 return Value(graph=True, structure=returned_structure)
             # self.sample_G(n): a method that returns what it built from parameters
-            built = combine([*self._flowing(summary_key(summary), values), LEAF], self._origin(call), returned_structure)
+            # (parameters of code it did not read, where that is all it builds from: only possible)
+            parameters = UNREAD_PARAMETERS if summary.returned.possible else LEAF
+            built = combine([*self._flowing(summary_key(summary), values), parameters], self._origin(call), returned_structure)
             if self._returned_items(summary, call) is None:
                 # Only guessed where its return is (a dict holding an optimizer of another package);
                 # a tuple's items say it each for itself (``_items_of_the_call``).
@@ -188,7 +190,7 @@ class FunctionSummaries:
         result = combine(values, self._origin(call), returned_structure, known_operation=False)
         if summary.returned.backwarded:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
-            result = result.changed(graph=True, freed=frees, backwarded=summary.returned.backwarded)
+            result = result.changed(graph=True, freed=frees, backwarded=summary.returned.backwarded, possible=False)
         return self._freed_inside(call, summary, result)
 
     def _returned_structure(self, summary: FunctionSummary, call: cst.Call) -> Structure:
@@ -296,7 +298,7 @@ class FunctionSummaries:
             return result
         api, retained = summary.returns_backwarded
         # What it backwarded had a graph, which the call built: its node stands for it.
-        result = result.changed(graph=True, origins=result.origins | {self._origin(call)})
+        result = result.changed(graph=True, origins=result.origins | {self._origin(call)}, possible=False)
         self.backward_sites.setdefault(
             call,
             BackwardSite(call, self._statement, api, (), result, retained, False, tuple(reversed(self._loops)), self._scope),
@@ -388,7 +390,15 @@ class FunctionSummaries:
         for name, value in found.items():
             if value.graph:
                 # Carried markers name this round's loops: keep the places they stand for.
-                value = Value(True, self.graph_nodes(value), value.structure, freed=freed and value.freed, guessed=value.guessed, unread=value.unread)
+                value = Value(
+                    True,
+                    self.graph_nodes(value),
+                    value.structure,
+                    freed=freed and value.freed,
+                    guessed=value.guessed,
+                    unread=value.unread,
+                    possible=value.possible,
+                )
                 known[name] = known[name].join(value) if name in known else value
 
     @property
@@ -445,7 +455,7 @@ def summary_facts(summary: FunctionSummary | None) -> tuple | None:
     return (
         summary.parameters,
         tuple(site.call for site in summary.backwarded),
-        (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded, returned.guessed, returned.unread),
+        (returned.graph, returned.origins, returned.structure, returned.freed, returned.backwarded, returned.guessed, returned.unread, returned.possible),
         graph_facts(dict(summary.left_for_caller)),
         _items_facts(summary.returned_items),
         tuple(sorted((key, value.structure, value.graph) for key, value in summary.returned_given.items())),
@@ -455,7 +465,7 @@ def summary_facts(summary: FunctionSummary | None) -> tuple | None:
 
 def result_facts(returned: Value | None) -> tuple[object, ...] | None:
     """What a call reads of the walk of its callee with what callers pass (``_read_result``)."""
-    return None if returned is None else (returned.graph, returned.origins, returned.guessed, returned.unread)
+    return None if returned is None else (returned.graph, returned.origins, returned.guessed, returned.unread, returned.possible)
 
 
 def _items_facts(items: tuple[Value, ...] | None) -> tuple | None:

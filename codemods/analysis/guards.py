@@ -13,20 +13,25 @@ rests on an inner loop running no time (a guess) from one that does not."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Callable, Container, Mapping, Sequence
 
 import libcst as cst
 
+from . import contexts
 from .assignments import assigned_names, read_names, target_names
 from .syntax import expression_key
 
 if TYPE_CHECKING:
     from .loops import Loop
+    from .torch_facts import TorchNames
     from .tree import SyntaxTree
 
 
 # Whether every path past a ``with`` ran its body to the end (``contexts.runs_to_its_end``).
 RunsToItsEnd = Callable[[cst.With], bool]
+# The qualified name of what an expression names, through the file's imports (``TorchNames.qualify``).
+Qualify = Callable[[cst.BaseExpression], "str | None"]
 
 
 def read_only_where_assigned(
@@ -36,7 +41,7 @@ def read_only_where_assigned(
     loop: Loop,
     name: str,
     inner_loops_run: bool,
-    runs_to_its_end: RunsToItsEnd,
+    names: TorchNames,
 ) -> bool:
     """Whether every read of ``name`` in ``loop`` sits under a test written like that of an
     earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
@@ -46,10 +51,11 @@ def read_only_where_assigned(
     ``name`` counts as such a test when it runs as often in every iteration (``SAME_TRIP_COUNT``),
     or, with ``inner_loops_run``, whatever it walks. ``reached``: the reads the dataflow got to;
     ``bound``: the names the file binds (a ``range`` of its own is not the builtin);
-    ``runs_to_its_end``: the ``with`` statements an assignment in whose body is made on every path
-    past them (``with accelerator.autocast(): loss = ...``)."""
+    ``names``: what the file's names mean (a progress bar's; the ``with`` statements an assignment
+    in whose body is made on every path past them, ``with accelerator.autocast(): loss = ...``)."""
     if "." in name:
         return False
+    runs_to_its_end = partial(contexts.runs_to_its_end, names, tree)
     body = loop.node.body
     # (what the loop statement itself binds changes every iteration: ``for step in ...``)
     written = assigned_names(body, tree=tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())
@@ -60,7 +66,8 @@ def read_only_where_assigned(
     passes = [
         inner
         for inner in tree.findall(body, cst.For)
-        if _first_pass_assigns(tree, inner.body, name, runs_to_its_end) and (inner_loops_run or _same_trip_count(tree, bound, inner.iter, written))
+        if _first_pass_assigns(tree, inner.body, name, runs_to_its_end)
+        and (inner_loops_run or _same_trip_count(tree, bound, inner.iter, written, names.qualify))
     ]
     reads = [n for n in tree.names(body, [name]) if n in reached]
     if not ((assigning or passes) and reads):
@@ -122,22 +129,38 @@ def _guarded_like(tree: SyntaxTree, read: cst.Name, assigning: Mapping[str, Sequ
 # from what they are given and keep nothing.
 FRESH_SEQUENCES = frozenset({"range", "reversed", "enumerate", "zip"})
 NUMBER_READS = frozenset({"len", "int", "min", "max", "abs", "size", "dim", "numel"})
+# Progress bars, by qualified name, that walk the items of the sequence they are given first and
+# nothing else (their other arguments only say how to draw the bar), and those that walk a range
+# of their arguments. Each row is run by tests/test_guards.py.
+ITEMS_OF_FIRST_ARGUMENT = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"})
+RANGES = frozenset({"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange"})
 
 
-def _same_trip_count(tree: SyntaxTree, bound: Container[str], sequence: cst.BaseExpression, written: set[str]) -> bool:
+def _same_trip_count(tree: SyntaxTree, bound: Container[str], sequence: cst.BaseExpression, written: set[str], qualify: Qualify) -> bool:
     """Whether a ``for`` over ``sequence`` walks as many items in every iteration of the loop
-    that writes ``written``: a literal list or tuple, or a ``FRESH_SEQUENCES`` call, whose parts
-    read nothing the loop writes and call only ``FRESH_SEQUENCES`` and ``NUMBER_READS`` (the
-    builtins, not names the file binds)."""
+    that writes ``written``: a literal list or tuple, or a ``FRESH_SEQUENCES`` call (the builtin,
+    not a name the file binds) or a ``RANGES`` one, whose arguments read nothing the loop writes
+    and call only ``FRESH_SEQUENCES`` and ``NUMBER_READS``; or a progress bar over such a sequence."""
     if isinstance(sequence, (cst.List, cst.Tuple)):
         return not read_names(sequence, tree) & written
-    if not (isinstance(sequence, cst.Call) and isinstance(sequence.func, cst.Name) and sequence.func.value in FRESH_SEQUENCES):
+    if not isinstance(sequence, cst.Call):
         return False
-    for call in tree.findall(sequence, cst.Call):
-        called = call.func.value if isinstance(call.func, cst.Name) else call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-        if called not in FRESH_SEQUENCES | NUMBER_READS or (isinstance(call.func, cst.Name) and called in bound):
+    walked = qualify(sequence.func)
+    if walked in ITEMS_OF_FIRST_ARGUMENT:
+        first = sequence.args[0] if sequence.args else None
+        return first is not None and not first.keyword and not first.star and _same_trip_count(tree, bound, first.value, written, qualify)
+    if walked not in RANGES and not (
+        isinstance(sequence.func, cst.Name) and sequence.func.value in FRESH_SEQUENCES and sequence.func.value not in bound
+    ):
+        return False
+    for argument in sequence.args:
+        for call in tree.findall(argument.value, cst.Call):
+            called = call.func.value if isinstance(call.func, cst.Name) else call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+            if called not in FRESH_SEQUENCES | NUMBER_READS or (isinstance(call.func, cst.Name) and called in bound):
+                return False
+        if read_names(argument.value, tree) & written:
             return False
-    return not read_names(sequence, tree) & written
+    return True
 
 
 def _first_pass_assigns(tree: SyntaxTree, block: cst.BaseSuite, name: str, runs_to_its_end: RunsToItsEnd) -> bool:

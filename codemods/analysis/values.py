@@ -65,10 +65,13 @@ def _stored_in_its_dict(cls: C) -> C:
 @dataclass(frozen=True)
 class Origin:
     """An expression that creates interior autograd nodes, and the statement it belongs to.
-    Nodes compare by identity, so the origins a loop body builds are equal from pass to pass."""
+    Nodes compare by identity, so the origins a loop body builds are equal from pass to pass.
+    ``possible``: the expression only may create nodes, from a graph gradfix did not see (every
+    graph it was given is only possible: ``Value.possible``)."""
 
     node: cst.CSTNode
     statement: cst.BaseStatement
+    possible: bool = False
 
 
 class LoopMarker:
@@ -168,6 +171,11 @@ class Value:
     # called): a guess of the first kind, which no fact of the file can settle. (An item of a
     # tuple the file's own code builds is guessed, not unread.)
     unread: bool = False
+    # Its graph is only possible: no graph gradfix saw reaches it, but it comes out of a call of code
+    # gradfix did not read that may run parameters it did not see (a method of a module of another
+    # file, a callable it was handed: ``UNREAD_PARAMETERS``). A may-fact: what may hold, free or
+    # share a graph reads it; what must (a finding of the default output, a safe rewrite) does not.
+    possible: bool = False
 
     def join(self, other: "Value") -> "Value":
         """What a name may hold where two paths meet."""
@@ -186,6 +194,7 @@ class Value:
             graphless=self.graphless and other.graphless,
             guessed=(self.graph and self.guessed) or (other.graph and other.guessed),
             unread=(self.graph and self.unread) or (other.graph and other.unread),
+            possible=(self.graph or other.graph) and all(v.possible for v in (self, other) if v.graph),
         )
 
     def changed(self, **fields: object) -> "Value":
@@ -203,6 +212,9 @@ class Value:
 NOTHING = Value()  # nothing known of it
 CONSTANT = Value(graphless=True)  # no graph, proved: a constant, an object that is no tensor
 LEAF = Value(graph=True, structure=TENSOR)
+# What a call of code gradfix did not read may add to its result: a graph built from parameters it
+# did not see. Only possible, guessed and out of unread code.
+UNREAD_PARAMETERS = Value(graph=True, structure=TENSOR, guessed=True, unread=True, possible=True)
 
 
 def combine(
@@ -223,19 +235,31 @@ def combine(
     if not any(v.graph for v in values):
         return Value(structure=structure, graphless=known_operation and all(v.graphless for v in values))
     origins = frozenset().union(*(v.origins for v in values))
+    possible = all(v.possible for v in values if v.graph)
     if created_by is not None:
-        origins |= {created_by}
+        origins |= {Origin(created_by.node, created_by.statement, True) if possible else created_by}
     if guessed is None:
         guessed = not known_operation or all(v.guessed for v in values if v.graph)
     if unread is None:
         unread = not known_operation or all(v.unread for v in values if v.graph)
-    return Value(graph=True, origins=origins, structure=structure, freed=any(v.freed for v in values), guessed=guessed, unread=unread)
+    return Value(
+        graph=True, origins=origins, structure=structure, freed=any(v.freed for v in values), guessed=guessed, unread=unread, possible=possible
+    )
 
 
 def part(value: Value, structure: Structure) -> Value:
     """``value``'s graph (freed where it is) with another structure; not the very tensor a
     backward backwarded."""
-    return Value(value.graph, value.origins, structure, freed=value.freed, graphless=value.graphless, guessed=value.guessed, unread=value.unread)
+    return Value(
+        value.graph,
+        value.origins,
+        structure,
+        freed=value.freed,
+        graphless=value.graphless,
+        guessed=value.guessed,
+        unread=value.unread,
+        possible=value.possible,
+    )
 
 
 def item_of(container: Value, structure: Structure, differentiable: bool = False) -> Value:
@@ -273,6 +297,7 @@ def union(values: Sequence[Value], structure: Structure) -> Value:
         graphless=all(v.graphless for v in values),
         guessed=any(v.guessed for v in values if v.graph),
         unread=any(v.unread for v in values if v.graph),
+        possible=any(v.graph for v in values) and all(v.possible for v in values if v.graph),
     )
 
 

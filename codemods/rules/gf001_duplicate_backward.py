@@ -117,7 +117,7 @@ for batch, target in loader:
         # gradfix saw no graph in, and does not know for a tensor (a torch operation's result,
         # which a first backward that ran proves has a graph), may be no tensor at all: an object
         # whose own ``backward`` runs.
-        unknown = not second.value.graph and second.value.structure is not TENSOR
+        unknown = (not second.value.graph or second.value.possible) and second.value.structure is not TENSOR
         unseen = f"gradfix sees no graph in `{name}`: it may be no tensor, and its `backward` not autograd's" if unknown else ""
         if first.retain_graph is None:  # kept, it is backwarded again on purpose, as with retain_graph=True
             unseen = unseen or "the first call may keep its graph"
@@ -153,7 +153,8 @@ for batch, target in loader:
         """Whether the second backward certainly walks a tensor the first one freed: it backwards
         the very tensor again, so walks all the first walked, and a node there certainly saved
         one (``FileAnalysis.saved_for_certain``): the second raises."""
-        return bool(second.value.graph and second.value.freed) and self.analysis.saved_for_certain(self.analysis.graph_nodes(first))
+        seen = second.value.graph and not second.value.possible  # (a graph only possible is none it proved)
+        return bool(seen and second.value.freed) and self.analysis.saved_for_certain(self.analysis.graph_nodes(first))
 
     def _backwarded_for_the_trainer(self) -> Iterator[Violation]:
         """A trainer (Lightning under automatic optimization, Hugging Face's ``Trainer``) backwards

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from functools import reduce
+from operator import or_
 from typing import Iterator, Sequence
 
 import libcst as cst
@@ -114,13 +116,17 @@ for x, y_reg, y_cls in loader:
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
             between = self._between(block, group[0], group[-1])
             optimizers = set().union(*(stepped_optimizers(s) for s in between))
+            effects = reduce(or_, (self.analysis.gradient_effects(s) for s in between), GradientEffect(0))
             if len(optimizers) > 1:
                 message += "optimizers take turns between them, so detach the shared value for the first loss"
-            elif any(self.analysis.gradient_effects(s) & GradientEffect.UPDATING for s in between):
+            elif effects & (GradientEffect.STEP | GradientEffect.SCALER_UPDATE):
                 message += "an optimizer steps between them, so recompute the shared value after the step"
+            elif effects & GradientEffect.ZERO_GRAD:
+                clearing = next(s for s in between if self.analysis.gradient_effects(s) & GradientEffect.ZERO_GRAD)
+                message += f"line {self.analysis.line(clearing)} clears the gradients between them, so recompute the shared value after it"
             else:
                 message += "backward their sum once"
-            if len(optimizers) <= 1 and any(self.analysis.gradient_effects(s) & GradientEffect.UPDATING for s in between):
+            if len(optimizers) <= 1 and effects & GradientEffect.UPDATING:
                 fix = self._recompute_fix(group, block)
             else:
                 fix = self._fix(group, block)
@@ -130,7 +136,8 @@ for x, y_reg, y_cls in loader:
                     f" (not rewritten: the hook or autograd Function at line {self.analysis.line(hook)} sees each "
                     "backward's gradient on its own, and would see their sum)"
                 )
-            yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group, guess=_guess(group))
+            guess = _guess(group, self._shares_only_possible(group))
+            yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group, guess=guess)
         yield from self._into_a_branch()
 
     def _into_a_branch(self) -> Iterator[Violation]:
@@ -169,7 +176,7 @@ for x, y_reg, y_cls in loader:
                     self._branch_fix(first, second, branch, between),
                     related=(second.call,),
                     sites=(first, second),
-                    guess=_guess((first, second)),
+                    guess=_guess((first, second), self._shares_only_possible([first, second])),
                 )
                 break
 
@@ -236,12 +243,21 @@ for x, y_reg, y_cls in loader:
 
     def _shared_origins(self, group: list[BackwardSite]) -> set[cst.BaseStatement]:
         """Statements whose graph nodes the last site shares with an earlier one."""
+        return {o.statement for o in self._shared_nodes(group)}
+
+    def _shared_nodes(self, group: list[BackwardSite]) -> set[Origin]:
+        """The graph nodes the last site shares with an earlier one."""
         within = group[0].loops[0] if group[0].loops else None
         graphs = [{o for o in expand(site.value.origins, within) if isinstance(o, Origin)} for site in group]
-        shared: set[cst.BaseStatement] = set()
+        shared: set[Origin] = set()
         for earlier in graphs[:-1]:
-            shared |= {o.statement for o in earlier & graphs[-1]}
+            shared |= earlier & graphs[-1]
         return shared
+
+    def _shares_only_possible(self, group: list[BackwardSite]) -> bool:
+        """Whether every node the losses share only may exist: built from what code gradfix did not
+        read may hand back (``Value.possible``), so they may share no graph at all."""
+        return all(node.possible for node in self._shared_nodes(group))
 
     def _kept_for_later(self, site: BackwardSite, last: BackwardSite) -> bool:
         """Whether ``retain_graph=True`` at ``site`` keeps graph nodes that ``last`` does not walk
@@ -344,11 +360,19 @@ def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
     return [func] if isinstance(func, cst.Name) else []
 
 
-def _guess(sites: Sequence[BackwardSite]) -> str:
+def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False) -> str:
     """Why the losses may not share a graph after all: one of them came out of code gradfix did not
     read, or is an item of a tuple whose items gradfix cannot tell apart (a function's
-    ``(loss, aux_loss)``, the second from a forward of its own)."""
+    ``(loss, aux_loss)``, the second from a forward of its own), or what they share only may be a
+    graph (``shares_only_possible``); or why the first backward may not have freed it: a
+    ``retain_graph`` gradfix cannot evaluate (a flag, a helper's parameter)."""
+    kept = next((site for site in sites[:-1] if site.retain_graph is None), None)
+    if kept is not None:
+        return f"gradfix cannot tell whether `{code_of(kept.call)}` keeps the graph for the next backward"
     unread = next((site for site in sites if site.value.unread), None)
+    if shares_only_possible:
+        unread = unread or sites[0]
+        return f"what `{code_of(unread.tensors[0])}` shares with the other loss comes out of code gradfix did not read, and may hold no graph"
     if unread is not None:
         return f"`{code_of(unread.tensors[0])}` comes out of code gradfix did not read, and may not hold the graph it seems to share"
     guessed = next((site for site in sites if site.value.guessed), None)

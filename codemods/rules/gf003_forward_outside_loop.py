@@ -11,7 +11,6 @@ from ..analysis import (
     NO_HIDDEN_BACKWARD,
     READS_MODELLED_CODE,
     assigned_names,
-    code_of,
     is_single_assignment,
     read_names,
 )
@@ -109,7 +108,7 @@ for epoch in range(epochs):
             if changing is False:
                 continue  # every iteration would compute the same forward: one kept graph is right
             fix = self._fix(hoisted, loop, safe=not runs)
-            guesses = [_guess(self.analysis.unread_value(hoisted))]
+            guesses = [self.analysis.closed_world.unread_guess(hoisted)]
             # Where the program runs, the stale forward is the bug only if an iteration must change
             # what it was built from.
             if runs and changing and not self.analysis.reads_what_trains(hoisted):
@@ -209,7 +208,3 @@ for epoch in range(epochs):
                 return True
             parent = self.analysis.tree.parent(parent)
         return False
-
-
-def _guess(unread: cst.BaseExpression | None) -> str:
-    return "" if unread is None else f"`{code_of(unread)}` comes out of code gradfix did not read, and may hold no graph"

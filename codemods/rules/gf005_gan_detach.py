@@ -113,12 +113,15 @@ for real in loader:
                 message += f"give the discriminator `{steps.generator_output}.detach()`"
                 if steps.unfixable:
                     message += f" (not rewritten: {steps.unfixable})"
+            # A discriminator loss built by code gradfix did not read may not reach the generator's output.
+            unread = f"`{code_of(d_step.tensor or d_step.call)}` comes out of code gradfix did not read, and may not hold the generator's graph"
             yield self.violation(
                 d_step.call,
                 message,
                 self._fix(steps),
                 related=(steps.generator_step.call, *steps.detach_at),
                 sites=(d_step, steps.generator_step),
+                guess=unread if d_step.value.unread else "",
             )
 
     def _fix(self, steps: GanSteps) -> Fix | None:

@@ -162,6 +162,7 @@ for step in range(steps):
                 fix,
                 related=(function,),
                 sites=tuple(site for site in self.analysis.backward_sites if site.scope.node is function),
+                guess=self.analysis.closed_world.unread_guess([statement]),
             )
 
     def _made_once(self, statement: cst.CSTNode, scope: Scope) -> bool:
@@ -256,4 +257,5 @@ for step in range(steps):
                 self._detach_fix(statement),
                 related=(loop.node, site.call),
                 sites=(site,),
+                guess=self.analysis.closed_world.unread_guess([statement]),
             )

@@ -114,7 +114,7 @@ print(total_loss / len(loader))
                 held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
                 if held is None or not self.analysis.value_nodes(held):
                     continue  # no graph kept: a number, a detached tensor, a value made under no_grad
-                if not isinstance(value, cst.Name) and held.guessed:
+                if not isinstance(value, cst.Name) and held.guessed and not self._operates_on_a_backwarded_tensor(value):
                     continue  # an expression whose graph came out of code gradfix cannot read (`sum(rewards)` of env.step's rewards)
                 if self.analysis.value_nodes(held) <= carried_on:
                     continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
@@ -125,7 +125,11 @@ print(total_loss / len(loader))
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`) or a dict of tensors; a tensor a
                 # backward walked is one.
-                proved = held.backwarded or (isinstance(value, cst.Name) and self._backwarded_later(loop, statement, value.value))
+                proved = (
+                    held.backwarded
+                    or (isinstance(value, cst.Name) and self._backwarded_later(loop, statement, value.value))
+                    or self._operates_on_a_backwarded_tensor(value)
+                )
                 one_tensor = held.structure is TENSOR or bool(proved)
                 unfixable = self._why_graphs_may_be_needed(loop, store, held)
                 if not unfixable and not one_tensor:
@@ -146,6 +150,20 @@ print(total_loss / len(loader))
                 elif held.guessed and not proved:
                     guess = f"`{code_of(value)}` may hold no graph: it is an item of a tuple gradfix cannot tell apart from the others"
                 yield self.violation(value, message, fix, guess=guess)
+
+    def _operates_on_a_backwarded_tensor(self, expression: cst.BaseExpression) -> bool:
+        """Whether ``expression`` is arithmetic (``loss * y.size(0)``, ``-loss``, ``loss / n``) on a
+        name that holds, on every path here, a tensor a backward already walked: that tensor holds a
+        graph (the backward would have raised otherwise), and so does any of these operations on it,
+        whatever code built it."""
+        if isinstance(expression, cst.Name):
+            read = self.analysis.value_read(expression)
+            return read is not None and bool(read.backwarded)
+        if isinstance(expression, cst.BinaryOperation) and isinstance(expression.operator, _GRAPH_OPERATORS):
+            return self._operates_on_a_backwarded_tensor(expression.left) or self._operates_on_a_backwarded_tensor(expression.right)
+        if isinstance(expression, cst.UnaryOperation) and isinstance(expression.operator, (cst.Minus, cst.Plus)):
+            return self._operates_on_a_backwarded_tensor(expression.expression)
+        return False
 
     def _backwarded_later(self, loop: Loop, statement: cst.CSTNode, name: str) -> bool:
         """Whether a backward later in the same iteration walks ``name`` as ``statement`` kept it
@@ -271,6 +289,10 @@ print(total_loss / len(loader))
 
 # What a detached tensor answers differently from the tensor it was detached from.
 _BOOKKEEPING = {"grad_fn", "requires_grad", "is_leaf", "register_hook", "retain_grad", "backward", "grad", "_version"}
+
+
+# Operators whose result, on a tensor with a graph, is a node of that graph (not ``//`` or ``%``).
+_GRAPH_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power, cst.MatrixMultiply)
 
 
 def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.BaseExpression] | None:

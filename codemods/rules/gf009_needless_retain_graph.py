@@ -40,7 +40,9 @@ class NeedlessRetainGraph(Rule):
     graph, no later iteration of a loop carries it on or walks it again (a graph built before the loop),
     the graph is not handed to code it does not follow (stored on an object, returned, passed to a call
     made for its effect, read by a nested function or a lambda from the scope around it, or the receiver
-    of ``loss.backward`` taken as a value: code that may run later), and, inside a function, no caller
+    of ``loss.backward`` taken as a value: code that may run later), no part of it may come out of code
+    gradfix did not read (a method of a module of another file's class, a model the function is handed:
+    that code may keep it for another backward), and, inside a function, no caller
     in the file passes it a graph (or the graph does not reach its parameters). The gradients are the
     same; the memory is freed at the backward.
 
@@ -99,6 +101,10 @@ for x, y in loader:
         if any(self._handed_to_next_iteration(loop, nodes) for loop in site.loops):
             return False
         if not nodes or nodes & (self.analysis.escaped(site.scope) | self.analysis.closed_world.graphs_read_later(site.scope.node)):
+            return False
+        if any(node.possible for node in nodes):
+            # part of it may come out of code gradfix did not read, which may share it with another
+            # backward (``module.merge_weights()`` keeping merged weights for every forward)
             return False
         if any(isinstance(source, Element) for source in site.value.origins | expand(site.value.origins, within)):
             return False  # an element of a container of graphs: what the elements share is not known

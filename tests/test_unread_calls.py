@@ -1,0 +1,181 @@
+"""A call of code gradfix did not read (a method of a module whose class is another file's, a callable
+the code holds: a parameter, an item of a list, what a factory built) may hand back a graph built
+from parameters gradfix never saw. That graph is only possible (``Value.possible``): what asks
+whether a graph *may* be kept, shared or walked again reads it, and no finding of the default
+output or safe rewrite rests on it. Each test has the variant where the callee is a module of the
+file, which keeps the answer gradfix gave before. Every program here was run with torch."""
+
+import gradfix
+
+HEADER = """\
+import torch
+import torch.nn as nn
+"""
+
+
+def found(source, **options):
+    return [(f.code, f.hint, f.fix and f.fix.value) for f in gradfix.check(HEADER + source, hints=True, **options).findings]
+
+
+POLICY = """\
+from torch.distributions import Normal
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mean = nn.Linear(3, 2)
+        self.log_std = nn.Linear(3, 2)
+
+    def sample(self, state):
+        normal = Normal(self.mean(state), self.log_std(state).clamp(-5, 2).exp())
+        x = normal.rsample()
+        return torch.tanh(x), normal.log_prob(x).sum(1, keepdim=True)
+"""
+
+# Reduced from pranz24/pytorch-soft-actor-critic (sac.py), its networks in model.py: both losses
+# read log_pi, and the alpha loss is backwarded before any step, so the policy loss's
+# retain_graph=True is needed (without it: "Trying to backward through the graph a second time").
+SAC_STEP = """\
+{policy}
+policy, critic = Policy(), nn.Linear(5, 1)
+log_alpha = torch.zeros(1, requires_grad=True)
+optimizer = torch.optim.Adam([*policy.parameters(), log_alpha], lr=1e-3)
+for step in range(3):
+    state = torch.randn(16, 3)
+    action, log_pi = policy.sample(state)
+    policy_loss = (0.2 * log_pi - critic(torch.cat([state, action], 1))).mean()
+    alpha_loss = -(log_alpha * ({alpha_reads} + 2.0)).mean()
+    optimizer.zero_grad()
+    policy_loss.backward(retain_graph=True)
+    alpha_loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_method_of_a_module_of_another_file_may_build_the_graph_a_kept_graph_is_kept_for():
+    unread = SAC_STEP.format(policy="from model import Policy\n", alpha_reads="log_pi")
+    read_here = SAC_STEP.format(policy=POLICY, alpha_reads="log_pi")
+    # (b85b31c: a GF009 finding, whose unsafe fix drops a retain_graph the alpha loss needs)
+    assert found(unread) == []
+    assert found(read_here) == []
+
+
+def test_a_kept_graph_nothing_walks_again_is_still_needless_where_gradfix_read_the_method():
+    # The alpha loss reads no graph of the policy: the retain_graph keeps what nothing walks again
+    # (run with torch: the program runs without it). Where the method is unread code, that is
+    # not known (it may keep part of the graph for another call), and nothing is reported (b85b31c
+    # reported it, with an unsafe fix: a true finding this gives up, a miss costing less than the
+    # false one of the test above).
+    read_here = SAC_STEP.format(policy=POLICY, alpha_reads="torch.ones(16, 1)")
+    unread = SAC_STEP.format(policy="from model import Policy\n", alpha_reads="torch.ones(16, 1)")
+    assert [(code, hint) for code, hint, _ in found(read_here)] == [("GF009", False)]
+    assert found(unread) == []
+
+
+# Rebuilt from the set-b negative n12 (fusion_bench AdaMerging): a method of the module gradfix did
+# not read keeps merged weights with a graph that every later forward reads, so the backward of
+# each task's loss walks them again and needs retain_graph=True. The forward is a call of a
+# module the function is handed.
+MERGED_WEIGHTS = """\
+{merged}
+def adapt(module, batches, optimizer):
+    module.merge_weights()
+    for batch in batches:
+        loss = module(batch).pow(2).mean()
+        loss.backward(retain_graph=True)
+    optimizer.step()
+"""
+
+MERGED_HERE = """\
+class Merged(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.base = nn.Parameter(torch.randn(4, 4))
+        self.task_wise_weight = nn.Parameter(torch.ones(1))
+
+    def merge_weights(self):
+        self.weight = self.base * self.task_wise_weight
+
+    def forward(self, x):
+        return x @ self.weight
+"""
+
+
+def test_what_a_module_of_unread_code_may_keep_for_every_forward_is_no_proof_that_a_kept_graph_is_needless():
+    assert found(MERGED_WEIGHTS.format(merged="")) == []
+    assert found(MERGED_WEIGHTS.format(merged=MERGED_HERE)) == []
+
+
+# Reduced from HobbitLong/RepDistiller (train_student.py): the student and the criteria are items
+# of lists the function is handed; both losses read the student's logits.
+DISTILL = """\
+def train_distill(module_list, criterion_list, optimizer, loader):
+    model_s = {student}
+    criterion_cls = {criteria[0]}
+    criterion_div = {criteria[1]}
+    for input, target in loader:
+        logit_s = model_s(input)
+        loss_cls = criterion_cls(logit_s, target)
+        loss_div = criterion_div(logit_s, target)
+        optimizer.zero_grad()
+        loss_cls.backward()
+        loss_div.backward()
+        optimizer.step()
+"""
+
+
+def test_callables_the_code_is_handed_may_build_the_graph_two_backwards_share():
+    handed = ("criterion_list[0]", "criterion_list[1]")
+    # (b85b31c: nothing; run with torch: the second backward raises)
+    assert [(code, hint) for code, hint, _ in found(DISTILL.format(student="module_list[0]", criteria=handed))] == [("GF002", True)]
+    # The student and the criteria modules of the file: the losses share the student's graph, for
+    # certain (as at b85b31c). With the criteria handed in, what they return is a guess (a hint, as
+    # at b85b31c).
+    student = "student = nn.Linear(8, 5)\n"
+    torchs = ("nn.CrossEntropyLoss()", "nn.MultiMarginLoss()")
+    assert [(code, hint) for code, hint, _ in found(student + DISTILL.format(student="student", criteria=torchs))] == [("GF002", False)]
+    assert [(code, hint) for code, hint, _ in found(student + DISTILL.format(student="student", criteria=handed))] == [("GF002", True)]
+
+
+# Reduced from PetarV-/DGI (execute.py, mutated): the embeddings are taken from the encoder, an
+# attribute of the model gradfix cannot name, without .detach(); the probe's loop backwards
+# through that one graph at every step.
+PROBE = """\
+class GCN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+
+    def forward(self, seq, adj):
+        return torch.relu(torch.bmm(adj, self.fc(seq)))
+
+
+class DGI(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gcn = GCN()
+
+
+model = DGI()
+{encoder}
+features, adj = torch.randn(1, 10, 8), torch.rand(1, 10, 10)
+labels = torch.randint(0, 3, (10,))
+embeds = {embedded}
+train_embs = embeds[0, :6]
+probe = nn.Linear(16, 3)
+opt = torch.optim.Adam(probe.parameters(), lr=0.01)
+for it in range(100):
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(probe(train_embs), labels[:6])
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_submodule_gradfix_cannot_name_may_build_a_graph_before_the_loop():
+    # (b85b31c: nothing; run with torch: the second iteration's backward raises)
+    unread = found(PROBE.format(encoder="", embedded="model.gcn(features, adj)"))
+    assert [(code, hint) for code, hint, _ in unread] == [("GF003", True)]
+    known = found(PROBE.format(encoder="gcn = GCN()", embedded="gcn(features, adj)"))
+    assert [(code, hint, fix) for code, hint, fix in known] == [("GF006", False, "safe")]
