@@ -1368,6 +1368,196 @@ def test_a_hook_that_backwards_the_item_it_returns_backwards_it_before_the_train
     assert found(TRAINING_STEP_BACKWARDS_WHAT_IT_RETURNS.format(between="refresh(losses)")) == []
 
 
+# Reduced from MedicalGPT's reward_modeling.py (h60's r10c): a Trainer subclass's compute_loss
+# backwards the loss it returns; a helper elsewhere in the file calls ``.named_parameters()`` on its
+# own parameter. What the helper's variable is says nothing of compute_loss's ``model``.
+TRAINER_WITH_A_HELPER = """\
+from transformers import Trainer
+
+
+class PairTrainer(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
+        chosen = model(input_ids=inputs["chosen"])[0]
+        rejected = model(input_ids=inputs["rejected"])[0]
+        loss = -torch.nn.functional.logsigmoid(chosen - rejected).mean()
+        self.accelerator.backward(loss)
+        return loss
+
+
+def count_trainable({name}):
+    return sum(p.numel() for _, p in {name}.named_parameters() if p.requires_grad)
+"""
+
+
+def test_what_a_function_learns_of_its_own_variable_holds_only_in_that_function():
+    renamed = found(TRAINER_WITH_A_HELPER.format(name="net"))
+    same_spelling = found(TRAINER_WITH_A_HELPER.format(name="model"))
+    assert [(code, hint, fix) for code, hint, fix in renamed] == [("GF001", False, "safe")]
+    assert same_spelling == renamed
+
+
+GLOBAL_MODULE_READ_IN_A_FUNCTION = """\
+model = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train({parameters}):
+    history = []
+    for t in range(3):
+        out = model(torch.randn(4, 3))
+        history.append(out.mean())
+        loss = out.pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return history
+"""
+
+
+def test_a_function_that_binds_no_name_of_its_own_reads_the_modules_and_one_that_does_does_not():
+    # ``model`` read in ``train`` without a binding of its own: the module's ``nn.Linear``, a proved forward.
+    reading_the_global = found(GLOBAL_MODULE_READ_IN_A_FUNCTION.format(parameters=""))
+    # ``train(model)``, never called in the file: its ``model`` may be anything, whatever the module's
+    # is, so no finding rests on it.
+    own_parameter = found(GLOBAL_MODULE_READ_IN_A_FUNCTION.format(parameters="model"))
+    assert [(code, hint) for code, hint, _ in reading_the_global] == [("GF007", False)]
+    assert [code for code, hint, _ in own_parameter if not hint] == []
+
+
+FABRIC_HANDED_TO_A_FUNCTION = """\
+{made}
+
+
+def train(fabric, generator, discriminator, optimizer_g, optimizer_d, data):
+    criterion = nn.BCEWithLogitsLoss()
+    for (real,) in data:
+        ones, zeros = torch.ones(real.size(0), 1), torch.zeros(real.size(0), 1)
+        optimizer_d.zero_grad()
+        fake = generator(torch.randn(real.size(0), 4))
+        err_d = criterion(discriminator(real), ones) + criterion(discriminator(fake), zeros)
+        fabric.backward(err_d)
+        optimizer_d.step()
+        optimizer_g.zero_grad()
+        err_g = criterion(discriminator(fake), ones)
+        fabric.backward(err_g)
+        optimizer_g.step()
+
+
+generator, discriminator = nn.Linear(4, 8), nn.Linear(8, 1)
+optimizer_g = torch.optim.Adam(generator.parameters())
+optimizer_d = torch.optim.Adam(discriminator.parameters())
+train({handed}, generator, discriminator, optimizer_g, optimizer_d, [(torch.randn(6, 8),)])
+"""
+
+
+def test_a_framework_object_every_call_hands_a_function_is_its_parameters_not_its_spellings():
+    made = "from lightning_fabric import Fabric\nfabric = Fabric(accelerator='cpu')"
+    handed = found(FABRIC_HANDED_TO_A_FUNCTION.format(made=made, handed="fabric"))
+    # The same object under another name at the call: the parameter is still the framework's.
+    renamed = found(FABRIC_HANDED_TO_A_FUNCTION.format(made=made.replace("fabric =", "runner ="), handed="runner"))
+    # Built by code gradfix did not read: what ``fabric.backward`` backwards is not known.
+    unread = found(FABRIC_HANDED_TO_A_FUNCTION.format(made="from launch import make_fabric\nfabric = make_fabric()", handed="fabric"))
+    assert [(code, fix) for code, _, fix in handed] == [("GF005", "safe")]
+    assert renamed == handed
+    assert [(code, fix) for code, _, fix in unread] != [("GF005", "safe")]
+
+
+RETURNED_WITH_OUTPUTS = """\
+from transformers import Trainer
+
+
+class PairTrainer(Trainer):
+    def compute_loss(self, model: nn.Module, inputs, return_outputs=False, **kwargs):
+        chosen = model(input_ids=inputs["chosen"])[0]
+        rejected = model(input_ids=inputs["rejected"])[0]
+        loss = -torch.nn.functional.logsigmoid(chosen - rejected).mean()
+        self.accelerator.backward(loss)
+        return {returned}, {{"chosen": chosen, "rejected": rejected}}
+"""
+
+
+def test_the_backwarded_loss_a_hook_returns_beside_its_outputs_is_one_finding():
+    # The trainer backwards the tuple's first item, the very loss backwarded: GF001's bug alone.
+    same_loss = found(RETURNED_WITH_OUTPUTS.format(returned="loss"))
+    # Another value built on the freed graph: GF010's.
+    built_on_it = found(RETURNED_WITH_OUTPUTS.format(returned="loss * 2"))
+    assert [code for code, hint, _ in same_loss if not hint] == ["GF001"]
+    assert "GF010" in [code for code, hint, _ in built_on_it if not hint]
+
+
+# Rebuilt from the real failure set-a/07 (fairseq's R-Drop task): the task's method is handed the
+# optimizer wrapper of the file under another name; its ``backward`` is the wrapper's own method.
+METHOD_HANDED_AN_INSTANCE = """\
+class Wrapped:
+    def __init__(self, params, lr):
+        self._optimizer = torch.optim.SGD(params, lr=lr)
+
+    def backward(self, loss):
+        loss.backward()
+
+    def zero_grad(self):
+        self._optimizer.zero_grad()
+
+    def step(self):
+        self._optimizer.step()
+
+
+class Task:
+    def train_step(self, batch, net, opt):
+        loss = net(batch).pow(2).mean()
+        opt.backward(loss)
+        opt.backward(loss)
+        return loss
+
+
+model = nn.Linear(3, 1)
+optimizer = Wrapped(model.parameters(), lr=0.1)
+task = Task()
+{elsewhere}
+for step in range(3):
+    optimizer.zero_grad()
+    task.train_step(torch.randn(4, 3), model, optimizer)
+    optimizer.step()
+"""
+
+
+def test_an_instance_every_call_hands_a_method_is_its_parameters_whatever_it_is_named():
+    handed = found(METHOD_HANDED_AN_INSTANCE.format(elsewhere=""))
+    # One more call of a ``train_step`` whose receiver gradfix cannot name: what ``opt`` is, is not known.
+    unresolved = found(METHOD_HANDED_AN_INSTANCE.format(elsewhere="from elsewhere import runner\nrunner.train_step(None, None, None)"))
+    assert [(code, hint, fix) for code, hint, fix in handed] == [("GF001", False, "safe")]
+    assert [code for code, hint, _ in unresolved if not hint] == []
+
+
+FROZEN_AND_HANDED = """\
+def encode(encoder, x):
+    return encoder(x)
+
+
+def main():
+    encoder = nn.Linear(3, 4)
+{frozen}    head = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+    features = None
+    for step in range(3):
+        if step == 0:
+            features = encode(encoder, torch.randn(2, 3))
+        loss = head(features).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_module_frozen_by_the_caller_is_handed_on_frozen():
+    # The caller's encoder is frozen: what the helper computes with it holds no graph (it runs).
+    frozen = found(FROZEN_AND_HANDED.format(frozen="    encoder.requires_grad_(False)\n"))
+    # The same encoder trainable: the features of the first step carry its freed graph (it raises).
+    trainable = found(FROZEN_AND_HANDED.format(frozen=""))
+    assert frozen == []
+    assert [(code, hint) for code, hint, _ in trainable] == [("GF004", False)]
+
+
 # Reduced from locuslab/fast_adversarial (MNIST/train_mnist.py, mutated): the model comes from a
 # factory of another file, so its forward is code gradfix did not read; the running loss adds the
 # loss tensor, scaled, after the loss was backwarded (run with torch: `train_loss` requires grad

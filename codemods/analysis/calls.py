@@ -43,7 +43,7 @@ from .backward_calls import BackwardSite
 from .function_summaries import summary_key
 from .loops import Env
 from .module_info import ModuleInfo
-from .torch_names import creates_parameter
+from .detaching import creates_parameter
 from .syntax import dotted_name, turns_gradients_off
 from .values import (
     CONSTANT,
@@ -149,7 +149,7 @@ class CallSemantics:
     def _engine_call(self, node: cst.Call, env: Env) -> Value:
         """A call of an engine that wraps the model (DeepSpeed's): the model's forward."""
         arguments = [arg.value for arg in node.args]
-        wrapped = self.names.wrapped_modules.get(dotted_name(node.func) or "")
+        wrapped = self.names.wrapped_modules.get(self.names.key(node.func) or "")
         if wrapped is not None:
             return self._module_call(wrapped, node, arguments, env)
         return combine([*self._eval_all(arguments, env), LEAF], self._origin(node), UNKNOWN)
@@ -486,7 +486,7 @@ class CallSemantics:
 
     def _only_reads(self, func: cst.BaseExpression) -> bool:
         """A method of an object of a class that only reads what it is given (``writer.add_scalar``)."""
-        return isinstance(func, cst.Attribute) and self.names.constructed.get(dotted_name(func.value) or "") in READING_LOGGERS
+        return isinstance(func, cst.Attribute) and self.names.constructed.get(self.names.key(func.value) or "") in READING_LOGGERS
 
     def _names_an_object(self, node: cst.BaseExpression) -> bool:
         """A module, an optimizer or a framework object: never a graph, whatever it is built from."""
@@ -494,7 +494,7 @@ class CallSemantics:
             self.names.module(node, self._scope.class_name) is not None
             or self.names.framework(node) is not None
             or dotted_name(node) in self.names.optimizers
-            or dotted_name(node) in self.names.objects
+            or self.names.key(node) in self.names.objects
         )
 
     def _record_backward(self, call: cst.Call, api: BackwardApi, env: Env) -> None:

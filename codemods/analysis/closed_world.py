@@ -463,7 +463,7 @@ class ClosedWorld:
         if instance is not None:  # (``model(x)`` of an instance of the file's class, ``self(x)`` in it)
             return self._methods_of(instance, "__call__") + self._methods_of(instance, "forward")
         if isinstance(func, cst.Name):
-            name = self.analysis.names.function_aliases.get(func.value, func.value)
+            name = self.analysis.names.function_aliases.get(self.analysis.names.key(func) or "", func.value)
             functions = [f for f in self.analysis._functions if f.name.value == name and self.analysis.class_name_of(f) is None]
             if functions:
                 return functions
@@ -538,7 +538,7 @@ class ClosedWorld:
         if isinstance(func, cst.Name) and func.value in _DYNAMIC_BUILTINS and func.value not in names.aliases:
             return DYNAMIC_ACCESS
         qualified = names.qualify(func)
-        logger = isinstance(func, cst.Attribute) and names.constructed.get(dotted_name(func.value) or "") in READING_LOGGERS
+        logger = isinstance(func, cst.Attribute) and names.constructed.get(names.key(func.value) or "") in READING_LOGGERS
         if qualified in READING_LOGGERS or logger:
             return None  # a logger reads what it is given (``frameworks.READING_LOGGERS``)
         if qualified is not None and qualified.split(".")[0] == "torch":
@@ -587,7 +587,7 @@ class ClosedWorld:
             info = names.module(func, class_name)
             if info is not None:
                 return _torch_or_local(info)
-            built_by = names.constructed.get(dotted_name(receiver) or "", "")
+            built_by = names.constructed.get(names.key(receiver) or "", "")
             if names.framework(receiver) is not None or TRAINER_RUNS.get(built_by) == method:
                 return True
             if built_by in MODELLED_TORCH_FUNCTIONS and method in MODELLED_OBJECT_METHODS:
@@ -598,7 +598,7 @@ class ClosedWorld:
                 names.module(receiver, class_name) is not None
                 or (dotted_name(receiver) or "") in names.optimizers
                 or names.framework(receiver) is not None
-                or dotted_name(receiver) in names.objects
+                or names.key(receiver) in names.objects
                 or (dotted_name(receiver) == "self" and class_name in names.lightning_classes)
             ):
                 return True
@@ -621,7 +621,7 @@ class ClosedWorld:
         """A tensor by the analysis (``FileAnalysis._is_tensor``), a parameter or a leaf the file
         made, an operation on one, or what a tensor's method or item gives."""
         names = self.analysis.names
-        if self.analysis._is_tensor(expression) or dotted_name(expression) in names.leaf_tensors:
+        if self.analysis._is_tensor(expression) or names.key(expression) in names.leaf_tensors:
             return True
         read = self.analysis.value_read(expression) if isinstance(expression, (cst.Name, cst.Attribute)) else None
         if read is not None and read.structure is TENSOR:
@@ -700,7 +700,9 @@ class ClosedWorld:
             dotted = dotted_name(expression)
             if names.module(expression, class_name) is not None or names.framework(expression) is not None:
                 return True
-            if dotted is not None and (dotted in names.optimizers or dotted in names.leaf_tensors or dotted in names.objects):
+            if dotted is not None and (
+                dotted in names.optimizers or names.key(expression) in names.leaf_tensors or names.key(expression) in names.objects
+            ):
                 return True
             if isinstance(expression, cst.Attribute) and names.is_parameter(expression, class_name):
                 return True

@@ -7,7 +7,7 @@ import libcst as cst
 from ..frameworks import EXCEPTION_KEEPING_CONTEXTS, EXCEPTION_KEEPING_FRAMEWORK_CONTEXTS
 from .assignments import read_names
 from .syntax import is_name
-from .torch_names import TorchNames
+from .torch_facts import TorchNames
 from .tree import SyntaxTree
 
 _LEAVING = (cst.Break, cst.Continue, cst.Return, cst.Raise)

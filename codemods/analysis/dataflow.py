@@ -29,7 +29,7 @@ from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, narrowed, truth
 from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, decorator_callee, graph_facts, result_facts, summary_facts
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
 from .syntax import dotted_name, is_grad, method_called
-from .torch_names import TorchNames
+from .torch_facts import TorchNames
 from .tree import SyntaxTree, node_types
 from .values import LEAF, NOTHING, TENSOR, ListOf, Origin, Source, Structure, TupleOf, Value, combine, element_of, joined, part
 

@@ -26,7 +26,8 @@ from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
 from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver, tested_name
-from .torch_names import TorchNames, collect_torch_names
+from .torch_facts import TorchNames
+from .torch_names import collect_torch_names
 from .tree import SyntaxTree
 from .loops import Carried, Loop, Scope, expand
 from .values import TENSOR, ListOf, Origin, TupleOf, Value
@@ -323,7 +324,7 @@ class FileAnalysis:
         for name in self.tree.findall(statement, cst.Name):
             value = self.value_read(name)
             if value is not None and value.graph and not value.origins:
-                if name.value in self.names.optimized_leaves or name.value not in self.names.leaf_tensors:
+                if name.value in self.names.optimized_leaves or self.names.key(name) not in self.names.leaf_tensors:
                     return True
         class_name = self.class_name_of(statement)
         return any(self.names.is_parameter(a, class_name) for a in self.tree.findall(statement, cst.Attribute))

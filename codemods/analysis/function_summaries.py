@@ -312,7 +312,7 @@ class FunctionSummaries:
         if qualified in self.imported:
             return self.imported[qualified]
         receiver, method = (func.value, func.attr.value) if isinstance(func, cst.Attribute) else (func, None)
-        built_from = self.names.constructed.get(dotted_name(receiver) or "")
+        built_from = self.names.constructed.get(self.names.key(receiver) or "")
         if built_from is None:
             return None
         methods = [method] if method else ["__call__", "forward"]
@@ -326,7 +326,7 @@ class FunctionSummaries:
             instance = self.names.instance_class(func, class_name)
             if instance is not None:
                 return self._summary((instance, "__call__")) or self._summary((instance, "forward"))
-            return self._summary(self.names.function_aliases.get(func.value, func.value))
+            return self._summary(self.names.function_aliases.get(self.names.key(func) or "", func.value))
         if type(func) is cst.Attribute:
             instance = self.names.instance_class(func.value, class_name)
             if instance is not None:

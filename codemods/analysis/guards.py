@@ -24,7 +24,7 @@ from .syntax import expression_key
 
 if TYPE_CHECKING:
     from .loops import Loop
-    from .torch_names import TorchNames
+    from .torch_facts import TorchNames
     from .tree import SyntaxTree
 
 

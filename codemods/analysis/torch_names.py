@@ -7,7 +7,7 @@ and resolves dotted names like ``F.mse_loss`` to ``torch.nn.functional.mse_loss`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import libcst as cst
 
@@ -29,13 +29,11 @@ from ..frameworks import (
     TRAINER_HOOKS,
     WRAPPED_MODEL_KEYWORDS,
 )
-from .. import torch_api
 from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, is_optimizer_class
 from .lightning_optimizers import LightningOptimizers, is_configure_optimizers
 from .syntax import (
     changes_in_place,
     dotted_name,
-    is_detach,
     is_name,
     method_called,
     method_receiver,
@@ -43,124 +41,19 @@ from .syntax import (
     turns_gradients_off,
     unpacked,
 )
+from .call_flow import flow_along_calls
+from .detaching import creates_parameter, returns_detached
 from .module_info import ModuleInfo
+from .scopes import Scopes
+from .torch_facts import TorchNames
 from .tree import SyntaxTree
-
-
-@dataclass
-class TorchNames:
-    aliases: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
-    module_classes: set[str] = field(default_factory=set)  # local nn.Module subclasses
-    modules: dict[str, ModuleInfo] = field(default_factory=dict)  # dotted name -> module
-    self_modules: dict[str, dict[str, ModuleInfo]] = field(default_factory=dict)  # class -> attr -> module
-    self_parameters: dict[str, set[str]] = field(default_factory=dict)  # class -> attrs holding parameters
-    detaching_functions: set[str] = field(default_factory=set)
-    frameworks: dict[str, str] = field(default_factory=dict)  # dotted name -> "accelerator", "fabric", …
-    local_classes: set[str] = field(default_factory=set)  # every class defined in the file
-    # The file's named tuple classes (``class State(NamedTuple)``), with their fields in order.
-    record_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    instances: dict[str, str] = field(default_factory=dict)  # dotted name -> local class it was built from
-    wrapped_modules: dict[str, ModuleInfo] = field(default_factory=dict)  # an engine -> the model it runs (``WRAPPED_MODEL_KEYWORDS``)
-    constructed: dict[str, str] = field(default_factory=dict)  # dotted name -> qualified callee it came from
-    # A name bound once, to one of the file's module-level functions (``loss_fn = my_loss``): that function.
-    function_aliases: dict[str, str] = field(default_factory=dict)
-    trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
-    lightning_classes: set[str] = field(default_factory=set)
-    manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
-    # Whether Lightning optimizes automatically is proved only where ``automatic_optimization`` is
-    # never anything but a literal: set from an argument, a flag, a property or ``setattr``, it is unknown.
-    automatic_optimization_unknown: bool = False
-    optimizer_classes: set[str] = field(default_factory=set)  # local torch.optim.Optimizer subclasses
-    optimizers: set[str] = field(default_factory=set)  # dotted names bound to optimizers
-    optimized_modules: dict[str, set[str]] = field(default_factory=dict)  # optimizer -> modules it updates
-    # Code that sees each backward's gradient on its own (``frameworks.GRADIENT_HOOK_METHODS``).
-    gradient_hooks: list[cst.CSTNode] = field(default_factory=list)
-    # Optimizers given parameters gradfix cannot read (``add_param_group`` of a list built elsewhere).
-    optimizers_of_unknown_parameters: set[str] = field(default_factory=set)
-    # Dotted names handed to a call or kept in a container or on another object (``nn.ModuleDict(
-    # {"teacher": teacher})``, ``wrapper.teacher = teacher``): a module among them may be trained
-    # through whatever holds it; and modules that hold a module or a part of one (``teacher[0] =
-    # student[0]``): they may be trained through it.
-    stored_values: set[str] = field(default_factory=set)
-    leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
-    optimized_leaves: set[str] = field(default_factory=set)  # those an optimizer is given (``SGD([image])``)
-    # Objects that are no tensors by what the program calls on them (``x.zero_grad()``, ``x.step()``:
-    # a tensor has neither method): an optimizer or a wrapper of one, whatever class built it.
-    objects: set[str] = field(default_factory=set)
-    manually_trained: set[str] = field(default_factory=set)  # modules whose parameters the program updates itself
-    # ``for p in [W, b]: p.requires_grad = True``: the loop, and the names it makes leaves.
-    leaves_made_by: dict[cst.For, tuple[str, ...]] = field(default_factory=dict)
-    # Tensors updated by hand from their gradients (``w -= lr * w.grad``) whose module gradfix cannot name.
-    updated_by_hand: bool = False
-
-    def framework(self, node: cst.CSTNode) -> str | None:
-        """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
-        name = dotted_name(node)
-        return None if name is None else self.frameworks.get(name)
-
-    def is_imported_module(self, node: cst.CSTNode) -> bool:
-        """``kernels`` after ``import kernels`` (or ``from pkg import kernels``): a module object."""
-        return isinstance(node, cst.Name) and node.value in self.aliases
-
-    def instance_class(self, node: cst.CSTNode, class_name: str | None) -> str | None:
-        """The local class of the object an expression names (``self`` inside that class)."""
-        name = dotted_name(node)
-        if name is None:
-            return None
-        if name == "self" and class_name:
-            return class_name
-        return self.instances.get(name)
-
-    def qualify(self, node: cst.CSTNode) -> str | None:
-        """The qualified name of a dotted expression, following import aliases."""
-        name = dotted_name(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        if head in self.aliases:
-            head = self.aliases[head]
-        return f"{head}.{rest}" if rest else head
-
-    def is_torch(self, node: cst.CSTNode) -> bool:
-        name = self.qualify(node)
-        return name is not None and name.split(".")[0] == "torch"
-
-    def module_class(self, callee: cst.CSTNode) -> str | None:
-        """If calling ``callee`` constructs an nn.Module, the class's short name."""
-        name = self.qualify(callee)
-        if name is None:
-            return None
-        if name in self.module_classes:
-            return name
-        if name.startswith("torch.nn.") and name.count(".") == 2 and name[9:10].isupper() and name != "torch.nn.Parameter":
-            return name.rsplit(".", 1)[1]
-        return None
-
-    def is_parameter(self, node: cst.Attribute, class_name: str | None) -> bool:
-        """``self.w`` set from ``nn.Parameter`` in the class, or ``<module>.weight`` / ``.bias``."""
-        name = dotted_name(node)
-        if name is not None and class_name and name.startswith("self.") and name.count(".") == 1:
-            return name[5:] in self.self_parameters.get(class_name, set())
-        return self.module(node.value, class_name) is not None and node.attr.value.startswith(("weight", "bias"))
-
-    def module(self, node: cst.CSTNode, class_name: str | None) -> ModuleInfo | None:
-        """The module an expression names (``model``, ``self.encoder``, ``self.layers[i]``), if any."""
-        if type(node) is cst.Subscript:  # (exact types: see ``dotted_name``)
-            container = self.module(node.value, class_name)
-            return None if container is None else ModuleInfo("")
-        name = dotted_name(node)
-        if name is None:
-            return None
-        if name in self.modules:
-            return self.modules[name]
-        if class_name and name.startswith("self."):
-            return self.self_modules.get(class_name, {}).get(name[5:])
-        return None
 
 
 class _TorchNamesCollector(cst.CSTVisitor):
     def __init__(self, tree: SyntaxTree) -> None:
-        self.names = TorchNames()
+        self._scopes = Scopes(tree)
+        self.names = TorchNames(scopes=self._scopes)
+        self._key = self.names.key  # (the variable a dotted expression names where it is written)
         self._tree = tree
         self._classes: list[str] = []
         self._aliases: list[tuple[str | None, str, str]] = []  # (class, target, module name) to resolve
@@ -170,14 +63,18 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._by_parameter_loops: set[int] = set()  # updates inside ``for p in model.parameters():``
         self._name_lists: dict[str, cst.BaseExpression] = {}  # name -> the list or tuple literal bound to it
         self._callables: dict[str, cst.FunctionDef] = {}  # module-level function, or class -> its __init__
-        # (name, callee, position, keyword, the function passing it): names passed to the file's own
-        # functions and classes, stored only if the callee stores (or passes on) the parameter.
-        self._handed: list[tuple[str, str, int, str | None, cst.FunctionDef | None]] = []
-        self._handed_modules: list[tuple[str, int, str | None, ModuleInfo]] = []  # modules built in a call's arguments
-        self._calls_of: dict[str, int] = {}  # the file's own functions, by how often the file calls them
+        # (name, callee, position, keyword, the function passing it, the name's key): names passed to
+        # the file's own functions and classes, stored only if the callee stores (or passes on) the parameter.
+        self._handed: list[tuple[str, str, int, str | None, cst.FunctionDef | None, str]] = []
+        self._calls: list[cst.Call] = []  # every call, for the facts handed along them (``call_flow``)
+        self._methods: dict[tuple[str, str], cst.FunctionDef] = {}  # (class, name) -> method, of top-level classes
+        self._plain_classes: set[str] = set()  # classes of the file of no base but ``object`` and the file's plain classes
+        self._derived: set[str] = set()  # the file's classes another class of the file derives from
+        self._redefined: set[str] = set()  # class names the file defines more than once
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
-        self._bindings: dict[str, list[str | None]] = {}  # name -> what each assignment binds it to (a name, or None)
+        self._bindings: dict[str, list[str | None]] = {}  # key -> what each assignment binds it to (a name, or None)
         self._assigned_aliases: set[str] = set()  # names an assignment made another name for torch's
+        self._spelled_bindings: dict[str, int] = {}  # spelling -> how many assignments bind it, in any scope
         self.lightning = LightningOptimizers()
 
     # imports ---------------------------------------------------------------------------------
@@ -217,6 +114,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
     # classes and functions -------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         class_name = node.name.value
+        if class_name in self.names.local_classes:
+            self._redefined.add(class_name)
         self.names.local_classes.add(class_name)
         for base in node.bases:
             name = self.names.qualify(base.value) or ""
@@ -244,6 +143,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.module_classes.add(class_name)
             if name in AUTOGRAD_FUNCTION_BASES:
                 self.names.gradient_hooks.append(node)
+        bases = [self.names.qualify(base.value) or "" for base in node.bases]
+        self._derived.update(bases)
+        if not node.keywords and all(base == "object" or base in self._plain_classes for base in bases):
+            self._plain_classes.add(class_name)
         self._classes.append(class_name)
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
@@ -257,16 +160,19 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self._callables[node.name.value] = node
             elif node.name.value == "__init__" and len(self._classes) == 1:
                 self._callables[self._classes[-1]] = node
+            if len(self._classes) == 1:
+                self._methods[(self._classes[-1], node.name.value)] = node
         self._functions.append(node)
         for param in node.params.params:
             annotation = param.annotation
             if annotation is None:
                 continue
             qualified = self.names.qualify(annotation.annotation)
+            key = self._scopes.key_in(node, param.name.value)  # (the function's own parameter)
             if qualified == "torch.nn.Module":
-                self.names.modules[param.name.value] = ModuleInfo("", unread=True)
+                self.names.modules[key] = ModuleInfo("", unread=True)
             elif qualified in FRAMEWORK_CONSTRUCTORS:
-                self.names.frameworks[param.name.value] = FRAMEWORK_CONSTRUCTORS[qualified]
+                self.names.frameworks[key] = FRAMEWORK_CONSTRUCTORS[qualified]
 
     def visit_Return(self, node: cst.Return) -> None:
         """A LightningModule's ``configure_optimizers`` returns optimizers the trainer steps
@@ -294,66 +200,13 @@ class _TorchNamesCollector(cst.CSTVisitor):
             return
         name = original_node.name.value
         qualified = f"{self._classes[-1]}.{name}" if self._classes else name  # a method: ``Class.method``
-        if self._returns_detached(original_node):
+        if returns_detached(original_node, self._tree, self.names):
             self.names.detaching_functions.add(qualified)
-
-    def _returns_detached(self, function: cst.FunctionDef) -> bool:
-        """Whether every ``return`` of ``function`` hands back values without a graph, by torch's
-        tables (``torch_api``) as the dataflow reads them: ``h.detach()``, ``h.item()``, ``h.data``,
-        a new tensor (``Variable(h.data)``, ``torch.zeros(...)``), a tuple, list or comprehension of
-        them, ``map(torch.Tensor.detach, h)``, or a call of the function itself (``repackage_hidden``:
-        every value it returns bottoms out in a return of the others)."""
-        returns = [r for r in self._tree.findall(function.body, cst.Return) if not self._nested(r, function)]
-        return bool(returns) and all(r.value is not None and self._detached(r.value, function.name.value) for r in returns)
-
-    def _nested(self, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
-        parent = self._tree.parent(node)
-        while parent is not None and parent is not function:
-            if type(parent) is cst.FunctionDef or type(parent) is cst.Lambda:
-                return True
-            parent = self._tree.parent(parent)
-        return False
-
-    def _detached(self, value: cst.BaseExpression, function: str) -> bool:
-        if is_detach(value) or method_called(value) in torch_api.DETACHING_METHODS:
-            return True
-        if isinstance(value, cst.Attribute) and value.attr.value in torch_api.GRAPHLESS_ATTRIBUTES:
-            return True
-        if isinstance(value, (cst.Tuple, cst.List)):
-            return all(self._detached(element.value, function) for element in value.elements)
-        if isinstance(value, (cst.ListComp, cst.GeneratorExp)):
-            return self._detached(value.elt, function)
-        if isinstance(value, cst.Name):
-            return value.value == "None"
-        if isinstance(value, cst.Call):
-            if isinstance(value.func, cst.Attribute) and not value.args and value.func.attr.value not in torch_api.BOOKKEEPING_METHODS:
-                if self._detached(value.func.value, function):  # ``Variable(h.data).cuda()``: given nothing but a tensor without a graph
-                    return True
-            callee = dotted_name(value.func)
-            if callee in self.names.detaching_functions or (callee or "").rpartition(".")[2] == function:
-                return True  # (``function`` itself, called as ``f``, ``self.f``, ``cls.f`` or ``Class.f``)
-            qualified = self.names.qualify(value.func) or ""
-            if (
-                qualified.startswith("torch.")
-                and qualified.rpartition(".")[2] in torch_api.CREATION_FUNCTIONS
-                and not creates_parameter(self.names, value)
-            ):
-                return True
-            if callee in ("tuple", "list") and len(value.args) == 1:
-                return self._detached(value.args[0].value, function)
-            if callee == "map" and value.args:
-                mapped = value.args[0].value
-                return (
-                    self.names.qualify(mapped) == "torch.Tensor.detach"
-                    or (isinstance(mapped, cst.Lambda) and self._detached(mapped.body, function))
-                    or dotted_name(mapped) in self.names.detaching_functions
-                )
-        return False
 
     # instances -------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) == 1 and type(node.targets[0].target) is cst.Name and (type(node.value) is cst.List or type(node.value) is cst.Tuple):
-            self._name_lists[node.targets[0].target.value] = node.value
+            self._name_lists[self._key(node.targets[0].target) or ""] = node.value
         for target in node.targets:
             pairs = unpacked(target.target, node.value)
             for element, value in pairs:  # self.model, self.steps = model, steps; actor, critic = Actor(), Critic()
@@ -384,17 +237,17 @@ class _TorchNamesCollector(cst.CSTVisitor):
         callee = self.names.qualify(value.func)
         self._bind_optimizers(target, value, callee or "")
         if (type(target) is cst.Tuple or type(target) is cst.List) and callee in FRAMEWORK_TUPLE_CONSTRUCTORS and target.elements:
-            if len(target.elements) > 1 and (optimizer := dotted_name(target.elements[1].value)):
+            if len(target.elements) > 1 and (optimizer := dotted_name(target.elements[1].value)):  # (file-wide: TorchNames)
                 self.names.optimizers.add(optimizer)  # engine, optimizer, …
             kind: str | None
             target, kind = target.elements[0].value, FRAMEWORK_TUPLE_CONSTRUCTORS[callee]
             keyword = WRAPPED_MODEL_KEYWORDS.get(callee or "")
             wrapped = next((self._module_of(arg.value) for arg in value.args if arg.keyword is not None and arg.keyword.value == keyword), None)
-            if wrapped is not None and (engine := dotted_name(target)) is not None:
+            if wrapped is not None and (engine := self._key(target)) is not None:
                 self.names.wrapped_modules[engine] = wrapped
         else:
             kind = FRAMEWORK_CONSTRUCTORS.get(callee or "")
-        name = dotted_name(target)
+        name = self._key(target)
         if name is None:
             return
         if callee is not None:
@@ -411,33 +264,35 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._bind(node.target, node.value)
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        name = dotted_name(target)
+        name = self._key(target)
         if name is None:
             return
         module = self._constructed_module(value) or self._built_modules(value)
         current_class = self._classes[-1] if self._classes else None
         self._bindings.setdefault(name, []).append(value.value if type(value) is cst.Name else None)
-        self._alias_torch_name(name, value, self._bindings[name])
+        spelled = dotted_name(target) or name  # (an alias is file-wide: any binding of its spelling unmakes it)
+        self._spelled_bindings[spelled] = self._spelled_bindings.get(spelled, 0) + 1
+        self._alias_torch_name(spelled, value, self._spelled_bindings[spelled])
         if module is None and type(value) is cst.Name:
-            self._aliases.append((current_class, name, value.value))
+            self._aliases.append((current_class, name, self._key(value) or value.value))
         if module is not None:
             if name.startswith("self.") and self._classes:
                 self.names.self_modules.setdefault(self._classes[-1], {})[name[5:]] = module
             else:
                 self.names.modules[name] = module
             if type(value) is cst.Call and any(self._names_a_module(arg.value) for arg in value.args):
-                self.names.stored_values.add(name)  # ``nn.Sequential(student[0], head)``: it holds them
+                self.names.stored_values.add(dotted_name(target) or name)  # ``nn.Sequential(student[0], head)``: it holds them
         elif name.startswith("self.") and self._classes and creates_parameter(self.names, value):
             self.names.self_parameters.setdefault(self._classes[-1], set()).add(name[5:])
         elif creates_parameter(self.names, value):
             self.names.leaf_tensors.add(name)
 
-    def _alias_torch_name(self, name: str, value: cst.BaseExpression, bindings: list[str | None]) -> None:
+    def _alias_torch_name(self, name: str, value: cst.BaseExpression, bindings: int) -> None:
         """``AdamW = torch.optim.AdamW`` at the module's top, its only binding: torch's (a second unmakes it)."""
-        if len(bindings) > 1 and name in self._assigned_aliases:
+        if bindings > 1 and name in self._assigned_aliases:
             del self.names.aliases[name]
             self._assigned_aliases.discard(name)
-        elif len(bindings) == 1 and not (self._functions or self._classes or name in self.names.aliases) and isinstance(value, cst.Attribute):
+        elif bindings == 1 and not (self._functions or self._classes or name in self.names.aliases) and isinstance(value, cst.Attribute):
             qualified = self.names.qualify(value) or ""
             if qualified.split(".")[0] == "torch":
                 self.names.aliases[name] = qualified
@@ -524,17 +379,16 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if not named or not isinstance(named[0], cst.SimpleString) or LIGHTNING_AUTOMATIC_OPTIMIZATION in named[0].value:
                 self.names.automatic_optimization_unknown = True
         callee = dotted_name(func)
-        if callee in self._callables and callee not in self.names.local_classes:
-            self._calls_of[callee] = self._calls_of.get(callee, 0) + 1
+        self._calls.append(node)
         for position, arg in enumerate(node.args):
             name = dotted_name(arg.value)
             if callee in self._callables or callee in self.names.local_classes:
                 keyword = arg.keyword.value if arg.keyword is not None else None
                 if name is not None and not arg.star:
-                    self._handed.append((name, callee, position, keyword, self._functions[-1] if self._functions else None))
+                    self._handed.append(
+                        (name, callee, position, keyword, self._functions[-1] if self._functions else None, self._key(arg.value) or name)
+                    )
                     continue
-                if not arg.star and (built := self._constructed_module(arg.value)) is not None:
-                    self._handed_modules.append((callee, position, keyword, built))  # ``train(Net(), data)``
             self._note_stored(arg.value)
         if method_called(node) == "add_param_group":
             self._add_parameter_group(node)
@@ -548,13 +402,13 @@ class _TorchNamesCollector(cst.CSTVisitor):
         elif type(func) is cst.Attribute and method_called(node) == "requires_grad_" and type(func.value) is cst.Name:
             # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
             # parameters require grad already), such as an input it optimizes
-            self.names.leaf_tensors.add(func.value.value)
+            self.names.leaf_tensors.add(self._key(func.value) or func.value.value)
         if type(func) is cst.Attribute and func.attr.value in OPTIMIZER_ONLY_METHODS:
-            name = dotted_name(func.value)
+            name = self._key(func.value)
             if name is not None:
                 self.names.objects.add(name)
         if type(func) is cst.Attribute and func.attr.value in MODULE_METHODS:
-            name = dotted_name(func.value)
+            name = self._key(func.value)  # (a helper's ``model.named_parameters()``: the helper's ``model``)
             if name is None:
                 return
             if name.startswith("self.") and name.count(".") == 1 and self._classes:
@@ -575,7 +429,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def _note_module_container(self, container: cst.BaseExpression, item: cst.BaseExpression) -> None:
         """``models.append(Net())``: a list of modules; what ``models[i]`` calls is a forward."""
-        name = dotted_name(container)
+        name = self._key(container)
         class_name = self._classes[-1] if self._classes else None
         module = self._constructed_module(item) or self.names.module(item, class_name)
         if name is not None and module is not None and not name.startswith("self."):
@@ -645,7 +499,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 modules |= found
             elif isinstance(part, cst.Dict):
                 return None  # parameter groups
-            elif isinstance(part, cst.Name) and part.value in self.names.leaf_tensors:
+            elif isinstance(part, cst.Name) and self._key(part) in self.names.leaf_tensors:
                 self.names.optimized_leaves.add(part.value)
             elif not (isinstance(part, cst.Attribute) and self.names.is_parameter(part, class_name) and dotted_name(part.value) == "self"):
                 return None  # ``model.weight``, a list built elsewhere: whose parameters is not known here
@@ -659,7 +513,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._note_leaves_made(node)
         iterated = self.names.module(node.iter, self._classes[-1] if self._classes else None)
         if iterated is not None and not iterated.unread and isinstance(node.target, cst.Name):
-            self.names.modules.setdefault(node.target.value, ModuleInfo(""))  # ``for model in models:`` of modules built here
+            self.names.modules.setdefault(self._key(node.target) or "", ModuleInfo(""))  # ``for model in models:`` of modules built here
         if method_called(node.iter) not in PARAMETER_METHODS:
             return
         target = node.target.elements[-1].value if isinstance(node.target, cst.Tuple) and node.target.elements else node.target
@@ -697,20 +551,20 @@ class _TorchNamesCollector(cst.CSTVisitor):
         items = self._listed_names(node.iter)
         if turned_on and items:
             self.names.leaves_made_by[node] = items
-            self.names.leaf_tensors.update(items)
+            self.names.leaf_tensors.update(self._scopes.key_of(item, node) for item in items)
 
     def _listed_names(self, iterable: cst.BaseExpression | None) -> tuple[str, ...]:
         """The names a list or tuple literal holds, or one a name was bound to (``parameters =
         [C, W1, b1]``); empty for anything else."""
         if isinstance(iterable, cst.Name):
-            iterable = self._name_lists.get(iterable.value)
+            iterable = self._name_lists.get(self._key(iterable) or "")
         if not isinstance(iterable, (cst.List, cst.Tuple)):
             return ()
         names = tuple(name for e in iterable.elements if (name := dotted_name(e.value)) is not None)
         return () if len(names) < len(iterable.elements) else names
 
     def _freeze(self, owner: cst.BaseExpression) -> None:
-        name = dotted_name(owner)
+        name = self._key(owner)
         if name == "self" and self._classes:
             self._frozen_classes.add(self._classes[-1])
         elif name is not None:
@@ -722,39 +576,29 @@ class _TorchNamesCollector(cst.CSTVisitor):
         defined later than gradfix reads it (``_callables`` then has no entry)."""
         for stored in self._stored_in.values():
             self.names.stored_values |= stored
-        for name, callee, position, keyword, _ in self._handed:
+        for name, callee, position, keyword, *_ in self._handed:
             function = self._callables.get(callee)
             parameter = None if function is None else parameter_receiving(function, position, keyword, callee in self.names.local_classes)
-            handed_on = any(passed == parameter and scope is function for passed, *_, scope in self._handed)
+            handed_on = any(passed == parameter and scope is function for passed, *_, scope, _ in self._handed)
             if parameter is None or parameter in self._stored_in.get(function, set()) or handed_on:
                 self.names.stored_values.add(name)
 
-    def resolve_module_parameters(self) -> None:
-        """A parameter of one of the file's functions that every call in the file passes a module
-        (``backward_outputs(conv1, conv2, x)``) names a module: calling it is a forward."""
-        passed: dict[tuple[str, str], list[ModuleInfo]] = {}
-        handed = [(callee, position, keyword, self.names.modules.get(name)) for name, callee, position, keyword, _ in self._handed]
-        for callee, position, keyword, module in [*handed, *self._handed_modules]:
-            function = self._callables.get(callee)
-            parameter = None if function is None or callee not in self._calls_of else parameter_receiving(function, position, keyword, False)
-            if parameter is not None and module is not None:
-                passed.setdefault((callee, parameter), []).append(module)
-        for (callee, parameter), modules in passed.items():
-            # (a parameter only seen calling a module's method, ``model.parameters()``, is a module of no known class)
-            if len(modules) == self._calls_of[callee] and not self.names.modules.get(parameter, ModuleInfo("")).class_name:
-                same = all(module == modules[0] for module in modules)
-                self.names.modules[parameter] = modules[0] if same else ModuleInfo("", frozen=all(m.frozen for m in modules))
+    def resolve_handed_facts(self) -> None:
+        """Parameters that every call of the file hands a module, a framework object or an
+        instance of a class of the file (``call_flow``)."""
+        plain = self._plain_classes - self._derived - self._redefined
+        self._apply_freezing()  # (a module is handed on as it is: frozen, ``encode_prompt(text_encoder, ...)``)
+        flow_along_calls(
+            self.names, self._scopes, self._tree, self._calls, self._callables_of_the_module(), self._methods, plain, self._constructed_module
+        )
+
+    def _callables_of_the_module(self) -> dict[str, cst.FunctionDef]:
+        return {name: function for name, function in self._callables.items() if name not in self.names.local_classes}
 
     def resolve_aliases(self) -> None:
         """``self.model = model`` where ``model`` turned out to be a module; modules frozen by their
         own constructor or after it are not trainable."""
-        for name, module in list(self.names.modules.items()):
-            if name in self._frozen_names or module.class_name in self._frozen_classes:
-                self.names.modules[name] = replace(module, frozen=True)
-        for attributes in self.names.self_modules.values():
-            for attribute, module in list(attributes.items()):
-                if module.class_name in self._frozen_classes or f"self.{attribute}" in self._frozen_names:
-                    attributes[attribute] = replace(module, frozen=True)
+        self._apply_freezing()
         for name, bound in self._bindings.items():
             callee = bound[0] if len(bound) == 1 else None
             function = self._callables.get(callee) if callee is not None else None
@@ -771,27 +615,26 @@ class _TorchNamesCollector(cst.CSTVisitor):
             elif not self.names.modules.get(target, ModuleInfo("")).class_name:
                 self.names.modules[target] = aliased
 
+    def _apply_freezing(self) -> None:
+        """Modules frozen by their own constructor or after it are not trainable."""
+        for name, module in list(self.names.modules.items()):
+            if name in self._frozen_names or module.class_name in self._frozen_classes:
+                self.names.modules[name] = replace(module, frozen=True)
+        for attributes in self.names.self_modules.values():
+            for attribute, module in list(attributes.items()):
+                if module.class_name in self._frozen_classes or f"self.{attribute}" in self._frozen_names:
+                    attributes[attribute] = replace(module, frozen=True)
+
 
 def _names_automatic_optimization(target: cst.BaseExpression) -> bool:
     return (type(target) is cst.Name or type(target) is cst.Attribute) and (dotted_name(target) or "").endswith(LIGHTNING_AUTOMATIC_OPTIMIZATION)
-
-
-def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
-    """``nn.Parameter(...)`` or a tensor factory called with ``requires_grad=True``; not
-    ``nn.Parameter(x, requires_grad=False)``, a constant of the module's state (a step count)."""
-    if type(value) is not cst.Call:
-        return False
-    if names.qualify(value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
-        flags = [a.value for i, a in enumerate(value.args) if (a.keyword.value == "requires_grad" if a.keyword else i == 1)]
-        return not (flags and is_name(flags[0], "False"))
-    return any(arg.keyword is not None and arg.keyword.value == "requires_grad" and is_name(arg.value, "True") for arg in value.args)
 
 
 def collect_torch_names(tree: SyntaxTree) -> TorchNames:
     collector = _TorchNamesCollector(tree)
     tree.replay(collector)
     collector.resolve_stored()
-    collector.resolve_module_parameters()
+    collector.resolve_handed_facts()
     collector.resolve_aliases()
     names = collector.names
     collector.lightning.resolve(names.optimized_modules, names.optimizers_of_unknown_parameters, names.optimizers)

@@ -12,7 +12,6 @@ from ..analysis import (
     as_operand,
     assigned_names,
     code_of,
-    dotted_name,
     expand,
     is_single_assignment,
     loss_handed_to_trainer,
@@ -282,13 +281,16 @@ class Classifier(pl.LightningModule):
         inside it freed: the trainer's own backward of it is the second one."""
         for hook, class_name in self.analysis.trainer_hooks():
             for returned in self.analysis.tree.findall(hook.body, cst.Return):
+                whole = _handed_whole(returned.value)
                 freed = [
                     value
                     for name in _operands(returned.value)
                     if (value := self.analysis.value_read(name)) is not None
                     and value.graph
                     and value.freed
-                    and not (value.backwarded and name is returned.value)  # the very loss backwarded again is GF001's
+                    # the very loss backwarded again is GF001's, returned alone or as what the trainer
+                    # takes of a tuple or dict (``return loss, outputs``)
+                    and not (value.backwarded and name is whole)
                 ]
                 nodes = frozenset().union(*map(self.analysis.value_nodes, freed))
                 freeing = [
@@ -359,9 +361,17 @@ class Classifier(pl.LightningModule):
             call
             for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
             if isinstance(call.func, cst.Attribute)
-            and TRAINER_RUNS.get(constructed.get(dotted_name(call.func.value) or "", "")) == call.func.attr.value
-            and any(constructed.get(dotted_name(arg.value) or "") == class_name for arg in call.args)
+            and TRAINER_RUNS.get(constructed.get(self.analysis.names.key(call.func.value) or "", "")) == call.func.attr.value
+            and any(constructed.get(self.analysis.names.key(arg.value) or "") == class_name for arg in call.args)
         ]
+
+
+def _handed_whole(expression: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """The expression a hook's return hands the trainer as its loss (``loss`` of ``return loss,
+    outputs``), as ``_operands`` follows it."""
+    while expression is not None and (handed := loss_handed_to_trainer(expression)) is not expression:
+        expression = handed
+    return expression
 
 
 def _operands(expression: cst.BaseExpression | None) -> Iterator[cst.Name]:

@@ -1,0 +1,142 @@
+"""What the file's names mean to torch, as ``torch_names`` found them: import aliases, module
+classes and instances, optimizers, framework objects, leaves; and the questions the analysis asks
+of an expression (``module``, ``framework``, ``instance_class``, ``qualify``).
+
+The facts, apart from the pass that collects them, so that what reads them while they are
+collected (``call_flow``, ``detaching``) needs no import of that pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from .module_info import ModuleInfo
+from .scopes import Scopes
+from .syntax import dotted_name
+
+
+@dataclass
+class TorchNames:
+    """What the file's names mean to torch. A table keyed by a "dotted name" holds a variable's
+    fact: the key is ``Scopes.key`` of the name (``train:model`` for the ``model`` a function
+    ``train`` binds, ``model`` for the module's), so what one function learns of its ``model``
+    says nothing of another's. Kept by spelling, file-wide: import ``aliases`` (an import binds the
+    same module object in every scope that makes it) and the tables that only widen what *may*
+    hold, where merging two variables of one spelling can only add (``optimizers``,
+    ``optimized_modules``, ``optimizers_of_unknown_parameters``, ``optimized_leaves``,
+    ``stored_values``, ``manually_trained``): see ``FileAnalysis.may_train``."""
+
+    aliases: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
+    module_classes: set[str] = field(default_factory=set)  # local nn.Module subclasses
+    modules: dict[str, ModuleInfo] = field(default_factory=dict)  # dotted name -> module
+    self_modules: dict[str, dict[str, ModuleInfo]] = field(default_factory=dict)  # class -> attr -> module
+    self_parameters: dict[str, set[str]] = field(default_factory=dict)  # class -> attrs holding parameters
+    detaching_functions: set[str] = field(default_factory=set)
+    frameworks: dict[str, str] = field(default_factory=dict)  # dotted name -> "accelerator", "fabric", …
+    local_classes: set[str] = field(default_factory=set)  # every class defined in the file
+    # The file's named tuple classes (``class State(NamedTuple)``), with their fields in order.
+    record_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    instances: dict[str, str] = field(default_factory=dict)  # dotted name -> local class it was built from
+    wrapped_modules: dict[str, ModuleInfo] = field(default_factory=dict)  # an engine -> the model it runs (``WRAPPED_MODEL_KEYWORDS``)
+    constructed: dict[str, str] = field(default_factory=dict)  # dotted name -> qualified callee it came from
+    # A name bound once, to one of the file's module-level functions (``loss_fn = my_loss``): that function.
+    function_aliases: dict[str, str] = field(default_factory=dict)
+    trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
+    lightning_classes: set[str] = field(default_factory=set)
+    manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
+    # Whether Lightning optimizes automatically is proved only where ``automatic_optimization`` is
+    # never anything but a literal: set from an argument, a flag, a property or ``setattr``, it is unknown.
+    automatic_optimization_unknown: bool = False
+    optimizer_classes: set[str] = field(default_factory=set)  # local torch.optim.Optimizer subclasses
+    optimizers: set[str] = field(default_factory=set)  # dotted names bound to optimizers
+    optimized_modules: dict[str, set[str]] = field(default_factory=dict)  # optimizer -> modules it updates
+    # Code that sees each backward's gradient on its own (``frameworks.GRADIENT_HOOK_METHODS``).
+    gradient_hooks: list[cst.CSTNode] = field(default_factory=list)
+    # Optimizers given parameters gradfix cannot read (``add_param_group`` of a list built elsewhere).
+    optimizers_of_unknown_parameters: set[str] = field(default_factory=set)
+    # Dotted names handed to a call or kept in a container or on another object (``nn.ModuleDict(
+    # {"teacher": teacher})``, ``wrapper.teacher = teacher``): a module among them may be trained
+    # through whatever holds it; and modules that hold a module or a part of one (``teacher[0] =
+    # student[0]``): they may be trained through it.
+    stored_values: set[str] = field(default_factory=set)
+    leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
+    optimized_leaves: set[str] = field(default_factory=set)  # those an optimizer is given (``SGD([image])``)
+    # Objects that are no tensors by what the program calls on them (``x.zero_grad()``, ``x.step()``:
+    # a tensor has neither method): an optimizer or a wrapper of one, whatever class built it.
+    objects: set[str] = field(default_factory=set)
+    manually_trained: set[str] = field(default_factory=set)  # modules whose parameters the program updates itself
+    # ``for p in [W, b]: p.requires_grad = True``: the loop, and the names it makes leaves.
+    leaves_made_by: dict[cst.For, tuple[str, ...]] = field(default_factory=dict)
+    # Tensors updated by hand from their gradients (``w -= lr * w.grad``) whose module gradfix cannot name.
+    updated_by_hand: bool = False
+    scopes: Scopes | None = None  # which function binds a name: the key of the tables above
+
+    def key(self, node: cst.CSTNode) -> str | None:
+        """The key of the variable a dotted expression names where it is written (``Scopes.key``)."""
+        return dotted_name(node) if self.scopes is None else self.scopes.key(node)
+
+    def framework(self, node: cst.CSTNode) -> str | None:
+        """What framework object an expression names (``accelerator``, ``self.fabric``), if known."""
+        name = self.key(node)
+        return None if name is None else self.frameworks.get(name)
+
+    def is_imported_module(self, node: cst.CSTNode) -> bool:
+        """``kernels`` after ``import kernels`` (or ``from pkg import kernels``): a module object."""
+        return isinstance(node, cst.Name) and node.value in self.aliases
+
+    def instance_class(self, node: cst.CSTNode, class_name: str | None) -> str | None:
+        """The local class of the object an expression names (``self`` inside that class)."""
+        name = self.key(node)
+        if name is None:
+            return None
+        if name == "self" and class_name:
+            return class_name
+        return self.instances.get(name)
+
+    def qualify(self, node: cst.CSTNode) -> str | None:
+        """The qualified name of a dotted expression, following import aliases."""
+        name = dotted_name(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        if head in self.aliases:
+            head = self.aliases[head]
+        return f"{head}.{rest}" if rest else head
+
+    def is_torch(self, node: cst.CSTNode) -> bool:
+        name = self.qualify(node)
+        return name is not None and name.split(".")[0] == "torch"
+
+    def module_class(self, callee: cst.CSTNode) -> str | None:
+        """If calling ``callee`` constructs an nn.Module, the class's short name."""
+        name = self.qualify(callee)
+        if name is None:
+            return None
+        if name in self.module_classes:
+            return name
+        if name.startswith("torch.nn.") and name.count(".") == 2 and name[9:10].isupper() and name != "torch.nn.Parameter":
+            return name.rsplit(".", 1)[1]
+        return None
+
+    def is_parameter(self, node: cst.Attribute, class_name: str | None) -> bool:
+        """``self.w`` set from ``nn.Parameter`` in the class, or ``<module>.weight`` / ``.bias``."""
+        name = dotted_name(node)
+        if name is not None and class_name and name.startswith("self.") and name.count(".") == 1:
+            return name[5:] in self.self_parameters.get(class_name, set())
+        return self.module(node.value, class_name) is not None and node.attr.value.startswith(("weight", "bias"))
+
+    def module(self, node: cst.CSTNode, class_name: str | None) -> ModuleInfo | None:
+        """The module an expression names (``model``, ``self.encoder``, ``self.layers[i]``), if any."""
+        if type(node) is cst.Subscript:  # (exact types: see ``dotted_name``)
+            container = self.module(node.value, class_name)
+            return None if container is None else ModuleInfo("")
+        name = self.key(node)
+        if name is None:
+            return None
+        if name in self.modules:
+            return self.modules[name]
+        if class_name and name.startswith("self."):
+            return self.self_modules.get(class_name, {}).get(name[5:])
+        return None
