@@ -745,3 +745,19 @@ for batch in [torch.randn(16, 4) for _ in range(3)]:
 """
     report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
     assert ("GF008" in {f.code for f in report.findings}) == reported, [f.render() for f in report.findings]
+
+
+@pytest.mark.parametrize(
+    ("criterion", "safe"),
+    [
+        ("nn.L1Loss()", True),  # review h61 (LSTNet): a torch module built where it is called
+        ("losses.L1Loss()", False),  # the variant: a class of code gradfix did not read
+    ],
+)
+def test_a_module_built_where_it_is_called_is_read_as_its_class(criterion, safe):
+    report = _findings(
+        "import losses\nmodel = nn.Linear(4, 2)\nx, y = torch.randn(8, 4), torch.randn(8, 2)\noutput = model(x)\n"
+        f"loss = nn.functional.mse_loss(output, y)\nloss_l1 = {criterion}(output, y)\nloss.backward()\nloss_l1.backward()\n",
+        FixMode.SAFE,
+    )
+    assert [(f.code, f.fix is not None and f.fix.value == "safe") for f in [*report.fixed, *report.findings]] == [("GF002", safe)]

@@ -582,6 +582,9 @@ class ClosedWorld:
             return info is not None and (info.is_local or names.module_class(cst.Name("nn")) is None) and _torch_or_local(info)
         if isinstance(func, cst.Subscript):
             return names.module(func, class_name) is not None  # a layer of a container of the file's modules
+        if isinstance(func, cst.Call):  # a module built where it is called (``nn.L1Loss()(a, b)``)
+            built = names.module(func, class_name)
+            return built is not None and _torch_or_local(built)
         if isinstance(func, cst.Attribute):
             receiver = func.value
             info = names.module(func, class_name)

@@ -128,10 +128,14 @@ class TorchNames:
         return self.module(node.value, class_name) is not None and node.attr.value.startswith(("weight", "bias"))
 
     def module(self, node: cst.CSTNode, class_name: str | None) -> ModuleInfo | None:
-        """The module an expression names (``model``, ``self.encoder``, ``self.layers[i]``), if any."""
+        """The module an expression names (``model``, ``self.encoder``, ``self.layers[i]``, one built
+        where it is called: ``nn.L1Loss()``), if any."""
         if type(node) is cst.Subscript:  # (exact types: see ``dotted_name``)
             container = self.module(node.value, class_name)
             return None if container is None else ModuleInfo("")
+        if type(node) is cst.Call:
+            built = self.module_class(node.func)
+            return None if built is None else ModuleInfo(built, is_local=self.qualify(node.func) in self.module_classes)
         name = self.key(node)
         if name is None:
             return None
