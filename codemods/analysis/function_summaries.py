@@ -388,7 +388,11 @@ class FunctionSummaries:
         values only. ``freed``: whether a freed graph stays freed inside."""
         known = self.arguments.setdefault(callee, {})
         for name, value in found.items():
-            if value.graph:
+            # A graph that only may be one (out of code gradfix did not read) is not handed along:
+            # the callee's walk with it would find only may-facts, which no finding of the default
+            # output and no safe fix rests on, and walking again for them took a third more of a
+            # cold check of diffusers (a round more for most of its training scripts).
+            if value.graph and not value.possible:
                 # Carried markers name this round's loops: keep the places they stand for.
                 value = Value(
                     True,
