@@ -53,9 +53,9 @@ def test_a_loop_carries_a_graph_into_the_backward_that_reads_the_state_it_left()
 
 def test_a_loop_that_detaches_its_state_somewhere_detaches_it():
     code = RNN_LOOP.replace("    h = rnn(x, h)\n", "    if step % 10 == 0:\n        h = h.detach()\n    h = rnn(x, h)\n")
-    _, loop = loop_of(code)
-    assert loop.detaches("h")
-    assert not loop.detaches("total")
+    analysis, loop = loop_of(code)
+    assert loop.detaches("h", analysis.tree)
+    assert not loop.detaches("total", analysis.tree)
 
 
 def test_a_read_of_a_tensors_shape_or_length_is_no_read_of_its_data():

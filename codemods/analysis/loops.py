@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_, is_not
-from typing import Iterable, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Sequence, Union
 
 import libcst as cst
 
 from .assignments import assigned_names, read_before_assigned
 from .syntax import is_detach
-from .tree import find_nodes
 from .values import CONSTANT, NONE, NOTHING, LoopMarker, Source, Value, joined
+
+if TYPE_CHECKING:
+    from .tree import SyntaxTree
 
 Env = dict[str, Value]
 LoopNode = Union[cst.For, cst.While, cst.FunctionDef]
@@ -47,6 +49,7 @@ class Loop:
     returned: Value = NOTHING  # for methods: what a call returns
     returns: tuple[Value, ...] = ()  # (what each of its ``return`` statements does)
     freed_at_entry: frozenset[str] = frozenset()  # names holding a freed graph when the loop starts
+    _written_beside_a_detach: frozenset[str] | None = field(default=None, init=False, repr=False)  # (``detaches``, once)
 
     @property
     def is_call(self) -> bool:
@@ -87,20 +90,18 @@ class Loop:
         """Whether ``value`` is built from what ``name`` held when the iteration (the call) started."""
         return Carried(self, name) in expand(value.origins, self)
 
-    def detaches(self, name: str) -> bool:
+    def detaches(self, name: str, tree: SyntaxTree) -> bool:
         """Whether a statement of the loop that writes ``name`` detaches something it assigns
         (``if it > 0: h = h.detach()``): the author manages that state, on paths the analysis
-        does not tell apart."""
+        does not tell apart. ``tree``: the module's (the nodes looked up, not walked)."""
+        if self._written_beside_a_detach is None:
+            detaching = (
+                statement
+                for statement in tree.findall(self.node.body, cst.SimpleStatementLine)
+                if any(type(small) is cst.Assign and tree.findall(small.value, cst.Call, is_detach) for small in statement.body)
+            )
+            self._written_beside_a_detach = frozenset(name for statement in detaching for name in assigned_names(statement, tree=tree))
         return name in self._written_beside_a_detach
-
-    @cached_property
-    def _written_beside_a_detach(self) -> frozenset[str]:
-        detaching = (
-            statement
-            for statement in find_nodes(self.node.body, cst.SimpleStatementLine)
-            if any(isinstance(small, cst.Assign) and find_nodes(small.value, cst.Call, is_detach) for small in statement.body)
-        )
-        return frozenset(name for statement in detaching for name in assigned_names(statement))
 
 
 class _LoopMarker(LoopMarker):
