@@ -144,8 +144,8 @@ class _Flow:
         if type(receiver) is cst.Call:
             built = dotted_name(receiver.func)
             owner = built if built in self.names.local_classes and self.scopes.key(receiver.func) == built else None
-        else:
-            owner = self.names.instance_class(receiver, self._class_of(call))
+        else:  # (the class around the call names only ``self``: looked for only then)
+            owner = self.names.instance_class(receiver, self._class_of(call) if type(receiver) is cst.Name and receiver.value == "self" else None)
         method = self.methods.get((owner, func.attr.value)) if owner is not None else None
         if owner not in self.plain or method is None or func.attr.value.startswith("__") or not _plain(method):
             return None  # (a dunder runs by the language's own calls too: ``obj(x)``, ``with obj``)
