@@ -114,7 +114,11 @@ for inputs, targets in loader:
                 if loop.is_call:
                     continue
                 for name in sorted(loop.carried_names - taken):
-                    if not loop.carries_graph(name, site.value) or loop.detaches(name, self.analysis.tree) or self.analysis.read_only_where_assigned(loop, name):
+                    if (
+                        not loop.carries_graph(name, site.value)
+                        or loop.detaches(name, self.analysis.tree)
+                        or self.analysis.read_only_where_assigned(loop, name)
+                    ):
                         continue
                     if loop.back_edge[name].freed:
                         freed.setdefault(loop, {}).setdefault(name, site)
