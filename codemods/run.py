@@ -227,9 +227,8 @@ def _check_groups(
             index: report for index, report in checked_with_no_project.items() if _calls_none_of(files[index], contents[index], projects[index])
         }
         for index, report in zip(by_text, parsed_by_text()):
-            data = contents[index]
-            if report is not None and data is not None and not may_call(data, written_names(projects[index])):
-                report.original = data  # (``_prefiltered_job`` did not send the bytes back)
+            if report is not None and _calls_none_of(files[index], contents[index], projects[index]):
+                report.original = contents[index]  # (``_prefiltered_job`` did not send the bytes back)
                 checked_early[index] = report
         if cache is not None and (found := modules.found()) is not None:
             cache.store_imports(absolute, found)
