@@ -179,3 +179,17 @@ def test_a_submodule_gradfix_cannot_name_may_build_a_graph_before_the_loop():
     assert [(code, hint) for code, hint, _ in unread] == [("GF003", True)]
     known = found(PROBE.format(encoder="gcn = GCN()", embedded="gcn(features, adj)"))
     assert [(code, hint, fix) for code, hint, fix in known] == [("GF006", False, "safe")]
+
+
+def test_a_graph_that_only_may_be_one_is_not_handed_along_the_file_s_calls():
+    """A helper is walked again with what its callers pass it only where that holds a graph gradfix
+    saw: a graph that only may come out of unread code adds no walk (and no summary round); the
+    variant, a module of the file, hands its graph along as before."""
+    from gradfix.codemods.analysis.file_analysis import FileAnalysis
+    from gradfix.codemods.parse import parse_decoded
+
+    template = "from helpers import make_net\n{net}\ndef loss_of(out):\n    return out.pow(2).mean()\nloss_of(net(torch.ones(3))).backward()\n"
+    for net, handed in [("net = make_net()", False), ("net = nn.Linear(3, 1)", True)]:
+        data = (HEADER + template.format(net=net)).encode()
+        arguments = FileAnalysis(parse_decoded(data, "<test>"), {}, data)._dataflow.arguments
+        assert bool(arguments.get("loss_of")) is handed, net
