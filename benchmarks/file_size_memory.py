@@ -39,7 +39,7 @@ SIZES_KB = (50, 100, 200, 500, 1000, 2000, 5000)
 GRADFIX = Path(sys.executable).with_name("gradfix")
 TRAINING_TAIL = "\nloss = torch.zeros(1, requires_grad=True).sum()\nloss.backward()\n"
 SYNTAX_ERROR = "broken = (\n"
-HOISTED_LOSS = (Path(__file__).resolve().parents[1] / "tests/fixtures/forward_outside_loop/loss_hoisted/before.py").read_text()
+HOISTED_LOSS = (Path(__file__).resolve().parents[1] / "tests/fixtures/gf003_forward_outside_loop/loss_hoisted/before.py").read_text()
 
 
 def training_code(size: int) -> str:

@@ -73,7 +73,7 @@ class Rule:
     # A rule of the ``rules`` package is given these by its module's name (``rule_id``); a rule
     # defined elsewhere (a test's) declares them.
     CODE: ClassVar[str]
-    NAME: ClassVar[str]  # also the fixture folder under tests/fixtures/
+    NAME: ClassVar[str]  # (its fixtures: tests/fixtures/<code>_<name>/, as its module)
     SUMMARY: ClassVar[str]
     FIX: ClassVar[FixKind | None]  # the best fix the rule offers; None if it only reports
     # A safe fix gives the gradients of the program run with its graphs kept (retain_graph=True).

@@ -31,8 +31,8 @@ from .test_pull_request import (  # noqa: F401 (runner_temp: a fixture)
     runner_temp,
 )
 
-DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
-DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
+DOUBLE = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE_FIXED = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
 LOCK = ROOT / "requirements" / "action.txt"
 
 
@@ -181,7 +181,7 @@ def test_fix_mode_outside_a_git_repository_writes_whole_outputs(tmp_path, runner
     workspace = tmp_path / "plain"
     workspace.mkdir()
     (workspace / "train.py").write_text(DOUBLE)
-    (workspace / "left.py").write_text((FIXTURES / "forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text())
+    (workspace / "left.py").write_text((FIXTURES / "gf003_forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text())
     done, outputs, _ = run_action({"mode": "fix"}, runner_temp, workspace, tmp_path)
     assert done.returncode == 0, done.stderr
     assert outputs["changed-files"] == "train.py" and outputs["findings"] == "1"

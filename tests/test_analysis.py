@@ -747,7 +747,7 @@ def test_a_checked_files_syntax_tree_is_freed_without_the_cycle_collector(mode):
     """A file's nodes are freed by reference counting when its check is done. A cycle through its
     analysis (a loop and the values that name it, positions and the analysis) would leave every
     tree to the cycle collector, which walks all of it."""
-    sources = [path.read_bytes() for path in sorted(_FIXTURES.glob("carried_state/*/before.py"))[:4]]
+    sources = [path.read_bytes() for path in sorted(_FIXTURES.glob("gf004_carried_state/*/before.py"))[:4]]
     gc.collect()
     gc.disable()
     try:

@@ -20,7 +20,7 @@ from gradfix.codemods.run import check_files
 
 from .conftest import FIXTURES
 
-CASE = FIXTURES / "duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
+CASE = FIXTURES / "gf001_duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
 
 # Functions of every kind the analysis reads names of: module functions that read globals, methods
 # of a module class, nested helpers, a closure over a loop variable.

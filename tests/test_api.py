@@ -9,8 +9,8 @@ from gradfix.codemods.registry import UnknownRuleError
 
 from .conftest import FIXTURES
 
-SHARED = FIXTURES / "separate_backwards" / "shared_trunk_for_loop"
-UNSAFE = FIXTURES / "backward_after_loop"
+SHARED = FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop"
+UNSAFE = FIXTURES / "gf008_backward_after_loop"
 
 
 def test_check_lists_findings_and_leaves_the_source():

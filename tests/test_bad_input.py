@@ -17,7 +17,7 @@ from gradfix.codemods.execution.verify import BadFixture, discover
 
 from .conftest import FIXTURES
 
-PAIR = FIXTURES / "separate_backwards" / "shared_trunk_for_loop"
+PAIR = FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop"
 BEFORE, AFTER = (PAIR / "before.py").read_bytes(), (PAIR / "after.py").read_bytes()
 
 

@@ -18,8 +18,8 @@ from gradfix.codemods.shard import Shard
 
 from .conftest import FIXTURES
 
-DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
-CLEAN = (FIXTURES / "separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
+DOUBLE = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+CLEAN = (FIXTURES / "gf002_separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
 STEPS = "def train_step(model, batch):\n    loss = model(batch).pow(2).mean()\n    loss.backward()\n    return loss\n"
 TRAIN = (
     "import torch\n\nfrom .steps import train_step\n\nmodel = torch.nn.Linear(3, 1)\n"

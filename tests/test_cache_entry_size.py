@@ -11,7 +11,7 @@ from gradfix.codemods.run import check_files
 
 from .conftest import FIXTURES
 
-CASE = FIXTURES / "separate_backwards" / "shared_trunk_for_loop"
+CASE = FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop"
 SECRET = b"this user's secret on this host.".ljust(32)
 
 

@@ -19,10 +19,10 @@ from gradfix.codemods.registry import all_rules
 
 from .conftest import FIXTURES
 
-DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
-DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
-CLEAN = (FIXTURES / "separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
-REPORTED = (FIXTURES / "forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text()
+DOUBLE = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE_FIXED = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
+CLEAN = (FIXTURES / "gf002_separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
+REPORTED = (FIXTURES / "gf003_forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text()
 
 
 @pytest.fixture
@@ -455,7 +455,7 @@ def test_noqa_in_upper_case_suppresses_too(cli, tmp_path):
 
 
 def test_check_counts_unsafe_fixes_apart_from_safe_ones(cli, tmp_path):
-    after_loop = (FIXTURES / "backward_after_loop" / "accel_backward_after_batch_loop" / "before.py").read_text()
+    after_loop = (FIXTURES / "gf008_backward_after_loop" / "accel_backward_after_batch_loop" / "before.py").read_text()
     script = write(tmp_path / "train.py", after_loop)
     result = cli("check", script)
     assert result.exit_code == 1
@@ -615,7 +615,7 @@ def test_a_noqa_silences_what_it_names(cli, tmp_path, comment, silenced):
 
 
 def test_noqa_inside_a_string_is_no_comment(cli, tmp_path):
-    keyed = (FIXTURES / "separate_backwards" / "while_loop_method" / "before.py").read_text()
+    keyed = (FIXTURES / "gf002_separate_backwards" / "while_loop_method" / "before.py").read_text()
     assert '            losses["recon"].backward()\n' in keyed
     script = write(tmp_path / "train.py", keyed.replace('"recon"', '"# noqa"'))  # losses["# noqa"].backward()
     assert "GF002" in codes(cli("check", script))
@@ -733,7 +733,7 @@ def test_watch_checks_again_when_a_file_changes(cli, tmp_path, monkeypatch):
 
 
 def test_check_unsafe_fixes_shows_what_an_unsafe_fix_would_do(cli, tmp_path):
-    after_loop = FIXTURES / "backward_after_loop" / "module_level_epoch_batch_loop"
+    after_loop = FIXTURES / "gf008_backward_after_loop" / "module_level_epoch_batch_loop"
     script = write(tmp_path / "train.py", (after_loop / "before.py").read_text())
     plain = cli("check", script)
     assert plain.exit_code == 1 and "+++ b/" not in plain.stdout
@@ -804,7 +804,7 @@ def test_interactive_fix_without_a_terminal_refuses_at_once(cli, tmp_path):
 
 
 def test_verify_skips_a_case_whose_framework_is_not_installed(warm_cli, tmp_path, monkeypatch):
-    case = tmp_path / "duplicate_backward" / "ok_deepspeed_cifar_fresh_forward_per_batch"
+    case = tmp_path / "gf001_duplicate_backward" / "ok_deepspeed_cifar_fresh_forward_per_batch"
     shutil.copytree(FIXTURES / case.parent.name / case.name, case)
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "deepspeed" else real_find_spec(name, *rest))
@@ -812,7 +812,7 @@ def test_verify_skips_a_case_whose_framework_is_not_installed(warm_cli, tmp_path
     assert result.exit_code == 0, result.output
     assert result.stderr == "0 passed, 0 failed, 1 skipped (1 fixture case(s))\n"
     assert result.stdout.splitlines()[1].split(None, 3) == [
-        "duplicate_backward/ok_deepspeed_cifar_fresh_forward_per_batch",
+        "gf001_duplicate_backward/ok_deepspeed_cifar_fresh_forward_per_batch",
         "all",
         "skip",
         "needs deepspeed, which is not installed",

@@ -23,9 +23,9 @@ from gradfix.codemods.registry import all_rules, rule_anchor
 from .conftest import FIXTURES
 
 ROOT = FIXTURES.parents[1]
-DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
-DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
-CLEAN = (FIXTURES / "separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
+DOUBLE = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE_FIXED = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
+CLEAN = (FIXTURES / "gf002_separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
 FINDING_LINE = "    loss_reg.backward()\n"  # line 19 of DOUBLE, where its GF002 finding is
 # https://semver.org's regular expression for a version
 SEMVER = re.compile(

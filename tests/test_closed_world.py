@@ -104,7 +104,7 @@ for step in range(3):
 def test_an_object_built_in_a_tuple_assignment_proves_a_fix_only_when_its_class_was_read():
     # talking-heads builds its three networks in one assignment; the discriminator's `D.W` read
     # between the backwards is a parameter only if `D` is known as the file's `Discriminator`.
-    before = FIXTURES / "needless_retain_graph" / "talking_heads_retain_left_after_detach" / "before.py"
+    before = FIXTURES / "gf009_needless_retain_graph" / "talking_heads_retain_left_after_detach" / "before.py"
     source = before.read_text(encoding="utf-8")
     rule = RULES["needless_retain_graph"]
     read = check_source(source.encode(), [rule], FixMode.SAFE, str(before))

@@ -25,7 +25,7 @@ from gradfix.codemods.source import words_and_symbols
 from .conftest import FIXTURES
 from .test_skeleton import differences
 
-CASE = FIXTURES / "duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
+CASE = FIXTURES / "gf001_duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
 
 
 # A training loop followed by code that reads what it left, with no backward after it: GF008 reads

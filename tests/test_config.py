@@ -7,7 +7,7 @@ from gradfix.cli.app import app
 
 from .conftest import FIXTURES
 
-DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
 IGNORING_THE_FINDINGS = '[tool.gradfix]\nignore = ["GF002", "GF010"]\n'
 
 

@@ -113,7 +113,7 @@ def cli():
 
 def test_cli_diagnose_fix_confirms_the_error_is_gone(cli, warm_cli, tmp_path):
     script = tmp_path / "train.py"
-    shutil.copy(FIXTURES / "forward_outside_loop" / "loss_hoisted" / "before.py", script)
+    shutil.copy(FIXTURES / "gf003_forward_outside_loop" / "loss_hoisted" / "before.py", script)
     shown = warm_cli("diagnose", script)
     assert shown.exit_code == 1
     assert "rule: GF003" in shown.stdout and "+    loss = criterion(model(x), y)" in shown.stdout
@@ -121,11 +121,11 @@ def test_cli_diagnose_fix_confirms_the_error_is_gone(cli, warm_cli, tmp_path):
     fixed = cli("diagnose", "--fix", script)
     assert fixed.exit_code == 0, fixed.output
     assert "now run without error" in fixed.stderr
-    assert script.read_bytes() == (FIXTURES / "forward_outside_loop" / "loss_hoisted" / "after.py").read_bytes()
+    assert script.read_bytes() == (FIXTURES / "gf003_forward_outside_loop" / "loss_hoisted" / "after.py").read_bytes()
 
 
 def test_cli_diagnose_says_which_bound_ended_a_run_without_error(warm_cli, tmp_path):
-    ok = FIXTURES / "carried_state" / "ok_truncated_bptt_tuple" / "ok.py"
+    ok = FIXTURES / "gf004_carried_state" / "ok_truncated_bptt_tuple" / "ok.py"
     result = warm_cli("diagnose", "--steps", "2", ok)
     assert result.exit_code == 0
     assert "(stopped after 2 optimizer step(s), the step bound)" in result.stdout
@@ -175,12 +175,12 @@ def test_cli_diagnose_bad_input(cli, tmp_path):
 def test_cli_verify_passes_on_a_fixture_and_fails_on_a_wrong_one(warm_cli, tmp_path):
     # One case is enough here: test_fixtures runs every check on every fixture.
     right = tmp_path / "right" / "duplicate_backward" / "for_loop"
-    shutil.copytree(FIXTURES / "duplicate_backward" / "for_loop", right)
+    shutil.copytree(FIXTURES / "gf001_duplicate_backward" / "for_loop", right)
     result = warm_cli("verify", right.parent)
     assert result.exit_code == 0, result.output
     assert " 0 failed" in result.stderr
     wrong = tmp_path / "wrong" / "duplicate_backward" / "wrong"
-    shutil.copytree(FIXTURES / "duplicate_backward" / "for_loop", wrong)
+    shutil.copytree(FIXTURES / "gf001_duplicate_backward" / "for_loop", wrong)
     (wrong / "after.py").write_text((wrong / "before.py").read_text())
     result = warm_cli("verify", "--output-format", "json", wrong.parent)
     assert result.exit_code == 1
@@ -203,7 +203,7 @@ def test_silent_fixtures_are_measured_matched_and_fixed(case, runs, tmp_path):
 
 def test_cli_diagnose_shows_a_silent_bug_with_exit_1(warm_cli, tmp_path):
     script = tmp_path / "train.py"
-    shutil.copy(FIXTURES / "graph_kept_for_logging" / "accel_losses_list" / "before.py", script)
+    shutil.copy(FIXTURES / "gf007_graph_kept_for_logging" / "accel_losses_list" / "before.py", script)
     shown = warm_cli("diagnose", script)
     assert shown.exit_code == 1, shown.output
     assert "runs, but live tensors keep more graph nodes at every optimizer step" in shown.stdout

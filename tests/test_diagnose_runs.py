@@ -18,7 +18,7 @@ from gradfix.codemods.rule import FixKind
 from .conftest import FIXTURES
 
 BOUNDS = RunOptions(timeout=60)
-UNSAFE_RULE_FIX = FIXTURES / "cached_graph" / "unsafe_position_encodings_computed_in_init"  # GF006's, offered by diagnose
+UNSAFE_RULE_FIX = FIXTURES / "gf006_cached_graph" / "unsafe_position_encodings_computed_in_init"  # GF006's, offered by diagnose
 WAIT = 300  # seconds a test waits for what must happen before it fails: a cold server on a loaded machine
 
 

@@ -265,7 +265,7 @@ def test_a_file_is_checked_with_the_summaries_of_the_helpers_it_imports(tmp_path
 
 
 def test_check_paths_gives_each_file_its_configuration_and_says_each_file_checked(tmp_path):
-    double = (FIXTURES / "duplicate_backward" / "unsafe_attribute_out_loss" / "before.py").read_bytes()
+    double = (FIXTURES / "gf001_duplicate_backward" / "unsafe_attribute_out_loss" / "before.py").read_bytes()
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
         for name in ("one.py", "two.py", "three.py"):
@@ -291,7 +291,7 @@ def test_a_method_of_a_helper_class_makes_a_file_worth_parsing_only_where_the_fi
 def test_a_diff_counts_lines_as_git_does(tmp_path):
     """A form feed (an old page break) or a line separator inside a line does not end it for git:
     the diff must not split it, or `git apply` rejects the hunk."""
-    before = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+    before = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
     paged = before.replace("    optimizer.zero_grad()\n", "    optimizer.zero_grad()  # \x0c page \u2028 break\n")
     assert paged != before
     report = check_source(paged.encode(), all_rules(), FixMode.SAFE, "train.py")
@@ -309,7 +309,7 @@ def test_a_diff_counts_lines_as_git_does(tmp_path):
 def test_walks_skip_what_the_exclusions_name_and_take_what_is_named():
     from gradfix.codemods.config import Config
 
-    tree = FIXTURES / "separate_backwards"
+    tree = FIXTURES / "gf002_separate_backwards"
     default = files.collect_files([tree]).files
     assert default and all(path.name in ("before.py", "after.py", "ok.py", "reported.py") for path in default)
     excluded = Config(extend_exclude=("after.py", "ok_*")).excludes
@@ -343,7 +343,7 @@ def test_every_tree_is_built_and_analysed_with_the_cycle_collector_held_back(mon
     building, analysing = check.build_skeleton, check.FileAnalysis.__init__
     monkeypatch.setattr(check, "build_skeleton", lambda *args: thresholds.append(gc.get_threshold()[0]) or building(*args))
     monkeypatch.setattr(check.FileAnalysis, "__init__", lambda self, *args: thresholds.append(gc.get_threshold()[0]) or analysing(self, *args))
-    source = (FIXTURES / "duplicate_backward" / "module_level_no_loop" / "before.py").read_bytes()
+    source = (FIXTURES / "gf001_duplicate_backward" / "module_level_no_loop" / "before.py").read_bytes()
     check.exports_and_report(source, all_rules(), FixMode.NONE, "train.py")
     check.module_exports(source)
     check.check_source(source, all_rules(), FixMode.NONE, "train.py", {})

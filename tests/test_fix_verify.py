@@ -101,7 +101,7 @@ def test_only_rewrites_the_runs_verify_are_applied_each_reported(project, tmp_pa
 
 
 def test_a_fix_of_the_second_backward_error_is_verified_against_retain_graph(project, warm_cli):
-    case = FIXTURES / "separate_backwards" / "interleaved_statements"
+    case = FIXTURES / "gf002_separate_backwards" / "interleaved_statements"
     (project / "train.py").write_bytes((case / "before.py").read_bytes())
     result = warm_cli("fix", "--verify", "python train.py", "train.py")
     assert result.exit_code == 0, result.output
@@ -110,7 +110,7 @@ def test_a_fix_of_the_second_backward_error_is_verified_against_retain_graph(pro
 
 
 def test_without_an_optimizer_a_merged_backward_is_verified_by_the_gradients_it_leaves(project, warm_cli):
-    case = FIXTURES / "separate_backwards" / "two_heads_backwarded_with_their_gradients"  # a gradient check: no optimizer
+    case = FIXTURES / "gf002_separate_backwards" / "two_heads_backwarded_with_their_gradients"  # a gradient check: no optimizer
     (project / "train.py").write_bytes((case / "before.py").read_bytes())
     result = warm_cli("fix", "--verify", "python train.py", "train.py")
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""Every fixture folder, every check: generated from tests/fixtures/<rule>/<case>/."""
+"""Every fixture folder, every check: generated from tests/fixtures/<rule module>/<case>/."""
 
 import pytest
 

@@ -17,11 +17,11 @@ from gradfix.codemods.registry import all_rules
 
 from .conftest import FIXTURES
 
-DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
-DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
-UNSAFE = (FIXTURES / "backward_after_loop" / "module_level_epoch_batch_loop" / "before.py").read_text()
-UNSAFE_FIXED = (FIXTURES / "backward_after_loop" / "module_level_epoch_batch_loop" / "after.py").read_text()
-REPORTED = (FIXTURES / "forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text()
+DOUBLE = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE_FIXED = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
+UNSAFE = (FIXTURES / "gf008_backward_after_loop" / "module_level_epoch_batch_loop" / "before.py").read_text()
+UNSAFE_FIXED = (FIXTURES / "gf008_backward_after_loop" / "module_level_epoch_batch_loop" / "after.py").read_text()
+REPORTED = (FIXTURES / "gf003_forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text()
 NOTEBOOK = FIXTURES.parent / "notebooks" / "real_train_loss_summed_as_tensors.ipynb"
 
 

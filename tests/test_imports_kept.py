@@ -13,7 +13,7 @@ from gradfix.codemods.run import check_paths
 
 from .conftest import FIXTURES
 
-CASE = FIXTURES / "duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
+CASE = FIXTURES / "gf001_duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
 # A helper that backwards the loss it returns, and a training step that backwards it again.
 HELPER = (CASE / "rdrop_loss.py").read_text()
 TRAIN = (CASE / "before.py").read_text()

@@ -13,7 +13,7 @@ import pytest
 from .conftest import FIXTURES
 from .test_runner import alive
 
-DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
 FINISHED = 7  # files the run checks besides the one it never finishes
 PATIENCE = 300  # seconds: a bound no healthy run comes near, even on a loaded machine
 

@@ -19,7 +19,7 @@ from gradfix.codemods.registry import all_rules
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPORTED = Path(__file__).parent / "notebooks" / "reported_labels_built_from_trained_weights.ipynb"
-HOISTED = FIXTURES / "forward_outside_loop" / "loss_hoisted"
+HOISTED = FIXTURES / "gf003_forward_outside_loop" / "loss_hoisted"
 OUTPUT = {"output_type": "stream", "name": "stdout", "text": ["0 0.93\n"]}
 
 
@@ -333,7 +333,7 @@ def test_a_future_import_that_opens_a_later_cell_compiles_where_jupyter_runs_it(
     assert [f.code for f in report.findings] == ["GF003"]
 
 
-COMMENTED = FIXTURES / "forward_outside_loop" / "comments_and_formatting"
+COMMENTED = FIXTURES / "gf003_forward_outside_loop" / "comments_and_formatting"
 
 
 def test_automagic_lines_are_masked_and_the_rest_of_the_cell_is_checked():

@@ -179,8 +179,8 @@ def _steps_in_parentheses(fixture: str) -> tuple[bytes, bytes]:
     [
         _from_template(STEPPED_TWICE, "opt", "(opt)"),
         _from_template(STEPPED_TWICE, "opt", "( opt )"),
-        _steps_in_parentheses("gan_detach/dcgan_module_level_epoch_batch_loops"),
-        _steps_in_parentheses("gan_detach/wgan_clipping_backward_with_gradient_args"),
+        _steps_in_parentheses("gf005_gan_detach/dcgan_module_level_epoch_batch_loops"),
+        _steps_in_parentheses("gf005_gan_detach/wgan_clipping_backward_with_gradient_args"),
     ],
     ids=["optimizer_in_parentheses", "optimizer_spaced", "gan_dcgan", "gan_wgan"],
 )

@@ -22,7 +22,7 @@ from .conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-DOUBLE = FIXTURES / "separate_backwards" / "shared_trunk_for_loop"
+DOUBLE = FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop"
 # A run over this many files draws a progress bar in a terminal (cli.options._PROGRESS_MIN_FILES).
 MANY_FILES = 25
 

@@ -15,7 +15,7 @@ clientlib = pytest.importorskip("pre_commit.clientlib", reason="pre-commit is no
 identify = pytest.importorskip("identify.identify", reason="identify comes with pre-commit")
 
 MANIFEST = Path(__file__).resolve().parents[1] / ".pre-commit-hooks.yaml"
-DOUBLE = FIXTURES / "separate_backwards" / "shared_trunk_for_loop"
+DOUBLE = FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop"
 
 
 def hooks() -> dict[str, dict]:
@@ -93,7 +93,7 @@ def test_a_file_staged_alone_is_checked_with_the_project_modules_it_imports(tmp_
     """Only train.py is staged; the helper it imports, which already backwards the loss, is read
     from disk, so the hook says what ``gradfix check .`` says; the fix hook applies safe fixes
     only, and this one is unsafe (the fixture's docstring says why): the file stays as it was."""
-    case = FIXTURES / "duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
+    case = FIXTURES / "gf001_duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
     for name in ("before.py", "rdrop_loss.py"):
         (tmp_path / name).write_text((case / name).read_text())
     (tmp_path / ".git").mkdir()

@@ -22,7 +22,7 @@ from gradfix.codemods.run import check_files
 from .conftest import FIXTURES
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-CASE = FIXTURES / "duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
+CASE = FIXTURES / "gf001_duplicate_backward" / "unsafe_loss_helper_in_its_own_module"
 # A helper that backwards the loss it returns, and a training step that backwards it again.
 HELPER = (CASE / "rdrop_loss.py").read_text()
 TRAIN = (CASE / "before.py").read_text()
@@ -336,7 +336,9 @@ def test_a_module_the_run_checks_is_analysed_once_when_it_calls_nothing_its_impo
     exports made its report too (the skeleton's, and LibCST's tree's for its finding)."""
     (tmp_path / ".git").mkdir()
     (tmp_path / "settings.py").write_text(settings)
-    (tmp_path / "train.py").write_text("import settings\n" + (FIXTURES / "duplicate_backward" / "module_level_no_loop" / "before.py").read_text())
+    (tmp_path / "train.py").write_text(
+        "import settings\n" + (FIXTURES / "gf001_duplicate_backward" / "module_level_no_loop" / "before.py").read_text()
+    )
     (tmp_path / "main.py").write_text("import train\n")
     made = _analyses_counted(monkeypatch)
     reports = check_files([tmp_path / "train.py", tmp_path / "main.py", tmp_path / "settings.py"], all_rules(), FixMode.NONE, 1)

@@ -25,10 +25,10 @@ from .conftest import FIXTURES
 from .fake_git_http import FakeGitServer, basic_credentials
 from .fake_github import FakeGitHub, Scripted
 
-DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
-DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
-TWICE = (FIXTURES / "duplicate_backward" / "for_loop" / "before.py").read_text()
-TWICE_FIXED = (FIXTURES / "duplicate_backward" / "for_loop" / "after.py").read_text()
+DOUBLE = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE_FIXED = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
+TWICE = (FIXTURES / "gf001_duplicate_backward" / "for_loop" / "before.py").read_text()
+TWICE_FIXED = (FIXTURES / "gf001_duplicate_backward" / "for_loop" / "after.py").read_text()
 REPOSITORY = "octo/net"
 TOKEN = "ghs_fake0token0that0must0never0show"
 PULLS = f"/repos/{REPOSITORY}/pulls"
@@ -274,7 +274,7 @@ def test_a_pull_request_that_already_exists_is_found_and_updated(project, api, p
 
 
 def test_findings_no_fix_removes_are_listed_and_exit_1(project, api, pr):
-    reported = (FIXTURES / "forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text()
+    reported = (FIXTURES / "gf003_forward_outside_loop" / "input_rebound_in_loop" / "reported.py").read_text()
     project.push_to_base({"train.py": reported})
     result = pr()
     assert result.exit_code == 1

@@ -16,7 +16,7 @@ from gradfix.cli.app import app
 
 from .conftest import FIXTURES
 
-HOISTED = (FIXTURES / "forward_outside_loop" / "loss_hoisted" / "before.py").read_text()
+HOISTED = (FIXTURES / "gf003_forward_outside_loop" / "loss_hoisted" / "before.py").read_text()
 # A backward after its loop (GF008, an unsafe fix) that quotes a string spanning lines: a workflow
 # command on a line of its own, a legacy one inside a line, a terminal's CSI and OSC sequences, a
 # bell, DEL, a C1 control, a right-to-left override and a line separator.

@@ -30,7 +30,7 @@ def searched(name: str, runs, tmp_path, rules_fix: tuple[str, ...] = ()):
 def test_sam_second_pass_gets_its_second_forward(runs, tmp_path):
     # (GF002's unsafe fix computes the forward again too; the search finds it on its own)
     script, diagnosis, result = searched(
-        FIXTURES / "separate_backwards" / "reported_report_sam_reused_output" / "reported.py", runs, tmp_path, ("GF002",)
+        FIXTURES / "gf002_separate_backwards" / "reported_report_sam_reused_output" / "reported.py", runs, tmp_path, ("GF002",)
     )
     chosen = result.chosen
     assert chosen is not None and "again before the backward" in chosen.candidate.description
@@ -44,7 +44,7 @@ def test_sam_second_pass_gets_its_second_forward(runs, tmp_path):
 
 
 def test_value_cached_in_init_is_detached_with_the_same_gradients(runs, tmp_path):
-    script, _, result = searched(FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path)
+    script, _, result = searched(FIXTURES / "gf006_cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path)
     chosen = result.chosen
     assert chosen is not None and chosen.safe, [a.outcome() for a in result.attempts]
     assert chosen.candidate.description == "detach the value where it is stored (line 23)"
@@ -54,7 +54,7 @@ def test_value_cached_in_init_is_detached_with_the_same_gradients(runs, tmp_path
 def test_a_backward_whose_gradients_zero_grad_throws_away_is_dropped_safely(runs, tmp_path):
     # zero_grad between the two backwards discards the first one's gradients: without it the
     # step sees what the author's code (with retain_graph=True) gives it; a merge would not.
-    _, _, result = searched(FIXTURES / "separate_backwards" / "reported_zero_grad_between" / "reported.py", runs, tmp_path)
+    _, _, result = searched(FIXTURES / "gf002_separate_backwards" / "reported_zero_grad_between" / "reported.py", runs, tmp_path)
     chosen = result.chosen
     assert chosen is not None and chosen.safe, [a.outcome() for a in result.attempts]
     assert chosen.candidate.description == "drop the call at line 17 (`sparsity.backward()`)"
@@ -64,7 +64,7 @@ def test_a_backward_whose_gradients_zero_grad_throws_away_is_dropped_safely(runs
 def test_no_candidate_works_and_nothing_is_written(runs, tmp_path):
     # The rebuilt LIF cell feeds its input only into the state the next batch reads: every
     # rewrite that runs stops the input weights training.
-    script, _, result = searched(FIXTURES / "carried_state" / "unsafe_lif_namedtuple_state" / "before.py", runs, tmp_path)
+    script, _, result = searched(FIXTURES / "gf004_carried_state" / "unsafe_lif_namedtuple_state" / "before.py", runs, tmp_path)
     assert result.attempts and all(not a.accepted for a in result.attempts)
     # Detaching the state after each backward follows its structure (a namedtuple), and runs.
     rebuilt = next(a for a in result.attempts if "state = type(state)(*(part.detach() for part in state))" in a.candidate.source.decode())
@@ -77,13 +77,13 @@ def test_no_candidate_works_and_nothing_is_written(runs, tmp_path):
 
 
 def test_a_detach_that_stops_a_parameter_training_is_refused(runs, tmp_path):
-    _, _, result = searched(FIXTURES / "separate_backwards" / "reported_step_between_loader_loop" / "reported.py", runs, tmp_path)
+    _, _, result = searched(FIXTURES / "gf002_separate_backwards" / "reported_step_between_loader_loop" / "reported.py", runs, tmp_path)
     detaching = [a for a in result.attempts if a.candidate.description.startswith("detach the value") and a.run.succeeded]
     assert detaching and all(a.lost.endswith("gets no gradient") and not a.accepted for a in detaching)
 
 
 def test_writing_refuses_a_script_edited_during_the_search(runs, tmp_path):
-    script, _, result = searched(FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path)
+    script, _, result = searched(FIXTURES / "gf006_cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path)
     script.write_text(script.read_text() + "# edited meanwhile\n")
     with pytest.raises(FileChanged):
         write_chosen(result, script)
@@ -92,7 +92,7 @@ def test_writing_refuses_a_script_edited_during_the_search(runs, tmp_path):
 
 def test_candidates_never_touch_optimizer_updates_nor_retain_graphs(runs, tmp_path):
     script = tmp_path / "train.py"
-    shutil.copy(FIXTURES / "separate_backwards" / "reported_step_between_module_level" / "reported.py", script)
+    shutil.copy(FIXTURES / "gf002_separate_backwards" / "reported_step_between_module_level" / "reported.py", script)
     diagnosis = diagnose(script, runs.runner, BOUNDS)
     original = script.read_bytes()
     steps = [line for line in original.decode().splitlines() if ".step(" in line or "zero_grad" in line]
@@ -107,7 +107,7 @@ def test_candidates_never_touch_optimizer_updates_nor_retain_graphs(runs, tmp_pa
 
 def test_cli_diagnose_fix_writes_the_proven_rewrite_and_says_why(warm_cli, tmp_path):
     script = tmp_path / "train.py"
-    shutil.copy(FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", script)
+    shutil.copy(FIXTURES / "gf006_cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", script)
     result = warm_cli("diagnose", "--fix", script)
     assert result.exit_code == 0, result.output
     assert "[chosen] detach the value where it is stored (line 23)" in result.stdout
@@ -121,7 +121,7 @@ def test_srgan_generator_step_computes_its_fake_and_score_again_and_no_detach_is
     # fails; detaching D's score on the fake runs clean but changes the discriminator's step that
     # worked. Computing G's output and D's score again after D's step keeps it.
     script, diagnosis, result = searched(
-        FIXTURES / "gan_detach" / "reported_srgan_generator_loss_reuses_d_step_score" / "reported.py", runs, tmp_path
+        FIXTURES / "gf005_gan_detach" / "reported_srgan_generator_loss_reuses_d_step_score" / "reported.py", runs, tmp_path
     )
     assert diagnosis.kept_in == "`fake_out` (a global variable of the script)"
     assert result.reference is not None and not result.reference.succeeded
@@ -140,7 +140,7 @@ def test_srgan_generator_step_computes_its_fake_and_score_again_and_no_detach_is
 
 def test_a_backward_inside_training_step_is_dropped_for_the_scaled_one(runs, tmp_path):
     _, _, result = searched(
-        FIXTURES / "duplicate_backward" / "reported_report_step_backward_then_scaled_backward" / "reported.py",
+        FIXTURES / "gf001_duplicate_backward" / "reported_report_step_backward_then_scaled_backward" / "reported.py",
         runs,
         tmp_path,
     )
@@ -152,7 +152,7 @@ def test_a_backward_inside_training_step_is_dropped_for_the_scaled_one(runs, tmp
 
 def test_a_graph_built_in_a_sibling_module_is_detached_in_that_module(runs, tmp_path):
     # The neural style tutorial as users lay it out: the losses in their own module beside the script.
-    tutorial = (FIXTURES / "cached_graph" / "unsafe_tutorial_style_loss_target_in_init" / "before.py").read_text()
+    tutorial = (FIXTURES / "gf006_cached_graph" / "unsafe_tutorial_style_loss_target_in_init" / "before.py").read_text()
     head, rest = tutorial.split("class ContentLoss", 1)
     losses, script_rest = ("class ContentLoss" + rest).split("def get_style_model_and_losses", 1)
     module = tmp_path / "style_losses.py"
@@ -177,7 +177,7 @@ def test_a_graph_built_in_a_sibling_module_is_detached_in_that_module(runs, tmp_
 
 def test_side_by_side_runs_reach_the_same_outcomes(runs, tmp_path):
     script, diagnosis, one_at_a_time = searched(
-        FIXTURES / "cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path
+        FIXTURES / "gf006_cached_graph" / "reported_minigp_length_scale_exp_in_init" / "reported.py", runs, tmp_path
     )
     side_by_side = repair(diagnosis, runs.runner, BOUNDS, jobs=2)
     assert [a.outcome() for a in side_by_side.attempts] == [a.outcome() for a in one_at_a_time.attempts]
@@ -186,7 +186,7 @@ def test_side_by_side_runs_reach_the_same_outcomes(runs, tmp_path):
 
 
 def test_a_bank_cleared_only_on_sync_is_cleared_every_micro_batch(runs, tmp_path):
-    script, _, result = searched(FIXTURES / "carried_state" / "reported_accel_reference_bank_cleared_on_sync" / "reported.py", runs, tmp_path)
+    script, _, result = searched(FIXTURES / "gf004_carried_state" / "reported_accel_reference_bank_cleared_on_sync" / "reported.py", runs, tmp_path)
     chosen = result.chosen
     assert chosen is not None and not chosen.safe, [a.outcome() for a in result.attempts]
     # The run names the bank that held the freed graph; it is cleared as each micro-batch starts.
@@ -198,7 +198,7 @@ def test_a_bank_cleared_only_on_sync_is_cleared_every_micro_batch(runs, tmp_path
 
 def test_cli_says_when_no_candidate_works_exits_1_and_writes_nothing(warm_cli, tmp_path):
     script = tmp_path / "train.py"
-    shutil.copy(FIXTURES / "carried_state" / "unsafe_lif_namedtuple_state" / "before.py", script)
+    shutil.copy(FIXTURES / "gf004_carried_state" / "unsafe_lif_namedtuple_state" / "before.py", script)
     original = script.read_bytes()
     result = warm_cli("diagnose", "--fix", "--unsafe-fixes", script)
     assert result.exit_code == 1, result.output

@@ -396,7 +396,7 @@ F.mse_loss(torch.randn(8, 4) @ fast[0], torch.randn(8, 3)).backward()
 
 
 def test_gf007_leaves_a_store_that_the_iterations_own_loss_is_computed_from():
-    # (the shape of tests/fixtures/carried_state/stored_states_list: `states.append(h.detach())`
+    # (the shape of tests/fixtures/gf004_carried_state/stored_states_list: `states.append(h.detach())`
     # would stop the loss, computed from the stack of states, from training the cell at all)
     source = """\
 import torch

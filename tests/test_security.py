@@ -26,9 +26,9 @@ from gradfix.codemods.execution.script_child import PROCESS_HEADROOM
 from .conftest import FIXTURES
 from .test_runner import SPAWNS, alive, assert_gone
 
-DOUBLE = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
-DOUBLE_FIXED = (FIXTURES / "separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
-CLEAN = (FIXTURES / "separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
+DOUBLE = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "before.py").read_text()
+DOUBLE_FIXED = (FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop" / "after.py").read_text()
+CLEAN = (FIXTURES / "gf002_separate_backwards" / "ok_two_independent_networks" / "ok.py").read_text()
 ROOT = Path(__file__).resolve().parents[1]
 GRADFIX = [sys.executable, "-P", "-m", "gradfix"]  # as the console script: nothing from the working folder on sys.path
 

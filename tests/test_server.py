@@ -26,9 +26,9 @@ from .test_docs import ROOT, _generator  # noqa: E402
 from .test_engine import _CRITERION, _SETUP, _UPDATE  # noqa: E402
 from .test_security import leaves_a_mark  # noqa: E402
 
-TWICE = FIXTURES / "duplicate_backward" / "for_loop"  # GF001, a safe fix
+TWICE = FIXTURES / "gf001_duplicate_backward" / "for_loop"  # GF001, a safe fix
 NEVER = 120  # seconds: no check takes a fraction of it, even on a loaded machine
-AFTER_THE_LOOP = FIXTURES / "backward_after_loop" / "module_level_epoch_batch_loop"  # GF008, an unsafe fix
+AFTER_THE_LOOP = FIXTURES / "gf008_backward_after_loop" / "module_level_epoch_batch_loop"  # GF008, an unsafe fix
 
 
 def _recording_client() -> LanguageClient:

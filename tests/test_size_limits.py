@@ -15,7 +15,7 @@ from gradfix.codemods.source import MAX_LINES, MAX_WORDS_AND_SYMBOLS
 
 from .conftest import FIXTURES
 
-HOISTED = FIXTURES / "forward_outside_loop" / "loss_hoisted"
+HOISTED = FIXTURES / "gf003_forward_outside_loop" / "loss_hoisted"
 SPLIT = "(split the file, or exclude it)"
 CLEAR = "(clear its outputs, or exclude it)"
 

@@ -188,7 +188,7 @@ def test_a_file_the_skeleton_finds_nothing_in_is_never_parsed_by_libcst(monkeypa
         raise AssertionError("LibCST parsed a file whose skeleton has no finding")
 
     monkeypatch.setattr(check.cst, "parse_module", fail)
-    report = check_source((FIXTURES / "duplicate_backward" / "ok_lightning_gradient_penalty_returned_loss" / "ok.py").read_bytes(), all_rules())
+    report = check_source((FIXTURES / "gf001_duplicate_backward" / "ok_lightning_gradient_penalty_returned_loss" / "ok.py").read_bytes(), all_rules())
     assert report.findings == [] and report.errors == [] and report.internal_errors == []
 
 
@@ -225,7 +225,7 @@ def test_a_file_with_findings_is_read_by_pythons_parser_once(monkeypatch):
     whether this Python compiles the file."""
     import ast
 
-    source = (FIXTURES / "duplicate_backward" / "for_loop" / "before.py").read_bytes()
+    source = (FIXTURES / "gf001_duplicate_backward" / "for_loop" / "before.py").read_bytes()
     check_source(source, all_rules(), FixMode.NONE, "before.py")  # (the syntax tree reads LibCST's classes once)
     parses = []
     original = ast.parse

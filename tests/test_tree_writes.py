@@ -22,7 +22,7 @@ from .conftest import FIXTURES
 from .test_pull_request import read_step_outputs
 
 NOBODY = 65534
-PAIR = FIXTURES / "separate_backwards" / "shared_trunk_for_loop"
+PAIR = FIXTURES / "gf002_separate_backwards" / "shared_trunk_for_loop"
 BEFORE, AFTER = (PAIR / "before.py").read_bytes(), (PAIR / "after.py").read_bytes()
 
 

@@ -40,7 +40,7 @@ class FixtureCase:
 
     @property
     def name(self) -> str:
-        return f"{self.rule.NAME}/{self.directory.name}"
+        return f"{fixture_folder(self.rule)}/{self.directory.name}"
 
     @property
     def unsafe(self) -> bool:
@@ -80,11 +80,18 @@ class BadFixture(ValueError):
     pass
 
 
+def fixture_folder(rule: type[Rule]) -> str:
+    """The folder of a rule's fixture cases: its module's name (``gf002_separate_backwards``)."""
+    return f"{rule.CODE.lower()}_{rule.NAME}"
+
+
 def discover(roots: Iterable[str | Path]) -> list[FixtureCase]:
     """Fixture cases under ``roots``: a folder of rule folders, a rule folder or a case folder.
     ``BadFixture`` for a script that is not a regular file (a FIFO would block the read, a device
     would never end it)."""
-    rules = {rule.NAME: rule for rule in all_rules()}
+    # A rule's folder is named after its module (``gf002_separate_backwards``); its bare name is
+    # read too, as fixture folders written before were named.
+    rules = {name: rule for rule in all_rules() for name in (fixture_folder(rule), rule.NAME)}
     cases = []
     for root in map(Path, roots):
         if not root.is_dir():
@@ -93,7 +100,7 @@ def discover(roots: Iterable[str | Path]) -> list[FixtureCase]:
             directory = marker.parent
             rule = rules.get(directory.parent.name)
             if rule is None:
-                raise BadFixture(f"{directory}: its parent folder names no rule (one of {', '.join(sorted(rules))})")
+                raise BadFixture(f"{directory}: its parent folder names no rule (one of {', '.join(sorted(map(fixture_folder, all_rules())))})")
             for script in sorted(directory.glob("*.py")):  # each is read, and may be run
                 problem = unreadable_kind(script)
                 if problem:
