@@ -14,6 +14,7 @@ import pytest
 
 from gradfix.codemods.analysis.closed_world import SETUP_TORCH_FUNCTIONS
 from gradfix.codemods.check import check_source
+from gradfix.codemods.execution.verify import fixture_folder
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.report import FixMode
 
@@ -21,7 +22,7 @@ from .opaque_constructs import OPAQUE_CONSTRUCTS, insertable, with_construct
 
 REAL_BREAKS = Path(__file__).resolve().parents[2] / "shared" / "real-breaks"
 FIXTURES = Path(__file__).parent / "fixtures"
-RULES = {rule.NAME: rule for rule in all_rules()}
+RULES = {name: rule for rule in all_rules() for name in (fixture_folder(rule), rule.NAME)}
 
 
 def _programs() -> list[Path]:
