@@ -184,15 +184,13 @@ def _check_groups(
     absolute = [os.path.abspath(path) for path in files]  # (the project's modules and the cache's keys name files so, asked often)
     group_of = {index: (rules, mode) for rules, mode, indexes in groups for index in indexes}
     cache = cache.for_run(absolute, [group_of[index] for index in range(len(files))]) if cache is not None else None
-    with _Workers(jobs, [rules for rules, _, _ in groups]) as workers:
+    with _Workers(jobs, [rules for rules, _, _ in groups], contents) as workers:
         # A cold run checks every file: those whose own text cannot backward are checked for what
         # Python parses on the workers now, while this process finds what the files import; a file
         # that turns out to call a function of the project that backwards is analysed as the others.
         cold = cache is None or cache.holds_nothing()
         by_text = [i for i, data in enumerate(contents) if cold and data is not None and not is_notebook(str(files[i])) and not may_backward(data)]
-        parsed_by_text = workers.start(
-            _prefiltered_job, [(str(files[i]), data) for i in by_text if (data := contents[i]) is not None], cost=_text_cost
-        )
+        parsed_by_text = workers.start(_prefiltered_job, [(str(files[i]), i) for i in by_text], cost=lambda item: workers.size(item[1]))
         modules = ProjectModules(ModuleSummaries(_module_exports, cache), settings)
         for here, data in zip(absolute, contents):
             modules.read_already(here, data)
@@ -209,16 +207,19 @@ def _check_groups(
 
         def module_work(data: bytes) -> ModuleWork:
             index = file_holding.get(data)
-            if index is None or (
-                not any(modules.module_bytes(file) in pending for _, file in modules.imported(absolute[index], data))
-                and modules.project_for(absolute[index], data)
-            ):
+            if index is None:
                 return data, None
+            if not any(modules.module_bytes(file) in pending for _, file in modules.imported(absolute[index], data)) and modules.project_for(
+                absolute[index], data
+            ):
+                return index, None
             rules, mode = group_of[index]
-            return data, (tuple(rules), mode, str(files[index]))
+            return index, (tuple(rules), mode, str(files[index]))
 
         checked_with_no_project: dict[int, FileReport] = {}
-        for data, (exports, report) in zip(unknown, workers.map(_module_exports_job, [module_work(data) for data in unknown], cost=_module_cost)):
+        for data, (exports, report) in zip(
+            unknown, workers.map(_module_exports_job, [module_work(data) for data in unknown], cost=lambda work: workers.size(work[0]))
+        ):
             modules.summaries.learn(data, exports)
             if report is not None:
                 checked_with_no_project[file_holding[data]] = report
@@ -240,7 +241,7 @@ def _check_groups(
                 progress(next(done), len(files))
 
         for rules, mode, indexes in groups:
-            work = [(files[i], contents[i], projects[i]) for i in indexes]
+            work = [(files[i], i, projects[i]) for i in indexes]
             answered = {position: checked_early[i] for position, i in enumerate(indexes) if i in checked_early}
             for index, report in zip(indexes, _cached_map(work, rules, mode, workers, cache, checked, answered, modules.digest)):
                 reports[index] = report
@@ -249,9 +250,9 @@ def _check_groups(
         return reports
 
 
-# A file to check: its path, the bytes read from it (None: it cannot be read, and checking it says
-# why), and the summaries of the project modules it imports.
-Work = tuple[Path, bytes | None, ProjectSummaries]
+# A file to check: its path, the index of the run's file (``_Workers.size``), and the summaries
+# of the project modules it imports.
+Work = tuple[Path, int, ProjectSummaries]
 
 
 def _calls_none_of(path: Path, data: bytes | None, project: ProjectSummaries) -> bool:
@@ -262,18 +263,6 @@ def _calls_none_of(path: Path, data: bytes | None, project: ProjectSummaries) ->
     if not project:
         return True
     return data is not None and not is_notebook(str(path)) and not may_call(data, written_names(project))
-
-
-def _text_cost(file: tuple[str, bytes]) -> int:
-    return len(file[1])
-
-
-def _work_cost(work: Work) -> int:
-    return len(work[1] or b"")
-
-
-def _module_cost(work: ModuleWork) -> int:
-    return len(work[0])
 
 
 def _read(path: Path) -> bytes | None:
@@ -305,7 +294,8 @@ def _cached_map(
         checked()
 
     reports: list[FileReport | None] = []
-    for position, (path, data, project) in enumerate(work):
+    for position, (path, index, project) in enumerate(work):
+        data = workers.files[index]
         reports.append(cache.load(cache.key(path, data, rules, mode, project, digest(data))) if cache is not None and data is not None else None)
         if reports[-1] is not None:
             checked()
@@ -319,11 +309,12 @@ def _cached_map(
     def known(indexes: Sequence[int], checked_reports: list[FileReport]) -> None:
         for index, report in zip(indexes, checked_reports):
             if report.original is None:  # (``_check_files_job`` did not send the bytes back)
-                report.original = missed[index][1]
+                report.original = workers.files[missed[index][1]]
             keep(missed[index][2], report)
 
     if missed:  # a selection's rules are imported here, once, not by each worker, and only when some file is checked
-        for index, report in zip(missing, workers.map(partial(_check_files_job, rules=tuple(rules), mode=mode), missed, known, _work_cost)):
+        job = partial(_check_files_job, rules=tuple(rules), mode=mode)
+        for index, report in zip(missing, workers.map(job, missed, known, lambda item: workers.size(item[1]))):
             reports[index] = report
     return [report for report in reports if report is not None]  # (every one is known by now)
 
@@ -334,18 +325,29 @@ class _Workers:
     then the files): each new process pays again for the pages it copies from this one and for
     the memory it grows to (a pool a step cost diffusers' cold check about 45,000 page faults more)."""
 
-    def __init__(self, jobs: int | None, rules: Iterable[Sequence[type[Rule]]]) -> None:
+    def __init__(self, jobs: int | None, rules: Iterable[Sequence[type[Rule]]], files: Sequence[bytes | None] = ()) -> None:
+        """``files``: the bytes of the run's files (None: unreadable), which jobs name by index."""
         self.jobs = jobs or os.cpu_count() or 1
         self._rules = rules  # imported before the workers fork, not by each of them
+        self.files = files
         self._pool: ProcessPoolExecutor | None = None
+        self._files_before: Sequence[bytes | None] = ()
 
     def __enter__(self) -> _Workers:
+        global _run_files
+        self._files_before, _run_files = _run_files, self.files
         return self
 
     def __exit__(self, *exception: object) -> None:
+        global _run_files
+        _run_files = self._files_before
         if self._pool is not None:
             self._pool.shutdown(wait=exception[0] is None, cancel_futures=True)
             gc.unfreeze()
+
+    def size(self, file: bytes | int) -> int:
+        """How long a file (its bytes, or the index of a run's file) is: a job's rough cost."""
+        return len(_bytes_of(file) or b"")
 
     def map(
         self,
@@ -429,12 +431,24 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-def _prefiltered_job(files: Sequence[tuple[str, bytes]]) -> list[FileReport | None]:
-    """``source.prefiltered_report`` of each file (its path and bytes) with no project: the report
-    of a file whose text cannot backward, and that calls no function of the project that does."""
+# The bytes of the run's files, by index, while a run's ``_Workers`` are open. The workers are
+# forked with them in memory: a job names a file by its index rather than sending its bytes down a
+# pipe (a cold check of diffusers sent 45 MB to its workers, a copy and a pickle each way).
+_run_files: Sequence[bytes | None] = ()
+
+
+def _bytes_of(file: bytes | int) -> bytes | None:
+    """A file's bytes, given as they are or as the index of a run's file."""
+    return file if isinstance(file, bytes) else _run_files[file]
+
+
+def _prefiltered_job(files: Sequence[tuple[str, int]]) -> list[FileReport | None]:
+    """``source.prefiltered_report`` of each file (its path and the index of its bytes) with no
+    project: the report of a file whose text cannot backward, and that calls no function of the
+    project that does."""
     from .source import prefiltered_report
 
-    reports = [prefiltered_report(data, path) for path, data in files]
+    reports = [prefiltered_report(data, path) if (data := _run_files[index]) is not None else None for path, index in files]
     for report in reports:
         if report is not None:
             report.original = None  # (the process that read the bytes has them)
@@ -444,21 +458,21 @@ def _prefiltered_job(files: Sequence[tuple[str, bytes]]) -> list[FileReport | No
 def _check_files_job(work: Sequence[Work], rules: Sequence[type[Rule]], mode: FixMode) -> list[FileReport]:
     from .check import check_file, check_source  # loaded by the process that forked this one
 
-    reports = [
-        check_file(path, rules, mode, project) if data is None else check_source(data, rules, mode, str(path), project)
-        for path, data, project in work
-    ]
-    # The bytes a report was made from go back to the process that read them as None: it has them
-    # (``_cached_map`` puts them back), and a cold run's reports would carry its whole tree.
-    for (_, data, _), report in zip(work, reports):
+    reports = []
+    for path, index, project in work:
+        data = _run_files[index]
+        report = check_file(path, rules, mode, project) if data is None else check_source(data, rules, mode, str(path), project)
+        # The bytes a report was made from go back to the process that read them as None: it has
+        # them (``_cached_map`` puts them back), and a cold run's reports would carry its whole tree.
         if report.original is data:
             report.original = None
+        reports.append(report)
     return reports
 
 
-# A module whose exports are computed: its bytes, and where the run checks it too, with no project,
-# the rules and mode that check it and its path.
-ModuleWork = tuple[bytes, "tuple[Sequence[type[Rule]], FixMode, str] | None"]
+# A module whose exports are computed: its bytes (the index of a run's file, or bytes read since),
+# and where the run checks it too, with no project, the rules and mode that check it and its path.
+ModuleWork = tuple[bytes | int, "tuple[Sequence[type[Rule]], FixMode, str] | None"]
 
 
 def _module_exports(data: bytes) -> Exports:
@@ -472,4 +486,9 @@ def _module_exports(data: bytes) -> Exports:
 def _module_exports_job(modules: Sequence[ModuleWork]) -> list[tuple[Exports, FileReport | None]]:
     from . import check  # loaded by the process that forked this one
 
-    return [(check.module_exports(data), None) if checked is None else check.exports_and_report(data, *checked) for data, checked in modules]
+    results: list[tuple[Exports, FileReport | None]] = []
+    for module, checked in modules:
+        data = _bytes_of(module)
+        assert data is not None  # (a module's index names a file the run could read)
+        results.append((check.module_exports(data), None) if checked is None else check.exports_and_report(data, *checked))
+    return results
