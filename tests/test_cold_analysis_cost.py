@@ -92,7 +92,7 @@ def test_the_analysis_and_the_rules_tell_nodes_apart_by_their_own_class_in_every
     classes went through ABCMeta in a cold check of diffusers' 124 parsed files (each ten times an
     exact-class test)."""
     hot = {
-        "_called_class", "_detaching_call", "_read_call", "_may_keep_its_arguments", "_function_call", "_saves_tensors",
+        "_called_class", "_detaching_call", "_read_call", "_may_keep_its_arguments", "_function_call", "saves_tensors",
         "unpacked", "appended", "narrowed", "_exec_if_chain", "visit_Assign", "_built_modules", "_bind", "visit_Call",
         "_bind_optimizers", "_bind_framework", "creates_parameter", "_constructed_module", "_module_of", "_nested",
         "_names_automatic_optimization", "_call_summary", "_kept_value", "is_call",

@@ -5,7 +5,7 @@ callee: a backward (``frameworks``' rows), a function of the checked code (its s
 forward, an engine that wraps a model, a method (backwards, a module's methods, the tensor methods
 of ``torch_api``'s tables), a torch function, a builtin; any other call is a function gradfix cannot
 read, whose result holds what its arguments hold, guessed. Whether an operation saves tensors for
-its backward is answered twice, side by side: may (``_saves_tensors``) and must (``saves_for_certain``).
+its backward is answered twice, side by side: may (``saves_tensors``) and must (``saves_for_certain``).
 """
 
 from __future__ import annotations
@@ -512,7 +512,7 @@ class CallSemantics:
         # It frees what the walked nodes saved for it; a graph of sums and views of leaves saved
         # nothing, and what shares only such nodes can be backwarded again. (Nor a node that only
         # may exist, of a graph gradfix did not see: nothing is proved freed there.)
-        saving = frozenset(origin for origin in walked if not origin.possible and self._saves_tensors(origin.node)) if frees else frozenset()
+        saving = frozenset(origin for origin in walked if not origin.possible and self.saves_tensors(origin.node)) if frees else frozenset()
         freed = set(self._sharing_graph(env, saving))
         for name in self._sharing_graph(env, walked):
             held = env[name]
@@ -537,7 +537,7 @@ class CallSemantics:
             stops_at=stops_at,
         )
 
-    def _saves_tensors(self, node: cst.CSTNode) -> bool:
+    def saves_tensors(self, node: cst.CSTNode) -> bool:
         """Whether the operation at ``node`` may save tensors for its backward: anything but an
         addition, a subtraction, a negation, an index or slice, and the sums, means, views and
         joins of ``SAVING_NOTHING_METHODS`` and ``SAVING_NOTHING_FUNCTIONS``."""

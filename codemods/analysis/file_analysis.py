@@ -226,6 +226,13 @@ class FileAnalysis:
         freed them raises: casts, views, joins, repeats and sums save none."""
         return any(not origin.possible and self._dataflow.saves_for_certain(origin.node) for origin in origins)
 
+    def saved_nothing_for_certain(self, origins: Iterable[Origin]) -> bool:
+        """Whether the operations at ``origins`` are all seen and none may have saved a tensor for
+        its backward (sums, means, views and joins: ``DataflowAnalysis.saves_tensors``), so that a
+        backward walking them again runs; False for no operation at all (nothing seen)."""
+        seen = list(origins)
+        return bool(seen) and not any(origin.possible or self._dataflow.saves_tensors(origin.node) for origin in seen)
+
     def read_only_where_assigned(self, loop: Loop, name: str, inner_loops_run: bool = False) -> bool:
         """Whether ``name`` is read in ``loop`` only where this iteration assigned it, under tests
         that answer the same twice (``guards``); ``inner_loops_run``: if every inner loop runs."""

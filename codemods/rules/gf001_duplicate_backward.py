@@ -56,9 +56,10 @@ class DuplicateBackward(Rule):
     twice: no finding. Removing the repeated call is safe only where the first call certainly freed
     a tensor its graph saved (a product, a layer with parameters, a loss function, an activation;
     and through the file's functions, on every path they return by): then the second call raises,
-    and the program never meant it. A graph of repeats, flips, casts and sums saves nothing, the
-    second call runs and doubles the gradient, and removing it changes what the program computes:
-    an unsafe fix.
+    and the program never meant it. A graph of repeats, flips, casts and sums saves nothing: the
+    second call runs and doubles the gradient, which a lesson on accumulation means (``y =
+    x.sum()`` of a leaf, backwarded cell after cell), and removing it changes what the program
+    computes: a hint.
     """
 
     SUMMARY = "the same tensor is backwarded twice"
@@ -111,6 +112,8 @@ for batch, target in loader:
             detail = "the first call frees its graph unless its retain_graph, which gradfix cannot read, keeps it"
         elif self._freed_by_the_first(first, second):
             detail = "its graph was freed by the first call"
+        elif self._saved_nothing(first):
+            detail = "its graph saved no tensor (sums, views and joins), so this call runs and adds the gradient again"
         else:
             detail = "if it holds a graph, the first call freed it"
         # Backwarded twice, a tensor with a graph raises and a leaf adds its gradient twice; what
@@ -121,6 +124,10 @@ for batch, target in loader:
         unseen = f"gradfix sees no graph in `{name}`: it may be no tensor, and its `backward` not autograd's" if unknown else ""
         if first.retain_graph is None:  # kept, it is backwarded again on purpose, as with retain_graph=True
             unseen = unseen or "the first call may keep its graph"
+        elif first.api.accumulates and self._saved_nothing(first):
+            # A lesson on accumulation does that on purpose (``y = x.sum()`` of a leaf, backwarded
+            # cell after cell): it raises nothing, and only the program knows what it meant.
+            unseen = unseen or "the program may mean the gradient twice"
         return self.violation(
             second.call,
             f"`{name}` is backwarded again (first {where}); {detail}",
@@ -155,6 +162,11 @@ for batch, target in loader:
         one (``FileAnalysis.saved_for_certain``): the second raises."""
         seen = second.value.graph and not second.value.possible  # (a graph only possible is none it proved)
         return bool(seen and second.value.freed) and self.analysis.saved_for_certain(self.analysis.graph_nodes(first))
+
+    def _saved_nothing(self, first: BackwardSite) -> bool:
+        """Whether every operation of the graph the first call walked is seen and saved no tensor:
+        the second call then raises nothing."""
+        return first.retain_graph is False and self.analysis.saved_nothing_for_certain(self.analysis.graph_nodes(first))
 
     def _backwarded_for_the_trainer(self) -> Iterator[Violation]:
         """A trainer (Lightning under automatic optimization, Hugging Face's ``Trainer``) backwards
