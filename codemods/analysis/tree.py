@@ -12,6 +12,7 @@ import ast
 import functools
 import inspect
 import textwrap
+import typing
 import weakref
 from bisect import bisect_left
 from operator import attrgetter
@@ -86,6 +87,8 @@ class SyntaxTree:
         of_type.append(index)
         read_fields = _field_reader(node_type)
         child: cst.CSTNode  # (what a node holds in a sequence field is a node)
+        if read_fields is _NO_FIELDS:  # (a name, a number: more than a third of the nodes)
+            return
         if read_fields is None:  # libcst's own list, which costs more to build
             for child in node.children:
                 if type(child) not in LAYOUT:
@@ -271,16 +274,46 @@ def _is_walked(value_type: type) -> bool:
     return issubclass(value_type, cst.CSTNode) and value_type not in LAYOUT
 
 
+def _no_fields(node: cst.CSTNode) -> tuple[Any, ...]:
+    return ()
+
+
+_NO_FIELDS = _no_fields  # the reader of a node that holds no node of the tree
+
+
 @functools.cache
 def _field_reader(node_type: type[cst.CSTNode]) -> Callable[[cst.CSTNode], tuple[Any, ...]] | None:
-    """The values of a node's fields that may hold nodes, in visit order, read in one call: each a
-    node, a sequence of nodes, or a token's value, told apart by type (``SyntaxTree._walk``)."""
+    """The values of a node's fields that may hold nodes of the tree, in visit order, read in one
+    call: each a node, a sequence of nodes, or a token's value, told apart by type
+    (``SyntaxTree._walk``). A field whose declared type holds only layout (parentheses, commas,
+    whitespace) is not read."""
     fields = _fields_in_visit_order(node_type)
     if fields is None:
         return None
-    if len(fields) <= 1:
-        return lambda node: tuple(getattr(node, field) for field in fields)
+    hints = typing.get_type_hints(node_type)
+    fields = tuple(field for field in fields if field not in hints or not _only_layout(hints[field]))
+    if not fields:
+        return _NO_FIELDS
+    if len(fields) == 1:
+        read = attrgetter(*fields)
+        return lambda node: (read(node),)
     return attrgetter(*fields)
+
+
+def _only_layout(declared: Any) -> bool:
+    """Whether a field of this declared type can hold no node of the tree: only layout nodes,
+    ``MaybeSentinel`` or plain values, one or a sequence of them."""
+    arguments = typing.get_args(declared)
+    if arguments:
+        return all(_only_layout(argument) for argument in arguments)
+    if not isinstance(declared, type) or declared is object:
+        return False
+    # By name: libcst's slotted node classes replace the classes they were made from, which stay
+    # among their bases' subclasses.
+    return not issubclass(declared, cst.CSTNode) or all(kind.__name__ in _LAYOUT_NAMES for kind in node_types(declared) if not kind.__subclasses__())
+
+
+_LAYOUT_NAMES = frozenset(kind.__name__ for kind in LAYOUT)
 
 
 @functools.cache
