@@ -64,6 +64,35 @@ def test_time_is_a_number_library():
     assert gradfix.check(source, hints=True).findings == ()
 
 
+# Lightning's parity tests: the batches come from a loader an unread class's method builds.
+STEPPED_BY_NEXT = """\
+import torch
+from models import ConvNet
+model = ConvNet()
+loader = model.get_dataloader()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+{batches}
+for _ in range(3):
+    {batch}
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_step_of_an_iterator_yields_what_a_loop_over_it_yields():
+    """``next(iter(loader))`` is one step of the loop ``for batch in loader``: an iterable gradfix
+    knows nothing of (a loader built by code it did not read) yields data either way, and a list
+    of graphs yields one of them either way."""
+    by_loop = STEPPED_BY_NEXT.format(batches="", batch="pass").replace("for _ in range(3):", "for inputs, labels in loader:")
+    by_next = STEPPED_BY_NEXT.format(batches="batches = iter(loader)", batch="inputs, labels = next(batches)")
+    assert codes(gradfix.check(by_loop, hints=True).findings) == []
+    assert codes(gradfix.check(by_next, hints=True).findings) == []
+    listed = "import torch\nnet = torch.nn.Linear(2, 1)\nlosses = [net(torch.randn(1, 2)).sum() for _ in range(2)]\nfirst = next(iter(losses))\nfirst.backward()\nfirst.backward()\n"
+    assert codes(gradfix.check(listed, hints=True).findings) == [("GF001", False)]
+
+
 @pytest.fixture
 def project(tmp_path):
     (tmp_path / "train.py").write_text(program(UNREAD_HELPER))

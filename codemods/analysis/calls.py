@@ -65,6 +65,7 @@ from .values import (
     joined,
     part,
     union,
+    yielded,
 )
 
 # Libraries of plain numbers: what they return carries no graph (and a graph cannot enter numpy).
@@ -299,6 +300,10 @@ class CallSemantics:
         if isinstance(func, cst.Name):
             if func.value in _NON_GRAPH_BUILTINS:
                 return CONSTANT
+            if func.value == "iter" and len(values) == 1:
+                return values[0]  # an iterator over what it is given
+            if func.value == "next" and values:
+                return joined([yielded(values[0]), *values[1:]])  # one step of the iteration, or the default
             if func.value in _CONTAINER_BUILTINS:
                 element = element_of(values[0]) if values else NOTHING
                 structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN

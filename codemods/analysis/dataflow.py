@@ -31,7 +31,7 @@ from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs
 from .syntax import dotted_name, is_grad, method_called
 from .torch_facts import TorchNames
 from .tree import SyntaxTree, node_types
-from .values import LEAF, NOTHING, TENSOR, ListOf, Origin, Source, Structure, TupleOf, Value, combine, element_of, joined, part
+from .values import LEAF, NOTHING, ListOf, Origin, Source, Structure, Value, combine, joined, part, yielded
 
 _MAX_PASSES = 4
 _MAX_SUMMARY_ROUNDS = 5
@@ -342,10 +342,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             items = self._eval(statement.iter, env)
             # What a data loader or an unknown iterable yields is data; a list of losses, the items
             # of a dict of features, or the rows of a tensor, yield graphs.
-            known = (
-                isinstance(items.structure, (ListOf, TupleOf)) or items.structure is TENSOR or method_called(statement.iter) in ("items", "values")
-            )
-            element = element_of(items) if known else NOTHING
+            element = yielded(items, method_called(statement.iter) in ("items", "values"))
             # ``for block in self.blocks``: each item of a module container is a module, and
             # calling it a forward through its parameters.
             container = self.names.module(statement.iter, self._scope.class_name)

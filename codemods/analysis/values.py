@@ -284,6 +284,15 @@ def element_of(value: Value) -> Value:
     return item_of(value, item)
 
 
+def yielded(items: Value, known: bool = False) -> Value:
+    """What one step of iterating over ``items`` yields (a ``for`` loop's target, ``next(it)``):
+    an item of a list, a tuple or a tensor; of an iterable gradfix knows nothing of (a data loader,
+    an environment, what code it did not read returns), data. ``known``: the iterable is one of
+    graphs whatever its structure says (a dict's ``items()`` or ``values()``)."""
+    known = known or isinstance(items.structure, (ListOf, TupleOf)) or items.structure is TENSOR
+    return element_of(items) if known else NOTHING
+
+
 def join_structures(structures: Iterable[Structure]) -> Structure:
     return reduce(lambda joined, structure: joined.join(structure), structures, EMPTY)
 
