@@ -134,3 +134,30 @@ def test_the_setting_shows_hints_and_the_option_overrides_it(project):
 def test_stdin_hides_hints_as_files_do(project):
     result = CliRunner().invoke(app, ["check", "-", "--stdin-filename", "train.py"], input=program(UNREAD_HELPER))
     assert result.exit_code == 0 and "1 hint(s) not shown" in result.stderr
+
+
+# (a forward built once before the loop by a model handed in: EmilienDupont/augmented-neural-odes' trainer, reduced)
+FORWARD_BEFORE_THE_LOOP = """\
+import torch.nn as nn
+def fit(model, optimizer, x, y, steps):
+    pred = model(x)
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(pred, y)
+        loss.backward({retained})
+        optimizer.step()
+"""
+
+
+def test_a_hint_says_why_the_program_may_run_as_it_is():
+    """A forward computed once before the loop runs every iteration where the graph is kept, or
+    where the model gradfix cannot read may save nothing the backward frees: the message says
+    which, and never that the graph is kept when no call keeps it (with a layer there, the second
+    iteration raises)."""
+    kept, freed = (
+        gradfix.check(FORWARD_BEFORE_THE_LOOP.format(retained=retained), hints=True).findings for retained in ("retain_graph=True", "")
+    )
+    assert [(f.code, f.hint) for f in kept + freed] == [("GF003", True), ("GF003", True)]
+    assert "the graph is kept, so the program runs" in kept[0].message
+    assert "the graph is kept" not in freed[0].message
+    assert "not proved to save a tensor the backward frees, so the program may run" in freed[0].message

@@ -115,13 +115,14 @@ for epoch in range(epochs):
                 guesses.append(
                     "what is built before the loop reads nothing an optimizer may train (no trainable module, no parameter, no graph), so every iteration may compute the same values"
                 )
-            if changing is None:
-                message += " (the graph is kept, so the program runs)"
-                guesses.append("gradfix cannot tell whether anything in the loop changes the parameters, and if nothing does, one forward is right")
-            elif runs and site.retain_graph is not False:
-                message += " (the graph is kept, so the program runs; moving the forward changes its results)"
+            # (``runs`` for one of two reasons: say the one that holds)
+            changes = "" if changing is None else "; moving {} changes its results"
+            if runs and site.retain_graph is not False:
+                message += f" (the graph is kept, so the program runs{changes.format('the forward')})"
             elif runs:
-                message += " (the part built before the loop is not proved to save a tensor the backward frees, so the program may run; moving it changes its results)"
+                message += f" (the part built before the loop is not proved to save a tensor the backward frees, so the program may run{changes.format('it')})"
+            if changing is None:
+                guesses.append("gradfix cannot tell whether anything in the loop changes the parameters, and if nothing does, one forward is right")
             yield self.violation(hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,), guess="; ".join(filter(None, guesses)))
 
     def _fix(self, hoisted: Sequence[cst.BaseStatement], loop: Loop, safe: bool) -> Fix | None:
