@@ -1591,3 +1591,31 @@ def test_arithmetic_on_a_tensor_a_backward_walked_holds_a_graph_whatever_code_bu
     assert [(code, hint) for code, hint, _ in found(RUNNING_LOSS.format(backward="loss.backward()"))] == [("GF007", False)]
     # Another tensor backwarded: nothing proves `loss` holds a graph, as at b85b31c.
     assert found(RUNNING_LOSS.format(backward="(loss * 1.0).backward()")) == []
+
+
+# (LTSF-Linear's trainer, reduced, with the backward dedented out of the batch loop; the loss is
+# computed under autocast when `use_amp` is set: cure-lab/LTSF-Linear exp/exp_main.py)
+LAST_BATCH_UNDER_A_CONTEXT = """\
+import contextlib
+model = nn.Linear(4, 1)
+optimizer = torch.optim.Adam(model.parameters())
+loader = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+for epoch in range(3):
+    for x, y in loader:
+        optimizer.zero_grad()
+        with {context}:
+            loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_value_assigned_in_a_with_body_that_runs_to_its_end_is_the_last_iterations_after_the_loop():
+    # autocast lets the body's exceptions through: every iteration assigns `loss`, and the backward
+    # after the loop trains on the last batch alone. A context that may swallow one (suppress) may
+    # leave `loss` an earlier iteration's: that is not proved.
+    kept = LAST_BATCH_UNDER_A_CONTEXT.format(context='torch.autocast("cpu")')
+    assert _runs(kept)
+    assert [(code, hint) for code, hint, _ in found(kept) if code == "GF008"] == [("GF008", False)]
+    swallowed = LAST_BATCH_UNDER_A_CONTEXT.format(context="contextlib.suppress(ValueError)")
+    assert [code for code, hint, _ in found(swallowed) if code == "GF008"] == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import libcst as cst
 
 from ..frameworks import EXCEPTION_KEEPING_CONTEXTS, EXCEPTION_KEEPING_FRAMEWORK_CONTEXTS
@@ -27,6 +29,19 @@ def runs_to_its_end(names: TorchNames, tree: SyntaxTree, statement: cst.With) ->
         )
         for item in statement.items
     )
+
+
+def runs_whenever(names: TorchNames, tree: SyntaxTree, body: Sequence[cst.CSTNode], statement: cst.CSTNode) -> bool:
+    """Whether ``statement`` runs whenever the block ``body`` runs to its end: it is one of its
+    statements, or in the body of ``with`` statements there that run to their end
+    (``with torch.autocast("cuda"): loss = ...``)."""
+    while not any(statement is own for own in body):
+        block = tree.parent(statement)
+        holder = tree.parent(block) if block is not None else None
+        if type(holder) is not cst.With or not runs_to_its_end(names, tree, holder):
+            return False
+        statement = holder
+    return True
 
 
 def context_bound_from_itself(statement: cst.CSTNode, name: str) -> bool | None:

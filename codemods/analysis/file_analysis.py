@@ -20,7 +20,7 @@ from .optimizers import gradient_effects, steps_for_certain
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .guards import read_only_where_assigned
-from .contexts import context_bound_from_itself
+from .contexts import context_bound_from_itself, runs_whenever
 from .reach import GradientReach
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
@@ -189,11 +189,12 @@ class FileAnalysis:
 
     def afresh_each_iteration(self, loop: Loop, name: str) -> bool:
         """Whether each iteration of ``loop`` first binds ``name`` to a value not computed from what
-        the previous iteration left, in a statement of the loop's own body (not under a condition,
-        in a nested loop or after a ``+=``): what later statements of the iteration add to it is
-        this iteration's, and after the loop it holds the last iteration's value alone."""
+        the previous iteration left, in a statement of the loop's own body or of a ``with`` there
+        that runs to its end (not under a condition, in a nested loop or after a ``+=``): what
+        later statements of the iteration add to it is this iteration's, and after the loop it
+        holds the last iteration's value alone."""
         first = next(iter(self.writes_of(loop, name).items()), None)
-        return first is not None and first[1] is False and any(first[0] is statement for statement in loop.node.body.body)
+        return first is not None and first[1] is False and runs_whenever(self.names, self.tree, loop.node.body.body, first[0])
 
     def made_anew_in(self, loop: Loop, name: str) -> bool:
         """Whether some iteration of ``loop`` may bind ``name`` to a value not computed from what
