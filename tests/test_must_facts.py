@@ -1623,3 +1623,16 @@ def test_a_value_assigned_in_a_with_body_that_runs_to_its_end_is_the_last_iterat
     assert [(code, hint) for code, hint, _ in found(kept) if code == "GF008"] == [("GF008", False)]
     swallowed = LAST_BATCH_UNDER_A_CONTEXT.format(context="contextlib.suppress(ValueError)")
     assert [code for code, hint, _ in found(swallowed) if code == "GF008"] == []
+
+
+def test_a_value_assigned_on_every_path_of_an_if_is_the_last_iterations_after_the_loop():
+    # LTSF-Linear's `if use_amp: ... else: ...`: every iteration assigns `loss`, one way or the
+    # other. An `if` without an `else` may leave an earlier iteration's.
+    both = LAST_BATCH_UNDER_A_CONTEXT.replace(
+        "        with {context}:\n            loss = nn.functional.mse_loss(model(x), y)",
+        "        if epoch > 5:\n            loss = nn.functional.mse_loss(model(x), y) * 2\n        else:\n            loss = nn.functional.mse_loss(model(x), y)",
+    )
+    assert _runs(both)
+    assert [(code, hint) for code, hint, _ in found(both) if code == "GF008"] == [("GF008", False)]
+    alone = both.replace("        else:\n            loss = nn.functional.mse_loss(model(x), y)\n", "")
+    assert [code for code, hint, _ in found(alone) if code == "GF008"] == []

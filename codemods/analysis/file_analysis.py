@@ -19,8 +19,8 @@ from .assignments import assigned_names, bound_by_header, read_names, target_nam
 from .optimizers import gradient_effects, steps_for_certain
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
-from .guards import read_only_where_assigned
-from .contexts import context_bound_from_itself, runs_whenever
+from .guards import bound_afresh, read_only_where_assigned
+from .contexts import context_bound_from_itself
 from .reach import GradientReach
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
@@ -189,12 +189,10 @@ class FileAnalysis:
 
     def afresh_each_iteration(self, loop: Loop, name: str) -> bool:
         """Whether each iteration of ``loop`` first binds ``name`` to a value not computed from what
-        the previous iteration left, in a statement of the loop's own body or of a ``with`` there
-        that runs to its end (not under a condition, in a nested loop or after a ``+=``): what
-        later statements of the iteration add to it is this iteration's, and after the loop it
-        holds the last iteration's value alone."""
-        first = next(iter(self.writes_of(loop, name).items()), None)
-        return first is not None and first[1] is False and runs_whenever(self.names, self.tree, loop.node.body.body, first[0])
+        the previous iteration left (``guards.bound_afresh``: not under a lone condition, in a
+        nested loop or after a ``+=``): what later statements of the iteration add to it is this
+        iteration's, and after the loop it holds the last iteration's value alone."""
+        return bound_afresh(loop, name, self.writes_of(loop, name), self.names, self.tree)
 
     def made_anew_in(self, loop: Loop, name: str) -> bool:
         """Whether some iteration of ``loop`` may bind ``name`` to a value not computed from what

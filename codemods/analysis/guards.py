@@ -205,6 +205,29 @@ def _targets(small: cst.Assign | cst.AugAssign | cst.AnnAssign, binding_only: bo
     return {written for target in targets for written in target_names(target, bindings_only=binding_only)}
 
 
+def bound_afresh(loop: Loop, name: str, writes: Mapping[cst.CSTNode, bool | None], names: TorchNames, tree: SyntaxTree) -> bool:
+    """Whether each iteration of ``loop`` first binds ``name`` to a value not computed from what
+    the previous one left (``writes``: ``FileAnalysis.writes_of``), whenever the iteration runs to
+    its end: in a statement of the loop's own body or of a ``with`` there that runs to its end
+    (``with torch.autocast("cuda"):``), or on every path of an ``if`` chain there (``if use_amp:
+    ... else: ...``)."""
+    first = next(iter(writes), None)
+    if first is None or writes[first] is not False:
+        return False
+    body = loop.node.body.body
+    if contexts.runs_whenever(names, tree, body, first):
+        return True
+    chain = next((s for s in tree.findall(loop.node.body, cst.If) if tree.contains(s, first)), None)
+    runs_to_its_end = partial(contexts.runs_to_its_end, names, tree)
+    return (
+        chain is not None
+        and contexts.runs_whenever(names, tree, body, chain)
+        and _always_assigns(chain.body, name, runs_to_its_end)
+        and _else_always_assigns(chain, name, runs_to_its_end)
+        and all(fresh is False for write, fresh in writes.items() if tree.contains(chain, write))
+    )
+
+
 def _always_assigns(block: cst.BaseSuite, name: str, runs_to_its_end: RunsToItsEnd) -> bool:
     """Whether every path through ``block`` assigns ``name`` (an if/else assigning it in both, a
     ``with`` whose body runs to its end assigning it)."""
