@@ -193,3 +193,39 @@ def test_a_graph_that_only_may_be_one_is_not_handed_along_the_file_s_calls():
         data = (HEADER + template.format(net=net)).encode()
         arguments = FileAnalysis(parse_decoded(data, "<test>"), {}, data)._dataflow.arguments
         assert bool(arguments.get("loss_of")) is handed, net
+
+
+# (augmented-neural-odes' Trainer, reduced: the model and the optimizer are handed to the object's
+# constructor, which this file never calls: EmilienDupont/augmented-neural-odes anode/training.py)
+HELD_BY_THE_OBJECT = """\
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+{method}
+    def train_epoch(self, batches):
+        epoch_loss = 0.0
+        for x, y in batches:
+            self.optimizer.zero_grad()
+            loss = nn.functional.mse_loss(self.model(x), y)
+            loss.backward()
+            self.optimizer.step()
+            epoch_loss += loss
+        return epoch_loss / len(batches)
+"""
+
+
+def test_a_callable_the_object_was_handed_may_build_the_graph_as_a_handed_parameter_does():
+    # `loss.backward()` running proves `loss` holds a graph: the sum keeps every step's (GF007),
+    # as where `model` is the method's own parameter. Where the class defines a method `model`,
+    # gradfix reads it: doubling the batch builds no graph to keep.
+    handed = HELD_BY_THE_OBJECT.format(method="")
+    assert found(handed) == [("GF007", False, None)]
+    as_a_parameter = handed.replace("def train_epoch(self, batches)", "def train_epoch(self, batches, model)").replace("self.model(x)", "model(x)")
+    assert found(as_a_parameter) == found(handed)
+    own = HELD_BY_THE_OBJECT.format(method="    def model(self, x):\n        return x * 2\n")
+    assert found(own) == []
+    # Nor is a method the class may inherit from a base gradfix did not read (a test case's
+    # `self.get_dummy_inputs()`): what the object holds is what its methods assign it.
+    inherited = handed.replace("        self.model = model\n", "")
+    assert found(inherited) == []

@@ -194,6 +194,8 @@ class CallSemantics:
         tensor_method = receiver.structure is TENSOR
         if not tensor_method and not receiver.graph and not receiver.graphless and self._part_of_a_module(func.value) and method not in MODULE_API:
             values = [*values, UNREAD_PARAMETERS]  # ``model.encoder.encode(x)``: a submodule gradfix cannot name
+        elif self._calls_what_the_object_holds(func):
+            values = [*values, UNREAD_PARAMETERS]  # ``self.G(z)``: a model the object was handed
         # A method of a graph-carrying receiver holds its graph as much as the receiver does; a
         # method of anything else is a function gradfix cannot read, unless it read it.
         guessed = (not tensor_method and not receiver.graph) or all(v.guessed for v in (receiver, *values) if v.graph)
@@ -464,6 +466,21 @@ class CallSemantics:
             if type(node) is cst.Name and node.value == "self" and class_name in self.names.module_classes:
                 return True
         return False
+
+    def _calls_what_the_object_holds(self, func: cst.Attribute) -> bool:
+        """``self.G(z)`` in a method, where the class's methods assign ``self.G`` and it defines no
+        method ``G``: a value the object holds (a model or a criterion handed to its constructor),
+        which may run parameters gradfix did not see, as a callable handed to a function does."""
+        scope = self._scope
+        if scope.class_name is None or type(scope.node) is not cst.FunctionDef or not scope.node.params.params:
+            return False
+        me, attribute = scope.node.params.params[0].name.value, func.attr.value
+        return (
+            type(func.value) is cst.Name
+            and func.value.value == me
+            and attribute in self._attributes_assigned.get(scope.class_name, ())
+            and attribute not in self._method_names.get(scope.class_name, ())
+        )
 
     def _names_a_value(self, func: cst.BaseExpression, env: Env) -> bool:
         """Whether the callee is a value the code holds, not a function, class or import it names:

@@ -73,6 +73,17 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             if isinstance(method, cst.FunctionDef) and method.name.value != "__init__"
         }
         self._module_functions = {statement.name.value: statement for statement in module.body if type(statement) is cst.FunctionDef}
+        # By class name: the attributes its methods assign on their object, and the methods it
+        # defines (``self.model(x)`` calls what the object holds where the first, not the second).
+        self._attributes_assigned: dict[str, set[str]] = {}
+        self._method_names: dict[str, set[str]] = {}
+        for cls in tree.findall(module, cst.ClassDef):
+            defined = [s for s in cls.body.body if type(s) is cst.FunctionDef]
+            self._method_names.setdefault(cls.name.value, set()).update(method.name.value for method in defined)
+            assigned = self._attributes_assigned.setdefault(cls.name.value, set())
+            for method in defined:
+                me = method.params.params[0].name.value + "." if method.params.params else None
+                assigned.update(n[len(me) :] for n in assigned_names(method.body, tree=tree) if me and n.startswith(me) and n.count(".") == 1)
         # The names a ``def`` binds outside a class body: calling one runs the file's code, not a value it holds.
         methods = {id(s) for cls in tree.findall(module, cst.ClassDef) for s in cls.body.body if type(s) is cst.FunctionDef}
         self._defined_functions = {f.name.value for f in tree.findall(module, cst.FunctionDef) if id(f) not in methods}
