@@ -17,6 +17,7 @@ from .backward_calls import BackwardSite, argument, with_retained_graph
 from .closed_world import NO_BOOKKEEPING_READS, NO_CAUGHT_ERRORS, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE
 from .file_analysis import Block, FileAnalysis
 from .gan import GanSteps
+from .kept_on_self import GRAPH_OPERATORS, KeptOnSelf, operands
 from .loops import Carried, Element, Loop, Scope, expand
 from .optimizers import stepped_optimizers
 from .syntax import (
@@ -41,6 +42,7 @@ from .values import NONE, NUMBER, TENSOR, UNKNOWN, ListOf, Origin, RecordOf, Str
 
 __all__ = [
     "APPENDING_METHODS",
+    "GRAPH_OPERATORS",
     "NO_BOOKKEEPING_READS",
     "NO_CAUGHT_ERRORS",
     "NO_GRADIENT_HOOKS",
@@ -58,6 +60,7 @@ __all__ = [
     "FileAnalysis",
     "GanSteps",
     "GradientEffect",
+    "KeptOnSelf",
     "ListOf",
     "Loop",
     "Origin",
@@ -83,6 +86,7 @@ __all__ = [
     "is_single_call",
     "loss_handed_to_trainer",
     "method_called",
+    "operands",
     "read_for_data",
     "read_names",
     "stepped_optimizers",
