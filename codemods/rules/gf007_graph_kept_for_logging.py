@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import libcst as cst
 
@@ -11,6 +11,7 @@ from ..analysis import (
     NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     NO_BOOKKEEPING_READS,
+    GRAPH_OPERATORS,
     TENSOR,
     Loop,
     Origin,
@@ -41,7 +42,8 @@ class GraphKeptForLogging(Rule):
     (an optimizer steps and a backward runs in it, or a trainer hook), in a store that outlives the
     iteration (made before the loop and not made anew inside it). An item stored under the same key
     in every iteration (``loss_dict["d"] = d_loss``) replaces the previous step's: it keeps one
-    step's graph, not every step's, and is left alone.
+    step's graph, not every step's, and is left alone; an item added to (``running["g_loss"] +=
+    g_loss``) keeps them all.
 
     Why it fails: Nothing fails; memory grows with every step until the process runs out of it (the
     classic "CUDA out of memory after a few hundred iterations").
@@ -102,14 +104,11 @@ print(total_loss / len(loader))
                 for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine)
                 if self.analysis.loops_around(statement)[:1] == (loop,) and len(statement.body) == 1
             ]
-            stores = {kept[0] for statement in statements if (kept := _kept_value(statement.body[0])) is not None}
-            carried_on = self._carried_on(loop, stores)
-            for statement in statements:
-                kept = _kept_value(statement.body[0])
-                if kept is None:
-                    continue
-                store, value = kept
-                if self._same_slot_every_iteration(loop, statement.body[0]):
+            kept_at = [(statement, kept) for statement in statements if (kept := self._kept_value(loop, statement.body[0])) is not None]
+            carried_on = self._carried_on(loop, {kept.store for _, kept in kept_at})
+            for statement, kept in kept_at:
+                store, value = kept.store, kept.value
+                if kept.replaces and self._same_slot_every_iteration(loop, statement.body[0]):
                     continue
                 held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
                 if held is None or not self.analysis.value_nodes(held):
@@ -118,7 +117,7 @@ print(total_loss / len(loader))
                     continue  # an expression whose graph came out of code gradfix cannot read (`sum(rewards)` of env.step's rewards)
                 if self.analysis.value_nodes(held) <= carried_on:
                     continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
-                if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, store, statement.body[0]):
+                if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, kept, statement.body[0]):
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
                 if not self._outlives_iteration(loop, store) or self._backwarded(store):
                     continue
@@ -151,6 +150,33 @@ print(total_loss / len(loader))
                     guess = f"`{code_of(value)}` may hold no graph: it is an item of a tuple gradfix cannot tell apart from the others"
                 yield self.violation(value, message, fix, guess=guess)
 
+    def _kept_value(self, loop: Loop, small: cst.BaseSmallStatement) -> _Kept | None:
+        """What ``small`` keeps where: ``store += value``, ``store = store + value``,
+        ``store.append(value)``, ``store[key] = value`` (``value`` a name, or for all but the sum
+        of a name written out any expression: ``total += loss / n``), ``store[key] += value`` and
+        ``store[key] = store[key] + value`` (they add to the item: no key makes them replace)."""
+        if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign:
+            target = small.target
+            name = dotted_name(target.value) if type(target) is cst.Subscript else dotted_name(target)
+            return _Kept(name, small.value) if name else None
+        if type(small) is cst.Assign and len(small.targets) == 1:
+            target, value = small.targets[0].target, small.value
+            name = dotted_name(target)
+            if type(value) is cst.BinaryOperation and type(value.operator) is cst.Add:
+                if name and dotted_name(value.left) == name and isinstance(value.right, cst.Name):
+                    return _Kept(name, value.right)
+                if type(target) is cst.Subscript and (container := dotted_name(target.value)) and value.left.deep_equals(target):
+                    # ``store[key] = store[key] + value``: a sum, as ``+=`` (its whole right-hand side
+                    # detached, where the value is not a name: what the analysis evaluated)
+                    return _Kept(container, value.right if type(value.right) is cst.Name else value)
+            if type(target) is cst.Subscript and (container := dotted_name(target.value)):
+                return _Kept(container, value, replaces=True)
+        call = appended(small)
+        if call is not None and isinstance(call.func, cst.Attribute):
+            name = dotted_name(call.func.value)
+            return _Kept(name, call.args[0].value) if name else None
+        return None
+
     def _operates_on_a_backwarded_tensor(self, expression: cst.BaseExpression) -> bool:
         """Whether ``expression`` is arithmetic (``loss * y.size(0)``, ``-loss``, ``loss / n``) on a
         name that holds, on every path here, a tensor a backward already walked: that tensor holds a
@@ -159,7 +185,7 @@ print(total_loss / len(loader))
         if isinstance(expression, cst.Name):
             read = self.analysis.value_read(expression)
             return read is not None and bool(read.backwarded)
-        if isinstance(expression, cst.BinaryOperation) and isinstance(expression.operator, _GRAPH_OPERATORS):
+        if isinstance(expression, cst.BinaryOperation) and isinstance(expression.operator, GRAPH_OPERATORS):
             return self._operates_on_a_backwarded_tensor(expression.left) or self._operates_on_a_backwarded_tensor(expression.right)
         if isinstance(expression, cst.UnaryOperation) and isinstance(expression.operator, (cst.Minus, cst.Plus)):
             return self._operates_on_a_backwarded_tensor(expression.expression)
@@ -197,12 +223,12 @@ print(total_loss / len(loader))
         return bool(self.analysis.writes_of(loop, name)) and not self.analysis.made_anew_in(loop, name)
 
     @staticmethod
-    def _makes_a_new_tensor(loop: Loop, store: str, small: cst.BaseSmallStatement) -> bool:
+    def _makes_a_new_tensor(loop: Loop, kept: _Kept, small: cst.BaseSmallStatement) -> bool:
         """Whether the store gets a value computed from the kept one (a sum, a copy into a
         tensor), rather than the tensor itself (an append, an item of a dict or list)."""
         if isinstance(small, cst.AugAssign) or (isinstance(small, cst.Assign) and not isinstance(small.targets[0].target, cst.Subscript)):
             return True
-        entry = loop.entry.get(store)
+        entry = loop.entry.get(kept.store)
         return entry is not None and entry.structure is TENSOR
 
     def _same_slot_every_iteration(self, loop: Loop, small: cst.BaseSmallStatement) -> bool:
@@ -291,35 +317,12 @@ print(total_loss / len(loader))
 _BOOKKEEPING = {"grad_fn", "requires_grad", "is_leaf", "register_hook", "retain_grad", "backward", "grad", "_version"}
 
 
-# Operators whose result, on a tensor with a graph, is a node of that graph (not ``//`` or ``%``).
-_GRAPH_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power, cst.MatrixMultiply)
+class _Kept(NamedTuple):
+    """What a statement of a loop keeps, and where."""
 
-
-def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.BaseExpression] | None:
-    """``(store, value)`` for ``store += value``, ``store = store + value``, ``store.append(value)``
-    and ``store[key] = value`` (``value`` a name, or for all but the sum written out any expression:
-    ``total += loss / n``)."""
-    if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign:
-        name = dotted_name(small.target)
-        return (name, small.value) if name else None
-    if type(small) is cst.Assign and len(small.targets) == 1:
-        target, value = small.targets[0].target, small.value
-        name = dotted_name(target)
-        if (
-            name
-            and type(value) is cst.BinaryOperation
-            and type(value.operator) is cst.Add
-            and dotted_name(value.left) == name
-            and isinstance(value.right, cst.Name)
-        ):
-            return name, value.right
-        if type(target) is cst.Subscript and (container := dotted_name(target.value)):
-            return container, value
-    call = appended(small)
-    if call is not None and isinstance(call.func, cst.Attribute):
-        name = dotted_name(call.func.value)
-        return (name, call.args[0].value) if name else None
-    return None
+    store: str
+    value: cst.BaseExpression
+    replaces: bool = False  # ``store[key] = value``: the item under the same key is dropped
 
 
 def _detached(value: cst.BaseExpression) -> cst.Call:
