@@ -1,4 +1,5 @@
-"""GF007 through the stores it reads beyond a name: an item of a dict summed with ``+=``."""
+"""GF007 through the stores it reads beyond a name: an item of a dict summed with ``+=``, and a
+method of the file's class that adds what it is given to its object (an ``AverageMeter``)."""
 
 import pytest
 
@@ -26,6 +27,42 @@ print(float(running_results["g_loss"]))
 """
 )
 
+# https://github.com/pytorch/examples/blob/main/imagenet/main.py (its AverageMeter, handed the loss)
+METER = '''
+class AverageMeter:
+    """Computes and stores the average and current value"""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.val = 0
+        self.sum = 0
+        self.count = 0
+        self.values = []
+
+    def update(self, val, n=1):
+{update}
+'''
+TRAIN = """
+model = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+losses = AverageMeter()
+for i in range(20):
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    loss = F.cross_entropy(model(x), y)
+{store}
+    optimizer.zero_grad()
+    loss.backward(){retain}
+    optimizer.step()
+print(float(losses.sum) / losses.count)
+"""
+UPDATE = "        self.val = val\n        self.sum += val * n\n        self.count += n\n"
+
+
+def _meter(update=UPDATE, store="    losses.update(loss, x.size(0))", retain="", meter=True, extra=""):
+    return HEADER + (METER.format(update=update) + extra if meter else "from meters import AverageMeter\n") + TRAIN.format(store=store, retain=retain)
+
 
 def _verdict(source: str) -> str:
     """ "fixed", "reported" or "silent", for GF007 with the safe fixes."""
@@ -50,3 +87,51 @@ def _verdict(source: str) -> str:
 )
 def test_gf007_an_item_of_a_dict_summed_with_augmented_assignment(store, verdict):
     assert _verdict(RUNNING_RESULTS.replace("STORE", store)) == verdict
+
+
+@pytest.mark.parametrize(
+    ("source", "verdict"),
+    [
+        (_meter(), "fixed"),  # freed by the backward later in the iteration
+        (_meter(store="    losses.update(n=x.size(0), val=loss)"), "fixed"),
+        (_meter(store="    losses.update(loss.item(), x.size(0))"), "silent"),  # the common correct spelling
+        (_meter(update="        self.values.append(val)\n"), "fixed"),  # appended, not added
+        # the facts the proof rests on, each hidden in turn
+        (_meter(meter=False), "silent"),  # the meter's class is another package's: its update is not read
+        (_meter(extra="\n    def backward(self):\n        self.sum.backward()\n"), "silent"),  # the class may backward its sum
+        (_meter(store="    losses.reset()\n    losses.update(loss, x.size(0))"), "silent"),  # emptied every step
+        (_meter(store="    losses = AverageMeter()\n    losses.update(loss, x.size(0))"), "silent"),  # made anew every step
+        (_meter(update="        if n > 0:\n            self.sum += val * n\n"), "silent"),  # not kept on every call
+        (_meter(update="        with torch.no_grad():\n            self.sum += val * n\n"), "silent"),
+        (_meter(update="        self.sum += float(val) * n\n"), "silent"),  # a number
+        (_meter(update="        val = val.item()\n        self.sum += val * n\n"), "silent"),  # rebound first
+        (_meter(update=UPDATE + "        print(val)\n"), "reported"),  # also handed to other code
+        (_meter(extra="\n    def kept(self):\n        return self.sum.requires_grad\n"), "reported"),  # bookkeeping read
+        (_meter().replace("loss.backward()", "loss.backward(retain_graph=True)"), "reported"),  # nothing freed it
+    ],
+)
+def test_gf007_a_loss_a_method_of_the_file_adds_to_its_object(source, verdict):
+    assert _verdict(source) == verdict
+
+
+def test_gf007_the_meter_fix_keeps_the_argument_and_nothing_else():
+    report = check_source(_meter().encode(), all_rules(), FixMode.SAFE, "train.py")
+    assert b"    losses.update(loss.detach(), x.size(0))\n" in (report.rewritten or b"")
+    assert (report.rewritten or b"").count(b".detach()") == 1
+
+
+def test_gf007_a_meter_whose_methods_are_written_on_one_line_each():
+    # (the shape of GT-RIPL/Continual-Learning-Benchmark's utils/metric.py)
+    meter = """
+class AverageMeter(object):
+    def __init__(self): self.reset()
+    def reset(self): self.val = 0; self.avg = 0; self.sum = 0; self.count = 0
+    def update(self, val, n=1): self.val = val; self.sum += val * n; self.count += n; self.avg = float(self.sum) / self.count
+"""
+    assert _verdict(HEADER + meter + TRAIN.format(store="    losses.update(loss, x.size(0))", retain="")) == "fixed"
+
+
+def test_gf007_a_decorated_update_is_not_read():
+    # (``@torch.no_grad()`` on the method: what it adds records no graph)
+    source = _meter().replace("    def update(", "    @torch.no_grad()\n    def update(")
+    assert _verdict(source) == "silent"

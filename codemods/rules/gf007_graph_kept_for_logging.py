@@ -13,6 +13,7 @@ from ..analysis import (
     NO_BOOKKEEPING_READS,
     GRAPH_OPERATORS,
     TENSOR,
+    KeptOnSelf,
     Loop,
     Origin,
     Value,
@@ -22,6 +23,7 @@ from ..analysis import (
     code_of,
     dotted_name,
     expand,
+    operands,
     read_names,
     target_names,
 )
@@ -43,7 +45,9 @@ class GraphKeptForLogging(Rule):
     iteration (made before the loop and not made anew inside it). An item stored under the same key
     in every iteration (``loss_dict["d"] = d_loss``) replaces the previous step's: it keeps one
     step's graph, not every step's, and is left alone; an item added to (``running["g_loss"] +=
-    g_loss``) keeps them all.
+    g_loss``) keeps them all. A loss handed to a method of a class of the file that adds it to its
+    object on every call (``losses.update(loss, n)``, where ``AverageMeter.update`` runs
+    ``self.sum += val * n``) is stored in that object (a meter of another package is not read).
 
     Why it fails: Nothing fails; memory grows with every step until the process runs out of it (the
     classic "CUDA out of memory after a few hundred iterations").
@@ -60,7 +64,11 @@ class GraphKeptForLogging(Rule):
     could), or, within the file's own code, no backward reads the store and nothing hands it on;
     and no code reads autograd's bookkeeping (``grad_fn``, ``requires_grad``) of what was kept. A
     store a backward reads (a loss computed from what it keeps, or gradient accumulation) is left
-    alone: its graphs are what that backward walks.
+    alone: its graphs are what that backward walks. A meter's ``update`` is rewritten
+    (``losses.update(loss.detach(), n)``) only where a backward that does not keep its graph
+    walks the loss in the same iteration, the method hands what it is given nowhere but the
+    object, and nothing reads autograd's bookkeeping of what it keeps; a class with a method that
+    runs a backward is left alone.
     """
 
     SUMMARY = "a value kept across training steps keeps every step's graph alive"
@@ -119,7 +127,7 @@ print(total_loss / len(loader))
                     continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
                 if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, kept, statement.body[0]):
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
-                if not self._outlives_iteration(loop, store) or self._backwarded(store):
+                if not (kept.method is not None or self._outlives_iteration(loop, store)) or self._backwarded(store):
                     continue
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`) or a dict of tensors; a tensor a
@@ -130,7 +138,10 @@ print(total_loss / len(loader))
                     or self._operates_on_a_backwarded_tensor(value)
                 )
                 one_tensor = held.structure is TENSOR or bool(proved)
-                unfixable = self._why_graphs_may_be_needed(loop, store, held)
+                if kept.method is None:
+                    unfixable = self._why_graphs_may_be_needed(loop, store, held)
+                else:
+                    unfixable = self._why_the_method_may_need_them(loop, statement, kept)
                 if not unfixable and not one_tensor:
                     # (``stats.detach()`` of a dict of losses raises AttributeError)
                     unfixable = f"gradfix cannot tell that `{code_of(value)}` is one tensor"
@@ -154,7 +165,9 @@ print(total_loss / len(loader))
         """What ``small`` keeps where: ``store += value``, ``store = store + value``,
         ``store.append(value)``, ``store[key] = value`` (``value`` a name, or for all but the sum
         of a name written out any expression: ``total += loss / n``), ``store[key] += value`` and
-        ``store[key] = store[key] + value`` (they add to the item: no key makes them replace)."""
+        ``store[key] = store[key] + value`` (they add to the item: no key makes them replace), and ``store.method(value)`` where a method of the file's
+        class adds or appends that parameter to the object on every call (``meter.update(loss, n)``
+        with ``self.sum += val * n``)."""
         if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign:
             target = small.target
             name = dotted_name(target.value) if type(target) is cst.Subscript else dotted_name(target)
@@ -175,7 +188,88 @@ print(total_loss / len(loader))
         if call is not None and isinstance(call.func, cst.Attribute):
             name = dotted_name(call.func.value)
             return _Kept(name, call.args[0].value) if name else None
+        if type(small) is cst.Expr and type(small.value) is cst.Call:
+            return self._kept_by_method(loop, small.value)
         return None
+
+    def _kept_by_method(self, loop: Loop, call: cst.Call) -> _Kept | None:
+        """``meter.update(loss, n)`` where the file's class proves the meter keeps ``loss`` on every
+        call and across the loop's iterations: the object is made by that class's constructor
+        wherever the loop's function binds it, no other call of the loop on it writes what the
+        method adds to (``meter.reset()``), and no method of the class runs a backward (its sum
+        may be what a backward walks: gradient accumulation)."""
+        kept = self.analysis.arguments_kept(call)
+        receiver = dotted_name(cst.ensure_type(call.func, cst.Attribute).value) if kept else None
+        if not kept or receiver is None:
+            return None
+        # (the argument that holds a graph: ``n`` of ``self.sum += val * n`` is kept too)
+        value, method, class_name = next((k for k in kept if self._holds_graph(k[0])), kept[0])
+        tree = self.analysis.tree
+        bindings = [
+            assign
+            for assign in tree.findall(loop.scope.node, cst.Assign)
+            if any(receiver in target_names(t.target, rebound_only=True) for t in assign.targets)
+        ]
+        if not bindings or any(
+            type(b.value) is not cst.Call or dotted_name(b.value.func) != class_name or not tree.follows(loop.node, b) for b in bindings
+        ):
+            return None  # made by another class, or anew in the loop (or after it: a loop around this one)
+        if any(site.scope.class_name == class_name for site in self.analysis.backward_sites):
+            return None
+        attributes = {a.partition(".")[2] for a in method.attributes}
+        written_by = {
+            function.name.value
+            for function in self.analysis.class_body(class_name)
+            if isinstance(function, cst.FunctionDef)
+            and function.params.params
+            and attributes
+            & {w.partition(".")[2] for w in assigned_names(function.body, tree=tree) if w.startswith(function.params.params[0].name.value + ".")}
+        }
+        method_name = cst.ensure_type(call.func, cst.Attribute).attr.value
+        for other in tree.findall(loop.node.body, cst.Call):
+            if other is not call and type(other.func) is cst.Attribute and dotted_name(other.func.value) == receiver:
+                if other.func.attr.value != method_name and other.func.attr.value in written_by:
+                    return None
+        return _Kept(receiver, value, method=method, class_name=class_name, method_name=method_name)
+
+    def _holds_graph(self, value: cst.BaseExpression) -> bool:
+        held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
+        return held is not None and bool(self.analysis.value_nodes(held))
+
+    def _why_the_method_may_need_them(self, loop: Loop, statement: cst.SimpleStatementLine, kept: _Kept) -> str:
+        """For a store a method of the file makes on its object: why its graphs may still be needed,
+        or "" when a backward that does not keep its graph walks them in the same iteration (no
+        later backward can: whatever reads the object), the method hands its argument nowhere
+        else, and nothing reads autograd's bookkeeping of what it keeps."""
+        assert kept.method is not None
+        call = f"`{kept.store}.{kept.method_name}`"
+        if self._reads_bookkeeping(loop, kept.store):
+            return f"code reads autograd's bookkeeping (`grad_fn`, `requires_grad`, …) of what `{kept.store}` keeps"
+        if not kept.method.only_stored:
+            return f"{call} hands what it is given to more than the object it keeps it on"
+        if any(
+            isinstance(a, cst.Attribute) and a.attr.value in _BOOKKEEPING
+            for node in self.analysis.class_body(kept.class_name)
+            for a in self.analysis.tree.findall(node, cst.Attribute)
+        ):
+            return f"the class of `{kept.store}` reads autograd's bookkeeping (`grad_fn`, `requires_grad`, …)"
+        if not self._freed_in_the_iteration(loop, statement, kept.value):
+            return f"what {call} keeps lives on an object, and code gradfix does not see may backward it"
+        return ""
+
+    def _freed_in_the_iteration(self, loop: Loop, statement: cst.CSTNode, value: cst.BaseExpression) -> bool:
+        """Whether a backward that does not keep its graph walks the graph of ``value`` (a name, or
+        arithmetic on names) in this iteration: what it held was freed where it was kept, or a name it
+        operates on is freed where the iteration ends and not bound again after ``statement``."""
+        held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
+        if held is not None and held.freed:
+            return True
+        tree = self.analysis.tree
+        for name in operands(value):
+            left = loop.back_edge.get(name.value)
+            if left is not None and left.freed and not any(tree.follows(write, statement) for write in self.analysis.writes_of(loop, name.value)):
+                return True
+        return False
 
     def _operates_on_a_backwarded_tensor(self, expression: cst.BaseExpression) -> bool:
         """Whether ``expression`` is arithmetic (``loss * y.size(0)``, ``-loss``, ``loss / n``) on a
@@ -226,6 +320,8 @@ print(total_loss / len(loader))
     def _makes_a_new_tensor(loop: Loop, kept: _Kept, small: cst.BaseSmallStatement) -> bool:
         """Whether the store gets a value computed from the kept one (a sum, a copy into a
         tensor), rather than the tensor itself (an append, an item of a dict or list)."""
+        if kept.method is not None:
+            return kept.method.new_tensor
         if isinstance(small, cst.AugAssign) or (isinstance(small, cst.Assign) and not isinstance(small.targets[0].target, cst.Subscript)):
             return True
         entry = loop.entry.get(kept.store)
@@ -323,6 +419,9 @@ class _Kept(NamedTuple):
     store: str
     value: cst.BaseExpression
     replaces: bool = False  # ``store[key] = value``: the item under the same key is dropped
+    method: KeptOnSelf | None = None  # kept by a method of the file's class on the object ``store``
+    class_name: str = ""  # (that class and method)
+    method_name: str = ""
 
 
 def _detached(value: cst.BaseExpression) -> cst.Call:
