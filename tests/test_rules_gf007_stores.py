@@ -1,5 +1,6 @@
-"""GF007 through the stores it reads beyond a name: an item of a dict summed with ``+=``, and a
-method of the file's class that adds what it is given to its object (an ``AverageMeter``)."""
+"""GF007 through the stores it reads beyond a name: an item of a dict summed with ``+=``, a method
+of the file's class that adds what it is given to its object (an ``AverageMeter``), and a list in
+an item of a dict."""
 
 import pytest
 
@@ -135,3 +136,42 @@ def test_gf007_a_decorated_update_is_not_read():
     # (``@torch.no_grad()`` on the method: what it adds records no graph)
     source = _meter().replace("    def update(", "    @torch.no_grad()\n    def update(")
     assert _verdict(source) == "silent"
+
+
+# A dict of lists (``history[key].append(loss)``), as loggers keep one list per metric.
+HISTORY = (
+    HEADER
+    + """\
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+history = {"loss": [], "reg": []}
+for step in range(10):
+    x = torch.randn(3, 4)
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+STORE
+print(len(history["loss"]))
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("store", "verdict"),
+    [
+        ('    history["loss"].append(loss)', "reported"),  # every step's graph, in the item's list
+        ('    history["loss"].append(loss.item())', "silent"),
+        ('    history["loss"] = []\n    history["loss"].append(loss)', "silent"),  # the item emptied every step
+        ('    with torch.no_grad():\n        history["loss"].append(loss * 2)', "silent"),
+    ],
+)
+def test_gf007_a_list_in_an_item_of_a_dict(store, verdict):
+    assert _verdict(HISTORY.replace("STORE", store)) == verdict
+
+
+def test_gf007_a_list_in_an_item_of_a_dict_is_rewritten_only_as_unsafe():
+    # (the closed world cannot tell the item is a list: its append may be any object's method)
+    source = HISTORY.replace("STORE", '    history["loss"].append(loss)')
+    report = check_source(source.encode(), all_rules(), FixMode.UNSAFE, "train.py")
+    assert b'    history["loss"].append(loss.detach())\n' in (report.rewritten or b"")

@@ -45,7 +45,8 @@ class GraphKeptForLogging(Rule):
     iteration (made before the loop and not made anew inside it). An item stored under the same key
     in every iteration (``loss_dict["d"] = d_loss``) replaces the previous step's: it keeps one
     step's graph, not every step's, and is left alone; an item added to (``running["g_loss"] +=
-    g_loss``) keeps them all. A loss handed to a method of a class of the file that adds it to its
+    g_loss``) keeps them all, as does a list in an item (``history["loss"].append(loss)``: its
+    fix is unsafe, gradfix cannot tell the item is a list). A loss handed to a method of a class of the file that adds it to its
     object on every call (``losses.update(loss, n)``, where ``AverageMeter.update`` runs
     ``self.sum += val * n``) is stored in that object (a meter of another package is not read).
 
@@ -127,7 +128,7 @@ print(total_loss / len(loader))
                     continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
                 if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, kept, statement.body[0]):
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
-                if not (kept.method is not None or self._outlives_iteration(loop, store)) or self._backwarded(store):
+                if not (kept.method is not None or kept.in_an_item or self._outlives_iteration(loop, store)) or self._backwarded(store):
                     continue
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`) or a dict of tensors; a tensor a
@@ -138,7 +139,9 @@ print(total_loss / len(loader))
                     or self._operates_on_a_backwarded_tensor(value)
                 )
                 one_tensor = held.structure is TENSOR or bool(proved)
-                if kept.method is None:
+                if kept.in_an_item:
+                    unfixable = self._why_item_lists_may_need_them(loop, statement, kept)
+                elif kept.method is None:
                     unfixable = self._why_graphs_may_be_needed(loop, store, held)
                 else:
                     unfixable = self._why_the_method_may_need_them(loop, statement, kept)
@@ -165,7 +168,9 @@ print(total_loss / len(loader))
         """What ``small`` keeps where: ``store += value``, ``store = store + value``,
         ``store.append(value)``, ``store[key] = value`` (``value`` a name, or for all but the sum
         of a name written out any expression: ``total += loss / n``), ``store[key] += value`` and
-        ``store[key] = store[key] + value`` (they add to the item: no key makes them replace), and ``store.method(value)`` where a method of the file's
+        ``store[key] = store[key] + value`` (they add to the item: no key makes them replace),
+        ``store[key].append(value)`` (a list in each item, where the loop writes no item of the
+        store: ``history[key] = []`` would empty one), and ``store.method(value)`` where a method of the file's
         class adds or appends that parameter to the object on every call (``meter.update(loss, n)``
         with ``self.sum += val * n``)."""
         if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign:
@@ -186,8 +191,18 @@ print(total_loss / len(loader))
                 return _Kept(container, value, replaces=True)
         call = appended(small)
         if call is not None and isinstance(call.func, cst.Attribute):
-            name = dotted_name(call.func.value)
-            return _Kept(name, call.args[0].value) if name else None
+            receiver = call.func.value
+            name = dotted_name(receiver)
+            if name:
+                return _Kept(name, call.args[0].value)
+            if (
+                type(receiver) is cst.Subscript
+                and (container := dotted_name(receiver.value))
+                and not self.analysis.writes_of(loop, container)
+                and self._bound_before(loop, container)
+            ):
+                return _Kept(container, call.args[0].value, in_an_item=True)  # ``history[key].append(loss)``
+            return None
         if type(small) is cst.Expr and type(small.value) is cst.Call:
             return self._kept_by_method(loop, small.value)
         return None
@@ -205,14 +220,8 @@ print(total_loss / len(loader))
         # (the argument that holds a graph: ``n`` of ``self.sum += val * n`` is kept too)
         value, method, class_name = next((k for k in kept if self._holds_graph(k[0])), kept[0])
         tree = self.analysis.tree
-        bindings = [
-            assign
-            for assign in tree.findall(loop.scope.node, cst.Assign)
-            if any(receiver in target_names(t.target, rebound_only=True) for t in assign.targets)
-        ]
-        if not bindings or any(
-            type(b.value) is not cst.Call or dotted_name(b.value.func) != class_name or not tree.follows(loop.node, b) for b in bindings
-        ):
+        bindings = self._bound_before(loop, receiver)
+        if not bindings or any(type(value) is not cst.Call or dotted_name(value.func) != class_name for value in bindings):
             return None  # made by another class, or anew in the loop (or after it: a loop around this one)
         if any(site.scope.class_name == class_name for site in self.analysis.backward_sites):
             return None
@@ -231,6 +240,20 @@ print(total_loss / len(loader))
                 if other.func.attr.value != method_name and other.func.attr.value in written_by:
                     return None
         return _Kept(receiver, value, method=method, class_name=class_name, method_name=method_name)
+
+    def _bound_before(self, loop: Loop, name: str) -> list[cst.BaseExpression] | None:
+        """What the assignments of ``name`` in the loop's function assign, where each of them
+        comes before the loop (None where one does not, or none is there): the object outlives
+        the iterations."""
+        tree = self.analysis.tree
+        bindings = [
+            assign
+            for assign in tree.findall(loop.scope.node, cst.Assign)
+            if any(name in target_names(t.target, rebound_only=True) for t in assign.targets)
+        ]
+        if not bindings or not all(tree.follows(loop.node, assign) for assign in bindings):
+            return None
+        return [assign.value for assign in bindings]
 
     def _holds_graph(self, value: cst.BaseExpression) -> bool:
         held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
@@ -255,6 +278,16 @@ print(total_loss / len(loader))
             return f"the class of `{kept.store}` reads autograd's bookkeeping (`grad_fn`, `requires_grad`, …)"
         if not self._freed_in_the_iteration(loop, statement, kept.value):
             return f"what {call} keeps lives on an object, and code gradfix does not see may backward it"
+        return ""
+
+    def _why_item_lists_may_need_them(self, loop: Loop, statement: cst.SimpleStatementLine, kept: _Kept) -> str:
+        """For ``store[key].append(value)``: the analysis does not follow what the lists in the
+        store's items hold, so only a backward that freed the value's graph in the same iteration
+        proves that nothing needs it (and no code reads autograd's bookkeeping of the store)."""
+        if self._reads_bookkeeping(loop, kept.store):
+            return f"code reads autograd's bookkeeping (`grad_fn`, `requires_grad`, …) of what `{kept.store}` keeps"
+        if not self._freed_in_the_iteration(loop, statement, kept.value):
+            return f"gradfix does not follow the lists in `{kept.store}`'s items, and code it does not see may backward what they keep"
         return ""
 
     def _freed_in_the_iteration(self, loop: Loop, statement: cst.CSTNode, value: cst.BaseExpression) -> bool:
@@ -419,6 +452,7 @@ class _Kept(NamedTuple):
     store: str
     value: cst.BaseExpression
     replaces: bool = False  # ``store[key] = value``: the item under the same key is dropped
+    in_an_item: bool = False  # ``store[key].append(value)``: appended to a list in an item of the store
     method: KeptOnSelf | None = None  # kept by a method of the file's class on the object ``store``
     class_name: str = ""  # (that class and method)
     method_name: str = ""
