@@ -118,7 +118,10 @@ class FunctionSummaries:
             returned_given=self.returned_given.get(node, {}),
             items_given=self.items_given.get(node, {}),
             literal_defaults=defaults,
-            kept_on_self=kept_on_self(node, parameters, self._tree) if class_name is not None and not static else {},
+            # (a fact of the method's syntax alone: computed once, not at each round)
+            kept_on_self=self._tree.kept(kept_on_self, node, lambda: kept_on_self(node, parameters, self._tree))
+            if class_name is not None and not static
+            else {},
         )
         key = node.name.value if class_name is None else (class_name, node.name.value)
         self.summaries[key] = summary
