@@ -109,6 +109,11 @@ def test_gf007_an_item_of_a_dict_summed_with_augmented_assignment(store, verdict
         (_meter(update=UPDATE + "        print(val)\n"), "reported"),  # also handed to other code
         (_meter(extra="\n    def kept(self):\n        return self.sum.requires_grad\n"), "reported"),  # bookkeeping read
         (_meter().replace("loss.backward()", "loss.backward(retain_graph=True)"), "reported"),  # nothing freed it
+        # the object, or what it keeps, handed to code gradfix does not follow (which may read its bookkeeping)
+        (_meter(store="    losses.update(loss, x.size(0))\n    flush(losses)", extra="\nfrom logs import flush\n"), "reported"),
+        (_meter(store="    losses.update(loss, x.size(0))\n    flush(losses.val)", extra="\nfrom logs import flush\n"), "reported"),
+        (_meter(store="    losses.update(loss, x.size(0))\n    losses.log()", extra="\n    def log(self):\n        flush(self.sum)\n"), "reported"),
+        (_meter(store="    losses.update(loss, x.size(0))\n    print(float(losses.val), losses.count)"), "fixed"),  # read by builtins
     ],
 )
 def test_gf007_a_loss_a_method_of_the_file_adds_to_its_object(source, verdict):

@@ -25,7 +25,7 @@ from .reach import GradientReach
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
-from .kept_on_self import KeptOnSelf
+from .kept_on_self import KeptArgument
 from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver, tested_name
 from .torch_facts import TorchNames
 from .torch_names import collect_torch_names
@@ -130,7 +130,7 @@ class FileAnalysis:
         stores, evaluated to (None where never reached)."""
         return self._dataflow.assigned_values.get(expression)
 
-    def arguments_kept(self, call: cst.Call) -> list[tuple[cst.BaseExpression, KeptOnSelf, str]]:
+    def arguments_kept(self, call: cst.Call) -> list[KeptArgument]:
         """The arguments a method of the file's class keeps on the object it is called on."""
         return self._dataflow.arguments_kept(call)
 

@@ -21,7 +21,7 @@ from ..summaries import ExportedSummary
 from . import backward_calls
 from .assignments import assigned_names
 from .backward_calls import BackwardSite
-from .kept_on_self import KeptOnSelf, kept_on_self
+from .kept_on_self import KeptArgument, KeptOnSelf, kept_on_self
 from .loops import Env
 from .syntax import dotted_name
 from .values import LEAF, NOTHING, UNKNOWN, UNREAD_PARAMETERS, Origin, Source, Structure, Value, combine
@@ -128,10 +128,10 @@ class FunctionSummaries:
         self.summarized_functions[key] = node
         self._summarized.add(key)
 
-    def arguments_kept(self, call: cst.Call) -> list[tuple[cst.BaseExpression, KeptOnSelf, str]]:
+    def arguments_kept(self, call: cst.Call) -> list[KeptArgument]:
         """What ``call``, a call of a method of the file's class on an object other than ``self``
         (``meter.update(loss, n)``), hands a parameter that method keeps on the object: each such
-        argument, with what the method does of it and the class."""
+        argument, with what the method does of it."""
         key = self.callees.get(call)
         summary = self.summaries.get(key) if type(key) is tuple else None
         if summary is None or not summary.kept_on_self or type(call.func) is not cst.Attribute or dotted_name(call.func.value) == "self":
@@ -140,7 +140,8 @@ class FunctionSummaries:
             return []
         bound = dict(zip(summary.parameters, (arg.value for arg in call.args if arg.keyword is None)))
         bound.update((arg.keyword.value, arg.value) for arg in call.args if arg.keyword is not None)
-        return [(bound[name], kept, key[0]) for name, kept in summary.kept_on_self.items() if name in bound]
+        left = frozenset(name.partition(".")[2] for name, value in summary.left_for_caller.items() if name.startswith("self.") and value.graph)
+        return [KeptArgument(bound[name], kept, key[0], left) for name, kept in summary.kept_on_self.items() if name in bound]
 
     def _summary(self, key: object) -> FunctionSummary | None:
         summary = self.summaries.get(key)

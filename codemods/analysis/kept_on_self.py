@@ -36,6 +36,18 @@ class KeptOnSelf:
     only_stored: bool
 
 
+@dataclass(frozen=True)
+class KeptArgument:
+    """An argument a call hands a method of the file's class that keeps it on the object."""
+
+    value: cst.BaseExpression  # the argument, as the call writes it
+    kept: KeptOnSelf
+    class_name: str
+    # The attributes (``sum``, ``val``, ``avg``) the method leaves holding a graph, as its walk with
+    # what its callers pass finds them: where what it was given may be read from the object.
+    left_with_graph: frozenset[str]
+
+
 # Operators whose result, on a tensor with a graph, is a node of that graph (not ``//`` or ``%``).
 GRAPH_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power, cst.MatrixMultiply)
 

@@ -6,6 +6,7 @@ from typing import Iterator, NamedTuple
 import libcst as cst
 
 from ..analysis import (
+    BUILTINS_WITHOUT_GRADIENTS,
     NO_GRADIENT_HOOKS,
     READS_MODELLED_CODE,
     NO_CAUGHT_ERRORS,
@@ -13,7 +14,7 @@ from ..analysis import (
     NO_BOOKKEEPING_READS,
     GRAPH_OPERATORS,
     TENSOR,
-    KeptOnSelf,
+    KeptArgument,
     Loop,
     Origin,
     Value,
@@ -128,7 +129,7 @@ print(total_loss / len(loader))
                     continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
                 if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, kept, statement.body[0]):
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
-                if not (kept.method is not None or kept.in_an_item or self._outlives_iteration(loop, store)) or self._backwarded(store):
+                if not (kept.by_method is not None or kept.in_an_item or self._outlives_iteration(loop, store)) or self._backwarded(store):
                     continue
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`) or a dict of tensors; a tensor a
@@ -141,7 +142,7 @@ print(total_loss / len(loader))
                 one_tensor = held.structure is TENSOR or bool(proved)
                 if kept.in_an_item:
                     unfixable = self._why_item_lists_may_need_them(loop, statement, kept)
-                elif kept.method is None:
+                elif kept.by_method is None:
                     unfixable = self._why_graphs_may_be_needed(loop, store, held)
                 else:
                     unfixable = self._why_the_method_may_need_them(loop, statement, kept)
@@ -218,7 +219,8 @@ print(total_loss / len(loader))
         if not kept or receiver is None:
             return None
         # (the argument that holds a graph: ``n`` of ``self.sum += val * n`` is kept too)
-        value, method, class_name = next((k for k in kept if self._holds_graph(k[0])), kept[0])
+        argument = next((k for k in kept if self._holds_graph(k.value)), kept[0])
+        class_name, method = argument.class_name, argument.kept
         tree = self.analysis.tree
         bindings = self._bound_before(loop, receiver)
         if not bindings or any(type(value) is not cst.Call or dotted_name(value.func) != class_name for value in bindings):
@@ -239,7 +241,7 @@ print(total_loss / len(loader))
             if other is not call and type(other.func) is cst.Attribute and dotted_name(other.func.value) == receiver:
                 if other.func.attr.value != method_name and other.func.attr.value in written_by:
                     return None
-        return _Kept(receiver, value, method=method, class_name=class_name, method_name=method_name)
+        return _Kept(receiver, argument.value, by_method=argument, method_name=method_name)
 
     def _bound_before(self, loop: Loop, name: str) -> list[cst.BaseExpression] | None:
         """What the assignments of ``name`` in the loop's function assign, where each of them
@@ -263,22 +265,95 @@ print(total_loss / len(loader))
         """For a store a method of the file makes on its object: why its graphs may still be needed,
         or "" when a backward that does not keep its graph walks them in the same iteration (no
         later backward can: whatever reads the object), the method hands its argument nowhere
-        else, and nothing reads autograd's bookkeeping of what it keeps."""
-        assert kept.method is not None
+        else, what the object keeps reaches no code gradfix does not follow, and nothing reads
+        autograd's bookkeeping of it."""
+        argument = kept.by_method
+        assert argument is not None
         call = f"`{kept.store}.{kept.method_name}`"
         if self._reads_bookkeeping(loop, kept.store):
             return f"code reads autograd's bookkeeping (`grad_fn`, `requires_grad`, …) of what `{kept.store}` keeps"
-        if not kept.method.only_stored:
+        if not argument.kept.only_stored:
             return f"{call} hands what it is given to more than the object it keeps it on"
         if any(
             isinstance(a, cst.Attribute) and a.attr.value in _BOOKKEEPING
-            for node in self.analysis.class_body(kept.class_name)
+            for node in self.analysis.class_body(argument.class_name)
             for a in self.analysis.tree.findall(node, cst.Attribute)
         ):
             return f"the class of `{kept.store}` reads autograd's bookkeeping (`grad_fn`, `requires_grad`, …)"
+        handed_on = self._handed_on(loop, kept.store, argument)
+        if handed_on:
+            return handed_on
         if not self._freed_in_the_iteration(loop, statement, kept.value):
             return f"what {call} keeps lives on an object, and code gradfix does not see may backward it"
         return ""
+
+    def _handed_on(self, loop: Loop, store: str, argument: KeptArgument) -> str:
+        """Where the object, or an attribute of it that may hold what the method keeps, may reach
+        code gradfix does not follow (which may read its autograd bookkeeping), in the loop's
+        function or in the methods of the class it calls: "" where it cannot. Only calls of the
+        class's methods on the object, and reads of its other attributes (``losses.avg``, a float),
+        are followed; a method may hand its object's attributes only to builtins that read no
+        bookkeeping (``float(self.sum)``)."""
+        tree = self.analysis.tree
+        methods = {f.name.value: f for f in self.analysis.class_body(argument.class_name) if isinstance(f, cst.FunctionDef)}
+        with_graph = argument.left_with_graph | {a.partition(".")[2] for a in argument.kept.attributes}
+        called: list[str] = []
+        if "." in store:
+            return f"`{store}` lives on an object, and code gradfix does not see may read what it keeps"
+        for name in tree.names(loop.scope.node, [store]):
+            parent = tree.parent(name)
+            if type(parent) is cst.AssignTarget:
+                continue  # (its binding)
+            if type(parent) is cst.Attribute and parent.value is name:
+                outer = tree.parent(parent)
+                if type(outer) is cst.Call and outer.func is parent and parent.attr.value in methods:
+                    called.append(parent.attr.value)
+                    continue
+                if type(outer) is not cst.Call and (parent.attr.value not in with_graph or self._read_by_a_builtin(parent)):
+                    continue  # (``losses.avg``, a float; ``float(losses.sum)``)
+            return f"`{code_of(parent or name)}` may hand what `{store}` keeps to code gradfix does not follow"
+        shadowed = self._builtins_shadowed
+        seen: set[str] = set()
+        while called:
+            method_name = called.pop()
+            if method_name in seen:
+                continue
+            seen.add(method_name)
+            method = methods[method_name]
+            me = method.params.params[0].name.value if method.params.params else None
+            for inner in tree.findall(method.body, cst.Call):
+                func = inner.func
+                if type(func) is cst.Attribute and dotted_name(func.value) == me and func.attr.value in methods:
+                    called.append(func.attr.value)
+                    continue
+                if type(func) is cst.Name and func.value in BUILTINS_WITHOUT_GRADIENTS and func.value not in shadowed:
+                    continue
+                if me is not None and any(me in read_names(arg.value, tree) for arg in inner.args):
+                    return f"`{argument.class_name}.{method_name}` hands what the object keeps to code gradfix does not follow"
+        return ""
+
+    def _read_by_a_builtin(self, expression: cst.BaseExpression) -> bool:
+        """Whether ``expression`` is an argument of a builtin that reads no autograd bookkeeping
+        (``float(losses.sum)``), the file's own definitions of the name aside."""
+        tree = self.analysis.tree
+        arg = tree.parent(expression)
+        call = tree.parent(arg) if type(arg) is cst.Arg else None
+        return (
+            type(call) is cst.Call
+            and type(call.func) is cst.Name
+            and call.func.value in BUILTINS_WITHOUT_GRADIENTS
+            and call.func.value not in self._builtins_shadowed
+        )
+
+    @cached_property
+    def _builtins_shadowed(self) -> set[str]:
+        """The builtins' names the file binds (a ``print`` of its own may read anything)."""
+        module = self.analysis.module
+        tree = self.analysis.tree
+        defined = {node.name.value for node in tree.findall(module, cst.FunctionDef)} | {
+            node.name.value for node in tree.findall(module, cst.ClassDef)
+        }
+        return (defined | set(self.analysis.names.aliases) | assigned_names(module, tree=tree)) & BUILTINS_WITHOUT_GRADIENTS
 
     def _why_item_lists_may_need_them(self, loop: Loop, statement: cst.SimpleStatementLine, kept: _Kept) -> str:
         """For ``store[key].append(value)``: the analysis does not follow what the lists in the
@@ -353,8 +428,8 @@ print(total_loss / len(loader))
     def _makes_a_new_tensor(loop: Loop, kept: _Kept, small: cst.BaseSmallStatement) -> bool:
         """Whether the store gets a value computed from the kept one (a sum, a copy into a
         tensor), rather than the tensor itself (an append, an item of a dict or list)."""
-        if kept.method is not None:
-            return kept.method.new_tensor
+        if kept.by_method is not None:
+            return kept.by_method.kept.new_tensor
         if isinstance(small, cst.AugAssign) or (isinstance(small, cst.Assign) and not isinstance(small.targets[0].target, cst.Subscript)):
             return True
         entry = loop.entry.get(kept.store)
@@ -453,9 +528,8 @@ class _Kept(NamedTuple):
     value: cst.BaseExpression
     replaces: bool = False  # ``store[key] = value``: the item under the same key is dropped
     in_an_item: bool = False  # ``store[key].append(value)``: appended to a list in an item of the store
-    method: KeptOnSelf | None = None  # kept by a method of the file's class on the object ``store``
-    class_name: str = ""  # (that class and method)
-    method_name: str = ""
+    by_method: KeptArgument | None = None  # kept by a method of the file's class on the object ``store``
+    method_name: str = ""  # (that method)
 
 
 def _detached(value: cst.BaseExpression) -> cst.Call:
