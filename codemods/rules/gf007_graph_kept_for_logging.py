@@ -69,8 +69,9 @@ class GraphKeptForLogging(Rule):
     alone: its graphs are what that backward walks. A meter's ``update`` is rewritten
     (``losses.update(loss.detach(), n)``) only where a backward that does not keep its graph
     walks the loss in the same iteration, the method hands what it is given nowhere but the
-    object, and nothing reads autograd's bookkeeping of what it keeps; a class with a method that
-    runs a backward is left alone.
+    object, the meter and what it keeps reach no code gradfix does not follow (``float(losses.sum)``
+    and ``losses.avg``, a float, do not; ``log(losses)`` may), and nothing reads autograd's
+    bookkeeping of what it keeps; a class with a method that runs a backward is left alone.
     """
 
     SUMMARY = "a value kept across training steps keeps every step's graph alive"
