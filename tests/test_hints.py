@@ -154,9 +154,7 @@ def test_a_hint_says_why_the_program_may_run_as_it_is():
     where the model gradfix cannot read may save nothing the backward frees: the message says
     which, and never that the graph is kept when no call keeps it (with a layer there, the second
     iteration raises)."""
-    kept, freed = (
-        gradfix.check(FORWARD_BEFORE_THE_LOOP.format(retained=retained), hints=True).findings for retained in ("retain_graph=True", "")
-    )
+    kept, freed = (gradfix.check(FORWARD_BEFORE_THE_LOOP.format(retained=retained), hints=True).findings for retained in ("retain_graph=True", ""))
     assert [(f.code, f.hint) for f in kept + freed] == [("GF003", True), ("GF003", True)]
     assert "the graph is kept, so the program runs" in kept[0].message
     assert "the graph is kept" not in freed[0].message

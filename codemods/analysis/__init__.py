@@ -12,11 +12,13 @@ package: the framework rows in ``codemods.frameworks``, the cross-file summaries
 """
 
 from ..frameworks import GradientEffect
+from ..torch_api import BUILTINS_WITHOUT_GRADIENTS
 from .assignments import APPENDING_METHODS, assigned_names, read_for_data, read_names, target_names
 from .backward_calls import BackwardSite, argument, with_retained_graph
 from .closed_world import NO_BOOKKEEPING_READS, NO_CAUGHT_ERRORS, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE
 from .file_analysis import Block, FileAnalysis
 from .gan import GanSteps
+from .kept_on_self import GRAPH_OPERATORS, KeptArgument, KeptOnSelf, operands
 from .loops import Carried, Element, Loop, Scope, expand
 from .optimizers import stepped_optimizers
 from .syntax import (
@@ -41,6 +43,8 @@ from .values import NONE, NUMBER, TENSOR, UNKNOWN, ListOf, Origin, RecordOf, Str
 
 __all__ = [
     "APPENDING_METHODS",
+    "BUILTINS_WITHOUT_GRADIENTS",
+    "GRAPH_OPERATORS",
     "NO_BOOKKEEPING_READS",
     "NO_CAUGHT_ERRORS",
     "NO_GRADIENT_HOOKS",
@@ -58,6 +62,8 @@ __all__ = [
     "FileAnalysis",
     "GanSteps",
     "GradientEffect",
+    "KeptArgument",
+    "KeptOnSelf",
     "ListOf",
     "Loop",
     "Origin",
@@ -83,6 +89,7 @@ __all__ = [
     "is_single_call",
     "loss_handed_to_trainer",
     "method_called",
+    "operands",
     "read_for_data",
     "read_names",
     "stepped_optimizers",

@@ -25,6 +25,7 @@ from .reach import GradientReach
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
+from .kept_on_self import KeptArgument
 from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver, tested_name
 from .torch_facts import TorchNames
 from .torch_names import collect_torch_names
@@ -128,6 +129,10 @@ class FileAnalysis:
         """What the right-hand side of an assignment, or what ``+=`` adds or ``.append(...)``
         stores, evaluated to (None where never reached)."""
         return self._dataflow.assigned_values.get(expression)
+
+    def arguments_kept(self, call: cst.Call) -> list[KeptArgument]:
+        """The arguments a method of the file's class keeps on the object it is called on."""
+        return self._dataflow.arguments_kept(call)
 
     def writes_of(self, loop: Loop, name: str) -> dict[cst.CSTNode, bool | None]:
         """The statements of ``loop`` (a method walked as calls included) that write ``name``, in

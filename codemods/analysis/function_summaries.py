@@ -21,6 +21,7 @@ from ..summaries import ExportedSummary
 from . import backward_calls
 from .assignments import assigned_names
 from .backward_calls import BackwardSite
+from .kept_on_self import KeptArgument, KeptOnSelf, kept_on_self
 from .loops import Env
 from .syntax import dotted_name
 from .values import LEAF, NOTHING, UNKNOWN, UNREAD_PARAMETERS, Origin, Source, Structure, Value, combine
@@ -45,6 +46,9 @@ class FunctionSummary:
     returned_given: Mapping[tuple[str, bool], Value] = field(default_factory=dict)
     items_given: Mapping[tuple[str, bool], tuple[Value, ...] | None] = field(default_factory=dict)  # (as ``returned_items``)
     literal_defaults: Mapping[str, bool] = field(default_factory=dict)  # parameters that default to True or False
+    # The parameters a method adds or appends to its object's attributes on every call
+    # (``self.sum += val * n``: ``kept_on_self``).
+    kept_on_self: Mapping[str, KeptOnSelf] = field(default_factory=dict)
 
     @property
     def has_effect(self) -> bool:
@@ -114,11 +118,30 @@ class FunctionSummaries:
             returned_given=self.returned_given.get(node, {}),
             items_given=self.items_given.get(node, {}),
             literal_defaults=defaults,
+            # (a fact of the method's syntax alone: computed once, not at each round)
+            kept_on_self=self._tree.kept(kept_on_self, node, lambda: kept_on_self(node, parameters, self._tree))
+            if class_name is not None and not static
+            else {},
         )
         key = node.name.value if class_name is None else (class_name, node.name.value)
         self.summaries[key] = summary
         self.summarized_functions[key] = node
         self._summarized.add(key)
+
+    def arguments_kept(self, call: cst.Call) -> list[KeptArgument]:
+        """What ``call``, a call of a method of the file's class on an object other than ``self``
+        (``meter.update(loss, n)``), hands a parameter that method keeps on the object: each such
+        argument, with what the method does of it."""
+        key = self.callees.get(call)
+        summary = self.summaries.get(key) if type(key) is tuple else None
+        if summary is None or not summary.kept_on_self or type(call.func) is not cst.Attribute or dotted_name(call.func.value) == "self":
+            return []
+        if any(arg.star for arg in call.args):
+            return []
+        bound = dict(zip(summary.parameters, (arg.value for arg in call.args if arg.keyword is None)))
+        bound.update((arg.keyword.value, arg.value) for arg in call.args if arg.keyword is not None)
+        left = frozenset(name.partition(".")[2] for name, value in summary.left_for_caller.items() if name.startswith("self.") and value.graph)
+        return [KeptArgument(bound[name], kept, key[0], left) for name, kept in summary.kept_on_self.items() if name in bound]
 
     def _summary(self, key: object) -> FunctionSummary | None:
         summary = self.summaries.get(key)
@@ -142,6 +165,8 @@ class FunctionSummaries:
         values = self._eval_all([arg.value for arg in call.args], env)
         self._record_arguments(summary_key(summary), summary.parameters, call, values)
         self.callees[call] = summary_key(summary)
+        if summary.kept_on_self:
+            self.assigned_values.update((arg.value, value) for arg, value in zip(call.args, values))  # (what it keeps)
         if self._loops:
             self.repeated_functions.add(summary.name)
         self.graph_arguments[summary.name] = self.graph_arguments.get(summary.name, False) or any(v.graph for v in values)

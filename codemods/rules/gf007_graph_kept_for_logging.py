@@ -1,17 +1,20 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import libcst as cst
 
 from ..analysis import (
+    BUILTINS_WITHOUT_GRADIENTS,
     NO_GRADIENT_HOOKS,
     READS_MODELLED_CODE,
     NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     NO_BOOKKEEPING_READS,
+    GRAPH_OPERATORS,
     TENSOR,
+    KeptArgument,
     Loop,
     Origin,
     Value,
@@ -21,6 +24,8 @@ from ..analysis import (
     code_of,
     dotted_name,
     expand,
+    expression_key,
+    operands,
     read_names,
     target_names,
 )
@@ -41,7 +46,11 @@ class GraphKeptForLogging(Rule):
     (an optimizer steps and a backward runs in it, or a trainer hook), in a store that outlives the
     iteration (made before the loop and not made anew inside it). An item stored under the same key
     in every iteration (``loss_dict["d"] = d_loss``) replaces the previous step's: it keeps one
-    step's graph, not every step's, and is left alone.
+    step's graph, not every step's, and is left alone; an item added to (``running["g_loss"] +=
+    g_loss``) keeps them all, as does a list in an item (``history["loss"].append(loss)``: its
+    fix is unsafe, gradfix cannot tell the item is a list). A loss handed to a method of a class of the file that adds it to its
+    object on every call (``losses.update(loss, n)``, where ``AverageMeter.update`` runs
+    ``self.sum += val * n``) is stored in that object (a meter of another package is not read).
 
     Why it fails: Nothing fails; memory grows with every step until the process runs out of it (the
     classic "CUDA out of memory after a few hundred iterations").
@@ -58,7 +67,12 @@ class GraphKeptForLogging(Rule):
     could), or, within the file's own code, no backward reads the store and nothing hands it on;
     and no code reads autograd's bookkeeping (``grad_fn``, ``requires_grad``) of what was kept. A
     store a backward reads (a loss computed from what it keeps, or gradient accumulation) is left
-    alone: its graphs are what that backward walks.
+    alone: its graphs are what that backward walks. A meter's ``update`` is rewritten
+    (``losses.update(loss.detach(), n)``) only where a backward that does not keep its graph
+    walks the loss in the same iteration, the method hands what it is given nowhere but the
+    object, the meter and what it keeps reach no code gradfix does not follow (``float(losses.sum)``
+    and ``losses.avg``, a float, do not; ``log(losses)`` may), and nothing reads autograd's
+    bookkeeping of what it keeps; a class with a method that runs a backward is left alone.
     """
 
     SUMMARY = "a value kept across training steps keeps every step's graph alive"
@@ -102,14 +116,11 @@ print(total_loss / len(loader))
                 for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine)
                 if self.analysis.loops_around(statement)[:1] == (loop,) and len(statement.body) == 1
             ]
-            stores = {kept[0] for statement in statements if (kept := _kept_value(statement.body[0])) is not None}
-            carried_on = self._carried_on(loop, stores)
-            for statement in statements:
-                kept = _kept_value(statement.body[0])
-                if kept is None:
-                    continue
-                store, value = kept
-                if self._same_slot_every_iteration(loop, statement.body[0]):
+            kept_at = [(statement, kept) for statement in statements if (kept := self._kept_value(loop, statement.body[0])) is not None]
+            carried_on = self._carried_on(loop, {kept.store for _, kept in kept_at})
+            for statement, kept in kept_at:
+                store, value = kept.store, kept.value
+                if kept.replaces and self._same_slot_every_iteration(loop, statement.body[0]):
                     continue
                 held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
                 if held is None or not self.analysis.value_nodes(held):
@@ -118,9 +129,9 @@ print(total_loss / len(loader))
                     continue  # an expression whose graph came out of code gradfix cannot read (`sum(rewards)` of env.step's rewards)
                 if self.analysis.value_nodes(held) <= carried_on:
                     continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
-                if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, store, statement.body[0]):
+                if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, kept, statement.body[0]):
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
-                if not self._outlives_iteration(loop, store) or self._backwarded(store):
+                if not (kept.by_method is not None or kept.in_an_item or self._outlives_iteration(loop, store)) or self._backwarded(store):
                     continue
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`) or a dict of tensors; a tensor a
@@ -131,7 +142,12 @@ print(total_loss / len(loader))
                     or self._operates_on_a_backwarded_tensor(value)
                 )
                 one_tensor = held.structure is TENSOR or bool(proved)
-                unfixable = self._why_graphs_may_be_needed(loop, store, held)
+                if kept.in_an_item:
+                    unfixable = self._why_item_lists_may_need_them(loop, statement, kept)
+                elif kept.by_method is None:
+                    unfixable = self._why_graphs_may_be_needed(loop, store, held)
+                else:
+                    unfixable = self._why_the_method_may_need_them(loop, statement, kept)
                 if not unfixable and not one_tensor:
                     # (``stats.detach()`` of a dict of losses raises AttributeError)
                     unfixable = f"gradfix cannot tell that `{code_of(value)}` is one tensor"
@@ -151,6 +167,224 @@ print(total_loss / len(loader))
                     guess = f"`{code_of(value)}` may hold no graph: it is an item of a tuple gradfix cannot tell apart from the others"
                 yield self.violation(value, message, fix, guess=guess)
 
+    def _kept_value(self, loop: Loop, small: cst.BaseSmallStatement) -> _Kept | None:
+        """What ``small`` keeps where: ``store += value``, ``store = store + value``,
+        ``store.append(value)``, ``store[key] = value`` (``value`` a name, or for all but the sum
+        of a name written out any expression: ``total += loss / n``), ``store[key] += value`` and
+        ``store[key] = store[key] + value`` (they add to the item: no key makes them replace),
+        ``store[key].append(value)`` (a list in each item, where the loop writes no item of the
+        store: ``history[key] = []`` would empty one), and ``store.method(value)`` where a method of the file's
+        class adds or appends that parameter to the object on every call (``meter.update(loss, n)``
+        with ``self.sum += val * n``)."""
+        if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign:
+            target = small.target
+            name = dotted_name(target.value) if type(target) is cst.Subscript else dotted_name(target)
+            return _Kept(name, small.value) if name else None
+        if type(small) is cst.Assign and len(small.targets) == 1:
+            target, value = small.targets[0].target, small.value
+            name = dotted_name(target)
+            if type(value) is cst.BinaryOperation and type(value.operator) is cst.Add:
+                if name and dotted_name(value.left) == name and isinstance(value.right, cst.Name):
+                    return _Kept(name, value.right)
+                if (
+                    type(target) is cst.Subscript
+                    and (container := dotted_name(target.value))
+                    and expression_key(value.left) == expression_key(target)
+                ):
+                    # ``store[key] = store[key] + value``: a sum, as ``+=`` (its whole right-hand side
+                    # detached, where the value is not a name: what the analysis evaluated)
+                    return _Kept(container, value.right if type(value.right) is cst.Name else value)
+            if type(target) is cst.Subscript and (container := dotted_name(target.value)):
+                return _Kept(container, value, replaces=True)
+        call = appended(small)
+        if call is not None and isinstance(call.func, cst.Attribute):
+            receiver = call.func.value
+            name = dotted_name(receiver)
+            if name:
+                return _Kept(name, call.args[0].value)
+            if (
+                type(receiver) is cst.Subscript
+                and (container := dotted_name(receiver.value))
+                and not self.analysis.writes_of(loop, container)
+                and self._bound_before(loop, container)
+            ):
+                return _Kept(container, call.args[0].value, in_an_item=True)  # ``history[key].append(loss)``
+            return None
+        if type(small) is cst.Expr and type(small.value) is cst.Call:
+            return self._kept_by_method(loop, small.value)
+        return None
+
+    def _kept_by_method(self, loop: Loop, call: cst.Call) -> _Kept | None:
+        """``meter.update(loss, n)`` where the file's class proves the meter keeps ``loss`` on every
+        call and across the loop's iterations: the object is made by that class's constructor
+        wherever the loop's function binds it, no other call of the loop on it writes what the
+        method adds to (``meter.reset()``), and no method of the class runs a backward (its sum
+        may be what a backward walks: gradient accumulation)."""
+        kept = self.analysis.arguments_kept(call)
+        receiver = dotted_name(cst.ensure_type(call.func, cst.Attribute).value) if kept else None
+        if not kept or receiver is None:
+            return None
+        # (the argument that holds a graph: ``n`` of ``self.sum += val * n`` is kept too)
+        argument = next((k for k in kept if self._holds_graph(k.value)), kept[0])
+        class_name, method = argument.class_name, argument.kept
+        tree = self.analysis.tree
+        bindings = self._bound_before(loop, receiver)
+        if not bindings or any(type(value) is not cst.Call or dotted_name(value.func) != class_name for value in bindings):
+            return None  # made by another class, or anew in the loop (or after it: a loop around this one)
+        if any(site.scope.class_name == class_name for site in self.analysis.backward_sites):
+            return None
+        attributes = {a.partition(".")[2] for a in method.attributes}
+        written_by = {
+            function.name.value
+            for function in self.analysis.class_body(class_name)
+            if isinstance(function, cst.FunctionDef)
+            and function.params.params
+            and attributes
+            & {w.partition(".")[2] for w in assigned_names(function.body, tree=tree) if w.startswith(function.params.params[0].name.value + ".")}
+        }
+        method_name = cst.ensure_type(call.func, cst.Attribute).attr.value
+        for other in tree.findall(loop.node.body, cst.Call):
+            if other is not call and type(other.func) is cst.Attribute and dotted_name(other.func.value) == receiver:
+                if other.func.attr.value != method_name and other.func.attr.value in written_by:
+                    return None
+        return _Kept(receiver, argument.value, by_method=argument, method_name=method_name)
+
+    def _bound_before(self, loop: Loop, name: str) -> list[cst.BaseExpression] | None:
+        """What the assignments of ``name`` in the loop's function assign, where each of them
+        comes before the loop (None where one does not, or none is there): the object outlives
+        the iterations."""
+        tree = self.analysis.tree
+        bindings = [
+            assign
+            for assign in tree.findall(loop.scope.node, cst.Assign)
+            if any(name in target_names(t.target, rebound_only=True) for t in assign.targets)
+        ]
+        if not bindings or not all(tree.follows(loop.node, assign) for assign in bindings):
+            return None
+        return [assign.value for assign in bindings]
+
+    def _holds_graph(self, value: cst.BaseExpression) -> bool:
+        held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
+        return held is not None and bool(self.analysis.value_nodes(held))
+
+    def _why_the_method_may_need_them(self, loop: Loop, statement: cst.SimpleStatementLine, kept: _Kept) -> str:
+        """For a store a method of the file makes on its object: why its graphs may still be needed,
+        or "" when a backward that does not keep its graph walks them in the same iteration (no
+        later backward can: whatever reads the object), the method hands its argument nowhere
+        else, what the object keeps reaches no code gradfix does not follow, and nothing reads
+        autograd's bookkeeping of it."""
+        argument = kept.by_method
+        assert argument is not None
+        call = f"`{kept.store}.{kept.method_name}`"
+        if self._reads_bookkeeping(loop, kept.store):
+            return f"code reads autograd's bookkeeping (`grad_fn`, `requires_grad`, …) of what `{kept.store}` keeps"
+        if not argument.kept.only_stored:
+            return f"{call} hands what it is given to more than the object it keeps it on"
+        if any(
+            isinstance(a, cst.Attribute) and a.attr.value in _BOOKKEEPING
+            for node in self.analysis.class_body(argument.class_name)
+            for a in self.analysis.tree.findall(node, cst.Attribute)
+        ):
+            return f"the class of `{kept.store}` reads autograd's bookkeeping (`grad_fn`, `requires_grad`, …)"
+        handed_on = self._handed_on(loop, kept.store, argument)
+        if handed_on:
+            return handed_on
+        if not self._freed_in_the_iteration(loop, statement, kept.value):
+            return f"what {call} keeps lives on an object, and code gradfix does not see may backward it"
+        return ""
+
+    def _handed_on(self, loop: Loop, store: str, argument: KeptArgument) -> str:
+        """Where the object, or an attribute of it that may hold what the method keeps, may reach
+        code gradfix does not follow (which may read its autograd bookkeeping), in the loop's
+        function or in the methods of the class it calls: "" where it cannot. Only calls of the
+        class's methods on the object, and reads of its other attributes (``losses.avg``, a float),
+        are followed; a method may hand its object's attributes only to builtins that read no
+        bookkeeping (``float(self.sum)``)."""
+        tree = self.analysis.tree
+        methods = {f.name.value: f for f in self.analysis.class_body(argument.class_name) if isinstance(f, cst.FunctionDef)}
+        with_graph = argument.left_with_graph | {a.partition(".")[2] for a in argument.kept.attributes}
+        called: list[str] = []
+        if "." in store:
+            return f"`{store}` lives on an object, and code gradfix does not see may read what it keeps"
+        for name in tree.names(loop.scope.node, [store]):
+            parent = tree.parent(name)
+            if type(parent) is cst.AssignTarget:
+                continue  # (its binding)
+            if type(parent) is cst.Attribute and parent.value is name:
+                outer = tree.parent(parent)
+                if type(outer) is cst.Call and outer.func is parent and parent.attr.value in methods:
+                    called.append(parent.attr.value)
+                    continue
+                if type(outer) is not cst.Call and (parent.attr.value not in with_graph or self._read_by_a_builtin(parent)):
+                    continue  # (``losses.avg``, a float; ``float(losses.sum)``)
+            return f"`{code_of(parent or name)}` may hand what `{store}` keeps to code gradfix does not follow"
+        shadowed = self._builtins_shadowed
+        seen: set[str] = set()
+        while called:
+            method_name = called.pop()
+            if method_name in seen:
+                continue
+            seen.add(method_name)
+            method = methods[method_name]
+            me = method.params.params[0].name.value if method.params.params else None
+            for inner in tree.findall(method.body, cst.Call):
+                func = inner.func
+                if type(func) is cst.Attribute and dotted_name(func.value) == me and func.attr.value in methods:
+                    called.append(func.attr.value)
+                    continue
+                if type(func) is cst.Name and func.value in BUILTINS_WITHOUT_GRADIENTS and func.value not in shadowed:
+                    continue
+                if me is not None and any(me in read_names(arg.value, tree) for arg in inner.args):
+                    return f"`{argument.class_name}.{method_name}` hands what the object keeps to code gradfix does not follow"
+        return ""
+
+    def _read_by_a_builtin(self, expression: cst.BaseExpression) -> bool:
+        """Whether ``expression`` is an argument of a builtin that reads no autograd bookkeeping
+        (``float(losses.sum)``), the file's own definitions of the name aside."""
+        tree = self.analysis.tree
+        arg = tree.parent(expression)
+        call = tree.parent(arg) if type(arg) is cst.Arg else None
+        return (
+            type(call) is cst.Call
+            and type(call.func) is cst.Name
+            and call.func.value in BUILTINS_WITHOUT_GRADIENTS
+            and call.func.value not in self._builtins_shadowed
+        )
+
+    @cached_property
+    def _builtins_shadowed(self) -> set[str]:
+        """The builtins' names the file binds (a ``print`` of its own may read anything)."""
+        module = self.analysis.module
+        tree = self.analysis.tree
+        defined = {node.name.value for node in tree.findall(module, cst.FunctionDef)} | {
+            node.name.value for node in tree.findall(module, cst.ClassDef)
+        }
+        return (defined | set(self.analysis.names.aliases) | assigned_names(module, tree=tree)) & BUILTINS_WITHOUT_GRADIENTS
+
+    def _why_item_lists_may_need_them(self, loop: Loop, statement: cst.SimpleStatementLine, kept: _Kept) -> str:
+        """For ``store[key].append(value)``: the analysis does not follow what the lists in the
+        store's items hold, so only a backward that freed the value's graph in the same iteration
+        proves that nothing needs it (and no code reads autograd's bookkeeping of the store)."""
+        if self._reads_bookkeeping(loop, kept.store):
+            return f"code reads autograd's bookkeeping (`grad_fn`, `requires_grad`, …) of what `{kept.store}` keeps"
+        if not self._freed_in_the_iteration(loop, statement, kept.value):
+            return f"gradfix does not follow the lists in `{kept.store}`'s items, and code it does not see may backward what they keep"
+        return ""
+
+    def _freed_in_the_iteration(self, loop: Loop, statement: cst.CSTNode, value: cst.BaseExpression) -> bool:
+        """Whether a backward that does not keep its graph walks the graph of ``value`` (a name, or
+        arithmetic on names) in this iteration: what it held was freed where it was kept, or a name it
+        operates on is freed where the iteration ends and not bound again after ``statement``."""
+        held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
+        if held is not None and held.freed:
+            return True
+        tree = self.analysis.tree
+        for name in operands(value):
+            left = loop.back_edge.get(name.value)
+            if left is not None and left.freed and not any(tree.follows(write, statement) for write in self.analysis.writes_of(loop, name.value)):
+                return True
+        return False
+
     def _operates_on_a_backwarded_tensor(self, expression: cst.BaseExpression) -> bool:
         """Whether ``expression`` is arithmetic (``loss * y.size(0)``, ``-loss``, ``loss / n``) on a
         name that holds, on every path here, a tensor a backward already walked: that tensor holds a
@@ -159,7 +393,7 @@ print(total_loss / len(loader))
         if isinstance(expression, cst.Name):
             read = self.analysis.value_read(expression)
             return read is not None and bool(read.backwarded)
-        if isinstance(expression, cst.BinaryOperation) and isinstance(expression.operator, _GRAPH_OPERATORS):
+        if isinstance(expression, cst.BinaryOperation) and isinstance(expression.operator, GRAPH_OPERATORS):
             return self._operates_on_a_backwarded_tensor(expression.left) or self._operates_on_a_backwarded_tensor(expression.right)
         if isinstance(expression, cst.UnaryOperation) and isinstance(expression.operator, (cst.Minus, cst.Plus)):
             return self._operates_on_a_backwarded_tensor(expression.expression)
@@ -197,12 +431,14 @@ print(total_loss / len(loader))
         return bool(self.analysis.writes_of(loop, name)) and not self.analysis.made_anew_in(loop, name)
 
     @staticmethod
-    def _makes_a_new_tensor(loop: Loop, store: str, small: cst.BaseSmallStatement) -> bool:
+    def _makes_a_new_tensor(loop: Loop, kept: _Kept, small: cst.BaseSmallStatement) -> bool:
         """Whether the store gets a value computed from the kept one (a sum, a copy into a
         tensor), rather than the tensor itself (an append, an item of a dict or list)."""
+        if kept.by_method is not None:
+            return kept.by_method.kept.new_tensor
         if isinstance(small, cst.AugAssign) or (isinstance(small, cst.Assign) and not isinstance(small.targets[0].target, cst.Subscript)):
             return True
-        entry = loop.entry.get(store)
+        entry = loop.entry.get(kept.store)
         return entry is not None and entry.structure is TENSOR
 
     def _same_slot_every_iteration(self, loop: Loop, small: cst.BaseSmallStatement) -> bool:
@@ -291,35 +527,15 @@ print(total_loss / len(loader))
 _BOOKKEEPING = {"grad_fn", "requires_grad", "is_leaf", "register_hook", "retain_grad", "backward", "grad", "_version"}
 
 
-# Operators whose result, on a tensor with a graph, is a node of that graph (not ``//`` or ``%``).
-_GRAPH_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power, cst.MatrixMultiply)
+class _Kept(NamedTuple):
+    """What a statement of a loop keeps, and where."""
 
-
-def _kept_value(small: cst.BaseSmallStatement) -> tuple[str, cst.BaseExpression] | None:
-    """``(store, value)`` for ``store += value``, ``store = store + value``, ``store.append(value)``
-    and ``store[key] = value`` (``value`` a name, or for all but the sum written out any expression:
-    ``total += loss / n``)."""
-    if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign:
-        name = dotted_name(small.target)
-        return (name, small.value) if name else None
-    if type(small) is cst.Assign and len(small.targets) == 1:
-        target, value = small.targets[0].target, small.value
-        name = dotted_name(target)
-        if (
-            name
-            and type(value) is cst.BinaryOperation
-            and type(value.operator) is cst.Add
-            and dotted_name(value.left) == name
-            and isinstance(value.right, cst.Name)
-        ):
-            return name, value.right
-        if type(target) is cst.Subscript and (container := dotted_name(target.value)):
-            return container, value
-    call = appended(small)
-    if call is not None and isinstance(call.func, cst.Attribute):
-        name = dotted_name(call.func.value)
-        return (name, call.args[0].value) if name else None
-    return None
+    store: str
+    value: cst.BaseExpression
+    replaces: bool = False  # ``store[key] = value``: the item under the same key is dropped
+    in_an_item: bool = False  # ``store[key].append(value)``: appended to a list in an item of the store
+    by_method: KeptArgument | None = None  # kept by a method of the file's class on the object ``store``
+    method_name: str = ""  # (that method)
 
 
 def _detached(value: cst.BaseExpression) -> cst.Call:
