@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from .config import Settings, excluded_name, work_tree_top
 from .notebook import Notebook, is_notebook
-from .source import may_backward
+from .source import may_backward, may_define_module_class
 from .summaries import ExportedSummary, Exports, ImportsFound, ProjectSummaries, bytes_digest
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class ModuleSummaries:
 
     def _known_of(self, data: bytes) -> Exports | None:
         if data not in self._known:
-            if not may_backward(data):  # nothing it defines can backward, which is all a summary says
+            if not may_backward(data) and not may_define_module_class(data):  # nothing it defines can backward, nor is a module
                 self._known[data] = {}
             elif self._cache is not None and (kept := self._cache.load_exports(data)) is not None:
                 self._known[data] = kept

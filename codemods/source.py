@@ -67,6 +67,13 @@ def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = 
     return may_call(source, helpers)
 
 
+def may_define_module_class(source: bytes) -> bool:
+    """Whether a module's text could define an ``nn.Module`` class with a forward of its own, which
+    its exports describe (``summaries.ExportedModuleClass``): every spelling of the base torch's
+    name holds ``Module``."""
+    return b"Module" in source and b"class" in source and b"forward" in source
+
+
 def may_call(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]]) -> bool:
     """Whether a file's text could call one of ``helpers`` (module, name and method, as
     ``summaries.written_names`` spells them)."""

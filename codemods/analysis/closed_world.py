@@ -528,8 +528,14 @@ class ClosedWorld:
             if tree.findall(deletion.target, cst.Subscript):
                 yield EMPTIED_IN_PLACE, deletion
 
-    def _call_construct(self, call: cst.Call) -> Construct | None:
-        """The row a call is, or None when it is modelled or touches nothing of autograd."""
+    def unmodelled_with_graphs(self, call: cst.Call) -> bool:
+        """Whether ``call`` would be a row of the model if every value it reads held a graph (code
+        walked with none, a forward no caller of its module hands one: ``class_exports``)."""
+        return self._call_construct(call, assume_graphs=True) is not None
+
+    def _call_construct(self, call: cst.Call, assume_graphs: bool = False) -> Construct | None:
+        """The row a call is, or None when it is modelled or touches nothing of autograd
+        (``assume_graphs``: as if every value it reads may hold a graph)."""
         analysis, names = self.analysis, self.analysis.names
         func = call.func
         method = func.attr.value if isinstance(func, cst.Attribute) else None
@@ -547,7 +553,7 @@ class ClosedWorld:
             if isinstance(func, cst.Attribute) and self._names_a_tensor(func.value):
                 return None  # a tensor kept on a torch-named object: its method
             return UNMODELLED_TORCH
-        if self._modelled(call, func, method, qualified):
+        if self._modelled(call, func, method, qualified, assume_graphs):
             return None
         if method in TENSOR_HOOK_METHODS:
             return GRADIENT_HOOK
@@ -557,9 +563,9 @@ class ClosedWorld:
             # ``model.apply(fn)`` runs ``fn`` on every submodule: read when ``fn`` is the file's own
             applied = [arg.value for arg in call.args[:1]]
             return None if applied and isinstance(applied[0], cst.Name) and self.functions_run_by(cst.Call(func=applied[0])) else UNREAD_CALL
-        return UNREAD_CALL if self._touches_autograd(call) else None
+        return UNREAD_CALL if assume_graphs or self._touches_autograd(call) else None
 
-    def _modelled(self, call: cst.Call, func: cst.BaseExpression, method: str | None, qualified: str | None) -> bool:
+    def _modelled(self, call: cst.Call, func: cst.BaseExpression, method: str | None, qualified: str | None, assume_graphs: bool = False) -> bool:
         analysis, names = self.analysis, self.analysis.names
         class_name = analysis.class_name_of(call)
         if call in analysis._dataflow.backward_sites:
@@ -595,7 +601,7 @@ class ClosedWorld:
                 return True
             if built_by in MODELLED_TORCH_FUNCTIONS and method in MODELLED_OBJECT_METHODS:
                 return True  # a GradScaler's
-            if method in TENSOR_OPERATOR_METHODS and (self._may_hold_a_graph(receiver) or method == "detach"):
+            if method in TENSOR_OPERATOR_METHODS and (assume_graphs or self._may_hold_a_graph(receiver) or method == "detach"):
                 return True  # only a tensor holds a graph; ``detach`` is modelled by name, a copy without one
             if method in MODELLED_OBJECT_METHODS and (
                 names.module(receiver, class_name) is not None
@@ -749,5 +755,8 @@ def _holds_tensors(structure: Structure) -> bool:
 
 
 def _torch_or_local(info: ModuleInfo) -> bool:
-    """A module gradfix models when called: a torch.nn class, or a class of the file (read)."""
+    """A module gradfix models when called: a torch.nn class, a class of the file (read), or a class
+    of another module of the project whose building and calling runs only code gradfix read."""
+    if info.project is not None:
+        return info.project.reads_modelled_code
     return info.is_local or bool(info.class_name)

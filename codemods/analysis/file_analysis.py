@@ -27,6 +27,7 @@ from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
 from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver, tested_name
 from .torch_facts import TorchNames
+from .class_exports import module_class_exports
 from .torch_names import collect_torch_names
 from .tree import SyntaxTree
 from .loops import Carried, Loop, Scope, expand
@@ -86,8 +87,8 @@ class FileAnalysis:
         return Positions(self.module, self.tree, self.source, self._given_python_tree)
 
     def exports(self) -> dict[str, ExportedSummary]:
-        """This file's function summaries that other files may import."""
-        return self._dataflow.exports()
+        """This file's function summaries that other files may import, and its module classes'."""
+        return {**module_class_exports(self), **self._dataflow.exports()}
 
     @cached_property
     def closed_world(self) -> ClosedWorld:
