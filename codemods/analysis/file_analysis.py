@@ -63,7 +63,7 @@ class FileAnalysis:
         self.module = module
         self._given_python_tree = python_tree
         self.tree = SyntaxTree(module)
-        self.names: TorchNames = collect_torch_names(self.tree)
+        self.names: TorchNames = collect_torch_names(self.tree, imported)
         self._dataflow = DataflowAnalysis(module, self.names, imported, self.tree)
         self._blocks: dict[int, Block] = {}  # by id of the Module or IndentedBlock
         self._writes: dict[tuple[cst.CSTNode, str], dict[cst.CSTNode, bool | None]] = {}  # by loop and name
