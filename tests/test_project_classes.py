@@ -102,6 +102,7 @@ HIDDEN = {
     "a base of a package outside the project": ("import torch.nn as nn\nfrom extlib import Base\n", "class Discriminator(Base):"),
     "a mixin of a package outside the project": ("import torch.nn as nn\nfrom extlib import Mixin\n", "class Discriminator(nn.Module, Mixin):"),
     "a forward calling code of a package": ("import torch.nn as nn\nfrom extlib import prepare\n", "return self.net(prepare(x))"),
+    "a forward adding what code of a package gives": ("import torch.nn as nn\nfrom extlib import prepare\n", "return self.net(x) + prepare(x)"),
     "a forward detaching its input": ("import torch.nn as nn\n", "x = x.detach()\n        return self.net(x)"),
     "a forward of another shape (a branch)": ("import torch.nn as nn\n", "if x is None:\n            return x\n        return self.net(x)"),
     "a __call__ of its own": ("import torch.nn as nn\n", "return self.net(x)\n\n    def __call__(self, x):\n        return self.forward(x)"),
@@ -126,3 +127,4 @@ def test_a_name_the_file_binds_again_is_not_the_class(tmp_path):
     train = TRAIN.replace("netD = Discriminator()", "Discriminator = nn.Sequential\nnetD = Discriminator(nn.Linear(8, 1))")
     findings = check_file(_project(tmp_path, train=train), all_rules()).findings
     assert not [f for f in findings if f.fix is FixKind.SAFE and not f.hint]
+

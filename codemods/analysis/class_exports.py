@@ -92,9 +92,6 @@ def _reads_modelled_code(chain: list[cst.ClassDef], read: dict[str, cst.ClassDef
     its chain, of the module's classes they name, of the module's functions they call, or in the
     module's top-level statements (which run when it is imported: a global hook)."""
     world = analysis.closed_world
-    found = world._found
-    if not found:
-        return True
     scopes: list[cst.CSTNode] = [s for s in analysis.module.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
     pending, reached = list(chain), set()
     while pending:
@@ -107,11 +104,25 @@ def _reads_modelled_code(chain: list[cst.ClassDef], read: dict[str, cst.ClassDef
             scopes.extend(world._path([method]))
         named = {n.value for n in analysis.tree.findall(class_def, cst.Name)} & set(read)
         pending.extend(read[n] for n in named)
-    if any(analysis.contains(scope, f.node) for f in found for scope in scopes):
+    roots = [scope for scope in dict.fromkeys(scopes) if not any(other is not scope and analysis.contains(other, scope) for other in scopes)]
+    if world.constructs_in(roots):
         return False
     # Its forward is walked with no graph in its parameters (no caller of the module hands it one):
-    # a call of code gradfix did not read is a row whether or not it seemed to touch one.
-    return not any(world.unmodelled_with_graphs(call) for scope in scopes for call in analysis.tree.findall(scope, cst.Call))
+    # a call of code gradfix did not read is a row whether or not it seemed to touch one. (``super()``'s
+    # methods are torch.nn.Module's or those of a class of the chain, whose bodies are among the roots.)
+    calls = (call for root in roots for call in analysis.tree.findall(root, cst.Call) if not _calls_super(call))
+    return not any(world.unmodelled_with_graphs(call) for call in calls)
+
+
+def _calls_super(call: cst.Call) -> bool:
+    """``super().__init__()``, ``super().forward(x)``: a method of a base."""
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Call)
+        and isinstance(func.value.func, cst.Name)
+        and func.value.func.value == "super"
+    )
 
 
 # What a forward may do to a tensor and still hand back its graph, each a differentiable function of

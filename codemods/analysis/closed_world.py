@@ -39,7 +39,7 @@ import symtable
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import libcst as cst
 
@@ -494,37 +494,48 @@ class ClosedWorld:
         found = [Found(construct, node) for construct, node in self._constructs()]
         return sorted(found, key=lambda f: self.analysis.order(f.node))
 
-    def _constructs(self) -> Iterator[tuple[Construct, cst.CSTNode]]:
+    def constructs_in(self, roots: Sequence[cst.CSTNode]) -> list[Found]:
+        """The constructs inside ``roots`` (none holding another), as ``_found`` finds them in the
+        whole file: what a class another module imports runs (``class_exports``), found without
+        walking the rest of a large module."""
+        return [Found(construct, node) for construct, node in self._constructs(roots)]
+
+    def _constructs(self, roots: Sequence[cst.CSTNode] | None = None) -> Iterator[tuple[Construct, cst.CSTNode]]:
         tree, names = self.analysis.tree, self.analysis.names
-        module = self.analysis.module
-        for call in tree.findall(module, cst.Call):
+        within = [self.analysis.module] if roots is None else roots
+
+        def find(kind: type[cst.CSTNode]) -> list[Any]:
+            return [node for root in within for node in tree.findall(root, kind)]
+
+        for call in find(cst.Call):
             construct = self._call_construct(call)
             if construct is not None:
                 yield construct, call
-        for attribute in tree.findall(module, cst.Attribute):
+        for attribute in find(cst.Attribute):
             if attribute.attr.value in BOOKKEEPING_ATTRIBUTES and names.module(attribute.value, self.analysis.class_name_of(attribute)) is None:
                 yield BOOKKEEPING_READ, attribute
             elif self._method_taken(attribute):
                 yield METHOD_TAKEN, attribute
-        for lam in tree.findall(module, cst.Lambda):
+        for lam in find(cst.Lambda):
             if any(tree.findall(lam.body, kind) for kind in (cst.Call, cst.Attribute)):
                 yield DEFERRED_CODE, lam
-        for function in self.analysis._functions:
+        functions = self.analysis._functions if roots is None else find(cst.FunctionDef)
+        for function in functions:
             if self._nested(function):
                 for statement in tree.findall(function.body, cst.Nonlocal) + tree.findall(function.body, cst.Global):
                     yield INNER_REBINDING, statement
                 if self._reads_enclosing_names(function):
                     yield CLOSURE, function
-        for statement in [*tree.findall(module, cst.Try), *tree.findall(module, cst.TryStar)]:
+        for statement in [*find(cst.Try), *find(cst.TryStar)]:
             if any(self._may_catch_runtime_errors(handler.type) for handler in statement.handlers):
                 yield CAUGHT_ERROR, statement
-        for class_def in tree.findall(module, cst.ClassDef):
+        for class_def in find(cst.ClassDef):
             if any((names.qualify(base.value) or "").startswith("torch.autograd.") for base in class_def.bases):
                 yield GRADIENT_HOOK, class_def
-        for assign in tree.findall(module, cst.Assign):
+        for assign in find(cst.Assign):
             if any(isinstance(t.target, cst.Subscript) and _is_slice(t.target) for t in assign.targets):
                 yield EMPTIED_IN_PLACE, assign
-        for deletion in tree.findall(module, cst.Del):
+        for deletion in find(cst.Del):
             if tree.findall(deletion.target, cst.Subscript):
                 yield EMPTIED_IN_PLACE, deletion
 
