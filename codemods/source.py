@@ -67,11 +67,24 @@ def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = 
     return may_call(source, helpers)
 
 
-def may_define_module_class(source: bytes) -> bool:
-    """Whether a module's text could define an ``nn.Module`` class with a forward of its own, which
-    its exports describe (``summaries.ExportedModuleClass``): every spelling of the base torch's
-    name holds ``Module``."""
-    return b"Module" in source and b"class" in source and b"forward" in source
+_CLASS_STATEMENT = re.compile(rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.MULTILINE)
+
+
+def module_class_names(source: bytes) -> frozenset[bytes]:
+    """The names of the classes a module's text may define as ``nn.Module`` classes with a forward,
+    which its exports describe (``summaries.ExportedModuleClass``): a class whose bases spell
+    ``Module`` (as ``nn.Module``, ``torch.nn.Module`` and ``Module`` do), or name such a class of
+    the module. (A base imported under another name is missed: its class stays unread.)"""
+    if b"Module" not in source or b"forward" not in source:
+        return frozenset()
+    statements = [(match.group(1), match.group(2)) for match in _CLASS_STATEMENT.finditer(source)]
+    names = {name for name, bases in statements if b"Module" in bases}
+    grown = True
+    while grown:
+        more = {name for name, bases in statements if name not in names and any(re.search(rb"\b%s\b" % n, bases) for n in names)}
+        names |= more
+        grown = bool(more)
+    return frozenset(names)
 
 
 def may_call(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]]) -> bool:

@@ -128,3 +128,10 @@ def test_a_name_the_file_binds_again_is_not_the_class(tmp_path):
     findings = check_file(_project(tmp_path, train=train), all_rules()).findings
     assert not [f for f in findings if f.fix is FixKind.SAFE and not f.hint]
 
+
+def test_a_class_imported_under_another_name_is_read(tmp_path):
+    """(h62's generated projects: ``from model import Net as Net_``.)"""
+    train = TRAIN.replace("from nets import Generator, Discriminator", "from nets import Generator, Discriminator as Critic")
+    train = train.replace("netD = Discriminator()", "netD = Critic()")
+    findings = check_file(_project(tmp_path, train=train), all_rules()).findings
+    assert [(f.code, f.line, f.fix, f.hint) for f in findings] == [("GF005", 22, FixKind.SAFE, False)]
