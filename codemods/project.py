@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from .config import Settings, excluded_name, work_tree_top
 from .notebook import Notebook, is_notebook
-from .source import may_backward
+from .source import may_backward, module_class_names
 from .summaries import ExportedSummary, Exports, ImportsFound, ProjectSummaries, bytes_digest
 
 if TYPE_CHECKING:
@@ -121,7 +121,11 @@ class ModuleSummaries:
         self._cache = cache
         self._known: dict[bytes, Exports] = {}  # (the bytes, not a digest of them: a run asks twice of each module)
 
-    def of(self, data: bytes) -> Exports:
+    def of(self, data: bytes, classes: bool = True) -> Exports:
+        """What the module of ``data`` exports; ``classes``: its module classes are wanted too (by
+        a file that may backward), else a module that cannot backward exports nothing."""
+        if not classes and not may_backward(data):
+            return {}
         known = self._known_of(data)
         if known is None:
             known = self._exports_of(data)
@@ -140,7 +144,7 @@ class ModuleSummaries:
 
     def _known_of(self, data: bytes) -> Exports | None:
         if data not in self._known:
-            if not may_backward(data):  # nothing it defines can backward, which is all a summary says
+            if not may_backward(data) and not module_class_names(data):  # nothing it defines can backward, nor is a module
                 self._known[data] = {}
             elif self._cache is not None and (kept := self._cache.load_exports(data)) is not None:
                 self._known[data] = kept
@@ -162,7 +166,8 @@ class ProjectModules:
     _inside: dict[tuple[str, str], bool] = field(default_factory=dict)  # (file, top) -> whether it is in the project
     _imported: dict[tuple[str, bytes], list[tuple[str, Path]]] = field(default_factory=dict)
     _modules: dict[str, bytes | None] = field(default_factory=dict)  # a module's file -> its bytes
-    _exports: dict[Path, Exports] = field(default_factory=dict)  # a module's file -> what it exports
+    _class_names: dict[Path, frozenset[bytes]] = field(default_factory=dict)  # a module's file -> ``module_class_names``
+    _exports: dict[tuple[Path, bool], Exports] = field(default_factory=dict)  # (a module's file, classes wanted) -> what it exports
     _recalled: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)  # ImportsFound.imports still true
     _found_anew: bool = False  # whether some file's imports were found here, not recalled
     _digests: dict[bytes, str] = field(default_factory=dict)  # a file's bytes -> their digest
@@ -250,24 +255,36 @@ class ProjectModules:
 
     def project_for(self, path: str | Path, data: bytes) -> ProjectSummaries:
         """The summaries the file at ``path`` (holding ``data``) may call, named as it calls them;
-        a name two of its imports could mean is left out."""
+        a name two of its imports could mean is left out. The module classes of a module that
+        cannot backward only for a file that may (``wants_classes``)."""
         index: dict[str, ExportedSummary] = {}
         ambiguous: set[str] = set()
+        backwards = wants_classes(path, data)
         for prefix, file in self.imported(path, data):
-            for name, summary in self._exports_in(file).items():
+            for name, summary in self._exports_in(file, backwards and self.names_a_class(data, file)).items():
                 key = f"{prefix}.{name}" if prefix else name
                 if index.get(key, summary) != summary:
                     ambiguous.add(key)
                 index[key] = summary
         return {key: summary for key, summary in index.items() if key not in ambiguous}
 
-    def _exports_in(self, file: Path) -> Exports:
-        """What the module in ``file`` exports (nothing where it cannot be read), asked of the
-        summaries once: its bytes are read once, and many files import it."""
-        if file not in self._exports:
+    def _exports_in(self, file: Path, classes: bool) -> Exports:
+        """What the module in ``file`` exports (nothing where it cannot be read; ``classes``: as
+        ``ModuleSummaries.of``), asked of the summaries once: its bytes are read once, and many
+        files import it."""
+        if (file, classes) not in self._exports:
             module = self.module_bytes(file)
-            self._exports[file] = {} if module is None else self.summaries.of(module)
-        return self._exports[file]
+            self._exports[file, classes] = {} if module is None else self.summaries.of(module, classes)
+        return self._exports[file, classes]
+
+    def names_a_class(self, data: bytes, file: Path) -> bool:
+        """Whether the text ``data`` builds one of the module classes the module in ``file`` may
+        define (``module_class_names``): it writes its name called (``Net(``; a name only tested,
+        ``isinstance(m, Attention)``, builds none), or imports it under another (``Net as N``)."""
+        if file not in self._class_names:
+            module = self.module_bytes(file)
+            self._class_names[file] = module_class_names(module) if module is not None else frozenset()
+        return any(name in data and re.search(rb"\b%s(?:\s*\(|\s+as\b)" % name, data) is not None for name in self._class_names[file])
 
     def module_bytes(self, file: Path) -> bytes | None:
         """A module's bytes, read once; None for a file that cannot be read or is too large to be
@@ -414,7 +431,22 @@ def _code_of(path: str | Path, data: bytes) -> bytes | None:
 
 
 def modules_imported(modules: ProjectModules, files: Iterable[tuple[str | Path, bytes]]) -> list[bytes]:
-    """The bytes of each project module ``files`` (paths and bytes) import, once (in the order
-    they are first imported)."""
-    imported = dict.fromkeys(file for path, data in files for _, file in modules.imported(path, data))
-    return [module for file in imported if (module := modules.module_bytes(file)) is not None]
+    """The bytes of each project module ``files`` (paths and bytes) import whose exports a file
+    reads, once (in the order they are first imported): a module that cannot backward only where
+    a file that may imports it (``wants_classes``)."""
+    imported: dict[Path, bool] = {}
+    for path, data in files:
+        backwards = wants_classes(path, data)
+        for _, file in modules.imported(path, data):
+            imported[file] = imported.get(file, False) or (backwards and modules.names_a_class(data, file))
+    return [module for file, classes in imported.items() if (module := modules.module_bytes(file)) is not None and (classes or may_backward(module))]
+
+
+def wants_classes(path: str | Path, data: bytes) -> bool:
+    """Whether the file at ``path`` reads the module classes of the project modules it imports
+    (those it builds: ``ProjectModules.names_a_class``): where its own text may backward (the facts of a class alone make no finding in a file that
+    cannot; its notebook's JSON may spell the code with escapes, so a notebook does). A file that
+    backwards only inside a project function it calls does not read them: a missed finding at
+    most, and analysing every module a library's own modules import cost diffusers' check twice
+    its time."""
+    return is_notebook(str(path)) or may_backward(data)

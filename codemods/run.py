@@ -258,11 +258,15 @@ Work = tuple[Path, int, ProjectSummaries]
 def _calls_none_of(path: Path, data: bytes | None, project: ProjectSummaries) -> bool:
     """Whether the analysis of the file reads nothing of ``project``: it reads a summary only where
     the file calls its function, and a call writes the module's name, the function's (or class's)
-    and the method's (``written_names``, which the prefilter trusts as much). A notebook's text is
-    JSON, whose escapes may hide a name: it is not told from its bytes."""
+    and the method's (``written_names``, which the prefilter trusts as much); a module class of
+    the project counts where the file's own text may backward (a file that cannot backward has no
+    finding a class's facts could change). A notebook's text is JSON, whose escapes may hide a
+    name: it is not told from its bytes."""
     if not project:
         return True
-    return data is not None and not is_notebook(str(path)) and not may_call(data, written_names(project))
+    if data is None or is_notebook(str(path)):
+        return False
+    return not may_call(data, written_names(project)) and not (may_backward(data) and may_call(data, written_names(project, classes=True)))
 
 
 def _read(path: Path) -> bytes | None:

@@ -67,6 +67,26 @@ def may_backward(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]] = 
     return may_call(source, helpers)
 
 
+_CLASS_STATEMENT = re.compile(rb"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.MULTILINE)
+
+
+def module_class_names(source: bytes) -> frozenset[bytes]:
+    """The names of the classes a module's text may define as ``nn.Module`` classes with a forward,
+    which its exports describe (``summaries.ExportedModuleClass``): a class whose bases spell
+    ``Module`` (as ``nn.Module``, ``torch.nn.Module`` and ``Module`` do), or name such a class of
+    the module. (A base imported under another name is missed: its class stays unread.)"""
+    if b"Module" not in source or b"forward" not in source:
+        return frozenset()
+    statements = [(match.group(1), match.group(2)) for match in _CLASS_STATEMENT.finditer(source)]
+    names = {name for name, bases in statements if b"Module" in bases}
+    grown = True
+    while grown:
+        more = {name for name, bases in statements if name not in names and any(re.search(rb"\b%s\b" % n, bases) for n in names)}
+        names |= more
+        grown = bool(more)
+    return frozenset(names)
+
+
 def may_call(source: bytes, helpers: Iterable[tuple[bytes, bytes, bytes]]) -> bool:
     """Whether a file's text could call one of ``helpers`` (module, name and method, as
     ``summaries.written_names`` spells them)."""

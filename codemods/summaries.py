@@ -2,7 +2,7 @@
 module does to graphs, for the files that import it.
 
 A module exports the summaries that matter (a parameter it backwards, a result it already
-backwarded); a file that imports the module (``project``) sees them under the dotted names it
+backwarded) and its ``nn.Module`` classes' facts (``ExportedModuleClass``); a file that imports the module (``project``) sees them under the dotted names it
 calls them by (``steps.update`` for ``from .steps import update``).
 
 Plain data: the summaries cross processes and are read back from the cache, so this module never
@@ -20,6 +20,25 @@ from .frameworks import BackwardApi, Tristate
 
 
 @dataclass(frozen=True)
+class ExportedModuleClass:
+    """What the analysis of its module proved of an ``nn.Module`` class of it (its bases read through
+    the module's imports, its ``forward`` defined in it, no ``__call__`` of its own): what a file that
+    imports it learns of calling an instance (``model = Net(); model(x)``)."""
+
+    # Every path of its forward returns a graph built from the module's parameters (must).
+    returns_parameters: bool
+    # Every graph its callers hand its forward reaches what it returns (must; ``class_exports._carried``).
+    returns_inputs: bool
+    # What its forward returns may come out of code gradfix did not read (may: the call's result is a guess).
+    returns_unread: bool
+    # Every graph its forward returns holds an operation that certainly saved a tensor (as ``returns_saved``).
+    returns_saved: bool
+    # Building and calling it runs only code gradfix read and models: no construct of ``closed_world``
+    # in its methods, the module's other code they run, or the module's top-level statements.
+    reads_modelled_code: bool
+
+
+@dataclass(frozen=True)
 class ExportedSummary:
     """A function summary without the syntax tree it was computed from (it crosses processes)."""
 
@@ -30,6 +49,8 @@ class ExportedSummary:
     # Every graph it returns, on each path, holds an operation that certainly saved a tensor: a
     # backward of its result frees one, and walking that result again raises.
     returns_saved: bool = False
+    # An ``nn.Module`` class, not a function: what calling an instance does (``name`` is the class's).
+    module_class: ExportedModuleClass | None = None
 
 
 ProjectSummaries = Mapping[str, ExportedSummary]  # the name a file calls it by -> summary
@@ -59,12 +80,16 @@ def bytes_digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=32).hexdigest()
 
 
-def written_names(project: ProjectSummaries | None) -> frozenset[tuple[bytes, bytes, bytes]]:
+def written_names(project: ProjectSummaries | None, classes: bool = False) -> frozenset[tuple[bytes, bytes, bytes]]:
     """What the text of a file that calls one of ``project``'s functions holds: the last name of
     its module, the function's or class's name (``from .steps import Criterion``), and the method
-    it calls, empty when calling the instance runs it (``__call__``, ``forward``)."""
+    it calls, empty when calling the instance runs it (``__call__``, ``forward``). ``classes``: the
+    module classes too (``module_class``), which backward nothing themselves (a file that cannot
+    backward by its own text still cannot), but which the analysis of a file that may reads."""
     names: set[tuple[str, str, str]] = set()
     for key, summary in (project or {}).items():
+        if summary.module_class is not None and not classes:
+            continue
         module = key[: len(key) - len(summary.name)].rstrip(".").rpartition(".")[2]  # "" for ``from . import f``
         name, _, method = summary.name.partition(".")
         names.add((module, name, "" if method in ("__call__", "forward") else method))

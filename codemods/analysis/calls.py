@@ -351,15 +351,20 @@ class CallSemantics:
         forward = self._summary((module.class_name, "forward")) if module.is_local else None
         if forward is not None:
             self._record_arguments((module.class_name, "forward"), forward.parameters, node, values)
-        # A local module adds its parameters' graph when its own forward does (not when it froze them).
-        if module.trainable and (forward is None or forward.returned.graph):
+        # A local module adds its parameters' graph when its own forward does (not when it froze
+        # them); a class of another module of the project, when that module's analysis proved it,
+        # or where it returns what code it did not read gave it (then only a guess: ``unread``).
+        project = module.project
+        builds = project is None or project.returns_parameters or project.returns_unread
+        if module.trainable and (forward.returned.graph if forward is not None else builds):
             values = [*values, LEAF]
         result = self.forward_results.get(module.class_name, UNKNOWN) if module.is_local else module.call_result
         if forward is not None and forward.returned_given:
             result = self._returned_structure(forward, node)
         # A module known only by its use runs a forward gradfix did not read: what it returns may be
-        # anything (a detached output, a dict), so its graph is a guess of that kind.
-        unread = True if module.unread else None
+        # anything (a detached output, a dict), so its graph is a guess of that kind; so does a
+        # project's class whose forward returns what such code gave it.
+        unread = True if module.unread or (project is not None and (project.returns_unread or not project.returns_inputs)) else None
         called = combine(values, self._origin(node), result, guessed=unread, unread=unread)
         if forward is not None and not forward.has_effect and (items := self._returned_items(forward, node)) is not None:
             self._keep_returned_items(node, items, values)
@@ -600,6 +605,8 @@ class CallSemantics:
         if callee is not None:
             return self.returns_saved(callee, reading)
         module = self.names.module(func, class_name)
+        if module is not None and module.project is not None:  # another module's class: what its analysis proved
+            return module.trainable and module.project.returns_saved
         if module is not None and not module.is_local and module.class_name in SAVING_FOR_CERTAIN_MODULES:
             return True
         if module is None or not module.trainable:

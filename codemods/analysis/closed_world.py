@@ -39,7 +39,7 @@ import symtable
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import libcst as cst
 
@@ -494,42 +494,59 @@ class ClosedWorld:
         found = [Found(construct, node) for construct, node in self._constructs()]
         return sorted(found, key=lambda f: self.analysis.order(f.node))
 
-    def _constructs(self) -> Iterator[tuple[Construct, cst.CSTNode]]:
+    def constructs_in(self, roots: Sequence[cst.CSTNode]) -> list[Found]:
+        """The constructs inside ``roots`` (none holding another), as ``_found`` finds them in the
+        whole file: what a class another module imports runs (``class_exports``), found without
+        walking the rest of a large module."""
+        return [Found(construct, node) for construct, node in self._constructs(roots)]
+
+    def _constructs(self, roots: Sequence[cst.CSTNode] | None = None) -> Iterator[tuple[Construct, cst.CSTNode]]:
         tree, names = self.analysis.tree, self.analysis.names
-        module = self.analysis.module
-        for call in tree.findall(module, cst.Call):
+        within = [self.analysis.module] if roots is None else roots
+
+        def find(kind: type[cst.CSTNode]) -> list[Any]:
+            return [node for root in within for node in tree.findall(root, kind)]
+
+        for call in find(cst.Call):
             construct = self._call_construct(call)
             if construct is not None:
                 yield construct, call
-        for attribute in tree.findall(module, cst.Attribute):
+        for attribute in find(cst.Attribute):
             if attribute.attr.value in BOOKKEEPING_ATTRIBUTES and names.module(attribute.value, self.analysis.class_name_of(attribute)) is None:
                 yield BOOKKEEPING_READ, attribute
             elif self._method_taken(attribute):
                 yield METHOD_TAKEN, attribute
-        for lam in tree.findall(module, cst.Lambda):
+        for lam in find(cst.Lambda):
             if any(tree.findall(lam.body, kind) for kind in (cst.Call, cst.Attribute)):
                 yield DEFERRED_CODE, lam
-        for function in self.analysis._functions:
+        functions = self.analysis._functions if roots is None else find(cst.FunctionDef)
+        for function in functions:
             if self._nested(function):
                 for statement in tree.findall(function.body, cst.Nonlocal) + tree.findall(function.body, cst.Global):
                     yield INNER_REBINDING, statement
                 if self._reads_enclosing_names(function):
                     yield CLOSURE, function
-        for statement in [*tree.findall(module, cst.Try), *tree.findall(module, cst.TryStar)]:
+        for statement in [*find(cst.Try), *find(cst.TryStar)]:
             if any(self._may_catch_runtime_errors(handler.type) for handler in statement.handlers):
                 yield CAUGHT_ERROR, statement
-        for class_def in tree.findall(module, cst.ClassDef):
+        for class_def in find(cst.ClassDef):
             if any((names.qualify(base.value) or "").startswith("torch.autograd.") for base in class_def.bases):
                 yield GRADIENT_HOOK, class_def
-        for assign in tree.findall(module, cst.Assign):
+        for assign in find(cst.Assign):
             if any(isinstance(t.target, cst.Subscript) and _is_slice(t.target) for t in assign.targets):
                 yield EMPTIED_IN_PLACE, assign
-        for deletion in tree.findall(module, cst.Del):
+        for deletion in find(cst.Del):
             if tree.findall(deletion.target, cst.Subscript):
                 yield EMPTIED_IN_PLACE, deletion
 
-    def _call_construct(self, call: cst.Call) -> Construct | None:
-        """The row a call is, or None when it is modelled or touches nothing of autograd."""
+    def unmodelled_with_graphs(self, call: cst.Call) -> bool:
+        """Whether ``call`` would be a row of the model if every value it reads held a graph (code
+        walked with none, a forward no caller of its module hands one: ``class_exports``)."""
+        return self._call_construct(call, assume_graphs=True) is not None
+
+    def _call_construct(self, call: cst.Call, assume_graphs: bool = False) -> Construct | None:
+        """The row a call is, or None when it is modelled or touches nothing of autograd
+        (``assume_graphs``: as if every value it reads may hold a graph)."""
         analysis, names = self.analysis, self.analysis.names
         func = call.func
         method = func.attr.value if isinstance(func, cst.Attribute) else None
@@ -547,7 +564,7 @@ class ClosedWorld:
             if isinstance(func, cst.Attribute) and self._names_a_tensor(func.value):
                 return None  # a tensor kept on a torch-named object: its method
             return UNMODELLED_TORCH
-        if self._modelled(call, func, method, qualified):
+        if self._modelled(call, func, method, qualified, assume_graphs):
             return None
         if method in TENSOR_HOOK_METHODS:
             return GRADIENT_HOOK
@@ -557,9 +574,9 @@ class ClosedWorld:
             # ``model.apply(fn)`` runs ``fn`` on every submodule: read when ``fn`` is the file's own
             applied = [arg.value for arg in call.args[:1]]
             return None if applied and isinstance(applied[0], cst.Name) and self.functions_run_by(cst.Call(func=applied[0])) else UNREAD_CALL
-        return UNREAD_CALL if self._touches_autograd(call) else None
+        return UNREAD_CALL if assume_graphs or self._touches_autograd(call) else None
 
-    def _modelled(self, call: cst.Call, func: cst.BaseExpression, method: str | None, qualified: str | None) -> bool:
+    def _modelled(self, call: cst.Call, func: cst.BaseExpression, method: str | None, qualified: str | None, assume_graphs: bool = False) -> bool:
         analysis, names = self.analysis, self.analysis.names
         class_name = analysis.class_name_of(call)
         if call in analysis._dataflow.backward_sites:
@@ -595,7 +612,7 @@ class ClosedWorld:
                 return True
             if built_by in MODELLED_TORCH_FUNCTIONS and method in MODELLED_OBJECT_METHODS:
                 return True  # a GradScaler's
-            if method in TENSOR_OPERATOR_METHODS and (self._may_hold_a_graph(receiver) or method == "detach"):
+            if method in TENSOR_OPERATOR_METHODS and (assume_graphs or self._may_hold_a_graph(receiver) or method == "detach"):
                 return True  # only a tensor holds a graph; ``detach`` is modelled by name, a copy without one
             if method in MODELLED_OBJECT_METHODS and (
                 names.module(receiver, class_name) is not None
@@ -749,5 +766,8 @@ def _holds_tensors(structure: Structure) -> bool:
 
 
 def _torch_or_local(info: ModuleInfo) -> bool:
-    """A module gradfix models when called: a torch.nn class, or a class of the file (read)."""
+    """A module gradfix models when called: a torch.nn class, a class of the file (read), or a class
+    of another module of the project whose building and calling runs only code gradfix read."""
+    if info.project is not None:
+        return info.project.reads_modelled_code
     return info.is_local or bool(info.class_name)

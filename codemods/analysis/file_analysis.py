@@ -28,6 +28,7 @@ from .closed_world import ClosedWorld
 from .kept_on_self import KeptArgument
 from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver, tested_name
 from .torch_facts import TorchNames
+from .class_exports import module_class_exports
 from .torch_names import collect_torch_names
 from .tree import SyntaxTree
 from .loops import Carried, Loop, Scope, expand
@@ -63,7 +64,7 @@ class FileAnalysis:
         self.module = module
         self._given_python_tree = python_tree
         self.tree = SyntaxTree(module)
-        self.names: TorchNames = collect_torch_names(self.tree)
+        self.names: TorchNames = collect_torch_names(self.tree, imported)
         self._dataflow = DataflowAnalysis(module, self.names, imported, self.tree)
         self._blocks: dict[int, Block] = {}  # by id of the Module or IndentedBlock
         self._writes: dict[tuple[cst.CSTNode, str], dict[cst.CSTNode, bool | None]] = {}  # by loop and name
@@ -87,8 +88,8 @@ class FileAnalysis:
         return Positions(self.module, self.tree, self.source, self._given_python_tree)
 
     def exports(self) -> dict[str, ExportedSummary]:
-        """This file's function summaries that other files may import."""
-        return self._dataflow.exports()
+        """This file's function summaries that other files may import, and its module classes'."""
+        return {**module_class_exports(self), **self._dataflow.exports()}
 
     @cached_property
     def closed_world(self) -> ClosedWorld:
@@ -193,10 +194,8 @@ class FileAnalysis:
         return writes
 
     def afresh_each_iteration(self, loop: Loop, name: str) -> bool:
-        """Whether each iteration of ``loop`` first binds ``name`` to a value not computed from what
-        the previous iteration left (``guards.bound_afresh``: not under a lone condition, in a
-        nested loop or after a ``+=``): what later statements of the iteration add to it is this
-        iteration's, and after the loop it holds the last iteration's value alone."""
+        """Whether each iteration of ``loop`` binds ``name`` anew before it adds to it
+        (``guards.bound_afresh``): after the loop it holds the last iteration's value alone."""
         return bound_afresh(loop, name, self.writes_of(loop, name), self.names, self.tree)
 
     def made_anew_in(self, loop: Loop, name: str) -> bool:

@@ -335,7 +335,8 @@ class FunctionSummaries:
             return None
         qualified = self.names.qualify(func)
         if qualified in self.imported:
-            return self.imported[qualified]
+            found = self.imported[qualified]
+            return found if found.module_class is None else None  # (a class: building it is read as a module's)
         receiver, method = (func.value, func.attr.value) if isinstance(func, cst.Attribute) else (func, None)
         built_from = self.names.constructed.get(self.names.key(receiver) or "")
         if built_from is None:

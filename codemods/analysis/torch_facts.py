@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ..summaries import ExportedModuleClass
 from .module_info import ModuleInfo
 from .scopes import Scopes
 from .syntax import dotted_name
@@ -30,6 +31,9 @@ class TorchNames:
 
     aliases: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
     module_classes: set[str] = field(default_factory=set)  # local nn.Module subclasses
+    # The nn.Module classes of the project's other modules the file imports, by qualified name
+    # (``nets.Discriminator``), with what their module's analysis proved (``ExportedModuleClass``).
+    project_classes: dict[str, ExportedModuleClass] = field(default_factory=dict)
     modules: dict[str, ModuleInfo] = field(default_factory=dict)  # dotted name -> module
     self_modules: dict[str, dict[str, ModuleInfo]] = field(default_factory=dict)  # class -> attr -> module
     self_parameters: dict[str, set[str]] = field(default_factory=dict)  # class -> attrs holding parameters
@@ -114,11 +118,17 @@ class TorchNames:
         name = self.qualify(callee)
         if name is None:
             return None
-        if name in self.module_classes:
+        if name in self.module_classes or name in self.project_classes:
             return name
         if name.startswith("torch.nn.") and name.count(".") == 2 and name[9:10].isupper() and name != "torch.nn.Parameter":
             return name.rsplit(".", 1)[1]
         return None
+
+    def built_module(self, func: cst.CSTNode, class_name: str) -> ModuleInfo:
+        """The module a call of ``func`` builds, of the class ``module_class`` named: by the qualified
+        callee (a class of the file may share its name with torch.nn's, ``class RNN``)."""
+        qualified = self.qualify(func)
+        return ModuleInfo(class_name, is_local=qualified in self.module_classes, project=self.project_classes.get(qualified or ""))
 
     def is_parameter(self, node: cst.Attribute, class_name: str | None) -> bool:
         """``self.w`` set from ``nn.Parameter`` in the class, or ``<module>.weight`` / ``.bias``."""
@@ -135,7 +145,7 @@ class TorchNames:
             return None if container is None else ModuleInfo("")
         if type(node) is cst.Call:
             built = self.module_class(node.func)
-            return None if built is None else ModuleInfo(built, is_local=self.qualify(node.func) in self.module_classes)
+            return None if built is None else self.built_module(node.func, built)
         name = self.key(node)
         if name is None:
             return None

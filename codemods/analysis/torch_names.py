@@ -41,6 +41,8 @@ from .syntax import (
     turns_gradients_off,
     unpacked,
 )
+from ..summaries import ExportedModuleClass, ProjectSummaries
+from .assignments import assigned_names
 from .call_flow import flow_along_calls
 from .detaching import creates_parameter, returns_detached
 from .module_info import ModuleInfo
@@ -337,11 +339,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if self.names.qualify(func) in MODULE_WRAPPERS:
             return self._module_of(value.args[0].value) if value.args else None  # the wrapped module
         class_name = self.names.module_class(func)
-        if class_name is None:
-            return None
-        # By the qualified callee: a class of the file may share its name with torch.nn's (``class RNN``
-        # holding an ``nn.RNN``).
-        return ModuleInfo(class_name, is_local=self.names.qualify(func) in self.names.module_classes)
+        return None if class_name is None else self.names.built_module(func, class_name)
 
     def _bind_optimizers(self, target: cst.BaseExpression, value: cst.Call, callee: str) -> None:
         """Optimizers by construction (``torch.optim.X(...)``, a local Optimizer subclass), by a
@@ -630,8 +628,33 @@ def _names_automatic_optimization(target: cst.BaseExpression) -> bool:
     return (type(target) is cst.Name or type(target) is cst.Attribute) and (dotted_name(target) or "").endswith(LIGHTNING_AUTOMATIC_OPTIMIZATION)
 
 
-def collect_torch_names(tree: SyntaxTree) -> TorchNames:
+def collect_torch_names(tree: SyntaxTree, project: ProjectSummaries | None = None) -> TorchNames:
+    """What the file's names mean to torch; ``project``: the summaries of the project's modules it
+    imports, whose module classes (``ExportedModuleClass``) it learns by the qualified names its
+    imports give them. A class whose name (or its module's) the file binds again, anywhere, is left
+    unread: the file's aliases are read file-wide, and that name may mean another object."""
+    classes = {key: summary.module_class for key, summary in (project or {}).items() if summary.module_class is not None}
+    names = _collect(tree, classes)
+    if classes:
+        bound = _bound_anywhere(tree, names)
+        rebound = {full for local, full in names.aliases.items() if local in bound}
+        kept = {key: facts for key, facts in classes.items() if not any(key == full or key.startswith(f"{full}.") for full in rebound)}
+        if len(kept) < len(classes):
+            names = _collect(tree, kept)
+    return names
+
+
+def _bound_anywhere(tree: SyntaxTree, names: TorchNames) -> set[str]:
+    """Every name the file binds but by an import: assigned in any scope, a class or a function."""
+    bound = set(names.local_classes) | assigned_names(tree.module, tree=tree)
+    for function in tree.findall(tree.module, cst.FunctionDef):
+        bound |= assigned_names(function.body, tree=tree) | {function.name.value}
+    return bound
+
+
+def _collect(tree: SyntaxTree, project_classes: dict[str, ExportedModuleClass]) -> TorchNames:
     collector = _TorchNamesCollector(tree)
+    collector.names.project_classes = dict(project_classes)
     tree.replay(collector)
     collector.resolve_stored()
     collector.resolve_handed_facts()

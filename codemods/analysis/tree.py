@@ -104,6 +104,10 @@ class SyntaxTree:
                     self._walk(value, index)
         self._ends[index] = len(nodes)
 
+    @property
+    def module(self) -> cst.Module:
+        return cst.ensure_type(self._nodes[0], cst.Module)
+
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         span = self.span(node)
         if span is None or self._parents[span[0]] < 0:
