@@ -136,7 +136,7 @@ def test_a_run_asks_what_a_module_exports_once_however_many_files_import_it(repo
         (repo / name).write_text(TRAIN)
     asked: list[bytes] = []
     exports_of = project.ModuleSummaries.of
-    monkeypatch.setattr(project.ModuleSummaries, "of", lambda self, data: asked.append(data) or exports_of(self, data))
+    monkeypatch.setattr(project.ModuleSummaries, "of", lambda self, data, *more: asked.append(data) or exports_of(self, data, *more))
     reports = check_paths([repo / "train.py", repo / "other.py", repo / "third.py"], jobs=1).reports
     assert [[finding.code for finding in report.findings] for report in reports] == [["GF001"]] * 3
     assert asked == [HELPER.encode()]
