@@ -120,11 +120,19 @@ class ModuleSummaries:
         self._exports_of = exports_of
         self._cache = cache
         self._known: dict[bytes, Exports] = {}  # (the bytes, not a digest of them: a run asks twice of each module)
+        self._backwards: dict[bytes, bool] = {}
+
+    def may_backward(self, data: bytes) -> bool:
+        """``source.may_backward`` of a module's or a file's bytes, once a run: a warm run asks it
+        of every file and of every module twice."""
+        if data not in self._backwards:
+            self._backwards[data] = may_backward(data)
+        return self._backwards[data]
 
     def of(self, data: bytes, classes: bool = True) -> Exports:
         """What the module of ``data`` exports; ``classes``: its module classes are wanted too (by
         a file that may backward), else a module that cannot backward exports nothing."""
-        if not classes and not may_backward(data):
+        if not classes and not self.may_backward(data):
             return {}
         known = self._known_of(data)
         if known is None:
@@ -144,7 +152,7 @@ class ModuleSummaries:
 
     def _known_of(self, data: bytes) -> Exports | None:
         if data not in self._known:
-            if not may_backward(data) and not module_class_names(data):  # nothing it defines can backward, nor is a module
+            if not self.may_backward(data) and not module_class_names(data):  # nothing it defines can backward, nor is a module
                 self._known[data] = {}
             elif self._cache is not None and (kept := self._cache.load_exports(data)) is not None:
                 self._known[data] = kept
@@ -256,10 +264,10 @@ class ProjectModules:
     def project_for(self, path: str | Path, data: bytes) -> ProjectSummaries:
         """The summaries the file at ``path`` (holding ``data``) may call, named as it calls them;
         a name two of its imports could mean is left out. The module classes of a module that
-        cannot backward only for a file that may (``wants_classes``)."""
+        cannot backward only for a file that may (``ProjectModules.wants_classes``)."""
         index: dict[str, ExportedSummary] = {}
         ambiguous: set[str] = set()
-        backwards = wants_classes(path, data)
+        backwards = self.wants_classes(path, data)
         for prefix, file in self.imported(path, data):
             for name, summary in self._exports_in(file, backwards and self.names_a_class(data, file)).items():
                 key = f"{prefix}.{name}" if prefix else name
@@ -276,6 +284,15 @@ class ProjectModules:
             module = self.module_bytes(file)
             self._exports[file, classes] = {} if module is None else self.summaries.of(module, classes)
         return self._exports[file, classes]
+
+    def wants_classes(self, path: str | Path, data: bytes) -> bool:
+        """Whether the file at ``path`` reads the module classes of the project modules it imports
+        (those it builds: ``names_a_class``): where its own text may backward (the facts
+        of a class alone make no finding in a file that cannot; a notebook's JSON may spell the code
+        with escapes, so a notebook does). A file that backwards only inside a project function it
+        calls does not read them: a missed finding at most, and analysing every module a library's
+        own modules import cost diffusers' check twice its time."""
+        return is_notebook(str(path)) or self.summaries.may_backward(data)
 
     def names_a_class(self, data: bytes, file: Path) -> bool:
         """Whether the text ``data`` builds one of the module classes the module in ``file`` may
@@ -433,20 +450,14 @@ def _code_of(path: str | Path, data: bytes) -> bytes | None:
 def modules_imported(modules: ProjectModules, files: Iterable[tuple[str | Path, bytes]]) -> list[bytes]:
     """The bytes of each project module ``files`` (paths and bytes) import whose exports a file
     reads, once (in the order they are first imported): a module that cannot backward only where
-    a file that may imports it (``wants_classes``)."""
+    a file that may imports it (``ProjectModules.wants_classes``)."""
     imported: dict[Path, bool] = {}
     for path, data in files:
-        backwards = wants_classes(path, data)
+        backwards = modules.wants_classes(path, data)
         for _, file in modules.imported(path, data):
             imported[file] = imported.get(file, False) or (backwards and modules.names_a_class(data, file))
-    return [module for file, classes in imported.items() if (module := modules.module_bytes(file)) is not None and (classes or may_backward(module))]
-
-
-def wants_classes(path: str | Path, data: bytes) -> bool:
-    """Whether the file at ``path`` reads the module classes of the project modules it imports
-    (those it builds: ``ProjectModules.names_a_class``): where its own text may backward (the facts of a class alone make no finding in a file that
-    cannot; its notebook's JSON may spell the code with escapes, so a notebook does). A file that
-    backwards only inside a project function it calls does not read them: a missed finding at
-    most, and analysing every module a library's own modules import cost diffusers' check twice
-    its time."""
-    return is_notebook(str(path)) or may_backward(data)
+    return [
+        module
+        for file, classes in imported.items()
+        if (module := modules.module_bytes(file)) is not None and (classes or modules.summaries.may_backward(module))
+    ]
