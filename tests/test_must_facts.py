@@ -1636,3 +1636,39 @@ def test_a_value_assigned_on_every_path_of_an_if_is_the_last_iterations_after_th
     assert [(code, hint) for code, hint, _ in found(both) if code == "GF008"] == [("GF008", False)]
     alone = both.replace("        else:\n            loss = nn.functional.mse_loss(model(x), y)\n", "")
     assert [code for code, hint, _ in found(alone) if code == "GF008"] == []
+
+
+# (a teacher and a student of one class that keeps a module-level layer: the student's optimizer
+# trains the teacher's first layer too; found by a helper reviewing the project-class exports)
+SHARED_LAYER = """\
+import torch.nn.functional as F
+SHARED = nn.Linear(4, 8)
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = {body}
+        self.head = nn.Linear(8, 2)
+    def forward(self, x):
+        return self.head(self.body(x))
+X = torch.randn(3, 5, 4)
+student = Net()
+teacher = Net()
+opt = torch.optim.SGD(student.parameters(), lr=0.1)
+target = teacher(X)
+for i in range(len(X)):
+    loss = F.mse_loss(student(X[i]), target[i])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_network_that_keeps_a_module_bound_elsewhere_is_not_proved_untrained():
+    # Each instance of `Net` holds the very `SHARED` layer: the student's steps change the
+    # teacher's output, so detaching the target once (GF006's fix) would train on a stale one;
+    # computed in the loop (GF003), it follows the layer. A class that builds its own layer is
+    # the teacher nothing trains.
+    shared, own = (SHARED_LAYER.format(body=body) for body in ("SHARED", "nn.Linear(4, 8)"))
+    assert not _runs(shared) and not _runs(own)
+    assert [(code, fix) for code, hint, fix in found(shared) if not hint] == [("GF003", "safe")]
+    assert [(code, fix) for code, hint, fix in found(own) if not hint] == [("GF006", "safe")]

@@ -135,3 +135,16 @@ def test_a_class_imported_under_another_name_is_read(tmp_path):
     train = train.replace("netD = Discriminator()", "netD = Critic()")
     findings = check_file(_project(tmp_path, train=train), all_rules()).findings
     assert [(f.code, f.line, f.fix, f.hint) for f in findings] == [("GF005", 22, FixKind.SAFE, False)]
+
+
+def test_a_class_that_keeps_a_module_bound_elsewhere_is_not_exported():
+    """Its instances share that module with whatever else holds it (a teacher and a student of the
+    class both hold a module-level layer): what trains them is not the class's to say."""
+    assert module_exports(NETS.encode())["Discriminator"].module_class is not None
+    kept = NETS.replace("class Discriminator", "SHARED = nn.Linear(8, 8)\n\n\nclass Discriminator").replace(
+        "        self.net = nn.Sequential(nn.Linear(8, 8), nn.LeakyReLU(0.2)",
+        "        self.body = SHARED\n        self.net = nn.Sequential(nn.Linear(8, 8), nn.LeakyReLU(0.2)",
+    )
+    assert "self.body = SHARED" in kept
+    assert "Discriminator" not in module_exports(kept.encode())
+    assert module_exports(kept.encode())["Generator"].module_class is not None

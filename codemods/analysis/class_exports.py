@@ -33,8 +33,11 @@ def module_class_exports(analysis: FileAnalysis) -> dict[str, ExportedSummary]:
     for class_def in analysis.module.body:  # (top-level classes only: another module imports those)
         if isinstance(class_def, cst.ClassDef):
             classes.setdefault(class_def.name.value, []).append(class_def)
+    # (a class that keeps a module bound elsewhere trains with whatever else holds it: not read)
     read = {
-        name: defs[0] for name, defs in classes.items() if len(defs) == 1 and name in names.module_classes and name not in names.lightning_classes
+        name: defs[0]
+        for name, defs in classes.items()
+        if len(defs) == 1 and name in names.module_classes and name not in names.lightning_classes and name not in names.sharing_classes
     }
     exported: dict[str, ExportedSummary] = {}
     for name, class_def in read.items():

@@ -295,19 +295,20 @@ class FileAnalysis:
 
     def untrained_graph(self, statements: Sequence[cst.CSTNode]) -> bool:
         """Whether ``statements`` build their graph only from modules no optimizer updates (a
-        teacher, a frozen feature extractor): what they compute is a constant of training. A
-        module handed to a call or kept in a container (``nn.ModuleDict({"teacher": teacher})``)
-        may be trained through what holds it, and is not proved untrained."""
+        teacher, a frozen feature extractor): a constant of training. A module handed to a call or
+        kept in a container (``nn.ModuleDict({"teacher": teacher})``), or of a class that keeps a
+        module bound elsewhere (``sharing_classes``), may be trained through what else holds it."""
         trained = self.trained_modules
         if trained is None or any(self._reads_a_leaf(statement) for statement in statements):
             return False
         modules = [
-            dotted_name(call.func)
+            (dotted_name(call.func), module.class_name)
             for statement in statements
             for call in self.tree.findall(statement, cst.Call)
-            if self.names.module(call.func, self.class_name_of(statement)) is not None
+            if (module := self.names.module(call.func, self.class_name_of(statement))) is not None
         ]
-        return bool(modules) and not any(module in self.names.stored_values or self.may_train(module, trained) for module in modules)
+        held, shared = self.names.stored_values, self.names.sharing_classes
+        return bool(modules) and not any(name in held or self.may_train(name, trained) or kind in shared for name, kind in modules)
 
     def reads_what_trains(self, statements: Sequence[cst.CSTNode]) -> bool:
         """Whether ``statements`` read something an optimizer may train: a module that may hold
