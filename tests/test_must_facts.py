@@ -1668,7 +1668,8 @@ def test_a_network_that_keeps_a_module_bound_elsewhere_is_not_proved_untrained()
     # teacher's output, so detaching the target once (GF006's fix) would train on a stale one;
     # computed in the loop (GF003), it follows the layer. A class that builds its own layer is
     # the teacher nothing trains.
-    shared, own = (SHARED_LAYER.format(body=body) for body in ("SHARED", "nn.Linear(4, 8)"))
-    assert not _runs(shared) and not _runs(own)
+    shared, contained, own = (SHARED_LAYER.format(body=body) for body in ("SHARED", "nn.Sequential(SHARED, nn.ReLU())", "nn.Linear(4, 8)"))
+    assert not _runs(shared) and not _runs(contained) and not _runs(own)
     assert [(code, fix) for code, hint, fix in found(shared) if not hint] == [("GF003", "safe")]
+    assert [(code, fix) for code, hint, fix in found(contained) if not hint] == [("GF003", "safe")]
     assert [(code, fix) for code, hint, fix in found(own) if not hint] == [("GF006", "safe")]

@@ -46,7 +46,7 @@ from .assignments import assigned_names
 from .call_flow import flow_along_calls
 from .detaching import creates_parameter, returns_detached
 from .module_info import ModuleInfo
-from .scopes import Scopes
+from .scopes import Scopes, spelling
 from .torch_facts import TorchNames
 from .tree import SyntaxTree
 
@@ -59,6 +59,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._tree = tree
         self._classes: list[str] = []
         self._aliases: list[tuple[str | None, str, str]] = []  # (class, target, module name) to resolve
+        self._kept_in_what_self_builds: list[tuple[str, str]] = []  # (class, a name read in a value it keeps on self)
         self._frozen_names: set[str] = set()
         self._frozen_classes: set[str] = set()
         self._functions: list[cst.FunctionDef] = []
@@ -277,6 +278,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._alias_torch_name(spelled, value, self._spelled_bindings[spelled])
         if module is None and type(value) is cst.Name:
             self._aliases.append((current_class, name, self._key(value) or value.value))
+        if name.startswith("self.") and current_class is not None and type(value) is not cst.Name:
+            # (``self.body = nn.Sequential(SHARED, ...)``: what it builds holds what it names)
+            held = (self._key(read) for read in self._tree.findall(value, cst.Name))
+            self._kept_in_what_self_builds.extend((current_class, key) for key in held if key is not None)
         if module is not None:
             if name.startswith("self.") and self._classes:
                 self.names.self_modules.setdefault(self._classes[-1], {})[name[5:]] = module
@@ -602,6 +607,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             function = self._callables.get(callee) if callee is not None else None
             if callee is not None and function is not None and callee not in self.names.local_classes and name not in self._callables:
                 self.names.function_aliases[name] = callee
+        # (a module of the module's own scope: one a method builds, ``layer = nn.Linear(...)``, is its own)
+        self.names.sharing_classes.update(c for c, key in self._kept_in_what_self_builds if key in self.names.modules and key == spelling(key))
         for class_name, target, source in self._aliases:
             aliased = self.names.modules.get(source)
             if aliased is None:
