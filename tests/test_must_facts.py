@@ -1673,3 +1673,5 @@ def test_a_network_that_keeps_a_module_bound_elsewhere_is_not_proved_untrained()
     assert [(code, fix) for code, hint, fix in found(shared) if not hint] == [("GF003", "safe")]
     assert [(code, fix) for code, hint, fix in found(contained) if not hint] == [("GF003", "safe")]
     assert [(code, fix) for code, hint, fix in found(own) if not hint] == [("GF006", "safe")]
+    own_by_name = SHARED_LAYER.format(body="layer").replace("        self.body = layer", "        layer = nn.Linear(4, 8)\n        self.body = layer")
+    assert [(code, fix) for code, hint, fix in found(own_by_name) if not hint] == [("GF006", "safe")]

@@ -614,7 +614,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if aliased is None:
                 continue
             if target.startswith("self.") and class_name:
-                self.names.sharing_classes.add(class_name)  # each instance holds that very module
+                if source == spelling(source):  # a module of the module's scope: each instance holds that very one
+                    self.names.sharing_classes.add(class_name)
                 known = self.names.self_modules.setdefault(class_name, {})
                 if not known.get(target[5:], ModuleInfo("")).class_name:  # (``self.model.train()`` saw a module of no class)
                     known[target[5:]] = aliased
