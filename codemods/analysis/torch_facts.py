@@ -65,9 +65,9 @@ class TorchNames:
     # through whatever holds it; and modules that hold a module or a part of one (``teacher[0] =
     # student[0]``): they may be trained through it.
     stored_values: set[str] = field(default_factory=set)
-    # Local classes that keep on ``self`` a module of the module's scope (``self.body = SHARED``, or
-    # in what they build: ``nn.Sequential(SHARED, ...)``): their instances share its parameters
-    # with each other and with whatever else holds it.
+    # Local classes that read a module of the module's scope (``self.body = SHARED``,
+    # ``nn.Sequential(SHARED, ...)``, ``SHARED(x)`` in a forward): their instances share its
+    # parameters with each other and with whatever else holds it.
     sharing_classes: set[str] = field(default_factory=set)
     leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
     optimized_leaves: set[str] = field(default_factory=set)  # those an optimizer is given (``SGD([image])``)

@@ -59,7 +59,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._tree = tree
         self._classes: list[str] = []
         self._aliases: list[tuple[str | None, str, str]] = []  # (class, target, module name) to resolve
-        self._kept_in_what_self_builds: list[tuple[str, str]] = []  # (class, a name read in a value it keeps on self)
+        self._class_nodes: list[cst.ClassDef] = []
         self._frozen_names: set[str] = set()
         self._frozen_classes: set[str] = set()
         self._functions: list[cst.FunctionDef] = []
@@ -151,6 +151,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if not node.keywords and all(base == "object" or base in self._plain_classes for base in bases):
             self._plain_classes.add(class_name)
         self._classes.append(class_name)
+        self._class_nodes.append(node)
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
         self._classes.pop()
@@ -278,10 +279,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._alias_torch_name(spelled, value, self._spelled_bindings[spelled])
         if module is None and type(value) is cst.Name:
             self._aliases.append((current_class, name, self._key(value) or value.value))
-        if name.startswith("self.") and current_class is not None and type(value) is not cst.Name:
-            # (``self.body = nn.Sequential(SHARED, ...)``: what it builds holds what it names)
-            held = (self._key(read) for read in self._tree.findall(value, cst.Name))
-            self._kept_in_what_self_builds.extend((current_class, key) for key in held if key is not None)
         if module is not None:
             if name.startswith("self.") and self._classes:
                 self.names.self_modules.setdefault(self._classes[-1], {})[name[5:]] = module
@@ -607,15 +604,18 @@ class _TorchNamesCollector(cst.CSTVisitor):
             function = self._callables.get(callee) if callee is not None else None
             if callee is not None and function is not None and callee not in self.names.local_classes and name not in self._callables:
                 self.names.function_aliases[name] = callee
-        # (a module of the module's own scope: one a method builds, ``layer = nn.Linear(...)``, is its own)
-        self.names.sharing_classes.update(c for c, key in self._kept_in_what_self_builds if key in self.names.modules and key == spelling(key))
+        # A module of the module's scope that a class reads (kept on ``self``, built into what it
+        # keeps, or called in its forward) is every instance's; one a method builds
+        # (``layer = nn.Linear(...)``: a key of the method's scope) is that instance's own.
+        for class_node in self._class_nodes:
+            read = (self._key(name) for name in self._tree.findall(class_node.body, cst.Name))
+            if any(key is not None and key == spelling(key) and key in self.names.modules for key in read):
+                self.names.sharing_classes.add(class_node.name.value)
         for class_name, target, source in self._aliases:
             aliased = self.names.modules.get(source)
             if aliased is None:
                 continue
             if target.startswith("self.") and class_name:
-                if source == spelling(source):  # a module of the module's scope: each instance holds that very one
-                    self.names.sharing_classes.add(class_name)
                 known = self.names.self_modules.setdefault(class_name, {})
                 if not known.get(target[5:], ModuleInfo("")).class_name:  # (``self.model.train()`` saw a module of no class)
                     known[target[5:]] = aliased
