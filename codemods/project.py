@@ -121,6 +121,7 @@ class ModuleSummaries:
         self._cache = cache
         self._known: dict[bytes, Exports] = {}  # (the bytes, not a digest of them: a run asks twice of each module)
         self._backwards: dict[bytes, bool] = {}
+        self._class_names: dict[bytes, frozenset[bytes]] = {}
 
     def may_backward(self, data: bytes) -> bool:
         """``source.may_backward`` of a module's or a file's bytes, once a run: a warm run asks it
@@ -128,6 +129,13 @@ class ModuleSummaries:
         if data not in self._backwards:
             self._backwards[data] = may_backward(data)
         return self._backwards[data]
+
+    def class_names(self, data: bytes) -> frozenset[bytes]:
+        """``source.module_class_names`` of a module's bytes, once a run: asked where its exports
+        are known, and again by each file that may build one of its classes."""
+        if data not in self._class_names:
+            self._class_names[data] = module_class_names(data)
+        return self._class_names[data]
 
     def of(self, data: bytes, classes: bool = True) -> Exports:
         """What the module of ``data`` exports; ``classes``: its module classes are wanted too (by
@@ -152,7 +160,7 @@ class ModuleSummaries:
 
     def _known_of(self, data: bytes) -> Exports | None:
         if data not in self._known:
-            if not self.may_backward(data) and not module_class_names(data):  # nothing it defines can backward, nor is a module
+            if not self.may_backward(data) and not self.class_names(data):  # nothing it defines can backward, nor is a module
                 self._known[data] = {}
             elif self._cache is not None and (kept := self._cache.load_exports(data)) is not None:
                 self._known[data] = kept
@@ -174,7 +182,6 @@ class ProjectModules:
     _inside: dict[tuple[str, str], bool] = field(default_factory=dict)  # (file, top) -> whether it is in the project
     _imported: dict[tuple[str, bytes], list[tuple[str, Path]]] = field(default_factory=dict)
     _modules: dict[str, bytes | None] = field(default_factory=dict)  # a module's file -> its bytes
-    _class_names: dict[Path, frozenset[bytes]] = field(default_factory=dict)  # a module's file -> ``module_class_names``
     _exports: dict[tuple[Path, bool], Exports] = field(default_factory=dict)  # (a module's file, classes wanted) -> what it exports
     _recalled: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)  # ImportsFound.imports still true
     _found_anew: bool = False  # whether some file's imports were found here, not recalled
@@ -298,10 +305,9 @@ class ProjectModules:
         """Whether the text ``data`` builds one of the module classes the module in ``file`` may
         define (``module_class_names``): it writes its name called (``Net(``; a name only tested,
         ``isinstance(m, Attention)``, builds none), or imports it under another (``Net as N``)."""
-        if file not in self._class_names:
-            module = self.module_bytes(file)
-            self._class_names[file] = module_class_names(module) if module is not None else frozenset()
-        return any(name in data and re.search(rb"\b%s(?:\s*\(|\s+as\b)" % name, data) is not None for name in self._class_names[file])
+        module = self.module_bytes(file)
+        names = self.summaries.class_names(module) if module is not None else frozenset()
+        return any(name in data and re.search(rb"\b%s(?:\s*\(|\s+as\b)" % name, data) is not None for name in names)
 
     def module_bytes(self, file: Path) -> bytes | None:
         """A module's bytes, read once; None for a file that cannot be read or is too large to be

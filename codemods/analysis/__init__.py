@@ -18,7 +18,7 @@ from .backward_calls import BackwardSite, argument, with_retained_graph
 from .closed_world import NO_BOOKKEEPING_READS, NO_CAUGHT_ERRORS, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE
 from .file_analysis import Block, FileAnalysis
 from .gan import GanSteps
-from .kept_on_self import GRAPH_OPERATORS, KeptArgument, KeptOnSelf, operands
+from .kept_on_self import KeptArgument, KeptOnSelf, operands
 from .loops import Carried, Element, Loop, Scope, expand
 from .optimizers import stepped_optimizers
 from .syntax import (
@@ -44,7 +44,6 @@ from .values import NONE, NUMBER, TENSOR, UNKNOWN, ListOf, Origin, RecordOf, Str
 __all__ = [
     "APPENDING_METHODS",
     "BUILTINS_WITHOUT_GRADIENTS",
-    "GRAPH_OPERATORS",
     "NO_BOOKKEEPING_READS",
     "NO_CAUGHT_ERRORS",
     "NO_GRADIENT_HOOKS",

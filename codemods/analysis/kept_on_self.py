@@ -49,7 +49,7 @@ class KeptArgument:
 
 
 # Operators whose result, on a tensor with a graph, is a node of that graph (not ``//`` or ``%``).
-GRAPH_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power, cst.MatrixMultiply)
+_GRAPH_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power, cst.MatrixMultiply)
 
 
 def operands(expression: cst.BaseExpression) -> list[cst.Name]:
@@ -57,7 +57,7 @@ def operands(expression: cst.BaseExpression) -> list[cst.Name]:
     a tensor with a graph, so does the result; ``[]`` for anything else (a call, ``float(val)``)."""
     if type(expression) is cst.Name:
         return [expression]
-    if type(expression) is cst.BinaryOperation and isinstance(expression.operator, GRAPH_OPERATORS):
+    if type(expression) is cst.BinaryOperation and isinstance(expression.operator, _GRAPH_OPERATORS):
         left, right = operands(expression.left), operands(expression.right)
         return [*left, *right] if left or right else []
     if type(expression) is cst.UnaryOperation and isinstance(expression.operator, (cst.Minus, cst.Plus)):

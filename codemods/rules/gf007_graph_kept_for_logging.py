@@ -12,7 +12,6 @@ from ..analysis import (
     NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     NO_BOOKKEEPING_READS,
-    GRAPH_OPERATORS,
     TENSOR,
     KeptArgument,
     Loop,
@@ -390,14 +389,7 @@ print(total_loss / len(loader))
         name that holds, on every path here, a tensor a backward already walked: that tensor holds a
         graph (the backward would have raised otherwise), and so does any of these operations on it,
         whatever code built it."""
-        if isinstance(expression, cst.Name):
-            read = self.analysis.value_read(expression)
-            return read is not None and bool(read.backwarded)
-        if isinstance(expression, cst.BinaryOperation) and isinstance(expression.operator, GRAPH_OPERATORS):
-            return self._operates_on_a_backwarded_tensor(expression.left) or self._operates_on_a_backwarded_tensor(expression.right)
-        if isinstance(expression, cst.UnaryOperation) and isinstance(expression.operator, (cst.Minus, cst.Plus)):
-            return self._operates_on_a_backwarded_tensor(expression.expression)
-        return False
+        return any((read := self.analysis.value_read(name)) is not None and bool(read.backwarded) for name in operands(expression))
 
     def _backwarded_later(self, loop: Loop, statement: cst.CSTNode, name: str) -> bool:
         """Whether a backward later in the same iteration walks ``name`` as ``statement`` kept it
