@@ -145,7 +145,9 @@ class _Flow:
             built = dotted_name(receiver.func)
             owner = built if built in self.names.local_classes and self.scopes.key(receiver.func) == built else None
         else:  # (the class around the call names only ``self``: looked for only then)
-            owner = self.names.instance_class(receiver, self._class_of(call) if type(receiver) is cst.Name and receiver.value == "self" else None)
+            owner = self.names.method_class(
+                receiver, self._class_of(call) if type(receiver) is cst.Name and receiver.value == "self" else None, func.attr.value
+            )
         method = self.methods.get((owner, func.attr.value)) if owner is not None else None
         if owner not in self.plain or method is None or func.attr.value.startswith("__") or not _plain(method):
             return None  # (a dunder runs by the language's own calls too: ``obj(x)``, ``with obj``)

@@ -98,7 +98,12 @@ class CallSemantics:
         if dotted_name(func) in detaching:
             return True
         called = self._called_class(func.value) if type(func) is cst.Attribute else None
-        return called is not None and f"{called}.{func.attr.value}" in detaching
+        if called is None or f"{called}.{func.attr.value}" not in detaching:
+            return False
+        class_name = self._scope.class_name  # (``self.repackage_hidden(h)`` may run a subclass's)
+        return (
+            self.names.instance_class(func.value, class_name) is None or self.names.method_class(func.value, class_name, func.attr.value) is not None
+        )
 
     def _called_class(self, func: cst.BaseExpression) -> str | None:
         """The file's own class whose instance (or method) a call runs: ``model(x)``, ``model.step(x)``."""

@@ -459,8 +459,10 @@ class ClosedWorld:
         """The file's functions (and methods, through ``self`` or an instance of a class of the file)
         a call runs."""
         func = call.func
-        instance = self.analysis.names.instance_class(func, self.analysis.class_name_of(call)) if isinstance(func, cst.Name) else None
-        if instance is not None:  # (``model(x)`` of an instance of the file's class, ``self(x)`` in it)
+        names, class_name = self.analysis.names, self.analysis.class_name_of(call)
+        if isinstance(func, cst.Name) and names.instance_class(func, class_name) is not None:
+            # (``model(x)`` of an instance of the file's class, ``self(x)`` in it)
+            instance = names.method_class(func, class_name, "__call__", "forward")
             return self._methods_of(instance, "__call__") + self._methods_of(instance, "forward")
         if isinstance(func, cst.Name):
             name = self.analysis.names.function_aliases.get(self.analysis.names.key(func) or "", func.value)
@@ -469,10 +471,10 @@ class ClosedWorld:
                 return functions
             return self._methods_of(name, "__init__") + self._methods_of(name, "forward") + self._methods_of(name, "__call__")
         if isinstance(func, cst.Attribute):
-            owner = self.analysis.names.instance_class(func.value, self.analysis.class_name_of(call))
-            if owner is None and (module := self.analysis.names.module(func.value, self.analysis.class_name_of(call))) is not None:
-                owner = module.class_name
-            return self._methods_of(owner, func.attr.value)
+            if names.instance_class(func.value, class_name) is not None:
+                return self._methods_of(names.method_class(func.value, class_name, func.attr.value), func.attr.value)
+            module = names.module(func.value, class_name)
+            return self._methods_of(module.class_name if module is not None else None, func.attr.value)
         return []
 
     def _built_of_read_classes(self, class_name: str) -> bool:

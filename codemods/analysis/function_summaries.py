@@ -349,17 +349,17 @@ class FunctionSummaries:
         if type(func) is cst.Name:  # (exact types: see ``dotted_name``)
             if func.value in self.names.local_classes:
                 return None
-            instance = self.names.instance_class(func, class_name)
-            if instance is not None:
-                return self._summary((instance, "__call__")) or self._summary((instance, "forward"))
+            if self.names.instance_class(func, class_name) is not None:
+                instance = self.names.method_class(func, class_name, "__call__", "forward")
+                return instance and (self._summary((instance, "__call__")) or self._summary((instance, "forward")))
             return self._summary(self.names.function_aliases.get(self.names.key(func) or "", func.value))
         if type(func) is cst.Attribute:
-            instance = self.names.instance_class(func.value, class_name)
-            if instance is not None:
-                return self._summary((instance, func.attr.value))
-            instance = self.names.instance_class(func, class_name)
-            if instance is not None:
-                return self._summary((instance, "__call__")) or self._summary((instance, "forward"))
+            if self.names.instance_class(func.value, class_name) is not None:
+                instance = self.names.method_class(func.value, class_name, func.attr.value)
+                return instance and self._summary((instance, func.attr.value))
+            if self.names.instance_class(func, class_name) is not None:
+                instance = self.names.method_class(func, class_name, "__call__", "forward")
+                return instance and (self._summary((instance, "__call__")) or self._summary((instance, "forward")))
         return None
 
     def _read_result(self, callee: object, call: cst.Call, values: list[Value], structure: Structure) -> Value | None:

@@ -69,6 +69,11 @@ class TorchNames:
     # ``nn.Sequential(SHARED, ...)``, ``SHARED(x)`` in a forward): their instances share its
     # parameters with each other and with whatever else holds it.
     sharing_classes: set[str] = field(default_factory=set)
+    # (class, method) of the file whose call on an object that may be of a subclass (``self``) may
+    # run another body: a class of the file derived from it defines the method again,
+    # or its own is a placeholder (abstract, or a body that only passes or raises) that a subclass
+    # gradfix did not read is there to replace.
+    dispatched: set[tuple[str, str]] = field(default_factory=set)
     leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
     optimized_leaves: set[str] = field(default_factory=set)  # those an optimizer is given (``SGD([image])``)
     # Objects that are no tensors by what the program calls on them (``x.zero_grad()``, ``x.step()``:
@@ -102,6 +107,15 @@ class TorchNames:
         if name == "self" and class_name:
             return class_name
         return self.instances.get(name)
+
+    def method_class(self, receiver: cst.CSTNode, class_name: str | None, *methods: str) -> str | None:
+        """The local class whose ``methods`` a call on ``receiver`` certainly runs: the class of the
+        object it names (``instance_class``), where that object was built from it, or where none of
+        the methods is ``dispatched``. ``self`` may be an instance of any class derived from its own."""
+        owner = self.instance_class(receiver, class_name)
+        if owner is None or self.constructed.get(self.key(receiver) or "") == owner:
+            return owner
+        return None if any((owner, method) in self.dispatched for method in methods) else owner
 
     def qualify(self, node: cst.CSTNode) -> str | None:
         """The qualified name of a dotted expression, following import aliases."""

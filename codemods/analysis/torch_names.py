@@ -73,6 +73,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._methods: dict[tuple[str, str], cst.FunctionDef] = {}  # (class, name) -> method, of top-level classes
         self._plain_classes: set[str] = set()  # classes of the file of no base but ``object`` and the file's plain classes
         self._derived: set[str] = set()  # the file's classes another class of the file derives from
+        self._local_bases: dict[str, list[str]] = {}  # class -> the classes of the file it derives from
         self._redefined: set[str] = set()  # class names the file defines more than once
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
         self._bindings: dict[str, list[str | None]] = {}  # key -> what each assignment binds it to (a name, or None)
@@ -148,6 +149,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.gradient_hooks.append(node)
         bases = [self.names.qualify(base.value) or "" for base in node.bases]
         self._derived.update(bases)
+        self._local_bases[class_name] = [base for base in bases if base in self.names.local_classes and base != class_name]
         if not node.keywords and all(base == "object" or base in self._plain_classes for base in bases):
             self._plain_classes.add(class_name)
         self._classes.append(class_name)
@@ -622,6 +624,22 @@ class _TorchNamesCollector(cst.CSTVisitor):
             elif not self.names.modules.get(target, ModuleInfo("")).class_name:
                 self.names.modules[target] = aliased
 
+    def resolve_dispatch(self) -> None:
+        """``TorchNames.dispatched``: each method a class of the file defines again, in each class
+        it derives from (through the file's classes), and each placeholder method."""
+        for (class_name, method), node in self._methods.items():
+            if _placeholder(node, self.names):
+                self.names.dispatched.add((class_name, method))
+            pending, seen = list(self._local_bases.get(class_name, ())), {class_name}
+            while pending:
+                base = pending.pop()
+                if base in seen:
+                    continue
+                seen.add(base)
+                if (base, method) in self._methods:
+                    self.names.dispatched.add((base, method))
+                pending.extend(self._local_bases.get(base, ()))
+
     def _apply_freezing(self) -> None:
         """Modules frozen by their own constructor or after it are not trainable."""
         for name, module in list(self.names.modules.items()):
@@ -665,9 +683,27 @@ def _collect(tree: SyntaxTree, project_classes: dict[str, ExportedModuleClass]) 
     collector = _TorchNamesCollector(tree)
     collector.names.project_classes = dict(project_classes)
     tree.replay(collector)
+    collector.resolve_dispatch()
     collector.resolve_stored()
     collector.resolve_handed_facts()
     collector.resolve_aliases()
     names = collector.names
     collector.lightning.resolve(names.optimized_modules, names.optimizers_of_unknown_parameters, names.optimizers)
     return names
+
+
+def _placeholder(method: cst.FunctionDef, names: TorchNames) -> bool:
+    """A method that is there to be replaced: declared abstract, or whose body, its docstring aside,
+    only passes or raises (``raise NotImplementedError``, ``...``)."""
+    if any((names.qualify(decorator.decorator) or "").endswith("abstractmethod") for decorator in method.decorators):
+        return True
+    body = method.body
+    statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
+    small: list[cst.BaseSmallStatement] = []
+    for statement in statements:
+        if not isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return False
+        small.extend(statement.body)
+    if small and isinstance(small[0], cst.Expr) and isinstance(small[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        small = small[1:]
+    return all(isinstance(part, (cst.Pass, cst.Raise)) or isinstance(part, cst.Expr) and isinstance(part.value, cst.Ellipsis) for part in small)
