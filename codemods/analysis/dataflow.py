@@ -25,7 +25,7 @@ from ..summaries import ProjectSummaries
 from .assignments import assigned_names, local_names, target_names
 from .backward_calls import BackwardSite
 from .calls import CallSemantics
-from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, narrowed, truth_key
+from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, every_item_key, narrowed, truth_key
 from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, decorator_callee, graph_facts, result_facts, summary_facts
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
 from .syntax import dotted_name, is_grad, method_called
@@ -99,6 +99,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self._attributes_of: dict[str, list[str]] = {}
         self._globals_declared: dict[cst.CSTNode, frozenset[str]] = {}
         self._locals_of: dict[cst.FunctionDef, set[str]] = {}  # (asked at every call of the file's functions)
+        self._literal_key_dicts: dict[str, bool] = {}  # names used only as dicts picked by literal keys
         self._named_by: dict[cst.FunctionDef, list[str]] = {}  # the names and chains a function reads of its scope's
         for attribute in dict.fromkeys(name for a in tree.findall(module, cst.Attribute) if (name := dotted_name(a)) is not None):
             parts = attribute.split(".")
@@ -188,6 +189,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # keeps each one's value under the key ``x[i]``.
         self._slots: dict[str, set[str]] = {}
         self._literal_slots: set[str] = set()  # the slots picked by a literal key (``x["a"]``, ``x[0]``)
+        self._items_known: set[str] = set()  # dicts every item of which was known somewhere (``every_item_key``)
         self._returned_shapes: dict[cst.Call, Structure] = {}  # calls of the file's functions read as any call
         self._frames: list[Frame] = []
         # The statement being walked, which the origins and backward sites its expressions make
@@ -476,6 +478,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             self.assigned_values[small.value] = value
             for target in small.targets:
                 self._assign(target.target, value, env, small.value)
+            if type(small.value) is cst.Dict and len(small.targets) == 1:
+                self._know_every_item(small.targets[0].target, small.value, env)
         elif type(small) is cst.AnnAssign:
             if small.value is not None:
                 self._assign(small.target, self._eval(small.value, env), env, small.value)
@@ -541,6 +545,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # them freed (a forward computed once before the loop, a target cached before it).
         freed_in_loop: set[str] = set()
         frame = Frame(loop)
+        # The dicts known item by item as the loop starts, and what an iteration leaves in their items.
+        known_items = [name for name in self._items_known & loop.carried_names if every_item_key(name) in env]
+        items_left: Env | None = None
         for _ in range(_MAX_PASSES):
             head = dict(env)
             for name in freed_in_loop:
@@ -562,6 +569,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                     unread=value.unread,
                     possible=value.possible,
                 )
+            for name in known_items:
+                self._carry_items(loop, name, env, items_left, head)
             frame = Frame(loop)
             self._frames.append(frame)
             self._loops.append(loop)
@@ -578,6 +587,10 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             if type(loop.node) is cst.FunctionDef:  # (a method's calls)
                 newly_freed -= self._local_names(loop.node)  # each call binds its own: the next one is not freed
             converged = same_graphs(new_back_edge, back_edge) and not newly_freed
+            if known_items:
+                new_items_left = {key: ends[key] for name in known_items for key in self._slots[name] if key in ends}
+                converged = converged and items_left is not None and same_graphs(new_items_left, items_left)
+                items_left = new_items_left
             back_edge = new_back_edge
             freed_in_loop |= newly_freed
             if converged:
@@ -589,6 +602,25 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             self.returned_given[node] = frame.returned_given()
             self.items_given[node] = frame.items_given()
         return join_envs([env, end, *frame.breaks])
+
+    def _carry_items(self, loop: Loop, name: str, entry: Env, left: Env | None, head: Env) -> None:
+        """The items of the dict ``name``, known item by item as the loop starts, at its head: what
+        entered the loop joined with what an iteration left (``left``; None before one has run), a
+        graph marked as the dict's ``Carried`` one; none known when an iteration may leave the dict
+        not known item by item."""
+        keys = [key for key in self._slots[name] if key in entry or (left is not None and key in left)]
+        if left is not None and every_item_key(name) not in left:
+            for key in keys:
+                head.pop(key, None)
+            return
+        for key in keys:
+            held = [value for value in (entry.get(key), None if left is None else left.get(key)) if value is not None]
+            value = join_values(*held) if len(held) == 2 else held[0]
+            if len(held) < (1 if left is None else 2):
+                value = value.changed(unbound=True)  # (an item one of them does not hold)
+            if value.graph:
+                value = value.changed(origins=frozenset({Carried(loop, name)}))
+            head[key] = value
 
     # names -----------------------------------------------------------------------------------
 

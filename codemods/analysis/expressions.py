@@ -239,7 +239,9 @@ class Expressions:
                 if held.structure is TENSOR:  # an in-place copy into a tensor: a node of its graph
                     env[name] = combine([held, value], self._origin(target), TENSOR)
                 else:  # a dict, a list, a ParameterDict holds the value itself
-                    env[name] = union([held, value], held.structure)
+                    others = self._other_items(name, slot, env) if slot is not None and _immutable_graphless(value) else None
+                    # (a dict whose every item is known, the one that held its graph overwritten: it holds none)
+                    env[name] = union([value, *others], held.structure) if others is not None else union([held, value], held.structure)
                     if slot is not None:
                         env[slot] = value
                         index = target.slice[0].slice.value
@@ -265,12 +267,84 @@ class Expressions:
             self._escape([value])  # kept on an object: another call may backward it
         env[name] = value
 
+    def _other_items(self, name: str, slot: str, env: Env) -> list[Value] | None:
+        """The items of the dict ``name`` other than ``slot``, where every one is known (``every_item_key``)
+        and holds no graph for good (a number or None, which nothing changes in place). None where the
+        dict may hold more: an item that is or may be a tensor, or a path on which not every item of
+        ``name`` is known (written at a key gradfix cannot read, aliased, handed to a call)."""
+        every_item = every_item_key(name)
+        if every_item not in env or env[every_item].unbound:
+            return None
+        others = [env[key] for key in self._slots[name] if key != slot and key != every_item and key in env]
+        return others if all(_immutable_graphless(other) for other in others) else None
+
+    def _know_every_item(self, target: cst.BaseExpression, display: cst.Dict, env: Env) -> None:
+        """After ``target = {...}``: where the dict holds numbers, strings or None under literal keys, and
+        its name is used nowhere but as ``name[<literal>]`` in the scope that writes it out (never
+        aliased, handed to a call, written at a key gradfix cannot read or by another function), every
+        item of it is known from then on: those it was written out with hold no graph, for good, and
+        each written since is the env's ``name[<key>]``."""
+        if type(target) is not cst.Name or not _written_out(display) or not self._used_only_by_literal_keys(target.value):
+            return
+        key = every_item_key(target.value)
+        env[key] = CONSTANT
+        self._slots.setdefault(target.value, set()).add(key)
+        self._literal_slots.add(key)  # (kept by a write at a literal key, forgotten with the dict's other slots)
+        self._items_known.add(target.value)
+
+    def _used_only_by_literal_keys(self, name: str) -> bool:
+        """Whether every use of ``name`` in the module is a dict written out (``name = {...}``) or an item
+        of it picked by a literal key, all in one scope. (Once per name and file.)"""
+        known = self._literal_key_dicts.get(name)
+        if known is None:
+            scopes = set()
+            known = True
+            for node in self._tree.names(self._module, (name,)):
+                parent = self._tree.parent(node)
+                if type(parent) is cst.Attribute and parent.attr is node or type(parent) is cst.Arg and parent.keyword is node:
+                    continue  # (an attribute's or a keyword's name: not this one)
+                if type(parent) is cst.Subscript and parent.value is node:
+                    used = _slot(parent) is not None and type(parent.slice[0].slice.value) is not cst.Name
+                else:
+                    statement = self._tree.parent(parent) if type(parent) is cst.AssignTarget else None
+                    used = type(statement) is cst.Assign and len(statement.targets) == 1 and type(statement.value) is cst.Dict
+                if not used:
+                    known = False
+                    break
+                scope = self._tree.parent(node)
+                while scope is not None and type(scope) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+                    scope = self._tree.parent(scope)
+                scopes.add(id(scope))
+            known = self._literal_key_dicts[name] = known and len(scopes) == 1
+        return known
+
     def _forget_slots(self, name: str, env: Env, keep_literal: bool = False) -> None:
         """What was written to ``x[i]`` is what ``x[i]`` reads only until ``x`` or ``i`` changes
         (``keep_literal``: ``x`` changes only at a literal key; ``x["a"]`` is still what was written)."""
         for slot in self._slots.get(name, ()):
             if not (keep_literal and slot in self._literal_slots):
                 env.pop(slot, None)
+
+
+def every_item_key(name: str) -> str:
+    """The env key that says every item of the dict ``name`` is known: those written out with it hold
+    no graph and nothing changes them in place, each written since is kept under ``name[<key>]``."""
+    return f"{name}[*]"
+
+
+def _written_out(display: cst.Dict) -> bool:
+    """``{"n": 0, "loss": 0.0}``: a dict of literal keys and values that hold no graph, for good."""
+    return all(
+        type(element) is cst.DictElement
+        and type(element.key) in (cst.SimpleString, cst.Integer)
+        and (type(element.value) in (cst.SimpleString, cst.Integer, cst.Float) or type(element.value) is cst.Name and element.value.value == "None")
+        for element in display.elements
+    )
+
+
+def _immutable_graphless(value: Value) -> bool:
+    """A number or None: no graph, and nothing gives it one in place."""
+    return value.graphless and (value.structure is NUMBER or value.structure is NONE)
 
 
 def _comprehension_clauses(clause: cst.CompFor | None) -> Iterator[cst.CompFor]:
