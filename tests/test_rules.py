@@ -207,6 +207,38 @@ opt.step()
     assert [f.fix.value if f.fix else None for f in report.findings] == ([finding] if finding else [])
 
 
+def test_gf004_says_what_detaching_the_last_call_output_changes():
+    """`self.prev = y_hat`, read by the next call's loss, is no cache: the message says what
+    detaching it stops training, not that the value is stored once (a review of pytorch_tabular)."""
+    code = """class Smooth(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 1)
+        self.prev = None
+
+    def forward(self, x):
+        y_hat = self.net(x)
+        loss = y_hat.pow(2).mean()
+        if self.prev is not None:
+            loss = loss + (y_hat - self.prev).pow(2).mean()
+        self.prev = y_hat
+        return loss
+
+
+model = Smooth()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(2, 4))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    report = check_source(HEADER + code.encode(), select_rules(["GF004"]), FixMode.SAFE, "train.py")
+    [finding] = report.findings
+    assert "the last call's output kept for the next): detached, the loss that reads it no longer trains what built it" in finding.message
+    assert "after the first call" not in finding.message
+
+
 def test_gf004_says_why_a_state_the_call_returns_is_not_detached_where_stored():
     code = """class Stateful(nn.Module):
     def __init__(self):

@@ -48,10 +48,11 @@ class CarriedState(Rule):
     The fix: truncated backpropagation through time. gradfix detaches the state where an iteration
     starts (``hidden = hidden.detach()``, element by element for tuples and lists, guarded when
     the state starts as ``None``). For state a module keeps on ``self``, the value is detached
-    where it is stored for the next call; an attribute that only caches a value built afresh
-    (``self._cached_adj = adj``, reused as it was stored) is no state: detached, it stops training
-    what built it after the first call, so that detach is an unsafe fix (computing the value at
-    every call keeps it trained). The values the program computes stay the same; the
+    where it is stored for the next call; an attribute not computed from its own last value (a
+    cache, ``self._cached_adj = adj`` reused as it was stored, or the last call's output kept for
+    the next, ``self._prev_y_hat = y_hat``) is no state: detached, the loss that reads it no longer
+    trains what built it (a cache: after the first call), so that detach is an unsafe fix
+    (computing a cached value at every call keeps it trained). The values the program computes stay the same; the
     gradients stop at the iteration boundary instead of reaching into freed graphs. This changes
     the maths on purpose: it is what training a recurrent model step by step means. A state that
     enters the loop with a graph of its own (a learned initial state ``h0``) is detached where the
@@ -317,8 +318,8 @@ for inputs, targets in loader:
                 fix, unfixable = self._store_fix(method, name, stores, stored, safe=evolves)
                 if fix is not None and not evolves:
                     unfixable = (
-                        "it caches a value built afresh, which detached stops training what built it after the first call; "
-                        "computing it at every call keeps it trained; --unsafe-fixes detaches it"
+                        f"`{name}` is not computed from its own last value (a cache, or the last call's output kept for the next): "
+                        "detached, the loss that reads it no longer trains what built it; --unsafe-fixes detaches it"
                     )
                 backwarding = self._backwarding(method)
                 guess = ""
