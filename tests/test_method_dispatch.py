@@ -1,8 +1,9 @@
 """A method called on ``self`` runs the body of the object's class, which may be a subclass of the
-class the call is written in: the analysis reads that class's own method only where no class of
-the file derived from it defines the method again, and where the method is no placeholder a
-subclass is there to replace (abstract, or a body that only passes or raises). An object built
-from a class (``step = Step()``) runs that class's method."""
+class the call is written in, or the object's own attribute of that name: the analysis reads that
+class's own method only where no class of the file derived from it defines the method again, the
+method is no placeholder a subclass is there to replace (abstract, or a body that only passes or
+raises), and the file stores no attribute of its name on any object. An object built from a class
+(``step = Step()``) runs that class's method."""
 
 import subprocess
 import sys
@@ -93,6 +94,30 @@ def test_a_placeholder_method_is_not_read_even_with_no_subclass_in_the_file(defa
     assert not any(f.code == "GF009" for f in _report(source).fixed)
 
 
+@pytest.mark.parametrize(
+    ("shadowing", "fixed"),
+    [
+        ("trainer.extra_loss = lambda kept: 0.1 * sum(kept)", False),  # the object's own attribute hides the method
+        ('setattr(trainer, "extra_loss", lambda kept: 0.1 * sum(kept))', False),
+        ('key = "extra_loss"\nsetattr(trainer, key, lambda kept: 0.1 * sum(kept))', False),  # a name not written out
+        ('trainer.__dict__["extra_loss"] = lambda kept: 0.1 * sum(kept)', False),
+        ("trainer.note = 0.1", True),  # the variant: an attribute of another name
+    ],
+)
+def test_an_attribute_stored_under_a_method_name_hides_the_method(shadowing, fixed):
+    source = _trainer(subclass="", trained="Trainer").replace("print(trainer.train(batches))", f"{shadowing}\nprint(trainer.train(batches))")
+    assert any(f.code == "GF009" for f in _report(source).fixed) == fixed
+    dropped = _runs(source.replace("total.backward(retain_graph=True)", "total.backward()"))
+    assert (dropped.returncode == 0) == fixed
+
+
+def test_an_attribute_the_constructor_stores_under_a_method_name_hides_it():
+    stored = "        self.extra_loss = lambda kept: 0.1 * sum(kept)\n"
+    source = _trainer(subclass="", trained="Trainer").replace("lr=0.1)\n", "lr=0.1)\n" + stored, 1)
+    assert not any(f.code == "GF009" for f in _report(source).fixed)
+    assert "backward through the graph a second time" in _runs(source.replace("total.backward(retain_graph=True)", "total.backward()")).stderr
+
+
 STEP = """\
 import torch
 from torch import nn
@@ -137,3 +162,11 @@ def test_an_object_built_from_a_class_runs_that_class_method(built, reported):
     source = STEP.replace("SUBCLASS", QUIET).replace("RUN", run)
     assert ("GF001" in _codes(source)) == reported
     assert ("backward through the graph a second time" in _runs(source).stderr) == reported
+
+
+def test_an_attribute_hides_the_method_of_an_object_built_from_the_class():
+    """`step.run = ...` on `step = Step()`: the call runs the attribute, not `Step.run`."""
+    run = "\nmodel = nn.Linear(4, 1)\nstep = Step()\nstep.run = print\nloss = model(torch.randn(8, 4)).pow(2).mean()\nstep.run(loss)\nloss.backward()"
+    source = STEP.replace("SUBCLASS", "").replace("RUN", run)
+    assert _runs(source).returncode == 0
+    assert "GF001" not in _codes(source)

@@ -74,6 +74,10 @@ class TorchNames:
     # or its own is a placeholder (abstract, or a body that only passes or raises) that a subclass
     # gradfix did not read is there to replace.
     dispatched: set[tuple[str, str]] = field(default_factory=set)
+    # (class, method) of the file that an attribute of the object may hide: the file stores an
+    # attribute of that name on some object (``self.extra_loss = fn``, ``trainer.extra_loss = fn``),
+    # or attributes whose names it does not write out (``setattr(self, key, value)``).
+    hidden_methods: set[tuple[str, str]] = field(default_factory=set)
     leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
     optimized_leaves: set[str] = field(default_factory=set)  # those an optimizer is given (``SGD([image])``)
     # Objects that are no tensors by what the program calls on them (``x.zero_grad()``, ``x.step()``:
@@ -110,10 +114,15 @@ class TorchNames:
 
     def method_class(self, receiver: cst.CSTNode, class_name: str | None, *methods: str) -> str | None:
         """The local class whose ``methods`` a call on ``receiver`` certainly runs: the class of the
-        object it names (``instance_class``), where that object was built from it, or where none of
-        the methods is ``dispatched``. ``self`` may be an instance of any class derived from its own."""
+        object it names (``instance_class``), where no attribute of the object may hide them
+        (``hidden_methods``), and where the object was built from that class or none of them is
+        ``dispatched``: ``self`` may be an instance of any class derived from its own."""
         owner = self.instance_class(receiver, class_name)
-        if owner is None or self.constructed.get(self.key(receiver) or "") == owner:
+        if owner is None:
+            return None
+        if any((owner, method) in self.hidden_methods for method in methods):
+            return None
+        if self.constructed.get(self.key(receiver) or "") == owner:
             return owner
         return None if any((owner, method) in self.dispatched for method in methods) else owner
 

@@ -626,8 +626,13 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def resolve_dispatch(self) -> None:
         """``TorchNames.dispatched``: each method a class of the file defines again, in each class
-        it derives from (through the file's classes), and each placeholder method."""
+        it derives from (through the file's classes), and each placeholder method;
+        ``TorchNames.hidden_methods``: each method of the name of an attribute the file stores on
+        some object, every one where it stores attributes whose names it does not write out."""
+        stored = _stored_attribute_names(self._tree)
         for (class_name, method), node in self._methods.items():
+            if stored is None or method in stored:
+                self.names.hidden_methods.add((class_name, method))
             if _placeholder(node, self.names):
                 self.names.dispatched.add((class_name, method))
             pending, seen = list(self._local_bases.get(class_name, ())), {class_name}
@@ -707,3 +712,30 @@ def _placeholder(method: cst.FunctionDef, names: TorchNames) -> bool:
     if small and isinstance(small[0], cst.Expr) and isinstance(small[0].value, (cst.SimpleString, cst.ConcatenatedString)):
         small = small[1:]
     return all(isinstance(part, (cst.Pass, cst.Raise)) or isinstance(part, cst.Expr) and isinstance(part.value, cst.Ellipsis) for part in small)
+
+
+def _stored_attribute_names(tree: SyntaxTree) -> set[str] | None:
+    """The names of the attributes the file stores on any object (``x.name = ...``, ``x.name += ...``,
+    ``setattr(x, "name", ...)``); None where it may store one whose name it does not write out
+    (``setattr(x, key, ...)``, an object's ``__dict__``)."""
+    module = tree.module
+    if any(node.attr.value == "__dict__" for node in tree.findall(module, cst.Attribute)):
+        return None
+    names: set[str] = set()
+    targets: list[cst.BaseExpression] = [t.target for t in tree.findall(module, cst.AssignTarget)]
+    targets += [s.target for s in tree.findall(module, cst.AugAssign)] + [s.target for s in tree.findall(module, cst.AnnAssign)]
+    while targets:
+        target = targets.pop()
+        if isinstance(target, cst.Attribute):
+            names.add(target.attr.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            targets.extend(element.value for element in target.elements)
+        elif isinstance(target, cst.StarredElement):
+            targets.append(target.value)
+    for call in tree.findall(module, cst.Call):
+        if isinstance(call.func, cst.Name) and call.func.value == "setattr":
+            name = call.args[1].value if len(call.args) > 1 else None
+            if not isinstance(name, cst.SimpleString):
+                return None
+            names.add(name.evaluated_value if isinstance(name.evaluated_value, str) else "")
+    return names
