@@ -170,3 +170,11 @@ def test_an_attribute_hides_the_method_of_an_object_built_from_the_class():
     source = STEP.replace("SUBCLASS", "").replace("RUN", run)
     assert _runs(source).returncode == 0
     assert "GF001" not in _codes(source)
+
+
+@pytest.mark.parametrize(("decorator", "fixed"), [("@functools.lru_cache(maxsize=None)\n", False), ("@torch.no_grad()\n", True)])
+def test_a_method_decorator_gradfix_does_not_model_hides_the_method(decorator, fixed):
+    """`lru_cache` returns the first call's result to every later call; `no_grad` is modelled."""
+    default = f"    {decorator}    def extra_loss(self, kept):\n        return 0.0\n"
+    source = "import functools\n" + _trainer(default=default, subclass="", trained="Trainer")
+    assert any(f.code == "GF009" for f in _report(source).fixed) == fixed

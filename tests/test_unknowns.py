@@ -453,6 +453,22 @@ Step().train(torch.randn(8, 4))
     assert codes(checked(template.format(subclass=replaced))) == []  # `self` may be a `Quiet`, whose `run` does not
 
 
+def test_a_function_its_name_may_not_hold_is_unread():
+    template = """\
+import torch
+import torch.nn as nn
+def step(loss):
+    loss.backward()
+{bound}
+model = nn.Linear(4, 1)
+loss = model(torch.randn(8, 4)).sum()
+step(loss)
+loss.backward()
+"""
+    assert codes(checked(template.format(bound=""))) == ["GF001"]  # `step` backwards: the second call fails
+    assert codes(checked(template.format(bound="step = print"))) == []  # `step` is `print` when it is called
+
+
 def test_a_detaching_helper_returns_no_graph():
     source = """\
 import torch

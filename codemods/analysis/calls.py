@@ -96,7 +96,7 @@ class CallSemantics:
         (``repackage_hidden(h)``, ``self.model.repackage_hidden(h)``)."""
         detaching = self.names.detaching_functions
         if dotted_name(func) in detaching:
-            return True
+            return dotted_name(func) not in self.names.rebound_functions
         called = self._called_class(func.value) if type(func) is cst.Attribute else None
         if called is None or f"{called}.{func.attr.value}" not in detaching:
             return False

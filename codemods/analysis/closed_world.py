@@ -465,7 +465,9 @@ class ClosedWorld:
             instance = names.method_class(func, class_name, "__call__", "forward")
             return self._methods_of(instance, "__call__") + self._methods_of(instance, "forward")
         if isinstance(func, cst.Name):
-            name = self.analysis.names.function_aliases.get(self.analysis.names.key(func) or "", func.value)
+            name = names.function_aliases.get(names.key(func) or "", func.value)
+            if name in names.rebound_functions:
+                return []
             functions = [f for f in self.analysis._functions if f.name.value == name and self.analysis.class_name_of(f) is None]
             if functions:
                 return functions

@@ -26,9 +26,9 @@ from .assignments import assigned_names, local_names, target_names
 from .backward_calls import BackwardSite
 from .calls import CallSemantics
 from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, every_item_key, narrowed, truth_key
-from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, decorator_callee, graph_facts, result_facts, summary_facts
+from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, graph_facts, result_facts, summary_facts
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
-from .syntax import dotted_name, is_grad, method_called
+from .syntax import decorator_callee, dotted_name, is_grad, method_called
 from .torch_facts import TorchNames
 from .tree import SyntaxTree, node_types
 from .values import LEAF, NOTHING, ListOf, Origin, Source, Structure, Value, combine, joined, part, yielded

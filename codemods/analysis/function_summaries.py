@@ -23,7 +23,7 @@ from .assignments import assigned_names
 from .backward_calls import BackwardSite
 from .kept_on_self import KeptArgument, KeptOnSelf, kept_on_self
 from .loops import Env
-from .syntax import dotted_name
+from .syntax import decorator_callee, dotted_name
 from .values import LEAF, NOTHING, UNKNOWN, UNREAD_PARAMETERS, Origin, Source, Structure, Value, combine
 
 
@@ -352,7 +352,8 @@ class FunctionSummaries:
             if self.names.instance_class(func, class_name) is not None:
                 instance = self.names.method_class(func, class_name, "__call__", "forward")
                 return instance and (self._summary((instance, "__call__")) or self._summary((instance, "forward")))
-            return self._summary(self.names.function_aliases.get(self.names.key(func) or "", func.value))
+            function = self.names.function_aliases.get(self.names.key(func) or "", func.value)
+            return None if function in self.names.rebound_functions else self._summary(function)
         if type(func) is cst.Attribute:
             if self.names.instance_class(func.value, class_name) is not None:
                 instance = self.names.method_class(func.value, class_name, func.attr.value)
@@ -443,11 +444,6 @@ class FunctionSummaries:
             for key, summary in self.summaries.items()
             if summary.has_effect
         }
-
-
-def decorator_callee(decorator: cst.Decorator) -> cst.BaseExpression:
-    node = decorator.decorator
-    return node.func if isinstance(node, cst.Call) else node
 
 
 def _given(summary: FunctionSummary, call: cst.Call) -> tuple[str, bool] | None:

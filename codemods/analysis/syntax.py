@@ -321,3 +321,9 @@ def tested_name(test: cst.BaseExpression) -> tuple[str, bool] | None:
     negated = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else None
     name = dotted_name(test if negated is None else negated)
     return None if name is None else (name, negated is None)
+
+
+def decorator_callee(decorator: cst.Decorator) -> cst.BaseExpression:
+    """What a decorator calls: ``torch.no_grad`` of ``@torch.no_grad()`` and of ``@torch.no_grad``."""
+    node = decorator.decorator
+    return node.func if isinstance(node, cst.Call) else node

@@ -78,6 +78,9 @@ class TorchNames:
     # attribute of that name on some object (``self.extra_loss = fn``, ``trainer.extra_loss = fn``),
     # or attributes whose names it does not write out (``setattr(self, key, value)``).
     hidden_methods: set[tuple[str, str]] = field(default_factory=set)
+    # Functions of the module's scope whose name a call may find bound to another object than their
+    # ``def`` (defined twice, bound again, or decorated by a decorator gradfix does not model).
+    rebound_functions: set[str] = field(default_factory=set)
     leaf_tensors: set[str] = field(default_factory=set)  # names bound to ``nn.Parameter(...)`` and the like
     optimized_leaves: set[str] = field(default_factory=set)  # those an optimizer is given (``SGD([image])``)
     # Objects that are no tensors by what the program calls on them (``x.zero_grad()``, ``x.step()``:

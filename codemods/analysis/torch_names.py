@@ -7,6 +7,7 @@ and resolves dotted names like ``F.mse_loss`` to ``torch.nn.functional.mse_loss`
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import libcst as cst
@@ -23,6 +24,7 @@ from ..frameworks import (
     LIGHTNING_HOOK,
     LIGHTNING_OPTIMIZERS_HOOK,
     LIGHTNING_OPTIMIZERS_METHOD,
+    NO_GRAD_CONTEXTS,
     OPTIMIZER_BASES,
     OPTIMIZER_ONLY_METHODS,
     TRAINER_ATTRIBUTES,
@@ -33,6 +35,7 @@ from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, is_
 from .lightning_optimizers import LightningOptimizers, is_configure_optimizers
 from .syntax import (
     changes_in_place,
+    decorator_callee,
     dotted_name,
     is_name,
     method_called,
@@ -74,6 +77,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._plain_classes: set[str] = set()  # classes of the file of no base but ``object`` and the file's plain classes
         self._derived: set[str] = set()  # the file's classes another class of the file derives from
         self._local_bases: dict[str, list[str]] = {}  # class -> the classes of the file it derives from
+        self._module_defs: list[cst.FunctionDef] = []  # every ``def`` of the module's scope, in order
         self._redefined: set[str] = set()  # class names the file defines more than once
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
         self._bindings: dict[str, list[str | None]] = {}  # key -> what each assignment binds it to (a name, or None)
@@ -164,6 +168,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if not self._functions:
             if not self._classes:
                 self._callables[node.name.value] = node
+                self._module_defs.append(node)
             elif node.name.value == "__init__" and len(self._classes) == 1:
                 self._callables[self._classes[-1]] = node
             if len(self._classes) == 1:
@@ -579,7 +584,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         for stored in self._stored_in.values():
             self.names.stored_values |= stored
         for name, callee, position, keyword, *_ in self._handed:
-            function = self._callables.get(callee)
+            function = self._callables.get(callee) if callee not in self.names.rebound_functions else None
             parameter = None if function is None else parameter_receiving(function, position, keyword, callee in self.names.local_classes)
             handed_on = any(passed == parameter and scope is function for passed, *_, scope, _ in self._handed)
             if parameter is None or parameter in self._stored_in.get(function, set()) or handed_on:
@@ -595,7 +600,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         )
 
     def _callables_of_the_module(self) -> dict[str, cst.FunctionDef]:
-        return {name: function for name, function in self._callables.items() if name not in self.names.local_classes}
+        return {name: function for name, function in self._callables.items() if name not in self.names.local_classes | self.names.rebound_functions}
 
     def resolve_aliases(self) -> None:
         """``self.model = model`` where ``model`` turned out to be a module; modules frozen by their
@@ -628,10 +633,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
         """``TorchNames.dispatched``: each method a class of the file defines again, in each class
         it derives from (through the file's classes), and each placeholder method;
         ``TorchNames.hidden_methods``: each method of the name of an attribute the file stores on
-        some object, every one where it stores attributes whose names it does not write out."""
+        some object (every one where it stores attributes whose names it does not write out), or
+        with a decorator gradfix does not model; ``TorchNames.rebound_functions``."""
         stored = _stored_attribute_names(self._tree)
         for (class_name, method), node in self._methods.items():
-            if stored is None or method in stored:
+            if stored is None or method in stored or not _decorators_modelled(node, self.names, METHOD_DECORATORS):
                 self.names.hidden_methods.add((class_name, method))
             if _placeholder(node, self.names):
                 self.names.dispatched.add((class_name, method))
@@ -644,6 +650,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 if (base, method) in self._methods:
                     self.names.dispatched.add((base, method))
                 pending.extend(self._local_bases.get(base, ()))
+        self.names.rebound_functions = _rebound_functions(self._tree, self.names, self._module_defs)
 
     def _apply_freezing(self) -> None:
         """Modules frozen by their own constructor or after it are not trainable."""
@@ -739,3 +746,35 @@ def _stored_attribute_names(tree: SyntaxTree) -> set[str] | None:
                 return None
             names.add(name.evaluated_value if isinstance(name.evaluated_value, str) else "")
     return names
+
+
+# Decorators whose function runs its body as written (gradient mode aside, which the dataflow reads):
+# the typing module's return the function they are given.
+FUNCTION_DECORATORS = frozenset(NO_GRAD_CONTEXTS) | {"typing.final", "typing_extensions.final"}
+METHOD_DECORATORS = FUNCTION_DECORATORS | {"staticmethod", "classmethod", "typing.override", "typing_extensions.override"}
+
+
+def _decorators_modelled(function: cst.FunctionDef, names: TorchNames, modelled: frozenset[str]) -> bool:
+    return all(names.qualify(decorator_callee(decorator)) in modelled for decorator in function.decorators)
+
+
+def _rebound_functions(tree: SyntaxTree, names: TorchNames, defs: list[cst.FunctionDef]) -> set[str]:
+    """The functions of the module's scope whose name a call may find bound to another object than
+    their ``def``: defined twice, bound again (an assignment, an import, a class, a ``global`` of
+    a function), or decorated by a decorator gradfix does not model; all of them where the file
+    reaches the module's namespace itself (``globals()``, ``vars()``, ``exec``)."""
+    module = tree.module
+    by_name = Counter(function.name.value for function in defs)
+    if any(_reaches_the_namespace(call) for call in tree.findall(module, cst.Call)):
+        return set(by_name)
+    declared = {name.name.value for statement in tree.findall(module, cst.Global) for name in statement.names}
+    bound = assigned_names(module, rebinding_only=True, tree=tree) | set(names.aliases) | names.local_classes | declared
+    rebound = {name for name, count in by_name.items() if count > 1 or name in bound}
+    return rebound | {f.name.value for f in defs if not _decorators_modelled(f, names, FUNCTION_DECORATORS)}
+
+
+def _reaches_the_namespace(call: cst.Call) -> bool:
+    """``globals()``, ``exec(code)``, or ``vars()`` of no object (``vars(args)`` reads ``args``)."""
+    if type(call.func) is not cst.Name:
+        return False
+    return call.func.value in ("globals", "exec") or (call.func.value == "vars" and not call.args)

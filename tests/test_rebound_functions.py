@@ -1,0 +1,117 @@
+"""A call of a function of the module's scope runs what its name is bound to when the call runs:
+the analysis reads the function's ``def`` only where nothing else may bind that name (another
+``def``, an assignment, an import, a class, a ``global`` in a function, the namespace reached by
+``globals()``), and where the function has no decorator it does not model (a decorator may return
+any object: ``functools.lru_cache`` keeps and returns the first call's tensor)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from gradfix.codemods.check import check_source
+from gradfix.codemods.registry import all_rules
+from gradfix.codemods.report import FixMode
+
+# The extra term of each step's loss; bound otherwise, it adds the earlier steps' losses, whose
+# graphs the next backward walks again (hence `retain_graph=True`).
+PROGRAM = """\
+import functools
+import torch
+from torch import nn
+
+DECORATOR
+def extra(kept):
+    return 0.0
+
+BOUND
+
+def train(batches):
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    kept = []
+    opt.zero_grad()
+    for x in batches:
+        loss = net(x).pow(2).mean()
+        kept.append(loss)
+        total = loss + extra(kept[:-1])
+        total.backward(retain_graph=True)
+    opt.step()
+    return net.weight.grad.clone()
+
+
+batches = [torch.randn(3, 4, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+print(train(batches))
+"""
+SUMMING = "lambda kept: 0.1 * sum(kept)"
+
+
+def _program(decorator: str = "", bound: str = "") -> str:
+    return PROGRAM.replace("DECORATOR\n", decorator).replace("BOUND\n", bound)
+
+
+def _fixed_safely(source: str) -> bool:
+    return any(f.code == "GF009" for f in check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py").fixed)
+
+
+def _dropping_runs(source: str) -> bool:
+    dropped = source.replace("total.backward(retain_graph=True)", "total.backward()")
+    return subprocess.run([sys.executable, "-c", dropped], capture_output=True, timeout=300).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("decorator", "bound"),
+    [
+        ("", f"extra = {SUMMING}\n"),  # bound again by an assignment
+        ("", "def extra(kept):\n    return 0.1 * sum(kept)\n"),  # defined again
+        ("", "from builtins import sum as extra\n"),  # bound again by an import
+        ("", f"def configure():\n    global extra\n    extra = {SUMMING}\nconfigure()\n"),
+        ("", f"globals()['extra'] = {SUMMING}\n"),
+        (f"def scaled(function):\n    return {SUMMING}\n\n@scaled\n", ""),  # a decorator that returns another function
+    ],
+)
+def test_a_function_its_name_may_not_hold_is_not_read(decorator, bound):
+    """The term is not the constant of the `def`: dropping `retain_graph=True` breaks the program."""
+    source = _program(decorator, bound)
+    assert not _fixed_safely(source)
+    assert not _dropping_runs(source)
+
+
+@pytest.mark.parametrize(
+    ("decorator", "bound"),
+    [
+        ("", ""),
+        ("", f"extras = {SUMMING}\n"),  # another name bound
+        ("@torch.no_grad()\n", ""),  # a decorator gradfix models: the body runs with gradients off
+    ],
+)
+def test_the_variants_whose_name_holds_its_def_drop_retain_graph_safely(decorator, bound):
+    source = _program(decorator, bound)
+    assert _fixed_safely(source)
+    assert _dropping_runs(source)
+
+
+HELPER = """\
+import torch
+from torch import nn
+
+
+def step(loss):
+    loss.backward()
+
+
+NAMESPACE
+model = nn.Linear(4, 1)
+loss = model(torch.randn(8, 4)).pow(2).mean()
+step(loss)
+loss.backward()
+"""
+
+
+@pytest.mark.parametrize(("namespace", "read"), [("", True), ("settings = vars(model)", True), ("settings = vars()", False)])
+def test_only_vars_of_no_object_reaches_the_namespace(namespace, read):
+    """`vars(model)` is the object's attributes; `vars()` at module level is the module's namespace,
+    through which the name `step` may be bound again."""
+    report = check_source(HELPER.replace("NAMESPACE", namespace).encode(), all_rules(), FixMode.NONE, "train.py")
+    assert ("GF001" in [f.code for f in report.findings if not f.hint]) == read
