@@ -49,6 +49,7 @@ from .values import (
     CONSTANT,
     DISTRIBUTION,
     LEAF,
+    FunctionOf,
     NOTHING,
     TENSOR,
     UNREAD_PARAMETERS,
@@ -125,6 +126,10 @@ class CallSemantics:
         qualified = self.names.qualify(func) or ""
         if qualified in FUNCTION_APIS:
             return self._backward_function_call(node, FUNCTION_APIS[qualified], env)
+        held = env.get(qualified) if not qualified.startswith("torch.") else None
+        if held is not None and type(held.structure) is FunctionOf and not held.unbound:
+            return self._torch_functions_call(node, held.structure.names, env)
+        self.called_functions.pop(node, None)
         summary_result = self._call_summary(node, env)
         if summary_result is not None:
             return summary_result
@@ -136,6 +141,19 @@ class CallSemantics:
         if type(func) is cst.Attribute and not self.names.is_torch(func.value):
             return self._method_call(node, qualified, env)
         return self._function_call(node, qualified, env)
+
+    def _torch_functions_call(self, node: cst.Call, functions: frozenset[str], env: Env) -> Value:
+        """A call of a name that holds one of torch's ``functions`` on every path (``cost(d_fake,
+        label)`` where ``cost`` is ``F.mse_loss`` or ``F.binary_cross_entropy_with_logits``): the
+        join of the calls spelled with each, kept as the call's row (``called_functions``)."""
+        self.called_functions[node] = functions
+        values = self._eval_all([arg.value for arg in node.args], env)
+        if creates_parameter(self.names, node):
+            return LEAF
+        value = joined([self._torch_call(node, function, values) for function in sorted(functions)])
+        if not functions <= EVERY_OUTPUT_DIFFERENTIABLE:
+            self._differentiable_outputs.discard(node)  # (an item's graph is proved only where every callee proves it)
+        return value
 
     def _backward_function_call(self, node: cst.Call, api: BackwardApi, env: Env) -> Value:
         """``torch.autograd.backward(...)``, ``torch.autograd.grad(...)``."""
@@ -448,7 +466,7 @@ class CallSemantics:
         """A call made for its effect (``hook(out)``, ``self.log_graph(loss)``), not a torch
         function, a builtin that only reads, a module or a backward."""
         func = call.func
-        if call in self.backward_sites or self.names.is_torch(func):
+        if call in self.backward_sites or self.names.is_torch(func) or call in self.called_functions:
             return False
         if type(func) is cst.Name and func.value in _NON_GRAPH_BUILTINS:
             return False
@@ -577,6 +595,8 @@ class CallSemantics:
         if type(node) is cst.Subscript:
             return False
         if type(node) is cst.Call:
+            if node in self.called_functions:  # (a function held: any one of them may save)
+                return not self.called_functions[node] <= SAVING_NOTHING_FUNCTIONS
             if (self.names.qualify(node.func) or "") in SAVING_NOTHING_FUNCTIONS:
                 return False
             return not (type(node.func) is cst.Attribute and node.func.attr.value in SAVING_NOTHING_METHODS and not self.names.is_torch(node.func))
@@ -594,6 +614,8 @@ class CallSemantics:
         if not isinstance(node, cst.Call):
             return False
         func = node.func
+        if node in self.called_functions:  # (a function held: every one of them must save)
+            return all(function.rsplit(".", 1)[1] in SAVING_FOR_CERTAIN for function in self.called_functions[node])
         qualified = self.names.qualify(func) or ""
         if qualified.startswith("torch.") and qualified.rsplit(".", 1)[1] in SAVING_FOR_CERTAIN:
             return True

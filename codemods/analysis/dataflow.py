@@ -31,7 +31,7 @@ from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs
 from .syntax import dotted_name, is_grad, method_called
 from .torch_facts import TorchNames
 from .tree import SyntaxTree, node_types
-from .values import LEAF, NOTHING, ListOf, Origin, Source, Structure, Value, combine, joined, part, yielded
+from .values import LEAF, NOTHING, FunctionOf, ListOf, Origin, Source, Structure, Value, combine, joined, part, yielded
 
 _MAX_PASSES = 4
 _MAX_SUMMARY_ROUNDS = 5
@@ -157,6 +157,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self._call_items: dict[cst.Call, tuple[Value, ...]] = {}
         self._items_given_no_graph: set[cst.Call] = set()  # of those, calls that pass no graph (in a loop: its last pass)
         self._read_callees: dict[cst.Call, object] = {}  # calls read as any other, of the file's functions
+        # The calls of a name that holds one of torch's functions (``FunctionOf``): those functions.
+        self.called_functions: dict[cst.Call, frozenset[str]] = {}
         # What a function of the file returns in the walk with what its callers pass it (a call
         # before the function's definition reads the last round's: ``_with_arguments``).
         self.returned_with_arguments = {}
@@ -452,7 +454,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             return joined
         for name in set.intersection(*(assigned_names(body, rebinding_only=True, tree=self._tree) for body in bodies)):
             values = [end[name] for end in branch_ends if end is not None and name in end]
-            if values:
+            # (taken to be exhaustive, not proved: a function the chain binds may be one bound before it)
+            if values and type(reduce(join_values, values).structure) is not FunctionOf:
                 joined[name] = reduce(join_values, values)
         return joined
 

@@ -18,6 +18,7 @@ from .syntax import dotted_name
 from .values import (
     CONSTANT,
     LEAF,
+    FunctionOf,
     NONE,
     NOTHING,
     NUMBER,
@@ -60,7 +61,8 @@ class Expressions:
         if node_type is cst.Name:
             if node.value == "None":
                 return Value(structure=NONE, graphless=True)
-            self.read_values[node] = env.get(node.value, NOTHING)
+            held = env.get(node.value)
+            self.read_values[node] = held if held is not None else self._torch_function(node) if node.value in self.names.aliases else NOTHING
             return self.read_values[node]
         if node_type is cst.Attribute:
             self.read_values[node] = self._eval_attribute(node, env)
@@ -178,12 +180,20 @@ class Expressions:
             return kept  # what the object's constructor keeps, read from outside it
         if self.names.module(node.value, self._scope.class_name) is not None:
             return NOTHING  # a submodule, or an attribute of one gradfix cannot name
+        function = self._torch_function(node)
+        if function is not NOTHING:
+            return function
         base = self._eval(node.value, env)
         if isinstance(base.structure, RecordOf):
             fields = self.names.record_classes.get(base.structure.name, ())
             if node.attr.value in fields:
                 return item_of(base, base.structure.items[fields.index(node.attr.value)])
         return base.changed(structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
+
+    def _torch_function(self, node: cst.Name | cst.Attribute) -> Value:
+        """What a name of torch's function holds (``F.mse_loss``): that function (``FunctionOf``)."""
+        function = self.names.torch_function(node)
+        return NOTHING if function is None else Value(structure=FunctionOf(frozenset({function})))
 
     def _eval_comprehension(self, node, env: Env) -> Value:
         inner = dict(env)
