@@ -81,6 +81,8 @@ class CallSemantics:
     """The call half of ``DataflowAnalysis``: each call's value, and the backwards it records."""
 
     def _eval_call(self, node: cst.Call, env: Env) -> Value:
+        if self._slots and not self._only_reads_its_arguments(node):
+            self._escape_items([arg.value for arg in node.args], env)
         value = self._call_value(node, env)
         if self._detaching_call(node.func):
             return CONSTANT
@@ -324,6 +326,9 @@ class CallSemantics:
                 return values[0]  # an iterator over what it is given
             if func.value == "next" and values:
                 return joined([yielded(values[0]), *values[1:]])  # one step of the iteration, or the default
+            if func.value == "dict" and all(arg.keyword is not None for arg in node.args) and not self._names_a_value(func, env):
+                self._dict_items[node] = {repr(arg.keyword.value): value for arg, value in zip(node.args, values) if arg.keyword is not None}
+                return union(values, UNKNOWN)  # ``dict(loss=loss)``, a dict built with constant keys
             if func.value in _CONTAINER_BUILTINS:
                 element = element_of(values[0]) if values else NOTHING
                 structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN
@@ -461,6 +466,11 @@ class CallSemantics:
         for value in values:
             if value.graph:
                 self.escaped.setdefault(self._scope.node, set()).update(self.graph_nodes(value))
+
+    def _only_reads_its_arguments(self, call: cst.Call) -> bool:
+        """``print(d)``, ``len(d)``, a torch function, a logger's method: nothing it is handed is written to."""
+        func = call.func
+        return (type(func) is cst.Name and func.value in _NON_GRAPH_BUILTINS) or self.names.is_torch(func) or self._only_reads(func)
 
     def _may_keep_its_arguments(self, call: cst.Call) -> bool:
         """A call made for its effect (``hook(out)``, ``self.log_graph(loss)``), not a torch

@@ -7,7 +7,7 @@ and unpacked targets; and what an ``if`` test says of the names it tests.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, cast
 
 import libcst as cst
 
@@ -140,6 +140,7 @@ class Expressions:
                 )
             return element
         if node_type in (cst.Tuple, cst.List):
+            self._escape_items([e.value for e in node.elements], env)
             values = self._eval_all([e.value for e in node.elements], env)
             if node_type is cst.Tuple and not any(type(e) is cst.StarredElement for e in node.elements):
                 self._tuple_items[node] = values
@@ -150,7 +151,12 @@ class Expressions:
         if node_type in (cst.ListComp, cst.GeneratorExp, cst.SetComp):
             return self._eval_comprehension(node, env)
         if node_type is cst.Dict:
-            return union(self._eval_all([e.value for e in node.elements if isinstance(e, cst.DictElement)], env), UNKNOWN)
+            self._escape_items([e.value for e in node.elements], env)
+            values = self._eval_all([e.value for e in node.elements if isinstance(e, cst.DictElement)], env)
+            keys = [constant_key(e.key) if type(e) is cst.DictElement else None for e in node.elements]
+            if None not in keys:  # (every key a constant, no ``**``)
+                self._dict_items[node] = dict(zip(cast(list[str], keys), values))
+            return union(values, UNKNOWN)
         if node_type in (cst.StarredElement, cst.Await):
             return self._eval(node.value if isinstance(node, cst.StarredElement) else node.expression, env)
         if node_type is cst.NamedExpr:
@@ -251,12 +257,7 @@ class Expressions:
                 else:  # a dict, a list, a ParameterDict holds the value itself
                     env[name] = union([held, value], held.structure)
                     if slot is not None:
-                        env[slot] = value
-                        index = target.slice[0].slice.value
-                        if type(index) is not cst.Name:
-                            self._literal_slots.add(slot)
-                        for owner in (name, index.value) if type(index) is cst.Name else (name,):
-                            self._slots.setdefault(owner, set()).add(slot)
+                        self._write_slot(name, slot, value, env, target.slice[0].slice.value)
             return
         name = dotted_name(target)
         if name is None:
@@ -274,6 +275,31 @@ class Expressions:
         if "." in name:
             self._escape([value])  # kept on an object: another call may backward it
         env[name] = value
+        if source is not None:
+            self._escape_items([source], env)
+            for key, item in self._dict_items.get(source, {}).items():  # (a dict built with constant keys)
+                self._write_slot(name, f"{name}[{key}]", item, env)
+
+    def _write_slot(self, name: str, slot: str, value: Value, env: Env, index: cst.BaseExpression | None = None) -> None:
+        """``x[i] = value`` (``index``: the name ``i``, or a constant key when None or not a name)."""
+        env[slot] = value
+        if type(index) is not cst.Name:
+            self._literal_slots.add(slot)
+        for owner in (name, index.value) if type(index) is cst.Name else (name,):
+            self._slots.setdefault(owner, set()).add(slot)
+
+    def _escape_items(self, expressions: list[cst.BaseExpression], env: Env) -> None:
+        """A container whose items the env keeps (``x[k]``), handed on as a whole: to another name,
+        into another container, to a call of code that may write to it. What ``x[k]`` reads after
+        that is no longer known to be what was written."""
+        if not self._slots:
+            return
+        for expression in expressions:
+            name = dotted_name(expression) if type(expression) is cst.Name or type(expression) is cst.Attribute else None
+            if name is not None and name in self._slots:
+                for slot in self._slots[name]:
+                    if slot.startswith(f"{name}["):
+                        env.pop(slot, None)
 
     def _forget_slots(self, name: str, env: Env, keep_literal: bool = False) -> None:
         """What was written to ``x[i]`` is what ``x[i]`` reads only until ``x`` or ``i`` changes
@@ -333,4 +359,17 @@ def _slot(node: cst.Subscript) -> str | None:
     index = node.slice[0].slice.value
     if type(index) is cst.Name:
         return f"{container}[{index.value}]"
-    return f"{container}[{index.value}]" if type(index) in (cst.SimpleString, cst.Integer) else None
+    key = constant_key(index)
+    return None if key is None else f"{container}[{key}]"
+
+
+def constant_key(node: cst.BaseExpression | None) -> str | None:
+    """A key written as a constant, as one spelling (``'loss'`` and ``"loss"`` are one key): a
+    string or an integer literal."""
+    # (not ``evaluated_value``: ``ast.literal_eval`` leaves a cycle of closures for the collector)
+    if type(node) is cst.SimpleString:
+        prefix, text = node.prefix.lower(), node.raw_value
+        return None if "b" in prefix or "\\" in text and "r" not in prefix else repr(text)
+    if type(node) is cst.Integer:
+        return node.value if node.value.isdigit() else None
+    return None
