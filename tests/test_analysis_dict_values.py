@@ -152,3 +152,43 @@ losses["loss"].backward()
     assert _report(source).rewritten is None
     assert _report(source.replace("kept = losses\nkept[", "losses[")).rewritten is None  # (stored by its key: a new loss)
     assert [f.code for f in _report(source.replace("kept = losses\nkept[", "other = {}\nother[")).fixed] == ["GF001"]
+
+
+# World Models' get_loss: a function of the file that returns the dict (its last line, reduced).
+RETURNED = """\
+def get_losses(x, y):
+    loss = F.mse_loss(model(x), y)
+    RETURN
+
+
+def train("""
+
+
+def _returned(returns="return dict(loss=loss, n=x.size(0))") -> str:
+    return _program(build="losses = get_losses(x, y)").replace("def train(", RETURNED.replace("RETURN", returns), 1)
+
+
+def test_gf007_a_loss_read_out_of_the_dict_a_function_of_the_file_returns(runs, tmp_path):
+    source = _returned()
+    assert _verdict(source) == "fixed"
+    rewritten = (_report(source).rewritten or b"").decode()
+    assert "cum_loss += losses['loss'].detach()\n" in rewritten
+    value, kept = _run(runs, tmp_path, source, "before.py")
+    assert kept == "True"
+    assert _run(runs, tmp_path, rewritten, "after.py") == [value, "False"]
+
+
+@pytest.mark.parametrize(
+    "returns",
+    [
+        # a return without the key: the key is not every return's (here it returns the loss as a number)
+        'if x.sum() > 0:\n        return {"n": x.size(0), "total": loss.item()}\n    return dict(loss=loss, n=x.size(0))',
+        # a return of a dict whose keys are not written out
+        'if x.sum() > 0:\n        return dict({"loss": loss.item()}, n=x.size(0))\n    return dict(loss=loss, n=x.size(0))',
+        # the dict handed to code gradfix does not read before it is returned
+        "losses = dict(loss=loss, n=x.size(0))\n    numbers(losses)\n    return losses",
+    ],
+)
+def test_gf007_a_function_whose_returns_do_not_all_build_the_key_is_not_rewritten(returns):
+    assert _verdict(_returned()) == "fixed"  # (the same program, every return building it)
+    assert _verdict(_returned(returns)) in ("silent", "hint")

@@ -148,6 +148,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # The calls read through a summary: the key of the file's function, another file's summary.
         self.callees: dict[cst.Call, object] = {}
         self.returned_items: dict[cst.FunctionDef, tuple[Value, ...] | None] = {}
+        self.returned_keys: dict[cst.FunctionDef, dict[str, Value] | None] = {}  # (as ``returned_items``, of a dict's keys)
+        self._returned_dicts: dict[cst.Call, dict[str, Value]] = {}  # calls of the file's functions that return one
         self.returned_given: dict[cst.FunctionDef, dict[tuple[str, bool], Value]] = {}
         self.items_given: dict[cst.FunctionDef, dict[tuple[str, bool], tuple[Value, ...] | None]] = {}
         self._tuple_items: dict[cst.Tuple, list[Value]] = {}  # each tuple written out, by its items
@@ -231,6 +233,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 )
                 self.returns[scope.node] = tuple(frame.returned)
                 self.returned_items[scope.node] = frame.items_returned()
+                self.returned_keys[scope.node] = frame.keys_returned()
                 self.returned_given[scope.node] = frame.returned_given()
                 self.items_given[scope.node] = frame.items_given()
             return end
@@ -498,6 +501,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 self._escape(frame.returned[-1:])
                 items = self._tuple_items.get(small.value) if type(small.value) is cst.Tuple else None
                 frame.returned_items.append(None if items is None else [v.without_graph() if self._no_grad else v for v in items])
+                keys = self._dict_items.get(small.value)
+                frame.returned_keys.append(None if keys is None else {k: v.without_graph() if self._no_grad else v for k, v in keys.items()})
                 function = self._scope.node
                 parameters = [p.name.value for p in function.params.params] if type(function) is cst.FunctionDef else []
                 # (by identity: a join of the two markers is a value equal to both, and says neither)
@@ -590,6 +595,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         loop.returned, loop.returns = joined(frame.returned), tuple(frame.returned)
         if type(node) is cst.FunctionDef:
             self.returned_items[node] = frame.items_returned()
+            self.returned_keys[node] = frame.keys_returned()
             self.returned_given[node] = frame.returned_given()
             self.items_given[node] = frame.items_given()
         return join_envs([env, end, *frame.breaks])

@@ -279,6 +279,12 @@ class Expressions:
             self._escape_items([source], env)
             for key, item in self._dict_items.get(source, {}).items():  # (a dict built with constant keys)
                 self._write_slot(name, f"{name}[{key}]", item, env)
+            for key, item in self._returned_dicts.get(source, {}).items() if type(source) is cst.Call else ():
+                # (of a function of the file that returns one: the call's graph, as a tuple's items)
+                held = Value(structure=item.structure, graphless=True) if item.graphless else part(value, item.structure)
+                self._write_slot(
+                    name, f"{name}[{key}]", held.changed(guessed=value.guessed or item.guessed or not item.graphless and not item.graph), env
+                )
 
     def _write_slot(self, name: str, slot: str, value: Value, env: Env, index: cst.BaseExpression | None = None) -> None:
         """``x[i] = value`` (``index``: the name ``i``, or a constant key when None or not a name)."""
