@@ -81,7 +81,7 @@ class CallSemantics:
     """The call half of ``DataflowAnalysis``: each call's value, and the backwards it records."""
 
     def _eval_call(self, node: cst.Call, env: Env) -> Value:
-        if self._slots and not self._only_reads_its_arguments(node):
+        if self._slots and any(dotted_name(arg.value) in self._slots for arg in node.args) and not self._only_reads_its_arguments(node):
             self._escape_items([arg.value for arg in node.args], env)
         value = self._call_value(node, env)
         if self._detaching_call(node.func):
