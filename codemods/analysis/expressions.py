@@ -186,9 +186,13 @@ class Expressions:
             return kept  # what the object's constructor keeps, read from outside it
         if self.names.module(node.value, self._scope.class_name) is not None:
             return NOTHING  # a submodule, or an attribute of one gradfix cannot name
-        function = self._torch_function(node)
-        if function is not NOTHING:
-            return function
+        root = node.value
+        while type(root) is cst.Attribute:
+            root = root.value
+        if type(root) is cst.Name and root.value in self.names.aliases:  # (only an import names torch)
+            function = self._torch_function(node)
+            if function is not NOTHING:
+                return function
         base = self._eval(node.value, env)
         if isinstance(base.structure, RecordOf):
             fields = self.names.record_classes.get(base.structure.name, ())
