@@ -192,3 +192,28 @@ def test_gf007_a_loss_read_out_of_the_dict_a_function_of_the_file_returns(runs, 
 def test_gf007_a_function_whose_returns_do_not_all_build_the_key_is_not_rewritten(returns):
     assert _verdict(_returned()) == "fixed"  # (the same program, every return building it)
     assert _verdict(_returned(returns)) in ("silent", "hint")
+
+
+def test_an_item_a_previous_iteration_wrote_is_not_the_one_stored_before_the_loop(runs, tmp_path):
+    # (the dict's item holds the previous step's total from the second step on: not the 0.0 of the literal)
+    source = """\
+import torch
+import torch.nn as nn
+
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+stats = {"loss": 0.0}
+for step in range(3):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    total = stats["loss"] + loss
+    optimizer.zero_grad()
+    total.backward()
+    optimizer.step()
+    stats["loss"] = total
+"""
+    report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
+    assert [(f.code, f.line) for f in report.findings] == [("GF004", 13)]  # (carried in the dict into the next step)
+    script = tmp_path / "carried.py"
+    script.write_text(source)
+    result = runs.run(script)
+    assert result.status == "error" and "second time" in result.error_message

@@ -571,6 +571,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                     unread=value.unread,
                     possible=value.possible,
                 )
+            for name in loop.carried_names & self._slots.keys():
+                for slot in self._slots[name]:  # (an item a previous iteration may have written: ``x[k] = ...``)
+                    head.pop(slot, None)
             frame = Frame(loop)
             self._frames.append(frame)
             self._loops.append(loop)
