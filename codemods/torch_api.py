@@ -133,6 +133,16 @@ SAVING_NOTHING_FUNCTIONS = frozenset(
     for name in ("sum", "mean", "add", "sub", "neg", "cat", "stack", "flatten", "reshape", "squeeze", "unsqueeze", "transpose", "permute", "clone")
 )
 
+# torch's namespaces of functions: a name bound to one of their functions (``cost = F.mse_loss``, in
+# lower case: not a class such as ``torch.Tensor``) holds that function, and a call of the name is
+# read as the function's. Not its submodules, nor the contexts that switch gradients (read by the
+# name a ``with`` spells).
+FUNCTION_NAMESPACES = frozenset({"torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special"})
+TORCH_SUBMODULES = frozenset(
+    {"torch.nn", "torch.optim", "torch.autograd", "torch.utils", "torch.cuda", "torch.distributions", "torch.amp", "torch.cpu", "torch.backends",
+     "torch.distributed", "torch.jit", "torch.func", "torch.onnx", "torch.fx", "torch.testing", "torch.hub", *FUNCTION_NAMESPACES}
+)  # fmt: skip
+
 # torch.nn modules ---------------------------------------------------------------------------------
 
 # nn modules whose call adds no parameters: their output carries graph only if their input does.

@@ -12,6 +12,10 @@ def checked(source: str) -> FileReport:
     return check_source(source.encode(), all_rules(), FixMode.UNSAFE, "train.py")
 
 
+def _safe(source: str) -> FileReport:
+    return check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
+
+
 def codes(report: FileReport) -> list[str]:
     return sorted(f.code for f in [*report.findings, *report.fixed])
 
@@ -467,6 +471,39 @@ loss.backward()
 """
     assert codes(checked(template.format(bound=""))) == ["GF001"]  # `step` backwards: the second call fails
     assert codes(checked(template.format(bound="step = print"))) == []  # `step` is `print` when it is called
+
+
+def test_a_name_one_path_binds_to_another_callable_is_unread():
+    template = """\
+import torch
+import torch.nn.functional as F
+def step(exact, criterion):
+    w = torch.randn(5, requires_grad=True)
+    cost = F.mse_loss if exact else {other}
+    loss = cost(w + 1.0, torch.ones(5))
+    loss.backward()
+    loss.backward()
+"""
+    assert [f.code for f in _safe(template.format(other="F.l1_loss")).fixed] == ["GF001"]  # (both save their inputs)
+    for other in ("criterion", "torch.sub"):  # unread; saving nothing
+        report = _safe(template.format(other=other))
+        assert [f.code for f in report.findings] == ["GF001"] and not report.fixed
+
+
+def test_a_dict_item_after_the_dict_escapes_is_a_guess():
+    template = """\
+import torch
+from logs import record
+w = torch.randn(5, requires_grad=True)
+losses = {{"loss": (w * 2).sum()}}
+losses["loss"].backward()
+{between}
+losses["loss"].backward()
+"""
+    assert [f.code for f in _safe(template.format(between="pass")).fixed] == ["GF001"]
+    for between in ("record(losses)", "kept = losses", "losses.update(loss=(w * 3).sum())", "losses[record] = (w * 3).sum()"):
+        report = _safe(template.format(between=between))
+        assert not report.fixed, between
 
 
 def test_a_detaching_helper_returns_no_graph():

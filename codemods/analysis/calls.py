@@ -49,6 +49,7 @@ from .values import (
     CONSTANT,
     DISTRIBUTION,
     LEAF,
+    FunctionOf,
     NOTHING,
     TENSOR,
     UNREAD_PARAMETERS,
@@ -80,6 +81,8 @@ class CallSemantics:
     """The call half of ``DataflowAnalysis``: each call's value, and the backwards it records."""
 
     def _eval_call(self, node: cst.Call, env: Env) -> Value:
+        if self._slots and any(dotted_name(arg.value) in self._slots for arg in node.args) and not self._only_reads_its_arguments(node):
+            self._escape_items([arg.value for arg in node.args], env)
         value = self._call_value(node, env)
         if self._detaching_call(node.func):
             return CONSTANT
@@ -100,10 +103,7 @@ class CallSemantics:
         called = self._called_class(func.value) if type(func) is cst.Attribute else None
         if called is None or f"{called}.{func.attr.value}" not in detaching:
             return False
-        class_name = self._scope.class_name  # (``self.repackage_hidden(h)`` may run a subclass's)
-        return (
-            self.names.instance_class(func.value, class_name) is None or self.names.method_class(func.value, class_name, func.attr.value) is not None
-        )
+        return self.names.runs_its_class_method(func.value, self._scope.class_name, func.attr.value)  # (``self.f(h)``: maybe a subclass's)
 
     def _called_class(self, func: cst.BaseExpression) -> str | None:
         """The file's own class whose instance (or method) a call runs: ``model(x)``, ``model.step(x)``."""
@@ -130,6 +130,10 @@ class CallSemantics:
         qualified = self.names.qualify(func) or ""
         if qualified in FUNCTION_APIS:
             return self._backward_function_call(node, FUNCTION_APIS[qualified], env)
+        held = env.get(qualified) if not qualified.startswith("torch.") else None
+        if held is not None and type(held.structure) is FunctionOf and not held.unbound:
+            return self._torch_functions_call(node, held.structure.names, env)
+        self.called_functions.pop(node, None)
         summary_result = self._call_summary(node, env)
         if summary_result is not None:
             return summary_result
@@ -141,6 +145,19 @@ class CallSemantics:
         if type(func) is cst.Attribute and not self.names.is_torch(func.value):
             return self._method_call(node, qualified, env)
         return self._function_call(node, qualified, env)
+
+    def _torch_functions_call(self, node: cst.Call, functions: frozenset[str], env: Env) -> Value:
+        """A call of a name that holds one of torch's ``functions`` on every path (``cost(d_fake,
+        label)`` where ``cost`` is ``F.mse_loss`` or ``F.binary_cross_entropy_with_logits``): the
+        join of the calls spelled with each, kept as the call's row (``called_functions``)."""
+        self.called_functions[node] = functions
+        values = self._eval_all([arg.value for arg in node.args], env)
+        if creates_parameter(self.names, node):
+            return LEAF
+        value = joined([self._torch_call(node, function, values) for function in sorted(functions)])
+        if not functions <= EVERY_OUTPUT_DIFFERENTIABLE:
+            self._differentiable_outputs.discard(node)  # (an item's graph is proved only where every callee proves it)
+        return value
 
     def _backward_function_call(self, node: cst.Call, api: BackwardApi, env: Env) -> Value:
         """``torch.autograd.backward(...)``, ``torch.autograd.grad(...)``."""
@@ -311,6 +328,9 @@ class CallSemantics:
                 return values[0]  # an iterator over what it is given
             if func.value == "next" and values:
                 return joined([yielded(values[0]), *values[1:]])  # one step of the iteration, or the default
+            if func.value == "dict" and all(arg.keyword is not None for arg in node.args) and not self._names_a_value(func, env):
+                self._dict_items[node] = {repr(arg.keyword.value): value for arg, value in zip(node.args, values) if arg.keyword is not None}
+                return union(values, UNKNOWN)  # ``dict(loss=loss)``, a dict built with constant keys
             if func.value in _CONTAINER_BUILTINS:
                 element = element_of(values[0]) if values else NOTHING
                 structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN
@@ -449,11 +469,16 @@ class CallSemantics:
             if value.graph:
                 self.escaped.setdefault(self._scope.node, set()).update(self.graph_nodes(value))
 
+    def _only_reads_its_arguments(self, call: cst.Call) -> bool:
+        """``print(d)``, ``len(d)``, a torch function, a logger's method: nothing it is handed is written to."""
+        func = call.func
+        return (type(func) is cst.Name and func.value in _NON_GRAPH_BUILTINS) or self.names.is_torch(func) or self._only_reads(func)
+
     def _may_keep_its_arguments(self, call: cst.Call) -> bool:
         """A call made for its effect (``hook(out)``, ``self.log_graph(loss)``), not a torch
         function, a builtin that only reads, a module or a backward."""
         func = call.func
-        if call in self.backward_sites or self.names.is_torch(func):
+        if call in self.backward_sites or self.names.is_torch(func) or call in self.called_functions:
             return False
         if type(func) is cst.Name and func.value in _NON_GRAPH_BUILTINS:
             return False
@@ -582,6 +607,8 @@ class CallSemantics:
         if type(node) is cst.Subscript:
             return False
         if type(node) is cst.Call:
+            if node in self.called_functions:  # (a function held: any one of them may save)
+                return not self.called_functions[node] <= SAVING_NOTHING_FUNCTIONS
             if (self.names.qualify(node.func) or "") in SAVING_NOTHING_FUNCTIONS:
                 return False
             return not (type(node.func) is cst.Attribute and node.func.attr.value in SAVING_NOTHING_METHODS and not self.names.is_torch(node.func))
@@ -599,6 +626,8 @@ class CallSemantics:
         if not isinstance(node, cst.Call):
             return False
         func = node.func
+        if node in self.called_functions:  # (a function held: every one of them must save)
+            return all(function.rsplit(".", 1)[1] in SAVING_FOR_CERTAIN for function in self.called_functions[node])
         qualified = self.names.qualify(func) or ""
         if qualified.startswith("torch.") and qualified.rsplit(".", 1)[1] in SAVING_FOR_CERTAIN:
             return True

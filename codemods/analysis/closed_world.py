@@ -558,6 +558,8 @@ class ClosedWorld:
             return GRADIENT_HOOK
         if isinstance(func, cst.Name) and func.value in _DYNAMIC_BUILTINS and func.value not in names.aliases:
             return DYNAMIC_ACCESS
+        if all(function.rsplit(".", 1)[0] in TORCH_OPERATOR_NAMESPACES for function in analysis._dataflow.called_functions.get(call, ("",))):
+            return None  # a function of torch's a name holds, on every path (``FunctionOf``)
         qualified = names.qualify(func)
         logger = isinstance(func, cst.Attribute) and names.constructed.get(names.key(func.value) or "") in READING_LOGGERS
         if qualified in READING_LOGGERS or logger:

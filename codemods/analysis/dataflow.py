@@ -31,7 +31,7 @@ from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs
 from .syntax import decorator_callee, dotted_name, is_grad, method_called
 from .torch_facts import TorchNames
 from .tree import SyntaxTree, node_types
-from .values import LEAF, NOTHING, ListOf, Origin, Source, Structure, Value, combine, joined, part, yielded
+from .values import LEAF, NOTHING, FunctionOf, ListOf, Origin, Source, Structure, Value, combine, joined, part, yielded
 
 _MAX_PASSES = 4
 _MAX_SUMMARY_ROUNDS = 5
@@ -149,15 +149,20 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # The calls read through a summary: the key of the file's function, another file's summary.
         self.callees: dict[cst.Call, object] = {}
         self.returned_items: dict[cst.FunctionDef, tuple[Value, ...] | None] = {}
+        self.returned_keys: dict[cst.FunctionDef, dict[str, Value] | None] = {}  # (as ``returned_items``, of a dict's keys)
+        self._returned_dicts: dict[cst.Call, dict[str, Value]] = {}  # calls of the file's functions that return one
         self.returned_given: dict[cst.FunctionDef, dict[tuple[str, bool], Value]] = {}
         self.items_given: dict[cst.FunctionDef, dict[tuple[str, bool], tuple[Value, ...] | None]] = {}
         self._tuple_items: dict[cst.Tuple, list[Value]] = {}  # each tuple written out, by its items
+        self._dict_items: dict[cst.BaseExpression, dict[str, Value]] = {}  # each dict built with constant keys, by key
         # A call of the file's function that returns a tuple written out, with that function's summary.
         # What each item of a call's tuple result holds, where the callee says it: the returns of
         # a function or forward of the file, or a torch.nn module's outputs.
         self._call_items: dict[cst.Call, tuple[Value, ...]] = {}
         self._items_given_no_graph: set[cst.Call] = set()  # of those, calls that pass no graph (in a loop: its last pass)
         self._read_callees: dict[cst.Call, object] = {}  # calls read as any other, of the file's functions
+        # The calls of a name that holds one of torch's functions (``FunctionOf``): those functions.
+        self.called_functions: dict[cst.Call, frozenset[str]] = {}
         # What a function of the file returns in the walk with what its callers pass it (a call
         # before the function's definition reads the last round's: ``_with_arguments``).
         self.returned_with_arguments = {}
@@ -230,6 +235,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 )
                 self.returns[scope.node] = tuple(frame.returned)
                 self.returned_items[scope.node] = frame.items_returned()
+                self.returned_keys[scope.node] = frame.keys_returned()
                 self.returned_given[scope.node] = frame.returned_given()
                 self.items_given[scope.node] = frame.items_given()
             return end
@@ -454,7 +460,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             return joined
         for name in set.intersection(*(assigned_names(body, rebinding_only=True, tree=self._tree) for body in bodies)):
             values = [end[name] for end in branch_ends if end is not None and name in end]
-            if values:
+            # (taken to be exhaustive, not proved: a function the chain binds may be one bound before it)
+            if values and type(reduce(join_values, values).structure) is not FunctionOf:
                 joined[name] = reduce(join_values, values)
         return joined
 
@@ -498,6 +505,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 self._escape(frame.returned[-1:])
                 items = self._tuple_items.get(small.value) if type(small.value) is cst.Tuple else None
                 frame.returned_items.append(None if items is None else [v.without_graph() if self._no_grad else v for v in items])
+                keys = self._dict_items.get(small.value)
+                frame.returned_keys.append(None if keys is None else {k: v.without_graph() if self._no_grad else v for k, v in keys.items()})
                 function = self._scope.node
                 parameters = [p.name.value for p in function.params.params] if type(function) is cst.FunctionDef else []
                 # (by identity: a join of the two markers is a value equal to both, and says neither)
@@ -569,6 +578,10 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                     unread=value.unread,
                     possible=value.possible,
                 )
+            for name in loop.carried_names & self._slots.keys():
+                if name not in known_items:  # (an item a previous iteration may have written: ``x[k] = ...``)
+                    for slot in self._slots[name]:
+                        head.pop(slot, None)
             for name in known_items:
                 self._carry_items(loop, name, env, items_left, head)
             frame = Frame(loop)
@@ -599,6 +612,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         loop.returned, loop.returns = joined(frame.returned), tuple(frame.returned)
         if type(node) is cst.FunctionDef:
             self.returned_items[node] = frame.items_returned()
+            self.returned_keys[node] = frame.keys_returned()
             self.returned_given[node] = frame.returned_given()
             self.items_given[node] = frame.items_given()
         return join_envs([env, end, *frame.breaks])

@@ -7,7 +7,7 @@ and unpacked targets; and what an ``if`` test says of the names it tests.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, cast
 
 import libcst as cst
 
@@ -18,6 +18,7 @@ from .syntax import dotted_name
 from .values import (
     CONSTANT,
     LEAF,
+    FunctionOf,
     NONE,
     NOTHING,
     NUMBER,
@@ -60,7 +61,8 @@ class Expressions:
         if node_type is cst.Name:
             if node.value == "None":
                 return Value(structure=NONE, graphless=True)
-            self.read_values[node] = env.get(node.value, NOTHING)
+            held = env.get(node.value)
+            self.read_values[node] = held if held is not None else self._torch_function(node) if node.value in self.names.aliases else NOTHING
             return self.read_values[node]
         if node_type is cst.Attribute:
             self.read_values[node] = self._eval_attribute(node, env)
@@ -138,6 +140,7 @@ class Expressions:
                 )
             return element
         if node_type in (cst.Tuple, cst.List):
+            self._escape_items([e.value for e in node.elements], env)
             values = self._eval_all([e.value for e in node.elements], env)
             if node_type is cst.Tuple and not any(type(e) is cst.StarredElement for e in node.elements):
                 self._tuple_items[node] = values
@@ -148,7 +151,12 @@ class Expressions:
         if node_type in (cst.ListComp, cst.GeneratorExp, cst.SetComp):
             return self._eval_comprehension(node, env)
         if node_type is cst.Dict:
-            return union(self._eval_all([e.value for e in node.elements if isinstance(e, cst.DictElement)], env), UNKNOWN)
+            self._escape_items([e.value for e in node.elements], env)
+            values = self._eval_all([e.value for e in node.elements if isinstance(e, cst.DictElement)], env)
+            keys = [constant_key(e.key) if type(e) is cst.DictElement else None for e in node.elements]
+            if None not in keys:  # (every key a constant, no ``**``)
+                self._dict_items[node] = dict(zip(cast(list[str], keys), values))
+            return union(values, UNKNOWN)
         if node_type in (cst.StarredElement, cst.Await):
             return self._eval(node.value if isinstance(node, cst.StarredElement) else node.expression, env)
         if node_type is cst.NamedExpr:
@@ -178,12 +186,24 @@ class Expressions:
             return kept  # what the object's constructor keeps, read from outside it
         if self.names.module(node.value, self._scope.class_name) is not None:
             return NOTHING  # a submodule, or an attribute of one gradfix cannot name
+        root = node.value
+        while type(root) is cst.Attribute:
+            root = root.value
+        if type(root) is cst.Name and root.value in self.names.aliases:  # (only an import names torch)
+            function = self._torch_function(node)
+            if function is not NOTHING:
+                return function
         base = self._eval(node.value, env)
         if isinstance(base.structure, RecordOf):
             fields = self.names.record_classes.get(base.structure.name, ())
             if node.attr.value in fields:
                 return item_of(base, base.structure.items[fields.index(node.attr.value)])
         return base.changed(structure=TENSOR if base.structure is TENSOR else UNKNOWN, may_be_none=False)
+
+    def _torch_function(self, node: cst.Name | cst.Attribute) -> Value:
+        """What a name of torch's function holds (``F.mse_loss``): that function (``FunctionOf``)."""
+        function = self.names.torch_function(node)
+        return NOTHING if function is None else Value(structure=FunctionOf(frozenset({function})))
 
     def _eval_comprehension(self, node, env: Env) -> Value:
         inner = dict(env)
@@ -243,12 +263,7 @@ class Expressions:
                     # (a dict whose every item is known, the one that held its graph overwritten: it holds none)
                     env[name] = union([value, *others], held.structure) if others is not None else union([held, value], held.structure)
                     if slot is not None:
-                        env[slot] = value
-                        index = target.slice[0].slice.value
-                        if type(index) is not cst.Name:
-                            self._literal_slots.add(slot)
-                        for owner in (name, index.value) if type(index) is cst.Name else (name,):
-                            self._slots.setdefault(owner, set()).add(slot)
+                        self._write_slot(name, slot, value, env, target.slice[0].slice.value)
             return
         name = dotted_name(target)
         if name is None:
@@ -266,6 +281,37 @@ class Expressions:
         if "." in name:
             self._escape([value])  # kept on an object: another call may backward it
         env[name] = value
+        if source is not None:
+            self._escape_items([source], env)
+            for key, item in self._dict_items.get(source, {}).items():  # (a dict built with constant keys)
+                self._write_slot(name, f"{name}[{key}]", item, env)
+            for key, item in self._returned_dicts.get(source, {}).items() if type(source) is cst.Call else ():
+                # (of a function of the file that returns one: the call's graph, as a tuple's items)
+                held = Value(structure=item.structure, graphless=True) if item.graphless else part(value, item.structure)
+                self._write_slot(
+                    name, f"{name}[{key}]", held.changed(guessed=value.guessed or item.guessed or not item.graphless and not item.graph), env
+                )
+
+    def _write_slot(self, name: str, slot: str, value: Value, env: Env, index: cst.BaseExpression | None = None) -> None:
+        """``x[i] = value`` (``index``: the name ``i``, or a constant key when None or not a name)."""
+        env[slot] = value
+        if type(index) is not cst.Name:
+            self._literal_slots.add(slot)
+        for owner in (name, index.value) if type(index) is cst.Name else (name,):
+            self._slots.setdefault(owner, set()).add(slot)
+
+    def _escape_items(self, expressions: list[cst.BaseExpression], env: Env) -> None:
+        """A container whose items the env keeps (``x[k]``), handed on as a whole: to another name,
+        into another container, to a call of code that may write to it. What ``x[k]`` reads after
+        that is no longer known to be what was written."""
+        if not self._slots:
+            return
+        for expression in expressions:
+            name = dotted_name(expression) if type(expression) is cst.Name or type(expression) is cst.Attribute else None
+            if name is not None and name in self._slots:
+                for slot in self._slots[name]:
+                    if slot.startswith(f"{name}["):
+                        env.pop(slot, None)
 
     def _other_items(self, name: str, slot: str, env: Env) -> list[Value] | None:
         """The items of the dict ``name`` other than ``slot``, where every one is known (``every_item_key``)
@@ -397,4 +443,17 @@ def _slot(node: cst.Subscript) -> str | None:
     index = node.slice[0].slice.value
     if type(index) is cst.Name:
         return f"{container}[{index.value}]"
-    return f"{container}[{index.value}]" if type(index) in (cst.SimpleString, cst.Integer) else None
+    key = constant_key(index)
+    return None if key is None else f"{container}[{key}]"
+
+
+def constant_key(node: cst.BaseExpression | None) -> str | None:
+    """A key written as a constant, as one spelling (``'loss'`` and ``"loss"`` are one key): a
+    string or an integer literal."""
+    # (not ``evaluated_value``: ``ast.literal_eval`` leaves a cycle of closures for the collector)
+    if type(node) is cst.SimpleString:
+        prefix, text = node.prefix.lower(), node.raw_value
+        return None if "b" in prefix or "\\" in text and "r" not in prefix else repr(text)
+    if type(node) is cst.Integer:
+        return node.value if node.value.isdigit() else None
+    return None

@@ -42,6 +42,8 @@ class FunctionSummary:
     left_for_caller: Mapping[str, Value] = field(default_factory=dict)
     # What each item holds, when every return writes out a tuple of the same length.
     returned_items: tuple[Value, ...] | None = None
+    # What each key holds, when every return builds a dict with constant keys (the keys all have).
+    returned_keys: Mapping[str, Value] | None = None
     # What a call returns when it passes True or False for a parameter some return's path tested.
     returned_given: Mapping[tuple[str, bool], Value] = field(default_factory=dict)
     items_given: Mapping[tuple[str, bool], tuple[Value, ...] | None] = field(default_factory=dict)  # (as ``returned_items``)
@@ -115,6 +117,7 @@ class FunctionSummaries:
             backwarded,
             self.returned.get(node, NOTHING),
             returned_items=self.returned_items.get(node),
+            returned_keys=self.returned_keys.get(node),
             returned_given=self.returned_given.get(node, {}),
             items_given=self.items_given.get(node, {}),
             literal_defaults=defaults,
@@ -160,8 +163,11 @@ class FunctionSummaries:
         if imported is not None:
             return self._call_imported(call, imported, env)
         summary = self._summary_of(call.func)
+        self._returned_dicts.pop(call, None)
         if summary is None:
             return None
+        if summary.returned_keys is not None and not summary.has_effect:
+            self._returned_dicts[call] = dict(summary.returned_keys)
         values = self._eval_all([arg.value for arg in call.args], env)
         self._record_arguments(summary_key(summary), summary.parameters, call, values)
         self.callees[call] = summary_key(summary)
@@ -493,6 +499,9 @@ def summary_facts(summary: FunctionSummary | None) -> tuple | None:
         ),
         graph_facts(dict(summary.left_for_caller)),
         _items_facts(summary.returned_items),
+        None
+        if summary.returned_keys is None
+        else tuple((key, *facts) for key, facts in zip(summary.returned_keys, _items_facts(tuple(summary.returned_keys.values())) or ())),
         tuple(sorted((key, value.structure, value.graph) for key, value in summary.returned_given.items())),
         tuple(sorted((key, _items_facts(items)) for key, items in summary.items_given.items())),
     )

@@ -159,6 +159,9 @@ class Frame:
     # Each return's items, when it returns a tuple written out (``return loss, acc.item()``); None
     # for a return of anything else.
     returned_items: list[list[Value] | None] = field(default_factory=list)
+    # Each return's items by key, when it returns a dict built with constant keys (``return
+    # dict(loss=loss)``); None for a return of anything else.
+    returned_keys: list[dict[str, Value] | None] = field(default_factory=list)
     # For each return, the parameters whose truth its path tested (``if return_latents: return y, z``).
     returned_truths: list[dict[str, bool]] = field(default_factory=list)
     yielded: list[Value] = field(default_factory=list)
@@ -196,6 +199,15 @@ class Frame:
         length = lengths.pop()
         returned = [items if items is not None else [CONSTANT] * length for items, _ in taken]
         return tuple(joined([items[position] for items in returned]) for position in range(length))
+
+    def keys_returned(self) -> dict[str, Value] | None:
+        """What each key of the dict every return builds may hold, for the keys every one of them
+        has; None unless each return builds a dict with constant keys, and nothing is yielded."""
+        if self.yielded or not self.returned_keys or any(keys is None for keys in self.returned_keys):
+            return None
+        every = [keys for keys in self.returned_keys if keys is not None]
+        shared = [key for key in every[0] if all(key in keys for keys in every)]
+        return {key: joined([keys[key] for keys in every]) for key in shared}
 
     def items_given(self) -> dict[tuple[str, bool], tuple[Value, ...] | None]:
         """``items_returned`` for each truth of a parameter that a return's path tested."""

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ..frameworks import EXCEPTION_KEEPING_CONTEXTS
 from ..summaries import ExportedModuleClass
+from ..torch_api import FUNCTION_NAMESPACES, TORCH_SUBMODULES
 from .module_info import ModuleInfo
 from .scopes import Scopes
 from .syntax import dotted_name
@@ -129,6 +131,11 @@ class TorchNames:
             return owner
         return None if any((owner, method) in self.dispatched for method in methods) else owner
 
+    def runs_its_class_method(self, receiver: cst.CSTNode, class_name: str | None, method: str) -> bool:
+        """Whether a call of ``method`` on ``receiver`` runs the method of the class gradfix takes
+        its object for (``method_class``), where it takes it for an instance of a class of the file."""
+        return self.instance_class(receiver, class_name) is None or self.method_class(receiver, class_name, method) is not None
+
     def qualify(self, node: cst.CSTNode) -> str | None:
         """The qualified name of a dotted expression, following import aliases."""
         name = dotted_name(node)
@@ -138,6 +145,16 @@ class TorchNames:
         if head in self.aliases:
             head = self.aliases[head]
         return f"{head}.{rest}" if rest else head
+
+    def torch_function(self, node: cst.CSTNode) -> str | None:
+        """The function of torch's a dotted expression names (``F.mse_loss``, ``torch.tanh``), by its
+        qualified name: a function of ``FUNCTION_NAMESPACES``, not a class, a submodule or a
+        context that switches gradients (``torch.no_grad``)."""
+        name = self.qualify(node)
+        if name is None or name in TORCH_SUBMODULES or name in EXCEPTION_KEEPING_CONTEXTS:
+            return None
+        namespace, _, function = name.rpartition(".")
+        return name if namespace in FUNCTION_NAMESPACES and function[:1].islower() else None
 
     def is_torch(self, node: cst.CSTNode) -> bool:
         name = self.qualify(node)

@@ -6,7 +6,7 @@ A ``Value`` answers three questions about what a name holds at one point of a pr
 * which places built the interior nodes of that graph (``origins``)? Leaf parameters build none,
   so two losses that only share parameters share no origin, while two heads on one encoder output
   share the encoder call.
-* what shape of container is it (``structure``): a tensor, a tuple of them, a list of them, ``None``
+* what shape of container is it (``structure``): a tensor, a tuple of them, a list of them, ``None``, a function of torch's
   or unknown? The rewrites need it to write a correct ``.detach()``.
 
 Once a backward that does not keep its graph (``retain_graph`` false, as written) has run, the
@@ -145,6 +145,23 @@ class ListOf(Structure):
             return self
         if isinstance(other, ListOf):
             return ListOf(self.item.join(other.item))
+        return UNKNOWN
+
+
+@dataclass(frozen=True)
+class FunctionOf(Structure):
+    """A function of torch's, held as a value (``cost = F.mse_loss``): one of ``names`` on every
+    path here. Where two paths meet, each holding such a function, the name holds one of either: a
+    call of it has the facts every one of them has (must) and those any one has (may); where one
+    path holds anything else, it is a value of unknown shape, whose call is code gradfix did not read."""
+
+    names: frozenset[str]
+
+    def join(self, other: Structure) -> Structure:
+        if other is EMPTY:
+            return self
+        if type(other) is FunctionOf:
+            return self if other.names <= self.names else FunctionOf(self.names | other.names)
         return UNKNOWN
 
 
