@@ -437,24 +437,11 @@ def test_an_import_python_may_resolve_elsewhere_is_unread(tmp_path):
 
 
 def test_a_method_of_self_a_subclass_replaces_is_unread():
-    template = """\
-import torch
-import torch.nn as nn
-class Step:
-    def __init__(self):
-        self.model = nn.Linear(4, 1)
-    def run(self, loss):
-        loss.backward()
-    def train(self, x):
-        loss = self.model(x).sum()
-        self.run(loss)
-        loss.backward()
-{subclass}
-Step().train(torch.randn(8, 4))
-"""
-    replaced = "class Quiet(Step):\n    def run(self, loss):\n        pass\n"
-    assert codes(checked(template.format(subclass=""))) == ["GF001"]  # `Step.run` backwards: the second call fails
-    assert codes(checked(template.format(subclass=replaced))) == []  # `self` may be a `Quiet`, whose `run` does not
+    from .test_method_dispatch import QUIET, STEP
+
+    run = "\nStep().train(torch.randn(8, 4))"
+    assert codes(checked(STEP.replace("SUBCLASS", "").replace("RUN", run))) == ["GF001"]  # `Step.run` backwards: the second call fails
+    assert codes(checked(STEP.replace("SUBCLASS", QUIET).replace("RUN", run))) == []  # `self` may be a `Quiet`, whose `run` does not
 
 
 def test_a_function_its_name_may_not_hold_is_unread():
