@@ -224,6 +224,7 @@ class Expressions:
                 items = value.structure.items if isinstance(value.structure, TupleOf) else ()
                 values = [item_of(value, items[i] if len(items) == len(elements) else UNKNOWN, differentiable) for i in range(len(elements))]
             for element, element_value, element_source in zip(elements, values, sources):
+                self.assigned_values[element] = element_value  # (what this target was given: ``value_assigned``)
                 self._assign(element, element_value, env, element_source, differentiable)
             return
         if type(target) is cst.StarredElement:
