@@ -156,6 +156,47 @@ def test_an_item_that_holds_no_graph_of_the_generator_is_no_generators_output():
     _run(fixed)
 
 
+def test_an_item_built_apart_by_a_call_that_runs_the_discriminator_is_not_detached():
+    # ``decoded`` shares no node with ``q_loss``: it stands for its own part of the call, and the
+    # call also runs ``disc``, which D's optimizer trains: a detach would cut D's own gradient.
+    generate = "codebook = nn.Linear(4, 4)\n\n\ndef generate(x):\n    return codebook(x).pow(2).mean(), gen(x) + 0.1 * disc(gen(x))\n"
+    source = _program(generate=generate).replace("decoded, q_loss = generate(imgs)", "q_loss, decoded = generate(imgs)")
+    assert _raises_freed(source)
+    assert _found(source) == [("GF005", False, False)]
+    assert gradfix.fix(source).source == source
+    # (the detach would change the gradient D's own loss gives D)
+    gen, disc, real = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1), torch.randn(16, 4)
+    decoded = gen(real) + 0.1 * disc(gen(real))
+    grads = []
+    for read in (decoded, decoded.detach()):
+        disc.zero_grad()
+        torch.nn.functional.relu(1.0 + disc(read)).mean().backward(retain_graph=True)
+        grads.append(disc.weight.grad.clone())
+    assert not torch.allclose(*grads)
+    # Built apart by a call that runs only the generator, the item is detached.
+    apart = source.replace("gen(x) + 0.1 * disc(gen(x))", "gen(x)")
+    fixed = gradfix.fix(apart).source
+    assert "disc(decoded.detach())" in fixed and fixed.count(".detach()") == 1
+    _run(fixed)
+
+
+def test_an_item_taken_by_its_index_is_the_generators_output():
+    taken = FOUND.replace("decoded, q_loss = generate(imgs)", "decoded = generate(imgs)[0]\n    q_loss = 0.0")
+    assert _raises_freed(taken)
+    assert _found(taken) == [("GF005", False, True)]
+    fixed = gradfix.fix(taken).source
+    assert "disc(decoded.detach())" in fixed and fixed.count(".detach()") == 1
+    kept = taken.replace("d_loss.backward()", "d_loss.backward(retain_graph=True)")
+    assert all(torch.equal(a, b) for a, b in zip(_trained(fixed), _trained(kept)))
+    # Of a generator gradfix did not read, which item holds its graph is a guess.
+    imported = _program(imports="from generators import generate", generate="").replace(
+        "decoded, q_loss = generate(imgs)", "decoded = generate(gen, imgs)[0]\n    q_loss = 0.0"
+    )
+    assert _raises_freed(imported)
+    assert "GF005" not in [code for code, _, _ in _found(imported)]
+    assert gradfix.fix(imported).source == imported
+
+
 def test_vqgans_order_is_reported_and_the_right_order_is_not():
     vqgan = _program(GENERATOR_FIRST)
     namespace = _run(vqgan)

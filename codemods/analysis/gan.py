@@ -111,10 +111,11 @@ def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps 
 def _generator_outputs(analysis, shared: frozenset[Origin]) -> Iterable[tuple[str, frozenset[Origin], Origin]]:
     """Names assigned a call's output that both graphs share (``fake = G(z)``,
     ``fake = self.sample(n)``), each with the nodes that built it (the generator's chain) and the
-    call that built it. A target of ``fake, q = G(z)`` is one where the callee's returns, read by
-    gradfix, prove which item holds which graph (a function or ``forward`` of the file, a torch.nn
-    module's outputs); the items the call builds from no node in common each stand for their own
-    part, written at their target. A value whose graph is only guessed (an item of a tuple of code
+    call that built it. A target of ``fake, q = G(z)``, or ``fake = G(z)[0]``, is one where the
+    callee's returns, read by gradfix, prove which item holds which graph (a function or ``forward``
+    of the file, a torch.nn module's outputs); the items the call builds from no node in common each
+    stand for their own part, written at their target, so whether building one runs what the
+    discriminator's optimizer trains is read through the whole call (``built``). A value whose graph is only guessed (an item of a tuple of code
     gradfix cannot read, or built by such code) is no generator's output: the discriminator may not
     reach the generator through it."""
     seen: set[cst.BaseStatement] = set()
@@ -124,19 +125,21 @@ def _generator_outputs(analysis, shared: frozenset[Origin]) -> Iterable[tuple[st
         assignment = cst.ensure_type(origin.statement.body[0], cst.Assign)
         target = assignment.targets[0].target
         unpacked = [element.value for element in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else []
-        if not isinstance(assignment.value, cst.Call) or not any(origin.node is node for node in (assignment.value, *unpacked)):
+        taken = assignment.value if isinstance(assignment.value, cst.Subscript) and not unpacked else None  # ``fake = G(z)[0]``
+        call = taken.value if taken is not None else assignment.value
+        if not isinstance(call, cst.Call) or not any(origin.node is node for node in (call, taken, *unpacked)):
             continue
         if any(isinstance(element, cst.StarredElement) for element in getattr(target, "elements", ())):
             continue  # (``fake, *rest = G(z)``: which item a name holds depends on the length)
         if origin.statement in seen:
             continue  # (another item of the same call)
         seen.add(origin.statement)
-        built = Origin(assignment.value, origin.statement, origin.possible)
+        built = Origin(call, origin.statement, origin.possible)
         for item, value in [(element, analysis.value_assigned(element)) for element in unpacked] or [
             (target, analysis.value_assigned(assignment.value))
         ]:
             name = dotted_name(item)
-            if name is not None and value is not None and not (value.guessed or value.unread) and (value.graph or not unpacked):
+            if name is not None and value is not None and not (value.guessed or value.unread) and (value.graph or call is assignment.value):
                 yield name, analysis.value_nodes(value), built
 
 
