@@ -6,11 +6,15 @@ the finding rests on; every program is run."""
 
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
 
 import gradfix
+from gradfix.codemods.check import check_file, module_exports
+from gradfix.codemods.registry import all_rules
+from gradfix.codemods.report import FixKind, FixMode
 
 HEADER = """\
 import torch
@@ -258,3 +262,56 @@ trainer.train(torch.randn(16, 4))
     assert _found(source) == [("GF005", False, False)]
     imported = source.replace("class VQ(nn.Module):", "from vq_models import VQ\n\n\nclass Unused(nn.Module):")
     assert _found(imported) == []
+
+
+MODELS = """\
+import torch.nn as nn
+
+
+class VQ(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(4, 8)
+        self.decoder = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.encoder(x)
+        return self.decoder(h), h.pow(2).mean()
+"""
+
+
+def _project_file(tmp_path, models: str) -> Path:
+    """``train.py`` importing ``VQ`` from ``models.py`` of its project (the layout of VQGAN-pytorch)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "models.py").write_text(models)
+    train = _program(imports="from models import VQ", generate="vq = VQ()\n").replace("generate(imgs)", "vq(imgs)")
+    train = train.replace("gen.parameters()", "vq.parameters()")
+    (tmp_path / "train.py").write_text(train)
+    return tmp_path / "train.py"
+
+
+def test_an_item_of_a_class_of_another_module_of_the_project_is_the_generators_output(tmp_path):
+    exported = module_exports(MODELS.encode())["VQ"].module_class
+    assert exported is not None and exported.returned_items is not None
+    assert [(item.graph, item.guessed, item.tensor) for item in exported.returned_items] == [(True, False, True), (True, False, True)]
+    train = _project_file(tmp_path, MODELS)
+    source = train.read_text()
+    sys.modules.pop("models", None)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert _raises_freed(source)
+        assert [(f.code, f.fix, f.hint) for f in check_file(train, all_rules()).findings] == [("GF005", FixKind.SAFE, False)]
+        fixed = check_file(train, all_rules(), FixMode.SAFE).rewritten.decode()
+        assert "disc(decoded.detach())" in fixed and fixed.count(".detach()") == 1
+        _run(fixed)
+        # The item built by code of a package gradfix did not read: only a guess of which holds what.
+        (tmp_path / "hidden").mkdir()
+        clamped = MODELS.replace("return self.decoder(h)", "return clamp(self.decoder(h))")
+        hidden = _project_file(
+            tmp_path / "hidden", clamped.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom postprocess import clamp\n")
+        )
+        assert "GF005" not in [f.code for f in check_file(hidden, all_rules()).findings if not f.hint]
+        assert check_file(hidden, all_rules(), FixMode.SAFE).rewritten is None
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("models", None)
