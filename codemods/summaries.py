@@ -20,6 +20,17 @@ from .frameworks import BackwardApi, Tristate
 
 
 @dataclass(frozen=True)
+class ExportedItem:
+    """One item of the tuple a forward returns (``ExportedModuleClass.returned_items``)."""
+
+    graph: bool  # it may hold a graph
+    graphless: bool  # proved to hold none
+    guessed: bool  # its graph is only guessed (``Value.guessed``)
+    tensor: bool  # proved a tensor
+    group: int  # the first item it shares a node of the forward's graph with (its own index: none)
+
+
+@dataclass(frozen=True)
 class ExportedModuleClass:
     """What the analysis of its module proved of an ``nn.Module`` class of it (its bases read through
     the module's imports, its ``forward`` defined in it, no ``__call__`` of its own): what a file that
@@ -36,6 +47,9 @@ class ExportedModuleClass:
     # Building and calling it runs only code gradfix read and models: no construct of ``closed_world``
     # in its methods, the module's other code they run, or the module's top-level statements.
     reads_modelled_code: bool
+    # Where every return of its forward writes out a tuple of one length: what each item holds, as
+    # the forward's walk read it (``analysis.calls._items_of_the_call`` reads them as a forward's of the file).
+    returned_items: tuple[ExportedItem, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -199,8 +199,10 @@ def test_items_of_a_tuple_hold_the_graph_their_callee_proves_and_are_guessed_oth
             logits, indices = model(x)
             first, second = [model(x), model(x)]
             picked = model(x)[0]
+            index = model(x)[1]
             out, aux = unread(model, x)
-            loss = (logits + first + picked + out).sum() * indices.float().mean()
+            taken = unread(model, x)[0]
+            loss = (logits + first + picked + out + taken).sum() * indices.float().mean() * index.float().mean()
             loss.backward()
         """
     )
@@ -208,9 +210,10 @@ def test_items_of_a_tuple_hold_the_graph_their_callee_proves_and_are_guessed_oth
     read = {name.value: analysis.value_read(name) for name in m.findall(loss, m.Name())}
     assert read["logits"].graph and not read["logits"].guessed  # (the forward gradfix read returns it built by a layer)
     assert read["first"].graph and not read["first"].guessed  # (a literal list: each item is known)
-    assert read["picked"].graph and read["picked"].guessed  # (an item of a tuple, picked by index)
+    assert read["picked"].graph and not read["picked"].guessed  # (picked by a literal index: as unpacked)
     assert read["out"].graph and read["out"].guessed  # (an item of what code gradfix did not read returns)
-    assert read["indices"].graphless  # (the callee's argmax)
+    assert read["taken"].graph and read["taken"].guessed  # (the same, picked by index)
+    assert read["indices"].graphless and read["index"].graphless  # (the callee's argmax, unpacked or picked)
 
 
 def test_a_repeated_list_is_a_list_and_a_slot_reads_what_was_written_to_it():

@@ -393,6 +393,20 @@ class CallSemantics:
         called = combine(values, self._origin(node), result, guessed=unread, unread=unread)
         if forward is not None and not forward.has_effect and (items := self._returned_items(forward, node)) is not None:
             self._keep_returned_items(node, items, values)
+        elif forward is None and project is not None and project.returned_items is not None:
+            # a class of another module of the project: its forward's items as that module read them
+            marks = [Origin(cst.Name(f"item{item.group}"), self._origin(node).statement) for item in project.returned_items]
+            exported = tuple(
+                Value(
+                    item.graph,
+                    frozenset({marks[item.group]}) if item.graph else frozenset(),
+                    TENSOR if item.tensor else UNKNOWN,
+                    graphless=item.graphless,
+                    guessed=item.guessed,
+                )
+                for item in project.returned_items
+            )
+            self._keep_returned_items(node, exported, values)
         elif forward is None and isinstance(result, TupleOf):
             # every output of a torch.nn module is computed from its input and its parameters
             self._call_items[node] = tuple(Value(graph=True, structure=item) for item in result.items)
@@ -430,7 +444,7 @@ class CallSemantics:
         items = self._call_items.get(call)
         if items is None or len(items) != len(targets):
             return None
-        groups = _sharing_groups(items, given_a_graph=call not in self._items_given_no_graph)
+        groups = sharing_groups(items, given_a_graph=call not in self._items_given_no_graph)
         call_origin = next((o for o in whole.origins if isinstance(o, Origin) and o.node is call), self._origin(call))
         values = []
         for index, item in enumerate(items):
@@ -745,7 +759,7 @@ def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:
     return qualified.startswith(_NUMBER_LIBRARIES) and not any(value.graph for value in values)
 
 
-def _sharing_groups(items: Sequence[Value], given_a_graph: bool) -> list[int]:
+def sharing_groups(items: Sequence[Value], given_a_graph: bool) -> list[int]:
     """For each of a callee's returned items, the first item it is joined to by nodes of the
     callee's graph they both hold (directly or through other items). Where the callee says
     nothing of the graph of an item that may hold one (a torch.nn module's outputs, a value

@@ -16,9 +16,11 @@ from typing import Any
 
 import libcst as cst
 
-from ..summaries import ExportedModuleClass, ExportedSummary
+from ..summaries import ExportedItem, ExportedModuleClass, ExportedSummary
 from ..torch_api import CREATION_FUNCTIONS, NON_DIFFERENTIABLE
+from .calls import sharing_groups
 from .syntax import dotted_name
+from .values import TENSOR, Value
 
 # The file's ``FileAnalysis``, which asks for these exports: named, not imported (no import loop runs
 # through the analysis, not even a type's), as ``closed_world`` names it.
@@ -58,9 +60,19 @@ def module_class_exports(analysis: FileAnalysis) -> dict[str, ExportedSummary]:
             returns_inputs=carried is not None and set(summary.parameters) <= carried,
             returns_saved=dataflow.returns_saved((name, "forward")),
             reads_modelled_code=_reads_modelled_code(chain, read, analysis),
+            returned_items=_items(dataflow.returned_items.get(forward)),
         )
         exported[name] = ExportedSummary(name, summary.parameters, (), None, facts.returns_saved, facts)
     return exported
+
+
+def _items(items: tuple[Value, ...] | None) -> tuple[ExportedItem, ...] | None:
+    """What each item of the tuple every return of the forward writes out holds (a caller may hand
+    the forward a graph: an item that may hold one with no node of its own joins every other)."""
+    if items is None:
+        return None
+    groups = sharing_groups(items, given_a_graph=True)
+    return tuple(ExportedItem(v.graph, v.graphless, v.guessed or v.unread or v.possible, v.structure is TENSOR, g) for v, g in zip(items, groups))
 
 
 def _own_method(class_def: cst.ClassDef, name: str) -> cst.FunctionDef | None:

@@ -170,7 +170,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
         self.read_values: dict[cst.Name | cst.Attribute, Value] = {}  # what each name (attribute) read held (in a loop: its last pass)
         self.unread_results: set[cst.Call] = set()  # calls whose result's graph came out of code gradfix did not read (its last pass)
-        # Right-hand sides, and what ``+=`` adds or ``.append(...)`` stores, as evaluated.
+        # Right-hand sides, each target of a tuple assignment, what ``+=`` adds or ``.append(...)`` stores.
         self.assigned_values: dict[cst.BaseExpression, Value] = {}
         self.graph_arguments: dict[str, bool] = {}  # function -> whether a call in this file passes it a graph
         self.repeated_functions: set[str] = set()  # functions and methods called in a loop of this file

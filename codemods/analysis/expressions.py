@@ -116,6 +116,9 @@ class Expressions:
                 return combine([base], self._origin(node))
             if written is not None and not written.unbound:
                 return written  # ``losses[i] = loss`` then ``losses[i]``: this very value
+            taken = self._item_taken(node, base) if type(node.value) is cst.Call else None
+            if taken is not None:
+                return taken
             element = element_of(base)
             loop = self._loops[-1] if self._loops else None
             if (
@@ -219,6 +222,17 @@ class Expressions:
         structure: Structure = ListOf(element.structure)
         return part(element, structure)
 
+    def _item_taken(self, node: cst.Subscript, whole: Value) -> Value | None:
+        """``f(x)[1]``: the item a literal index takes out of the tuple a call returns, as ``a, b =
+        f(x)`` unpacks it (``_items_of_the_call``); None where the call's items are not known."""
+        call = cst.ensure_type(node.value, cst.Call)
+        items = self._call_items.get(call)
+        index = node.slice[0].slice.value if len(node.slice) == 1 and type(node.slice[0].slice) is cst.Index else None
+        if items is None or type(index) is not cst.Integer or int(index.value, 0) >= len(items):
+            return None
+        values = self._items_of_the_call(call, whole, [node] * len(items))
+        return None if values is None else values[int(index.value, 0)]
+
     def _assign(
         self,
         target: cst.BaseExpression,
@@ -244,6 +258,7 @@ class Expressions:
                 items = value.structure.items if isinstance(value.structure, TupleOf) else ()
                 values = [item_of(value, items[i] if len(items) == len(elements) else UNKNOWN, differentiable) for i in range(len(elements))]
             for element, element_value, element_source in zip(elements, values, sources):
+                self.assigned_values[element] = element_value  # (what this target was given: ``value_assigned``)
                 self._assign(element, element_value, env, element_source, differentiable)
             return
         if type(target) is cst.StarredElement:

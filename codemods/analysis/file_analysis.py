@@ -127,8 +127,8 @@ class FileAnalysis:
         return call in self._dataflow.unread_results
 
     def value_assigned(self, expression: cst.BaseExpression) -> Value | None:
-        """What the right-hand side of an assignment, or what ``+=`` adds or ``.append(...)``
-        stores, evaluated to (None where never reached)."""
+        """What the right-hand side of an assignment (or one target of ``a, b = ...`` was given), or
+        what ``+=`` adds or ``.append(...)`` stores, evaluated to (None where never reached)."""
         return self._dataflow.assigned_values.get(expression)
 
     def arguments_kept(self, call: cst.Call) -> list[KeptArgument]:

@@ -78,7 +78,7 @@ def find_gan_steps(analysis) -> list[GanSteps]:
 def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps | None:
     graphs = {site: analysis.graph_nodes(site) for site in (first, second)}
     shared = graphs[first] & graphs[second]
-    for output, chain in _generator_outputs(analysis, shared):
+    for output, chain, built in _generator_outputs(analysis, shared):
         on_output = {site: _calls_taking(graphs[site], output) for site in (first, second)}
         modules = {site: {name for call in calls if (name := _module_name(analysis, site, call)) is not None} for site, calls in on_output.items()}
         for discriminator in sorted(modules[first] & modules[second]):
@@ -102,27 +102,45 @@ def _gan_steps(analysis, first: BackwardSite, second: BackwardSite) -> GanSteps 
             detach_at, unfixable = _reads_of_chain(analysis, graphs[d_step] - graphs[g_step], chain)
             if trained is None:
                 unfixable = unfixable or f"gradfix cannot tell what the optimizer stepped after `{discriminator}`'s loss trains"
-            elif _runs_what_trains(analysis, d_step.scope.class_name, chain, trained):
+            elif _runs_what_trains(analysis, d_step.scope.class_name, chain | {built}, trained):
                 unfixable = unfixable or f"`{output}` may be built by what `{discriminator}`'s optimizer trains"
             return GanSteps(d_step, g_step, output, discriminator, detach_at, reused, unfixable)
     return None
 
 
-def _generator_outputs(analysis, shared: frozenset[Origin]) -> Iterable[tuple[str, frozenset[Origin]]]:
+def _generator_outputs(analysis, shared: frozenset[Origin]) -> Iterable[tuple[str, frozenset[Origin], Origin]]:
     """Names assigned a call's output that both graphs share (``fake = G(z)``,
-    ``fake = self.sample(n)``), each with the nodes that built it (the generator's chain). A value
-    whose graph is only guessed (an item of the generator's output tuple, a function gradfix cannot
-    read) is no generator's output: the discriminator may not reach the generator through it."""
+    ``fake = self.sample(n)``), each with the nodes that built it (the generator's chain) and the
+    call that built it. A target of ``fake, q = G(z)``, or ``fake = G(z)[0]``, is one where the
+    callee's returns, read by gradfix, prove which item holds which graph (a function or ``forward``
+    of the file, a torch.nn module's outputs); the items the call builds from no node in common each
+    stand for their own part, written at their target, so whether building one runs what the
+    discriminator's optimizer trains is read through the whole call (``built``). A value whose graph is only guessed (an item of a tuple of code
+    gradfix cannot read, or built by such code) is no generator's output: the discriminator may not
+    reach the generator through it."""
+    seen: set[cst.BaseStatement] = set()
     for origin in sorted(shared, key=lambda o: analysis.order(o.node)):
-        if not isinstance(origin.node, cst.Call) or not is_single_assignment(origin.statement):
+        if not is_single_assignment(origin.statement):
             continue
         assignment = cst.ensure_type(origin.statement.body[0], cst.Assign)
-        if assignment.value is not origin.node:
+        target = assignment.targets[0].target
+        unpacked = [element.value for element in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else []
+        taken = assignment.value if isinstance(assignment.value, cst.Subscript) and not unpacked else None  # ``fake = G(z)[0]``
+        call = taken.value if taken is not None else assignment.value
+        if not isinstance(call, cst.Call) or not any(origin.node is node for node in (call, taken, *unpacked)):
             continue
-        target = dotted_name(assignment.targets[0].target)
-        value = analysis.value_assigned(assignment.value)
-        if target is not None and value is not None and not value.guessed:
-            yield target, analysis.value_nodes(value)
+        if any(isinstance(element, cst.StarredElement) for element in getattr(target, "elements", ())):
+            continue  # (``fake, *rest = G(z)``: which item a name holds depends on the length)
+        if origin.statement in seen:
+            continue  # (another item of the same call)
+        seen.add(origin.statement)
+        built = Origin(call, origin.statement, origin.possible)
+        for item, value in [(element, analysis.value_assigned(element)) for element in unpacked] or [
+            (target, analysis.value_assigned(assignment.value))
+        ]:
+            name = dotted_name(item)
+            if name is not None and value is not None and not (value.guessed or value.unread) and (value.graph or call is assignment.value):
+                yield name, analysis.value_nodes(value), built
 
 
 def _reads_of_chain(analysis, own: frozenset[Origin], chain: frozenset[Origin]) -> tuple[tuple[cst.Name, ...], str]:

@@ -25,7 +25,9 @@ class GanDetach(Rule):
     """
     What it finds: A GAN's discriminator step backwards through the generator's output without
     ``.detach()``. ``fake = G(z)`` feeds the discriminator's loss (``D(fake)`` against zeros) and the
-    generator's loss (``D(fake)`` against ones).
+    generator's loss (``D(fake)`` against ones). ``fake`` may be one item of the tuple ``G`` returns
+    (``fake, q_loss = G(z)``, ``G(z)[0]``) where gradfix reads ``G``'s returns and they prove that
+    item holds its graph; of a ``G`` gradfix did not read, which item holds it is a guess.
 
     Why it fails: Backwarding the discriminator's loss walks into the generator and frees its graph;
     the generator step then raises ``RuntimeError: Trying to backward through the graph a second
