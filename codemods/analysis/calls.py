@@ -65,6 +65,7 @@ from .values import (
     item_of,
     joined,
     part,
+    sharing_groups,
     union,
     yielded,
 )
@@ -757,23 +758,6 @@ def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:
     Given a graph, it may hand it back: ``random.choice(losses)``, ``np.squeeze(t)`` (numpy hands
     the call to the tensor's own method)."""
     return qualified.startswith(_NUMBER_LIBRARIES) and not any(value.graph for value in values)
-
-
-def sharing_groups(items: Sequence[Value], given_a_graph: bool) -> list[int]:
-    """For each of a callee's returned items, the first item it is joined to by nodes of the
-    callee's graph they both hold (directly or through other items). Where the callee says
-    nothing of the graph of an item that may hold one (a torch.nn module's outputs, a value
-    built from an argument where the call passes a graph), all are one group."""
-    nodes = [{source.node for source in item.origins if isinstance(source, Origin)} for item in items]
-    if any(not graph_nodes and not item.graphless and (item.graph or given_a_graph) for item, graph_nodes in zip(items, nodes)):
-        return [0] * len(items)
-    groups = list(range(len(items)))
-    for index in range(len(items)):
-        for earlier in range(index):
-            if nodes[index] & nodes[earlier] and groups[index] != groups[earlier]:
-                joined, into = max(groups[index], groups[earlier]), min(groups[index], groups[earlier])
-                groups = [into if group == joined else group for group in groups]
-    return groups
 
 
 # Tensor methods whose value the method alone tells, by name: each handler takes the call and what

@@ -18,9 +18,8 @@ import libcst as cst
 
 from ..summaries import ExportedItem, ExportedModuleClass, ExportedSummary
 from ..torch_api import CREATION_FUNCTIONS, NON_DIFFERENTIABLE
-from .calls import sharing_groups
 from .syntax import dotted_name
-from .values import TENSOR, Value
+from .values import TENSOR, Value, sharing_groups
 
 # The file's ``FileAnalysis``, which asks for these exports: named, not imported (no import loop runs
 # through the analysis, not even a type's), as ``closed_world`` names it.
