@@ -493,6 +493,23 @@ losses["loss"].backward()
         assert not report.fixed, between
 
 
+def test_a_value_stored_into_a_shared_container_escapes():
+    template = """\
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 1)
+store = []
+{alias}
+loss = model(torch.randn(8, 4)).sum()
+store.append(loss)
+loss.backward(retain_graph=True)
+"""
+    fixes = [f.code for f in check_source(template.format(alias="").encode(), all_rules(), FixMode.SAFE, "train.py").fixed]
+    assert fixes == ["GF009"]  # nothing backwards the kept loss again
+    aliased = template.format(alias="alias = store") + "alias[0].backward()\n"
+    assert check_source(aliased.encode(), all_rules(), FixMode.SAFE, "train.py").fixed == []  # `alias[0]` is the kept loss
+
+
 def test_a_detaching_helper_returns_no_graph():
     source = """\
 import torch

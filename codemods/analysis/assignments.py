@@ -283,3 +283,38 @@ def bound_by_header(statement: cst.CSTNode) -> list[str]:
     if isinstance(statement, cst.ExceptHandler) and statement.name is not None:
         return target_names(statement.name.name)
     return []
+
+
+def shared_containers(module: cst.Module, tree: SyntaxTree) -> frozenset[str]:
+    """The dotted names that may share their object with another name, anywhere in the file: one
+    bound to another (``alias = store``, ``self.history = history``) and the one it is bound to, and
+    one written into a container (``[store]``, ``{"k": store}``). A value stored into such an object
+    (``store.append(loss)``, ``store[k] = loss``) is read through the other name too, which the
+    dataflow, whose values are the names', does not follow."""
+    shared: set[str] = set()
+    for assignment in tree.findall(module, cst.Assign):
+        value = dotted_name(assignment.value)
+        if value is not None:
+            shared.add(value)
+            shared.update(name for target in assignment.targets for name in target_names(target.target, rebound_only=True))
+    displays: list[cst.List | cst.Tuple | cst.Set] = [
+        *tree.findall(module, cst.List),
+        *tree.findall(module, cst.Tuple),
+        *tree.findall(module, cst.Set),
+    ]
+    for display in displays:
+        if not _unpacked_into(display, tree):
+            shared.update(name for element in display.elements if (name := dotted_name(element.value)) is not None)
+    shared.update(name for element in tree.findall(module, cst.DictElement) if (name := dotted_name(element.value)) is not None)
+    return frozenset(shared)
+
+
+def _unpacked_into(display: cst.CSTNode, tree: SyntaxTree) -> bool:
+    """Whether ``display`` is (part of) a target a value is unpacked into (``a, b = ...``,
+    ``for x, y in ...``): its names are bound, not written into a container."""
+    node, parent = display, tree.parent(display)
+    while isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+        node, parent = parent, tree.parent(parent)
+    return (isinstance(parent, (cst.AssignTarget, cst.For, cst.CompFor)) and parent.target is node) or (
+        isinstance(parent, cst.AsName) and parent.name is node
+    )

@@ -22,7 +22,7 @@ import libcst as cst
 
 from ..frameworks import GRAD_MODE_SWITCH, LIGHTNING_NO_GRAD_HOOKS, NO_GRAD_CONTEXTS, SCALED_LOSS_CONTEXTS
 from ..summaries import ProjectSummaries
-from .assignments import assigned_names, local_names, target_names
+from .assignments import assigned_names, local_names, shared_containers, target_names
 from .backward_calls import BackwardSite
 from .calls import CallSemantics
 from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, every_item_key, narrowed, truth_key
@@ -31,7 +31,7 @@ from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs
 from .syntax import decorator_callee, dotted_name, is_grad, method_called
 from .torch_facts import TorchNames
 from .tree import SyntaxTree, node_types
-from .values import LEAF, NOTHING, FunctionOf, ListOf, Origin, Source, Structure, Value, combine, joined, part, yielded
+from .values import LEAF, NOTHING, NUMBER, TENSOR, FunctionOf, ListOf, Origin, Source, Structure, Value, combine, joined, part, yielded
 
 _MAX_PASSES = 4
 _MAX_SUMMARY_ROUNDS = 5
@@ -97,6 +97,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # ``model.rnn`` for ``model.rnn.hidden``): assigning ``model`` forgets what was known of the
         # chains under it without scanning every name of the environment.
         self._attributes_of: dict[str, list[str]] = {}
+        self._shared = shared_containers(module, tree)  # names whose object another name may hold
         self._globals_declared: dict[cst.CSTNode, frozenset[str]] = {}
         self._locals_of: dict[cst.FunctionDef, set[str]] = {}  # (asked at every call of the file's functions)
         self._literal_key_dicts: dict[str, bool] = {}  # names used only as dicts picked by literal keys
@@ -492,7 +493,10 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 self._assign(small.target, self._eval(small.value, env), env, small.value)
         elif type(small) is cst.AugAssign:
             added = self.assigned_values[small.value] = self._eval(small.value, env)
-            value = combine([self._eval(small.target, env), added], self._origin(small))
+            held = self._eval(small.target, env)
+            if dotted_name(small.target) in self._shared and held.structure is not TENSOR and held.structure is not NUMBER:
+                self._escape([added])  # (``store += [loss]`` extends the list another name holds too)
+            value = combine([held, added], self._origin(small))
             self._assign(small.target, value, env)
         elif type(small) is cst.Expr:
             self._eval(small.value, env)

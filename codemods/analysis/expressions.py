@@ -274,6 +274,8 @@ class Expressions:
                 if held.structure is TENSOR:  # an in-place copy into a tensor: a node of its graph
                     env[name] = combine([held, value], self._origin(target), TENSOR)
                 else:  # a dict, a list, a ParameterDict holds the value itself
+                    if name in self._shared:
+                        self._escape([value])  # (read through another name that holds the container too)
                     others = self._other_items(name, slot, env) if slot is not None and _immutable_graphless(value) else None
                     # (a dict whose every item is known, the one that held its graph overwritten: it holds none)
                     env[name] = union([value, *others], held.structure) if others is not None else union([held, value], held.structure)
