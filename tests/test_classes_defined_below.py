@@ -207,3 +207,34 @@ def test_a_variant_that_hides_one_fact_loses_the_meter_finding(variant):
     source = VARIANTS[variant](METER, METER_CLASS)
     assert not _gf007(source)
     assert _runs(source).stdout.strip() == "kept a graph: True"
+
+
+# A class derived from the class above its definition (``NameError`` when the module runs it),
+# after a function whose body is read with the class known: the derived class is not read as a
+# module of that base, so the function below it that builds one gets no fix.
+DERIVED_ABOVE = """\
+class Wide(Net):
+    pass
+
+
+def other():
+    model = Wide()
+    out = model(torch.randn(4, 8))
+    loss_a = out.pow(2).mean()
+    loss_b = out.abs().mean()
+    loss_a.backward()
+    loss_b.backward()
+
+
+"""
+
+
+def test_a_class_statement_above_the_class_does_not_derive_from_it():
+    """``main`` calls ``Net`` (known), ``other`` calls ``Wide`` (not read as a module: a hint)."""
+    source = _program(TWO_LOSSES, above=DERIVED_ABOVE)
+    assert "NameError" in _runs(source).stderr
+    report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
+    lines = source.splitlines()
+    main_line = lines.index("        loss_a.backward()") + 1
+    other_line = lines.index("    loss_a.backward()") + 1
+    assert {(f.line, f.hint) for f in report.findings if f.code == "GF002"} == {(main_line, False), (other_line, True)}

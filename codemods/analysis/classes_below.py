@@ -2,13 +2,15 @@
 
 Python looks a global name up when the function runs, not when it is defined: ``model = Net()``
 in ``main()`` means the ``class Net`` below it once the module has run down to that class before
-``main()`` is called. ``classes_read_ahead`` lists the classes for which that holds of every
-function body read before them; ``torch_names`` learns them on entering such a body, and forgets
-them on leaving it, so that the module's own statements above the class (which raise
-``NameError``) conclude nothing from it.
+``main()`` is called. ``classes_read_ahead`` lists, for each function body read before such
+classes, those it calls; ``torch_names`` learns them on entering the body and forgets them on
+leaving it, so that the module's own statements above the class (which raise ``NameError``)
+conclude nothing from it.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_right
 
 import libcst as cst
 
@@ -36,39 +38,80 @@ _BINDING_FIELDS: dict[type[cst.CSTNode], tuple[str, ...]] = {
 _TARGET_WRAPPERS = (cst.Tuple, cst.List, cst.StarredElement, cst.Element)
 
 
-def classes_read_ahead(tree: SyntaxTree) -> tuple[cst.ClassDef, ...]:
-    """The classes a function body read before their ``class`` statement means by their name: a
-    statement of the module's own body (not under an ``if``, a ``try`` or in a function) whose name
-    nothing else in the module binds (another class, a function, an import, an assignment, a
-    parameter, in any scope), and above which no statement of the module calls one of the module's
-    functions or classes (that call runs a body before the class exists: ``NameError``)."""
+def classes_read_ahead(tree: SyntaxTree) -> dict[int, tuple[cst.ClassDef, ...]]:
+    """For each function body that calls a class of the module defined below it (``Net()``; by
+    the ``id`` of the outermost function, a method included), the classes below it that it means
+    by their names, in the module's order, with those of them that are bases of these. Such a
+    class is a statement of the module's own body (not under an ``if``, a ``try`` or in a
+    function) whose name nothing else in the module binds (another class, a function, an import,
+    an assignment, a parameter, in any scope), and above which no statement of the module calls
+    one of the module's functions or classes outside a function body (that call runs a body
+    before the class exists: ``NameError``)."""
     body = tree.module.body
+    functions = _outermost_functions(tree)
+    if not functions:
+        return {}
     own = {statement.name.value for statement in body if type(statement) is cst.FunctionDef or type(statement) is cst.ClassDef}
-    candidates: list[cst.ClassDef] = []
-    function_above = False
-    for statement in body:
-        if type(statement) is cst.ClassDef and function_above:
-            candidates.append(statement)
-        if _runs_own_code(tree, statement, own):
-            break
-        function_above = function_above or bool(tree.findall(statement, cst.FunctionDef))
-    if not candidates:
-        return ()
+    starts = [tree.order(function) for function in functions]
+    stop: int | None = None  # where the module first runs its own code
+    called: dict[int, set[str]] = {}  # function (its index) -> the module's names it calls
+    for call in tree.findall(tree.module, cst.Call):
+        func = call.func
+        if type(func) is not cst.Name or func.value not in own:
+            continue
+        index = bisect_right(starts, tree.order(call)) - 1
+        if index >= 0 and tree.contains(functions[index].body, call):
+            called.setdefault(index, set()).add(func.value)
+        elif stop is None:
+            stop = tree.order(call)
+    if not called:
+        return {}
+    defined = {statement.name.value: statement for statement in body if type(statement) is cst.ClassDef}
+    classes = {name: node for name, node in defined.items() if stop is None or _ends_before(tree, node, stop)}
+    bases = {name: {base.value.value for base in node.bases if type(base.value) is cst.Name} for name, node in classes.items()}
+    last_first = sorted(classes, key=lambda name: -tree.order(classes[name]))  # (a base is defined above)
+    for index, names in called.items():  # (a class above the function is known when it is read)
+        names.intersection_update(name for name in names & classes.keys() if tree.follows(classes[name], functions[index]))
+    wanted = _with_bases(set().union(*called.values()), last_first, bases)
     bindings: dict[str, int] = {}
-    for name in tree.names(tree.module, {c.name.value for c in candidates}):
+    if not wanted:
+        return {}
+    for name in tree.names(tree.module, wanted):
         if _binds(tree, name):
             bindings[name.value] = bindings.get(name.value, 0) + 1
-    return tuple(c for c in candidates if bindings.get(c.name.value) == 1)
+    known = {name for name in wanted if bindings.get(name) == 1}
+    ahead: dict[int, tuple[cst.ClassDef, ...]] = {}
+    for index, names in called.items():
+        function = functions[index]
+        needed = _with_bases(names & known, last_first, bases) & known
+        below = tuple(node for name, node in classes.items() if name in needed and tree.follows(node, function))
+        if below:
+            ahead[id(function)] = below
+    return ahead
 
 
-def _runs_own_code(tree: SyntaxTree, statement: cst.CSTNode, own: set[str]) -> bool:
-    """Whether the statement, when the module runs it, may call one of the module's functions or
-    classes: a call of one by name outside a function body (a decorator or a default included)."""
-    calls = [call for call in tree.findall(statement, cst.Call) if type(call.func) is cst.Name and call.func.value in own]
-    if not calls:
-        return False
-    bodies = tree.findall(statement, cst.FunctionDef)
-    return any(not any(tree.contains(function.body, call) for function in bodies) for call in calls)
+def _with_bases(names: set[str], last_first: list[str], bases: dict[str, set[str]]) -> set[str]:
+    """``names`` and, through the module's classes (``last_first``: the last defined first), the
+    bases of each."""
+    found = set(names)
+    for name in last_first:
+        if name in found:
+            found |= bases[name] & bases.keys()
+    return found
+
+
+def _ends_before(tree: SyntaxTree, node: cst.CSTNode, order: int) -> bool:
+    span = tree.span(node)
+    return span is not None and span[1] <= order
+
+
+def _outermost_functions(tree: SyntaxTree) -> list[cst.FunctionDef]:
+    """The functions (methods included) that no function holds, in the module's order."""
+    outermost: list[cst.FunctionDef] = []
+    for function in tree.findall(tree.module, cst.FunctionDef):
+        if not outermost or not tree.contains(outermost[-1], function):
+            outermost.append(function)
+    return outermost
 
 
 def _binds(tree: SyntaxTree, name: cst.Name) -> bool:

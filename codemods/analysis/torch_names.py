@@ -81,8 +81,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._assigned_aliases: set[str] = set()  # names an assignment made another name for torch's
         self._spelled_bindings: dict[str, int] = {}  # spelling -> how many assignments bind it, in any scope
         self.lightning = LightningOptimizers()
-        # The classes below a function body that it means by their names (``classes_below``), not
-        # yet read; and those learned on entering the function body being read.
+        # The classes below a function body that it means by their names (``classes_below``), by
+        # the function; and those learned on entering the function body being read.
         self._ahead = classes_read_ahead(tree)
         self._read_ahead: tuple[str, ...] = ()
 
@@ -123,8 +123,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
     # classes and functions -------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         class_name = node.name.value
-        if self._ahead and node is self._ahead[0]:
-            self._ahead = self._ahead[1:]  # (known from here on as any class is)
         if class_name in self.names.local_classes:
             self._redefined.add(class_name)
         self._learn_class(node)
@@ -182,9 +180,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self._callables[self._classes[-1]] = node
             if len(self._classes) == 1:
                 self._methods[(self._classes[-1], node.name.value)] = node
-        if not self._functions and self._ahead:
-            self._read_ahead = tuple(c.name.value for c in self._ahead)  # (their names bound nowhere else)
-            for class_node in self._ahead:
+        if not self._functions and self._ahead and (below := self._ahead.get(id(node))):
+            self._read_ahead = tuple(c.name.value for c in below)  # (their names bound nowhere else)
+            for class_node in below:
                 self._learn_class(class_node)
         self._functions.append(node)
         for param in node.params.params:
