@@ -9,6 +9,7 @@ collected (``call_flow``, ``detaching``) needs no import of that pass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import libcst as cst
 
@@ -18,6 +19,11 @@ from ..torch_api import FUNCTION_NAMESPACES, TORCH_SUBMODULES
 from .module_info import ModuleInfo
 from .scopes import Scopes
 from .syntax import dotted_name
+
+
+# The tables of ``TorchNames`` that a ``class`` statement of the file fills, by the class's name,
+# from its name and bases alone: what a use of the name reads of the class.
+CLASS_TABLES = ("local_classes", "module_classes", "optimizer_classes", "lightning_classes", "manual_optimization", "record_classes", "trainer_hooks")
 
 
 @dataclass
@@ -94,6 +100,16 @@ class TorchNames:
     # Tensors updated by hand from their gradients (``w -= lr * w.grad``) whose module gradfix cannot name.
     updated_by_hand: bool = False
     scopes: Scopes | None = None  # which function binds a name: the key of the tables above
+
+    def forget_classes(self, classes: Iterable[str]) -> None:
+        """Unlearn what ``CLASS_TABLES`` hold of these classes of the file (``classes_below``)."""
+        for table in CLASS_TABLES:
+            facts = getattr(self, table)
+            for name in classes:
+                if isinstance(facts, dict):
+                    facts.pop(name, None)
+                else:
+                    facts.discard(name)
 
     def key(self, node: cst.CSTNode) -> str | None:
         """The key of the variable a dotted expression names where it is written (``Scopes.key``)."""

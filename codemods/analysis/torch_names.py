@@ -47,6 +47,7 @@ from .syntax import (
 from ..summaries import ExportedModuleClass, ProjectSummaries
 from .assignments import assigned_names
 from .call_flow import flow_along_calls
+from .classes_below import classes_read_ahead
 from .detaching import creates_parameter, returns_detached
 from .module_info import ModuleInfo
 from .scopes import Scopes, spelling
@@ -84,6 +85,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._assigned_aliases: set[str] = set()  # names an assignment made another name for torch's
         self._spelled_bindings: dict[str, int] = {}  # spelling -> how many assignments bind it, in any scope
         self.lightning = LightningOptimizers()
+        # The classes below a function body that it means by their names (``classes_below``), by
+        # the function; and those learned on entering the function body being read.
+        self._ahead = classes_read_ahead(tree)
+        self._read_ahead: tuple[str, ...] = ()
 
     # imports ---------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
@@ -124,31 +129,12 @@ class _TorchNamesCollector(cst.CSTVisitor):
         class_name = node.name.value
         if class_name in self.names.local_classes:
             self._redefined.add(class_name)
-        self.names.local_classes.add(class_name)
+        self._learn_class(node)
         for base in node.bases:
             name = self.names.qualify(base.value) or ""
             if name in self.names.local_classes:
                 self.lightning.local_bases.setdefault(class_name, set()).add(name)
-            if name == "typing.NamedTuple":
-                self.names.record_classes[class_name] = tuple(
-                    statement.body[0].target.value
-                    for statement in node.body.body
-                    if isinstance(statement, cst.SimpleStatementLine)
-                    and isinstance(statement.body[0], cst.AnnAssign)
-                    and isinstance(statement.body[0].target, cst.Name)
-                )
-            hook = TRAINER_HOOKS.get(name) or self.names.trainer_hooks.get(name)
             self.names.frameworks.update(TRAINER_ATTRIBUTES.get(name, {}))
-            if hook is not None:
-                self.names.trainer_hooks[class_name] = hook
-            if hook == LIGHTNING_HOOK or name in self.names.lightning_classes:
-                self.names.lightning_classes.add(class_name)
-            if name in self.names.manual_optimization:
-                self.names.manual_optimization.add(class_name)
-            if name in OPTIMIZER_BASES or name in self.names.optimizer_classes:
-                self.names.optimizer_classes.add(class_name)
-            if name == "torch.nn.Module" or name in self.names.module_classes or class_name in self.names.lightning_classes:
-                self.names.module_classes.add(class_name)
             if name in AUTOGRAD_FUNCTION_BASES:
                 self.names.gradient_hooks.append(node)
         bases = [self.names.qualify(base.value) or "" for base in node.bases]
@@ -162,6 +148,32 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
         self._classes.pop()
 
+    def _learn_class(self, node: cst.ClassDef) -> None:
+        """What ``CLASS_TABLES`` hold of a class, from its name and bases."""
+        class_name = node.name.value
+        self.names.local_classes.add(class_name)
+        for base in node.bases:
+            name = self.names.qualify(base.value) or ""
+            if name == "typing.NamedTuple":
+                self.names.record_classes[class_name] = tuple(
+                    statement.body[0].target.value
+                    for statement in node.body.body
+                    if isinstance(statement, cst.SimpleStatementLine)
+                    and isinstance(statement.body[0], cst.AnnAssign)
+                    and isinstance(statement.body[0].target, cst.Name)
+                )
+            hook = TRAINER_HOOKS.get(name) or self.names.trainer_hooks.get(name)
+            if hook is not None:
+                self.names.trainer_hooks[class_name] = hook
+            if hook == LIGHTNING_HOOK or name in self.names.lightning_classes:
+                self.names.lightning_classes.add(class_name)
+            if name in self.names.manual_optimization:
+                self.names.manual_optimization.add(class_name)
+            if name in OPTIMIZER_BASES or name in self.names.optimizer_classes:
+                self.names.optimizer_classes.add(class_name)
+            if name == "torch.nn.Module" or name in self.names.module_classes or class_name in self.names.lightning_classes:
+                self.names.module_classes.add(class_name)
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value == LIGHTNING_AUTOMATIC_OPTIMIZATION:  # a property
             self.names.automatic_optimization_unknown = True
@@ -173,6 +185,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self._callables[self._classes[-1]] = node
             if len(self._classes) == 1:
                 self._methods[(self._classes[-1], node.name.value)] = node
+        if not self._functions and self._ahead and (below := self._ahead.get(id(node))):
+            self._read_ahead = tuple(c.name.value for c in below)  # (their names bound nowhere else)
+            for class_node in below:
+                self._learn_class(class_node)
         self._functions.append(node)
         for param in node.params.params:
             annotation = param.annotation
@@ -207,12 +223,16 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._functions.pop()
-        if self._functions or len(self._classes) > 1:
+        if self._functions:
             return
-        name = original_node.name.value
-        qualified = f"{self._classes[-1]}.{name}" if self._classes else name  # a method: ``Class.method``
-        if returns_detached(original_node, self._tree, self.names):
-            self.names.detaching_functions.add(qualified)
+        if len(self._classes) <= 1:
+            name = original_node.name.value
+            qualified = f"{self._classes[-1]}.{name}" if self._classes else name  # a method: ``Class.method``
+            if returns_detached(original_node, self._tree, self.names):
+                self.names.detaching_functions.add(qualified)
+        if self._read_ahead:  # (the module's statements above the classes raise NameError)
+            self.names.forget_classes(self._read_ahead)
+            self._read_ahead = ()
 
     # instances -------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
