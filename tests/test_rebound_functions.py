@@ -78,10 +78,43 @@ def test_a_function_its_name_may_not_hold_is_not_read(decorator, bound):
     assert not _dropping_runs(source)
 
 
+def test_a_parameter_of_the_calling_function_is_not_the_module_function():
+    """`train(batches, extra)` calls the `extra` it is handed, not the module's `def extra`."""
+    source = _program().replace("def train(batches):", "def train(batches, extra):")
+    source = source.replace("print(train(batches))", f"print(train(batches, {SUMMING}))")
+    assert not _fixed_safely(source)
+    assert not _dropping_runs(source)
+
+
+CLASS_TERM = """\
+class Extra:
+    def __call__(self, kept):
+        return 0.0
+
+
+class Summing:
+    def __call__(self, kept):
+        return 0.1 * sum(kept)
+
+
+"""
+
+
+@pytest.mark.parametrize(("bound_again", "fixed"), [("Extra = Summing\n", False), ("", True)])
+def test_a_class_the_module_binds_again_is_not_read_as_its_statement(bound_again, fixed):
+    """`extra = Extra()` in `train` builds a `Summing` once the module has run `Extra = Summing`."""
+    source = _program(decorator=CLASS_TERM + "def unused(kept):\n    return kept\n\n\n", bound=bound_again)
+    source = source.replace("    kept = []\n", "    extra = Extra()\n    kept = []\n", 1)
+    assert _fixed_safely(source) == fixed
+    assert _dropping_runs(source) == fixed
+
+
 @pytest.mark.parametrize(
     ("decorator", "bound"),
     [
         ("", ""),
+        # the function's own local of its name (``loss = ...; return loss`` in ``def loss``) binds nothing of the module's
+        ("", "def helper(kept):\n    extra = 0.0\n    return extra\n"),
         ("", f"extras = {SUMMING}\n"),  # another name bound
         ("@torch.no_grad()\n", ""),  # a decorator gradfix models: the body runs with gradients off
     ],

@@ -11,6 +11,7 @@ conclude nothing from it.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
 
 import libcst as cst
 
@@ -73,13 +74,9 @@ def classes_read_ahead(tree: SyntaxTree) -> dict[int, tuple[cst.ClassDef, ...]]:
     for index, names in called.items():  # (a class above the function is known when it is read)
         names.intersection_update(name for name in names & classes.keys() if tree.follows(classes[name], functions[index]))
     wanted = _with_bases(set().union(*called.values()), last_first, bases)
-    bindings: dict[str, int] = {}
     if not wanted:
         return {}
-    for name in tree.names(tree.module, wanted):
-        if _binds(tree, name):
-            bindings[name.value] = bindings.get(name.value, 0) + 1
-    known = {name for name in wanted if bindings.get(name) == 1}
+    known = wanted - bound_again(tree, wanted)
     ahead: dict[int, tuple[cst.ClassDef, ...]] = {}
     for index, names in called.items():
         function = functions[index]
@@ -88,6 +85,32 @@ def classes_read_ahead(tree: SyntaxTree) -> dict[int, tuple[cst.ClassDef, ...]]:
         if below:
             ahead[id(function)] = below
     return ahead
+
+
+def bound_again(tree: SyntaxTree, names: set[str]) -> set[str]:
+    """Those of ``names`` (the module's classes and functions) that the module's scope binds more
+    than once: a second ``class`` or ``def``, an assignment, an import, or a function that declares
+    it ``global``. A call of such a name may run another object than its statement. (A name a
+    function binds for itself, ``loss = ...`` in ``def loss()``, is that function's own.)"""
+    declared = {item.name.value for statement in tree.findall(tree.module, cst.Global) for item in statement.names}
+    counts = Counter(name.value for name in tree.names(tree.module, names) if _binds(tree, name) and _in_module_scope(tree, name))
+    return {name for name, count in counts.items() if count > 1} | (declared & names)
+
+
+def _in_module_scope(tree: SyntaxTree, name: cst.Name) -> bool:
+    """Whether the binding ``name`` binds in the module's scope: no function, class or
+    comprehension holds it (the name of a ``def`` or ``class`` binds where the statement is)."""
+    node: cst.CSTNode = name
+    parent = tree.parent(name)
+    if isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is name:
+        node, parent = parent, tree.parent(parent)
+    while parent is not None:
+        if isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.body is node:
+            return False
+        if isinstance(parent, (cst.Lambda, cst.CompFor, cst.Param)):
+            return False
+        node, parent = parent, tree.parent(parent)
+    return True
 
 
 def _with_bases(names: set[str], last_first: list[str], bases: dict[str, set[str]]) -> set[str]:

@@ -465,8 +465,8 @@ class ClosedWorld:
             instance = names.method_class(func, class_name, "__call__", "forward")
             return self._methods_of(instance, "__call__") + self._methods_of(instance, "forward")
         if isinstance(func, cst.Name):
-            name = names.function_aliases.get(names.key(func) or "", func.value)
-            if name in names.rebound_functions:
+            name = names.module_function(func)
+            if name is None:
                 return []
             functions = [f for f in self.analysis._functions if f.name.value == name and self.analysis.class_name_of(f) is None]
             if functions:

@@ -358,8 +358,8 @@ class FunctionSummaries:
             if self.names.instance_class(func, class_name) is not None:
                 instance = self.names.method_class(func, class_name, "__call__", "forward")
                 return instance and (self._summary((instance, "__call__")) or self._summary((instance, "forward")))
-            function = self.names.function_aliases.get(self.names.key(func) or "", func.value)
-            return None if function in self.names.rebound_functions else self._summary(function)
+            function = self.names.module_function(func)
+            return None if function is None else self._summary(function)
         if type(func) is cst.Attribute:
             if self.names.instance_class(func.value, class_name) is not None:
                 instance = self.names.method_class(func.value, class_name, func.attr.value)

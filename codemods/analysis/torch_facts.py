@@ -54,7 +54,7 @@ class TorchNames:
     wrapped_modules: dict[str, ModuleInfo] = field(default_factory=dict)  # an engine -> the model it runs (``WRAPPED_MODEL_KEYWORDS``)
     constructed: dict[str, str] = field(default_factory=dict)  # dotted name -> qualified callee it came from
     # A name bound once, to one of the file's module-level functions (``loss_fn = my_loss``): that function.
-    function_aliases: dict[str, str] = field(default_factory=dict)
+    function_aliases: dict[str, str] = field(default_factory=dict)  # key -> the function it holds (an alias, a nested ``def``)
     trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
     lightning_classes: set[str] = field(default_factory=set)
     manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
@@ -151,6 +151,14 @@ class TorchNames:
         """Whether a call of ``method`` on ``receiver`` runs the method of the class gradfix takes
         its object for (``method_class``), where it takes it for an instance of a class of the file."""
         return self.instance_class(receiver, class_name) is None or self.method_class(receiver, class_name, method) is not None
+
+    def module_function(self, func: cst.Name) -> str | None:
+        """The name of the module's function (or class) a call of ``func`` runs: the function an
+        alias of the calling scope holds, or the name's own where the calling scope does not bind
+        it (a parameter, a local of that name) and the module binds it to its ``def`` alone."""
+        key = self.key(func) or ""
+        name = self.function_aliases.get(key) or (func.value if key == func.value else None)
+        return None if name is None or name in self.rebound_functions else name
 
     def qualify(self, node: cst.CSTNode) -> str | None:
         """The qualified name of a dotted expression, following import aliases."""

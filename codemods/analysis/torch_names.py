@@ -7,7 +7,6 @@ and resolves dotted names like ``F.mse_loss`` to ``torch.nn.functional.mse_loss`
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 
 import libcst as cst
@@ -24,7 +23,6 @@ from ..frameworks import (
     LIGHTNING_HOOK,
     LIGHTNING_OPTIMIZERS_HOOK,
     LIGHTNING_OPTIMIZERS_METHOD,
-    NO_GRAD_CONTEXTS,
     OPTIMIZER_BASES,
     OPTIMIZER_ONLY_METHODS,
     TRAINER_ATTRIBUTES,
@@ -35,7 +33,6 @@ from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, is_
 from .lightning_optimizers import LightningOptimizers, is_configure_optimizers
 from .syntax import (
     changes_in_place,
-    decorator_callee,
     dotted_name,
     is_name,
     method_called,
@@ -47,7 +44,8 @@ from .syntax import (
 from ..summaries import ExportedModuleClass, ProjectSummaries
 from .assignments import assigned_names
 from .call_flow import flow_along_calls
-from .classes_below import classes_read_ahead
+from .call_targets import METHOD_DECORATORS, decorators_modelled, placeholder, rebound_functions, stored_attribute_names
+from .classes_below import bound_again, classes_read_ahead
 from .detaching import creates_parameter, returns_detached
 from .module_info import ModuleInfo
 from .scopes import Scopes, spelling
@@ -185,6 +183,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self._callables[self._classes[-1]] = node
             if len(self._classes) == 1:
                 self._methods[(self._classes[-1], node.name.value)] = node
+        elif type(self._enclosing_scope(node)) is cst.FunctionDef:  # (a function's own ``def``, under an ``if`` too)
+            self.names.function_aliases[self._scopes.key_in(self._functions[-1], node.name.value)] = node.name.value
         if not self._functions and self._ahead and (below := self._ahead.get(id(node))):
             self._read_ahead = tuple(c.name.value for c in below)  # (their names bound nowhere else)
             for class_node in below:
@@ -649,17 +649,24 @@ class _TorchNamesCollector(cst.CSTVisitor):
             elif not self.names.modules.get(target, ModuleInfo("")).class_name:
                 self.names.modules[target] = aliased
 
+    def _enclosing_scope(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The function or class whose body holds ``node`` (None: the module's)."""
+        parent = self._tree.parent(node)
+        while parent is not None and type(parent) is not cst.FunctionDef and type(parent) is not cst.ClassDef:
+            parent = self._tree.parent(parent)
+        return parent
+
     def resolve_dispatch(self) -> None:
         """``TorchNames.dispatched``: each method a class of the file defines again, in each class
         it derives from (through the file's classes), and each placeholder method;
         ``TorchNames.hidden_methods``: each method of the name of an attribute the file stores on
         some object (every one where it stores attributes whose names it does not write out), or
         with a decorator gradfix does not model; ``TorchNames.rebound_functions``."""
-        stored = _stored_attribute_names(self._tree)
+        stored = stored_attribute_names(self._tree)
         for (class_name, method), node in self._methods.items():
-            if stored is None or method in stored or not _decorators_modelled(node, self.names, METHOD_DECORATORS):
+            if stored is None or method in stored or not decorators_modelled(node, self.names, METHOD_DECORATORS):
                 self.names.hidden_methods.add((class_name, method))
-            if _placeholder(node, self.names):
+            if placeholder(node, self.names):
                 self.names.dispatched.add((class_name, method))
             pending, seen = list(self._local_bases.get(class_name, ())), {class_name}
             while pending:
@@ -670,7 +677,12 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 if (base, method) in self._methods:
                     self.names.dispatched.add((base, method))
                 pending.extend(self._local_bases.get(base, ()))
-        self.names.rebound_functions = _rebound_functions(self._tree, self.names, self._module_defs)
+        self.names.rebound_functions = rebound_functions(self._tree, self.names, self._module_defs)
+        # A class whose name the module binds again may not be what a call of the name builds.
+        rebound_classes = bound_again(self._tree, self.names.local_classes)
+        self.names.forget_classes(rebound_classes)
+        self.names.instances = {name: built for name, built in self.names.instances.items() if built not in rebound_classes}
+        self.names.modules = {name: module for name, module in self.names.modules.items() if module.class_name not in rebound_classes}
 
     def _apply_freezing(self) -> None:
         """Modules frozen by their own constructor or after it are not trainable."""
@@ -722,79 +734,3 @@ def _collect(tree: SyntaxTree, project_classes: dict[str, ExportedModuleClass]) 
     names = collector.names
     collector.lightning.resolve(names.optimized_modules, names.optimizers_of_unknown_parameters, names.optimizers)
     return names
-
-
-def _placeholder(method: cst.FunctionDef, names: TorchNames) -> bool:
-    """A method that is there to be replaced: declared abstract, or whose body, its docstring aside,
-    only passes or raises (``raise NotImplementedError``, ``...``)."""
-    if any((names.qualify(decorator.decorator) or "").endswith("abstractmethod") for decorator in method.decorators):
-        return True
-    body = method.body
-    statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
-    small: list[cst.BaseSmallStatement] = []
-    for statement in statements:
-        if not isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            return False
-        small.extend(statement.body)
-    if small and isinstance(small[0], cst.Expr) and isinstance(small[0].value, (cst.SimpleString, cst.ConcatenatedString)):
-        small = small[1:]
-    return all(isinstance(part, (cst.Pass, cst.Raise)) or isinstance(part, cst.Expr) and isinstance(part.value, cst.Ellipsis) for part in small)
-
-
-def _stored_attribute_names(tree: SyntaxTree) -> set[str] | None:
-    """The names of the attributes the file stores on any object (``x.name = ...``, ``x.name += ...``,
-    ``setattr(x, "name", ...)``); None where it may store one whose name it does not write out
-    (``setattr(x, key, ...)``, an object's ``__dict__``)."""
-    module = tree.module
-    if any(node.attr.value == "__dict__" for node in tree.findall(module, cst.Attribute)):
-        return None
-    names: set[str] = set()
-    targets: list[cst.BaseExpression] = [t.target for t in tree.findall(module, cst.AssignTarget)]
-    targets += [s.target for s in tree.findall(module, cst.AugAssign)] + [s.target for s in tree.findall(module, cst.AnnAssign)]
-    while targets:
-        target = targets.pop()
-        if isinstance(target, cst.Attribute):
-            names.add(target.attr.value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            targets.extend(element.value for element in target.elements)
-        elif isinstance(target, cst.StarredElement):
-            targets.append(target.value)
-    for call in tree.findall(module, cst.Call):
-        if isinstance(call.func, cst.Name) and call.func.value == "setattr":
-            name = call.args[1].value if len(call.args) > 1 else None
-            if not isinstance(name, cst.SimpleString):
-                return None
-            names.add(name.evaluated_value if isinstance(name.evaluated_value, str) else "")
-    return names
-
-
-# Decorators whose function runs its body as written (gradient mode aside, which the dataflow reads):
-# the typing module's return the function they are given.
-FUNCTION_DECORATORS = frozenset(NO_GRAD_CONTEXTS) | {"typing.final", "typing_extensions.final"}
-METHOD_DECORATORS = FUNCTION_DECORATORS | {"staticmethod", "classmethod", "typing.override", "typing_extensions.override"}
-
-
-def _decorators_modelled(function: cst.FunctionDef, names: TorchNames, modelled: frozenset[str]) -> bool:
-    return all(names.qualify(decorator_callee(decorator)) in modelled for decorator in function.decorators)
-
-
-def _rebound_functions(tree: SyntaxTree, names: TorchNames, defs: list[cst.FunctionDef]) -> set[str]:
-    """The functions of the module's scope whose name a call may find bound to another object than
-    their ``def``: defined twice, bound again (an assignment, an import, a class, a ``global`` of
-    a function), or decorated by a decorator gradfix does not model; all of them where the file
-    reaches the module's namespace itself (``globals()``, ``vars()``, ``exec``)."""
-    module = tree.module
-    by_name = Counter(function.name.value for function in defs)
-    if any(_reaches_the_namespace(call) for call in tree.findall(module, cst.Call)):
-        return set(by_name)
-    declared = {name.name.value for statement in tree.findall(module, cst.Global) for name in statement.names}
-    bound = assigned_names(module, rebinding_only=True, tree=tree) | set(names.aliases) | names.local_classes | declared
-    rebound = {name for name, count in by_name.items() if count > 1 or name in bound}
-    return rebound | {f.name.value for f in defs if not _decorators_modelled(f, names, FUNCTION_DECORATORS)}
-
-
-def _reaches_the_namespace(call: cst.Call) -> bool:
-    """``globals()``, ``exec(code)``, or ``vars()`` of no object (``vars(args)`` reads ``args``)."""
-    if type(call.func) is not cst.Name:
-        return False
-    return call.func.value in ("globals", "exec") or (call.func.value == "vars" and not call.args)
