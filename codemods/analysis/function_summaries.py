@@ -420,7 +420,7 @@ class FunctionSummaries:
         function = self.summarized_functions.get(callee)
         if function is None:
             return values
-        unread = self._tree.kept(unread_parameters, function, lambda: unread_parameters(function))
+        unread = self._tree.kept(unread_parameters, function, lambda: unread_parameters(function, self._tree))
         dropped = arguments_reaching_nothing(function, type(callee) is tuple, call, unread)
         return [value for index, value in enumerate(values) if index not in dropped]
 

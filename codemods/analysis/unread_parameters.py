@@ -16,6 +16,8 @@ from typing import Sequence
 
 import libcst as cst
 
+from .tree import SyntaxTree
+
 # Calls that read a function's names without naming them.
 _INTROSPECTION = frozenset({"locals", "vars", "eval", "exec", "currentframe", "_getframe", "getframeinfo", "stack", "getargvalues"})
 # Decorators that run the function with its arguments as given.
@@ -24,18 +26,31 @@ _PLAIN_DECORATORS = frozenset({"staticmethod"})
 _EXITS = (cst.Return, cst.Raise, cst.Break, cst.Continue)
 
 
-def unread_parameters(function: cst.FunctionDef) -> frozenset[str]:
+def unread_parameters(function: cst.FunctionDef, tree: SyntaxTree) -> frozenset[str]:
     """The names of ``function``'s parameters (not ``*args`` or ``**kwargs``) that reach nothing."""
     params = function.params
     names = frozenset(p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params))
     if not names or any(not (type(d.decorator) is cst.Name and d.decorator.value in _PLAIN_DECORATORS) for d in function.decorators):
         return frozenset()
-    walk = _Walk(names)
-    walk.in_nested_scopes(function.body)
-    if walk.introspects:
+    body = function.body
+    if tree.names(body, _INTROSPECTION):
         return frozenset()
-    walk.block(function.body.body, frozenset())
-    return names - walk.live
+    named = frozenset(name.value for name in tree.names(body, names))
+    # A parameter the body names reaches nothing only where the body rebinds it or tests it
+    # against None: the others need no walk (most parameters of most functions).
+    targets = [t.target for t in tree.findall(body, cst.AssignTarget)]
+    targets += [s.target for s in tree.findall(body, cst.AnnAssign)] + [s.target for s in tree.findall(body, cst.For)]
+    rebound = {name.value for target in targets for name in tree.findall(target, cst.Name)}
+    tested = {tested[0] for comparison in tree.findall(body, cst.Comparison) if (tested := _none_test(comparison)) is not None}
+    candidates = named & (rebound | tested)
+    if not candidates:
+        return names - named
+    walk = _Walk(candidates)
+    for nested in (*tree.findall(body, cst.FunctionDef), *tree.findall(body, cst.Lambda), *tree.findall(body, cst.ClassDef)):
+        # (it may run at any time)
+        walk.live.update(name.value for name in tree.names(nested, candidates))
+    walk.block(body.body, frozenset())
+    return names - named | candidates - walk.live
 
 
 def arguments_reaching_nothing(function: cst.FunctionDef, method: bool, call: cst.Call, unread: frozenset[str]) -> frozenset[int]:
@@ -120,43 +135,6 @@ class _Walk:
     def __init__(self, names: frozenset[str]) -> None:
         self.names = names
         self.live: set[str] = set()
-        self.introspects = False
-
-    def in_nested_scopes(self, body: cst.CSTNode) -> None:
-        """Parameters named in a nested function, lambda or class (which may run at any time) are
-        live; a call of introspection keeps them all."""
-
-        walk = self
-
-        class Scan(cst.CSTVisitor):
-            def __init__(self) -> None:
-                self.depth = 0
-
-            def visit_Name(self, node: cst.Name) -> None:
-                if node.value in _INTROSPECTION:
-                    walk.introspects = True
-                if self.depth and node.value in walk.names:
-                    walk.live.add(node.value)
-
-            def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-                self.depth += 1
-
-            def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-                self.depth -= 1
-
-            def visit_Lambda(self, node: cst.Lambda) -> None:
-                self.depth += 1
-
-            def leave_Lambda(self, original_node: cst.Lambda) -> None:
-                self.depth -= 1
-
-            def visit_ClassDef(self, node: cst.ClassDef) -> None:
-                self.depth += 1
-
-            def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-                self.depth -= 1
-
-        body.visit(Scan())
 
     def reads(self, node: cst.CSTNode | None, gone: frozenset[str]) -> None:
         if node is not None:
