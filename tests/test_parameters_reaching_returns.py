@@ -139,3 +139,11 @@ def test_a_submodule_call_reads_the_same_fact(forward, found):
     source = _in_a_method(forward)
     assert _found(source) == found
     assert _runs(source) is (found == "silent")
+
+
+def test_a_forward_hook_may_return_what_the_call_was_given():
+    """The forward never reads the state, but a hook of the model adds it to the loss."""
+    hook = "model.register_forward_hook(lambda m, args, out: out if args[1] is None else (out[0] + args[1].sum(), out[1]))\n"
+    source = _program(STARTS_AFRESH["never read"]).replace("opt = torch.optim", hook + "opt = torch.optim", 1)
+    assert _found(source) == "reported"
+    assert not _runs(source)

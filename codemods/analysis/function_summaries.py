@@ -416,10 +416,11 @@ class FunctionSummaries:
         """``values`` (what ``call`` passes, argument by argument, then what else its result is
         built from), but the arguments bound to a parameter of ``callee``, a function gradfix read
         whole, that reaches nothing: rebound before any read on every path, or never read
-        (``unread_parameters``; ``forward(self, x, hidden=None)`` that starts a fresh state)."""
+        (``unread_parameters``; ``forward(self, x, hidden=None)`` that starts a fresh state). Not
+        in a file that registers a forward hook, whose result replaces what the forward returns."""
         function = self.summarized_functions.get(callee)
-        if function is None:
-            return values
+        if function is None or self._tree.kept(FORWARD_HOOKS, self._module, lambda: bool(self._tree.names(self._module, FORWARD_HOOKS))):
+            return values  # (a forward hook may return what a module's call was given)
         unread = self._tree.kept(unread_parameters, function, lambda: unread_parameters(function, self._tree))
         dropped = arguments_reaching_nothing(function, type(callee) is tuple, call, unread)
         return [value for index, value in enumerate(values) if index not in dropped]
@@ -467,6 +468,10 @@ class FunctionSummaries:
             for key, summary in self.summaries.items()
             if summary.has_effect
         }
+
+
+# The registrations of a hook that sees a module call's arguments and may replace what it returns.
+FORWARD_HOOKS = frozenset({"register_forward_hook", "register_forward_pre_hook", "register_module_forward_hook", "register_module_forward_pre_hook"})
 
 
 def _given(summary: FunctionSummary, call: cst.Call) -> tuple[str, bool] | None:
