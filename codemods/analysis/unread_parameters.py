@@ -55,8 +55,8 @@ def unread_parameters(function: cst.FunctionDef, tree: SyntaxTree) -> frozenset[
 
 def arguments_reaching_nothing(function: cst.FunctionDef, method: bool, call: cst.Call, unread: frozenset[str]) -> frozenset[int]:
     """The indexes in ``call.args`` of the arguments bound to a parameter of ``function`` in
-    ``unread`` (``method``: called on its object, its first parameter left out). None where an
-    argument is unpacked (``*xs``, ``**kw``): what it binds is not known."""
+    ``unread`` (``method``: called on its object, its first parameter left out). None of them where
+    an argument is unpacked (``*xs``, ``**kw``): what it binds is not known."""
     if not unread or any(arg.star for arg in call.args):
         return frozenset()
     params = function.params
