@@ -379,6 +379,7 @@ class CallSemantics:
         forward = self._summary((module.class_name, "forward")) if module.is_local else None
         if forward is not None:
             self._record_arguments((module.class_name, "forward"), forward.parameters, node, values)
+            values = self._reaching((module.class_name, "forward"), node, values)  # (a state it starts afresh)
         # A local module adds its parameters' graph when its own forward does (not when it froze
         # them); a class of another module of the project, when that module's analysis proved it,
         # or where it returns what code it did not read gave it (then only a guess: ``unread``).

@@ -24,6 +24,7 @@ from .backward_calls import BackwardSite
 from .kept_on_self import KeptArgument, KeptOnSelf, kept_on_self
 from .loops import Env
 from .syntax import decorator_callee, dotted_name
+from .unread_parameters import arguments_reaching_nothing, unread_parameters
 from .values import LEAF, NOTHING, UNKNOWN, UNREAD_PARAMETERS, Origin, Source, Structure, Value, combine
 
 
@@ -190,7 +191,7 @@ class FunctionSummaries:
             # proved on every path, whatever it was given (``return float(acc.item())``)
             return Value(structure=returned_structure, graphless=True)
         if not summary.has_effect and (items := self._returned_items(summary, call)) is not None:
-            self._keep_returned_items(call, items, values)
+            self._keep_returned_items(call, items, self._reaching(summary_key(summary), call, values))
         if not summary.has_effect:
             if not summary.returned.graph:
                 self._returned_shapes[call] = returned_structure  # (the call is read as any other)
@@ -207,7 +208,7 @@ class FunctionSummaries:
             # self.sample_G(n): a method that returns what it built from parameters
             # (parameters of code it did not read, where that is all it builds from: only possible)
             parameters = UNREAD_PARAMETERS if summary.returned.possible else LEAF
-            built = combine([*self._flowing(summary_key(summary), values), parameters], self._origin(call), returned_structure)
+            built = combine([*self._flowing(summary_key(summary), call, values), parameters], self._origin(call), returned_structure)
             if self._returned_items(summary, call) is None:
                 # Only guessed where its return is (a dict holding an optimizer of another package);
                 # a tuple's items say it each for itself (``_items_of_the_call``).
@@ -218,7 +219,7 @@ class FunctionSummaries:
             api = summary.backward_api(inner)
             if backward_calls.tensor_expression(api, call) is not None:
                 self._record_backward(call, api, env)
-        result = combine(values, self._origin(call), returned_structure, known_operation=False)
+        result = combine(self._reaching(summary_key(summary), call, values), self._origin(call), returned_structure, known_operation=False)
         if summary.returned.backwarded:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
             result = result.changed(graph=True, freed=frees, backwarded=summary.returned.backwarded, possible=False)
@@ -381,7 +382,9 @@ class FunctionSummaries:
             return None
         if not returned.graph:
             return Value(structure=structure)
-        return combine(self._flowing(callee, values), self._origin(call), structure, guessed=returned.guessed or None, unread=returned.unread or None)
+        return combine(
+            self._flowing(callee, call, values), self._origin(call), structure, guessed=returned.guessed or None, unread=returned.unread or None
+        )
 
     def _with_arguments(self, callee: object) -> Value | None:
         """What the walk of ``callee`` with what its callers pass returned: this round's walk, or,
@@ -395,17 +398,32 @@ class FunctionSummaries:
         self._results_read_before_definition.append((callee, result_facts(returned)))
         return returned
 
-    def _flowing(self, callee: object, values: list[Value]) -> list[Value]:
-        """The arguments whose graph may reach what a call of ``callee`` returns: all, but those the
-        walk with what its callers pass (``returned_with_arguments``) carried to no return (a
-        gradient penalty that makes its input a fresh leaf). An argument known by no origin of its
-        own (a leaf, a marker of a loop) cannot be told apart, and may."""
+    def _flowing(self, callee: object, call: cst.Call, values: list[Value]) -> list[Value]:
+        """The arguments whose graph may reach what a call of ``callee`` returns: all, but those
+        bound to a parameter that reaches nothing (``_reaching``) and those the walk with what its
+        callers pass (``returned_with_arguments``) carried to no return (a gradient penalty that
+        makes its input a fresh leaf). An argument known by no origin of its own (a leaf, a marker
+        of a loop) cannot be told apart by that walk, and may."""
+        values = self._reaching(callee, call, values)
         returned = self._with_arguments(callee)
         if returned is None:
             return values
         return [
             value for value in values if not value.origins or value.origins & returned.origins or not all(type(o) is Origin for o in value.origins)
         ]
+
+    def _reaching(self, callee: object, call: cst.Call, values: list[Value]) -> list[Value]:
+        """``values`` (what ``call`` passes, argument by argument, then what else its result is
+        built from), but the arguments bound to a parameter of ``callee``, a function gradfix read
+        whole, that reaches nothing: rebound before any read on every path, or never read
+        (``unread_parameters``; ``forward(self, x, hidden=None)`` that starts a fresh state). Not
+        in a file that registers a forward hook, whose result replaces what the forward returns."""
+        function = self.summarized_functions.get(callee)
+        if function is None or self._tree.kept(FORWARD_HOOKS, self._module, lambda: bool(self._tree.names(self._module, FORWARD_HOOKS))):
+            return values  # (a forward hook may return what a module's call was given)
+        unread = self._tree.kept(unread_parameters, function, lambda: unread_parameters(function, self._tree))
+        dropped = arguments_reaching_nothing(function, type(callee) is tuple, call, unread)
+        return [value for index, value in enumerate(values) if index not in dropped]
 
     def _record_arguments(self, callee: object, parameters: Sequence[str], call: cst.Call, values: list[Value], freed: bool = True) -> None:
         """What ``call`` passes the graph-carrying parameters of ``callee``, joined with what other
@@ -450,6 +468,10 @@ class FunctionSummaries:
             for key, summary in self.summaries.items()
             if summary.has_effect
         }
+
+
+# The registrations of a hook that sees a module call's arguments and may replace what it returns.
+FORWARD_HOOKS = frozenset({"register_forward_hook", "register_forward_pre_hook", "register_module_forward_hook", "register_module_forward_pre_hook"})
 
 
 def _given(summary: FunctionSummary, call: cst.Call) -> tuple[str, bool] | None:
