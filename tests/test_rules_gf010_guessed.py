@@ -92,3 +92,11 @@ def test_a_graph_known_to_be_freed_stays_a_default_finding(build, read, runs, tm
     # beside it, the dict's item once a store under another name may have replaced it: a hint
     guessed = _program(LITERAL, WRITES_UNSEEN["through another name"])
     assert [hint for code, line, hint in _found(guessed)] == [True]
+
+
+def test_a_dict_handed_to_another_name_before_the_first_backward_is_no_default_freed_graph(runs, tmp_path):
+    # Both backwards read the item through the whole: what the first backward freed is the dict's
+    # graph, and the item read again may be what the other name stored since.
+    source = _program(LITERAL, 'kept["loss"] = F.mse_loss(model(2 * x), y)').replace(f"{LITERAL}\n", f"{LITERAL}\nkept = losses\n")
+    assert _ran(runs, tmp_path, source, "guessed.py").status == "ok"
+    assert _found(source) == [("GF010", SECOND_LINE + 1, True)]

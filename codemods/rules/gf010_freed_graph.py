@@ -165,13 +165,14 @@ class Classifier(pl.LightningModule):
 
     def _guess(self, site: BackwardSite, placed: bool) -> str:
         """Why the graph may not be freed after all: the backwarded value came out of code gradfix
-        did not read, or is only guessed (an item of a container whose items gradfix does not know:
-        written under another name, handed on, at a key it cannot read), or (when no backward in
+        did not read, or reaches the freed graph only through an item of a container whose items
+        gradfix does not know (``Value.freed_unsure``: written under another name, handed on, at a
+        key it cannot read), or (when no backward in
         the file is placed before it) what was built before its loop came out of code gradfix did
         not read."""
         if site.value.unread:
             return f"`{code_of(site.tensor if site.tensor is not None else site.call)}` comes out of code gradfix did not read, and may not hold the graph it seems to"
-        if site.value.guessed:  # (an item of a container whose items gradfix does not know: it may hold what was stored since)
+        if site.value.freed_unsure:  # (through an item of a container whose items gradfix does not know)
             return f"gradfix cannot tell what `{code_of(site.tensor if site.tensor is not None else site.call)}` holds, and it may not hold the freed graph"
         loop = next((loop for loop in site.loops if not loop.is_call), None)
         unread = None if placed or loop is None else self.analysis.unread_value(self.analysis.built_before_loop(site, loop))
