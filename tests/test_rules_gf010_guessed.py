@@ -100,3 +100,20 @@ def test_a_dict_handed_to_another_name_before_the_first_backward_is_no_default_f
     source = _program(LITERAL, 'kept["loss"] = F.mse_loss(model(2 * x), y)').replace(f"{LITERAL}\n", f"{LITERAL}\nkept = losses\n")
     assert _ran(runs, tmp_path, source, "guessed.py").status == "ok"
     assert _found(source) == [("GF010", SECOND_LINE + 1, True)]
+
+
+# GF002 reads the same fact: a later loss that reaches the graph the first backward freed only through
+# the dict's item shares it only as a guess, and merging the two backwards is no safe rewrite (here it
+# would backward the loss stored under the other name twice and the first loss not at all).
+MIXED = "(F.mse_loss(model(x), y) + losses['loss']).backward()"
+
+
+def test_gf002_a_loss_sharing_the_freed_graph_only_through_an_unknown_item_is_a_hint(runs, tmp_path):
+    write = 'kept = losses\nkept["loss"] = F.mse_loss(model(2 * x), y)'
+    guessed = _program(LITERAL, write).replace(f"{write}\n{ITEM}.backward()", f"{write}\n{MIXED}")
+    assert _ran(runs, tmp_path, guessed, "guessed.py").status == "ok"
+    (finding,) = gradfix.check(guessed, hints=True).findings
+    assert (finding.code, finding.hint, finding.fix) == ("GF002", True, None)
+    known = _program(LITERAL, "pass").replace(f"pass\n{ITEM}.backward()", f"pass\n{MIXED}")
+    assert _raises_freed(_ran(runs, tmp_path, known, "known.py"))
+    assert [(f.code, f.hint, f.fix and f.fix.value) for f in gradfix.check(known, hints=True).findings] == [("GF002", False, "safe")]
