@@ -33,6 +33,7 @@ from .values import (
     combine,
     element_of,
     item_of,
+    item_replaced,
     join_structures,
     part,
     union,
@@ -120,6 +121,9 @@ class Expressions:
             if taken is not None:
                 return taken
             element = element_of(base)
+            if not isinstance(base.structure, (ListOf, TupleOf)):
+                # (an item of a container not known item by item, a dict that escaped: what it may hold)
+                element = item_replaced(element)
             loop = self._loops[-1] if self._loops else None
             if (
                 element.graph

@@ -193,6 +193,10 @@ class Value:
     # file, a callable it was handed: ``UNREAD_PARAMETERS``). A may-fact: what may hold, free or
     # share a graph reads it; what must (a finding of the default output, a safe rewrite) does not.
     possible: bool = False
+    # Freed only through values that may no longer be what was stored (``item_replaced``: an item of
+    # a container gradfix stopped knowing item by item, which code it does not follow may have
+    # written since): a may-fact of ``freed``. A finding that rests on the freed graph is a hint.
+    freed_unsure: bool = False
 
     def join(self, other: "Value") -> "Value":
         """What a name may hold where two paths meet."""
@@ -206,6 +210,7 @@ class Value:
             structure=structure,
             may_be_none=self.may_be_none or other.may_be_none or NONE in (self.structure, other.structure),
             freed=self.freed or other.freed,
+            freed_unsure=(self.freed or other.freed) and all(v.freed_unsure for v in (self, other) if v.freed),
             backwarded=self.backwarded & other.backwarded,
             unbound=self.unbound or other.unbound,
             graphless=self.graphless and other.graphless,
@@ -259,8 +264,16 @@ def combine(
         guessed = not known_operation or all(v.guessed for v in values if v.graph)
     if unread is None:
         unread = not known_operation or all(v.unread for v in values if v.graph)
+    freed = [v.freed_unsure for v in values if v.freed]
     return Value(
-        graph=True, origins=origins, structure=structure, freed=any(v.freed for v in values), guessed=guessed, unread=unread, possible=possible
+        graph=True,
+        origins=origins,
+        structure=structure,
+        freed=bool(freed),
+        guessed=guessed,
+        unread=unread,
+        possible=possible,
+        freed_unsure=bool(freed) and all(freed),
     )
 
 
@@ -276,6 +289,7 @@ def part(value: Value, structure: Structure) -> Value:
         guessed=value.guessed,
         unread=value.unread,
         possible=value.possible,
+        freed_unsure=value.freed_unsure,
     )
 
 
@@ -287,6 +301,13 @@ def item_of(container: Value, structure: Structure, differentiable: bool = False
     differentiable output of a torch.nn module (``differentiable``: an LSTM's ``(h, c)``)."""
     homogeneous = container.structure is TENSOR or isinstance(container.structure, ListOf) or differentiable
     return part(container, structure).changed(guessed=container.guessed or (container.graph and not homogeneous))
+
+
+def item_replaced(item: Value) -> Value:
+    """``item``, read out of a container whose items gradfix no longer knows one by one (the dict
+    handed to another name, to a call, stored at a key it cannot read: UNKNOWNS 23): what the
+    container may hold, not what was stored. A graph freed through it is only may-freed."""
+    return item.changed(freed_unsure=True) if item.freed else item
 
 
 def element_of(value: Value) -> Value:
@@ -320,6 +341,7 @@ def union(values: Sequence[Value], structure: Structure) -> Value:
         origins=frozenset().union(*(v.origins for v in values)) if values else frozenset(),
         structure=structure,
         freed=any(v.freed for v in values),
+        freed_unsure=any(v.freed for v in values) and all(v.freed_unsure for v in values if v.freed),
         graphless=all(v.graphless for v in values),
         guessed=any(v.guessed for v in values if v.graph),
         unread=any(v.unread for v in values if v.graph),

@@ -363,7 +363,8 @@ def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
 def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False) -> str:
     """Why the losses may not share a graph after all: one of them came out of code gradfix did not
     read, or is an item of a tuple whose items gradfix cannot tell apart (a function's
-    ``(loss, aux_loss)``, the second from a forward of its own), or what they share only may be a
+    ``(loss, aux_loss)``, the second from a forward of its own), or reaches the graph the first
+    freed only through an item of a container gradfix does not know, or what they share only may be a
     graph (``shares_only_possible``); or why the first backward may not have freed it: a
     ``retain_graph`` gradfix cannot evaluate (a flag, a helper's parameter)."""
     kept = next((site for site in sites[:-1] if site.retain_graph is None), None)
@@ -375,7 +376,9 @@ def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False) ->
         return f"what `{code_of(unread.tensors[0])}` shares with the other loss comes out of code gradfix did not read, and may hold no graph"
     if unread is not None:
         return f"`{code_of(unread.tensors[0])}` comes out of code gradfix did not read, and may not hold the graph it seems to share"
-    guessed = next((site for site in sites if site.value.guessed), None)
+    # (``freed_unsure``: what a later loss shares with the freed graph comes only through an item of a
+    # container whose items gradfix does not know, which may hold a loss stored since)
+    guessed = next((site for site in sites if site.value.guessed or site.value.freed_unsure), None)
     if guessed is not None:
         return f"gradfix cannot tell which part of the graph `{code_of(guessed.tensors[0])}` holds, and it may share none"
     return ""

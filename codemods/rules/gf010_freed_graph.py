@@ -56,7 +56,10 @@ class FreedGraph(Rule):
     (unsafe: at the stepped weights).
 
     When gradfix only reports: everywhere else: run ``gradfix diagnose --fix`` on the script to try
-    the candidate fixes.
+    the candidate fixes. Where the backwarded value comes out of code gradfix did not read, or is an
+    item of a container whose items gradfix no longer knows (a dict written under another name,
+    handed to a call, stored at a key it cannot read), the finding is a hint (``--hints``): that
+    value may not hold the freed graph.
     """
 
     SUMMARY = "a backward walks a graph an earlier backward freed"
@@ -161,11 +164,16 @@ class Classifier(pl.LightningModule):
             )
 
     def _guess(self, site: BackwardSite, placed: bool) -> str:
-        """Why the graph may not be freed after all: the backwarded value, or (when no backward in
-        the file is placed before it) what was built before its loop, came out of code gradfix did
+        """Why the graph may not be freed after all: the backwarded value came out of code gradfix
+        did not read, or reaches the freed graph only through an item of a container whose items
+        gradfix does not know (``Value.freed_unsure``: written under another name, handed on, at a
+        key it cannot read), or (when no backward in
+        the file is placed before it) what was built before its loop came out of code gradfix did
         not read."""
         if site.value.unread:
             return f"`{code_of(site.tensor if site.tensor is not None else site.call)}` comes out of code gradfix did not read, and may not hold the graph it seems to"
+        if site.value.freed_unsure:  # (through an item of a container whose items gradfix does not know)
+            return f"gradfix cannot tell what `{code_of(site.tensor if site.tensor is not None else site.call)}` holds, and it may not hold the freed graph"
         loop = next((loop for loop in site.loops if not loop.is_call), None)
         unread = None if placed or loop is None else self.analysis.unread_value(self.analysis.built_before_loop(site, loop))
         if unread is not None:
