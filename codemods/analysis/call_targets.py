@@ -39,7 +39,7 @@ def stored_attribute_names(tree: SyntaxTree) -> set[str] | None:
     ``setattr(x, "name", ...)``); None where it may store one whose name it does not write out
     (``setattr(x, key, ...)``, an object's ``__dict__``)."""
     module = tree.module
-    if any(node.attr.value == "__dict__" for node in tree.findall(module, cst.Attribute)):
+    if tree.names(module, ("__dict__",)):
         return None
     names: set[str] = set()
     targets: list[cst.BaseExpression] = [t.target for t in tree.findall(module, cst.AssignTarget)]
@@ -52,8 +52,9 @@ def stored_attribute_names(tree: SyntaxTree) -> set[str] | None:
             targets.extend(element.value for element in target.elements)
         elif isinstance(target, cst.StarredElement):
             targets.append(target.value)
-    for call in tree.findall(module, cst.Call):
-        if isinstance(call.func, cst.Name) and call.func.value == "setattr":
+    for called in tree.names(module, ("setattr",)):
+        call = tree.parent(called)
+        if isinstance(call, cst.Call) and call.func is called:
             name = call.args[1].value if len(call.args) > 1 else None
             if not isinstance(name, cst.SimpleString):
                 return None
@@ -77,13 +78,14 @@ def rebound_functions(tree: SyntaxTree, names: TorchNames, defs: list[cst.Functi
     a parameter, a ``global`` of a function: ``classes_below.bound_again``), or decorated by a decorator gradfix does not model; all of them where the file
     reaches the module's namespace itself (``globals()``, ``vars()``, ``exec``)."""
     defined = {function.name.value for function in defs}
-    if any(_reaches_the_namespace(call) for call in tree.findall(tree.module, cst.Call)):
+    if any(_reaches_the_namespace(tree.parent(name), name) for name in tree.names(tree.module, ("globals", "exec", "vars"))):
         return defined
     return bound_again(tree, defined) | {f.name.value for f in defs if not decorators_modelled(f, names, FUNCTION_DECORATORS)}
 
 
-def _reaches_the_namespace(call: cst.Call) -> bool:
-    """``globals()``, ``exec(code)``, or ``vars()`` of no object (``vars(args)`` reads ``args``)."""
-    if type(call.func) is not cst.Name:
+def _reaches_the_namespace(call: cst.CSTNode | None, called: cst.Name) -> bool:
+    """Whether ``call`` calls ``called``, and that is ``globals()``, ``exec(code)``, or ``vars()`` of
+    no object (``vars(args)`` reads ``args``)."""
+    if type(call) is not cst.Call or call.func is not called:
         return False
-    return call.func.value in ("globals", "exec") or (call.func.value == "vars" and not call.args)
+    return called.value in ("globals", "exec") or not call.args
