@@ -69,14 +69,17 @@ METHOD_DECORATORS = FUNCTION_DECORATORS | {"staticmethod", "classmethod", "typin
 
 
 def decorators_modelled(function: cst.FunctionDef, names: TorchNames, modelled: frozenset[str]) -> bool:
+    """Whether every decorator of ``function`` is one of ``modelled``: it runs the body as written."""
     return all(names.qualify(decorator_callee(decorator)) in modelled for decorator in function.decorators)
 
 
 def rebound_functions(tree: SyntaxTree, names: TorchNames, defs: list[cst.FunctionDef]) -> set[str]:
     """The functions of the module's scope whose name a call may find bound to another object than
-    their ``def``: bound again in any scope (a second ``def``, an assignment, an import, a class,
-    a parameter, a ``global`` of a function: ``classes_below.bound_again``), or decorated by a decorator gradfix does not model; all of them where the file
-    reaches the module's namespace itself (``globals()``, ``vars()``, ``exec``)."""
+    their ``def``: bound again in the module's scope (a second ``def``, an assignment, an import, a
+    class, a ``global`` of a function: ``classes_below.bound_again``), or decorated by a decorator
+    gradfix does not model; all of them where the file reaches the module's namespace itself
+    (``globals()``, ``vars()``, ``exec``). (A parameter or local of the calling function that
+    shares the name is the call's own: ``TorchNames.module_function``.)"""
     defined = {function.name.value for function in defs}
     if any(_reaches_the_namespace(tree.parent(name), name) for name in tree.names(tree.module, ("globals", "exec", "vars"))):
         return defined
