@@ -7,6 +7,7 @@ above the class that runs the function (or uses the name itself: ``NameError``).
 
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -153,20 +154,7 @@ def _under_if(block: str) -> str:
 
 # The module's own code uses the name above the class: it raises ``NameError`` there, and
 # ``main`` never runs.
-MODULE_LEVEL = """\
-model = Net()
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
-    out = model(torch.randn(4, 8))
-    loss_a = out.pow(2).mean()
-    loss_b = out.abs().mean()
-    opt.zero_grad()
-    loss_a.backward()
-    loss_b.backward()
-    opt.step()
-
-
-"""
+MODULE_LEVEL = textwrap.dedent(TWO_LOSSES[TWO_LOSSES.index("    model = Net()") : TWO_LOSSES.index("    print(")]) + "\n\n"  # ``main``'s loop
 
 
 # The name bound again below the class, to a function that builds another object.

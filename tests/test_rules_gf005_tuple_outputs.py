@@ -214,22 +214,10 @@ def test_vqgans_order_is_reported_and_the_right_order_is_not():
 
 
 def test_the_class_form_of_vqgan_is_reported():
-    source = """\
-import torch
-from torch import nn
-import torch.nn.functional as F
-
-
-class VQ(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.encoder = nn.Linear(4, 8)
-        self.decoder = nn.Linear(8, 4)
-
-    def forward(self, x):
-        h = self.encoder(x)
-        return self.decoder(h), h.pow(2).mean()
-
+    source = (
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n\n"
+        + MODELS[MODELS.index("class VQ") :]
+        + """
 
 class Trainer:
     def __init__(self):
@@ -258,6 +246,7 @@ class Trainer:
 trainer = Trainer()
 trainer.train(torch.randn(16, 4))
 """
+    )
     assert min(_run(source)["trainer"].leaks) > 0.01
     assert _found(source) == [("GF005", False, False)]
     imported = source.replace("class VQ(nn.Module):", "from vq_models import VQ\n\n\nclass Unused(nn.Module):")
