@@ -148,3 +148,38 @@ def test_only_vars_of_no_object_reaches_the_namespace(namespace, read):
     through which the name `step` may be bound again."""
     report = check_source(HELPER.replace("NAMESPACE", namespace).encode(), all_rules(), FixMode.NONE, "train.py")
     assert ("GF001" in [f.code for f in report.findings if not f.hint]) == read
+
+
+REPACKAGE = """\
+import torch
+from torch import nn
+
+
+def repackage_hidden(h):
+    return h.detach()
+
+
+def train(cell, data, PARAMETERS):
+    opt = torch.optim.SGD(cell.parameters(), lr=0.1)
+    h = torch.zeros(1, 4)
+    for x in data:
+        h = repackage_hidden(h)
+        h = cell(x, h)
+        loss = h.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+train(nn.RNNCell(3, 4), torch.randn(4, 1, 3), ARGUMENTS)
+"""
+
+
+@pytest.mark.parametrize(("parameters", "arguments", "detached"), [("repackage_hidden", "lambda h: h", False), ("unused", "None", True)])
+def test_a_parameter_named_like_a_detaching_function_detaches_nothing(parameters, arguments, detached):
+    """`repackage_hidden(h)` calls the parameter, an identity: the state carries its graph."""
+    source = REPACKAGE.replace("PARAMETERS", parameters).replace("ARGUMENTS", arguments)
+    found = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py").findings
+    assert ("GF004" in [f.code for f in found]) == (not detached)
+    ran = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=300)
+    assert (ran.returncode == 0) == detached

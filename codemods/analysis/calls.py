@@ -96,11 +96,12 @@ class CallSemantics:
         return value
 
     def _detaching_call(self, func: cst.BaseExpression) -> bool:
-        """A call of a function or method of the file whose every return is detached
-        (``repackage_hidden(h)``, ``self.model.repackage_hidden(h)``)."""
+        """A call of a function or method of the file whose every return is detached (``repackage_hidden(h)``, ``self.model.f(h)``)."""
         detaching = self.names.detaching_functions
-        if dotted_name(func) in detaching:
-            return dotted_name(func) not in self.names.rebound_functions
+        if type(func) is cst.Name:  # (the module's function only where the name is bound to it alone)
+            return self.names.module_function(func) in detaching
+        if dotted_name(func) in detaching:  # ``Class.method(h)``
+            return True
         called = self._called_class(func.value) if type(func) is cst.Attribute else None
         if called is None or f"{called}.{func.attr.value}" not in detaching:
             return False

@@ -77,7 +77,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._derived: set[str] = set()  # the file's classes another class of the file derives from
         self._local_bases: dict[str, list[str]] = {}  # class -> the classes of the file it derives from
         self._module_defs: list[cst.FunctionDef] = []  # every ``def`` of the module's scope, in order
-        self._redefined: set[str] = set()  # class names the file defines more than once
+        self._rebound_classes: set[str] = set()  # class names the module binds more than once (``bound_again``)
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
         self._bindings: dict[str, list[str | None]] = {}  # key -> what each assignment binds it to (a name, or None)
         self._assigned_aliases: set[str] = set()  # names an assignment made another name for torch's
@@ -125,8 +125,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
     # classes and functions -------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         class_name = node.name.value
-        if class_name in self.names.local_classes:
-            self._redefined.add(class_name)
         self._learn_class(node)
         for base in node.bases:
             name = self.names.qualify(base.value) or ""
@@ -613,7 +611,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def resolve_handed_facts(self) -> None:
         """Parameters that every call of the file hands a module, a framework object or an
         instance of a class of the file (``call_flow``)."""
-        plain = self._plain_classes - self._derived - self._redefined
+        plain = self._plain_classes - self._derived - self._rebound_classes
         self._apply_freezing()  # (a module is handed on as it is: frozen, ``encode_prompt(text_encoder, ...)``)
         flow_along_calls(
             self.names, self._scopes, self._tree, self._calls, self._callables_of_the_module(), self._methods, plain, self._constructed_module
@@ -679,10 +677,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 pending.extend(self._local_bases.get(base, ()))
         self.names.rebound_functions = rebound_functions(self._tree, self.names, self._module_defs)
         # A class whose name the module binds again may not be what a call of the name builds.
-        rebound_classes = bound_again(self._tree, self.names.local_classes)
-        self.names.forget_classes(rebound_classes)
-        self.names.instances = {name: built for name, built in self.names.instances.items() if built not in rebound_classes}
-        self.names.modules = {name: module for name, module in self.names.modules.items() if module.class_name not in rebound_classes}
+        rebound = self._rebound_classes = bound_again(self._tree, self.names.local_classes)
+        self.names.forget_classes(rebound)
+        self.names.instances = {name: built for name, built in self.names.instances.items() if built not in rebound}
+        self.names.modules = {name: module for name, module in self.names.modules.items() if module.class_name not in rebound}
 
     def _apply_freezing(self) -> None:
         """Modules frozen by their own constructor or after it are not trainable."""
