@@ -1678,3 +1678,38 @@ def test_a_network_that_keeps_a_module_bound_elsewhere_is_not_proved_untrained()
     assert [(code, fix) for code, hint, fix in found(called) if not hint] == [("GF003", "safe")]
     own_by_name = SHARED_LAYER.format(body="layer").replace("        self.body = layer", "        layer = nn.Linear(4, 8)\n        self.body = layer")
     assert [(code, fix) for code, hint, fix in found(own_by_name) if not hint] == [("GF006", "safe")]
+
+
+KEPT_UNDER_TWO_NAMES = """\
+net = nn.Linear(4, 1)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+losses = []
+{other}
+for step in range(3):
+    loss = net(torch.randn(3, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward({retain})
+    opt.step()
+    losses.append(loss)
+opt.zero_grad()
+{after}
+"""
+
+
+def test_a_store_whose_object_another_name_holds_may_be_backwarded_through_that_name():
+    # The graphs the loop keeps are what the backward after it walks, read through the other name:
+    # that they are kept for nothing is a guess.
+    alias = KEPT_UNDER_TWO_NAMES.format(other="history = losses", retain="retain_graph=True", after="torch.stack(history).sum().backward()")
+    in_a_dict = KEPT_UNDER_TWO_NAMES.format(
+        other='logs = {"losses": losses}', retain="retain_graph=True", after='torch.stack(logs["losses"]).sum().backward()'
+    )
+    assert [(code, hint) for code, hint, _ in found(alias)] == [("GF007", True)]
+    assert [(code, hint) for code, hint, _ in found(in_a_dict)] == [("GF007", True)]
+    # Hidden fact: the other name holds another list: the graphs the loop keeps are kept for nothing.
+    another_list = KEPT_UNDER_TWO_NAMES.format(
+        other="history = [torch.ones((), requires_grad=True)]", retain="retain_graph=True", after="torch.stack(history).sum().backward()"
+    )
+    assert [(code, hint) for code, hint, _ in found(another_list) if code == "GF007"] == [("GF007", False)]
+    # Hidden fact: the backward in the loop frees each graph it keeps: no later backward can walk them, through any name.
+    freed = KEPT_UNDER_TWO_NAMES.format(other="history = losses", retain="", after="print(torch.stack(history).sum().item())")
+    assert [(code, hint) for code, hint, _ in found(freed)] == [("GF007", False)]

@@ -212,7 +212,7 @@ class CallSemantics:
             if method == "extend":
                 item = element_of(item)
             stored = env.get(target, NOTHING)
-            if target in self._shared:
+            if target in self.shared_objects:
                 self._escape([item])  # (another name holds the list: what it reads there, the walk does not see)
             item_structure = stored.structure.item if isinstance(stored.structure, ListOf) else item.structure
             env[target] = union([stored, item], ListOf(item_structure.join(item.structure)))

@@ -97,7 +97,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # ``model.rnn`` for ``model.rnn.hidden``): assigning ``model`` forgets what was known of the
         # chains under it without scanning every name of the environment.
         self._attributes_of: dict[str, list[str]] = {}
-        self._shared = shared_containers(module, tree)  # names whose object another name may hold
+        self.shared_objects = shared_containers(module, tree)  # names whose object another name may hold
         self._globals_declared: dict[cst.CSTNode, frozenset[str]] = {}
         self._locals_of: dict[cst.FunctionDef, set[str]] = {}  # (asked at every call of the file's functions)
         self._literal_key_dicts: dict[str, bool] = {}  # names used only as dicts picked by literal keys
@@ -494,7 +494,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         elif type(small) is cst.AugAssign:
             added = self.assigned_values[small.value] = self._eval(small.value, env)
             held = self._eval(small.target, env)
-            if dotted_name(small.target) in self._shared and held.structure is not TENSOR and held.structure is not NUMBER:
+            if dotted_name(small.target) in self.shared_objects and held.structure is not TENSOR and held.structure is not NUMBER:
                 self._escape([added])  # (``store += [loss]`` extends the list another name holds too)
             value = combine([held, added], self._origin(small))
             self._assign(small.target, value, env)

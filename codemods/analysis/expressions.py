@@ -278,7 +278,7 @@ class Expressions:
                 if held.structure is TENSOR:  # an in-place copy into a tensor: a node of its graph
                     env[name] = combine([held, value], self._origin(target), TENSOR)
                 else:  # a dict, a list, a ParameterDict holds the value itself
-                    if name in self._shared:
+                    if name in self.shared_objects:
                         self._escape([value])  # (read through another name that holds the container too)
                     others = self._other_items(name, slot, env) if slot is not None and _immutable_graphless(value) else None
                     # (a dict whose every item is known, the one that held its graph overwritten: it holds none)

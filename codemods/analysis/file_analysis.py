@@ -115,6 +115,11 @@ class FileAnalysis:
         effect: code gradfix does not follow may backward them again."""
         return self._dataflow.escaped.get(scope.node, set())
 
+    def shares_its_object(self, name: str) -> bool:
+        """Whether another name may hold the object ``name`` holds (``alias = store``, ``{"k": store}``:
+        ``shared_containers``), and read what is stored into it where the dataflow sees ``name`` alone."""
+        return name in self._dataflow.shared_objects
+
     @cached_property
     def gan_steps(self) -> list[GanSteps]:
         """Pairs of backwards that are a GAN's discriminator and generator steps (``analysis.gan``)."""
@@ -136,14 +141,12 @@ class FileAnalysis:
         return self._dataflow.arguments_kept(call)
 
     def writes_of(self, loop: Loop, name: str) -> dict[cst.CSTNode, bool | None]:
-        """The statements of ``loop`` (a method walked as calls included) that write ``name``, in
-        the order of the source, each with whether it computes the new value from what the previous
-        iteration (or call) left. True or False for a plain assignment that binds the whole name
-        (``h = cell(x, h)``, ``cache = f(x)``): told by the dataflow where the name may carry a graph
-        into the iteration (so through aliases: ``prev = h; h = f(prev)``), else by whether the value
-        reads the name. None for a write that changes or adds to the old value (an append, ``+=``,
-        ``x[i] = v``, ``x.add_(...)``) and for a binding a compound statement makes
-        (``for name in ...``, ``with ... as name``)."""
+        """The statements of ``loop`` (a method walked as calls included) that write ``name``, in the order of the source, each with
+        whether it computes the new value from what the previous iteration (or call) left. True or False for a plain assignment that
+        binds the whole name (``h = cell(x, h)``, ``cache = f(x)``): told by the dataflow where the name may carry a graph into the
+        iteration (so through aliases: ``prev = h; h = f(prev)``), else by whether the value reads the name. None for a write that
+        changes or adds to the old value (an append, ``+=``, ``x[i] = v``, ``x.add_(...)``) and for a binding a compound statement
+        makes (``for name in ...``, ``with ... as name``)."""
         key = (loop.node, name)
         if key not in self._writes:
             self._writes[key] = self._find_writes(loop, name)
@@ -204,14 +207,12 @@ class FileAnalysis:
         return False in self.writes_of(loop, name).values()
 
     def value_read(self, name: cst.Name | cst.Attribute) -> Value | None:
-        """What the name (or attribute) held where the program read it (None where the analysis
-        never got)."""
+        """What the name (or attribute) held where the program read it (None where the analysis never got)."""
         return self._dataflow.read_values.get(name)
 
     def iterates_graph(self, loop: Loop) -> bool:
-        """Whether a ``for`` loop iterates over a value that carries a graph (``zip(inputs,
-        soft_targets)`` where a teacher built ``soft_targets`` before the loop). The dataflow reads
-        what an unknown iterable yields as data, so that graph is not among the targets' origins."""
+        """Whether a ``for`` loop iterates over a value that carries a graph (``zip(inputs, soft_targets)`` where a teacher
+        built ``soft_targets`` before the loop). The dataflow reads what an unknown iterable yields as data, not graphs."""
         if not isinstance(loop.node, cst.For):
             return False
         values = (self.value_read(name) for name in self.tree.findall(loop.node.iter, cst.Name))
@@ -243,8 +244,7 @@ class FileAnalysis:
 
     @cached_property
     def _bound_names(self) -> frozenset[str]:
-        """Every name the file binds: imports, functions, classes, assignments (which hide a
-        builtin of the same name)."""
+        """Every name the file binds: imports, functions, classes, assignments (which hide a builtin of the same name)."""
         defined = {node.name.value for node in self.tree.findall(self.module, cst.FunctionDef)}
         return frozenset(self.names.aliases.keys() | self.names.local_classes | defined | assigned_names(self.module, tree=self.tree))
 

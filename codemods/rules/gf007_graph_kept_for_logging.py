@@ -66,7 +66,9 @@ class GraphKeptForLogging(Rule):
     could), or, within the file's own code, no backward reads the store and nothing hands it on;
     and no code reads autograd's bookkeeping (``grad_fn``, ``requires_grad``) of what was kept. A
     store a backward reads (a loss computed from what it keeps, or gradient accumulation) is left
-    alone: its graphs are what that backward walks. A meter's ``update`` is rewritten
+    alone: its graphs are what that backward walks; so is a store whose object another name holds
+    (``history = losses``, ``{"losses": losses}``), unless a backward freed what it keeps: a backward
+    may read it through that name, and gradfix only hints. A meter's ``update`` is rewritten
     (``losses.update(loss.detach(), n)``) only where a backward that does not keep its graph
     walks the loss in the same iteration, the method hands what it is given nowhere but the
     object, the meter and what it keeps reach no code gradfix does not follow (``float(losses.sum)``
@@ -160,7 +162,9 @@ print(total_loss / len(loader))
                     kept_detached = cst.ensure_type(statement.deep_replace(value, _detached(value)), cst.SimpleStatementLine)
                     fix = Fix(safe=True, replace=((statement, kept_detached),))
                 guess = ""
-                if held.unread and not proved:
+                if self.analysis.shares_its_object(store) and not self._freed(loop, store, held):
+                    guess = f"another name holds the object `{store}` holds, and a backward may walk what it keeps through that name"
+                elif held.unread and not proved:
                     guess = f"`{code_of(value)}` may hold no graph: it comes out of code gradfix did not read"
                 elif held.guessed and not proved:
                     guess = f"`{code_of(value)}` may hold no graph: it is an item of a tuple gradfix cannot tell apart from the others"
