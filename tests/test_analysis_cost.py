@@ -240,6 +240,49 @@ CALLERS_BEFORE_CALLEES = {
 
         main()
         """,
+    "a class calling a function below it": """
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+        class Pairs:
+            def __getitem__(self, index):
+                return scaled(torch.randn(2, 4)), torch.randn(2, 1)
+
+
+        def scaled(x):
+            return x * 0.5
+
+
+        def main():
+            pairs = Pairs()
+            for index in range(3):
+                x, y = pairs[index]
+                loss = ((model(x) - y) ** 2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+        main()
+        """,
+    "a function defined in the loop's body": """
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+
+            def compute_loss(x, y):
+                return ((model(x) - y) ** 2).mean()
+
+            loss = compute_loss(torch.randn(2, 4), torch.randn(2, 1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """,
 }
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import reduce
 from itertools import compress
 from operator import attrgetter, not_
-from typing import Callable, Sequence, Union, cast
+from typing import Callable, Sequence, TypeVar, Union, cast
 
 import libcst as cst
 
@@ -34,6 +34,8 @@ from .tree import SyntaxTree, node_types
 from .values import LEAF, NOTHING, NUMBER, TENSOR, FunctionOf, ListOf, Origin, Source, Structure, Value, combine, joined, part, yielded
 
 _MAX_PASSES = 4
+Definition = Union[cst.FunctionDef, cst.ClassDef]  # (what a definition statement binds its name to)
+D = TypeVar("D", bound=Definition)
 _MAX_SUMMARY_ROUNDS = 5
 
 
@@ -123,13 +125,15 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
     def _saw_final_facts(self) -> bool:
         """Whether another round would repeat this one: every call made before its function's
         definition got the summary the round ended with (none, when nothing defines it), and
-        every body was walked with the arguments its callers ended up passing. Most files define
-        their functions and classes before they call them, and take one round."""
+        every body was walked with the arguments its callers ended up passing, and every loop
+        carries the names the calls in its body leave graphs in. Most files define their
+        functions and classes before they call them, and take one round."""
         return (
             all(summary_facts(self.summaries.get(key)) == summary_facts(seen) for key, seen in self._summaries_before_definition.items())
             and all(graph_facts(self.arguments.get(callee, {})) == facts for callee, facts in self._arguments_read)
             and all(self._walked_by(key, self.backward_sites) == walked for key, walked in self._sites_read_before_definition)
             and all(result_facts(self.returned_with_arguments.get(key)) == facts for key, facts in self._results_read_before_definition)
+            and all(self._left_by(func, class_name, []) == names for func, class_name, names in self._left_read_before_definition)
         )
 
     def _run_module(self, module: cst.Module) -> None:
@@ -187,6 +191,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self._arguments_read: list[tuple[object, GraphFacts]] = []
         self._sites_read_before_definition: list[tuple[object, dict[cst.Call, frozenset[Origin]]]] = []
         self._results_read_before_definition: list[tuple[object, tuple[object, ...] | None]] = []
+        self._left_read_before_definition: list[tuple[cst.BaseExpression, str | None, frozenset[str]]] = []
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._comprehension_names: frozenset[str] = frozenset()  # bound by the comprehensions being evaluated
@@ -296,7 +301,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             elif isinstance(statement, cst.ClassDef):
                 self._define_class(statement)
 
-    def _callees_first(self, functions: list[cst.FunctionDef], on_self: bool) -> list[cst.FunctionDef]:
+    def _callees_first(self, functions: list[D], on_self: bool) -> list[D]:
         """``functions`` in the order their walks read each other's summaries final: a function
         before those that call it (a method: on ``self``, ``self.reset()``; else by its name),
         else as written (in a cycle, callees as met). What each walk starts from does not
@@ -308,18 +313,21 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         by_name = {function.name.value: function for function in functions}
         if len(by_name) < len(functions):
             return functions
-        ordered: dict[cst.FunctionDef, None] = {}
+        ordered: dict[D, None] = {}
         for function in functions:
             _place_after_callees(function, by_name, ordered, on_self, self._tree)
         return list(ordered)
 
     def _in_walk_order(self, body: Sequence[cst.CSTNode]) -> list[cst.CSTNode]:
-        """A module's statements, each run of function definitions in a row in callee-first order
-        (``_callees_first``): the definitions only bind names, whatever their order."""
+        """A module's statements, each run of function and class definitions in a row in
+        callee-first order (``_callees_first``; a class calls what its methods call, and is called
+        where it is constructed): the definitions only bind names, whatever their order, and a
+        method runs where it is called, after the module's definitions (a dataset class whose
+        ``__getitem__`` calls a function defined below it takes one round, not two)."""
         walked: list[cst.CSTNode] = []
-        run: list[cst.FunctionDef] = []
+        run: list[Definition] = []
         for statement in [*body, None]:
-            if type(statement) is cst.FunctionDef:
+            if type(statement) is cst.FunctionDef or type(statement) is cst.ClassDef:
                 run.append(statement)
                 continue
             walked.extend(self._callees_first(run, on_self=False))
@@ -718,16 +726,15 @@ def _reads_what_the_last_call_kept(method: Loop) -> bool:
     return bool(kept) and not expand(made, method).isdisjoint(kept)
 
 
-def _place_after_callees(
-    function: cst.FunctionDef, by_name: dict[str, cst.FunctionDef], ordered: dict[cst.FunctionDef, None], on_self: bool, tree: SyntaxTree
-) -> None:
-    """Adds ``function`` to ``ordered`` after the functions of ``by_name`` it calls (on ``self``,
-    ``on_self``; else by name), and theirs. (A function of the module, not a closure: a closure
-    that calls itself is a cycle, which would keep the tree alive past reference counting.)"""
+def _place_after_callees(function: D, by_name: dict[str, D], ordered: dict[D, None], on_self: bool, tree: SyntaxTree) -> None:
+    """Adds ``function`` to ``ordered`` after the definitions of ``by_name`` it calls (on ``self``,
+    ``on_self``; else by name: a class, what its methods call), and theirs. (A function of the
+    module, not a closure: a closure that calls itself is a cycle, which would keep the tree alive
+    past reference counting.)"""
     if function in ordered:
         return
     ordered[function] = None  # (placed again below, after its callees: a cycle stops here)
-    receiver = function.params.params[0].name.value if on_self and function.params.params else None
+    receiver = function.params.params[0].name.value if on_self and isinstance(function, cst.FunctionDef) and function.params.params else None
     for call in tree.findall(function.body, cst.Call):
         func = call.func
         if on_self and type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == receiver:

@@ -12,7 +12,7 @@ they agree).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import libcst as cst
 
@@ -287,11 +287,28 @@ class FunctionSummaries:
         """The names that calls in ``body`` of the file's functions and methods may leave graphs in
         for their caller (``remember()`` filling the module's ``memory``): a loop carries them."""
         left: set[str] = set()
+        class_name = self._scope.class_name
         for call in self._tree.findall(body, cst.Call):
-            summary = self._summary_of(call.func)
-            if summary is not None:
-                left.update(summary.left_for_caller)
+            unsummarized: list[object] = []
+            names = self._left_by(call.func, class_name, unsummarized)
+            if unsummarized:
+                self._left_read_before_definition.append((call.func, class_name, names))
+            left.update(names)
         return left
+
+    def _left_by(self, func: cst.BaseExpression, class_name: str | None, unsummarized: list[object]) -> frozenset[str]:
+        """The names a call of ``func`` from ``class_name``'s methods may leave graphs in; the keys of
+        the summaries it read before their function's definition was walked go to ``unsummarized``.
+        The loop reads these names alone (a round ends final where they are the same: a function
+        defined in the loop's body leaves none, whether its summary was there yet or not)."""
+
+        def read(key: object) -> FunctionSummary | None:
+            if key not in self._summarized:
+                unsummarized.append(key)
+            return self.summaries.get(key)
+
+        summary = self._summary_of(func, class_name, read)
+        return frozenset(summary.left_for_caller) if summary is not None else frozenset()
 
     def _frozen_module(self, func: cst.BaseExpression) -> bool:
         """Whether ``func`` calls a frozen module, or a method of one (``model(x)``, ``model.generate(x)``)."""
@@ -351,23 +368,28 @@ class FunctionSummaries:
         methods = [method] if method else ["__call__", "forward"]
         return next((self.imported[f"{built_from}.{m}"] for m in methods if f"{built_from}.{m}" in self.imported), None)
 
-    def _summary_of(self, func: cst.BaseExpression) -> FunctionSummary | None:
-        class_name = self._scope.class_name
+    def _summary_of(
+        self, func: cst.BaseExpression, class_name: str | None = None, read: Callable[[object], FunctionSummary | None] | None = None
+    ) -> FunctionSummary | None:
+        """The summary of the file's function or method a call of ``func`` runs (from the calling
+        scope's class, or ``class_name``), each summary looked up by ``read`` (``_summary``)."""
+        if read is None:
+            class_name, read = self._scope.class_name, self._summary
         if type(func) is cst.Name:  # (exact types: see ``dotted_name``)
             if func.value in self.names.local_classes:
                 return None
             if self.names.instance_class(func, class_name) is not None:
                 instance = self.names.method_class(func, class_name, "__call__", "forward")
-                return instance and (self._summary((instance, "__call__")) or self._summary((instance, "forward")))
+                return instance and (read((instance, "__call__")) or read((instance, "forward")))
             function = self.names.module_function(func)
-            return None if function is None else self._summary(function)
+            return None if function is None else read(function)
         if type(func) is cst.Attribute:
             if self.names.instance_class(func.value, class_name) is not None:
                 instance = self.names.method_class(func.value, class_name, func.attr.value)
-                return instance and self._summary((instance, func.attr.value))
+                return instance and read((instance, func.attr.value))
             if self.names.instance_class(func, class_name) is not None:
                 instance = self.names.method_class(func, class_name, "__call__", "forward")
-                return instance and (self._summary((instance, "__call__")) or self._summary((instance, "forward")))
+                return instance and (read((instance, "__call__")) or read((instance, "forward")))
         return None
 
     def _read_result(self, callee: object, call: cst.Call, values: list[Value], structure: Structure) -> Value | None:
