@@ -125,6 +125,8 @@ class Rule:
             fix, message = None, f"{message} (hint: {guess})"
         if fix is not None and any(self.analysis.updates_parameters(s) for s in fix.taken_away()):
             fix, message = None, message + " (not rewritten: the fix would remove or move an optimizer update)"
+        if fix is not None and any(site.in_comprehension for site in sites):
+            fix, message = None, message + " (not rewritten: a backward in a comprehension runs once for each item, and gradfix reads it as run once)"
         if fix is not None and any(site.api.guessed for site in sites):
             fix, message = (
                 None,

@@ -1713,3 +1713,44 @@ def test_a_store_whose_object_another_name_holds_may_be_backwarded_through_that_
     # Hidden fact: the backward in the loop frees each graph it keeps: no later backward can walk them, through any name.
     freed = KEPT_UNDER_TWO_NAMES.format(other="history = losses", retain="", after="print(torch.stack(history).sum().item())")
     assert [(code, hint) for code, hint, _ in found(freed)] == [("GF007", False)]
+
+
+BACKWARDS_OF_TWO_HEADS = """\
+shared = nn.Linear(4, 4)
+head0 = nn.Linear(4, 1)
+head1 = nn.Linear(4, 1)
+opt = torch.optim.SGD([*shared.parameters(), *head0.parameters(), *head1.parameters()], lr=0.1)
+for step in range(3):
+    h = torch.tanh(shared(torch.randn(8, 4)))
+    losses = [head0(h).pow(2).mean(), head1(h).pow(2).mean()]
+    opt.zero_grad()
+{backwards}
+    opt.step()
+"""
+
+
+def test_a_backward_in_a_comprehension_runs_once_for_each_item():
+    # The walk reads a comprehension's element once; each item's backward walks `h`'s graph again
+    # (brianlan/pytorch-grad-norm's per-task gradients, written as a comprehension): dropping
+    # `retain_graph=True` breaks the second.
+    assert found(BACKWARDS_OF_TWO_HEADS.format(backwards="    _ = [loss.backward(retain_graph=True) for loss in losses]")) == []
+    per_item = "    _ = [head0(torch.randn(8, 4)).pow(2).mean().backward(retain_graph=True) for _ in range(2)]"
+    assert found(BACKWARDS_OF_TWO_HEADS.format(backwards=per_item)) == []  # (nothing tells the items' graphs apart)
+    # Hidden fact: written as a `for` loop, each iteration is walked, and a graph built in it is its own.
+    per_iteration = "    for _ in range(2):\n        head0(torch.randn(8, 4)).pow(2).mean().backward(retain_graph=True)"
+    assert found(BACKWARDS_OF_TWO_HEADS.format(backwards=per_iteration)) == [("GF009", False, "safe")]
+
+
+def test_no_fix_rests_on_a_backward_in_a_comprehension():
+    forward_once = """\
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+out = model(torch.randn(8, 4))
+for step in range(3):
+    loss = out.pow(2).mean()
+    opt.zero_grad()
+    {backward}
+    opt.step()
+"""
+    assert found(forward_once.format(backward="_ = [l.backward() for l in [loss]]")) == [("GF003", False, None)]
+    assert found(forward_once.format(backward="loss.backward()")) == [("GF003", False, "safe")]  # (the backward runs once)

@@ -203,6 +203,10 @@ class BackwardSite:
     # What ``torch.autograd.grad`` is asked for the gradients of (its ``inputs``): it walks the
     # graph down to them only, not the graph that built them (MAML's fast weights).
     stops_at: Value = NOTHING
+    # Called in a comprehension (``[l.backward(retain_graph=True) for l in losses]``): the walk
+    # read it once, and it runs once for each item, none or many, each through the graph built
+    # before it. No fact of the file says how many times a backward runs there.
+    in_comprehension: bool = False
 
     @property
     def tensor(self) -> cst.BaseExpression | None:

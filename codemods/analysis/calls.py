@@ -611,6 +611,7 @@ class CallSemantics:
             loops=tuple(reversed(self._loops)),
             scope=self._scope,
             stops_at=stops_at,
+            in_comprehension=self._comprehensions > 0,
         )
 
     def saves_tensors(self, node: cst.CSTNode) -> bool:
@@ -689,12 +690,11 @@ class CallSemantics:
         return self._returned_expressions_save(function, class_name, reading)
 
     def _returned_expressions_save(self, function: cst.FunctionDef, class_name: str | None, reading: frozenset[str]) -> bool:
-        """Where the walk saw no graph in what ``function`` returns (its parameters hold none
-        there: ``train_step(model, batch)``), whether each ``return`` hands back what an operation
-        that certainly saves computed from everything the returned value reads (``return
-        model(batch).pow(2).mean()``, or a name only plain assignments bind so): whatever graph a
-        caller's arguments bring flows through that operation, and a backward of the result frees
-        what it saved."""
+        """Where the walk saw no graph in what ``function`` returns (its parameters hold none there:
+        ``train_step(model, batch)``), whether each ``return`` hands back what an operation that certainly
+        saves computed from everything the returned value reads (``return model(batch).pow(2).mean()``, or a
+        name only plain assignments bind so): whatever graph a caller's arguments bring flows through that
+        operation, and a backward of the result frees what it saved."""
         tree = self._tree
         if tree.findall(function.body, cst.FunctionDef) or tree.findall(function.body, cst.Lambda):
             return False  # (a nested function's returns are not this one's)

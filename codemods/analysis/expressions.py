@@ -215,6 +215,7 @@ class Expressions:
     def _eval_comprehension(self, node, env: Env) -> Value:
         inner = dict(env)
         outer_names = self._comprehension_names
+        self._comprehensions += 1
         try:
             for clause in _comprehension_clauses(node.for_in):
                 self._assign(clause.target, element_of(self._eval(clause.iter, inner)), inner)
@@ -223,6 +224,7 @@ class Expressions:
             element = self._eval(node.elt, inner)
         finally:
             self._comprehension_names = outer_names
+            self._comprehensions -= 1
         structure: Structure = ListOf(element.structure)
         return part(element, structure)
 

@@ -48,7 +48,9 @@ class NeedlessRetainGraph(Rule):
 
     When gradfix only reports: A ``True`` passed by position (``loss.backward(None, True)``) is
     reported and left: dropping it would shift the arguments after it. With ``create_graph=True`` (a
-    double backward) the graph is needed and nothing is reported.
+    double backward) the graph is needed and nothing is reported; nor is it for a backward called in a
+    comprehension (``[l.backward(retain_graph=True) for l in losses]``): it runs once for each item, and
+    nothing tells how many times, nor whether each walks a graph another item's backward walks too.
     """
 
     SUMMARY = "retain_graph=True keeps a graph nothing backwards again"
@@ -92,7 +94,7 @@ for x, y in loader:
             )
 
     def _needless(self, site: BackwardSite) -> bool:
-        if site.create_graph is not False:
+        if site.create_graph is not False or site.in_comprehension:
             return False
         if site.value.backwarded:
             return False  # the same tensor backwarded again on purpose: its author keeps the flags
