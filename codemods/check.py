@@ -14,6 +14,7 @@ import re
 import sys
 import tokenize
 from dataclasses import replace
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -271,8 +272,9 @@ def _fix_until_stable(
     """Apply compatible fixes, re-parse and re-analyse, until no applicable fix is left.
     ``python_tree``: Python's own tree of the file, where it was parsed already."""
     data = report.original
+    parsed = module
     analysis = FileAnalysis(module, project, data, python_tree)
-    violations = find_violations(analysis, rules)
+    violations = found_first = find_violations(analysis, rules)
     if violations and (error := compile_error(analysis, path)):
         # LibCST parses more than this Python compiles (3.12 syntax, `continue` outside a loop):
         # such a file is not gradfix's to judge, and any rewrite of it would look like gradfix's fault.
@@ -307,7 +309,14 @@ def _fix_until_stable(
     report.fixed = [replace(f, path=path) for f in report.fixed]
     data = _final_line_endings_kept(report.original, data)
     if report.fixed and data != report.original:
-        report.rewritten = data
+        kept = _untouched_lines_kept(report.original, _final_line_endings_kept(report.original, parsed.bytes), data)
+        if kept is None:
+            report.internal_errors.append(
+                f"{path}: internal error: LibCST does not give back the file's own text next to what the fixes change; the file was left as it was"
+            )
+            report.findings, report.fixed = [replace(v.finding, path=path) for v in found_first], []
+        else:
+            report.rewritten = kept
 
 
 def _identity(finding: Finding, data: bytes) -> tuple[str, str, str]:
@@ -325,6 +334,34 @@ def _final_line_endings_kept(original: bytes, rewritten: bytes) -> bytes:
     if not original.endswith(b"\r"):
         return rewritten
     return rewritten.rstrip(b"\r") + original[len(original.rstrip(b"\r")) :]
+
+
+def _untouched_lines_kept(original: bytes, parsed: bytes, rewritten: bytes) -> bytes | None:
+    """``rewritten`` with each line the fixes left alone as ``original`` has it. The fixes rewrite
+    LibCST's tree of the file, whose code is not always the file's bytes (a blank line before a
+    last line of spaces is dropped): where ``parsed``, that code, differs from ``original``, what
+    the fixes changed is carried over to the original lines, by a merge of the two sets of changes
+    to ``parsed``; None where both change the same lines, or start at the same place (which of the
+    two comes first is not known)."""
+    if parsed == original:
+        return rewritten
+    base = parsed.splitlines(keepends=True)
+    lost = _changes(base, original.splitlines(keepends=True))
+    fixed = _changes(base, rewritten.splitlines(keepends=True))
+    if any(max(start, other) < min(end, other_end) or start == other for start, end, _ in lost for other, other_end, _ in fixed):
+        return None
+    merged: list[bytes] = []
+    at = 0
+    for start, end, lines in sorted([*lost, *fixed], key=lambda change: change[:2]):
+        merged += [*base[at:start], *lines]
+        at = end
+    return b"".join([*merged, *base[at:]])
+
+
+def _changes(base: list[bytes], changed: list[bytes]) -> list[tuple[int, int, list[bytes]]]:
+    """What turns ``base`` into ``changed``: each range of lines of ``base`` replaced, with the lines that replace it."""
+    matcher = SequenceMatcher(None, base, changed, autojunk=False)
+    return [(i1, i2, changed[j1:j2]) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
 
 
 def find_violations(analysis: FileAnalysis, rules: Sequence[type[Rule]]) -> list[Violation]:

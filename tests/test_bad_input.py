@@ -220,3 +220,24 @@ def test_a_fix_keeps_extended_attributes(tmp_path):
 def test_a_file_with_carriage_returns_only_keeps_its_final_one():
     result = gradfix.fix(BEFORE.replace(b"\n", b"\r"), path="train.py")
     assert result.source == AFTER.replace(b"\n", b"\r")
+
+
+def test_a_fix_keeps_the_lines_libcst_does_not_give_back():
+    # LibCST's code of a file ending in a blank line and a line of spaces drops the blank line
+    # (NIID-Bench's experiments.py): the lines no fix changed stay the file's own.
+    ending = b'print("done")\n\n    \n'
+    result = gradfix.fix(BEFORE + ending, path="train.py")
+    assert result.source == AFTER + ending
+    assert [f.code for f in result.fixed] == ["GF002"]
+
+
+def test_a_fix_that_meets_lines_libcst_does_not_give_back_is_not_made(monkeypatch):
+    from gradfix.codemods import check
+
+    assert check._untouched_lines_kept(b"a\n\n  \n", b"a\n  \n", b"b\n  \n") == b"b\n\n  \n"
+    assert check._untouched_lines_kept(b"a\n\n  \n", b"a\n  \n", b"a\nc\n  \n") is None  # (the blank line before `c`, or after?)
+    monkeypatch.setattr(check, "_untouched_lines_kept", lambda original, parsed, rewritten: None)
+    result = gradfix.fix(BEFORE + b'print("done")\n\n    \n', path="train.py")
+    assert result.source == BEFORE + b'print("done")\n\n    \n' and not result.fixed
+    assert [f.code for f in result.findings] == ["GF002"]
+    assert any("LibCST does not give back the file's own text" in error for error in result.errors)
