@@ -1754,3 +1754,62 @@ for step in range(3):
 """
     assert found(forward_once.format(backward="_ = [l.backward() for l in [loss]]")) == [("GF003", False, None)]
     assert found(forward_once.format(backward="loss.backward()")) == [("GF003", False, "safe")]  # (the backward runs once)
+
+
+TASK_BACKWARDS_IN_A_FUNCTION = """\
+shared = nn.Linear(4, 4)
+head0 = nn.Linear(4, 1)
+head1 = nn.Linear(4, 1)
+opt = torch.optim.SGD([*shared.parameters(), *head0.parameters(), *head1.parameters()], lr=0.1)
+h = torch.tanh(shared(torch.randn(8, 4)))
+
+
+def task_backward(head):
+{body}
+
+
+opt.zero_grad()
+task_backward(head0)
+task_backward(head1)
+opt.step()
+"""
+
+TASK_BACKWARDS_IN_A_METHOD = """\
+shared = nn.Linear(4, 4)
+head0 = nn.Linear(4, 1)
+opt = torch.optim.SGD([*shared.parameters(), *head0.parameters()], lr=0.1)
+
+
+class Trainer:
+    def __init__(self):
+        self.h = None
+
+    def forward_shared(self):
+        self.h = torch.tanh(shared(torch.randn(8, 4)))
+
+    def task_backward(self):
+{body}
+
+
+trainer = Trainer()
+for step in range(3):
+    trainer.forward_shared()
+    opt.zero_grad()
+    trainer.task_backward()
+    trainer.task_backward()
+    opt.step()
+"""
+
+
+def test_a_graph_built_outside_a_function_is_walked_again_by_each_call():
+    # Each call of the function backwards through `h`, which it did not build: the second call
+    # needs the graph the first kept.
+    from_the_module = TASK_BACKWARDS_IN_A_FUNCTION.format(body="    head(h).pow(2).mean().backward(retain_graph=True)")
+    assert found(from_the_module) == []
+    from_another_method = TASK_BACKWARDS_IN_A_METHOD.format(body="        head0(self.h).pow(2).mean().backward(retain_graph=True)")
+    assert found(from_another_method) == []
+    # Hidden fact: each call builds the whole graph it backwards.
+    built_in_the_call = "    head(torch.tanh(shared(torch.randn(8, 4)))).pow(2).mean().backward(retain_graph=True)"
+    assert found(TASK_BACKWARDS_IN_A_FUNCTION.format(body=built_in_the_call)) == [("GF009", False, "safe")]
+    built_in_the_method = "        head0(torch.tanh(shared(torch.randn(8, 4)))).pow(2).mean().backward(retain_graph=True)"
+    assert found(TASK_BACKWARDS_IN_A_METHOD.format(body=built_in_the_method)) == [("GF009", False, "safe")]

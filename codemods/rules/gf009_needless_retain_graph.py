@@ -38,6 +38,10 @@ class NeedlessRetainGraph(Rule):
     The fix: gradfix removes the argument when no later backward that may run in the same pass (not one
     in the other branch of ``if use_amp:``/``else``, a test nothing changes) reaches any part of that
     graph, no later iteration of a loop carries it on or walks it again (a graph built before the loop),
+    no part of a backward's graph inside a function was built outside it (a global, a variable of the
+    scope around it: every call of the function walks it again), no part of it in a method reads an
+    attribute of its object that code other than ``__init__`` writes (another method or an earlier
+    call may have left a graph there),
     the graph is not handed to code it does not follow (stored on an object, returned, passed to a call
     made for its effect, read by a nested function or a lambda from the scope around it, or the receiver
     of ``loss.backward`` taken as a value: code that may run later), no part of it may come out of code
@@ -112,6 +116,10 @@ for x, y in loader:
             return False  # an element of a container of graphs: what the elements share is not known
         if within is not None and any(not self.analysis.contains(within.node, o.statement) for o in nodes):
             return False  # built before the loop: every iteration backwards through it again
+        if isinstance(site.scope.node, cst.FunctionDef) and any(not self.analysis.contains(site.scope.node, o.statement) for o in nodes):
+            return False  # built outside the function (a global, a closure's): every call walks it again
+        if self._reads_what_a_call_left(site, nodes):
+            return False
         if any(self.analysis.iterates_graph(loop) for loop in site.loops):
             return False  # the loop hands out parts of a graph built before it, which every iteration walks
         if any(
@@ -120,6 +128,18 @@ for x, y in loader:
         ):
             return False  # (an earlier one can reach it only through a graph kept across iterations)
         return self.analysis.called_with_graph(site.scope) is False or not self._reaches_parameters(site, nodes)
+
+    def _reads_what_a_call_left(self, site: BackwardSite, nodes: frozenset[Origin]) -> bool:
+        """Whether, in a method, the graph reads an attribute of its object that code other than the
+        constructor writes (another method, this one in an earlier call, code outside the class):
+        the walk starts a method from what ``__init__`` leaves, and the object may then hold a graph
+        an earlier call built, which this backward walks again."""
+        method = site.scope.node
+        if site.scope.class_name is None or not isinstance(method, cst.FunctionDef) or not method.params.params:
+            return False
+        me = method.params.params[0].name.value + "."
+        read = {name[len(me) :].split(".")[0] for origin in nodes for name in read_names(origin.statement) if name.startswith(me)}
+        return any(writer is None or writer.name.value != "__init__" for attribute in read for _, writer in self.analysis.attribute_writes(attribute))
 
     def _handed_to_next_iteration(self, loop: Loop, nodes: frozenset[Origin]) -> bool:
         """Whether a name leaves an iteration holding part of this graph and a backward of the
