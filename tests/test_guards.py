@@ -69,3 +69,42 @@ def test_a_bar_over_an_iterator_may_walk_nothing_in_a_later_iteration():
     """The variant that hides the fact: the iterator is used up by the first iteration, so a later
     one may read the previous iteration's energy (a carried graph, a guess)."""
     assert _codes("steps = iter(range(5))", "tqdm(steps)") == [("GF004", True)]
+
+
+# yilundu/improved_contrastive_divergence (review h78): `im_neg_kl` is assigned in the `else` of a
+# test the loop never changes, and read after that `if` under another test: an iteration that reads
+# it assigned it (with the flag set, no iteration does, and the first read raises NameError).
+FLAG_ELSE = """\
+import sys
+import torch, torch.nn as nn
+hmc = "--hmc" in sys.argv
+model = nn.Linear(4, 1)
+optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+for step in range(3):
+    x = torch.rand(8, 4, requires_grad=True)
+    if TEST:
+        im_neg = x.detach()
+    else:
+ASSIGNS
+    loss = model(torch.randn(8, 4)).mean() - model(im_neg).mean()
+    if "--kl" not in sys.argv:
+        loss = loss + model(im_neg_kl).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+ASSIGNED = "        im_neg = x.detach()\n        im_neg_kl = x - 0.1 * torch.autograd.grad(model(x).sum(), [x], create_graph=True)[0]"
+
+
+def _flag_else_codes(test: str, assigns: str) -> list[tuple[str, bool]]:
+    code = FLAG_ELSE.replace("TEST", test).replace("ASSIGNS", assigns)
+    return [(f.code, f.hint) for f in check_source(code.encode(), all_rules(), FixMode.NONE, "train.py", {}).findings]
+
+
+def test_a_value_assigned_in_the_else_of_a_test_the_loop_never_changes_is_this_iterations():
+    assert _flag_else_codes("hmc", ASSIGNED) == []
+    # Hidden facts: the test answers anew each iteration (an earlier iteration may have taken the
+    # `else`), or the `else` assigns on some paths only: what is read may be an earlier iteration's.
+    assert ("GF004", False) in _flag_else_codes("step % 2", ASSIGNED)
+    sometimes = "        im_neg = x.detach()\n        if step < 2:\n" + ASSIGNED.split("\n")[1].replace("        ", "            ", 1)
+    assert ("GF004", False) in _flag_else_codes("hmc", sometimes)

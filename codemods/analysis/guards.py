@@ -47,7 +47,9 @@ def read_only_where_assigned(
     earlier ``if`` of the same iteration that assigns ``name`` on every path of its body, and the
     loop writes nothing the test reads (``if args.with_prior_preservation:`` twice): the test
     answers the same both times, so what is read is always this iteration's value (or the read
-    follows the assignment in the branch that makes it). An inner loop whose first pass assigns
+    follows the assignment in the branch that makes it); or every write of ``name`` is in an arm
+    that assigns it on every path under such a test (its body, or its ``else``) and each read
+    comes after one (an arm taken in one iteration is taken in all). An inner loop whose first pass assigns
     ``name`` counts as such a test when it runs as often in every iteration (``SAME_TRIP_COUNT``),
     or, with ``inner_loops_run``, whatever it walks. ``reached``: the reads the dataflow got to;
     ``bound``: the names the file binds (a ``range`` of its own is not the builtin);
@@ -60,9 +62,14 @@ def read_only_where_assigned(
     # (what the loop statement itself binds changes every iteration: ``for step in ...``)
     written = assigned_names(body, tree=tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())
     assigning: dict[str, list[cst.If]] = {}
+    otherwise: list[cst.If] = []  # (``else`` arms that assign: the test false every iteration, each assigns)
     for branch in tree.findall(body, cst.If):
-        if _invariant(tree, branch.test, written) and _always_assigns(branch.body, name, runs_to_its_end):
+        if not _invariant(tree, branch.test, written):
+            continue
+        if _always_assigns(branch.body, name, runs_to_its_end):
             assigning.setdefault(expression_key(branch.test), []).append(branch)
+        if isinstance(branch.orelse, cst.Else) and _always_assigns(branch.orelse.body, name, runs_to_its_end):
+            otherwise.append(branch)
     passes = [
         inner
         for inner in tree.findall(body, cst.For)
@@ -70,17 +77,22 @@ def read_only_where_assigned(
         and (inner_loops_run or _same_trip_count(tree, bound, inner.iter, written, names.qualify))
     ]
     reads = [n for n in tree.names(body, [name]) if n in reached]
-    if not ((assigning or passes) and reads):
+    if not ((assigning or passes or otherwise) and reads):
         return False
     if all(_guarded_like(tree, read, assigning, loop.node, written) for read in reads):
         return True
-    # Or every write is in such a branch (or inner loop) and every read comes after one: the test
-    # true, this iteration assigned it; false, no iteration does, and what is read is the value
-    # from before the loop, never a previous iteration's.
-    branches: list[cst.If | cst.For] = [*(branch for group in assigning.values() for branch in group), *passes]
+    # Or every write is in such an arm (the body of an ``if``, an ``else``, an inner loop's) and
+    # every read comes after its statement: the arm taken, this iteration assigned it; not taken,
+    # no iteration does, and what is read is the value from before the loop, never a previous
+    # iteration's.
+    arms: list[tuple[cst.CSTNode, cst.If | cst.For]] = [
+        *((branch.body, branch) for group in assigning.values() for branch in group),
+        *((inner, inner) for inner in passes),
+        *((cst.ensure_type(branch.orelse, cst.Else), branch) for branch in otherwise),
+    ]
     writes = [statement for statement in tree.findall(body, cst.SimpleStatementLine) if _writes(statement, name)]
-    return all(any(tree.contains(branch, write) for branch in branches) for write in writes) and all(
-        _guarded_like(tree, read, assigning, loop.node, written) or any(_runs_before(tree, branch, read, written) for branch in branches)
+    return all(any(tree.contains(arm, write) for arm, _ in arms) for write in writes) and all(
+        _guarded_like(tree, read, assigning, loop.node, written) or any(_runs_before(tree, statement, read, written) for _, statement in arms)
         for read in reads
     )
 
