@@ -1256,3 +1256,27 @@ def test_a_number_library_given_a_graph_may_hand_it_back_however_it_is_imported(
         """
     )
     assert analysis.value_assigned(find_nodes(analysis.module, cst.Assign)[-1].value).graph is graph
+
+
+def test_a_method_named_like_a_modules_of_the_files_own_class_is_that_method():
+    # JavierAntoran/Bayesian-Neural-Networks (review h78): `net.eval(x, y)` of the notebook's
+    # `Net_langevin`, which defines `eval`, does not make `net` an `nn.Module` gradfix did not read.
+    program = textwrap.dedent(
+        """
+        import torch
+        {base}
+
+        class Net({parent}):
+            def fit(self, x):
+                return x * 2
+        {method}
+
+        net = Net()
+        net.eval(torch.ones(2))
+        """
+    )
+    own = program.format(base="", parent="object", method="    def eval(self, x):\n            return x")
+    assert "net" not in FileAnalysis(cst.parse_module(own)).names.modules
+    # Hidden fact: `eval` comes from a base gradfix did not read, which may be `nn.Module`'s.
+    inherited = program.format(base="from trainers import Evaluating", parent="Evaluating", method="")
+    assert FileAnalysis(cst.parse_module(inherited)).names.modules["net"].unread

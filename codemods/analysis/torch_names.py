@@ -434,8 +434,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.objects.add(name)
         if type(func) is cst.Attribute and func.attr.value in MODULE_METHODS:
             name = self._key(func.value)  # (a helper's ``model.named_parameters()``: the helper's ``model``)
-            if name is None:
-                return
+            if name is None or (self.names.instances.get(name), func.attr.value) in self._methods:
+                return  # (``net.eval(x, y)``, where ``net`` is built by the file's class that defines ``eval``)
             if name.startswith("self.") and name.count(".") == 1 and self._classes:
                 self.names.self_modules.setdefault(self._classes[-1], {}).setdefault(name[5:], ModuleInfo("", unread=True))
             elif not name.startswith("self."):
