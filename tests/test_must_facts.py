@@ -1813,3 +1813,35 @@ def test_a_graph_built_outside_a_function_is_walked_again_by_each_call():
     assert found(TASK_BACKWARDS_IN_A_FUNCTION.format(body=built_in_the_call)) == [("GF009", False, "safe")]
     built_in_the_method = "        head0(torch.tanh(shared(torch.randn(8, 4)))).pow(2).mean().backward(retain_graph=True)"
     assert found(TASK_BACKWARDS_IN_A_METHOD.format(body=built_in_the_method)) == [("GF009", False, "safe")]
+
+
+D_STEP = """\
+discriminator = nn.Sequential(nn.Linear(8, 1), nn.Sigmoid())
+optimizer = torch.optim.Adam(discriminator.parameters(), 2e-4)
+criterion = nn.BCELoss()
+
+
+def train_discriminator(real, fake):
+    optimizer.zero_grad()
+    prediction = discriminator(torch.cat([real, fake]))
+    error_real = criterion(prediction[:16], torch.ones(16, 1))
+    error_real.backward()
+    error_fake = criterion(prediction[16:], {zeros})
+    error_fake.backward()
+    optimizer.step()
+
+
+for step in range(3):
+    train_discriminator(torch.randn(16, 8), torch.randn(16, 8))
+"""
+
+
+def test_a_gf002_left_unrewritten_says_what_stopped_the_merge():
+    # The common D step of GAN notebooks (h78: diegoalejogm/gans, mutated): the second loss is computed
+    # between the two backwards, by a call gradfix does not read on a parameter of unknown type.
+    [finding] = gradfix.check(HEADER + D_STEP.format(zeros="torch.zeros(fake.size(0), 1)"), hints=True).findings
+    assert finding.code == "GF002" and finding.fix is None
+    assert "(not rewritten: `fake.size(0)` runs between them, and gradfix does not see whether it reads the gradients" in finding.message
+    # Hidden fact: what runs between them is all torch's own: merged, safely.
+    [finding] = gradfix.check(HEADER + D_STEP.format(zeros="torch.zeros(16, 1)"), hints=True).findings
+    assert finding.code == "GF002" and finding.fix is not None and finding.fix.value == "safe"

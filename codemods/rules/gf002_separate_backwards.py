@@ -126,16 +126,16 @@ for x, y_reg, y_cls in loader:
                 message += f"line {self.analysis.line(clearing)} clears the gradients between them, so recompute the shared value after it"
             else:
                 message += "backward their sum once"
+            why_not = ""
             if len(optimizers) <= 1 and effects & GradientEffect.UPDATING:
                 fix = self._recompute_fix(group, block)
             else:
-                fix = self._fix(group, block)
+                fix, why_not = self._fix(group, block)
             if fix is None and self.analysis.names.gradient_hooks:
                 hook = self.analysis.names.gradient_hooks[0]
-                message += (
-                    f" (not rewritten: the hook or autograd Function at line {self.analysis.line(hook)} sees each "
-                    "backward's gradient on its own, and would see their sum)"
-                )
+                why_not = f"the hook or autograd Function at line {self.analysis.line(hook)} sees each backward's gradient on its own, and would see their sum"
+            if why_not:
+                message += f" (not rewritten: {why_not})"
             guess = _guess(group, self._shares_only_possible(group))
             yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group, guess=guess)
         yield from self._into_a_branch()
@@ -321,23 +321,28 @@ for x, y_reg, y_cls in loader:
                 return False
         return True
 
-    def _fix(self, group: list[BackwardSite], block: Block) -> Fix | None:
+    def _fix(self, group: list[BackwardSite], block: Block) -> tuple[Fix | None, str]:
+        """The backwards merged into the last one's place, or None and why not (a hook: said by
+        the caller; an update or zeroing between: said by the message)."""
         earlier, last = group[:-1], group[-1]
         merged_call = self.analysis.merged_backward(group)
         if merged_call is None:
-            return None
+            return None, "they are not backwarded by the same kind of call with the same arguments, so no one call stands for them"
         if self.analysis.names.gradient_hooks:
-            return None  # a hook (or custom Function) sees each backward's gradient: the sum is another gradient
+            return None, ""  # a hook (or custom Function) sees each backward's gradient: the sum is another gradient
         between = [s for s in self._between(block, group[0], last) if s not in [site.statement for site in group]]
+        if any(self.analysis.gradient_effects(statement) & GradientEffect.READING for statement in between):
+            return None, "code between them reads the gradients the first backward leaves"
         if any(self.analysis.gradient_effects(statement) for statement in between):
-            return None  # an update, zeroing or gradient read between: the backwards mean two steps
-        if any(self.analysis.call_that_may_read_gradients(statement) for statement in between):
-            return None  # code gradfix does not see runs between, and may look at the first loss's gradient
+            return None, ""  # an update or zeroing between: the backwards mean two steps
+        for statement in between:
+            if (call := self.analysis.call_that_may_read_gradients(statement)) is not None:
+                return None, f"`{code_of(call)}` runs between them, and gradfix does not see whether it reads the gradients the first backward leaves"
         for site in earlier:
             after_site = block.statements[block.index(site.statement) + 1 : block.index(last.statement)]
-            if read_names(site.call) & set().union(*(assigned_names(s) for s in after_site)):
-                return None  # the tensor (or its gradient) would mean another value at the merged call
-        return Fix(safe=True, remove=tuple(site.statement for site in earlier), replace=((last.statement, _calling(last, merged_call)),))
+            if reassigned := read_names(site.call) & set().union(*(assigned_names(s) for s in after_site)):
+                return None, f"`{min(reassigned)}` means another value where the backwards would be merged"
+        return Fix(safe=True, remove=tuple(site.statement for site in earlier), replace=((last.statement, _calling(last, merged_call)),)), ""
 
 
 def _tensor(site: BackwardSite) -> cst.BaseExpression:
