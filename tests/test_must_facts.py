@@ -1845,3 +1845,35 @@ def test_a_gf002_left_unrewritten_says_what_stopped_the_merge():
     # Hidden fact: what runs between them is all torch's own: merged, safely.
     [finding] = gradfix.check(HEADER + D_STEP.format(zeros="torch.zeros(16, 1)"), hints=True).findings
     assert finding.code == "GF002" and finding.fix is not None and finding.fix.value == "safe"
+
+
+FEDPROX_TERM_ONCE = """\
+import copy
+
+
+def train_fedprox(net, global_net, batches, mu, device="cpu"):
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    global_weights = list({global_parameters})
+    proximal = 0.0
+    for index, param in enumerate(net.parameters()):
+        proximal += (mu / 2) * torch.norm(param - global_weights[index]) ** 2
+    for x, target in batches:
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(net(x), target)
+        loss += proximal
+        loss.backward()
+        optimizer.step()
+
+
+net = nn.Linear(4, 2)
+train_fedprox(net, copy.deepcopy(net), [(torch.randn(8, 4), torch.randint(0, 2, (8,)))] * 3, 0.01)
+"""
+
+
+def test_a_module_method_that_returns_the_module_hands_back_that_module():
+    # Xtra-Computing/NIID-Bench's FedProx (h79, the term moved before the loop): the global model's
+    # weights read through `global_net.to(device)`, the module itself.
+    assert [code for code, _, _ in found(FEDPROX_TERM_ONCE.format(global_parameters="global_net.to(device).parameters()"))] == ["GF003"]
+    assert [code for code, _, _ in found(FEDPROX_TERM_ONCE.format(global_parameters="global_net.cuda().eval().parameters()"))] == ["GF003"]
+    # Hidden fact: a method the table does not say returns the module (it may return anything).
+    assert found(FEDPROX_TERM_ONCE.format(global_parameters="global_net.to_device(device).parameters()")) == []

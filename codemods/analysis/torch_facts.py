@@ -15,7 +15,7 @@ import libcst as cst
 
 from ..frameworks import EXCEPTION_KEEPING_CONTEXTS
 from ..summaries import ExportedModuleClass
-from ..torch_api import FUNCTION_NAMESPACES, TORCH_SUBMODULES
+from ..torch_api import FUNCTION_NAMESPACES, MODULE_RETURNING, TORCH_SUBMODULES
 from .module_info import ModuleInfo
 from .scopes import Scopes
 from .syntax import dotted_name
@@ -210,10 +210,12 @@ class TorchNames:
 
     def module(self, node: cst.CSTNode, class_name: str | None) -> ModuleInfo | None:
         """The module an expression names (``model``, ``self.encoder``, ``self.layers[i]``, one built
-        where it is called: ``nn.L1Loss()``), if any."""
+        where it is called: ``nn.L1Loss()``, one a method hands back: ``model.to(device)``), if any."""
         if type(node) is cst.Subscript:  # (exact types: see ``dotted_name``)
             container = self.module(node.value, class_name)
             return None if container is None else ModuleInfo("")
+        if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value in MODULE_RETURNING:
+            return self.module(node.func.value, class_name)
         if type(node) is cst.Call:
             built = self.module_class(node.func)
             return None if built is None else self.built_module(node.func, built)

@@ -433,7 +433,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if name is not None:
                 self.names.objects.add(name)
         if type(func) is cst.Attribute and func.attr.value in MODULE_METHODS:
-            name = self._key(func.value)  # (a helper's ``model.named_parameters()``: the helper's ``model``)
+            receiver = func.value
+            while type(receiver) is cst.Call and type(receiver.func) is cst.Attribute and receiver.func.attr.value in MODULE_RETURNING:
+                receiver = receiver.func.value  # (``global_net.to(device).parameters()``: ``global_net``)
+            name = self._key(receiver)  # (a helper's ``model.named_parameters()``: the helper's ``model``)
             if name is None or (self.names.instances.get(name), func.attr.value) in self._methods:
                 return  # (``net.eval(x, y)``, where ``net`` is built by the file's class that defines ``eval``)
             if name.startswith("self.") and name.count(".") == 1 and self._classes:
