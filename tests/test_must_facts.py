@@ -2,7 +2,10 @@
 code moved out of the file, or the fact made false), which changes the answer. A finding in the
 default output rests on such facts; what rests on a guess is a hint (tests/test_hints.py)."""
 
+import libcst as cst
+
 import gradfix
+from gradfix.codemods.analysis import FileAnalysis
 
 HEADER = """\
 import torch
@@ -1876,4 +1879,65 @@ def test_a_module_method_that_returns_the_module_hands_back_that_module():
     assert [code for code, _, _ in found(FEDPROX_TERM_ONCE.format(global_parameters="global_net.to(device).parameters()"))] == ["GF003"]
     assert [code for code, _, _ in found(FEDPROX_TERM_ONCE.format(global_parameters="global_net.cuda().eval().parameters()"))] == ["GF003"]
     # Hidden fact: a method the table does not say returns the module (it may return anything).
-    assert found(FEDPROX_TERM_ONCE.format(global_parameters="global_net.to_device(device).parameters()")) == []
+    analysis = FileAnalysis(cst.parse_module("import torch\nnet = torch.nn.Linear(2, 2)\nnet.to('cpu').eval()\nnet.to_device('cpu')\n"))
+    returning, other = [cst.ensure_type(cst.ensure_type(line, cst.SimpleStatementLine).body[0], cst.Expr).value for line in analysis.module.body[2:]]
+    assert analysis.names.module(returning, None) is analysis.names.modules["net"]
+    assert analysis.names.module(other, None) is None
+
+
+RETAINED_BEFORE_A_LOOP_OVER = """\
+shared = nn.Linear(4, 4)
+head0 = nn.Linear(4, 1)
+head1 = nn.Linear(4, 1)
+opt = torch.optim.SGD([*shared.parameters(), *head0.parameters(), *head1.parameters()], lr=0.1)
+weights = [0.5]
+for step in range(3):
+    h = torch.tanh(shared(torch.randn(8, 4)))
+    first = head0(h).pow(2).mean()
+    opt.zero_grad()
+    first.backward(retain_graph=True)
+    for {targets} in {iterated}:
+        ({scaled}).backward()
+    opt.step()
+"""
+
+
+def test_zip_and_enumerate_yield_what_iterating_their_arguments_yields():
+    # The loop after the first backward walks `h`'s graph again through the losses it iterates:
+    # `retain_graph=True` is needed (it was dropped as a safe fix: zip and enumerate were calls of
+    # code gradfix did not read, whose items it took for data).
+    zipped = RETAINED_BEFORE_A_LOOP_OVER.format(targets="w, loss", iterated="zip(weights, [head1(h).pow(2).mean()])", scaled="w * loss")
+    numbered = RETAINED_BEFORE_A_LOOP_OVER.format(targets="i, loss", iterated="enumerate([head1(h).pow(2).mean()])", scaled="loss")
+    assert found(zipped) == []
+    assert found(numbered) == []
+    # Hidden fact: the iterated losses are built from a graph of their own.
+    apart = RETAINED_BEFORE_A_LOOP_OVER.format(targets="w, loss", iterated="zip(weights, [head1(torch.randn(8, 4)).mean()])", scaled="w * loss")
+    assert found(apart) == [("GF009", False, "safe")]
+
+
+BATCHES_NUMBERED = """\
+{loader}
+generator = nn.Linear(1, 4)
+classifier_1 = nn.Linear(4, 1)
+classifier_2 = nn.Linear(4, 2)
+optimizer = torch.optim.SGD([*generator.parameters(), *classifier_1.parameters(), *classifier_2.parameters()], lr=0.1)
+for step, x in enumerate(loader):
+    target = (x * 10).long().clamp(max=1).squeeze(1)
+    gen = generator(x)
+    loss1 = classifier_1(gen).pow(2).mean()
+    loss2 = nn.functional.cross_entropy(classifier_2(gen), target)
+    optimizer.zero_grad()
+    loss1.backward()
+    loss2.backward()
+    optimizer.step()
+"""
+
+
+def test_a_loop_over_enumerate_of_a_data_loader_runs_only_code_gradfix_models():
+    # ../shared/real-failures set-a 06: `enumerate(loader)` was a call of code gradfix did not read, so
+    # `x` was no known tensor and `.long()` on it a method gradfix did not read: the GF002 merge was
+    # unsafe. The builtin yields the data loader's batches with their index.
+    loader = "loader = torch.utils.data.DataLoader(torch.rand(16, 1), batch_size=4)"
+    assert found(BATCHES_NUMBERED.format(loader=loader)) == [("GF002", False, "safe")]
+    # Hidden fact: `enumerate` is bound to a function gradfix did not read.
+    assert found(BATCHES_NUMBERED.format(loader=loader + "\nfrom helpers import enumerate")) == [("GF002", False, "unsafe")]

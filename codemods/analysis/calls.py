@@ -335,6 +335,8 @@ class CallSemantics:
             if func.value == "dict" and all(arg.keyword is not None for arg in node.args) and not self._names_a_value(func, env):
                 self._dict_items[node] = {repr(arg.keyword.value): value for arg, value in zip(node.args, values) if arg.keyword is not None}
                 return union(values, UNKNOWN)  # ``dict(loss=loss)``, a dict built with constant keys
+            if (together := self._iterated_together(node, values, env)) is not None:
+                return together
             if func.value in _CONTAINER_BUILTINS:
                 element = element_of(values[0]) if values else NOTHING
                 structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN
@@ -440,10 +442,9 @@ class CallSemantics:
             self._items_given_no_graph.add(call)
 
     def _items_of_the_call(self, call: cst.Call, whole: Value, targets: Sequence[cst.BaseExpression]) -> list[Value] | None:
-        """What each target of ``a, b = f(...)`` holds, for a function of the file whose every return
-        writes out a tuple of that length: nothing, where the returns prove an item graphless
-        (``return loss, acc.item()``, ``return penalty, mean.detach()``); the graph of the whole
-        call for any other item, guessed only where the returns do not prove it a tensor or a graph."""
+        """What each target of ``a, b = f(...)`` holds, for a function of the file whose every return writes out a tuple of
+        that length: nothing, where the returns prove an item graphless (``return loss, acc.item()``, ``return penalty,
+        mean.detach()``); the graph of the whole call for any other item, guessed where the returns prove it no tensor."""
         if len(targets) == 2 and self._returns_indices(call):
             return [item_of(whole, TENSOR), Value(structure=TENSOR, graphless=True)]
         items = self._call_items.get(call)
@@ -757,10 +758,9 @@ def _is_whole_number(node: cst.BaseExpression) -> bool:
 
 
 def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:
-    """Whether a call of ``math``, ``numpy``, ``random``, ``statistics`` or ``time`` returns nothing that holds
-    a graph: when it is given nothing that holds one (nothing these libraries keep holds a graph).
-    Given a graph, it may hand it back: ``random.choice(losses)``, ``np.squeeze(t)`` (numpy hands
-    the call to the tensor's own method)."""
+    """Whether a call of ``math``, ``numpy``, ``random``, ``statistics`` or ``time`` returns nothing that holds a graph:
+    when it is given nothing that holds one (nothing these libraries keep holds a graph). Given a graph, it may hand
+    it back: ``random.choice(losses)``, ``np.squeeze(t)`` (numpy hands the call to the tensor's own method)."""
     return qualified.startswith(_NUMBER_LIBRARIES) and not any(value.graph for value in values)
 
 

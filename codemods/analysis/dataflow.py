@@ -196,6 +196,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self._loops: list[Loop] = []
         self._comprehension_names: frozenset[str] = frozenset()  # bound by the comprehensions being evaluated
         self._comprehensions = 0  # (how many hold the expression being evaluated)
+        self.together: dict[cst.Call, tuple[Value, ...]] = {}  # ``zip(a, b)``: what one step yields of each
         self._module_items: set[str] = set()  # loop targets naming the items of a module container
         # The slots ``x[i]`` written since ``x`` and ``i`` last changed, by ``x`` and by ``i``: the env
         # keeps each one's value under the key ``x[i]``.
@@ -376,9 +377,17 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             # calling it a forward through its parameters.
             container = self.names.module(statement.iter, self._scope.class_name)
             modules = {statement.target.value} if container is not None and container.trainable and isinstance(statement.target, cst.Name) else set()
+            together = self.together.get(statement.iter) if type(statement.iter) is cst.Call else None
+            targets = [e.value for e in statement.target.elements] if isinstance(statement.target, (cst.Tuple, cst.List)) else []
+            if together is None or len(targets) != len(together) or any(type(t) is cst.StarredElement for t in targets):
+                together, targets = None, []
 
             def iteration(head: Env) -> Env | None:
-                self._assign(statement.target, element, head)
+                if together is None:
+                    self._assign(statement.target, element, head)
+                for target, item in zip(targets, together or ()):  # ``for w, loss in zip(weights, losses)``: each its own
+                    self.assigned_values[target] = item
+                    self._assign(target, item, head)
                 return self._exec_body(statement.body, head)
 
             self._module_items |= modules

@@ -37,6 +37,7 @@ from .values import (
     join_structures,
     part,
     union,
+    yielded,
 )
 
 # Attributes that hold no graph of their object (``config``: a Hugging Face model's configuration object).
@@ -211,6 +212,23 @@ class Expressions:
         """What a name of torch's function holds (``F.mse_loss``): that function (``FunctionOf``)."""
         function = self.names.torch_function(node)
         return NOTHING if function is None else Value(structure=FunctionOf(frozenset({function})))
+
+    def _iterated_together(self, call: cst.Call, values: list[Value], env: Env) -> Value | None:
+        """``zip(a, b)`` and ``enumerate(a)``, the builtins: a list of tuples of what iterating each
+        argument yields (for ``enumerate``, a number first), each tuple's items kept apart for a
+        ``for`` that unpacks them (``together``); None for any other call, one with ``*``, or one
+        given a graph out of code gradfix did not read (read as such code's result)."""
+        func = call.func
+        if type(func) is not cst.Name or func.value not in ("zip", "enumerate") or self._names_a_value(func, env) or func.value in self.names.aliases:
+            return None
+        if any(arg.star or arg.keyword is not None and arg.keyword.value not in ("strict", "start") for arg in call.args):
+            return None
+        if any(value.graph and value.unread for value in values):
+            return None
+        iterated = [yielded(value) for arg, value in zip(call.args, values) if arg.keyword is None]
+        items = [Value(structure=NUMBER, graphless=True), *iterated[:1]] if func.value == "enumerate" else iterated
+        self.together[call] = tuple(items)
+        return union(items, ListOf(TupleOf(tuple(item.structure for item in items))))
 
     def _eval_comprehension(self, node, env: Env) -> Value:
         inner = dict(env)

@@ -325,10 +325,12 @@ def element_of(value: Value) -> Value:
 def yielded(items: Value, known: bool = False) -> Value:
     """What one step of iterating over ``items`` yields (a ``for`` loop's target, ``next(it)``):
     an item of a list, a tuple or a tensor; of an iterable gradfix knows nothing of (a data loader,
-    an environment, what code it did not read returns), data. ``known``: the iterable is one of
-    graphs whatever its structure says (a dict's ``items()`` or ``values()``)."""
+    an environment, what code it did not read returns), data, unless the iterable was built from
+    graphs gradfix saw (``zip(weights, losses)``, ``enumerate(losses)``, ``map(f, outputs)``):
+    then it may yield them, which gradfix only guesses. ``known``: the iterable is one of graphs
+    whatever its structure says (a dict's ``items()`` or ``values()``)."""
     known = known or isinstance(items.structure, (ListOf, TupleOf)) or items.structure is TENSOR
-    return element_of(items) if known else NOTHING
+    return element_of(items) if known or items.graph and not items.unread else NOTHING
 
 
 def join_structures(structures: Iterable[Structure]) -> Structure:
