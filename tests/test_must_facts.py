@@ -1941,3 +1941,25 @@ def test_a_loop_over_enumerate_of_a_data_loader_runs_only_code_gradfix_models():
     assert found(BATCHES_NUMBERED.format(loader=loader)) == [("GF002", False, "safe")]
     # Hidden fact: `enumerate` is bound to a function gradfix did not read.
     assert found(BATCHES_NUMBERED.format(loader=loader + "\nfrom helpers import enumerate")) == [("GF002", False, "unsafe")]
+
+
+ONE_LINE_STEP = """\
+model = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+losses = []
+for step in range(3):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    optimizer.zero_grad()
+    {line}
+    optimizer.step()
+{after}
+"""
+
+
+def test_each_statement_of_a_line_is_read_for_what_it_keeps():
+    # h79 (Lightning-AI/lit-llama's loop, mutated): `fabric.backward(loss); train_losses.append(loss)`.
+    kept = ONE_LINE_STEP.format(line="loss.backward(); losses.append(loss)", after="print(len(losses))")
+    assert found(kept) == [("GF007", False, "safe")]
+    # Hidden fact: a backward after the loop walks what the list keeps (the graphs were retained for it).
+    needed = ONE_LINE_STEP.format(line="loss.backward(retain_graph=True); losses.append(loss)", after="torch.stack(losses).sum().backward()")
+    assert [code for code, _, _ in found(needed)] == []

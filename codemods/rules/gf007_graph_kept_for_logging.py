@@ -115,13 +115,19 @@ print(total_loss / len(loader))
             statements = [
                 statement
                 for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine)
-                if self.analysis.loops_around(statement)[:1] == (loop,) and len(statement.body) == 1
+                if self.analysis.loops_around(statement)[:1] == (loop,)
             ]
-            kept_at = [(statement, kept) for statement in statements if (kept := self._kept_value(loop, statement.body[0])) is not None]
-            carried_on = self._carried_on(loop, {kept.store for _, kept in kept_at})
-            for statement, kept in kept_at:
+            # (each statement of a line: ``loss.backward(); losses.append(loss)``)
+            kept_at = [
+                (statement, small, kept)
+                for statement in statements
+                for small in statement.body
+                if (kept := self._kept_value(loop, small)) is not None
+            ]
+            carried_on = self._carried_on(loop, {kept.store for _, _, kept in kept_at})
+            for statement, small, kept in kept_at:
                 store, value = kept.store, kept.value
-                if kept.replaces and self._same_slot_every_iteration(loop, statement.body[0]):
+                if kept.replaces and self._same_slot_every_iteration(loop, small):
                     continue
                 held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
                 if held is None or not self.analysis.value_nodes(held):
@@ -130,7 +136,7 @@ print(total_loss / len(loader))
                     continue  # an expression whose graph came out of code gradfix cannot read (`sum(rewards)` of env.step's rewards)
                 if self.analysis.value_nodes(held) <= carried_on:
                     continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
-                if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, kept, statement.body[0]):
+                if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, kept, small):
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
                 if not (kept.by_method is not None or kept.in_an_item or self._outlives_iteration(loop, store)) or self._backwarded(store):
                     continue
@@ -152,7 +158,7 @@ print(total_loss / len(loader))
                 if not unfixable and not one_tensor:
                     # (``stats.detach()`` of a dict of losses raises AttributeError)
                     unfixable = f"gradfix cannot tell that `{code_of(value)}` is one tensor"
-                message = f"`{code_of(statement.body[0])}` keeps the graph of every step alive in `{store}`; " + (
+                message = f"`{code_of(small)}` keeps the graph of every step alive in `{store}`; " + (
                     f"store `{code_of(_detached(value))}`" if one_tensor else "store its tensors detached"
                 )
                 fix = None
