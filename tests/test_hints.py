@@ -159,3 +159,33 @@ def test_a_hint_says_why_the_program_may_run_as_it_is():
     assert "the graph is kept, so the program runs" in kept[0].message
     assert "the graph is kept" not in freed[0].message
     assert "not proved to save a tensor the backward frees, so the program may run" in freed[0].message
+
+
+RUNNING_LOSS_RESET = """\
+import torch
+from torch import nn
+model = nn.Linear(4, 10)
+optimizer = torch.optim.Adam(model.parameters())
+running_loss = 0
+for i in range(250):
+    optimizer.zero_grad()
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    running_loss += loss
+    loss.backward()
+    optimizer.step()
+{reset}
+"""
+
+
+def test_a_total_reset_under_a_condition_keeps_the_graphs_of_the_steps_between():
+    # yjwu17/STBP-for-training-SpikingNN (h79, mutated; the PyTorch CIFAR tutorial's shape with a tensor):
+    # up to 100 steps' graphs are linked in `running_loss` between two prints.
+    periodic = "    if (i + 1) % 100 == 0:\n        print(running_loss)\n        running_loss = 0"
+    [finding] = gradfix.check(RUNNING_LOSS_RESET.format(reset=periodic), hints=True).findings
+    assert (finding.code, finding.hint, finding.fix) == ("GF007", True, None)
+    assert "is made anew under a condition (line 14)" in finding.message
+    assert gradfix.check(RUNNING_LOSS_RESET.format(reset=periodic)).findings == ()  # (a hint: not in the default output)
+    # Hidden facts: made anew in every iteration, it keeps one step's graph; never made anew, every step's.
+    assert gradfix.check(RUNNING_LOSS_RESET.format(reset="    print(running_loss)\n    running_loss = 0"), hints=True).findings == ()
+    [finding] = gradfix.check(RUNNING_LOSS_RESET.format(reset=""), hints=True).findings
+    assert (finding.code, finding.hint) == ("GF007", False)

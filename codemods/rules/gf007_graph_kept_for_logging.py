@@ -66,7 +66,9 @@ class GraphKeptForLogging(Rule):
     could), or, within the file's own code, no backward reads the store and nothing hands it on;
     and no code reads autograd's bookkeeping (``grad_fn``, ``requires_grad``) of what was kept. A
     store a backward reads (a loss computed from what it keeps, or gradient accumulation) is left
-    alone: its graphs are what that backward walks; so is a store whose object another name holds
+    alone: its graphs are what that backward walks. A store the loop makes anew only under a condition
+    (``if (i + 1) % 100 == 0: running_loss = 0``) keeps the graphs of the steps between: a hint, as
+    whether the condition ever lets a step by is not known. So is a store whose object another name holds
     (``history = losses``, ``{"losses": losses}``), unless a backward freed what it keeps: a backward
     may read it through that name, and gradfix only hints. A meter's ``update`` is rewritten
     (``losses.update(loss.detach(), n)``) only where a backward that does not keep its graph
@@ -138,7 +140,8 @@ print(total_loss / len(loader))
                     continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
                 if self.analysis.under_no_grad(statement) and self._makes_a_new_tensor(loop, kept, small):
                     continue  # `total += loss` or `stats[i] = loss` with gradients off records no graph
-                if not (kept.by_method is not None or kept.in_an_item or self._outlives_iteration(loop, store)) or self._backwarded(store):
+                reset = self._reset_only_sometimes(loop, store)
+                if not (kept.by_method is not None or kept.in_an_item or self._outlives_iteration(loop, store) or reset) or self._backwarded(store):
                     continue
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`) or a dict of tensors; a tensor a
@@ -168,7 +171,9 @@ print(total_loss / len(loader))
                     kept_detached = cst.ensure_type(statement.deep_replace(value, _detached(value)), cst.SimpleStatementLine)
                     fix = Fix(safe=True, replace=((statement, kept_detached),))
                 guess = ""
-                if self.analysis.shares_its_object(store) and not self._freed(loop, store, held):
+                if reset is not None:
+                    guess = f"`{store}` is made anew under a condition (line {self.analysis.line(reset)}): it keeps the graphs of the steps between"
+                elif self.analysis.shares_its_object(store) and not self._freed(loop, store, held):
                     guess = f"another name holds the object `{store}` holds, and a backward may walk what it keeps through that name"
                 elif held.unread and not proved:
                     guess = f"`{code_of(value)}` may hold no graph: it comes out of code gradfix did not read"
@@ -486,6 +491,18 @@ print(total_loss / len(loader))
         if store not in loop.entry and not (loop.is_call and store.startswith("self.")):
             return False
         return not self.analysis.made_anew_in(loop, store)
+
+    def _reset_only_sometimes(self, loop: Loop, store: str) -> cst.CSTNode | None:
+        """The first statement that makes ``store`` anew, where the loop does so only under a
+        condition (``if (i + 1) % 100 == 0: running_loss = 0``, the PyTorch tutorials' shape):
+        the store keeps the graphs of every step between two resets, as many as the condition lets
+        by (all of them, if it never holds; none, if it always does)."""
+        if store not in loop.entry:
+            return None
+        resets = [statement for statement, from_before in self.analysis.writes_of(loop, store).items() if from_before is False]
+        if not resets or any(self.analysis.runs_in_every_iteration(statement, loop) for statement in resets):
+            return None
+        return resets[0]
 
     def _backwarded(self, store: str) -> bool:
         """Whether a backward's graph is built from the store: this iteration's loss computed from
