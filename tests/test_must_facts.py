@@ -3,6 +3,7 @@ code moved out of the file, or the fact made false), which changes the answer. A
 default output rests on such facts; what rests on a guess is a hint (tests/test_hints.py)."""
 
 import libcst as cst
+import pytest
 
 import gradfix
 from gradfix.codemods.analysis import FileAnalysis
@@ -1963,3 +1964,37 @@ def test_each_statement_of_a_line_is_read_for_what_it_keeps():
     # Hidden fact: a backward after the loop walks what the list keeps (the graphs were retained for it).
     needed = ONE_LINE_STEP.format(line="loss.backward(retain_graph=True); losses.append(loss)", after="torch.stack(losses).sum().backward()")
     assert [code for code, _, _ in found(needed)] == []
+
+
+# h80's generator: the backward reads something the walk took for no graph, or for one each call builds, that
+# may be a graph an earlier call built and kept; GF009 dropped `retain_graph=True` as a safe fix and the next
+# step raised. Each program's `{prior}` is what the graph reads besides `head`'s parameters.
+KEPT_BY_AN_EARLIER_CALL = {
+    "a cache in a module dict": (
+        '_cache = {}\n\n\ndef features():\n    if "f" not in _cache:\n        _cache["f"] = enc(x)\n    return _cache["f"]\n',
+        "features()",
+    ),
+    "an lru_cache": ("import functools\n\n\n@functools.lru_cache(maxsize=None)\ndef features():\n    return enc(x)\n", "features()"),
+    "a parameter default": ("def features(prior=enc(x)):\n    return prior * 1.0\n", "features()"),
+}
+FRESH_EACH_CALL = ("def features():\n    return enc(x)\n", "features()")
+KEPT_PROGRAM = """\
+enc, head = nn.Linear(4, 3), nn.Linear(3, 1)
+opt = torch.optim.SGD(head.parameters(), lr=0.1)
+x = torch.randn(5, 4)
+{definition}
+
+for step in range(2):
+    opt.zero_grad()
+    loss = head({prior}).sum()
+    loss.backward(retain_graph=True)
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(KEPT_BY_AN_EARLIER_CALL))
+def test_a_graph_an_earlier_call_may_have_kept_makes_dropping_retain_graph_unsafe(kind):
+    definition, prior = KEPT_BY_AN_EARLIER_CALL[kind]
+    assert found(KEPT_PROGRAM.format(definition=definition, prior=prior)) == [("GF009", False, "unsafe")]
+    # Hidden fact: each call builds its graph afresh.
+    assert found(KEPT_PROGRAM.format(definition=FRESH_EACH_CALL[0], prior=FRESH_EACH_CALL[1])) == [("GF009", False, "safe")]

@@ -39,7 +39,7 @@ from .syntax import (
     with_reads_replaced,
 )
 from .tree import LAYOUT, find_nodes
-from .values import NONE, NUMBER, TENSOR, UNKNOWN, ListOf, Origin, RecordOf, Structure, TupleOf, Value
+from .values import NONE, NUMBER, TENSOR, UNKNOWN, FunctionOf, ListOf, Origin, RecordOf, Structure, TupleOf, Value
 
 __all__ = [
     "APPENDING_METHODS",
@@ -58,6 +58,7 @@ __all__ = [
     "Block",
     "Carried",
     "Element",
+    "FunctionOf",
     "FileAnalysis",
     "GanSteps",
     "GradientEffect",

@@ -126,10 +126,15 @@ class FileAnalysis:
         return find_gan_steps(self)
 
     def returns_unread_graph(self, call: cst.Call) -> bool:
-        """Whether what ``call`` returns holds a graph that came out of code gradfix did not read
-        (another package's function, a parameter, a helper of the file that calls such code or
-        itself): it may as well hold none (in a loop: its last pass)."""
+        """Whether what ``call`` returns holds a graph that came out of code gradfix did not read (another package's
+        function, a parameter, a helper of the file that calls such code or itself): it may as well hold none (in a
+        loop: its last pass)."""
         return call in self._dataflow.unread_results
+
+    def function_called(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The file's function (or method, or module's ``forward``) whose summary ``call`` was read by, if any."""
+        callee = self._dataflow.callees.get(call)
+        return self._dataflow.summarized_functions.get(callee) if callee is not None else None
 
     def value_assigned(self, expression: cst.BaseExpression) -> Value | None:
         """What the right-hand side of an assignment (or one target of ``a, b = ...`` was given), or
@@ -181,9 +186,9 @@ class FileAnalysis:
         return sorted(found, key=self.order)
 
     def attribute_writes(self, attribute: str) -> list[tuple[str, cst.FunctionDef | None]]:
-        """Where the file writes an attribute spelled ``attribute`` (``model.hidden = None``,
-        ``self.hidden.append(h)``): each as the object written to, by its name (``self``,
-        ``model``), and the function whose own statements write it (None: the module's)."""
+        """Where the file writes an attribute spelled ``attribute`` (``model.hidden = None``, ``self.hidden.append(h)``):
+        each as the object written to, by its name (``self``, ``model``), and the function whose own statements write
+        it (None: the module's)."""
         return self._attribute_writes.get(attribute, [])
 
     @cached_property
@@ -219,21 +224,20 @@ class FileAnalysis:
         return any(value is not None and value.graph for value in values)
 
     def frees_what_they_saved(self, site: BackwardSite, statements: Sequence[cst.CSTNode]) -> bool:
-        """Whether the backward at ``site`` certainly frees a tensor that an operation of
-        ``statements`` saved: a graph of joins and sums of parameters saves nothing, and a second
-        backward through it runs."""
+        """Whether the backward at ``site`` certainly frees a tensor that an operation of ``statements`` saved: a graph
+        of joins and sums of parameters saves nothing, and a second backward through it runs."""
         return self.saved_for_certain(origin for origin in self.graph_nodes(site) if any(self.contains(s, origin.node) for s in statements))
 
     def saved_for_certain(self, origins: Iterable[Origin]) -> bool:
         """Whether one of the operations at ``origins`` certainly saved a tensor for its backward
-        (``DataflowAnalysis.saves_for_certain``), so that walking them again after a backward
-        freed them raises: casts, views, joins, repeats and sums save none."""
+        (``DataflowAnalysis.saves_for_certain``), so that walking them again after a backward freed them raises:
+        casts, views, joins, repeats and sums save none."""
         return any(not origin.possible and self._dataflow.saves_for_certain(origin.node) for origin in origins)
 
     def saved_nothing_for_certain(self, origins: Iterable[Origin]) -> bool:
-        """Whether the operations at ``origins`` are all seen and none may have saved a tensor for
-        its backward (sums, means, views and joins: ``DataflowAnalysis.saves_tensors``), so that a
-        backward walking them again runs; False for no operation at all (nothing seen)."""
+        """Whether the operations at ``origins`` are all seen and none may have saved a tensor for its backward (sums,
+        means, views and joins: ``DataflowAnalysis.saves_tensors``), so that a backward walking them again runs; False
+        for no operation at all (nothing seen)."""
         seen = list(origins)
         return bool(seen) and not any(origin.possible or self._dataflow.saves_tensors(origin.node) for origin in seen)
 
@@ -280,9 +284,9 @@ class FileAnalysis:
 
     @cached_property
     def trained_modules(self) -> set[str] | None:
-        """The modules some optimizer updates (``torch.optim.X(model.parameters())``, handed back
-        by ``accelerator.prepare`` / ``fabric.setup``); None when an optimizer's parameters are not
-        known, so no module can be said to stay untrained."""
+        """The modules some optimizer updates (``torch.optim.X(model.parameters())``, handed back by
+        ``accelerator.prepare`` / ``fabric.setup``); None when an optimizer's parameters are not known, so no module
+        can be said to stay untrained."""
         names = self.names
         if (
             not names.optimizers
@@ -294,10 +298,10 @@ class FileAnalysis:
         return set().union(*names.optimized_modules.values(), names.manually_trained)
 
     def untrained_graph(self, statements: Sequence[cst.CSTNode]) -> bool:
-        """Whether ``statements`` build their graph only from modules no optimizer updates (a
-        teacher, a frozen feature extractor): a constant of training. A module handed to a call or
-        kept in a container (``nn.ModuleDict({"teacher": teacher})``), or of a class that keeps a
-        module bound elsewhere (``sharing_classes``), may be trained through what else holds it."""
+        """Whether ``statements`` build their graph only from modules no optimizer updates (a teacher, a frozen feature
+        extractor): a constant of training. A module handed to a call or kept in a container
+        (``nn.ModuleDict({"teacher": teacher})``), or of a class that keeps a module bound elsewhere
+        (``sharing_classes``), may be trained through what else holds it."""
         trained = self.trained_modules
         if trained is None or any(self._reads_a_leaf(statement) for statement in statements):
             return False
@@ -311,11 +315,10 @@ class FileAnalysis:
         return bool(modules) and not any(name in held or self.may_train(name, trained) or kind in shared for name, kind in modules)
 
     def reads_what_trains(self, statements: Sequence[cst.CSTNode]) -> bool:
-        """Whether ``statements`` read something an optimizer may train: a module that may hold
-        parameters (called, or handed to a call), a parameter read as an attribute, or a tensor
-        with a graph they did not make (a leaf, a graph built elsewhere). Where they read none,
-        their graph starts at tensors they make themselves with ``requires_grad=True`` (a PINN's
-        collocation points, cast once), and recomputed it would be the same."""
+        """Whether ``statements`` read something an optimizer may train: a module that may hold parameters (called, or
+        handed to a call), a parameter read as an attribute, or a tensor with a graph they did not make (a leaf, a
+        graph built elsewhere). Where they read none, their graph starts at tensors they make themselves with
+        ``requires_grad=True`` (a PINN's collocation points, cast once), and recomputed it would be the same."""
         for statement in statements:
             class_name = self.class_name_of(statement)
             read: list[cst.Name | cst.Attribute] = [*self.tree.findall(statement, cst.Name), *self.tree.findall(statement, cst.Attribute)]
@@ -329,9 +332,9 @@ class FileAnalysis:
         return False
 
     def _reads_a_leaf(self, statement: cst.CSTNode) -> bool:
-        """Whether ``statement`` reads a tensor that requires grad of its own and that an optimizer
-        may train: an input it is given (``SGD([image])``), a leaf of unknown making, a parameter
-        read as an attribute (``teacher(x) * self.scale``)."""
+        """Whether ``statement`` reads a tensor that requires grad of its own and that an optimizer may train: an input
+        it is given (``SGD([image])``), a leaf of unknown making, a parameter read as an attribute
+        (``teacher(x) * self.scale``)."""
         for name in self.tree.findall(statement, cst.Name):
             value = self.value_read(name)
             if value is not None and value.graph and not value.origins:
@@ -342,10 +345,9 @@ class FileAnalysis:
 
     @staticmethod
     def may_train(module: str | None, trained: set[str]) -> bool:
-        """Whether an optimizer may update ``module``: it trains the module, a module holding it
-        (``model`` holds ``model.encoder``) or one inside it; and, since ``self.model`` may be
-        the ``model`` some optimizer trains, any module named through ``self`` by an optimizer
-        that is not (or the other way round)."""
+        """Whether an optimizer may update ``module``: it trains the module, a module holding it (``model`` holds
+        ``model.encoder``) or one inside it; and, since ``self.model`` may be the ``model`` some optimizer trains, any
+        module named through ``self`` by an optimizer that is not (or the other way round)."""
         if module is None:
             return True
         on_self = module.split(".")[0] == "self"
@@ -359,9 +361,9 @@ class FileAnalysis:
         return self._dataflow.graph_arguments.get(_function_name(scope.node, scope.class_name))
 
     def runs_every_step(self, scope: Scope) -> bool:
-        """Whether the function ``scope`` runs again and again with the same globals and the same
-        instance: a method of an nn.Module (each call is another step's forward), a trainer hook,
-        or a function or method this file calls in a loop."""
+        """Whether the function ``scope`` runs again and again with the same globals and the same instance: a method of
+        an nn.Module (each call is another step's forward), a trainer hook, or a function or method this file calls in
+        a loop."""
         if not isinstance(scope.node, cst.FunctionDef):
             return False
         return scope.in_module_class or self.is_forward(scope) or _function_name(scope.node, scope.class_name) in self._dataflow.repeated_functions
@@ -376,9 +378,8 @@ class FileAnalysis:
         return name in ("forward", "__call__") or self.names.trainer_hooks.get(scope.class_name) == name
 
     def built_outside(self, scope: Scope, values: Sequence[Value]) -> list[cst.CSTNode]:
-        """Statements outside the function ``scope`` that built part of the graphs of ``values``:
-        globals it reads, attributes its instance was constructed with; not what its callers pass
-        it, which each call passes afresh."""
+        """Statements outside the function ``scope`` that built part of the graphs of ``values``: globals it reads,
+        attributes its instance was constructed with; not what its callers pass it, which each call passes afresh."""
         function = scope.node
         if not isinstance(function, cst.FunctionDef):
             return []  # the module's own code, which runs once
@@ -394,9 +395,9 @@ class FileAnalysis:
         return sorted(statements, key=self.start)
 
     def is_training_loop(self, loop: Loop) -> bool:
-        """Whether the iterations of ``loop`` are training steps: a backward runs and an optimizer
-        steps in each (a scheduler's step alone is none), or it is a trainer hook (``training_step``)
-        that the trainer calls once a step. An epoch loop that calls a ``train()`` function is not."""
+        """Whether the iterations of ``loop`` are training steps: a backward runs and an optimizer steps in each (a
+        scheduler's step alone is none), or it is a trainer hook (``training_step``) that the trainer calls once a
+        step. An epoch loop that calls a ``train()`` function is not."""
         if loop.is_call:
             return any(hook is loop.node for hook, _ in self.trainer_hooks())
         return (GradientEffect.STEP | GradientEffect.BACKWARD) in self.gradient_effects(loop.node.body)
@@ -444,9 +445,8 @@ class FileAnalysis:
         return cls.body.body if cls is not None else ()
 
     def runs_methods_of(self, node: cst.CSTNode, class_name: str | None) -> bool:
-        """Whether ``node`` calls a module of the file's class ``class_name``, or of one whose
-        constructor builds one (``GPT`` holds ``Block``s, each with a ``CausalSelfAttention``):
-        the call runs that class's methods."""
+        """Whether ``node`` calls a module of the file's class ``class_name``, or of one whose constructor builds one
+        (``GPT`` holds ``Block``s, each with a ``CausalSelfAttention``): the call runs that class's methods."""
         if not isinstance(node, cst.Call):
             return False
         module = self.names.module(node.func, self.class_name_of(node))
@@ -493,10 +493,9 @@ class FileAnalysis:
         return list(self._dataflow.loops.values())
 
     def exclusive(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-        """Whether no run reaches both statements: one sits under ``if flag:`` (or its ``else``)
-        and the other under ``if not flag:`` (or the ``else`` of ``if flag:``), with nothing in
-        their function assigning ``flag`` (``if not XLA_2_1: loss.backward()`` … ``if XLA_2_1:
-        loss.backward()``)."""
+        """Whether no run reaches both statements: one sits under ``if flag:`` (or its ``else``) and the other under
+        ``if not flag:`` (or the ``else`` of ``if flag:``), with nothing in their function assigning ``flag``
+        (``if not XLA_2_1: loss.backward()`` … ``if XLA_2_1: loss.backward()``)."""
         tests = self._branch_tests(second)
         scope = self._scope_node(first)
         if scope is None or scope is not self._scope_node(second):
@@ -509,9 +508,9 @@ class FileAnalysis:
         )
 
     def _same_value_at_both(self, name: str, scope: cst.CSTNode, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-        """Whether ``name`` holds one value wherever ``first`` and ``second`` run: nothing in the
-        scope assigns it, or only plain statements before both, in no loop around either
-        (``per_task = mask is not None`` at the top of the function)."""
+        """Whether ``name`` holds one value wherever ``first`` and ``second`` run: nothing in the scope assigns it, or
+        only plain statements before both, in no loop around either (``per_task = mask is not None`` at the top of the
+        function)."""
         body = scope.body if isinstance(scope, cst.FunctionDef) else scope
         if name not in assigned_names(body, tree=self.tree):
             return True
@@ -525,9 +524,9 @@ class FileAnalysis:
         return bool(writes) and all(self.order(write) < start and not {id(loop) for loop in self.loops_around(write)} & around for write in writes)
 
     def _opposite_branches_of_a_fixed_test(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-        """Whether the two sit in the body and the ``else`` of one ``if`` whose test reads nothing
-        a loop around it (or the ``if`` itself) assigns: every pass takes the same branch
-        (``if args.fp16: optimizer.backward(loss)`` / ``else: loss.backward()``)."""
+        """Whether the two sit in the body and the ``else`` of one ``if`` whose test reads nothing a loop around it (or
+        the ``if`` itself) assigns: every pass takes the same branch (``if args.fp16: optimizer.backward(loss)`` /
+        ``else: loss.backward()``)."""
         node = self.tree.parent(first)
         while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
             if isinstance(node, cst.If) and isinstance(node.orelse, (cst.If, cst.Else)):
@@ -635,9 +634,9 @@ class FileAnalysis:
 
     # effects ---------------------------------------------------------------------------------
     def gradient_effects(self, node: cst.CSTNode) -> GradientEffect:
-        """What ``node`` does to gradients and parameters: backwards, steps, zeroes, clips, reads
-        ``.grad`` (``optimizers.gradient_effects``), with what the methods of the file's own
-        classes it calls do (one level deep)."""
+        """What ``node`` does to gradients and parameters: backwards, steps, zeroes, clips, reads ``.grad``
+        (``optimizers.gradient_effects``), with what the methods of the file's own classes it calls do (one level
+        deep)."""
         effects = gradient_effects(node, self.tree.findall, self.names.optimizers, self._holds_a_backward)
         for method in self._own_methods_called(node):
             effects |= gradient_effects(method.body, self.tree.findall, self.names.optimizers, self._holds_a_backward)
@@ -676,26 +675,23 @@ class FileAnalysis:
         return GradientReach(self)
 
     def call_that_may_read_gradients(self, node: cst.CSTNode) -> cst.Call | None:
-        """The first call in ``node`` into code that may read or change gradients where gradfix does
-        not look (a logger, an imported helper, a method of an object it does not know); None when
-        every call is a torch function, a module's forward, a builtin, a tensor's method or a
-        function of the file whose own body reads no gradient."""
+        """The first call in ``node`` into code that may read or change gradients where gradfix does not look (a logger,
+        an imported helper, a method of an object it does not know); None when every call is a torch function, a
+        module's forward, a builtin, a tensor's method or a function of the file whose own body reads no gradient."""
         return next(self._calls_not_read(node), None)
 
     def may_change_parameters(self, node: cst.CSTNode) -> bool | None:
-        """Whether running ``node`` changes parameters: True when an optimizer steps in it; None
-        when gradfix cannot tell (the file updates parameters by hand, or ``node`` calls code
-        gradfix does not read, other than a known module's methods that change no parameter); False
-        when nothing in it can."""
+        """Whether running ``node`` changes parameters: True when an optimizer steps in it; None when gradfix cannot tell
+        (the file updates parameters by hand, or ``node`` calls code gradfix does not read, other than a known
+        module's methods that change no parameter); False when nothing in it can."""
         if GradientEffect.STEP in self.gradient_effects(node):
             return True if self.steps_for_certain(node) else None
         unread = (call for call in self._calls_not_read(node) if not self._keeps_parameters(call))
         return None if self.names.updated_by_hand or next(unread, None) is not None else False
 
     def _keeps_parameters(self, call: cst.Call) -> bool:
-        """A method of a module gradfix knows that changes no parameter (``model.zero_grad()``,
-        ``model.parameters()``); the same name on any other object may be anything
-        (``trainer.train()``)."""
+        """A method of a module gradfix knows that changes no parameter (``model.zero_grad()``, ``model.parameters()``);
+        the same name on any other object may be anything (``trainer.train()``)."""
         func = call.func
         return (
             isinstance(func, cst.Attribute)
@@ -745,21 +741,19 @@ class FileAnalysis:
         return value is not None and isinstance(value.structure, (ListOf, TupleOf))
 
     def _reads_no_gradient(self, function_name: str, reading: frozenset[str] = frozenset()) -> bool:
-        """A function of this file (the one function of that name, at any depth) whose body
-        neither steps, zeroes, clips, reads ``.grad`` nor backwards, and calls only what gradfix
-        sees into: torch, modules, builtins, tensors' methods, and functions of the file that do
-        the same (``gdpp_loss`` calling its nested ``compute_diversity``)."""
+        """A function of this file (the one function of that name, at any depth) whose body neither steps, zeroes, clips,
+        reads ``.grad`` nor backwards, and calls only what gradfix sees into: torch, modules, builtins, tensors'
+        methods, and functions of the file that do the same (``gdpp_loss`` calling its nested ``compute_diversity``)."""
         functions = [f for f in self._functions if f.name.value == function_name]
         if len(functions) != 1 or self.gradient_effects(functions[0].body):
             return False
         return next(self._calls_not_read(functions[0].body, reading | {function_name}), None) is None
 
     def merged_backward(self, sites: Sequence[BackwardSite]) -> cst.Call | None:
-        """One call that backwards every tensor of ``sites`` as their separate calls did (the last
-        one's call, on the sum), or None. Tensors given their own gradient (``out.backward(grad)``)
-        are backwarded together by ``torch.autograd.backward(tensors, gradients)``, which is what
-        it is for. Whether the merge keeps the program's meaning (nothing reads the first
-        gradient between them) is the caller's question."""
+        """One call that backwards every tensor of ``sites`` as their separate calls did (the last one's call, on the
+        sum), or None. Tensors given their own gradient (``out.backward(grad)``) are backwarded together by
+        ``torch.autograd.backward(tensors, gradients)``, which is what it is for. Whether the merge keeps the
+        program's meaning (nothing reads the first gradient between them) is the caller's question."""
         earlier, last = sites[:-1], sites[-1]
         tensors = [tensor for site in sites if (tensor := site.tensor) is not None]
         if any(site.api != last.api for site in sites) or len(tensors) < len(sites) or any(site.retain_graph is None for site in earlier):
