@@ -125,8 +125,12 @@ class Rule:
             fix, message = None, f"{message} (hint: {guess})"
         if fix is not None and any(self.analysis.updates_parameters(s) for s in fix.taken_away()):
             fix, message = None, message + " (not rewritten: the fix would remove or move an optimizer update)"
-        if fix is not None and any(site.in_comprehension for site in sites):
-            fix, message = None, message + " (not rewritten: a backward in a comprehension runs once for each item, and gradfix reads it as run once)"
+        if fix is not None and any(not site.runs_as_walked for site in sites):
+            fix, message = (
+                None,
+                message
+                + " (not rewritten: a backward here may run more or fewer times than gradfix reads it: in a comprehension, or an operand that may not be evaluated)",
+            )
         if fix is not None and any(site.api.guessed for site in sites):
             fix, message = (
                 None,

@@ -1998,3 +1998,25 @@ def test_a_graph_an_earlier_call_may_have_kept_makes_dropping_retain_graph_unsaf
     assert found(KEPT_PROGRAM.format(definition=definition, prior=prior)) == [("GF009", False, "unsafe")]
     # Hidden fact: each call builds its graph afresh.
     assert found(KEPT_PROGRAM.format(definition=FRESH_EACH_CALL[0], prior=FRESH_EACH_CALL[1])) == [("GF009", False, "safe")]
+
+
+MAYBE_BACKWARDED_FIRST = """\
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+warm = False
+for step in range(2):
+    opt.zero_grad()
+    loss = model(torch.randn(5, 4)).pow(2).sum()
+    {first}
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_backward_in_an_operand_that_may_not_be_evaluated_may_not_run():
+    # h80's generator: `warm and loss.backward()` runs the backward only when `warm` is set; GF001
+    # removed the next `loss.backward()` as a duplicate (safe), and the program then trained on nothing.
+    assert [(code, hint) for code, hint, _ in found(MAYBE_BACKWARDED_FIRST.format(first="warm and loss.backward()"))] == [("GF010", True)]
+    assert [(code, hint) for code, hint, _ in found(MAYBE_BACKWARDED_FIRST.format(first="loss.backward() if warm else None"))] == [("GF010", True)]
+    # Hidden fact: the first backward runs whenever its statement does.
+    assert found(MAYBE_BACKWARDED_FIRST.format(first="loss.backward()")) == [("GF001", False, "safe")]

@@ -203,10 +203,12 @@ class BackwardSite:
     # What ``torch.autograd.grad`` is asked for the gradients of (its ``inputs``): it walks the
     # graph down to them only, not the graph that built them (MAML's fast weights).
     stops_at: Value = NOTHING
-    # Called in a comprehension (``[l.backward(retain_graph=True) for l in losses]``): the walk
-    # read it once, and it runs once for each item, none or many, each through the graph built
-    # before it. No fact of the file says how many times a backward runs there.
-    in_comprehension: bool = False
+    # False where the walk read the call once but it may run another number of times when its
+    # statement runs: in a comprehension (``[l.backward(retain_graph=True) for l in losses]``: once
+    # for each item, none or many, each through the graph built before it), or in an operand that
+    # may not be evaluated (``warm and loss.backward()``, ``a if flag else loss.backward()``). No
+    # fact of the file says how many times it runs there.
+    runs_as_walked: bool = True
 
     @property
     def tensor(self) -> cst.BaseExpression | None:

@@ -612,7 +612,7 @@ class CallSemantics:
             loops=tuple(reversed(self._loops)),
             scope=self._scope,
             stops_at=stops_at,
-            in_comprehension=self._comprehensions > 0,
+            runs_as_walked=self._runs_unknown == 0,
         )
 
     def saves_tensors(self, node: cst.CSTNode) -> bool:

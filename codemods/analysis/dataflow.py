@@ -195,7 +195,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self._scope = Scope(module)
         self._loops: list[Loop] = []
         self._comprehension_names: frozenset[str] = frozenset()  # bound by the comprehensions being evaluated
-        self._comprehensions = 0  # (how many hold the expression being evaluated)
+        self._runs_unknown = 0  # (how many comprehensions, or operands that may not run, hold the expression evaluated)
         self.together: dict[cst.Call, tuple[Value, ...]] = {}  # ``zip(a, b)``: what one step yields of each
         self._module_items: set[str] = set()  # loop targets naming the items of a module container
         # The slots ``x[i]`` written since ``x`` and ``i`` last changed, by ``x`` and by ``i``: the env

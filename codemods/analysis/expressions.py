@@ -87,7 +87,18 @@ class Expressions:
             operand = self._eval(node.expression, env)
             return CONSTANT if type(node.operator) is cst.Not else combine([operand], self._origin(node))
         if node_type is cst.BooleanOperation:
-            return self._eval(node.left, env).join(self._eval(node.right, env))
+            left = self._eval(node.left, env)
+            if not self._tree.findall(node.right, cst.Call) and not self._tree.findall(node.right, cst.NamedExpr):
+                return left.join(self._eval(node.right, env))
+            # The right operand runs only where the left one lets it (``warm and loss.backward()``).
+            otherwise = dict(env)
+            self._runs_unknown += 1
+            try:
+                value = left.join(self._eval(node.right, otherwise))
+            finally:
+                self._runs_unknown -= 1
+            env.update(join_envs([env, otherwise]) or {})
+            return value
         if node_type is cst.Comparison:
             # (of tensors, a tensor of booleans with no history: ``(logits.argmax(1) == y).sum()``)
             operands = [self._eval(node.left, env), *self._eval_all([c.comparator for c in node.comparisons], env)]
@@ -104,7 +115,11 @@ class Expressions:
                 return self._eval(node.body, env).join(self._eval(node.orelse, env))
             # One branch runs, not both: ``loss.backward() if last else loss.backward(retain_graph=True)``.
             otherwise = dict(env)
-            value = self._eval(node.body, env).join(self._eval(node.orelse, otherwise))
+            self._runs_unknown += 1
+            try:
+                value = self._eval(node.body, env).join(self._eval(node.orelse, otherwise))
+            finally:
+                self._runs_unknown -= 1
             env.update(join_envs([env, otherwise]) or {})
             return value
         if node_type is cst.Subscript:
@@ -233,7 +248,7 @@ class Expressions:
     def _eval_comprehension(self, node, env: Env) -> Value:
         inner = dict(env)
         outer_names = self._comprehension_names
-        self._comprehensions += 1
+        self._runs_unknown += 1
         try:
             for clause in _comprehension_clauses(node.for_in):
                 self._assign(clause.target, element_of(self._eval(clause.iter, inner)), inner)
@@ -242,7 +257,7 @@ class Expressions:
             element = self._eval(node.elt, inner)
         finally:
             self._comprehension_names = outer_names
-            self._comprehensions -= 1
+            self._runs_unknown -= 1
         structure: Structure = ListOf(element.structure)
         return part(element, structure)
 

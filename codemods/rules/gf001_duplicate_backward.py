@@ -124,6 +124,8 @@ for batch, target in loader:
         unseen = f"gradfix sees no graph in `{name}`: it may be no tensor, and its `backward` not autograd's" if unknown else ""
         if first.retain_graph is None:  # kept, it is backwarded again on purpose, as with retain_graph=True
             unseen = unseen or "the first call may keep its graph"
+        elif not first.runs_as_walked:
+            unseen = unseen or "the first call runs only where the expression around it lets it (a comprehension, `flag and ...`)"
         elif first.api.accumulates and self._saved_nothing(first):
             # A lesson on accumulation does that on purpose (``y = x.sum()`` of a leaf, backwarded
             # cell after cell): it raises nothing, and only the program knows what it meant.

@@ -109,7 +109,7 @@ for x, y in loader:
             yield self.violation(retained, message, fix, sites=(site,))
 
     def _needless(self, site: BackwardSite) -> bool:
-        if site.create_graph is not False or site.in_comprehension:
+        if site.create_graph is not False or not site.runs_as_walked:
             return False
         if site.value.backwarded:
             return False  # the same tensor backwarded again on purpose: its author keeps the flags
@@ -157,7 +157,7 @@ for x, y in loader:
         earlier call built and kept (then walked again by the next backward): "" where nothing is."""
         if (outliving := self._reads_what_outlives_a_call(site, nodes)) is not None:
             return f"`{code_of(outliving)}`"
-        for statement in dict.fromkeys(origin.statement for origin in nodes):
+        for statement in sorted({origin.statement for origin in nodes}, key=self.analysis.order):
             for call in self.analysis.tree.findall(statement, cst.Call):
                 if self._may_return_what_it_kept(call):
                     return f"what `{code_of(call)}` returns"
@@ -190,7 +190,7 @@ for x, y in loader:
         function = site.scope.node
         if not isinstance(function, cst.FunctionDef):
             return None
-        statements = [origin.statement for origin in nodes if self.analysis.contains(function, origin.statement)]
+        statements = sorted({origin.statement for origin in nodes if self.analysis.contains(function, origin.statement)}, key=self.analysis.order)
         return self._outliving_read(function, site.scope.class_name, statements)
 
     def _outliving_read(self, function: cst.FunctionDef, class_name: str | None, parts: Sequence[cst.CSTNode]) -> cst.CSTNode | None:

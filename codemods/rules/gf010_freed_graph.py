@@ -154,13 +154,16 @@ class Classifier(pl.LightningModule):
                     "backward the losses together once, compute the value again after that backward, or detach what must "
                     "not train (retain_graph=True only hides it)"
                 )
+            guess = self._guess(site, placed=bool(earlier or inside))
+            if not guess and not inside and earlier and not any(other.runs_as_walked for other in earlier):
+                guess = f"the backward at line {self.analysis.line(earlier[-1].call)} runs only where the expression around it lets it"
             yield self.violation(
                 site.call,
                 message,
                 restart or recompute,
                 related=tuple(node for node in (*(other.call for other in earlier[-1:]), built) if node is not None),
                 sites=(site,),
-                guess=self._guess(site, placed=bool(earlier or inside)),
+                guess=guess,
             )
 
     def _guess(self, site: BackwardSite, placed: bool) -> str:
