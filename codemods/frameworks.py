@@ -249,6 +249,7 @@ GRADIENT_HOOKING_LIBRARIES = ("opacus",)  # per-sample gradient clipping hooks e
 # Contexts ----------------------------------------------------------------------------------------------
 
 NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
+GRAD_ENABLING_CONTEXTS = {"torch.enable_grad", "torch.autograd.enable_grad"}  # gradients on again inside no_grad
 GRAD_MODE_SWITCH = "torch.set_grad_enabled"  # turns gradients off when its argument is False
 SCALED_LOSS_CONTEXTS = {"apex.amp.scale_loss", "amp.scale_loss"}  # `with amp.scale_loss(loss, opt) as scaled:`
 # Contexts whose exit lets every exception of the body through (a ``contextlib.suppress`` would not):

@@ -2020,3 +2020,26 @@ def test_a_backward_in_an_operand_that_may_not_be_evaluated_may_not_run():
     assert [(code, hint) for code, hint, _ in found(MAYBE_BACKWARDED_FIRST.format(first="loss.backward() if warm else None"))] == [("GF010", True)]
     # Hidden fact: the first backward runs whenever its statement does.
     assert found(MAYBE_BACKWARDED_FIRST.format(first="loss.backward()")) == [("GF001", False, "safe")]
+
+
+GRAD_MODE_INSIDE_NO_GRAD = """\
+enc, head_a, head_b = nn.Linear(4, 3), nn.Linear(3, 1), nn.Linear(3, 1)
+opt = torch.optim.SGD([*enc.parameters(), *head_a.parameters(), *head_b.parameters()], lr=0.1)
+x = torch.randn(5, 4)
+for step in range(2):
+    opt.zero_grad()
+    with torch.no_grad():
+        with {inner}:
+            h = torch.tanh(enc(x))
+    head_a(h).sum().backward(retain_graph=True)
+    head_b(h).sum().backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("inner", ["torch.enable_grad()", "torch.set_grad_enabled(step >= 0)", "torch.inference_mode(False)"])
+def test_a_context_that_turns_gradients_back_on_inside_no_grad_records_graphs(inner):
+    # h80's generator: `h` holds enc's graph, which both backwards walk: retain_graph=True is needed.
+    assert found(GRAD_MODE_INSIDE_NO_GRAD.format(inner=inner)) == []
+    # Hidden fact: gradients stay off, `h` holds no graph, and nothing backwards head_a's again.
+    assert found(GRAD_MODE_INSIDE_NO_GRAD.format(inner="torch.no_grad()")) == [("GF009", False, "safe")]

@@ -20,7 +20,7 @@ from typing import Callable, Sequence, TypeVar, Union, cast
 
 import libcst as cst
 
-from ..frameworks import GRAD_MODE_SWITCH, LIGHTNING_NO_GRAD_HOOKS, NO_GRAD_CONTEXTS, SCALED_LOSS_CONTEXTS
+from ..frameworks import GRAD_ENABLING_CONTEXTS, GRAD_MODE_SWITCH, LIGHTNING_NO_GRAD_HOOKS, NO_GRAD_CONTEXTS, SCALED_LOSS_CONTEXTS
 from ..summaries import ProjectSummaries
 from .assignments import assigned_names, local_names, shared_containers, target_names
 from .backward_calls import BackwardSite
@@ -414,11 +414,14 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 self._eval(item.item, env)
                 if item.asname is not None:
                     self._assign(item.asname.name, self._context_value(item.item, env), env)
+            saved = self._no_grad
+            if any(self._may_enable_grad(item.item) for item in statement.items):
+                self._no_grad = 0  # (``with torch.enable_grad():`` inside ``no_grad``: graphs again)
             self._no_grad += no_grad
             try:
                 return self._exec_body(statement.body, env)
             finally:
-                self._no_grad -= no_grad
+                self._no_grad = saved
         if type(statement) is cst.Try:
             body_env = self._exec_body(statement.body, dict(env))
             handler_start = join_envs([env, body_env]) or env
@@ -686,12 +689,23 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         return declared
 
     def _is_no_grad(self, node: cst.BaseExpression) -> bool:
+        """A context that turns gradients off for certain: ``torch.no_grad()``, ``torch.inference_mode()`` (not given
+        ``False``), ``torch.set_grad_enabled(False)``."""
         if not isinstance(node, cst.Call):
             return False
         name = self.names.qualify(node.func)
+        first = node.args[0].value if node.args else None
         if name in NO_GRAD_CONTEXTS:
-            return True
-        return name == GRAD_MODE_SWITCH and bool(node.args) and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == "False"
+            return first is None or type(first) is cst.Name and first.value == "True"
+        return name == GRAD_MODE_SWITCH and type(first) is cst.Name and first.value == "False"
+
+    def _may_enable_grad(self, node: cst.BaseExpression) -> bool:
+        """A context that may turn gradients back on: ``torch.enable_grad()``, ``torch.set_grad_enabled(flag)`` with
+        a flag not ``False``, ``torch.inference_mode(False)``."""
+        if not isinstance(node, cst.Call):
+            return False
+        name = self.names.qualify(node.func)
+        return name in GRAD_ENABLING_CONTEXTS or (name == GRAD_MODE_SWITCH or name in NO_GRAD_CONTEXTS) and not self._is_no_grad(node)
 
     # graphs ----------------------------------------------------------------------------------
     def walked_nodes(self, value: Value, stops_at: Value) -> frozenset[Origin]:
