@@ -2043,3 +2043,29 @@ def test_a_context_that_turns_gradients_back_on_inside_no_grad_records_graphs(in
     assert found(GRAD_MODE_INSIDE_NO_GRAD.format(inner=inner)) == []
     # Hidden fact: gradients stay off, `h` holds no graph, and nothing backwards head_a's again.
     assert found(GRAD_MODE_INSIDE_NO_GRAD.format(inner="torch.no_grad()")) == [("GF009", False, "safe")]
+
+
+REBOUND_BETWEEN_TWO_BACKWARDS = """\
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+xs = torch.randn(2, 5, 4)
+opt.zero_grad()
+loss = model(xs[0]).sum()
+loss.backward()
+{rebinding}
+loss.backward()
+opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "rebinding",
+    ["match model(xs[1]).sum():\n    case loss:\n        pass", "[loss := model(x).sum() for x in xs[1:]]"],
+    ids=["a match capture", "a walrus in a comprehension"],
+)
+def test_a_name_bound_again_by_a_pattern_or_a_comprehensions_walrus_is_a_new_value(rebinding):
+    # h80's generator: GF001 removed the second backward (safe) as a duplicate of the first; it
+    # backwards the loss the capture (or the comprehension's walrus, in the scope around it) bound.
+    assert [(code, hint) for code, hint, _ in found(REBOUND_BETWEEN_TWO_BACKWARDS.format(rebinding=rebinding)) if not hint] == []
+    # Hidden fact: nothing binds it again.
+    assert found(REBOUND_BETWEEN_TWO_BACKWARDS.format(rebinding="print(loss.item())")) == [("GF001", False, "safe")]

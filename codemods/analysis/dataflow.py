@@ -31,7 +31,24 @@ from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs
 from .syntax import decorator_callee, dotted_name, is_grad, method_called
 from .torch_facts import TorchNames
 from .tree import SyntaxTree, node_types
-from .values import LEAF, NOTHING, NUMBER, TENSOR, FunctionOf, ListOf, Origin, Source, Structure, Value, combine, joined, part, yielded
+from .values import (
+    LEAF,
+    NOTHING,
+    NUMBER,
+    TENSOR,
+    UNKNOWN,
+    FunctionOf,
+    ListOf,
+    Origin,
+    Source,
+    Structure,
+    Value,
+    combine,
+    item_of,
+    joined,
+    part,
+    yielded,
+)
 
 _MAX_PASSES = 4
 Definition = Union[cst.FunctionDef, cst.ClassDef]  # (what a definition statement binds its name to)
@@ -123,11 +140,10 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 break
 
     def _saw_final_facts(self) -> bool:
-        """Whether another round would repeat this one: every call made before its function's
-        definition got the summary the round ended with (none, when nothing defines it), and
-        every body was walked with the arguments its callers ended up passing, and every loop
-        carries the names the calls in its body leave graphs in. Most files define their
-        functions and classes before they call them, and take one round."""
+        """Whether another round would repeat this one: every call made before its function's definition got the summary
+        the round ended with (none, when nothing defines it), and every body was walked with the arguments its callers
+        ended up passing, and every loop carries the names the calls in its body leave graphs in. Most files define
+        their functions and classes before they call them, and take one round."""
         return (
             all(summary_facts(self.summaries.get(key)) == summary_facts(seen) for key, seen in self._summaries_before_definition.items())
             and all(graph_facts(self.arguments.get(callee, {})) == facts for callee, facts in self._arguments_read)
@@ -304,14 +320,12 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 self._define_class(statement)
 
     def _callees_first(self, functions: list[D], on_self: bool) -> list[D]:
-        """``functions`` in the order their walks read each other's summaries final: a function
-        before those that call it (a method: on ``self``, ``self.reset()``; else by its name),
-        else as written (in a cycle, callees as met). What each walk starts from does not
-        depend on the order (what ``__init__`` leaves, the module's names before the
-        definitions), so the order decides only whether a caller meets its callee's summary in
-        this round or in the next one: a whole round more, for most classes and scripts. A name
-        defined twice (a property's setter, a function redefined) keeps the order as written:
-        the last definition is the one its summary must be of."""
+        """``functions`` in the order their walks read each other's summaries final: a function before those that call it
+        (a method: on ``self``, ``self.reset()``; else by its name), else as written (in a cycle, callees as met).
+        What each walk starts from does not depend on the order (what ``__init__`` leaves, the module's names before
+        the definitions), so the order decides only whether a caller meets its callee's summary in this round or in
+        the next one: a whole round more, for most classes and scripts. A name defined twice (a property's setter, a
+        function redefined) keeps the order as written: the last definition is the one its summary must be of."""
         by_name = {function.name.value: function for function in functions}
         if len(by_name) < len(functions):
             return functions
@@ -443,8 +457,21 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             self._define_class(statement)
             return env
         if type(statement) is cst.Match:
-            self._eval(statement.subject, env)
-            return join_envs([env, *(self._exec_body(case.body, dict(env)) for case in statement.cases)])
+            subject = self._eval(statement.subject, env)
+            # (no case may match, unless the last one matches anything: ``case loss:``, ``case _:``)
+            last = statement.cases[-1] if statement.cases else None
+            ends = [] if last is not None and type(last.pattern) is cst.MatchAs and last.pattern.pattern is None and last.guard is None else [env]
+            for case in statement.cases:
+                matched = dict(env)
+                # (``case loss:`` binds the subject itself; a name inside a pattern, a part of it)
+                for capture in self._tree.findall(case.pattern, cst.MatchAs):
+                    if capture.name is not None:
+                        self._assign(capture.name, subject if capture is case.pattern else item_of(subject, UNKNOWN), matched)
+                for starred in self._tree.findall(case.pattern, cst.MatchStar):
+                    if starred.name is not None:
+                        self._assign(starred.name, item_of(subject, UNKNOWN), matched)
+                ends.append(self._exec_body(case.body, matched))
+            return join_envs(ends)
         return env
 
     def _globals_read(self, function: cst.FunctionDef, env: Env) -> Env:

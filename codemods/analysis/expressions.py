@@ -13,7 +13,7 @@ import libcst as cst
 
 from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES
 from .assignments import read_names, target_names
-from .loops import Element, Env, join_envs
+from .loops import Element, Env, join_envs, join_values
 from .syntax import dotted_name
 from .values import (
     CONSTANT,
@@ -255,6 +255,14 @@ class Expressions:
                 # A comprehension's names are its own (``x[i] for i in ...`` inside ``for i in ...``).
                 self._comprehension_names |= frozenset(target_names(clause.target))
             element = self._eval(node.elt, inner)
+            # ``[loss := f(x) for x in xs]`` binds ``loss`` in the scope around it, when an item runs.
+            for bound in self._tree.findall(node, cst.NamedExpr):
+                if type(bound.target) is cst.Name:
+                    name = bound.target.value
+                    bound_here = inner.get(name, NOTHING)
+                    joined_value = join_values(env.get(name, NOTHING), bound_here)
+                    # (what an earlier backward freed is there only if no item ran: may-freed, not freed)
+                    env[name] = joined_value.changed(freed_unsure=True) if joined_value.freed and not bound_here.freed else joined_value
         finally:
             self._comprehension_names = outer_names
             self._runs_unknown -= 1
