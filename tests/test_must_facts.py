@@ -2069,3 +2069,33 @@ def test_a_name_bound_again_by_a_pattern_or_a_comprehensions_walrus_is_a_new_val
     assert [(code, hint) for code, hint, _ in found(REBOUND_BETWEEN_TWO_BACKWARDS.format(rebinding=rebinding)) if not hint] == []
     # Hidden fact: nothing binds it again.
     assert found(REBOUND_BETWEEN_TWO_BACKWARDS.format(rebinding="print(loss.item())")) == [("GF001", False, "safe")]
+
+
+TEACHER_HELD_ELSEWHERE = """\
+teacher, student = nn.Linear(4, 3), nn.Linear(4, 3)
+x = torch.randn(5, 4)
+{held}
+target = teacher(x)
+for step in range(3):
+    opt.zero_grad()
+    loss = (student(x) - target).pow(2).mean()
+    loss.backward(retain_graph=True)
+    opt.step()
+"""
+PAIR = "class Pair(nn.Module):\n    def __init__(self, s, t):\n        super().__init__()\n        self.s, self.t = s, t\n\n\n"
+
+
+@pytest.mark.parametrize(
+    "held",
+    [
+        "net = teacher\nopt = torch.optim.SGD([*student.parameters(), *net.parameters()], lr=0.1)",
+        PAIR + "pair = Pair(student, teacher)\nopt = torch.optim.SGD(pair.parameters(), lr=0.1)",
+    ],
+    ids=["an alias", "a module that keeps it"],
+)
+def test_a_module_another_name_holds_may_be_trained_through_that_name(held):
+    # h80's generator: GF006 detached `target` as built by a network nothing trains (safe), but the
+    # optimizer trains `teacher` under another name: the detached target stops following it.
+    assert "GF006" not in [code for code, _, _ in found(TEACHER_HELD_ELSEWHERE.format(held=held))]
+    # Hidden fact: only the student is trained, and nothing else holds the teacher.
+    assert ("GF006", False, "safe") in found(TEACHER_HELD_ELSEWHERE.format(held="opt = torch.optim.SGD(student.parameters(), lr=0.1)"))

@@ -241,13 +241,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
             for element, value in pairs:  # self.model, self.steps = model, steps; actor, critic = Actor(), Critic()
                 self._bind(element, value)
                 self._bind_framework(element, value)
+                self._note_held_elsewhere(element, value)
             self._bind(target.target, node.value)
             self._bind_framework(target.target, node.value)
-            if type(target.target) is cst.Attribute or type(target.target) is cst.Subscript:
-                self._note_stored(node.value)
-                holder = dotted_name(target.target.value)
-                if holder is not None and self._names_a_module(node.value):
-                    self.names.stored_values.add(holder)  # ``teacher[0] = student[0]``: it holds it
+            self._note_held_elsewhere(target.target, node.value)
         if (
             self._classes
             and self._classes[-1] in self.names.lightning_classes
@@ -462,6 +459,18 @@ class _TorchNamesCollector(cst.CSTVisitor):
         module = self._constructed_module(item) or self.names.module(item, class_name)
         if name is not None and module is not None and not name.startswith("self."):
             self.names.modules.setdefault(name, ModuleInfo(""))
+
+    def _note_held_elsewhere(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        """What ``target = value`` lets another name hold: stored on an object or in a container
+        (``self.t = t``, ``teacher[0] = student[0]``: the container holds it too), or a module
+        bound to a second name (``net = teacher``: an optimizer of ``net`` trains ``teacher``)."""
+        if type(target) is cst.Attribute or type(target) is cst.Subscript:
+            self._note_stored(value)
+            holder = dotted_name(target.value)
+            if holder is not None and self._names_a_module(value):
+                self.names.stored_values.add(holder)
+        elif type(target) is cst.Name and (type(value) is cst.Name or type(value) is cst.Attribute) and self._names_a_module(value):
+            self.names.stored_values.add(dotted_name(value) or target.value)
 
     def _note_stored(self, value: cst.BaseExpression) -> None:
         """Names that ``value`` hands over as they are (not called, not read through a method)."""
