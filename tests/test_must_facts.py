@@ -2099,3 +2099,25 @@ def test_a_module_another_name_holds_may_be_trained_through_that_name(held):
     assert "GF006" not in [code for code, _, _ in found(TEACHER_HELD_ELSEWHERE.format(held=held))]
     # Hidden fact: only the student is trained, and nothing else holds the teacher.
     assert ("GF006", False, "safe") in found(TEACHER_HELD_ELSEWHERE.format(held="opt = torch.optim.SGD(student.parameters(), lr=0.1)"))
+
+
+LOSSES_LISTED = """\
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+xs = torch.randn(3, 5, 4)
+losses = []
+{alias}
+for i in range(3):
+    opt.zero_grad()
+    losses.append(model(xs[i]).pow(2).mean())
+    losses[-1].backward()
+    opt.step()
+"""
+
+
+def test_a_carried_list_another_name_holds_is_not_rebound_safely():
+    # h80's generator: GF004's `losses = [s.detach() for s in losses]` makes a new list, which `history`
+    # (the same list, read by a learning-rate rule) no longer sees.
+    assert found(LOSSES_LISTED.format(alias="history = losses")) == [("GF004", False, "unsafe")]
+    # Hidden fact: no other name holds the list.
+    assert found(LOSSES_LISTED.format(alias="")) == [("GF004", False, "safe")]

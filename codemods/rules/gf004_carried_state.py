@@ -10,6 +10,7 @@ from ..analysis import (
     NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     NO_BOOKKEEPING_READS,
+    ListOf,
     NONE,
     NUMBER,
     UNKNOWN,
@@ -260,6 +261,8 @@ for inputs, targets in loader:
             statement = _detach_statement(name, loop.entry[name], loop.back_edge[name])
             if statement is None:
                 return None, f"gradfix cannot tell what `{name}` holds (a namedtuple, a dataclass, …)"
+            if safe and self.analysis.shares_its_object(name) and isinstance(loop.back_edge[name].structure, ListOf):
+                safe = False  # (``losses = [s.detach() for s in losses]`` makes a new list: another name holding the old one no longer sees it)
             if loop.entry[name].graphless or loop.entry[name].structure is NONE:
                 at_start.append(statement)
             elif _continues(body):
