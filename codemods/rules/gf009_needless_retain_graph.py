@@ -159,6 +159,8 @@ for x, y in loader:
             return f"`{code_of(outliving)}`"
         for statement in sorted({origin.statement for origin in nodes}, key=self.analysis.order):
             for call in self.analysis.tree.findall(statement, cst.Call):
+                if type(call.func) is cst.Name and call.func.value == "next" and "next" not in self.analysis.names.aliases:
+                    return f"what `{code_of(call)}` returns"  # (an iterator hands back what it holds: a generator's frame lives on)
                 if self._may_return_what_it_kept(call):
                     return f"what `{code_of(call)}` returns"
                 if self.analysis.closed_world.unmodelled_with_graphs(call):
