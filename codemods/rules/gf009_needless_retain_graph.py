@@ -63,8 +63,12 @@ class NeedlessRetainGraph(Rule):
     When gradfix only reports: A ``True`` passed by position (``loss.backward(None, True)``) is
     reported and left: dropping it would shift the arguments after it. With ``create_graph=True`` (a
     double backward) the graph is needed and nothing is reported; nor is it for a backward called in a
-    comprehension (``[l.backward(retain_graph=True) for l in losses]``): it runs once for each item, and
-    nothing tells how many times, nor whether each walks a graph another item's backward walks too.
+    comprehension (``[l.backward(retain_graph=True) for l in losses]``) or an operand that may not be
+    evaluated (``warm and loss.backward(retain_graph=True)``): nothing tells how many times it runs. The
+    fix is unsafe where the graph reads what an earlier call may have built and kept, which the walk
+    reads as built anew: a function's result out of a cache (``_cache["f"]``, ``functools.lru_cache``,
+    ``self._f`` set lazily), ``next()`` of an iterator, a parameter's default that is not a literal, an
+    argument's attribute set where other code runs (``cfg.prior = enc(x)``), a class-body attribute.
     """
 
     SUMMARY = "retain_graph=True keeps a graph nothing backwards again"
