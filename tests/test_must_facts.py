@@ -1976,6 +1976,7 @@ KEPT_BY_AN_EARLIER_CALL = {
     ),
     "an lru_cache": ("import functools\n\n\n@functools.lru_cache(maxsize=None)\ndef features():\n    return enc(x)\n", "features()"),
     "a parameter default": ("def features(prior=enc(x)):\n    return prior * 1.0\n", "features()"),
+    "a global statement": ("_f = None\n\n\ndef features():\n    global _f\n    if _f is None:\n        _f = enc(x)\n    return _f\n", "features()"),
     "a generator's frame": ("def stream():\n    f = enc(x)\n    while True:\n        yield f\n\n\nfeed = stream()\n", "next(feed)"),
 }
 FRESH_EACH_CALL = ("def features():\n    return enc(x)\n", "features()")
