@@ -212,11 +212,8 @@ for x, y in loader:
         parameters = {p.name.value: p for p in (*function.params.params, *function.params.kwonly_params, *function.params.posonly_params)}
         me = function.params.params[0].name.value if class_name is not None and function.params.params else None
         targets = [*(t.target for t in tree.findall(function.body, cst.AssignTarget)), *(f.target for f in tree.findall(function.body, cst.For))]
-        declared = {
-            n.name.value
-            for statement in [*tree.findall(function.body, cst.Global), *tree.findall(function.body, cst.Nonlocal)]
-            for n in statement.names
-        }
+        scoping: list[cst.Global | cst.Nonlocal] = [*tree.findall(function.body, cst.Global), *tree.findall(function.body, cst.Nonlocal)]
+        declared = {n.name.value for statement in scoping for n in statement.names}
         local = ({name for target in targets for name in target_names(target, rebound_only=True) if "." not in name} - declared) | set(parameters)
         class_body = self.analysis.class_body(class_name) if class_name is not None else []
         class_attributes = {n for statement in class_body if not isinstance(statement, cst.FunctionDef) for n in assigned_names(statement, tree=tree)}
