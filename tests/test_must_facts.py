@@ -2124,3 +2124,35 @@ def test_a_carried_list_another_name_holds_is_not_rebound_safely():
     assert found(LOSSES_LISTED.format(alias="history = losses")) == [("GF004", False, "unsafe")]
     # Hidden fact: no other name holds the list.
     assert found(LOSSES_LISTED.format(alias="")) == [("GF004", False, "safe")]
+
+
+CLASS_ATTRIBUTE_PRIOR = """\
+enc, head = nn.Linear(3, 2), nn.Linear(2, 1)
+opt = torch.optim.SGD(head.parameters(), lr=0.1)
+x = torch.randn(7, 3)
+
+
+class Base:
+    prior = {prior}
+
+
+class Trainer(Base):
+    def step(self):
+        opt.zero_grad()
+        loss = head({read}).sum()
+        loss.backward(retain_graph=True)
+        opt.step()
+
+
+trainer = Trainer()
+for step in range(3):
+    trainer.step()
+"""
+
+
+@pytest.mark.parametrize("read", ["self.prior", "Trainer.prior", "type(self).prior"])
+def test_a_class_attribute_is_built_once_for_every_call(read):
+    # h80's generator (rerun): the prior, built once in a base class body, is walked by every step.
+    assert found(CLASS_ATTRIBUTE_PRIOR.format(prior="torch.sigmoid(enc(x))", read=read)) == [("GF009", False, "unsafe")]
+    # Hidden fact: the step builds what it backwards.
+    assert found(CLASS_ATTRIBUTE_PRIOR.format(prior="0.5", read="torch.sigmoid(enc(x))")) == [("GF009", False, "safe")]

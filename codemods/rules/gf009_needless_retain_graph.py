@@ -203,8 +203,8 @@ for x, y in loader:
         """The first value ``parts`` of ``function`` read that may outlive a call of it, which the walk
         reads as holding no graph: a parameter whose default is not a literal (evaluated once, when
         the function is defined), an attribute of a parameter other than ``self`` that the file sets
-        other than in a constructor (``cfg.prior``) or, but on a module, never sets, an attribute of
-        ``self`` the class body or a method other than ``__init__`` sets, or a name of the module or
+        other than in a constructor (``cfg.prior``) or, but on a module, never sets, an attribute a
+        class body sets (read on any object) or one of ``self`` a method other than ``__init__`` sets, or a name of the module or
         the enclosing scope that holds a graph or that some function writes (a cache a call fills,
         an iterator a generator feeds). A module, a function or a class called is code, not such a
         value."""
@@ -215,8 +215,6 @@ for x, y in loader:
         scoping: list[cst.Global | cst.Nonlocal] = [*tree.findall(function.body, cst.Global), *tree.findall(function.body, cst.Nonlocal)]
         declared = {n.name.value for statement in scoping for n in statement.names}
         local = ({name for target in targets for name in target_names(target, rebound_only=True) if "." not in name} - declared) | set(parameters)
-        class_body = self.analysis.class_body(class_name) if class_name is not None else []
-        class_attributes = {n for statement in class_body if not isinstance(statement, cst.FunctionDef) for n in assigned_names(statement, tree=tree)}
         for part in parts:
             skipped = {id(call.func) for call in tree.findall(part, cst.Call)}  # (code called; and below, what is written)
             skipped |= {
@@ -224,6 +222,8 @@ for x, y in loader:
             }
             reads: list[cst.Name | cst.Attribute] = [*tree.findall(part, cst.Name), *tree.findall(part, cst.Attribute)]
             for read in reads:
+                if isinstance(read, cst.Attribute) and read.attr.value in self._class_body_attributes and id(read) not in skipped:
+                    return read  # (set once, in a class body, for every instance: ``self.prior``, ``Trainer.prior``, ``type(self).prior``)
                 name = dotted_name(read)
                 if name is None or id(read) in skipped or names.module(read, class_name) is not None:
                     continue
@@ -240,8 +240,6 @@ for x, y in loader:
                     if head == me and self._set_before_in_the_call(function, read, f"{me}.{attribute.split('.')[0]}"):
                         continue  # (``self.z = ...`` earlier in the same call: this call's value)
                     writes = self.analysis.attribute_writes(attribute.split(".")[0])
-                    if head == me and attribute.split(".")[0] in class_attributes:
-                        return read  # (set once, in the class body, for every instance)
                     if any(writer is None or writer.name.value != "__init__" for _, writer in writes):
                         return read  # (``cfg.prior = enc(x)``, ``self._f = enc(x)``: set where any code may run before the call)
                     if head != me and not writes and names.module(read.value, class_name) is None:
@@ -261,6 +259,19 @@ for x, y in loader:
         if holding is None or holding not in statements:
             return False
         return any(attribute in assigned_names(statement, rebinding_only=True, tree=tree) for statement in statements[: statements.index(holding)])
+
+    @cached_property
+    def _class_body_attributes(self) -> frozenset[str]:
+        """The names the file's class bodies bind outside their methods: attributes of the class, which every
+        instance, the class and ``type(self)`` read, built once."""
+        tree = self.analysis.tree
+        return frozenset(
+            name
+            for class_def in tree.findall(self.analysis.module, cst.ClassDef)
+            for statement in class_def.body.body
+            if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+            for name in assigned_names(statement, tree=tree)
+        )
 
     @cached_property
     def _written_by_functions(self) -> frozenset[str]:
