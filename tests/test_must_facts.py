@@ -2078,7 +2078,7 @@ TEACHER_HELD_ELSEWHERE = """\
 teacher, student = nn.Linear(4, 3), nn.Linear(4, 3)
 x = torch.randn(5, 4)
 {held}
-target = teacher(x)
+target = {called}(x)
 for step in range(3):
     opt.zero_grad()
     loss = (student(x) - target).pow(2).mean()
@@ -2089,19 +2089,22 @@ PAIR = "class Pair(nn.Module):\n    def __init__(self, s, t):\n        super()._
 
 
 @pytest.mark.parametrize(
-    "held",
+    ("held", "called"),
     [
-        "net = teacher\nopt = torch.optim.SGD([*student.parameters(), *net.parameters()], lr=0.1)",
-        PAIR + "pair = Pair(student, teacher)\nopt = torch.optim.SGD(pair.parameters(), lr=0.1)",
+        ("net = teacher\nopt = torch.optim.SGD([*student.parameters(), *net.parameters()], lr=0.1)", "teacher"),
+        ("net = teacher\nopt = torch.optim.SGD([*student.parameters(), *teacher.parameters()], lr=0.1)", "net"),
+        (PAIR + "pair = Pair(student, teacher)\nopt = torch.optim.SGD(pair.parameters(), lr=0.1)", "teacher"),
     ],
-    ids=["an alias", "a module that keeps it"],
+    ids=["an alias", "the alias's forward", "a module that keeps it"],
 )
-def test_a_module_another_name_holds_may_be_trained_through_that_name(held):
+def test_a_module_another_name_holds_may_be_trained_through_that_name(held, called):
     # h80's generator: GF006 detached `target` as built by a network nothing trains (safe), but the
     # optimizer trains `teacher` under another name: the detached target stops following it.
-    assert "GF006" not in [code for code, _, _ in found(TEACHER_HELD_ELSEWHERE.format(held=held))]
+    assert "GF006" not in [code for code, _, _ in found(TEACHER_HELD_ELSEWHERE.format(held=held, called=called))]
     # Hidden fact: only the student is trained, and nothing else holds the teacher.
-    assert ("GF006", False, "safe") in found(TEACHER_HELD_ELSEWHERE.format(held="opt = torch.optim.SGD(student.parameters(), lr=0.1)"))
+    assert ("GF006", False, "safe") in found(
+        TEACHER_HELD_ELSEWHERE.format(held="opt = torch.optim.SGD(student.parameters(), lr=0.1)", called="teacher")
+    )
 
 
 LOSSES_LISTED = """\

@@ -13,6 +13,8 @@ from gradfix.codemods.check import check_source
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.report import FixMode
 
+from .retain_graph_drops import fixed_safely, runs_with_it_dropped
+
 # The extra term of each step's loss; bound otherwise, it adds the earlier steps' losses, whose
 # graphs the next backward walks again (hence `retain_graph=True`).
 PROGRAM = """\
@@ -51,13 +53,8 @@ def _program(decorator: str = "", bound: str = "") -> str:
     return PROGRAM.replace("DECORATOR\n", decorator).replace("BOUND\n", bound)
 
 
-def _fixed_safely(source: str) -> bool:
-    return any(f.code == "GF009" for f in check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py").fixed)
-
-
 def _dropping_runs(source: str) -> bool:
-    dropped = source.replace("total.backward(retain_graph=True)", "total.backward()")
-    return subprocess.run([sys.executable, "-c", dropped], capture_output=True, timeout=300).returncode == 0
+    return runs_with_it_dropped(source, "total.backward(retain_graph=True)")
 
 
 @pytest.mark.parametrize(
@@ -74,7 +71,7 @@ def _dropping_runs(source: str) -> bool:
 def test_a_function_its_name_may_not_hold_is_not_read(decorator, bound):
     """The term is not the constant of the `def`: dropping `retain_graph=True` breaks the program."""
     source = _program(decorator, bound)
-    assert not _fixed_safely(source)
+    assert not fixed_safely(source)
     assert not _dropping_runs(source)
 
 
@@ -82,7 +79,7 @@ def test_a_parameter_of_the_calling_function_is_not_the_module_function():
     """`train(batches, extra)` calls the `extra` it is handed, not the module's `def extra`."""
     source = _program().replace("def train(batches):", "def train(batches, extra):")
     source = source.replace("print(train(batches))", f"print(train(batches, {SUMMING}))")
-    assert not _fixed_safely(source)
+    assert not fixed_safely(source)
     assert not _dropping_runs(source)
 
 
@@ -105,7 +102,7 @@ def test_a_class_the_module_binds_again_is_not_read_as_its_statement(bound_again
     """`extra = Extra()` in `train` builds a `Summing` once the module has run `Extra = Summing`."""
     source = _program(decorator=CLASS_TERM + "def unused(kept):\n    return kept\n\n\n", bound=bound_again)
     source = source.replace("    kept = []\n", "    extra = Extra()\n    kept = []\n", 1)
-    assert _fixed_safely(source) == fixed
+    assert fixed_safely(source) == fixed
     assert _dropping_runs(source) == fixed
 
 
@@ -121,7 +118,7 @@ def test_a_class_the_module_binds_again_is_not_read_as_its_statement(bound_again
 )
 def test_the_variants_whose_name_holds_its_def_drop_retain_graph_safely(decorator, bound):
     source = _program(decorator, bound)
-    assert _fixed_safely(source)
+    assert fixed_safely(source)
     assert _dropping_runs(source)
 
 

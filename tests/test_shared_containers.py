@@ -3,14 +3,9 @@ shows what is stored into it (``store.append(loss)``, ``store[k] = loss``, ``sto
 through that other name, which the dataflow, whose values are the names', does not follow: what is
 stored there escapes, and no backward that may read it again is proved absent."""
 
-import subprocess
-import sys
-
 import pytest
 
-from gradfix.codemods.check import check_source
-from gradfix.codemods.registry import all_rules
-from gradfix.codemods.report import FixMode
+from .retain_graph_drops import fixed_safely, runs_with_it_dropped
 
 # Each step keeps its loss; code after training may backward a kept loss again (hence the
 # step's `retain_graph=True`).
@@ -42,13 +37,8 @@ def _program(before: str, keep: str, after: str) -> str:
     return PROGRAM.replace("BEFORE\n", before).replace("KEEP", keep).replace("AFTER\n", after)
 
 
-def _fixed_safely(source: str) -> bool:
-    return any(f.code == "GF009" for f in check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py").fixed)
-
-
 def _dropping_runs(source: str) -> bool:
-    dropped = source.replace("loss.backward(retain_graph=True)", "loss.backward()")
-    return subprocess.run([sys.executable, "-c", dropped], capture_output=True, timeout=300).returncode == 0
+    return runs_with_it_dropped(source, "loss.backward(retain_graph=True)")
 
 
 @pytest.mark.parametrize(
@@ -63,12 +53,12 @@ def _dropping_runs(source: str) -> bool:
 )
 def test_a_loss_stored_into_a_container_another_name_holds_escapes(before, keep, after):
     source = _program(before, keep, after)
-    assert not _fixed_safely(source)
+    assert not fixed_safely(source)
     assert not _dropping_runs(source)
 
 
 def test_the_variant_with_no_other_name_for_the_container_drops_retain_graph_safely():
     """The alias names another list: nothing kept is backwarded again."""
     source = _program("store = []\nother = []\nalias = other\n", "store.append(loss.item())", "print(len(alias))\n")
-    assert _fixed_safely(source)
+    assert fixed_safely(source)
     assert _dropping_runs(source)

@@ -470,7 +470,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             if holder is not None and self._names_a_module(value):
                 self.names.stored_values.add(holder)
         elif type(target) is cst.Name and (type(value) is cst.Name or type(value) is cst.Attribute) and self._names_a_module(value):
-            self.names.stored_values.add(dotted_name(value) or target.value)
+            self.names.stored_values.update(filter(None, (dotted_name(value), target.value)))  # (either name may be the one trained)
 
     def _note_stored(self, value: cst.BaseExpression) -> None:
         """Names that ``value`` hands over as they are (not called, not read through a method)."""
