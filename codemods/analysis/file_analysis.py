@@ -25,6 +25,7 @@ from .reach import GradientReach
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
+from .kept_graphs import KeptGraphs
 from .kept_on_self import KeptArgument
 from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver, tested_name
 from .torch_facts import TorchNames
@@ -90,6 +91,11 @@ class FileAnalysis:
     def exports(self) -> dict[str, ExportedSummary]:
         """This file's function summaries that other files may import, and its module classes'."""
         return {**module_class_exports(self), **self._dataflow.exports()}
+
+    @cached_property
+    def kept_graphs(self) -> KeptGraphs:
+        """What a graph may read that an earlier call built and kept (``analysis.kept_graphs``)."""
+        return KeptGraphs(self)
 
     @cached_property
     def closed_world(self) -> ClosedWorld:
