@@ -30,6 +30,7 @@ class KeptGraphs:
         # Weakly: the analysis keeps this object, and a cycle would leave the file's tree to the
         # cycle collector.
         self.analysis = weakref.proxy(analysis)
+        self._getters_read: set[str] = set()
 
     def may_return_what_it_kept(self, call: cst.Call) -> bool:
         """Whether ``call`` may hand back a graph an earlier call built: code gradfix did not read, a generator
@@ -39,12 +40,13 @@ class KeptGraphs:
         if self.analysis.returns_unread_graph(call):
             return True
         function = self.analysis.function_called(call)
-        if function is None:
-            return False
+        return function is not None and self._function_may_return_what_it_kept(function, self.analysis.class_name_of(function))
+
+    def _function_may_return_what_it_kept(self, function: cst.FunctionDef, class_name: str | None) -> bool:
         tree = self.analysis.tree
         if tree.findall(function.body, cst.Yield):
             return True
-        if self._outliving_read(function, self.analysis.class_name_of(function), [function.body]) is not None:
+        if self._outliving_read(function, class_name, [function.body]) is not None:
             return True
         parameters = {p.name.value for p in (*function.params.params, *function.params.kwonly_params, *function.params.posonly_params)}
         bound = assigned_names(function.body, tree=tree) | parameters
@@ -54,9 +56,9 @@ class KeptGraphs:
         """What, in a function, the statements that build the graph read that may outlive a call of it
         (``_outliving_read``)."""
         function = site.scope.node
-        if not isinstance(function, cst.FunctionDef):
-            return None
         statements = sorted({origin.statement for origin in nodes if self.analysis.contains(function, origin.statement)}, key=self.analysis.order)
+        if not isinstance(function, cst.FunctionDef):
+            return next((read for statement in statements if (read := self._getter_read(statement)) is not None), None)
         return self._outliving_read(function, site.scope.class_name, statements)
 
     def _outliving_read(self, function: cst.FunctionDef, class_name: str | None, parts: Sequence[cst.CSTNode]) -> cst.CSTNode | None:
@@ -76,6 +78,8 @@ class KeptGraphs:
         declared = {n.name.value for statement in scoping for n in statement.names}
         local = ({name for target in targets for name in target_names(target, rebound_only=True) if "." not in name} - declared) | set(parameters)
         for part in parts:
+            if (getter_read := self._getter_read(part)) is not None:
+                return getter_read
             skipped = {id(call.func) for call in tree.findall(part, cst.Call)}  # (code called; and below, what is written)
             skipped |= {
                 id(node) for target in tree.findall(part, cst.AssignTarget) for node in (target.target, *tree.findall(target.target, cst.Attribute))
@@ -104,6 +108,10 @@ class KeptGraphs:
                         return read  # (``cfg.prior = enc(x)``, ``self._f = enc(x)``: set where any code may run before the call)
                     if head != me and not writes and names.module(read.value, class_name) is None:
                         return read  # (an attribute of an object the file never writes it on: anything)
+                if attribute and parameter is None and head not in local and isinstance(read, cst.Attribute):
+                    writes = self.analysis.attribute_writes(attribute.split(".")[0])
+                    if any(writer is None or writer.name.value != "__init__" for _, writer in writes):
+                        return read  # (``features.value``, ``state.h``: an object of the module that a function or the module sets)
                 if not attribute and head not in local and head not in names.local_classes and head not in names.aliases:
                     value = self.analysis.value_read(read)
                     if head in self._written_by_functions or value is not None and value.graph and not isinstance(value.structure, FunctionOf):
@@ -119,6 +127,41 @@ class KeptGraphs:
         if holding is None or holding not in statements:
             return False
         return any(attribute in assigned_names(statement, rebinding_only=True, tree=tree) for statement in statements[: statements.index(holding)])
+
+    def _getter_read(self, part: cst.CSTNode) -> cst.Attribute | None:
+        """The first attribute ``part`` reads, not to call it, whose getter may hand back what outlives a call
+        (``holder.f``, ``self.features`` under ``@property``: ``_getter_may_keep``)."""
+        tree = self.analysis.tree
+        called = {id(call.func) for call in tree.findall(part, cst.Call)}
+        return next((read for read in tree.findall(part, cst.Attribute) if id(read) not in called and self._getter_may_keep(read.attr.value)), None)
+
+    def _getter_may_keep(self, attribute: str) -> bool:
+        """Whether reading ``attribute`` may run a getter of the file's classes (a method of that name under a
+        decorator other than ``staticmethod``/``classmethod``: ``@property``) that hands back what outlives a call:
+        ``@cached_property`` always does, another when its body reads what may (``_outliving_read``)."""
+        if attribute in self._getters_read:
+            return False  # (read again while its own body is read: what else it reads decides)
+        self._getters_read.add(attribute)
+        try:
+            return any(
+                any(dotted_name(d.decorator) in ("cached_property", "functools.cached_property") for d in getter.decorators)
+                or self._function_may_return_what_it_kept(getter, class_name)
+                for class_name, getter in self._decorated_methods.get(attribute, ())
+            )
+        finally:
+            self._getters_read.discard(attribute)
+
+    @cached_property
+    def _decorated_methods(self) -> dict[str, list[tuple[str, cst.FunctionDef]]]:
+        """The file's methods under a decorator that makes reading their name run them, by name, with their class."""
+        methods: dict[str, list[tuple[str, cst.FunctionDef]]] = {}
+        for class_def in self.analysis.tree.findall(self.analysis.module, cst.ClassDef):
+            for statement in class_def.body.body:
+                if isinstance(statement, cst.FunctionDef) and any(
+                    dotted_name(d.decorator) not in ("staticmethod", "classmethod") for d in statement.decorators
+                ):
+                    methods.setdefault(statement.name.value, []).append((class_def.name.value, statement))
+        return methods
 
     @cached_property
     def _class_body_attributes(self) -> frozenset[str]:
