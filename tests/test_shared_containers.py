@@ -49,6 +49,8 @@ def _dropping_runs(source: str) -> bool:
         ("store = []\nalias = store\n", "global store\n        store += [loss]", "alias[0].backward()\n"),
         ("store = []\ngroups = [store]\n", "store.append(loss)", "groups[0][0].backward()\n"),
         ("class T:\n    def __init__(self):\n        self.buf = []\nt = T()\nbuf = t.buf\n", "buf.append(loss)", "t.buf[0].backward()\n"),
+        # handed to code that keeps it: the object then holds the list too
+        ("class T:\n    def __init__(self, buf):\n        self.buf = buf\nstore = []\nt = T(store)\n", "store.append(loss)", "t.buf[0].backward()\n"),
     ],
 )
 def test_a_loss_stored_into_a_container_another_name_holds_escapes(before, keep, after):
@@ -60,5 +62,12 @@ def test_a_loss_stored_into_a_container_another_name_holds_escapes(before, keep,
 def test_the_variant_with_no_other_name_for_the_container_drops_retain_graph_safely():
     """The alias names another list: nothing kept is backwarded again."""
     source = _program("store = []\nother = []\nalias = other\n", "store.append(loss.item())", "print(len(alias))\n")
+    assert fixed_safely(source)
+    assert _dropping_runs(source)
+
+
+def test_a_container_handed_only_to_code_that_reads_it_has_no_other_name():
+    """The variant of the object that keeps the list: `len`, `sum` and torch read it and keep nothing."""
+    source = _program("store = []\n", "store.append(loss.item())", "print(len(store), sum(store), torch.tensor(store).mean())\n")
     assert fixed_safely(source)
     assert _dropping_runs(source)

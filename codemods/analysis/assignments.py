@@ -6,7 +6,7 @@ calling a mutating method like ``a.append(v)`` / ``a.add_(v)`` counts as writing
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import libcst as cst
 
@@ -285,13 +285,16 @@ def bound_by_header(statement: cst.CSTNode) -> list[str]:
     return []
 
 
-def shared_containers(module: cst.Module, tree: SyntaxTree) -> frozenset[str]:
+def shared_containers(module: cst.Module, tree: SyntaxTree, only_reads: Callable[[cst.Call], bool]) -> frozenset[str]:
     """The dotted names that may share their object with another name, anywhere in the file: one
-    bound to another (``alias = store``, ``self.history = history``) and the one it is bound to, and
-    one written into a container (``[store]``, ``{"k": store}``). A value stored into such an object
-    (``store.append(loss)``, ``store[k] = loss``) is read through the other name too, which the
-    dataflow, whose values are the names', does not follow."""
-    shared: set[str] = set()
+    bound to another (``alias = store``, ``self.history = history``) and the one it is bound to, one
+    written into a container (``[store]``, ``{"k": store}``), and one handed to a call that may keep
+    it (``Plateau(store)``, ``kept.append(store)``: any but those ``only_reads`` proves keep nothing).
+    A value stored into such an object (``store.append(loss)``, ``store[k] = loss``) is read through
+    the other name too, which the dataflow, whose values are the names', does not follow."""
+    shared: set[str] = {
+        name for call in tree.findall(module, cst.Call) if not only_reads(call) for arg in call.args if (name := dotted_name(arg.value))
+    }
     for assignment in tree.findall(module, cst.Assign):
         value = dotted_name(assignment.value)
         if value is not None:

@@ -149,9 +149,8 @@ class CallSemantics:
         return self._function_call(node, qualified, env)
 
     def _torch_functions_call(self, node: cst.Call, functions: frozenset[str], env: Env) -> Value:
-        """A call of a name that holds one of torch's ``functions`` on every path (``cost(d_fake,
-        label)`` where ``cost`` is ``F.mse_loss`` or ``F.binary_cross_entropy_with_logits``): the
-        join of the calls spelled with each, kept as the call's row (``called_functions``)."""
+        """A call of a name that holds one of torch's ``functions`` on every path (``cost(d_fake, label)``, ``cost`` being
+        ``F.mse_loss`` or ``F.l1_loss``): the join of the calls spelled with each, kept as its row (``called_functions``)."""
         self.called_functions[node] = functions
         values = self._eval_all([arg.value for arg in node.args], env)
         if creates_parameter(self.names, node):
@@ -180,8 +179,8 @@ class CallSemantics:
         return combine([*self._eval_all(arguments, env), LEAF], self._origin(node), UNKNOWN)
 
     def _method_call(self, node: cst.Call, qualified: str, env: Env) -> Value:
-        """``x.method(...)`` of anything but torch's own modules: a backward, a module's method, a
-        tensor method of ``_TENSOR_METHODS``, an append, or a method gradfix cannot read."""
+        """``x.method(...)`` of anything but torch's modules: a backward, a module's method, a tensor method of
+        ``_TENSOR_METHODS``, an append, or a method gradfix cannot read."""
         func = node.func
         method = func.attr.value
         if method in BACKWARD_METHODS and self._backward_method_call(node, env):
@@ -203,10 +202,12 @@ class CallSemantics:
             if method in BOOKKEEPING_METHODS and target is not None:
                 env[target] = value
             return value
-        if target is not None and method not in APPENDING_METHODS:
-            self._forget_slots(target, env)  # (``insert``, ``pop``, ``clear``: the slots move)
+        if target is not None:  # (``insert``, ``pop``, ``clear``: the slots move; ``append``, ``extend``: those counted from the end)
+            self._forget_slots(target, env, keep_literal=(adding := method in ("append", "extend")), counted_from_end=adding)
         if method in APPENDING_METHODS and target is not None:
             item = values[-1] if values else NOTHING
+            if method == "append" and target not in self.shared_objects:
+                self._write_slot(target, f"{target}[-1]", item, env)  # (``losses[-1]`` is what was appended last)
             if arguments:
                 self.assigned_values[arguments[-1]] = item
             if method == "extend":
@@ -456,9 +457,8 @@ class CallSemantics:
         for index, item in enumerate(items):
             value = part(whole, item.structure).changed(guessed=whole.guessed or item.guessed or not (item.graph or item.structure is TENSOR))
             if call_origin in value.origins and groups[index] != groups[0]:
-                # Items the callee builds from no node in common share nothing of the call: each
-                # group of them stands for its own part (``return policy_loss, q1_loss, q2_loss``
-                # of three networks).
+                # Items the callee builds from no node in common share nothing of the call: each group of them stands
+                # for its own part (``return policy_loss, q1_loss, q2_loss`` of three networks).
                 value = value.changed(
                     origins=value.origins - {call_origin} | {Origin(targets[groups[index]], call_origin.statement, call_origin.possible)}
                 )
@@ -490,9 +490,9 @@ class CallSemantics:
                 self.escaped.setdefault(self._scope.node, set()).update(self.graph_nodes(value))
 
     def _only_reads_its_arguments(self, call: cst.Call) -> bool:
-        """``print(d)``, ``len(d)``, a torch function, a logger's method: nothing it is handed is written to."""
-        func = call.func
-        return (type(func) is cst.Name and func.value in _NON_GRAPH_BUILTINS) or self.names.is_torch(func) or self._only_reads(func)
+        """``print(d)``, ``len(d)``, ``sum(d)``, a torch function, a logger's method: it writes to or keeps nothing it is handed."""
+        func, builtin = call.func, call.func.value if type(call.func) is cst.Name else ""
+        return builtin in _NON_GRAPH_BUILTINS or builtin in _CONTAINER_BUILTINS - {"reversed"} or self.names.is_torch(func) or self._only_reads(func)
 
     def _may_keep_its_arguments(self, call: cst.Call) -> bool:
         """A call made for its effect (``hook(out)``, ``self.log_graph(loss)``), not a torch
@@ -758,9 +758,9 @@ def _is_whole_number(node: cst.BaseExpression) -> bool:
 
 
 def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:
-    """Whether a call of ``math``, ``numpy``, ``random``, ``statistics`` or ``time`` returns nothing that holds a graph:
-    when it is given nothing that holds one (nothing these libraries keep holds a graph). Given a graph, it may hand
-    it back: ``random.choice(losses)``, ``np.squeeze(t)`` (numpy hands the call to the tensor's own method)."""
+    """Whether a call of ``math``, ``numpy``, ``random``, ``statistics`` or ``time`` returns nothing that holds a graph: when
+    given nothing that holds one (nothing they keep holds one). Given a graph, it may hand it back: ``random.choice(losses)``,
+    ``np.squeeze(t)`` (numpy hands the call to the tensor's own method)."""
     return qualified.startswith(_NUMBER_LIBRARIES) and not any(value.graph for value in values)
 
 

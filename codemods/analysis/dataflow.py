@@ -116,7 +116,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         # ``model.rnn`` for ``model.rnn.hidden``): assigning ``model`` forgets what was known of the
         # chains under it without scanning every name of the environment.
         self._attributes_of: dict[str, list[str]] = {}
-        self.shared_objects = shared_containers(module, tree)  # names whose object another name may hold
+        self.shared_objects = shared_containers(module, tree, self._only_reads_its_arguments)  # names whose object another name may hold
         self._globals_declared: dict[cst.CSTNode, frozenset[str]] = {}
         self._locals_of: dict[cst.FunctionDef, set[str]] = {}  # (asked at every call of the file's functions)
         self._literal_key_dicts: dict[str, bool] = {}  # names used only as dicts picked by literal keys

@@ -428,11 +428,12 @@ class Expressions:
             known = self._literal_key_dicts[name] = known and len(scopes) == 1
         return known
 
-    def _forget_slots(self, name: str, env: Env, keep_literal: bool = False) -> None:
+    def _forget_slots(self, name: str, env: Env, keep_literal: bool = False, counted_from_end: bool = False) -> None:
         """What was written to ``x[i]`` is what ``x[i]`` reads only until ``x`` or ``i`` changes
-        (``keep_literal``: ``x`` changes only at a literal key; ``x["a"]`` is still what was written)."""
+        (``keep_literal``: ``x`` changes only at a literal key; ``x["a"]`` is still what was written;
+        ``counted_from_end``: but for ``x[-1]`` and the others a negative literal picks, as ``x.append``)."""
         for slot in self._slots.get(name, ()):
-            if not (keep_literal and slot in self._literal_slots):
+            if not (keep_literal and slot in self._literal_slots) or counted_from_end and slot.startswith(f"{name}[-"):
                 env.pop(slot, None)
 
 
@@ -520,4 +521,6 @@ def constant_key(node: cst.BaseExpression | None) -> str | None:
         return None if "b" in prefix or "\\" in text and "r" not in prefix else repr(text)
     if type(node) is cst.Integer:
         return node.value if node.value.isdigit() else None
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus and type(node.expression) is cst.Integer:
+        return f"-{node.expression.value}" if node.expression.value.isdigit() else None
     return None
