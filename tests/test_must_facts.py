@@ -1208,6 +1208,12 @@ def test_a_module_that_holds_a_trained_modules_part_may_train():
     # detach of the target would stop that layer's gradient through it.
     assert rules(shared="teacher[0] = student[0]") == [("GF003", "safe")]
     assert rules(teacher_first="student[0]") == [("GF003", "safe")]
+    # H80's generator: the student holds the teacher's weight itself (tied weights), so the
+    # optimizer of the student trains it; also through a name for the teacher's layer.
+    assert rules(shared="student[0].weight = teacher[0].weight") == [("GF003", "safe")]
+    assert rules(shared="first = teacher[0]\nstudent[0].weight = first.weight") == [("GF003", "safe")]
+    # The variant: a copy of the teacher's weight, which nothing ties back to it.
+    assert rules(shared="student[0].weight = nn.Parameter(teacher[0].weight.detach().clone())") == [("GF006", "safe")]
 
 
 def test_two_backwards_of_one_loss_with_other_gradients_are_no_duplicate_to_drop():

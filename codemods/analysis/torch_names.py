@@ -469,8 +469,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             holder = dotted_name(target.value)
             if holder is not None and self._names_a_module(value):
                 self.names.stored_values.add(holder)
-        elif type(target) is cst.Name and (type(value) is cst.Name or type(value) is cst.Attribute) and self._names_a_module(value):
-            self.names.stored_values.update(filter(None, (dotted_name(value), target.value)))  # (either name may be the one trained)
+        elif type(target) is cst.Name and type(value) in (cst.Name, cst.Attribute, cst.Subscript) and self._names_a_module(value):
+            self.names.stored_values.update({target.value, *_names_it_is_part_of(value)})  # (either name may be the one trained)
 
     def _note_stored(self, value: cst.BaseExpression) -> None:
         """Names that ``value`` hands over as they are (not called, not read through a method)."""
@@ -483,10 +483,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self._note_stored(entry.value)
         elif type(value) is cst.StarredElement:
             self._note_stored(value.value)
-        else:
-            name = dotted_name(value)
-            if name is not None:
-                self._stored_in.setdefault(self._functions[-1] if self._functions else None, set()).add(name)
+        else:  # (and what it is part of: ``twin.weight = teacher[0].weight`` lets an optimizer of ``twin`` train ``teacher``)
+            self._stored_in.setdefault(self._functions[-1] if self._functions else None, set()).update(_names_it_is_part_of(value))
 
     def _add_parameter_group(self, call: cst.Call) -> None:
         """``optimizer.add_param_group({"params": teacher.parameters(), ...})``: the optimizer now
@@ -744,3 +742,13 @@ def _collect(tree: SyntaxTree, project_classes: dict[str, ExportedModuleClass]) 
     names = collector.names
     collector.lightning.resolve(names.optimized_modules, names.optimizers_of_unknown_parameters, names.optimizers)
     return names
+
+
+def _names_it_is_part_of(value: cst.BaseExpression) -> set[str]:
+    """``teacher[0].weight``: the names and attribute chains of ``value`` and of what holds it, up to the name it
+    starts from (``teacher``; ``self.net.fc`` for ``self.net.fc.weight``, and ``self.net``, ``self``)."""
+    node = value
+    while (name := dotted_name(node)) is None and (type(node) is cst.Attribute or type(node) is cst.Subscript):
+        node = node.value
+    parts = name.split(".") if name is not None else []
+    return {".".join(parts[:n]) for n in range(1, len(parts) + 1)}
