@@ -189,7 +189,8 @@ class GradientEffect(enum.Flag):
     UNSCALE = enum.auto()  # ``scaler.unscale_(optimizer)``
     CLIP = enum.auto()  # clips gradients
     READ_GRAD = enum.auto()  # reads ``.grad``
-    UPDATING = STEP | ZERO_GRAD | SCALER_UPDATE
+    WRITE_GRAD = enum.auto()  # writes ``.grad`` by hand: ``p.grad = None``, ``p.grad.zero_()``, ``del p.grad``
+    UPDATING = STEP | ZERO_GRAD | SCALER_UPDATE | WRITE_GRAD
     READING = UNSCALE | CLIP | READ_GRAD
 
 

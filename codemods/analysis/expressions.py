@@ -200,8 +200,9 @@ class Expressions:
         if name is not None and name in env:
             return env[name]
         if node.attr.value in _NON_GRAPH_ATTRIBUTES:
-            self._eval(node.value, env)
-            return CONSTANT
+            base = self._eval(node.value, env)
+            # (a tensor's ``.data`` and ``.grad`` are tensors, of no graph: ``p.grad.norm()`` is a tensor's method)
+            return Value(structure=TENSOR, graphless=True) if node.attr.value in GRAPHLESS_ATTRIBUTES and base.structure is TENSOR else CONSTANT
         if self.names.is_parameter(node, self._scope.class_name):
             return LEAF
         kept = self._constructed.get(self.names.instance_class(node.value, None) or "", {}).get(f"self.{node.attr.value}")

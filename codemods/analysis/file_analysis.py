@@ -143,8 +143,7 @@ class FileAnalysis:
         return self._dataflow.summarized_functions.get(callee) if callee is not None else None
 
     def value_assigned(self, expression: cst.BaseExpression) -> Value | None:
-        """What the right-hand side of an assignment (or one target of ``a, b = ...`` was given), or
-        what ``+=`` adds or ``.append(...)`` stores, evaluated to (None where never reached)."""
+        """What an assignment's value (or a target of ``a, b = ...`` got), ``+=`` adds or ``.append(...)`` stores evaluated to (None: unreached)."""
         return self._dataflow.assigned_values.get(expression)
 
     def arguments_kept(self, call: cst.Call) -> list[KeptArgument]:
@@ -680,11 +679,12 @@ class FileAnalysis:
     def _reach(self) -> GradientReach:
         return GradientReach(self)
 
-    def call_that_may_read_gradients(self, node: cst.CSTNode) -> cst.Call | None:
-        """The first call in ``node`` into code that may read or change gradients where gradfix does not look (a logger,
-        an imported helper, a method of an object it does not know); None when every call is a torch function, a
-        module's forward, a builtin, a tensor's method or a function of the file whose own body reads no gradient."""
-        return next(self._calls_not_read(node), None)
+    def call_that_may_read_gradients(self, node: cst.CSTNode, changing_only: bool = False) -> cst.Call | None:
+        """The first call in ``node`` into code that may read or (``changing_only``: may) change gradients where gradfix does
+        not look (a logger, an imported helper, a method of an object it does not know); None when every call is torch's,
+        a module's forward (changing only: or ``model.parameters()``…), a builtin, a tensor's method or a function of the
+        file whose own body reads no gradient."""
+        return next((call for call in self._calls_not_read(node) if not (changing_only and self._keeps_parameters(call))), None)
 
     def may_change_parameters(self, node: cst.CSTNode) -> bool | None:
         """Whether running ``node`` changes parameters: True when an optimizer steps in it; None when gradfix cannot tell
@@ -735,9 +735,9 @@ class FileAnalysis:
             if self.names.is_torch(func) or self.names.module(func, self.class_name_of(expression)) is not None:
                 return True
             return isinstance(func, cst.Attribute) and self._is_tensor(func.value)
-        if isinstance(expression, (cst.Subscript, cst.Attribute)):
-            return self._is_tensor(expression.value)
-        return False
+        if isinstance(expression, cst.Attribute) and self.names.is_parameter(expression, self.class_name_of(expression)):
+            return True  # (``model[0].weight``)
+        return isinstance(expression, (cst.Subscript, cst.Attribute)) and self._is_tensor(expression.value)
 
     def _is_container(self, expression: cst.BaseExpression) -> bool:
         """A list, tuple, dict or string the program built itself (``history.append(...)``)."""

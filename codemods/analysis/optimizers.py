@@ -40,6 +40,12 @@ def gradient_effects(
             effects |= GradientEffect.CLIP
     if findall(node, cst.Attribute, is_grad):
         effects |= GradientEffect.READ_GRAD
+        written: list[cst.BaseExpression] = [*(t.target for t in findall(node, cst.AssignTarget)), *(a.target for a in findall(node, cst.AugAssign))]
+        written += [d.target for d in findall(node, cst.Del)]
+        in_place = (cst.ensure_type(call.func, cst.Attribute) for call in findall(node, cst.Call, method_called))
+        written += [method.value for method in in_place if method.attr.value.endswith("_")]
+        if any(_a_gradient(target) for target in written):
+            effects |= GradientEffect.WRITE_GRAD
     if holds_a_backward(node):
         effects |= GradientEffect.BACKWARD
     return effects
@@ -84,3 +90,10 @@ def stepped_optimizers(node: cst.CSTNode) -> set[str]:
 def _is_dict_update(call: cst.Call, method: str) -> bool:
     """``metrics.update({...})`` / ``d.update(k=v)`` is a dict's, not a GradScaler's."""
     return GRADIENT_METHODS.get(method) is GradientEffect.SCALER_UPDATE and bool(call.args)
+
+
+def _a_gradient(node: cst.BaseExpression) -> bool:
+    """``p.grad``, or its ``.data``: what a write to changes the gradient itself."""
+    while type(node) is cst.Attribute and node.attr.value == "data":
+        node = node.value
+    return type(node) is cst.Attribute and is_grad(node)

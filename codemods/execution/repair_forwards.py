@@ -341,7 +341,7 @@ def _recomputed_before(
     return anchor, tuple(c.with_changes(leading_lines=[]) for c in copies)
 
 
-_WEIGHT_UPDATES = GradientEffect.UPDATING & ~GradientEffect.ZERO_GRAD  # (zeroing gradients changes no weight)
+_WEIGHT_UPDATES = GradientEffect.UPDATING & ~(GradientEffect.ZERO_GRAD | GradientEffect.WRITE_GRAD)  # (zeroing gradients changes no weight)
 
 
 def _steps_or_frees(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:

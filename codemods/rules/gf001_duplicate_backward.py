@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import libcst as cst
 
@@ -8,6 +8,7 @@ from ..analysis import (
     NO_GRADIENT_HOOKS,
     TENSOR,
     BackwardSite,
+    GradientEffect,
     NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     READS_MODELLED_CODE,
@@ -46,7 +47,10 @@ class DuplicateBackward(Rule):
     lets that check keep the graph (``retain_graph=True``) for the real backward.
 
     When gradfix only reports: When the two calls pass other arguments (a gradient, ``inputs``),
-    which one was meant is not clear. When the first call already passes ``retain_graph=True`` on purpose,
+    which one was meant is not clear; so it is when an optimizer steps or the gradients are zeroed
+    between them (``loss.backward(); optimizer.zero_grad(); loss.backward()``: removing the second
+    call would leave the step no gradient). Code between them gradfix does not read (a
+    helper that may zero the gradients) makes the removal an unsafe fix. When the first call already passes ``retain_graph=True`` on purpose,
     or gradfix cannot tell what it passes (an expression, or a keyword ``Tensor.backward`` does not
     take: torch 0.3's ``retain_variables``), nothing is rewritten: the program runs, and the second
     backward is then deliberate; a first call that may keep the graph makes the finding a hint.
@@ -130,16 +134,28 @@ for batch, target in loader:
             # A lesson on accumulation does that on purpose (``y = x.sum()`` of a leaf, backwarded
             # cell after cell): it raises nothing, and only the program knows what it meant.
             unseen = unseen or "the program may mean the gradient twice"
+        between = self._run_between(first, second)
+        unseen_between = "gradfix cannot list what runs between the two calls" if between is None else ""
+        unread = next(filter(None, (self.analysis.call_that_may_read_gradients(s, changing_only=True) for s in between or ())), None)
+        if unread is not None:
+            unseen_between = f"`{code_of(unread)}` runs between the two calls, and gradfix does not see whether it zeroes the gradients"
+        fix = self._fix(first, second, seen_between=not unseen_between)
+        if first.api.accumulates and between is not None and any(self.analysis.gradient_effects(s) & GradientEffect.UPDATING for s in between):
+            # (the step that follows the second call does not see the first call's gradients: which is meant is not clear)
+            detail += " (not rewritten: an optimizer steps or the gradients are zeroed between the two calls)"
+            fix = None
+        elif fix is not None and fix.remove and not fix.safe and unseen_between:
+            detail += f" (unsafe fix: {unseen_between})"
         return self.violation(
             second.call,
             f"`{name}` is backwarded again (first {where}); {detail}",
-            self._fix(first, second),
+            fix,
             related=(first.call,),
             sites=(first, second),
             guess=unseen,
         )
 
-    def _fix(self, first: BackwardSite, second: BackwardSite) -> Fix | None:
+    def _fix(self, first: BackwardSite, second: BackwardSite, seen_between: bool) -> Fix | None:
         if first.retain_graph is None:
             return None  # gradfix cannot tell whether the first call keeps the graph
         if not first.api.accumulates:
@@ -155,8 +171,43 @@ for batch, target in loader:
             return None
         # Unless the value is proved to hold a graph the first call freed, the second call may run
         # (a leaf, a loader's item, a graph of repeats and casts that saved nothing) and add its
-        # gradient again: dropping it changes the maths.
-        return Fix(safe=self._freed_by_the_first(first, second), remove=(second.statement,))
+        # gradient again: dropping it changes the maths. So may code between them that gradfix
+        # does not see (a helper that zeroes the gradients).
+        return Fix(safe=self._freed_by_the_first(first, second) and seen_between, remove=(second.statement,))
+
+    def _run_between(self, first: BackwardSite, second: BackwardSite) -> Sequence[cst.CSTNode] | None:
+        """What runs after the first call and before the second, where gradfix can list it: going out from the second
+        call's statement (through the statements around it: a ``try``, an ``if``, a loop, with what runs before it in
+        each block and each one's header) to the block that holds the first call's statement, the statements between
+        the two; or, where the first call is a statement of a function's own body, the rest of that function and
+        what follows the statement that calls it. None where gradfix cannot list it."""
+        function = first.scope.node if first.tensors else None
+        rest = (
+            function.body.body[function.body.body.index(first.statement) + 1 :]
+            if isinstance(function, cst.FunctionDef) and first.statement in function.body.body
+            else None
+        )
+        after: list[cst.CSTNode] = []
+        node: cst.CSTNode = second.statement
+        while (block := self.analysis.block_of(node)) is not None and first.tensors:
+            before = block.statements[: block.index(node)]
+            if first.statement in before:
+                return [*before[before.index(first.statement) + 1 :], *after]
+            calling = [i for i, statement in enumerate(before) if rest is not None and self._calls(statement, function)]
+            if calling:
+                return [*(rest or ()), *before[calling[-1] + 1 :], *after]
+            owner = self.analysis.tree.parent(block.owner)
+            while isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally)):
+                owner = self.analysis.tree.parent(owner)
+            if not isinstance(owner, (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.Match)):
+                return None
+            header = (getattr(owner, "test", None), getattr(owner, "iter", None), getattr(owner, "subject", None))
+            after = [*(n for n in header if n is not None), *(item.item for item in getattr(owner, "items", ())), *before, *after]
+            node = owner
+        return None
+
+    def _calls(self, statement: cst.CSTNode, function: cst.CSTNode | None) -> bool:
+        return any(self.analysis.function_called(call) is function for call in self.analysis.tree.findall(statement, cst.Call))
 
     def _freed_by_the_first(self, first: BackwardSite, second: BackwardSite) -> bool:
         """Whether the second backward certainly walks a tensor the first one freed: it backwards
