@@ -11,6 +11,7 @@ from ..analysis import (
     NO_HIDDEN_BACKWARD,
     READS_MODELLED_CODE,
     assigned_names,
+    code_of,
     is_single_assignment,
     read_names,
 )
@@ -45,7 +46,11 @@ class ForwardOutsideLoop(Rule):
     loop, on the way to it or by the moved statements themselves (``preds = preds.softmax(-1)``
     alone, moved, would apply once more in every iteration), or when it is not a plain assignment,
     or when the loop is a function's and the module's forward it would move is read elsewhere (or
-    reads a name the function binds: moved, it would be the function's own).
+    reads a name the function binds: moved, it would be the function's own), or when the loop computes
+    the very module call the moved statements make (``net(old_x)``, written the same): the value made
+    before the loop may then be meant as the outputs before training (learning without forgetting's
+    targets, missing their detach), and moved, a distillation term would compare the network with
+    itself.
     When the backward keeps the graph (``retain_graph=True``, or a value gradfix cannot read), the
     program runs as it is, and the move, which changes its results, is an unsafe fix; and when
     nothing in the loop changes the parameters (no optimizer steps in it), every iteration's forward
@@ -108,6 +113,13 @@ for epoch in range(epochs):
             if changing is False:
                 continue  # every iteration would compute the same forward: one kept graph is right
             fix = self._fix(hoisted, loop, safe=not runs)
+            if fix is not None and (recomputed := self._computed_in_the_loop_too(hoisted, loop)) is not None:
+                # (moved, it would be what the loop computes anyway: a distillation term would compare the network with itself)
+                message = message.removesuffix("; compute it in the loop") + (
+                    f"; the loop computes `{code_of(recomputed)}` itself: detach {shown} where it is made if it is meant as the"
+                    " outputs before training, or compute it in the loop (not rewritten: which is meant is not clear)"
+                )
+                fix = None
             guesses = [self.analysis.closed_world.unread_guess(hoisted)]
             # Where the program runs, the stale forward is the bug only if an iteration must change
             # what it was built from.
@@ -124,6 +136,17 @@ for epoch in range(epochs):
             if changing is None:
                 guesses.append("gradfix cannot tell whether anything in the loop changes the parameters, and if nothing does, one forward is right")
             yield self.violation(hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,), guess="; ".join(filter(None, guesses)))
+
+    def _computed_in_the_loop_too(self, hoisted: Sequence[cst.BaseStatement], loop: Loop) -> cst.Call | None:
+        """A call of a module the statements built before the loop make that the loop's body makes too, written the
+        same (``net(old_x)`` before a loop whose loss reads ``net(old_x)`` beside the value made once: learning
+        without forgetting's targets of the network before the new task)."""
+        tree = self.analysis.tree
+        in_the_loop = {code_of(call) for call in tree.findall(loop.node.body, cst.Call)}
+        modules = (
+            call for s in hoisted for call in tree.findall(s, cst.Call) if self.analysis.names.module(call.func, self.analysis.class_name_of(call))
+        )
+        return next((call for call in modules if code_of(call) in in_the_loop), None)
 
     def _fix(self, hoisted: Sequence[cst.BaseStatement], loop: Loop, safe: bool) -> Fix | None:
         body = loop.node.body
