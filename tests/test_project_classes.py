@@ -148,3 +148,32 @@ def test_a_class_that_keeps_a_module_bound_elsewhere_is_not_exported():
     assert "self.body = SHARED" in kept
     assert "Discriminator" not in module_exports(kept.encode())
     assert module_exports(kept.encode())["Generator"].module_class is not None
+
+
+PAIR = """\
+import torch.nn as nn
+
+
+class Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 2)
+        self.b = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
+"""
+
+
+def test_the_items_of_a_class_of_another_module_called_under_no_grad_hold_no_graph(tmp_path):
+    """Called with gradients off, the class's items have no graph, and no place for one (the check used to
+    stop there with an internal error: world-models' and SimCLR's trainers)."""
+    train = _project(
+        tmp_path,
+        nets=PAIR,
+        train="import torch\nfrom nets import Pair\n\nnet = Pair()\nx = torch.randn(4, 3)\nwith torch.no_grad():\n"
+        "    left, right = net(x)\nloss = net(x)[0].sum() + left.sum()\nloss.backward()\n",
+    )
+    assert _run(train).returncode == 0
+    report = check_file(train, all_rules(), FixMode.NONE)
+    assert (report.internal_errors, report.findings) == ([], [])

@@ -403,10 +403,10 @@ class CallSemantics:
             self._keep_returned_items(node, items, values)
         elif forward is None and project is not None and project.returned_items is not None:
             # a class of another module of the project: its forward's items as that module read them
-            marks = [Origin(cst.Name(f"item{item.group}"), self._origin(node).statement) for item in project.returned_items]
+            marks = [Origin(cst.Name(f"item{item.group}"), self._statement) for item in project.returned_items]
             exported = tuple(
                 Value(
-                    item.graph,
+                    item.graph and not self._no_grad,  # (under no_grad: no graph, and no origin to place one)
                     frozenset({marks[item.group]}) if item.graph else frozenset(),
                     TENSOR if item.tensor else UNKNOWN,
                     graphless=item.graphless,
