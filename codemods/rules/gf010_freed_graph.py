@@ -59,7 +59,9 @@ class FreedGraph(Rule):
     the candidate fixes. Where the backwarded value comes out of code gradfix did not read, or is an
     item of a container whose items gradfix no longer knows (a dict written under another name,
     handed to a call, stored at a key it cannot read), the finding is a hint (``--hints``): that
-    value may not hold the freed graph.
+    value may not hold the freed graph. So is one whose graph a helper's backward freed where that
+    backward may not run on the path the call takes (under the helper's flag, after an early
+    ``return``, in a loop of the helper: ``compute(x, do_backward=False)``).
     """
 
     SUMMARY = "a backward walks a graph an earlier backward freed"
@@ -155,6 +157,8 @@ class Classifier(pl.LightningModule):
                     "not train (retain_graph=True only hides it)"
                 )
             guess = self._guess(site, placed=bool(earlier or inside))
+            if not guess and not earlier and inside and not self._frees_whenever_it_returns(inside[-1]):
+                guess = f"the backward inside `{code_of(inside[-1].func)}(...)` may not run on the path that call takes (under a test, in a loop, after a return)"
             if not guess and not inside and earlier and not any(other.runs_as_walked for other in earlier):
                 guess = f"the backward at line {self.analysis.line(earlier[-1].call)} runs only where the expression around it lets it"
             yield self.violation(
@@ -165,6 +169,46 @@ class Classifier(pl.LightningModule):
                 sites=(site,),
                 guess=guess,
             )
+
+    def _frees_whenever_it_returns(self, call: cst.Call, reading: frozenset[cst.FunctionDef] = frozenset()) -> bool:
+        """Whether the file's function ``call`` runs backwards on every path to a return: a backward that is a
+        statement of its own body, runs as the walk reads it and stands before every ``return``, or a call there
+        (in a plain statement, not under ``and``/``or``, a conditional expression, a comprehension or a lambda) of
+        a function that does so (``self.block(x)`` in a model's forward). Not one under a flag
+        (``compute(x, do_backward=False)``), which this call may not take."""
+        function = self.analysis.function_called(call) or self._forward_of(call)
+        if function is None or function in reading:
+            return False
+        tree, order = self.analysis.tree, self.analysis.order
+        last = min((order(r) for r in tree.findall(function.body, cst.Return)), default=None)
+        statements = [s for s in function.body.body if isinstance(s, cst.SimpleStatementLine) and (last is None or order(s) <= last)]
+        if any(site.scope.node is function and site.statement in statements and site.runs_as_walked for site in self.analysis.backward_sites):
+            return True
+        return any(
+            self._runs_whenever(inner, statement) and self._frees_whenever_it_returns(inner, reading | {function})
+            for statement in statements
+            for inner in tree.findall(statement, cst.Call)
+        )
+
+    def _forward_of(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The ``forward`` of the file's module class that ``call`` calls an instance of (``self.block(x)``), where the
+        class is the file's only one of that name."""
+        module = self.analysis.names.module(call.func, self.analysis.class_name_of(call))
+        classes = [
+            c for c in self.analysis.tree.findall(self.analysis.module, cst.ClassDef) if module is not None and c.name.value == module.class_name
+        ]
+        if module is None or not module.is_local or len(classes) != 1:
+            return None
+        return next((f for f in classes[0].body.body if isinstance(f, cst.FunctionDef) and f.name.value == "forward"), None)
+
+    def _runs_whenever(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
+        """Whether ``node`` is evaluated whenever ``statement`` runs: nothing around it in the statement may skip or
+        defer it."""
+        while node is not statement and node is not None:
+            if isinstance(node, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+                return False
+            node = self.analysis.tree.parent(node)
+        return node is statement
 
     def _guess(self, site: BackwardSite, placed: bool) -> str:
         """Why the graph may not be freed after all: the backwarded value came out of code gradfix
