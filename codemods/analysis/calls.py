@@ -204,6 +204,9 @@ class CallSemantics:
             return value
         if target is not None:  # (``insert``, ``pop``, ``clear``: the slots move; ``append``, ``extend``: those counted from the end)
             self._forget_slots(target, env, keep_literal=(adding := method in ("append", "extend")), counted_from_end=adding)
+        if method == "clear" and not values and target is not None and isinstance(receiver.structure, ListOf):
+            env[target] = Value(structure=receiver.structure, graphless=True)  # (emptied in place: no item is left to hold a graph)
+            return CONSTANT
         if method in APPENDING_METHODS and target is not None:
             item = values[-1] if values else NOTHING
             if method == "append" and target not in self.shared_objects:
@@ -252,13 +255,11 @@ class CallSemantics:
         return result
 
     def _casts_to_integers(self, call: cst.Call) -> bool:
-        """``x.to(torch.long)``, ``x.to(dtype=torch.int64)``, ``x.type(torch.LongTensor)``: a cast
-        to one of ``INTEGER_TYPES``."""
+        """``x.to(torch.long)``, ``x.to(dtype=torch.int64)``, ``x.type(torch.LongTensor)``: a cast to an ``INTEGER_TYPES``."""
         return any(self.names.qualify(arg.value) in INTEGER_TYPES for arg in call.args if arg.keyword is None or arg.keyword.value == "dtype")
 
     def _backward_method_call(self, node: cst.Call, env: Env) -> bool:
-        """Whether ``x.backward(...)`` (or ``manual_backward``) is a row of ``frameworks``' backward
-        table, which it then records."""
+        """Whether ``x.backward(...)`` (or ``manual_backward``) is a row of ``frameworks``' backward table, then recorded."""
         func = node.func
         class_name = self._scope.class_name
         receiver = self._eval(func.value, env)
@@ -384,9 +385,8 @@ class CallSemantics:
         if forward is not None:
             self._record_arguments((module.class_name, "forward"), forward.parameters, node, values)
             values = self._reaching((module.class_name, "forward"), node, values)  # (a state it starts afresh)
-        # A local module adds its parameters' graph when its own forward does (not when it froze
-        # them); a class of another module of the project, when that module's analysis proved it,
-        # or where it returns what code it did not read gave it (then only a guess: ``unread``).
+        # A local module adds its parameters' graph when its own forward does (not when it froze them); a class of
+        # another module of the project, when its analysis proved it, or returns what unread code gave it (a guess).
         project = module.project
         builds = project is None or project.returns_parameters or project.returns_unread
         if module.trainable and (forward.returned.graph if forward is not None else builds):
