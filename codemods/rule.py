@@ -92,6 +92,9 @@ class Rule:
     # gradfix did not read (``analysis.closed_world.OBLIGATIONS``). A safe fix with one not proved is
     # offered as unsafe.
     OBLIGATIONS: ClassVar[tuple[str, ...]] = ()
+    # Whether the finding itself says what the obligations prove (GF009's "nothing backwards it
+    # again": code gradfix did not read may): one not proved makes it a hint, not an unsafe fix.
+    CLAIMS_THE_OBLIGATIONS: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -137,8 +140,12 @@ class Rule:
                 message + (" (not rewritten: gradfix cannot tell whether a `.backward(...)` here backwards its object or its argument)"),
             )
         proof: tuple[ProofLine, ...] = ()
-        if fix is not None and fix.safe and self.OBLIGATIONS:
-            fix, message, proof = self._proved(fix, message, (node, *(s.statement for s in sites), *fix.statements()))
+        if self.OBLIGATIONS and (fix is not None and fix.safe or self.CLAIMS_THE_OBLIGATIONS and not guess):
+            unproved, proof = self._proved((node, *(s.statement for s in sites), *(fix.statements() if fix is not None else ())))
+            if unproved and self.CLAIMS_THE_OBLIGATIONS:
+                fix, guess, message = None, unproved, f"{message} (hint: {unproved})"
+            elif unproved and fix is not None:
+                fix, message = replace(fix, safe=False), f"{message} (unsafe fix: {unproved})"
         kind = None if fix is None else (FixKind.SAFE if fix.safe else FixKind.UNSAFE)
         related_lines = tuple(sorted({self.analysis.line(n) for n in related} - {line}))
         finding = Finding(
@@ -146,9 +153,9 @@ class Rule:
         )
         return Violation(finding, fix, tuple(sites), self.DEFERS)
 
-    def _proved(self, fix: Fix, message: str, about: tuple[cst.CSTNode, ...]) -> tuple[Fix, str, tuple[ProofLine, ...]]:
-        """The fix, safe only when every obligation of the rule is proved on its path, with the
-        message saying which one is not, and each obligation's answer."""
+    def _proved(self, about: tuple[cst.CSTNode, ...]) -> tuple[str, tuple[ProofLine, ...]]:
+        """Why an obligation of the rule is not proved on the path of ``about`` (the finding, its backwards and what
+        its fix touches; "" when every one is), and each obligation's answer."""
         steps = self.analysis.closed_world.answer(self.OBLIGATIONS, about)
         proof = tuple(
             ProofLine(
@@ -161,9 +168,8 @@ class Rule:
         )
         unproved = next((step for step in steps if not step.proved), None)
         if unproved is None:
-            return fix, message, proof
-        line = 0 if unproved.found is None else self.analysis.line(unproved.found.node)
-        return replace(fix, safe=False), f"{message} (unsafe fix: {unproved.reason(line)})", proof
+            return "", proof
+        return unproved.reason(0 if unproved.found is None else self.analysis.line(unproved.found.node)), proof
 
     @classmethod
     def sections(cls) -> dict[str, str]:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterator
 
 import libcst as cst
@@ -55,16 +54,20 @@ class NeedlessRetainGraph(Rule):
     reported and left: dropping it would shift the arguments after it. With ``create_graph=True`` (a
     double backward) the graph is needed and nothing is reported; nor is it for a backward called in a
     comprehension (``[l.backward(retain_graph=True) for l in losses]``) or an operand that may not be
-    evaluated (``warm and loss.backward(retain_graph=True)``): nothing tells how many times it runs. The
-    fix is unsafe where the graph reads what an earlier call may have built and kept, which the walk
-    reads as built anew: a function's result out of a cache (``_cache["f"]``, ``functools.lru_cache``,
-    ``self._f`` set lazily), ``next()`` of an iterator, a parameter's default that is not a literal, an
+    evaluated (``warm and loss.backward(retain_graph=True)``): nothing tells how many times it runs.
+    That nothing backwards the graph again is the finding itself: where it is not proved, the finding
+    is a hint (``--hints``), not an unsafe fix. So it is where code gradfix did not read may keep or
+    backward part of the graph (a hook, a call it does not model), and where the graph reads what an
+    earlier call may have built and kept, which the walk reads as built anew: a function's result out
+    of a cache (``_cache["f"]``, ``functools.lru_cache``, ``self._f`` set lazily, a caching
+    ``@property``), ``next()`` of an iterator, a parameter's default that is not a literal, an
     argument's attribute set where other code runs (``cfg.prior = enc(x)``), a class-body attribute.
     """
 
     SUMMARY = "retain_graph=True keeps a graph nothing backwards again"
     FIX = FixKind.SAFE
     OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_CAUGHT_ERRORS)
+    CLAIMS_THE_OBLIGATIONS = True
     KEEPS_GRADIENTS = True
     SYMPTOM = RunsCorrectly()
     EXAMPLE_BEFORE = """\
@@ -95,13 +98,9 @@ for x, y in loader:
             if retained is None or tensor is None or site.retain_graph is not True or not self._needless(site):
                 continue
             message = f"`retain_graph=True` keeps the graph of `{code_of(tensor)}`, but nothing backwards it again; drop it to free that memory at the backward"
-            fix = self._fix(site, retained)
-            if fix is not None and (unknown := self._what_may_be_an_older_graph(site, self.analysis.graph_nodes(site))):
-                fix, message = (
-                    replace(fix, safe=False),
-                    f"{message} (unsafe fix: {unknown} may be a graph an earlier call built and kept, which this backward walks)",
-                )
-            yield self.violation(retained, message, fix, sites=(site,))
+            unknown = self._what_may_be_an_older_graph(site, self.analysis.graph_nodes(site))
+            guess = f"{unknown} may be a graph an earlier call built and kept, which this backward walks" if unknown else ""
+            yield self.violation(retained, message, self._fix(site, retained), sites=(site,), guess=guess)
 
     def _needless(self, site: BackwardSite) -> bool:
         if site.create_graph is not False or not site.runs_as_walked:
