@@ -204,11 +204,12 @@ class Classifier(pl.LightningModule):
     def _runs_whenever(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
         """Whether ``node`` is evaluated whenever ``statement`` runs: nothing around it in the statement may skip or
         defer it."""
-        while node is not statement and node is not None:
-            if isinstance(node, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+        around: cst.CSTNode | None = node
+        while around is not statement and around is not None:
+            if isinstance(around, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
                 return False
-            node = self.analysis.tree.parent(node)
-        return node is statement
+            around = self.analysis.tree.parent(around)
+        return around is statement
 
     def _guess(self, site: BackwardSite, placed: bool) -> str:
         """Why the graph may not be freed after all: the backwarded value came out of code gradfix
