@@ -1212,6 +1212,8 @@ def test_a_module_that_holds_a_trained_modules_part_may_train():
     # optimizer of the student trains it; also through a name for the teacher's layer.
     assert rules(shared="student[0].weight = teacher[0].weight") == [("GF003", "safe")]
     assert rules(shared="first = teacher[0]\nstudent[0].weight = first.weight") == [("GF003", "safe")]
+    # h83's generator, the other way: the teacher holds the student's weight, so it trains too.
+    assert rules(shared="teacher[0].weight = student[0].weight") == [("GF003", "safe")]
     # The variant: a copy of the teacher's weight, which nothing ties back to it.
     assert rules(shared="student[0].weight = nn.Parameter(teacher[0].weight.detach().clone())") == [("GF006", "safe")]
 

@@ -87,12 +87,12 @@ class CallSemantics:
         value = self._call_value(node, env)
         if self._detaching_call(node.func):
             return CONSTANT
-        if value.graph and value.unread:
-            self.unread_results.add(node)
-        else:
-            self.unread_results.discard(node)
-        if value.graph and self._called_class(node.func) in self.stateful_classes:
-            self._escape([value])  # the object keeps part of this graph for its next call
+        (self.unread_results.add if value.graph and value.unread else self.unread_results.discard)(node)
+        keeping = self.summarized_functions.get(self.callees[node]) if node in self.callees else None
+        if keeping in self.keeping_functions:
+            self.keeping_functions.add(self._scope.node)  # (what it hands that function, the function keeps)
+        if value.graph and (self._called_class(node.func) in self.stateful_classes or keeping in self.keeping_functions):
+            self._escape([value])  # the object keeps part of this graph: for its next call, or for whoever reads it
         return value
 
     def _detaching_call(self, func: cst.BaseExpression) -> bool:
@@ -218,6 +218,8 @@ class CallSemantics:
             stored = env.get(target, NOTHING)
             if target in self.shared_objects:
                 self._escape([item])  # (another name holds the list: what it reads there, the walk does not see)
+            if "." in target and item.graph:
+                self.keeping_functions.add(self._scope.node)  # (an object's list: whatever reads it after a call reaches its graph)
             item_structure = stored.structure.item if isinstance(stored.structure, ListOf) else item.structure
             env[target] = union([stored, item], ListOf(item_structure.join(item.structure)))
             return CONSTANT
@@ -343,10 +345,9 @@ class CallSemantics:
                 element = element_of(values[0]) if values else NOTHING
                 structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN
                 return part(element, structure)
-        # An unknown function of graph-carrying values (a loss function, a helper) is differentiable
-        # in all code we have seen; passing a module in makes its result depend on parameters (or
-        # it is an object built around the module, an optimizer, a wrapper: the analysis cannot
-        # tell, and nothing is rewritten on what ``x.backward(arg)`` of such a value backwards).
+        # An unknown function of graph-carrying values (a loss function, a helper) is differentiable in all code we
+        # have seen; passing a module in makes its result depend on parameters (or it is an object built around the
+        # module, an optimizer, a wrapper: nothing is rewritten on what ``x.backward(arg)`` of it backwards).
         module_arguments = [self.names.module(a, self._scope.class_name) for a in arguments]
         if any(m is not None and m.trainable for m in module_arguments) or isinstance(func, cst.Name) and func.value in self._module_items:
             values.append(LEAF)
@@ -394,9 +395,8 @@ class CallSemantics:
         result = self.forward_results.get(module.class_name, UNKNOWN) if module.is_local else module.call_result
         if forward is not None and forward.returned_given:
             result = self._returned_structure(forward, node)
-        # A module known only by its use runs a forward gradfix did not read: what it returns may be
-        # anything (a detached output, a dict), so its graph is a guess of that kind; so does a
-        # project's class whose forward returns what such code gave it.
+        # A module known only by its use runs a forward gradfix did not read: what it returns may be anything (a
+        # detached output, a dict), a guess; so does a project's class whose forward returns what such code gave it.
         unread = True if module.unread or (project is not None and (project.returns_unread or not project.returns_inputs)) else None
         called = combine(values, self._origin(node), result, guessed=unread, unread=unread)
         if forward is not None and not forward.has_effect and (items := self._returned_items(forward, node)) is not None:
@@ -672,7 +672,7 @@ class CallSemantics:
                 for method in self._methods(module.class_name, "forward")
                 for node in [*self._tree.findall(method.body, cst.Call), *self._tree.findall(method.body, cst.BinaryOperation)]
             )
-        return bool(module.class_name)
+        return bool(module.class_name) and dotted_name(func) not in self.names.partly_frozen
 
     def returns_saved(self, callee: object, reading: frozenset[str] = frozenset()) -> bool:
         """Whether every graph the function ``callee`` returns, on each path, holds an operation

@@ -153,16 +153,16 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         )
 
     def _run_module(self, module: cst.Module) -> None:
-        # A function defined after its caller has its backwards walked later in the round: the
-        # caller sees those of the previous round, as it sees that round's summary.
+        # A function defined after its caller has its backwards walked later in the round: its caller sees the last round's.
         self._sites_of_last_round = self.backward_sites
         self._results_of_last_round = self.returned_with_arguments
         self.backward_sites = {}
         self.loops: dict[LoopNode, Loop] = {}
         self.statement_loops: dict[cst.CSTNode, tuple[Loop, ...]] = {}
         self.forward_results: dict[str, Structure] = {}  # what calling a local nn.Module returns
-        # Local module classes whose methods keep a graph on ``self`` for the next call.
+        # Local module classes whose methods keep a graph on ``self`` for the next call; functions that keep one on an object.
         self.stateful_classes: set[str] = set()
+        self.keeping_functions: set[cst.CSTNode] = set()
         self.returned: dict[cst.FunctionDef, Value] = {}
         # What each ``return`` of a function hands back, one by one (a must-fact about every path
         # reads them apart: ``returned`` is their join).

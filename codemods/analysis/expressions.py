@@ -345,6 +345,8 @@ class Expressions:
             value = NOTHING  # model = DDP(model), engine, optimizer, … = deepspeed.initialize(…): not tensors
         if "." in name:
             self._escape([value])  # kept on an object: another call may backward it
+            if value.graph:
+                self.keeping_functions.add(self._scope.node)  # (whatever reads the attribute after a call reaches its graph)
         env[name] = value
         if source is not None:
             self._escape_items([source], env)

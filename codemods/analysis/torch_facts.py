@@ -73,6 +73,9 @@ class TorchNames:
     # through whatever holds it; and modules that hold a module or a part of one (``teacher[0] =
     # student[0]``): they may be trained through it.
     stored_values: set[str] = field(default_factory=set)
+    # Modules one of whose parameters the file makes not require grad (``model.weight.requires_grad_(False)``):
+    # a layer of them may save nothing for its backward (nothing of it to differentiate).
+    partly_frozen: set[str] = field(default_factory=set)
     # Local classes that read a module of the module's scope (``self.body = SHARED``,
     # ``nn.Sequential(SHARED, ...)``, ``SHARED(x)`` in a forward): their instances share its
     # parameters with each other and with whatever else holds it.

@@ -466,9 +466,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
         bound to a second name (``net = teacher``: an optimizer of ``net`` trains ``teacher``)."""
         if type(target) is cst.Attribute or type(target) is cst.Subscript:
             self._note_stored(value)
-            holder = dotted_name(target.value)
-            if holder is not None and self._names_a_module(value):
-                self.names.stored_values.add(holder)
+            # (what holds it, ``proj`` or ``teacher`` of ``teacher[0]``, holds a module or a module's parameter: ``proj.weight = student[0].weight``)
+            if self._names_a_module(value) or type(value) is cst.Attribute and self._names_a_module(value.value):
+                self.names.stored_values.update(_names_it_is_part_of(target.value))
         elif type(target) is cst.Name and type(value) in (cst.Name, cst.Attribute, cst.Subscript) and self._names_a_module(value):
             self.names.stored_values.update({target.value, *_names_it_is_part_of(value)})  # (either name may be the one trained)
 
@@ -604,6 +604,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._frozen_classes.add(self._classes[-1])
         elif name is not None:
             self._frozen_names.add(name)
+            parts = name.split(".")  # (``model.weight``: ``model`` is frozen in part)
+            self.names.partly_frozen.update(".".join(parts[:n]) for n in range(1, len(parts)))
 
     def resolve_stored(self) -> None:
         """Names kept in containers or on objects, and names handed to one of the file's own

@@ -1,0 +1,37 @@
+"""A torch.nn layer saves a tensor for its backward only for what it differentiates: with its weight made not
+to require grad and an input that needs none (BitFit: only the bias trains), ``nn.Linear`` saves nothing, a
+second backward of its loss runs and doubles the gradient, and removing it is no safe fix (h83's
+generator). A layer none of whose parameters the file freezes still saves for certain."""
+
+import subprocess
+import sys
+
+import pytest
+
+import gradfix
+
+PROGRAM = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+X, Y = torch.randn(16, 4), torch.randn(16, 1)
+model = nn.Linear(4, 1)
+FROZEN
+optimizer = torch.optim.SGD([model.bias], lr=0.1)
+for x, y in zip(X.split(4), Y.split(4)):
+    optimizer.zero_grad()
+    loss = (model(x) - y).mean()
+    loss.backward()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("frozen", "runs", "fix"), [("model.weight.requires_grad_(False)", True, "unsafe"), ("", False, "safe")], ids=["weight-frozen", "variant"]
+)
+def test_a_second_backward_is_removed_safely_only_where_the_layer_saved_for_certain(frozen, runs, fix):
+    source = PROGRAM.replace("FROZEN", frozen)
+    assert (subprocess.run([sys.executable, "-c", source], capture_output=True, timeout=300).returncode == 0) is runs
+    assert [f.fix and f.fix.value for f in gradfix.check(source).findings if f.code == "GF001"] == [fix]
