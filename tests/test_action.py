@@ -15,7 +15,7 @@ import yaml
 from packaging.requirements import Requirement
 
 from .conftest import FIXTURES
-from .test_fix_verify import CLOSURE_BACKWARD
+from .test_fix_verify import KEPT_AND_READ
 from .test_pull_request import (  # noqa: F401 (runner_temp: a fixture)
     ACTION,
     INSTALL_STEP,
@@ -274,7 +274,7 @@ def verify_workspace(tmp_path):
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     (workspace / "train.py").write_text(DOUBLE)
-    (workspace / "bad.py").write_text(CLOSURE_BACKWARD)
+    (workspace / "bad.py").write_text(KEPT_AND_READ)
     (workspace / "main.py").write_text(NOTING_MAIN)
     return workspace
 
@@ -286,7 +286,7 @@ def test_on_a_fork_s_code_verify_command_never_runs_and_only_the_safe_fixes_are_
     done, outputs, _ = run_action(inputs, runner_temp, workspace, tmp_path, event=event)
     assert done.returncode == 0, done.stderr
     assert not noted.exists()
-    assert (workspace / "train.py").read_text() == DOUBLE_FIXED and (workspace / "bad.py").read_text() == CLOSURE_BACKWARD
+    assert (workspace / "train.py").read_text() == DOUBLE_FIXED and (workspace / "bad.py").read_text() == KEPT_AND_READ
     assert outputs["changed-files"] == "train.py"
 
 

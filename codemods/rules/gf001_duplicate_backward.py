@@ -180,7 +180,8 @@ for batch, target in loader:
         call's statement (through the statements around it: a ``try``, an ``if``, a loop, with what runs before it in
         each block and each one's header) to the block that holds the first call's statement, the statements between
         the two; or, where the first call is a statement of a function's own body, the rest of that function and
-        what follows the statement that calls it. None where gradfix cannot list it."""
+        what follows the statement that calls it. None where gradfix cannot list it. (A function of another checked
+        file is its call: its summary says only that it backwards what it returns, not what runs after that.)"""
         function = first.scope.node if first.tensors else None
         rest = (
             function.body.body[function.body.body.index(first.statement) + 1 :]
@@ -189,7 +190,7 @@ for batch, target in loader:
         )
         after: list[cst.CSTNode] = []
         node: cst.CSTNode = second.statement
-        while (block := self.analysis.block_of(node)) is not None and first.tensors:
+        while (block := self.analysis.block_of(node)) is not None:
             before = block.statements[: block.index(node)]
             if first.statement in before:
                 return [*before[before.index(first.statement) + 1 :], *after]
