@@ -5,7 +5,15 @@ whether a graph *may* be kept, shared or walked again reads it, and no finding o
 output or safe rewrite rests on it. Each test has the variant where the callee is a module of the
 file, which keeps the answer gradfix gave before. Every program here was run with torch."""
 
+import subprocess
+import sys
+
+import pytest
+
 import gradfix
+from gradfix.codemods.check import check_file
+from gradfix.codemods.registry import all_rules
+from gradfix.codemods.report import FixMode
 
 HEADER = """\
 import torch
@@ -231,3 +239,47 @@ def test_a_callable_the_object_was_handed_may_build_the_graph_as_a_handed_parame
     # `self.get_dummy_inputs()`): what the object holds is what its methods assign it.
     inherited = handed.replace("        self.model = model\n", "")
     assert found(inherited) == []
+
+
+LEARNER = """\
+import torch.nn.functional as F
+
+
+class Learner:
+    def __init__(self, model):
+        self.model, self.loss = model, None
+
+    def forward_pass(self, x, y):
+        self.loss = F.mse_loss(self.model(x), y)
+"""
+LEARNING = """\
+import torch
+import torch.nn as nn
+from learner import Learner
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 1))
+learner = Learner(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(4, 4), torch.randn(4, 1)
+for step in range(3):
+    optimizer.zero_grad()
+    learner.forward_pass(x[:2], y[:2])
+    learner.loss.backward()
+    BETWEEN
+    learner.loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(("between", "runs", "reported"), [("learner.forward_pass(x[2:], y[2:])", True, False), ("pass", False, True)])
+def test_a_method_gradfix_did_not_read_may_set_any_attribute_of_its_object(tmp_path, between, runs, reported):
+    """h83's generator: an imported class's method sets `learner.loss` anew, so the second backward walks a new
+    graph. The variant calls no method between: the same loss is backwarded twice."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "learner.py").write_text(LEARNER)
+    (tmp_path / "train.py").write_text(LEARNING.replace("BETWEEN", between))
+    done = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, timeout=300)
+    assert (done.returncode == 0) is runs
+    findings = check_file(tmp_path / "train.py", all_rules(), FixMode.NONE).findings
+    assert [f.code for f in findings if not f.hint] == (["GF001"] if reported else [])

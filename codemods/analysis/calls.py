@@ -228,11 +228,12 @@ class CallSemantics:
             values = [*values, UNREAD_PARAMETERS]  # ``model.encoder.encode(x)``: a submodule gradfix cannot name
         elif self._calls_what_the_object_holds(func):
             values = [*values, UNREAD_PARAMETERS]  # ``self.G(z)``: a model the object was handed
-        # A method of a graph-carrying receiver holds its graph as much as the receiver does; a
-        # method of anything else is a function gradfix cannot read, unless it read it.
+        # A method of a graph-carrying receiver holds its graph as much as the receiver does; one of anything else
+        # is a function gradfix cannot read, unless it read it.
         guessed = (not tensor_method and not receiver.graph) or all(v.guessed for v in (receiver, *values) if v.graph)
-        # (a method of what is proved to hold no graph, an array or a number, given nothing that
-        # holds one, returns nothing that holds one: ``action.detach().numpy().squeeze(0)``)
+        # (one of what is proved to hold no graph, given nothing that holds one, returns none: ``a.numpy().squeeze(0)``)
+        for key in self._attributes_of.get(target or "", ()) if not tensor_method and node not in self._read_callees else ():
+            env.pop(key, None)  # (a method gradfix did not read may set any attribute of its object)
         result = self._read_result(self._read_callees.get(node), node, values, UNKNOWN) or combine(
             [receiver, *values],
             self._origin(node),
@@ -386,8 +387,7 @@ class CallSemantics:
         if forward is not None:
             self._record_arguments((module.class_name, "forward"), forward.parameters, node, values)
             values = self._reaching((module.class_name, "forward"), node, values)  # (a state it starts afresh)
-        # A local module adds its parameters' graph when its own forward does (not when it froze them); a class of
-        # another module of the project, when its analysis proved it, or returns what unread code gave it (a guess).
+        # A module adds its parameters' graph where its forward does; a project class's, where proved or where it returns unread code's (a guess).
         project = module.project
         builds = project is None or project.returns_parameters or project.returns_unread
         if module.trainable and (forward.returned.graph if forward is not None else builds):
