@@ -28,8 +28,13 @@ for x, y in zip(X.split(4), Y.split(4)):
 """
 
 
+BY_NAME = "for name, p in model.named_parameters():\n    p.requires_grad_(name.endswith('bias'))"
+
+
 @pytest.mark.parametrize(
-    ("frozen", "runs", "fix"), [("model.weight.requires_grad_(False)", True, "unsafe"), ("", False, "safe")], ids=["weight-frozen", "variant"]
+    ("frozen", "runs", "fix"),
+    [("model.weight.requires_grad_(False)", True, "unsafe"), (BY_NAME, True, "unsafe"), ("", False, "safe")],
+    ids=["weight-frozen", "frozen-by-name", "variant"],
 )
 def test_a_second_backward_is_removed_safely_only_where_the_layer_saved_for_certain(frozen, runs, fix):
     source = PROGRAM.replace("FROZEN", frozen)

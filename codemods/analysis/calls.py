@@ -672,7 +672,7 @@ class CallSemantics:
                 for method in self._methods(module.class_name, "forward")
                 for node in [*self._tree.findall(method.body, cst.Call), *self._tree.findall(method.body, cst.BinaryOperation)]
             )
-        return bool(module.class_name) and dotted_name(func) not in self.names.partly_frozen
+        return bool(module.class_name) and self.names.key(func) not in self.names.partly_frozen
 
     def returns_saved(self, callee: object, reading: frozenset[str] = frozenset()) -> bool:
         """Whether every graph the function ``callee`` returns, on each path, holds an operation
