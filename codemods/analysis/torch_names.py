@@ -564,10 +564,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
             called = (method_receiver(small.value) for small in every if type(small) is cst.Expr and turns_gradients_off(small.value))
             if f"{variable}.requires_grad" in map(dotted_name, assigned) or variable in map(dotted_name, called):
                 self._freeze(method_receiver(node.iter))  # p.requires_grad = False, p.requires_grad_(False)
-        switched = [
-            c for c in self._tree.findall(node.body, cst.Call) if method_called(c) == "requires_grad_" and dotted_name(method_receiver(c)) == variable
-        ]
-        switched += [t for t in self._tree.findall(node.body, cst.AssignTarget) if dotted_name(t.target) == f"{variable}.requires_grad"]
+        switched = any(
+            method_called(c) == "requires_grad_" and dotted_name(method_receiver(c)) == variable for c in self._tree.findall(node.body, cst.Call)
+        )
+        switched |= any(dotted_name(t.target) == f"{variable}.requires_grad" for t in self._tree.findall(node.body, cst.AssignTarget))
         if switched and (key := self._key(method_receiver(node.iter))) is not None:
             self.names.partly_frozen.add(key)  # (``p.requires_grad_(name.endswith("bias"))``: some of them, maybe)
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.AugAssign)))
