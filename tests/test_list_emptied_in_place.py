@@ -1,6 +1,7 @@
 """``xs.clear()`` empties a list in place: what it held is no longer carried into the next iteration
 (h80's generator: gradient accumulation over two batches, `pending.clear()` after their backward).
-Without the clear, or where what is emptied is a copy, the graphs it keeps are the next backward's."""
+So does ``xs[:] = []``. Without either, or where what is emptied is a copy or a part, the graphs it keeps are
+the next backward's."""
 
 import subprocess
 import sys
@@ -38,13 +39,14 @@ def _runs(source: str) -> bool:
     return subprocess.run([sys.executable, "-c", source], capture_output=True, timeout=300).returncode == 0
 
 
-def test_a_list_emptied_after_its_backward_carries_nothing():
-    source = PROGRAM.replace("PENDING", LIST).replace("CLEAR", "pending.clear()")
+@pytest.mark.parametrize("clear", ["pending.clear()", "pending[:] = []"])
+def test_a_list_emptied_after_its_backward_carries_nothing(clear):
+    source = PROGRAM.replace("PENDING", LIST).replace("CLEAR", clear)
     assert _runs(source)
     assert _gf004(source) == []
 
 
-@pytest.mark.parametrize("clear", ["pass", "pending.copy().clear()"], ids=["no-clear", "a-copy-emptied"])
+@pytest.mark.parametrize("clear", ["pass", "pending.copy().clear()", "pending[:1] = []"], ids=["no-clear", "a-copy-emptied", "a-part-emptied"])
 def test_the_variants_carry_the_freed_graphs(clear):
     source = PROGRAM.replace("PENDING", LIST).replace("CLEAR", clear)
     assert not _runs(source)

@@ -321,6 +321,10 @@ class Expressions:
                 self._forget_slots(name, env, keep_literal=slot is not None and type(target.slice[0].slice.value) is not cst.Name)
                 if held.structure is TENSOR:  # an in-place copy into a tensor: a node of its graph
                     env[name] = combine([held, value], self._origin(target), TENSOR)
+                elif isinstance(held.structure, ListOf) and _every_item(target):
+                    if name in self.shared_objects:
+                        self._escape([value])
+                    env[name] = value  # (``losses[:] = []``: its items are the new ones, in place)
                 else:  # a dict, a list, a ParameterDict holds the value itself
                     if name in self.shared_objects:
                         self._escape([value])  # (read through another name that holds the container too)
@@ -500,6 +504,12 @@ def truth_key(name: str) -> str:
 
 def _indexed_by(node: cst.Subscript, names: frozenset[str]) -> bool:
     return any(isinstance(element.slice, cst.Index) and read_names(element.slice.value) & names for element in node.slice)
+
+
+def _every_item(node: cst.Subscript) -> bool:
+    """``x[:]``: a slice of every item."""
+    index = node.slice[0].slice if len(node.slice) == 1 else None
+    return type(index) is cst.Slice and index.lower is None and index.upper is None and index.step is None
 
 
 def _slot(node: cst.Subscript) -> str | None:
