@@ -61,6 +61,19 @@ class Holder:
 
 holder = Holder()
 """
+# The variant whose decorator gradfix cannot read: an alias of cached_property, over a body that builds the
+# graph afresh (what `@property` over the same body would drop safely).
+ALIASED_CACHED_PROPERTY = """\
+from functools import cached_property as memo
+
+
+class Holder:
+    @memo
+    def f(self):
+        return torch.tanh(enc(x))
+
+holder = Holder()
+"""
 CACHING_FUNCTION = """\
 def features():
     if not hasattr(features, "value"):
@@ -87,10 +100,11 @@ def _program(helpers: str, features: str, loop: str) -> str:
         (CACHING_PROPERTY, "holder.f", True),
         (CACHED_PROPERTY, "holder.f", True),
         (FRESH_PROPERTY, "holder.f", False),  # the variant: the getter builds the graph each time it runs
+        (ALIASED_CACHED_PROPERTY, "holder.f", True),
         (CACHING_FUNCTION, "features()", True),
         (FRESH_FUNCTION, "features()", False),
     ],
-    ids=["caching-property", "cached_property", "fresh-property", "function-attribute", "fresh-function"],
+    ids=["caching-property", "cached_property", "fresh-property", "aliased-cached_property", "function-attribute", "fresh-function"],
 )
 def test_retain_graph_is_dropped_safely_only_where_what_is_read_is_built_by_the_read(helpers, features, kept, loop):
     source = _program(helpers, features, loop)

@@ -3,7 +3,14 @@ forward, ``self.last = pred`` in a trainer's method, a list on ``self``) hands t
 attribute later: a backward of it walks the graph again, and the ``retain_graph=True`` before it is needed
 (h83's generator). Stored detached, nothing of the graph is kept, and the drop is safe."""
 
+import subprocess
+import sys
+
 import pytest
+
+from gradfix.codemods.check import check_file
+from gradfix.codemods.registry import all_rules
+from gradfix.codemods.report import FixMode
 
 from .retain_graph_drops import fixed_safely, runs_with_it_dropped
 
@@ -83,3 +90,16 @@ def test_the_variant_that_keeps_it_detached_drops_retain_graph_safely(program, k
     source = program.replace("KEPT", f"({kept}).detach()").replace("AFTER", read)
     assert runs_with_it_dropped(source, "loss.backward(retain_graph=True)")
     assert fixed_safely(source)
+
+
+def test_the_variant_whose_method_is_in_a_module_gradfix_reads_only_by_summary_drops_nothing(tmp_path):
+    """The trainer imported from another file: its summary does not say what it keeps on the object, so what
+    the walk reads of ``trainer.last`` is unknown, and the drop is not made."""
+    (tmp_path / ".git").mkdir()
+    trainer = IN_A_METHOD.split("\n\n\nmodel = ")[0].replace("import torch\nimport torch.nn as nn\n", "").replace("torch.manual_seed(0)\n", "")
+    (tmp_path / "trainer.py").write_text(trainer.replace("KEPT", "pred"))
+    training = "import torch\nimport torch.nn as nn\nfrom trainer import Trainer\n\nmodel = " + IN_A_METHOD.split("\n\n\nmodel = ")[1]
+    (tmp_path / "train.py").write_text(training.replace("AFTER", "(0.1 * trainer.last.pow(2).mean()).backward()"))
+    done = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, timeout=300)
+    assert done.returncode == 0
+    assert check_file(tmp_path / "train.py", all_rules(), FixMode.SAFE).fixed == []

@@ -40,3 +40,40 @@ def test_a_second_backward_is_removed_safely_only_where_the_layer_saved_for_cert
     source = PROGRAM.replace("FROZEN", frozen)
     assert (subprocess.run([sys.executable, "-c", source], capture_output=True, timeout=300).returncode == 0) is runs
     assert [f.fix and f.fix.value for f in gradfix.check(source).findings if f.code == "GF001"] == [fix]
+
+
+OWN_CLASS = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+X, Y = torch.randn(16, 4), torch.randn(16, 1)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+model = Net()
+FROZEN
+optimizer = torch.optim.SGD([model.fc.bias], lr=0.1)
+for x, y in zip(X.split(4), Y.split(4)):
+    optimizer.zero_grad()
+    loss = (model(x) - y).mean()
+    loss.backward()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(("frozen", "runs", "fix"), [("model.fc.weight.requires_grad_(False)", True, "unsafe"), ("", False, "safe")])
+def test_a_layer_of_the_files_own_class_frozen_in_part_saves_nothing_for_certain(frozen, runs, fix):
+    """The same through a module class of the file: its layer's weight, frozen on the instance."""
+    source = OWN_CLASS.replace("FROZEN", frozen)
+    assert (subprocess.run([sys.executable, "-c", source], capture_output=True, timeout=300).returncode == 0) is runs
+    assert [f.fix and f.fix.value for f in gradfix.check(source).findings if f.code == "GF001"] == [fix]

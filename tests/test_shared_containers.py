@@ -49,7 +49,12 @@ def _dropping_runs(source: str) -> bool:
         ("store = []\nalias = store\n", "global store\n        store += [loss]", "alias[0].backward()\n"),
         ("store = []\ngroups = [store]\n", "store.append(loss)", "groups[0][0].backward()\n"),
         ("class T:\n    def __init__(self):\n        self.buf = []\nt = T()\nbuf = t.buf\n", "buf.append(loss)", "t.buf[0].backward()\n"),
-        # handed to code that keeps it: the object then holds the list too
+        # handed to code that keeps it: the object then holds the list too; so does the file's own `sorted`
+        (
+            "held = []\n\ndef sorted(xs):\n    held.append(xs)\n    return xs\n\nstore = []\nsorted(store)\n",
+            "store.append(loss)",
+            "held[0][0].backward()\n",
+        ),
         ("class T:\n    def __init__(self, buf):\n        self.buf = buf\nstore = []\nt = T(store)\n", "store.append(loss)", "t.buf[0].backward()\n"),
     ],
 )

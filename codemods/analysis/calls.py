@@ -122,8 +122,7 @@ class CallSemantics:
     def _call_value(self, node: cst.Call, env: Env) -> Value:
         value = self._read_call(node, env)
         shape = self._returned_shapes.pop(node, UNKNOWN)
-        # A call of the file's function read as any call, shaped as the function's returns show
-        # (a helper defined later returning ``(matrix, norm)``).
+        # A call of the file's function read as any call, shaped as its returns show (a later helper's ``(matrix, norm)``).
         return value.changed(structure=shape) if value.structure is UNKNOWN and shape is not UNKNOWN else value
 
     def _read_call(self, node: cst.Call, env: Env) -> Value:
@@ -166,8 +165,7 @@ class CallSemantics:
         self._record_backward(node, api, env)
         if api.accumulates or backward_calls.create_graph(api, node) is False:
             return CONSTANT
-        # Gradients made with create_graph=True (a gradient penalty) carry a graph through
-        # everything the backward walked.
+        # Gradients made with create_graph=True (a gradient penalty) carry a graph through everything the backward walked.
         return combine(values, self._origin(node), UNKNOWN)
 
     def _engine_call(self, node: cst.Call, env: Env) -> Value:
@@ -232,8 +230,8 @@ class CallSemantics:
         # is a function gradfix cannot read, unless it read it.
         guessed = (not tensor_method and not receiver.graph) or all(v.guessed for v in (receiver, *values) if v.graph)
         # (one of what is proved to hold no graph, given nothing that holds one, returns none: ``a.numpy().squeeze(0)``)
-        for key in self._attributes_of.get(target or "", ()) if not tensor_method and node not in self._read_callees else ():
-            env.pop(key, None)  # (a method gradfix did not read may set any attribute of its object)
+        if target is not None and not tensor_method and node not in self._read_callees:
+            self._forget_attributes(target, env)  # (a method gradfix did not read may set any attribute of its object)
         result = self._read_result(self._read_callees.get(node), node, values, UNKNOWN) or combine(
             [receiver, *values],
             self._origin(node),
@@ -492,6 +490,8 @@ class CallSemantics:
     def _only_reads_its_arguments(self, call: cst.Call) -> bool:
         """``print(d)``, ``len(d)``, ``sum(d)``, a torch function, a logger's method: it writes to or keeps nothing it is handed."""
         func, builtin = call.func, call.func.value if type(call.func) is cst.Name else ""
+        if builtin in self._defined_functions or builtin in self.names.aliases:
+            builtin = ""  # (the file binds the name to other code: not the builtin)
         return builtin in _NON_GRAPH_BUILTINS or builtin in _CONTAINER_BUILTINS - {"reversed"} or self.names.is_torch(func) or self._only_reads(func)
 
     def _may_keep_its_arguments(self, call: cst.Call) -> bool:
@@ -664,15 +664,15 @@ class CallSemantics:
             return module.trainable and module.project.returns_saved
         if module is not None and not module.is_local and module.class_name in SAVING_FOR_CERTAIN_MODULES:
             return True
-        if module is None or not module.trainable:
-            return False
+        if module is None or not module.trainable or self.names.key(func) in self.names.partly_frozen:
+            return False  # (a layer of which a parameter may not require grad may save nothing for its backward)
         if module.is_local:  # the file's own class: what its forward certainly saves
             return module.class_name not in reading and any(
                 self.saves_for_certain(node, module.class_name, reading | {module.class_name})
                 for method in self._methods(module.class_name, "forward")
                 for node in [*self._tree.findall(method.body, cst.Call), *self._tree.findall(method.body, cst.BinaryOperation)]
             )
-        return bool(module.class_name) and self.names.key(func) not in self.names.partly_frozen
+        return bool(module.class_name)
 
     def returns_saved(self, callee: object, reading: frozenset[str] = frozenset()) -> bool:
         """Whether every graph the function ``callee`` returns, on each path, holds an operation

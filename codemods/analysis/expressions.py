@@ -341,8 +341,7 @@ class Expressions:
             self._escape([value])  # the next call of the function reads it again
         if type(target) is cst.Attribute and target.attr.value == "data":
             value = value.without_graph()  # what is written to .data is never recorded
-        for key in self._attributes_of.get(name, ()):
-            env.pop(key, None)
+        self._forget_attributes(name, env)
         self._forget_slots(name, env)
         env.pop(truth_key(name), None)
         if self._names_an_object(target):
@@ -434,6 +433,11 @@ class Expressions:
                 scopes.add(id(scope))
             known = self._literal_key_dicts[name] = known and len(scopes) == 1
         return known
+
+    def _forget_attributes(self, name: str, env: Env) -> None:
+        """What was known of ``name``'s attributes (``model.hidden``), once ``name`` or its object may have changed."""
+        for key in self._attributes_of.get(name, ()):
+            env.pop(key, None)
 
     def _forget_slots(self, name: str, env: Env, keep_literal: bool = False, counted_from_end: bool = False) -> None:
         """What was written to ``x[i]`` is what ``x[i]`` reads only until ``x`` or ``i`` changes

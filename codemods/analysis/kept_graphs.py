@@ -136,18 +136,22 @@ class KeptGraphs:
         return next((read for read in tree.findall(part, cst.Attribute) if id(read) not in called and self._getter_may_keep(read.attr.value)), None)
 
     def _getter_may_keep(self, attribute: str) -> bool:
-        """Whether reading ``attribute`` may run a getter of the file's classes (a method of that name under a
-        decorator other than ``staticmethod``/``classmethod``: ``@property``) that hands back what outlives a call:
-        ``@cached_property`` always does, another when its body reads what may (``_outliving_read``)."""
+        """Whether reading ``attribute`` may run a method of the file's classes that hands back what outlives a call:
+        a method of that name under a decorator gradfix does not read (``@functools.cached_property`` keeps its first
+        result; any other may too), or a ``@property`` whose body reads what may (``_outliving_read``). A
+        ``@name.setter`` does not run on a read."""
         if attribute in self._getters_read:
             return False  # (read again while its own body is read: what else it reads decides)
         self._getters_read.add(attribute)
         try:
-            return any(
-                any(dotted_name(d.decorator) in ("cached_property", "functools.cached_property") for d in getter.decorators)
-                or self._function_may_return_what_it_kept(getter, class_name)
-                for class_name, getter in self._decorated_methods.get(attribute, ())
-            )
+            for class_name, getter in self._decorated_methods.get(attribute, ()):
+                decorators = [dotted_name(d.decorator) for d in getter.decorators]
+                if all(d in (f"{attribute}.setter", f"{attribute}.deleter") for d in decorators):
+                    continue
+                builtin = decorators == ["property"] and "property" not in self.analysis.names.aliases
+                if not builtin or self._function_may_return_what_it_kept(getter, class_name):
+                    return True
+            return False
         finally:
             self._getters_read.discard(attribute)
 

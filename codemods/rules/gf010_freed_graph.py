@@ -191,15 +191,12 @@ class Classifier(pl.LightningModule):
         )
 
     def _forward_of(self, call: cst.Call) -> cst.FunctionDef | None:
-        """The ``forward`` of the file's module class that ``call`` calls an instance of (``self.block(x)``), where the
-        class is the file's only one of that name."""
+        """The ``forward`` of the file's module class that ``call`` calls an instance of (``self.block(x)``)."""
         module = self.analysis.names.module(call.func, self.analysis.class_name_of(call))
-        classes = [
-            c for c in self.analysis.tree.findall(self.analysis.module, cst.ClassDef) if module is not None and c.name.value == module.class_name
-        ]
-        if module is None or not module.is_local or len(classes) != 1:
+        if module is None or not module.is_local:
             return None
-        return next((f for f in classes[0].body.body if isinstance(f, cst.FunctionDef) and f.name.value == "forward"), None)
+        body = self.analysis.class_body(module.class_name)
+        return next((f for f in body if isinstance(f, cst.FunctionDef) and f.name.value == "forward"), None)
 
     def _runs_whenever(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
         """Whether ``node`` is evaluated whenever ``statement`` runs: nothing around it in the statement may skip or
