@@ -42,14 +42,8 @@ def test_a_second_backward_is_removed_safely_only_where_the_layer_saved_for_cert
     assert [f.fix and f.fix.value for f in gradfix.check(source).findings if f.code == "GF001"] == [fix]
 
 
-OWN_CLASS = """\
-import torch
-import torch.nn as nn
-
-torch.manual_seed(0)
-X, Y = torch.randn(16, 4), torch.randn(16, 1)
-
-
+# The same program with the layer inside a module class of the file.
+NET = """\
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -60,15 +54,8 @@ class Net(nn.Module):
 
 
 model = Net()
-FROZEN
-optimizer = torch.optim.SGD([model.fc.bias], lr=0.1)
-for x, y in zip(X.split(4), Y.split(4)):
-    optimizer.zero_grad()
-    loss = (model(x) - y).mean()
-    loss.backward()
-    loss.backward()
-    optimizer.step()
 """
+OWN_CLASS = PROGRAM.replace("model = nn.Linear(4, 1)\n", NET).replace("[model.bias]", "[model.fc.bias]")
 
 
 @pytest.mark.parametrize(("frozen", "runs", "fix"), [("model.fc.weight.requires_grad_(False)", True, "unsafe"), ("", False, "safe")])
