@@ -430,16 +430,6 @@ class CallSemantics:
             return combine(values, self._origin(node), TupleOf((TENSOR,) * TUPLE_FUNCTIONS[qualified]))
         return combine(values, self._origin(node))
 
-    def _keep_returned_items(self, call: cst.Call, items: tuple[Value, ...], passed: Sequence[Value]) -> None:
-        """What each item of the tuple ``call`` returns holds, as its callee's returns say, and whether
-        the call passes it a graph: an item the callee builds from no graph of its own (from its
-        arguments, or from code gradfix did not read given none) holds none where it passes none."""
-        self._call_items[call] = items
-        if any(value.graph for value in passed):
-            self._items_given_no_graph.discard(call)
-        else:
-            self._items_given_no_graph.add(call)
-
     def _items_of_the_call(self, call: cst.Call, whole: Value, targets: Sequence[cst.BaseExpression]) -> list[Value] | None:
         """What each target of ``a, b = f(...)`` holds, for a function of the file whose every return writes out a tuple of
         that length: nothing, where the returns prove an item graphless (``return loss, acc.item()``, ``return penalty,

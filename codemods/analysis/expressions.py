@@ -36,6 +36,7 @@ from .values import (
     item_replaced,
     join_structures,
     part,
+    sharing_groups,
     union,
     yielded,
 )
@@ -355,12 +356,27 @@ class Expressions:
             self._escape_items([source], env)
             for key, item in self._dict_items.get(source, {}).items():  # (a dict built with constant keys)
                 self._write_slot(name, f"{name}[{key}]", item, env)
-            for key, item in self._returned_dicts.get(source, {}).items() if type(source) is cst.Call else ():
-                # (of a function of the file that returns one: the call's graph, as a tuple's items)
-                held = Value(structure=item.structure, graphless=True) if item.graphless else part(value, item.structure)
-                self._write_slot(
-                    name, f"{name}[{key}]", held.changed(guessed=value.guessed or item.guessed or not item.graphless and not item.graph), env
-                )
+            if type(source) is cst.Call and source in self._returned_dicts:
+                self._write_returned_items(name, source, value, env)
+
+    def _write_returned_items(self, name: str, call: cst.Call, value: Value, env: Env) -> None:
+        """``name = f(...)`` of a function of the file that returns a dict with constant keys: each
+        ``name[key]`` holds the call's graph, as a tuple's items do; where the callee builds items
+        from no node in common (two heads' outputs), each group of them holds a part of the call's
+        graph of its own (``Origin.part``), and the whole dict every part."""
+        items = self._returned_dicts[call]
+        groups = sharing_groups(tuple(items.values()), given_a_graph=call not in self._items_given_no_graph)
+        keys = list(items)
+        whole = next((o for o in value.origins if isinstance(o, Origin) and o.node is call and o.part is None), None)
+        parts = {group: Origin(call, whole.statement, whole.possible, keys[group]) for group in set(groups) - {0}} if whole is not None else {}
+        if parts:
+            env[name] = value.changed(origins=value.origins | frozenset(parts.values()))
+        for key, item, group in zip(keys, items.values(), groups):
+            held = Value(structure=item.structure, graphless=True) if item.graphless else part(value, item.structure)
+            if group in parts:
+                held = held.changed(origins=held.origins - {whole} | {parts[group]})
+            held = held.changed(guessed=value.guessed or item.guessed or not item.graphless and not item.graph)
+            self._write_slot(name, f"{name}[{key}]", held, env)
 
     def _write_slot(self, name: str, slot: str, value: Value, env: Env, index: cst.BaseExpression | None = None) -> None:
         """``x[i] = value`` (``index``: the name ``i``, or a constant key when None or not a name)."""

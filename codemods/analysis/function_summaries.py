@@ -167,9 +167,10 @@ class FunctionSummaries:
         self._returned_dicts.pop(call, None)
         if summary is None:
             return None
+        values = self._eval_all([arg.value for arg in call.args], env)
         if summary.returned_keys is not None and not summary.has_effect:
             self._returned_dicts[call] = dict(summary.returned_keys)
-        values = self._eval_all([arg.value for arg in call.args], env)
+            self._note_graph_given(call, self._reaching(summary_key(summary), call, values))
         self._record_arguments(summary_key(summary), summary.parameters, call, values)
         self.callees[call] = summary_key(summary)
         if summary.kept_on_self:
@@ -224,6 +225,20 @@ class FunctionSummaries:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
             result = result.changed(graph=True, freed=frees, backwarded=summary.returned.backwarded, possible=False)
         return self._freed_inside(call, summary, result)
+
+    def _keep_returned_items(self, call: cst.Call, items: tuple[Value, ...], passed: Sequence[Value]) -> None:
+        """What each item of the tuple ``call`` returns holds, as its callee's returns say, and whether
+        the call passes it a graph: an item the callee builds from no graph of its own (from its
+        arguments, or from code gradfix did not read given none) holds none where it passes none."""
+        self._call_items[call] = items
+        self._note_graph_given(call, passed)
+
+    def _note_graph_given(self, call: cst.Call, passed: Sequence[Value]) -> None:
+        """Whether ``call``, whose callee's items are known (a tuple's, a dict's), passes it a graph."""
+        if any(value.graph for value in passed):
+            self._items_given_no_graph.discard(call)
+        else:
+            self._items_given_no_graph.add(call)
 
     def _returned_structure(self, summary: FunctionSummary, call: cst.Call) -> Structure:
         """The structure a call of ``summary``'s function returns (``_given``)."""

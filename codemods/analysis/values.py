@@ -67,11 +67,13 @@ class Origin:
     """An expression that creates interior autograd nodes, and the statement it belongs to.
     Nodes compare by identity, so the origins a loop body builds are equal from pass to pass.
     ``possible``: the expression only may create nodes, from a graph gradfix did not see (every
-    graph it was given is only possible: ``Value.possible``)."""
+    graph it was given is only possible: ``Value.possible``). ``part``: the key of the items of the
+    dict a call returns that hold a part of its graph no other item holds (``sharing_groups``)."""
 
     node: cst.CSTNode
     statement: cst.BaseStatement
     possible: bool = False
+    part: str | None = None
 
 
 class LoopMarker:
