@@ -39,7 +39,7 @@ from .syntax import (
     with_reads_replaced,
 )
 from .tree import LAYOUT, find_nodes
-from .values import NONE, NUMBER, TENSOR, UNKNOWN, FunctionOf, ListOf, Origin, RecordOf, Structure, TupleOf, Value
+from .values import NONE, NUMBER, TENSOR, UNKNOWN, FunctionOf, ListOf, Origin, RecordOf, Structure, TupleOf, Value, certain_origins
 
 __all__ = [
     "APPENDING_METHODS",
@@ -76,6 +76,7 @@ __all__ = [
     "argument",
     "as_operand",
     "assigned_names",
+    "certain_origins",
     "code_of",
     "detached",
     "detached_where_stored",

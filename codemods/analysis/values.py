@@ -199,6 +199,11 @@ class Value:
     # a container gradfix stopped knowing item by item, which code it does not follow may have
     # written since): a may-fact of ``freed``. A finding that rests on the freed graph is a hint.
     freed_unsure: bool = False
+    # Of ``origins``, those it holds only through code gradfix did not read (``augment(fake)`` of
+    # another package may hand back a copy without ``fake``'s graph): a may-fact of ``origins``.
+    # What must share a graph with another value (a finding of the default output) does not read
+    # them; what may (a freed graph walked again, a graph a later backward needs) does.
+    unread_origins: frozenset[Source] = frozenset()
 
     def join(self, other: "Value") -> "Value":
         """What a name may hold where two paths meet."""
@@ -219,6 +224,7 @@ class Value:
             guessed=(self.graph and self.guessed) or (other.graph and other.guessed),
             unread=(self.graph and self.unread) or (other.graph and other.unread),
             possible=(self.graph or other.graph) and all(v.possible for v in (self, other) if v.graph),
+            unread_origins=_only_through_unread_code((self, other)) if self.unread_origins or other.unread_origins else frozenset(),
         )
 
     def changed(self, **fields: object) -> "Value":
@@ -276,6 +282,8 @@ def combine(
         unread=unread,
         possible=possible,
         freed_unsure=bool(freed) and all(freed),
+        # (out of unread code, every node it holds is only passed on, or made, by that code)
+        unread_origins=origins if unread else _only_through_unread_code(values),
     )
 
 
@@ -292,6 +300,7 @@ def part(value: Value, structure: Structure) -> Value:
         unread=value.unread,
         possible=value.possible,
         freed_unsure=value.freed_unsure,
+        unread_origins=value.unread_origins,
     )
 
 
@@ -350,7 +359,23 @@ def union(values: Sequence[Value], structure: Structure) -> Value:
         guessed=any(v.guessed for v in values if v.graph),
         unread=any(v.unread for v in values if v.graph),
         possible=any(v.graph for v in values) and all(v.possible for v in values if v.graph),
+        unread_origins=_only_through_unread_code(values),
     )
+
+
+def _only_through_unread_code(values: Iterable[Value]) -> frozenset[Source]:
+    """The origins of ``values`` that each holds only through code gradfix did not read, where
+    none holds them otherwise."""
+    values = [v for v in values if v.graph]
+    unread = frozenset().union(*(v.unread_origins for v in values))
+    if not unread:
+        return unread
+    return unread - frozenset().union(*(v.origins - v.unread_origins for v in values))
+
+
+def certain_origins(value: Value) -> frozenset[Source]:
+    """The origins ``value`` holds other than through code gradfix did not read."""
+    return value.origins - value.unread_origins if value.unread_origins else value.origins
 
 
 def joined(values: Sequence[Value]) -> Value:

@@ -17,6 +17,7 @@ from ..analysis import (
     Origin,
     assigned_names,
     code_of,
+    certain_origins,
     expand,
     expression_key,
     is_single_assignment,
@@ -70,7 +71,9 @@ class SeparateBackwards(Rule):
     of each gradient is not a clamp of their sum).
     Where a loss is an item of a tuple whose items gradfix cannot tell apart (``losses[1]`` of a
     criterion's ``(ppo_loss, pretrain_loss)``, the second from a forward of its own), the losses
-    may share nothing, and both backwards run: the finding is a hint. The outputs of a torch
+    may share nothing, and both backwards run: the finding is a hint. So it is where they share a
+    graph only through a call of code gradfix did not read (``d(augment(fake))``, another package's
+    ``augment``), which may hand back a copy without it. The outputs of a torch
     function that each hold its input's graph (``torch.linalg.eigh``'s values and vectors) are
     told apart.
     """
@@ -136,7 +139,7 @@ for x, y_reg, y_cls in loader:
                 why_not = f"the hook or autograd Function at line {self.analysis.line(hook)} sees each backward's gradient on its own, and would see their sum"
             if why_not:
                 message += f" (not rewritten: {why_not})"
-            guess = _guess(group, self._shares_only_possible(group))
+            guess = _guess(group, self._shares_only_possible(group), self._shares_only_through_unread_code(group))
             yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group, guess=guess)
         yield from self._into_a_branch()
 
@@ -176,7 +179,9 @@ for x, y_reg, y_cls in loader:
                     self._branch_fix(first, second, branch, between),
                     related=(second.call,),
                     sites=(first, second),
-                    guess=_guess((first, second), self._shares_only_possible([first, second])),
+                    guess=_guess(
+                        (first, second), self._shares_only_possible([first, second]), self._shares_only_through_unread_code([first, second])
+                    ),
                 )
                 break
 
@@ -245,10 +250,13 @@ for x, y_reg, y_cls in loader:
         """Statements whose graph nodes the last site shares with an earlier one."""
         return {o.statement for o in self._shared_nodes(group)}
 
-    def _shared_nodes(self, group: list[BackwardSite]) -> set[Origin]:
-        """The graph nodes the last site shares with an earlier one."""
+    def _shared_nodes(self, group: list[BackwardSite], certain: bool = False) -> set[Origin]:
+        """The graph nodes the last site shares with an earlier one (``certain``: each holds other
+        than through code gradfix did not read)."""
         within = group[0].loops[0] if group[0].loops else None
-        graphs = [{o for o in expand(site.value.origins, within) if isinstance(o, Origin)} for site in group]
+        graphs = [
+            {o for o in expand(certain_origins(site.value) if certain else site.value.origins, within) if isinstance(o, Origin)} for site in group
+        ]
         shared: set[Origin] = set()
         for earlier in graphs[:-1]:
             shared |= earlier & graphs[-1]
@@ -258,6 +266,12 @@ for x, y_reg, y_cls in loader:
         """Whether every node the losses share only may exist: built from what code gradfix did not
         read may hand back (``Value.possible``), so they may share no graph at all."""
         return all(node.possible for node in self._shared_nodes(group))
+
+    def _shares_only_through_unread_code(self, group: list[BackwardSite]) -> bool:
+        """Whether the losses share graph nodes only where one of them holds them through code
+        gradfix did not read (``d(augment(fake))`` of another package's ``augment``), which may
+        hand back a copy without them."""
+        return not self._shared_nodes(group, certain=True)
 
     def _kept_for_later(self, site: BackwardSite, last: BackwardSite) -> bool:
         """Whether ``retain_graph=True`` at ``site`` keeps graph nodes that ``last`` does not walk
@@ -365,9 +379,9 @@ def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
     return [func] if isinstance(func, cst.Name) else []
 
 
-def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False) -> str:
+def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False, shares_only_through_unread_code: bool = False) -> str:
     """Why the losses may not share a graph after all: one of them came out of code gradfix did not
-    read, or is an item of a tuple whose items gradfix cannot tell apart (a function's
+    read, or reaches the graph of the other only through such code, or is an item of a tuple whose items gradfix cannot tell apart (a function's
     ``(loss, aux_loss)``, the second from a forward of its own), or reaches the graph the first
     freed only through an item of a container gradfix does not know, or what they share only may be a
     graph (``shares_only_possible``); or why the first backward may not have freed it: a
@@ -381,6 +395,8 @@ def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False) ->
         return f"what `{code_of(unread.tensors[0])}` shares with the other loss comes out of code gradfix did not read, and may hold no graph"
     if unread is not None:
         return f"`{code_of(unread.tensors[0])}` comes out of code gradfix did not read, and may not hold the graph it seems to share"
+    if shares_only_through_unread_code:
+        return "the losses share a graph only through code gradfix did not read, which may hand back a copy without it"
     # (``freed_unsure``: what a later loss shares with the freed graph comes only through an item of a
     # container whose items gradfix does not know, which may hold a loss stored since)
     guessed = next((site for site in sites if site.value.guessed or site.value.freed_unsure), None)
