@@ -52,6 +52,7 @@ from .values import (
     FunctionOf,
     NOTHING,
     TENSOR,
+    TOGGLED_PARAMETERS,
     UNREAD_PARAMETERS,
     UNKNOWN,
     ListOf,
@@ -389,7 +390,7 @@ class CallSemantics:
         project = module.project
         builds = project is None or project.returns_parameters or project.returns_unread
         if module.trainable and (forward.returned.graph if forward is not None else builds):
-            values = [*values, LEAF]
+            values = [*values, TOGGLED_PARAMETERS if module.toggled else LEAF]
         result = self.forward_results.get(module.class_name, UNKNOWN) if module.is_local else module.call_result
         if forward is not None and forward.returned_given:
             result = self._returned_structure(forward, node)

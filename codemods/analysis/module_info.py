@@ -27,6 +27,9 @@ class ModuleInfo:
     class_name: str  # the class's short name, e.g. "LSTM", or "" when unknown
     is_local: bool = False  # a class defined in the same file
     frozen: bool = False  # its parameters were set not to require grad
+    # Frozen in one place and its gradients turned on again in another (a GAN's discriminator,
+    # frozen for the generator's step): a call may add its parameters to a graph, or not.
+    toggled: bool = False
     # Known to be a module only by how it is used (``model.parameters()``, an ``nn.Module``
     # annotation): its class, so its forward, is code gradfix did not read.
     unread: bool = False

@@ -64,6 +64,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._class_nodes: list[cst.ClassDef] = []
         self._frozen_names: set[str] = set()
         self._frozen_classes: set[str] = set()
+        # Modules (and classes, through ``self``) whose parameters some code turns gradients on for
+        # again, or to a value gradfix cannot read: not frozen for the whole file.
+        self._switched_on: set[str] = set()
+        self._switched_on_classes: set[str] = set()
         self._functions: list[cst.FunctionDef] = []
         self._by_parameter_loops: set[int] = set()  # updates inside ``for p in model.parameters():``
         self._name_lists: dict[str, cst.BaseExpression] = {}  # name -> the list or tuple literal bound to it
@@ -421,10 +425,12 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self._note_update_by_hand(node, func.value, arg.value)
         if type(func) is cst.Attribute and turns_gradients_off(node):
             self._freeze(func.value)  # vgg.requires_grad_(False)
-        elif type(func) is cst.Attribute and method_called(node) == "requires_grad_" and type(func.value) is cst.Name:
-            # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
-            # parameters require grad already), such as an input it optimizes
-            self.names.leaf_tensors.add(self._key(func.value) or func.value.value)
+        elif type(func) is cst.Attribute and method_called(node) == "requires_grad_":
+            self._switch_on(func.value)
+            if type(func.value) is cst.Name:
+                # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
+                # parameters require grad already), such as an input it optimizes
+                self.names.leaf_tensors.add(self._key(func.value) or func.value.value)
         if type(func) is cst.Attribute and func.attr.value in OPTIMIZER_ONLY_METHODS:
             name = self._key(func.value)
             if name is not None:
@@ -564,12 +570,16 @@ class _TorchNamesCollector(cst.CSTVisitor):
             called = (method_receiver(small.value) for small in every if type(small) is cst.Expr and turns_gradients_off(small.value))
             if f"{variable}.requires_grad" in map(dotted_name, assigned) or variable in map(dotted_name, called):
                 self._freeze(method_receiver(node.iter))  # p.requires_grad = False, p.requires_grad_(False)
-        switched = any(
-            method_called(c) == "requires_grad_" and dotted_name(method_receiver(c)) == variable for c in self._tree.findall(node.body, cst.Call)
-        )
-        switched |= any(dotted_name(t.target) == f"{variable}.requires_grad" for t in self._tree.findall(node.body, cst.AssignTarget))
-        if switched and (key := self._key(method_receiver(node.iter))) is not None:
+        calls = [
+            c for c in self._tree.findall(node.body, cst.Call) if method_called(c) == "requires_grad_" and dotted_name(method_receiver(c)) == variable
+        ]
+        stores = [
+            a for a in self._tree.findall(node.body, cst.Assign) if any(dotted_name(t.target) == f"{variable}.requires_grad" for t in a.targets)
+        ]
+        if (calls or stores) and (key := self._key(method_receiver(node.iter))) is not None:
             self.names.partly_frozen.add(key)  # (``p.requires_grad_(name.endswith("bias"))``: some of them, maybe)
+        if any(not turns_gradients_off(c) for c in calls) or any(not is_name(a.value, "False") for a in stores):
+            self._switch_on(method_receiver(node.iter))  # (a GAN's D, frozen for G's step and trained again after)
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.AugAssign)))
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.Call, changes_in_place)))
         written = [dotted_name(a.target) for a in self._tree.findall(node.body, cst.AugAssign)]
@@ -612,6 +622,13 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._frozen_names.add(name)
             parts = name.split(".")  # (``model.weight``: ``model`` is frozen in part)
             self.names.partly_frozen.update(".".join(parts[:n]) for n in range(1, len(parts)))
+
+    def _switch_on(self, owner: cst.BaseExpression) -> None:
+        name = self._key(owner)
+        if name == "self" and self._classes:
+            self._switched_on_classes.add(self._classes[-1])
+        elif name is not None:
+            self._switched_on.add(name)
 
     def resolve_stored(self) -> None:
         """Names kept in containers or on objects, and names handed to one of the file's own
@@ -701,14 +718,20 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self.names.modules = {name: module for name, module in self.names.modules.items() if module.class_name not in rebound}
 
     def _apply_freezing(self) -> None:
-        """Modules frozen by their own constructor or after it are not trainable."""
+        """Modules frozen by their own constructor or after it are not trainable; where some code
+        turns their gradients on again, whether they are depends on which ran last (``toggled``)."""
         for name, module in list(self.names.modules.items()):
-            if name in self._frozen_names or module.class_name in self._frozen_classes:
-                self.names.modules[name] = replace(module, frozen=True)
+            self.names.modules[name] = self._as_frozen(module, name)
         for attributes in self.names.self_modules.values():
             for attribute, module in list(attributes.items()):
-                if module.class_name in self._frozen_classes or f"self.{attribute}" in self._frozen_names:
-                    attributes[attribute] = replace(module, frozen=True)
+                attributes[attribute] = self._as_frozen(module, f"self.{attribute}")
+
+    def _as_frozen(self, module: ModuleInfo, name: str) -> ModuleInfo:
+        if name not in self._frozen_names and module.class_name not in self._frozen_classes:
+            return module
+        if name in self._switched_on or module.class_name in self._switched_on_classes:
+            return replace(module, toggled=True)
+        return replace(module, frozen=True)
 
 
 def _names_automatic_optimization(target: cst.BaseExpression) -> bool:

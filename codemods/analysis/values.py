@@ -245,6 +245,9 @@ LEAF = Value(graph=True, structure=TENSOR)
 # What a call of code gradfix did not read may add to its result: a graph built from parameters it
 # did not see. Only possible, guessed and out of unread code.
 UNREAD_PARAMETERS = Value(graph=True, structure=TENSOR, guessed=True, unread=True, possible=True)
+# The parameters of a module frozen in one place and trained in another (``ModuleInfo.toggled``):
+# they may require grad where it is called, or not: a graph only possible, and guessed.
+TOGGLED_PARAMETERS = Value(graph=True, structure=TENSOR, guessed=True, possible=True)
 
 
 def combine(

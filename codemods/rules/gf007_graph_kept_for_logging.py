@@ -177,6 +177,8 @@ print(total_loss / len(loader))
                     guess = f"another name holds the object `{store}` holds, and a backward may walk what it keeps through that name"
                 elif held.unread and not proved:
                     guess = f"`{code_of(value)}` may hold no graph: it comes out of code gradfix did not read"
+                elif held.possible and not proved:
+                    guess = f"`{code_of(value)}` may hold no graph: what it is built from may not require grad where it runs"
                 elif held.guessed and not proved:
                     guess = f"`{code_of(value)}` may hold no graph: it is an item of a tuple gradfix cannot tell apart from the others"
                 yield self.violation(value, message, fix, guess=guess)
