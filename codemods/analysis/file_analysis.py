@@ -19,7 +19,7 @@ from .assignments import assigned_names, bound_by_header, read_names, target_nam
 from .optimizers import gradient_effects, steps_for_certain
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
-from .guards import bound_afresh, read_only_where_assigned
+from .guards import bound_afresh, read_carried_only_under_tests, read_only_where_assigned
 from .contexts import context_bound_from_itself
 from .reach import GradientReach
 from .dataflow import DataflowAnalysis
@@ -108,8 +108,7 @@ class FileAnalysis:
         return sorted(self._dataflow.backward_sites.values(), key=lambda site: self.order(site.call))
 
     def graph_nodes(self, site: BackwardSite) -> frozenset[Origin]:
-        """Every place that built part of the graph ``site`` walks, through all loop heads (for
-        ``autograd.grad``, down to its ``inputs``)."""
+        """Every place that built part of the graph ``site`` walks, through all loop heads (for ``autograd.grad``, to its ``inputs``)."""
         return self._dataflow.walked_nodes(site.value, site.stops_at)
 
     def value_nodes(self, value: Value) -> frozenset[Origin]:
@@ -117,13 +116,12 @@ class FileAnalysis:
         return self._dataflow.graph_nodes(value)
 
     def escaped(self, scope: Scope) -> set[Origin]:
-        """Graph nodes that ``scope`` stores on objects, returns or hands to calls made for their
-        effect: code gradfix does not follow may backward them again."""
+        """Graph nodes ``scope`` stores on objects, returns or hands to calls made for their effect: code not followed may backward them."""
         return self._dataflow.escaped.get(scope.node, set())
 
     def shares_its_object(self, name: str) -> bool:
-        """Whether another name may hold the object ``name`` holds (``alias = store``, ``{"k": store}``:
-        ``shared_containers``), and read what is stored into it where the dataflow sees ``name`` alone."""
+        """Whether another name may hold ``name``'s object (``alias = store``, ``{"k": store}``: ``shared_containers``) and read what is
+        stored into it where the dataflow sees ``name`` alone."""
         return name in self._dataflow.shared_objects
 
     @cached_property
@@ -212,8 +210,7 @@ class FileAnalysis:
         return bound_afresh(loop, name, self.writes_of(loop, name), self.names, self.tree)
 
     def made_anew_in(self, loop: Loop, name: str) -> bool:
-        """Whether some iteration of ``loop`` may bind ``name`` to a value not computed from what
-        the previous iteration left (``losses = []`` at an epoch's start, under a condition too)."""
+        """Whether some iteration of ``loop`` may bind ``name`` anew, not from what the last one left (``losses = []``, under a test too)."""
         return False in self.writes_of(loop, name).values()
 
     def value_read(self, name: cst.Name | cst.Attribute) -> Value | None:
@@ -250,6 +247,9 @@ class FileAnalysis:
         """Whether ``name`` is read in ``loop`` only where this iteration assigned it, under tests
         that answer the same twice (``guards``); ``inner_loops_run``: if every inner loop runs."""
         return read_only_where_assigned(self.tree, self._dataflow.read_values, self._bound_names, loop, name, inner_loops_run, self.names)
+
+    def read_carried_only_under_tests(self, loop: Loop, name: str) -> bool:  # (``loop`` only may carry ``name``: ``guards``)
+        return read_carried_only_under_tests(self.tree, self._dataflow.read_values, loop, name)
 
     @cached_property
     def _bound_names(self) -> frozenset[str]:

@@ -97,6 +97,39 @@ def read_only_where_assigned(
     )
 
 
+def read_carried_only_under_tests(tree: SyntaxTree, reached: Container[cst.CSTNode], loop: Loop, name: str) -> bool:
+    """Whether every read of ``name`` in ``loop`` that may find what the previous iteration left (no
+    statement of a block around it, earlier in the iteration, binds ``name`` first) sits under a
+    test, a ``while`` or the right side of an ``and``/``or`` (``if t > 0: inp = mu`` in the pass of
+    an inner loop before that loop assigns ``mu``): it may never run while that value is there, so
+    the iteration only may carry it (``reached``: the reads the dataflow got to)."""
+    body = loop.node.body
+    early = [read for read in tree.names(body, [name]) if read in reached and not _bound_earlier(tree, read, name, body)]
+    return bool(early) and all(_under_a_test(tree, read, body) for read in early)
+
+
+def _bound_earlier(tree: SyntaxTree, read: cst.CSTNode, name: str, body: cst.CSTNode) -> bool:
+    node = read
+    while node is not body and (parent := tree.parent(node)) is not None:
+        if isinstance(parent, cst.IndentedBlock):
+            earlier = parent.body[: next(i for i, statement in enumerate(parent.body) if statement is node)]
+            if any(isinstance(statement, cst.SimpleStatementLine) and _writes(statement, name, binding_only=True) for statement in earlier):
+                return True
+        node = parent
+    return False
+
+
+def _under_a_test(tree: SyntaxTree, read: cst.CSTNode, body: cst.CSTNode) -> bool:
+    node = read
+    while node is not body and (parent := tree.parent(node)) is not None:
+        if isinstance(parent, (cst.If, cst.IfExp)) and node is not parent.test or isinstance(parent, cst.While):
+            return True
+        if isinstance(parent, cst.BooleanOperation) and node is parent.right:
+            return True
+        node = parent
+    return False
+
+
 def _invariant(tree: SyntaxTree, test: cst.BaseExpression, written: set[str]) -> bool:
     """A test that answers the same in every iteration: it calls nothing (``random.random() < p``
     answers anew) and reads nothing the loop writes."""

@@ -63,7 +63,9 @@ class CarriedState(Rule):
     namedtuple, a dataclass, a dict, the result of an unknown function) or when the state has no
     value before the loop. State a module keeps on ``self`` whose calls no backward of the file
     walks (its training loop is in another file, which may set ``model.hidden`` afresh before each
-    batch) is a hint; a trainer's hook is called by the trainer, which sets nothing.
+    batch) is a hint; a trainer's hook is called by the trainer, which sets nothing. So is state the
+    iteration reads before assigning it only under a test (``if t > 0: inp = mu`` in a decoder's time
+    loop that assigns ``mu`` after): the test may be false whenever the previous value is there.
 
     When every backward keeps its graph (``retain_graph=True``) and no optimizer steps inside the
     loop, the program backpropagates through all iterations on purpose (full backpropagation
@@ -192,6 +194,8 @@ for inputs, targets in loader:
             guess = f"what `{unread[0]}` carries comes out of code gradfix did not read, and may hold no graph"
         elif skipping := [name for name in names if self.analysis.read_only_where_assigned(loop, name, inner_loops_run=True)]:
             guess = f"`{skipping[0]}` reaches the backward from the previous iteration only if an inner loop that assigns it runs no time"
+        elif tested := [name for name in names if self.analysis.read_carried_only_under_tests(loop, name)]:
+            guess = f"`{tested[0]}` is read before this iteration assigns it only under a test, which may skip that read while the previous iteration's value is there"
         them = "them" if len(names) > 1 else "it"
         where = "ends" if fix is not None and fix.insert_after else "starts"
         if retained:

@@ -1,0 +1,80 @@
+"""A value an iteration reads before it assigns it only under a test (DeepAR's decoder: ``if t > 0:
+inp = mu`` in a time loop that assigns ``mu`` after the read) may never find the previous
+iteration's value: the test may be false exactly when that value is there (the time loop's first
+pass). Whether it is, gradfix does not evaluate, so the carried graph is only possible: GF004 gives a
+hint, not a finding (h85's review found the finding on correct code). The variant that reads it
+unconditionally carries it for certain, fails, and is reported."""
+
+import pytest
+
+from gradfix.codemods.check import check_source
+from gradfix.codemods.registry import all_rules
+from gradfix.codemods.report import FixMode
+
+PROGRAM = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+cell = nn.LSTMCell(1, 4)
+head = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(list(cell.parameters()) + list(head.parameters()), lr=0.1)
+mu = torch.zeros(2, 1)
+for i in range(3):
+    x = torch.randn(5, 2, 1)
+    h = c = torch.zeros(2, 4)
+    loss = 0
+    first = True
+    for t in range(5):
+        READ
+        first = False
+        h, c = cell(inp, (h, c))
+        mu = head(h)
+        loss = loss + mu.pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+SECOND_BACKWARD = "backward through the graph a second time"
+
+
+def _report(source: str):
+    return check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
+
+
+def _gf004(source: str) -> list:
+    report = _report(source)
+    return [f for f in (*report.findings, *report.fixed) if f.code == "GF004"]
+
+
+def _error(runs, tmp_path, source: str) -> str:
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    result = runs.run(script)
+    return "" if result.status == "ok" else result.error_message or result.status
+
+
+@pytest.mark.parametrize(
+    ("read", "fails"),
+    [
+        ("inp = x[t]\n        if t > 0:\n            inp = mu", False),
+        ("if t == 0:\n            inp = x[t]\n        else:\n            inp = mu", False),
+        ("inp = x[t] if first else mu", False),
+        ("inp = x[t]\n        if t > 0 or i > 0:\n            inp = mu", True),  # the test true where the last value is there
+    ],
+    ids=["t-above-0", "else-arm", "first-flag", "true-on-first-pass"],
+)
+def test_a_read_under_a_test_only_may_carry_the_last_iterations_value(read, fails, runs, tmp_path):
+    source = PROGRAM.replace("READ", read)
+    assert (SECOND_BACKWARD in _error(runs, tmp_path, source)) is fails
+    found = _gf004(source)
+    assert len(found) == 1 and found[0].hint
+    assert "only under a test" in found[0].message
+
+
+def test_a_read_without_a_test_carries_it(runs, tmp_path):
+    source = PROGRAM.replace("READ", "inp = x[t] + mu")
+    assert SECOND_BACKWARD in _error(runs, tmp_path, source)
+    found = _gf004(source)
+    assert len(found) == 1 and not found[0].hint
+    assert _error(runs, tmp_path, (_report(source).rewritten or b"").decode()) == ""  # its safe fix, the detach, runs
