@@ -82,7 +82,22 @@ def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> str:
         placed = python_error.lineno or 0
         why = _NOTICED_AT.sub(lambda noticed: _noticed_below(int(noticed.group(1)) - placed), python_error.msg)
         return f"{python_error.lineno}: cannot parse: {why}"
-    return f"{error.raw_line}: cannot parse: {error.message}"
+    mixed = _first_line_indented_with_tabs_and_spaces(data)
+    if mixed is not None:
+        return f"{mixed}: cannot parse: Python reads this file, but LibCST, which gradfix parses with, does not ({error.message}): this line's indentation mixes tabs and spaces"
+    return f"{error.raw_line}: cannot parse: Python reads this file, but LibCST, which gradfix parses with, does not ({error.message})"
+
+
+def _first_line_indented_with_tabs_and_spaces(data: bytes) -> int | None:
+    """The first line Python indents with both a tab and a space (which LibCST's tokenizer counts
+    otherwise than Python's): the usual cause of a file only Python reads."""
+    try:
+        for token in tokenize.tokenize(io.BytesIO(data).readline):
+            if token.type == tokenize.INDENT and "\t" in token.string and " " in token.string:
+                return token.start[0]
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return None
 
 
 _NOTICED_AT = re.compile(r" \(detected at line (\d+)\)")

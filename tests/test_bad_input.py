@@ -241,3 +241,21 @@ def test_a_fix_that_meets_lines_libcst_does_not_give_back_is_not_made(monkeypatc
     assert result.source == BEFORE + b'print("done")\n\n    \n' and not result.fixed
     assert [f.code for f in result.findings] == ["GF002"]
     assert any("LibCST does not give back the file's own text" in error for error in result.errors)
+
+
+def test_a_file_python_reads_but_libcst_does_not_names_the_line_that_mixes_tabs_and_spaces(tmp_path):
+    """LibCST's tokenizer counts a tab in an indentation otherwise than Python's (h84's review: a
+    WGAN script): the file runs, and gradfix says it cannot read it, and where, not that it is
+    invalid."""
+    source = (
+        "import torch\nimport torch.nn as nn\n\nmodel = nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nlosses = []\n"
+        "for step in range(3):\n    loss = model(torch.randn(4, 2)).pow(2).mean()\n    losses.append(loss)\n    opt.zero_grad()\n"
+        "    loss.backward()\n    opt.step()\n    if step == 2:\n                with torch.no_grad():\n            \t    x = 1\n"
+    )
+    compile(source, "s.py", "exec")  # Python reads it
+    (tmp_path / "s.py").write_text(source)
+    result = cli("check", tmp_path / "s.py")
+    assert result.exit_code == 2, result.output
+    (line,) = error_lines(result)
+    assert line.startswith(f"error: {tmp_path / 's.py'}:15: cannot parse: Python reads this file, but LibCST")
+    assert line.endswith("this line's indentation mixes tabs and spaces")
