@@ -597,22 +597,21 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             self.loops[node] = loop
         entry = {name: env[name] for name in loop.carried_names if name in env}
         loop.freed_at_entry = frozenset(compress(env, map(attrgetter("freed"), env.values())))
-        # A nested loop runs again at every pass of the loops around it: it starts from what its
-        # iterations left at its previous run, so it takes one pass when what enters it has not
-        # changed, not its two or three passes again (and each of its own nested loops theirs:
-        # the innermost body would be walked 2^depth times).
+        # A nested loop runs again at every pass of the loops around it: it starts from what its iterations left at its
+        # previous run, so it takes one pass when what enters it has not changed, not its two or three passes again (and
+        # each of its own nested loops theirs: the innermost body would be walked 2^depth times).
         back_edge: Env = dict(loop.back_edge)
-        # Names the loop only reads, whose graph a backward in it freed: the next iteration finds
-        # them freed (a forward computed once before the loop, a target cached before it).
-        freed_in_loop: set[str] = set()
+        # Names the loop only reads, whose graph a backward in it freed: the next iteration finds them freed (a forward computed
+        # once before the loop, a target cached before it), each with whether only may-freed (``Value.freed_unsure``).
+        freed_in_loop: dict[str, bool] = {}
         frame = Frame(loop)
         # The dicts known item by item as the loop starts, and what an iteration leaves in their items.
         known_items = [name for name in self._items_known & loop.carried_names if every_item_key(name) in env]
         items_left: Env | None = None
         for _ in range(_MAX_PASSES):
             head = dict(env)
-            for name in freed_in_loop:
-                head[name] = head[name].changed(freed=True)
+            for name, unsure in freed_in_loop.items():
+                head[name] = head[name].changed(freed=True, freed_unsure=unsure)
             for name in loop.carried_names:
                 before, after = entry.get(name), back_edge.get(name)
                 value = after if before is None else before if after is None else join_values(before, after)
@@ -629,6 +628,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                     guessed=value.guessed,
                     unread=value.unread,
                     possible=value.possible,
+                    freed_unsure=value.freed_unsure,
                 )
             for name in loop.carried_names & self._slots.keys():
                 if name not in known_items:  # (an item a previous iteration may have written: ``x[k] = ...``)
@@ -648,7 +648,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             new_back_edge = {name: ends[name] for name in loop.carried_names if name in ends}
             newly_freed = {
                 name for name, value in ends.items() if value.freed and name not in loop.carried_names and name in env and not env[name].freed
-            } - freed_in_loop
+            } - freed_in_loop.keys()
             if type(loop.node) is cst.FunctionDef:  # (a method's calls)
                 newly_freed -= self._local_names(loop.node)  # each call binds its own: the next one is not freed
             converged = same_graphs(new_back_edge, back_edge) and not newly_freed
@@ -657,7 +657,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 converged = converged and items_left is not None and same_graphs(new_items_left, items_left)
                 items_left = new_items_left
             back_edge = new_back_edge
-            freed_in_loop |= newly_freed
+            freed_in_loop.update((name, ends[name].freed_unsure) for name in newly_freed)
             if converged:
                 break
         loop.entry, loop.back_edge = entry, back_edge

@@ -23,9 +23,9 @@ from .assignments import assigned_names
 from .backward_calls import BackwardSite
 from .kept_on_self import KeptArgument, KeptOnSelf, kept_on_self
 from .loops import Env
-from .syntax import decorator_callee, dotted_name
-from .unread_parameters import arguments_reaching_nothing, unread_parameters
-from .values import LEAF, NOTHING, UNKNOWN, UNREAD_PARAMETERS, Origin, Source, Structure, Value, combine
+from .syntax import decorator_callee, dotted_name, parameter_receiving
+from .unread_parameters import arguments_reaching_nothing, parameter_only_read, unread_parameters
+from .values import LEAF, NOTHING, UNKNOWN, UNREAD_PARAMETERS, ListOf, Origin, Source, Structure, Value, combine
 
 
 @dataclass(frozen=True)
@@ -239,6 +239,31 @@ class FunctionSummaries:
             self._items_given_no_graph.discard(call)
         else:
             self._items_given_no_graph.add(call)
+
+    def _lists_may_change(self, call: cst.Call, env: Env) -> None:
+        """A list whose graph an earlier backward freed, handed to a call that may change it (a
+        helper that backwards what it holds, then ``losses.clear()``): what it holds after the call
+        only may be what was freed. Not for a call that only reads it (``torch.stack(losses)``, a
+        function of the file whose body only reads that parameter)."""
+        for position, arg in enumerate(call.args):
+            value = env.get(arg.value.value) if type(arg.value) is cst.Name else None
+            if value is None or not value.freed or value.freed_unsure or not isinstance(value.structure, ListOf):
+                continue
+            if self._only_reads_its_arguments(call) or self._callee_only_reads(call, position, arg):
+                continue
+            env[arg.value.value] = value.changed(freed_unsure=True)
+
+    def _callee_only_reads(self, call: cst.Call, position: int, arg: cst.Arg) -> bool:
+        key = self.callees.get(call)
+        function = self.summarized_functions.get(key) if key is not None and not isinstance(key, ExportedSummary) else None
+        func = call.func
+        through_class = type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in self.names.local_classes
+        if function is None or arg.star or through_class:
+            return False  # (``Trainer.flush(self, losses)``: which parameter it arrives as, gradfix does not follow)
+        bound = isinstance(key, tuple) and not any(decorator_callee(d) == "staticmethod" for d in function.decorators)
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        parameter = parameter_receiving(function, position, keyword, bound)
+        return parameter is not None and parameter_only_read(function, parameter, self._tree, self._only_reads_its_arguments)
 
     def _returned_structure(self, summary: FunctionSummary, call: cst.Call) -> Structure:
         """The structure a call of ``summary``'s function returns (``_given``)."""
@@ -490,6 +515,8 @@ class FunctionSummaries:
                     guessed=value.guessed,
                     unread=value.unread,
                     possible=value.possible,
+                    freed_unsure=freed and value.freed_unsure,
+                    unread_origins=value.unread_origins,
                 )
                 known[name] = known[name].join(value) if name in known else value
 

@@ -8,11 +8,14 @@ reads no graph (it makes a bool), and where it proves ``p`` None (the else of ``
 parameter: a read in a nested function, lambda or class (it may run later), ``locals()`` and other
 introspection, a decorator that may wrap the function, a statement of a kind not modelled here.
 A read that may happen on one path keeps the parameter (``if flag: use(hidden)``).
+
+And the parameters a function only reads (``parameter_only_read``): the object a caller hands it
+is, after the call, what it was (a list of losses is not emptied by ``losses.clear()`` in there).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import libcst as cst
 
@@ -213,3 +216,31 @@ class _Walk:
 
     def _whole(self, body: cst.BaseSuite, gone: frozenset[str]) -> frozenset[str] | None:
         return self.block(body.body, gone)
+
+
+def parameter_only_read(function: cst.FunctionDef, parameter: str, tree: SyntaxTree, only_reads: Callable[[cst.Call], bool]) -> bool:
+    """Whether ``function``'s body uses ``parameter`` only to read what it holds: iterated, indexed
+    (not written through an index), compared, or handed to a call that only reads its arguments
+    (``only_reads``: ``torch.stack(losses)``, ``len(losses)``). Anything else (a method of it,
+    ``losses.clear()``; a store through it; a call that may write to it; another name bound to
+    it) may change the object it holds."""
+    for node in tree.names(function.body, (parameter,)):
+        parent = tree.parent(node)
+        if type(parent) is cst.Arg and parent.value is node and parent.keyword is not node:
+            call = tree.parent(parent)
+            if type(call) is cst.Call and only_reads(call):
+                continue
+        elif type(parent) is cst.For and parent.iter is node or type(parent) is cst.CompFor and parent.iter is node:
+            continue
+        elif type(parent) is cst.Comparison or type(parent) is cst.ComparisonTarget:
+            continue
+        elif type(parent) is cst.Subscript and parent.value is node and not _written_through(tree, parent):
+            continue
+        return False
+    return True
+
+
+def _written_through(tree: SyntaxTree, subscript: cst.Subscript) -> bool:
+    """``xs[i] = ...``, ``xs[i] += ...``, ``del xs[i]``: a write into the object, not a read."""
+    parent = tree.parent(subscript)
+    return type(parent) in (cst.AssignTarget, cst.AugAssign, cst.Del) or type(parent) is cst.AnnAssign and parent.target is subscript
