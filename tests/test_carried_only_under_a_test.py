@@ -2,8 +2,9 @@
 inp = mu`` in a time loop that assigns ``mu`` after the read) may never find the previous
 iteration's value: the test may be false exactly when that value is there (the time loop's first
 pass). Whether it is, gradfix does not evaluate, so the carried graph is only possible: GF004 gives a
-hint, not a finding (h85's review found the finding on correct code). The variant that reads it
-unconditionally carries it for certain, fails, and is reported."""
+hint, not a finding (h85's review found the finding on correct code). The variants that read it
+unconditionally, or under a test true wherever that value is there (``mu is not None``, the carrying
+loop's own counter above 0), carry it for certain, fail, and are reported."""
 
 import pytest
 
@@ -61,8 +62,9 @@ def _error(runs, tmp_path, source: str) -> str:
         ("if t == 0:\n            inp = x[t]\n        else:\n            inp = mu", False),
         ("inp = x[t] if first else mu", False),
         ("inp = x[t]\n        if t > 0 or i > 0:\n            inp = mu", True),  # the test true where the last value is there
+        ("inp = x[t]\n        if i > 1:\n            inp = x[t] + mu", True),  # the counter's test, false in the second iteration
     ],
-    ids=["t-above-0", "else-arm", "first-flag", "true-on-first-pass"],
+    ids=["t-above-0", "else-arm", "first-flag", "true-on-first-pass", "counter-above-1"],
 )
 def test_a_read_under_a_test_only_may_carry_the_last_iterations_value(read, fails, runs, tmp_path):
     source = PROGRAM.replace("READ", read)
@@ -72,8 +74,18 @@ def test_a_read_under_a_test_only_may_carry_the_last_iterations_value(read, fail
     assert "only under a test" in found[0].message
 
 
-def test_a_read_without_a_test_carries_it(runs, tmp_path):
-    source = PROGRAM.replace("READ", "inp = x[t] + mu")
+@pytest.mark.parametrize(
+    "read",
+    [
+        "inp = x[t] + mu",
+        "inp = x[t] + mu if mu is not None else x[t]",  # the value the last iteration left is a tensor, never None
+        "inp = x[t]\n        if i > 0:\n            inp = x[t] + mu",  # true from the second iteration on, where that value is there
+        "inp = x[t] + mu if i else x[t]",
+    ],
+    ids=["no-test", "not-none", "counter-above-0", "counter"],
+)
+def test_a_read_without_a_test_or_under_one_true_where_it_is_carried_carries_it(read, runs, tmp_path):
+    source = PROGRAM.replace("READ", read)
     assert SECOND_BACKWARD in _error(runs, tmp_path, source)
     found = _gf004(source)
     assert len(found) == 1 and not found[0].hint

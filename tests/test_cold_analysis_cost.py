@@ -156,7 +156,7 @@ def test_values_and_origins_are_made_as_dataclasses_makes_them_without_a_setattr
         value = Value(*arguments, **keywords)
         assert list(vars(value).items()) == list(vars(reference_of(Value)(*arguments, **keywords)).items())
         assert value == Value(*arguments, **keywords) and hash(value) == hash(Value(*arguments, **keywords))
-    assert list(vars(origin).items()) == [("node", node), ("statement", statement), ("possible", False)]
+    assert list(vars(origin).items()) == [("node", node), ("statement", statement), ("possible", False), ("part", None)]
     assert Value().origins == frozenset() and Value(origins=frozenset({origin})).origins == {origin}
     with pytest.raises(dataclasses.FrozenInstanceError):
         Value().graph = True  # type: ignore[misc]

@@ -249,7 +249,7 @@ class FileAnalysis:
         return read_only_where_assigned(self.tree, self._dataflow.read_values, self._bound_names, loop, name, inner_loops_run, self.names)
 
     def read_carried_only_under_tests(self, loop: Loop, name: str) -> bool:  # (``loop`` only may carry ``name``: ``guards``)
-        return read_carried_only_under_tests(self.tree, self._dataflow.read_values, loop, name)
+        return read_carried_only_under_tests(self.tree, self._dataflow.read_values, self._bound_names, loop, name)
 
     @cached_property
     def _bound_names(self) -> frozenset[str]:

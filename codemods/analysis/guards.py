@@ -20,7 +20,8 @@ import libcst as cst
 
 from . import contexts
 from .assignments import assigned_names, read_names, target_names
-from .syntax import expression_key
+from .syntax import expression_key, is_name
+from .unread_parameters import none_test
 
 if TYPE_CHECKING:
     from .loops import Loop
@@ -97,15 +98,17 @@ def read_only_where_assigned(
     )
 
 
-def read_carried_only_under_tests(tree: SyntaxTree, reached: Container[cst.CSTNode], loop: Loop, name: str) -> bool:
+def read_carried_only_under_tests(tree: SyntaxTree, reached: Container[cst.CSTNode], bound: Container[str], loop: Loop, name: str) -> bool:
     """Whether every read of ``name`` in ``loop`` that may find what the previous iteration left (no
     statement of a block around it, earlier in the iteration, binds ``name`` first) sits under a
     test, a ``while`` or the right side of an ``and``/``or`` (``if t > 0: inp = mu`` in the pass of
     an inner loop before that loop assigns ``mu``): it may never run while that value is there, so
-    the iteration only may carry it (``reached``: the reads the dataflow got to)."""
+    the iteration only may carry it (``reached``: the reads the dataflow got to; ``bound``: the
+    names the file binds, a ``range`` of its own not the builtin)."""
     body = loop.node.body
     early = [read for read in tree.names(body, [name]) if read in reached and not _bound_earlier(tree, read, name, body)]
-    return bool(early) and all(_under_a_test(tree, read, body) for read in early)
+    counter = _counter_from_zero(loop, bound)
+    return bool(early) and all(_under_a_test(tree, read, loop, name, counter) for read in early)
 
 
 def _bound_earlier(tree: SyntaxTree, read: cst.CSTNode, name: str, body: cst.CSTNode) -> bool:
@@ -119,15 +122,62 @@ def _bound_earlier(tree: SyntaxTree, read: cst.CSTNode, name: str, body: cst.CST
     return False
 
 
-def _under_a_test(tree: SyntaxTree, read: cst.CSTNode, body: cst.CSTNode) -> bool:
-    node = read
+def _under_a_test(tree: SyntaxTree, read: cst.CSTNode, loop: Loop, name: str, counter: str | None) -> bool:
+    """Whether an arm gradfix cannot prove taken, whenever the previous iteration's value is in
+    ``name``, holds ``read``."""
+    node, body = read, loop.node.body
     while node is not body and (parent := tree.parent(node)) is not None:
-        if isinstance(parent, (cst.If, cst.IfExp)) and node is not parent.test or isinstance(parent, cst.While):
-            return True
-        if isinstance(parent, cst.BooleanOperation) and node is parent.right:
+        if isinstance(parent, (cst.If, cst.IfExp)) and node is not parent.test:
+            if _truth_where_carried(parent.test, name, counter) is not (node is parent.body):
+                return True
+        elif isinstance(parent, cst.While) or isinstance(parent, cst.BooleanOperation) and node is parent.right:
             return True
         node = parent
     return False
+
+
+def _truth_where_carried(test: cst.BaseExpression, name: str, counter: str | None) -> bool | None:
+    """What ``test`` answers in every iteration that finds a value the previous one left in ``name``:
+    that value is a tensor, never None (``name is None`` is false), and it is there from the second
+    iteration on, where the loop's ``counter`` from 0 (``_counter_from_zero``) is at least 1 (``i``,
+    ``i > 0``, ``i != 0`` are true). None where gradfix cannot tell."""
+    tested = none_test(test)
+    if tested is not None:
+        return not tested[1] if tested[0] == name else None
+    if counter is None:
+        return None
+    if type(test) is cst.Name and test.value == counter:
+        return True
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not and type(test.expression) is cst.Name:
+        return False if test.expression.value == counter else None
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1 or not is_name(test.left, counter):
+        return None
+    operator, bound = type(test.comparisons[0].operator), test.comparisons[0].comparator
+    number = int(bound.value) if type(bound) is cst.Integer and bound.value.isdigit() else None
+    if number == 0 and operator in (cst.GreaterThan, cst.NotEqual):
+        return True
+    if number == 0 and operator is cst.Equal or number == 1 and operator is cst.LessThan:
+        return False
+    return True if number == 1 and operator is cst.GreaterThanEqual else None
+
+
+def _counter_from_zero(loop: Loop, bound: Container[str]) -> str | None:
+    """The name a ``for`` loop counts its iterations from 0 in: ``i`` of ``for i in range(n)`` or
+    ``for i, x in enumerate(xs)`` (the builtins: not names the file ``bound``)."""
+    node = loop.node
+    if not isinstance(node, cst.For) or type(node.iter) is not cst.Call or not is_name(node.iter.func, "range", "enumerate"):
+        return None
+    function, arguments = cst.ensure_type(node.iter.func, cst.Name).value, node.iter.args
+    if function in bound or any(arg.keyword is not None or arg.star for arg in arguments):
+        return None
+    if function == "range":
+        first = arguments[0].value if arguments else None
+        counts_from_zero = len(arguments) == 1 or len(arguments) in (2, 3) and type(first) is cst.Integer and first.value == "0"
+        return node.target.value if counts_from_zero and type(node.target) is cst.Name else None
+    target = node.target
+    if len(arguments) != 1 or type(target) is not cst.Tuple or len(target.elements) != 2 or type(target.elements[0].value) is not cst.Name:
+        return None
+    return target.elements[0].value.value
 
 
 def _invariant(tree: SyntaxTree, test: cst.BaseExpression, written: set[str]) -> bool:

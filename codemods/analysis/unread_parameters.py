@@ -44,7 +44,7 @@ def unread_parameters(function: cst.FunctionDef, tree: SyntaxTree) -> frozenset[
     targets = [t.target for t in tree.findall(body, cst.AssignTarget)]
     targets += [s.target for s in tree.findall(body, cst.AnnAssign)] + [s.target for s in tree.findall(body, cst.For)]
     rebound = {name.value for target in targets for name in tree.findall(target, cst.Name)}
-    tested = {tested[0] for comparison in tree.findall(body, cst.Comparison) if (tested := _none_test(comparison)) is not None}
+    tested = {tested[0] for comparison in tree.findall(body, cst.Comparison) if (tested := none_test(comparison)) is not None}
     candidates = named & (rebound | tested)
     if not candidates:
         return names - named
@@ -78,7 +78,7 @@ def arguments_reaching_nothing(function: cst.FunctionDef, method: bool, call: cs
     return frozenset(found)
 
 
-def _none_test(test: cst.BaseExpression) -> tuple[str, bool] | None:
+def none_test(test: cst.BaseExpression) -> tuple[str, bool] | None:
     """``p is None`` -> (``p``, True): the name tested, and the truth of the test where it is None."""
     if type(test) is not cst.Comparison or len(test.comparisons) != 1:
         return None
@@ -119,11 +119,11 @@ class _Reads(cst.CSTVisitor):
         return False
 
     def visit_Comparison(self, node: cst.Comparison) -> bool:
-        return _none_test(node) is None  # (``p is None`` makes a bool)
+        return none_test(node) is None  # (``p is None`` makes a bool)
 
     def visit_IfExp(self, node: cst.IfExp) -> bool:
         node.test.visit(self)
-        tested = _none_test(node.test)
+        tested = none_test(node.test)
         for branch, truth in ((node.body, True), (node.orelse, False)):
             none = tested is not None and tested[1] is truth
             self.gone.append(self.gone[-1] | {tested[0]} if none and tested is not None else self.gone[-1])
@@ -181,7 +181,7 @@ class _Walk:
             return self.bind(node.target, gone)
         if type(node) is cst.If:
             self.reads(node.test, gone)
-            tested = _none_test(node.test)
+            tested = none_test(node.test)
             when_true = gone | {tested[0]} if tested is not None and tested[1] else gone
             when_false = gone | {tested[0]} if tested is not None and not tested[1] else gone
             after = [self._whole(node.body, when_true)]
