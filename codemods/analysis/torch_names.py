@@ -173,6 +173,13 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.optimizer_classes.add(class_name)
             if name == "torch.nn.Module" or name in self.names.module_classes or class_name in self.names.lightning_classes:
                 self.names.module_classes.add(class_name)
+        if class_name in self.names.lightning_classes and any(self._unread_base(base.value) for base in node.bases):
+            self.names.automatic_optimization_unknown = True  # (its constructor runs code gradfix did not read, which may switch it)
+
+    def _unread_base(self, base: cst.BaseExpression) -> bool:
+        """A base class gradfix did not read: neither the file's own, nor a framework's base it models, nor ``object``."""
+        name = self.names.qualify(base) or ""
+        return not (name in self.names.local_classes or name in TRAINER_HOOKS or name in ("object", "torch.nn.Module"))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value == LIGHTNING_AUTOMATIC_OPTIMIZATION:  # a property
@@ -249,15 +256,17 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._bind(target.target, node.value)
             self._bind_framework(target.target, node.value)
             self._note_held_elsewhere(target.target, node.value)
-        if (
-            self._classes
-            and self._classes[-1] in self.names.lightning_classes
-            and any(dotted_name(t.target) in (f"self.{LIGHTNING_AUTOMATIC_OPTIMIZATION}", LIGHTNING_AUTOMATIC_OPTIMIZATION) for t in node.targets)
-            and is_name(node.value, "False")
-        ):
-            self.names.manual_optimization.add(self._classes[-1])
-        elif any(_names_automatic_optimization(t.target) for t in node.targets) and not is_name(node.value, "True", "False"):
-            self.names.automatic_optimization_unknown = True
+        if any(_names_automatic_optimization(t.target) for t in node.targets):
+            own = self._classes and self._classes[-1] in self.names.lightning_classes
+            spelled = all(
+                dotted_name(t.target) in (f"self.{LIGHTNING_AUTOMATIC_OPTIMIZATION}", LIGHTNING_AUTOMATIC_OPTIMIZATION) for t in node.targets
+            )
+            if own and spelled and is_name(node.value, "False"):
+                self.names.manual_optimization.add(self._classes[-1])
+            elif not (own and spelled and is_name(node.value, "True")):
+                # (a mixin's ``__init__``, a helper given the module, ``model.automatic_optimization = False``
+                # after it is built: which LightningModule it switches, gradfix does not follow)
+                self.names.automatic_optimization_unknown = True
 
     def _bind_framework(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         """``accelerator = Accelerator()``, ``engine, opt, _, _ = deepspeed.initialize(...)`` and
