@@ -62,6 +62,9 @@ class BackwardApi:
     # gradfix could not tell which tensor the call backwards (``x.backward(y)`` on an object it does
     # not know): findings may say what it guessed, fixes never rest on it.
     guessed: bool = False
+    # A function of the checked code that backwards its parameter (``of_function``): a call of it
+    # runs the rest of its body too (an optimizer's step, a read of the gradients).
+    function: bool = False
 
     @property
     def takes_tensor_argument(self) -> bool:
@@ -71,7 +74,7 @@ class BackwardApi:
     def of_function(cls, name: str, position: int, keyword: str, inner: "BackwardApi", retains: Tristate) -> "BackwardApi":
         """A function of the checked code that backwards its parameter ``keyword`` by the call
         ``inner``, which keeps the graph as ``retains`` says."""
-        return cls(f"{name}()", position, keyword, accumulates=inner.accumulates, retains_by_default=retains, guessed=inner.guessed)
+        return cls(f"{name}()", position, keyword, accumulates=inner.accumulates, retains_by_default=retains, guessed=inner.guessed, function=True)
 
 
 TENSOR_BACKWARD = BackwardApi("Tensor.backward", RECEIVER, retain_position=1)

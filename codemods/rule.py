@@ -118,12 +118,14 @@ class Rule:
         sites: Sequence[BackwardSite] = (),
         guess: str = "",
     ) -> Violation:
-        """``sites``: the backwards the finding (and its fix) reasons about; a fix resting on a
-        backward whose tensor gradfix guessed is not made. ``guess``: what the bug rests on that
+        """``sites``: the backwards the finding (and its fix) reasons about; one whose tensor gradfix
+        guessed makes the finding a guess. ``guess``: what the bug rests on that
         gradfix could only guess ("may", not "must"), in a user's words; the finding is then a hint,
         without a fix."""
         line, column = self.analysis.start(node)
         end = self.analysis.range(node).end
+        if not guess and any(site.api.guessed for site in sites):
+            guess = "gradfix cannot tell whether a `.backward(...)` here backwards its object or its argument"
         if guess:
             fix, message = None, f"{message} (hint: {guess})"
         if fix is not None and any(self.analysis.updates_parameters(s) for s in fix.taken_away()):
@@ -133,11 +135,6 @@ class Rule:
                 None,
                 message
                 + " (not rewritten: a backward here may run more or fewer times than gradfix reads it: in a comprehension, or an operand that may not be evaluated)",
-            )
-        if fix is not None and any(site.api.guessed for site in sites):
-            fix, message = (
-                None,
-                message + (" (not rewritten: gradfix cannot tell whether a `.backward(...)` here backwards its object or its argument)"),
             )
         proof: tuple[ProofLine, ...] = ()
         if self.OBLIGATIONS and (fix is not None and fix.safe or self.CLAIMS_THE_OBLIGATIONS and not guess):

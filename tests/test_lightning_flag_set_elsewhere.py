@@ -79,6 +79,12 @@ def test_the_flag_in_the_class_itself_is_manual_optimization():
     assert _gf001(_program(own="self.automatic_optimization = False")) == []
 
 
+def test_a_subclass_that_optimizes_by_hand_runs_its_bases_training_step_by_hand():
+    """h86: the flag set in a subclass of the file, the ``training_step`` the base's."""
+    subclass = "\n\nclass Manual(LitModel):\n    def __init__(self):\n        super().__init__()\n        self.automatic_optimization = False\n"
+    assert _gf001(_program().replace("\n\nmodel = LitModel()", subclass + "\n\nmodel = Manual()")) == []
+
+
 def test_without_the_flag_lightning_backwards_the_returned_loss_again():
     """The variant with every fact in view: automatic optimization, a loss backwarded by hand and
     returned to Lightning, which backwards it again."""

@@ -265,6 +265,9 @@ class CallSemantics:
         """Whether ``x.backward(...)`` (or ``manual_backward``) is a row of ``frameworks``' backward table, then recorded."""
         func = node.func
         class_name = self._scope.class_name
+        instance = self.names.instance_class(func.value, class_name)
+        if instance is not None and self._summary_of(func) is not None:
+            return False  # (a method of the file's own class, read: its summary says what it backwards)
         receiver = self._eval(func.value, env)
         passed = [value for arg, value in zip(node.args, self._eval_all([arg.value for arg in node.args], env)) if arg.keyword is None]
         api = backward_calls.method_api(
@@ -274,7 +277,7 @@ class CallSemantics:
             receiver.graph and not self._names_an_object(func.value) and not any(v.graph for v in passed[:1]),
             class_name in self.names.lightning_classes,
             self.names.is_imported_module(func.value),
-            receiver_is_an_object=self._names_an_object(func.value) or self.names.instance_class(func.value, class_name) is not None,
+            receiver_is_an_object=self._names_an_object(func.value) or instance is not None,
             argument_is_graphless=bool(passed) and passed[0].graphless,
         )
         if api is None:

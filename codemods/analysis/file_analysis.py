@@ -205,8 +205,7 @@ class FileAnalysis:
         return writes
 
     def afresh_each_iteration(self, loop: Loop, name: str) -> bool:
-        """Whether each iteration of ``loop`` binds ``name`` anew before it adds to it
-        (``guards.bound_afresh``): after the loop it holds the last iteration's value alone."""
+        """Whether each iteration of ``loop`` binds ``name`` anew before it adds to it (``guards.bound_afresh``): after the loop it holds the last one's alone."""
         return bound_afresh(loop, name, self.writes_of(loop, name), self.names, self.tree)
 
     def made_anew_in(self, loop: Loop, name: str) -> bool:
@@ -718,8 +717,9 @@ class FileAnalysis:
                 continue
             if isinstance(func, cst.Attribute) and (self._is_tensor(func.value) or self._is_container(func.value)):
                 continue
-            if call in self._dataflow.backward_sites:
-                continue
+            site = self._dataflow.backward_sites.get(call)
+            if site is not None and (not site.api.function or type(func) is cst.Name and self._reads_no_gradient(func.value, reading, True)):
+                continue  # (a backward; a function that backwards runs the rest of its body too, read where it is the file's)
             yield call
 
     def _is_tensor(self, expression: cst.BaseExpression) -> bool:
@@ -746,12 +746,12 @@ class FileAnalysis:
         value = self.value_read(expression) if isinstance(expression, cst.Name) else None
         return value is not None and isinstance(value.structure, (ListOf, TupleOf))
 
-    def _reads_no_gradient(self, function_name: str, reading: frozenset[str] = frozenset()) -> bool:
+    def _reads_no_gradient(self, function_name: str, reading: frozenset[str] = frozenset(), backwarding: bool = False) -> bool:
         """A function of this file (the one function of that name, at any depth) whose body neither steps, zeroes, clips,
-        reads ``.grad`` nor backwards, and calls only what gradfix sees into: torch, modules, builtins, tensors'
-        methods, and functions of the file that do the same (``gdpp_loss`` calling its nested ``compute_diversity``)."""
+        reads ``.grad`` nor (unless ``backwarding``) backwards, and calls only what gradfix sees into: torch, modules,
+        builtins, tensors' methods, and functions of the file that do the same (``gdpp_loss`` calling ``compute_diversity``)."""
         functions = [f for f in self._functions if f.name.value == function_name]
-        if len(functions) != 1 or self.gradient_effects(functions[0].body):
+        if len(functions) != 1 or self.gradient_effects(functions[0].body) & ~(GradientEffect.BACKWARD if backwarding else GradientEffect(0)):
             return False
         return next(self._calls_not_read(functions[0].body, reading | {function_name}), None) is None
 

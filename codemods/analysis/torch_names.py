@@ -666,8 +666,14 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def resolve_aliases(self) -> None:
         """``self.model = model`` where ``model`` turned out to be a module; modules frozen by their
-        own constructor or after it are not trainable."""
+        own constructor or after it are not trainable. A LightningModule whose subclass of the file optimizes by hand may too."""
         self._apply_freezing()
+        pending = list(self.names.manual_optimization)
+        while pending:
+            for base in self._local_bases.get(pending.pop(), ()):
+                if base in self.names.lightning_classes and base not in self.names.manual_optimization:
+                    self.names.manual_optimization.add(base)
+                    pending.append(base)
         for name, bound in self._bindings.items():
             callee = bound[0] if len(bound) == 1 else None
             function = self._callables.get(callee) if callee is not None else None

@@ -163,6 +163,9 @@ optimizer.step()
             produced |= assigned_names(statement, tree=tree)
         if loop.carried_with([*moving, site.statement]) != loop.carried_with(()):
             return "inside the loop, the moved code would read what the previous iteration left"
+        updating = next((s for s in (*moving, site.statement) if self.analysis.may_change_parameters(s) is not False), None)
+        if updating is not None:
+            return f"line {self.analysis.line(updating)} may also update parameters, in code gradfix does not see into: moved, it would step at every iteration"
         return None
 
     def _from_the_iteration_alone(self, loop: Loop, name: str, reading: frozenset[str] = frozenset()) -> bool:
