@@ -78,15 +78,18 @@ class FunctionSummaries:
 
     def _leave_for_caller(self, node: cst.FunctionDef, class_name: str | None, start: Env, left: Env | None, shared) -> None:
         """Records, in the function's summary, the graphs a call leaves in the ``shared`` names its
-        caller sees: those it writes, built from graphs, and those its backwards freed."""
+        caller sees: those it writes, built from graphs or proved to hold none on every path out
+        (``self.h = self.h.detach()``), and those its backwards freed."""
         if left is None:
             return
         written = assigned_names(node.body, tree=self._tree)
-        kept = {
-            name: value
-            for name, value in left.items()
-            if shared(name) and (name in written and value.origins or value.freed and name in start and not start[name].freed)
-        }
+
+        def leaves(name: str, value: Value) -> bool:
+            if name in written and (value.origins or value.graphless and (name in start or not value.unbound)):
+                return True
+            return value.freed and name in start and not start[name].freed
+
+        kept = {name: value for name, value in left.items() if shared(name) and leaves(name, value)}
         key = callee_key(node, class_name)
         self.summaries[key] = replace(self.summaries[key], left_for_caller=kept)
 
