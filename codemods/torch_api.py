@@ -39,6 +39,11 @@ NON_DIFFERENTIABLE = frozenset(
 # Casts, and the integer and boolean types a cast to which ends the graph as ``x.long()`` does (an
 # integer tensor cannot require grad): ``x.to(torch.long)``, ``x.type(torch.LongTensor)``.
 CASTING_METHODS = frozenset({"to", "type"})
+# Tensor methods whose result, on a floating tensor with a graph, is a node of that graph: casts to
+# another floating type, a copy, reductions and views (``loss.float()``, ``loss.mean()``).
+GRAPH_KEEPING_METHODS = frozenset(
+    {"float", "double", "half", "bfloat16", "clone", "mean", "sum", "contiguous", "squeeze", "unsqueeze", "view", "reshape", "flatten"}
+)
 INTEGER_TYPES = frozenset(
     {
         *(f"torch.{dtype}" for dtype in ("long", "int", "short", "bool", "uint8", "int8", "int16", "int32", "int64")),

@@ -18,6 +18,7 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
+from ..torch_api import GRAPH_KEEPING_METHODS
 from .assignments import assigned_names
 from .syntax import appended, dotted_name
 from .tree import SyntaxTree
@@ -53,10 +54,13 @@ _GRAPH_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power, 
 
 
 def operands(expression: cst.BaseExpression) -> list[cst.Name]:
-    """The names ``expression`` is, or is arithmetic on (``val * n``, ``-val``): if one of them holds
-    a tensor with a graph, so does the result; ``[]`` for anything else (a call, ``float(val)``)."""
+    """The names ``expression`` is, or is arithmetic on (``val * n``, ``-val``) or a
+    ``GRAPH_KEEPING_METHODS`` call of (``val.float()``): if one of them holds a tensor with a graph,
+    so does the result; ``[]`` for anything else (another call, ``float(val)``)."""
     if type(expression) is cst.Name:
         return [expression]
+    if type(expression) is cst.Call and type(expression.func) is cst.Attribute and expression.func.attr.value in GRAPH_KEEPING_METHODS:
+        return operands(expression.func.value)
     if type(expression) is cst.BinaryOperation and isinstance(expression.operator, _GRAPH_OPERATORS):
         left, right = operands(expression.left), operands(expression.right)
         return [*left, *right] if left or right else []

@@ -134,7 +134,7 @@ print(total_loss / len(loader))
                 held = self.analysis.value_read(value) if isinstance(value, cst.Name) else self.analysis.value_assigned(value)
                 if held is None or not self.analysis.value_nodes(held):
                     continue  # no graph kept: a number, a detached tensor, a value made under no_grad
-                if not isinstance(value, cst.Name) and held.guessed and not self._operates_on_a_backwarded_tensor(value):
+                if not isinstance(value, cst.Name) and held.guessed and not self._walks_a_backwarded_tensor(loop, statement, value):
                     continue  # an expression whose graph came out of code gradfix cannot read (`sum(rewards)` of env.step's rewards)
                 if self.analysis.value_nodes(held) <= carried_on:
                     continue  # the state the loop carries on holds all of it anyway: storing it keeps nothing more
@@ -146,11 +146,7 @@ print(total_loss / len(loader))
                 # Out of code gradfix did not read, or an item of a tuple, it may be a number (an
                 # environment's `reward`, `time.time() - start`) or a dict of tensors; a tensor a
                 # backward walked is one.
-                proved = (
-                    held.backwarded
-                    or (isinstance(value, cst.Name) and self._backwarded_later(loop, statement, value.value))
-                    or self._operates_on_a_backwarded_tensor(value)
-                )
+                proved = held.backwarded or self._walks_a_backwarded_tensor(loop, statement, value)
                 one_tensor = held.structure is TENSOR or bool(proved)
                 if kept.in_an_item:
                     unfixable = self._why_item_lists_may_need_them(loop, statement, kept)
@@ -407,6 +403,11 @@ print(total_loss / len(loader))
         graph (the backward would have raised otherwise), and so does any of these operations on it,
         whatever code built it."""
         return any((read := self.analysis.value_read(name)) is not None and bool(read.backwarded) for name in operands(expression))
+
+    def _walks_a_backwarded_tensor(self, loop: Loop, statement: cst.CSTNode, value: cst.BaseExpression) -> bool:
+        """Whether ``value`` is a name, or ``operands`` of names, one of which a backward walked
+        before or walks later in the iteration as ``statement`` kept it: it holds a graph."""
+        return self._operates_on_a_backwarded_tensor(value) or any(self._backwarded_later(loop, statement, name.value) for name in operands(value))
 
     def _backwarded_later(self, loop: Loop, statement: cst.CSTNode, name: str) -> bool:
         """Whether a backward later in the same iteration walks ``name`` as ``statement`` kept it
