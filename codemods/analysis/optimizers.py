@@ -46,6 +46,8 @@ def gradient_effects(
         written += [method.value for method in in_place if method.attr.value.endswith("_")]
         if any(_a_gradient(target) for target in written):
             effects |= GradientEffect.WRITE_GRAD
+        if _updates_by_hand(node, findall):
+            effects |= GradientEffect.STEP
     if holds_a_backward(node):
         effects |= GradientEffect.BACKWARD
     return effects
@@ -90,6 +92,23 @@ def stepped_optimizers(node: cst.CSTNode) -> set[str]:
 def _is_dict_update(call: cst.Call, method: str) -> bool:
     """``metrics.update({...})`` / ``d.update(k=v)`` is a dict's, not a GradScaler's."""
     return GRADIENT_METHODS.get(method) is GradientEffect.SCALER_UPDATE and bool(call.args)
+
+
+def _updates_by_hand(node: cst.CSTNode, findall: Findall) -> bool:
+    """Whether ``node`` updates a tensor from its own gradient, as an optimizer's step does:
+    ``p -= lr * p.grad``, ``p.data.add_(p.grad, alpha=-lr)``, ``w.sub_(lr * w.grad)``."""
+    updates: list[tuple[cst.BaseExpression, cst.CSTNode]] = [(a.target, a.value) for a in findall(node, cst.AugAssign)]
+    for call in findall(node, cst.Call, method_called):
+        method = cst.ensure_type(call.func, cst.Attribute)
+        if method.attr.value.endswith("_") and not method.attr.value.startswith("_"):
+            updates.append((method.value, call))
+    for written, value in updates:
+        while type(written) is cst.Attribute and written.attr.value == "data":
+            written = written.value
+        name = dotted_name(written)
+        if name is not None and any(dotted_name(read.value) == name for read in findall(value, cst.Attribute, is_grad)):
+            return True
+    return False
 
 
 def _a_gradient(node: cst.BaseExpression) -> bool:
