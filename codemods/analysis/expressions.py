@@ -137,6 +137,9 @@ class Expressions:
             taken = self._item_taken(node, base) if type(node.value) is cst.Call else None
             if taken is not None:
                 return taken
+            if isinstance(base.structure, ListOf) and any(type(e.slice) is cst.Slice for e in node.slice):
+                # ``history[-2:]``: a list of some of its items, which only may be those a backward freed
+                return base if not base.freed or all(_whole(e.slice) for e in node.slice) else base.changed(freed_unsure=True)
             element = element_of(base)
             if not isinstance(base.structure, (ListOf, TupleOf)):
                 # (an item of a container not known item by item, a dict that escaped: what it may hold)
@@ -520,6 +523,11 @@ TESTED_FALSE = Value(graphless=True)
 
 def truth_key(name: str) -> str:
     return f"{name}?"
+
+
+def _whole(index: cst.BaseSlice) -> bool:
+    """``[:]``: every item."""
+    return type(index) is cst.Slice and index.lower is None and index.upper is None and index.step is None
 
 
 def _indexed_by(node: cst.Subscript, names: frozenset[str]) -> bool:
