@@ -105,8 +105,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.aliases[head] = head
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        """``from a.b import c``; a relative import (``from .b import c``) keeps its dotted tail,
-        which is how other checked files are known (``summaries``)."""
+        """``from a.b import c``; a relative import (``from .b import c``) keeps its dotted tail, how other checked files are known."""
         if isinstance(node.names, cst.ImportStar):
             return
         if node.module is None:  # from . import utils
@@ -269,8 +268,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.automatic_optimization_unknown = True
 
     def _bind_framework(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        """``accelerator = Accelerator()``, ``engine, opt, _, _ = deepspeed.initialize(...)`` and
-        instances of the file's own classes."""
+        """``accelerator = Accelerator()``, ``engine, opt, _, _ = deepspeed.initialize(...)``, instances of the file's own classes."""
         if type(value) is not cst.Call:
             return
         callee = self.names.qualify(value.func)
@@ -338,8 +336,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self._assigned_aliases.add(name)
 
     def _names_a_module(self, expression: cst.BaseExpression) -> bool:
-        """``student``, ``student.fc``, ``student[0]``, or a list or tuple holding one: a module
-        gradfix knows, by name, or a part of one (not one built there)."""
+        """``student``, ``student.fc``, ``student[0]``, or a list or tuple holding one: a module gradfix knows, or a part (not one built there)."""
         if type(expression) is cst.List or type(expression) is cst.Tuple:
             return any(self._names_a_module(element.value) for element in expression.elements)
         while type(expression) is cst.Subscript:
@@ -614,8 +611,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self.names.leaf_tensors.update(self._scopes.key_of(item, node) for item in items)
 
     def _listed_names(self, iterable: cst.BaseExpression | None) -> tuple[str, ...]:
-        """The names a list or tuple literal holds, or one a name was bound to (``parameters =
-        [C, W1, b1]``); empty for anything else."""
+        """The names a list or tuple literal holds, or one a name was bound to (``parameters = [C, W1, b1]``); else empty."""
         if isinstance(iterable, cst.Name):
             iterable = self._name_lists.get(self._key(iterable) or "")
         if not isinstance(iterable, (cst.List, cst.Tuple)):
@@ -642,19 +638,23 @@ class _TorchNamesCollector(cst.CSTVisitor):
     def resolve_stored(self) -> None:
         """Names kept in containers or on objects, and names handed to one of the file's own
         functions or classes that stores (or hands on) the parameter they arrive as, or to one
-        defined later than gradfix reads it (``_callables`` then has no entry)."""
+        defined later than gradfix reads it (``_callables`` then has no entry). A module handed to a
+        function that freezes (or turns on) the parameter it arrives as is frozen (turned on) too."""
         for stored in self._stored_in.values():
             self.names.stored_values |= stored
-        for name, callee, position, keyword, *_ in self._handed:
+        for name, callee, position, keyword, _, key in self._handed:
             function = self._callables.get(callee) if callee not in self.names.rebound_functions else None
             parameter = None if function is None else parameter_receiving(function, position, keyword, callee in self.names.local_classes)
+            inner = self._scopes.key_in(function, parameter) if function is not None and parameter is not None else None
+            for switched in (self._frozen_names, self._switched_on):
+                if inner in switched:
+                    switched.add(key)
             handed_on = any(passed == parameter and scope is function for passed, *_, scope, _ in self._handed)
             if parameter is None or parameter in self._stored_in.get(function, set()) or handed_on:
                 self.names.stored_values.add(name)
 
     def resolve_handed_facts(self) -> None:
-        """Parameters that every call of the file hands a module, a framework object or an
-        instance of a class of the file (``call_flow``)."""
+        """Parameters that every call of the file hands a module, a framework object or an instance of its class (``call_flow``)."""
         plain = self._plain_classes - self._derived - self._rebound_classes
         self._apply_freezing()  # (a module is handed on as it is: frozen, ``encode_prompt(text_encoder, ...)``)
         flow_along_calls(
