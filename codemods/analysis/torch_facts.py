@@ -57,9 +57,10 @@ class TorchNames:
     function_aliases: dict[str, str] = field(default_factory=dict)  # key -> the function it holds (an alias, a nested ``def``)
     trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
     lightning_classes: set[str] = field(default_factory=set)
-    manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand
-    # Whether Lightning optimizes automatically is proved only where ``automatic_optimization`` is
-    # never anything but a literal: set from an argument, a flag, a property or ``setattr``, it is unknown.
+    manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand, or may (not proved automatic)
+    # Whether Lightning optimizes automatically is proved only where ``automatic_optimization`` is never anything but a
+    # literal set in a LightningModule's own body: set from an argument, a flag, a property, ``setattr``, a helper or on a
+    # built module, it is unknown for every class.
     automatic_optimization_unknown: bool = False
     optimizer_classes: set[str] = field(default_factory=set)  # local torch.optim.Optimizer subclasses
     optimizers: set[str] = field(default_factory=set)  # dotted names bound to optimizers

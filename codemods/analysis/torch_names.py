@@ -68,6 +68,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         # again, or to a value gradfix cannot read: not frozen for the whole file.
         self._switched_on: set[str] = set()
         self._switched_on_classes: set[str] = set()
+        self._switching_classes: set[str] = set()  # classes not Lightning's whose body sets ``automatic_optimization`` (mixins)
         self._functions: list[cst.FunctionDef] = []
         self._by_parameter_loops: set[int] = set()  # updates inside ``for p in model.parameters():``
         self._name_lists: dict[str, cst.BaseExpression] = {}  # name -> the list or tuple literal bound to it
@@ -172,13 +173,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.optimizer_classes.add(class_name)
             if name == "torch.nn.Module" or name in self.names.module_classes or class_name in self.names.lightning_classes:
                 self.names.module_classes.add(class_name)
-        if class_name in self.names.lightning_classes and any(self._unread_base(base.value) for base in node.bases):
-            self.names.automatic_optimization_unknown = True  # (its constructor runs code gradfix did not read, which may switch it)
-
-    def _unread_base(self, base: cst.BaseExpression) -> bool:
-        """A base class gradfix did not read: neither the file's own, nor a framework's base it models, nor ``object``."""
-        name = self.names.qualify(base) or ""
-        return not (name in self.names.local_classes or name in TRAINER_HOOKS or name in ("object", "torch.nn.Module"))
+        read = self.names.local_classes | TRAINER_HOOKS.keys() | {"object", "torch.nn.Module"}  # (bases whose constructor is modelled)
+        if class_name in self.names.lightning_classes and any((self.names.qualify(base.value) or "") not in read for base in node.bases):
+            self.names.manual_optimization.add(class_name)  # (maybe: its constructor runs code gradfix did not read)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value == LIGHTNING_AUTOMATIC_OPTIMIZATION:  # a property
@@ -262,9 +259,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
             )
             if own and spelled and is_name(node.value, "False"):
                 self.names.manual_optimization.add(self._classes[-1])
+            elif self._classes and not own:
+                self._switching_classes.add(self._classes[-1])  # (a mixin: the classes derived from it may optimize by hand)
             elif not (own and spelled and is_name(node.value, "True")):
-                # (a mixin's ``__init__``, a helper given the module, ``model.automatic_optimization = False``
-                # after it is built: which LightningModule it switches, gradfix does not follow)
+                # (a helper given the module, ``model.automatic_optimization = False`` after it is built: which it switches, not followed)
                 self.names.automatic_optimization_unknown = True
 
     def _bind_framework(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
@@ -430,9 +428,9 @@ class _TorchNamesCollector(cst.CSTVisitor):
             for arg in node.args:
                 self._note_update_by_hand(node, func.value, arg.value)
         if type(func) is cst.Attribute and turns_gradients_off(node):
-            self._freeze(func.value)  # vgg.requires_grad_(False)
+            self._switch(func.value)  # vgg.requires_grad_(False)
         elif type(func) is cst.Attribute and method_called(node) == "requires_grad_":
-            self._switch_on(func.value)
+            self._switch(func.value, on=True)
             if type(func.value) is cst.Name:
                 # image.requires_grad_(): a tensor the program turns into a leaf itself (a module's
                 # parameters require grad already), such as an input it optimizes
@@ -575,7 +573,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             assigned = (t.target for a in every if type(a) is cst.Assign and is_name(a.value, "False") for t in a.targets)
             called = (method_receiver(small.value) for small in every if type(small) is cst.Expr and turns_gradients_off(small.value))
             if f"{variable}.requires_grad" in map(dotted_name, assigned) or variable in map(dotted_name, called):
-                self._freeze(method_receiver(node.iter))  # p.requires_grad = False, p.requires_grad_(False)
+                self._switch(method_receiver(node.iter))  # p.requires_grad = False, p.requires_grad_(False)
         calls = [
             c for c in self._tree.findall(node.body, cst.Call) if method_called(c) == "requires_grad_" and dotted_name(method_receiver(c)) == variable
         ]
@@ -585,7 +583,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         if (calls or stores) and (key := self._key(method_receiver(node.iter))) is not None:
             self.names.partly_frozen.add(key)  # (``p.requires_grad_(name.endswith("bias"))``: some of them, maybe)
         if any(not turns_gradients_off(c) for c in calls) or any(not is_name(a.value, "False") for a in stores):
-            self._switch_on(method_receiver(node.iter))  # (a GAN's D, frozen for G's step and trained again after)
+            self._switch(method_receiver(node.iter), on=True)  # (a GAN's D, frozen for G's step and trained again after)
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.AugAssign)))
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.Call, changes_in_place)))
         written = [dotted_name(a.target) for a in self._tree.findall(node.body, cst.AugAssign)]
@@ -619,21 +617,15 @@ class _TorchNamesCollector(cst.CSTVisitor):
         names = tuple(name for e in iterable.elements if (name := dotted_name(e.value)) is not None)
         return () if len(names) < len(iterable.elements) else names
 
-    def _freeze(self, owner: cst.BaseExpression) -> None:
+    def _switch(self, owner: cst.BaseExpression, on: bool = False) -> None:
+        """``owner``'s parameters set not to require grad (``on``: to require it, or to what gradfix cannot read)."""
         name = self._key(owner)
         if name == "self" and self._classes:
-            self._frozen_classes.add(self._classes[-1])
+            (self._switched_on_classes if on else self._frozen_classes).add(self._classes[-1])
         elif name is not None:
-            self._frozen_names.add(name)
-            parts = name.split(".")  # (``model.weight``: ``model`` is frozen in part)
+            (self._switched_on if on else self._frozen_names).add(name)
+            parts = name.split(".")  # (``model.weight``: ``model`` is frozen, or switched, in part)
             self.names.partly_frozen.update(".".join(parts[:n]) for n in range(1, len(parts)))
-
-    def _switch_on(self, owner: cst.BaseExpression) -> None:
-        name = self._key(owner)
-        if name == "self" and self._classes:
-            self._switched_on_classes.add(self._classes[-1])
-        elif name is not None:
-            self._switched_on.add(name)
 
     def resolve_stored(self) -> None:
         """Names kept in containers or on objects, and names handed to one of the file's own
@@ -666,8 +658,16 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     def resolve_aliases(self) -> None:
         """``self.model = model`` where ``model`` turned out to be a module; modules frozen by their
-        own constructor or after it are not trainable. A LightningModule whose subclass of the file optimizes by hand may too."""
+        own constructor or after it are not trainable. A LightningModule derived from a mixin that sets
+        ``automatic_optimization``, or whose subclass of the file optimizes by hand, may optimize by hand."""
         self._apply_freezing()
+        for name in self.names.lightning_classes:
+            bases, seen = list(self._local_bases.get(name, ())), set[str]()
+            while bases and not seen & self._switching_classes:
+                seen.add(base := bases.pop())
+                bases.extend(self._local_bases.get(base, ()))
+            if seen & self._switching_classes:
+                self.names.manual_optimization.add(name)
         pending = list(self.names.manual_optimization)
         while pending:
             for base in self._local_bases.get(pending.pop(), ()):
