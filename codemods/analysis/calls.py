@@ -232,8 +232,8 @@ class CallSemantics:
         # is a function gradfix cannot read, unless it read it.
         guessed = (not tensor_method and not receiver.graph) or all(v.guessed for v in (receiver, *values) if v.graph)
         # (one of what is proved to hold no graph, given nothing that holds one, returns none: ``a.numpy().squeeze(0)``)
-        if target is not None and not tensor_method and node not in self._read_callees:
-            self._forget_attributes(target, env)  # (a method gradfix did not read may set any attribute of its object)
+        if not tensor_method and node not in self._read_callees:
+            self._objects_may_change(node, env)
         result = self._read_result(self._read_callees.get(node), node, values, UNKNOWN) or combine(
             [receiver, *values],
             self._origin(node),

@@ -160,9 +160,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         self.loops: dict[LoopNode, Loop] = {}
         self.statement_loops: dict[cst.CSTNode, tuple[Loop, ...]] = {}
         self.forward_results: dict[str, Structure] = {}  # what calling a local nn.Module returns
-        # Local module classes whose methods keep a graph on ``self`` for the next call; functions that keep one on an object.
-        self.stateful_classes: set[str] = set()
-        self.keeping_functions: set[cst.CSTNode] = set()
+        # Local module classes whose methods keep a graph on ``self`` for the next call; functions that keep one on an object;
+        # methods that hand ``self`` to code gradfix did not read (which may set any attribute of it).
+        self.stateful_classes, self.keeping_functions, self.forgetting_methods = set[str](), set[cst.CSTNode](), set[cst.CSTNode]()
         self.returned: dict[cst.FunctionDef, Value] = {}
         # What each ``return`` of a function hands back, one by one (a must-fact about every path
         # reads them apart: ``returned`` is their join).

@@ -14,7 +14,7 @@ import libcst as cst
 from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES
 from .assignments import read_names, target_names
 from .loops import Element, Env, join_envs, join_values
-from .syntax import dotted_name
+from .syntax import dotted_name, is_name
 from .values import (
     CONSTANT,
     LEAF,
@@ -452,6 +452,18 @@ class Expressions:
                 scopes.add(id(scope))
             known = self._literal_key_dicts[name] = known and len(scopes) == 1
         return known
+
+    def _objects_may_change(self, call: cst.Call, env: Env) -> None:
+        """A method gradfix did not read (``cb.on_batch_start(self)``, ``super().before_step()``) may set any
+        attribute of its object and of any object it is handed: what was known of them is forgotten (in a
+        method, of ``self``: then its calls forget it too, ``forgetting_methods``)."""
+        func = cst.ensure_type(call.func, cst.Attribute)
+        receiver = "self" if type(func.value) is cst.Call and is_name(func.value.func, "super") else dotted_name(func.value)
+        handed = [] if self._only_reads_its_arguments(call) else [dotted_name(arg.value) for arg in call.args]
+        for name in {receiver, *handed} - {None}:
+            self._forget_attributes(name, env)
+            if name == "self" and self._scope.class_name is not None:
+                self.forgetting_methods.add(self._scope.node)
 
     def _forget_attributes(self, name: str, env: Env) -> None:
         """What was known of ``name``'s attributes (``model.hidden``), once ``name`` or its object may have changed."""

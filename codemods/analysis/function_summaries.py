@@ -23,7 +23,7 @@ from .assignments import assigned_names
 from .backward_calls import BackwardSite
 from .kept_on_self import KeptArgument, KeptOnSelf, kept_on_self
 from .loops import Env
-from .syntax import decorator_callee, dotted_name, parameter_receiving
+from .syntax import decorator_callee, dotted_name, is_name, parameter_receiving
 from .unread_parameters import arguments_reaching_nothing, parameter_only_read, unread_parameters
 from .values import LEAF, NOTHING, UNKNOWN, UNREAD_PARAMETERS, ListOf, Origin, Source, Structure, Value, combine
 
@@ -181,8 +181,10 @@ class FunctionSummaries:
         if self._loops:
             self.repeated_functions.add(summary.name)
         self.graph_arguments[summary.name] = self.graph_arguments.get(summary.name, False) or any(v.graph for v in values)
-        if type(call.func) is cst.Attribute and dotted_name(call.func.value) == "self":
+        if type(call.func) is cst.Attribute and (dotted_name(call.func.value) == "self" or _is_super(call.func.value)):
             self._record_object_state(summary_key(summary), env)
+            if self.summarized_functions.get(summary_key(summary)) in self.forgetting_methods:
+                self._objects_may_change(call, env)  # (it hands ``self`` to code gradfix did not read)
             env.update(summary.left_for_caller)  # self.add_regularization_loss(...) in __init__: what it keeps stays
         elif self._module_functions.get(summary.name) is not None:
             caller = self._scope.node
@@ -427,6 +429,9 @@ class FunctionSummaries:
             function = self.names.module_function(func)
             return None if function is None else read(function)
         if type(func) is cst.Attribute:
+            if _is_super(func.value):  # (the method of the class's first base of the file that defines it)
+                bases = self.names.local_bases.get(class_name or "", ())
+                return next((summary for base in bases if (summary := read((base, func.attr.value))) is not None), None)
             if self.names.instance_class(func.value, class_name) is not None:
                 instance = self.names.method_class(func.value, class_name, func.attr.value)
                 return instance and read((instance, func.attr.value))
@@ -608,6 +613,11 @@ def _items_facts(items: tuple[Value, ...] | None) -> tuple | None:
 def callee_key(function: cst.FunctionDef, class_name: str | None) -> object:
     """How the analysis names a function it walks: ``f``, or ``(Class, method)``."""
     return function.name.value if class_name is None else (class_name, function.name.value)
+
+
+def _is_super(receiver: cst.BaseExpression) -> bool:
+    """``super()``: the object itself, its methods looked up from the class's bases."""
+    return type(receiver) is cst.Call and is_name(receiver.func, "super") and not receiver.args
 
 
 def summary_key(summary: FunctionSummary) -> object:

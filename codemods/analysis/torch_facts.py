@@ -57,6 +57,7 @@ class TorchNames:
     function_aliases: dict[str, str] = field(default_factory=dict)  # key -> the function it holds (an alias, a nested ``def``)
     trainer_hooks: dict[str, str] = field(default_factory=dict)  # class -> method whose result a trainer backwards
     lightning_classes: set[str] = field(default_factory=set)
+    local_bases: dict[str, list[str]] = field(default_factory=dict)  # class -> the classes of the file it derives from
     manual_optimization: set[str] = field(default_factory=set)  # LightningModules that optimize by hand, or may (not proved automatic)
     # Whether Lightning optimizes automatically is proved only where ``automatic_optimization`` is never anything but a
     # literal set in a LightningModule's own body: set from an argument, a flag, a property, ``setattr``, a helper or on a

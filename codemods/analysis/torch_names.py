@@ -80,7 +80,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         self._methods: dict[tuple[str, str], cst.FunctionDef] = {}  # (class, name) -> method, of top-level classes
         self._plain_classes: set[str] = set()  # classes of the file of no base but ``object`` and the file's plain classes
         self._derived: set[str] = set()  # the file's classes another class of the file derives from
-        self._local_bases: dict[str, list[str]] = {}  # class -> the classes of the file it derives from
+        self._local_bases = self.names.local_bases
         self._module_defs: list[cst.FunctionDef] = []  # every ``def`` of the module's scope, in order
         self._rebound_classes: set[str] = set()  # class names the module binds more than once (``bound_again``)
         self._stored_in: dict[cst.FunctionDef | None, set[str]] = {}
