@@ -72,6 +72,10 @@ def test_a_trainer_handed_to_a_callback_may_have_its_state_detached(runs, tmp_pa
 
 @pytest.mark.parametrize("handed", ["self.steps", "len(self.callbacks)"])
 def test_a_callback_handed_something_else_leaves_the_state(handed, runs, tmp_path):
-    source = PROGRAM.replace("DETACH", "print(trainer)").replace("HANDED", handed).replace("self.callbacks = [", "self.steps = 0\n        self.callbacks = [")
+    source = (
+        PROGRAM.replace("DETACH", "print(trainer)")
+        .replace("HANDED", handed)
+        .replace("self.callbacks = [", "self.steps = 0\n        self.callbacks = [")
+    )
     assert "backward through the graph a second time" in _error(runs, tmp_path, source)
     assert _gf010(source) != []
