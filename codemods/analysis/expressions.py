@@ -459,8 +459,12 @@ class Expressions:
         method, of ``self``: then its calls forget it too, ``forgetting_methods``)."""
         func = cst.ensure_type(call.func, cst.Attribute)
         receiver = "self" if type(func.value) is cst.Call and is_name(func.value.func, "super") else dotted_name(func.value)
-        handed = [] if self._only_reads_its_arguments(call) else [dotted_name(arg.value) for arg in call.args]
-        for name in {receiver, *handed} - {None}:
+        handed = [dotted_name(arg.value) for arg in call.args if type(arg.value) is cst.Name or type(arg.value) is cst.Attribute]
+        # (only objects whose attributes are known, or ``self``, which a method's callers may know)
+        objects = {name for name in (receiver, *handed) if name is not None and (name == "self" or name in self._attributes_of)}
+        if objects - {receiver} and self._only_reads_its_arguments(call):
+            objects &= {receiver}  # (what a call that only reads is handed stays as it was)
+        for name in objects:
             self._forget_attributes(name, env)
             if name == "self" and self._scope.class_name is not None:
                 self.forgetting_methods.add(self._scope.node)
