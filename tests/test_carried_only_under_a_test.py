@@ -12,6 +12,8 @@ from gradfix.codemods.check import check_source
 from gradfix.codemods.registry import all_rules
 from gradfix.codemods.report import FixMode
 
+from .one_program import findings_of, run_error
+
 PROGRAM = """\
 import torch
 import torch.nn as nn
@@ -43,18 +45,6 @@ def _report(source: str):
     return check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
 
 
-def _gf004(source: str) -> list:
-    report = _report(source)
-    return [f for f in (*report.findings, *report.fixed) if f.code == "GF004"]
-
-
-def _error(runs, tmp_path, source: str) -> str:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    result = runs.run(script)
-    return "" if result.status == "ok" else result.error_message or result.status
-
-
 @pytest.mark.parametrize(
     ("read", "fails"),
     [
@@ -68,8 +58,8 @@ def _error(runs, tmp_path, source: str) -> str:
 )
 def test_a_read_under_a_test_only_may_carry_the_last_iterations_value(read, fails, runs, tmp_path):
     source = PROGRAM.replace("READ", read)
-    assert (SECOND_BACKWARD in _error(runs, tmp_path, source)) is fails
-    found = _gf004(source)
+    assert (SECOND_BACKWARD in run_error(runs, tmp_path, source)) is fails
+    found = findings_of(source, "GF004", mode=FixMode.SAFE)
     assert len(found) == 1 and found[0].hint
     assert "only under a test" in found[0].message
 
@@ -86,7 +76,7 @@ def test_a_read_under_a_test_only_may_carry_the_last_iterations_value(read, fail
 )
 def test_a_read_without_a_test_or_under_one_true_where_it_is_carried_carries_it(read, runs, tmp_path):
     source = PROGRAM.replace("READ", read)
-    assert SECOND_BACKWARD in _error(runs, tmp_path, source)
-    found = _gf004(source)
+    assert SECOND_BACKWARD in run_error(runs, tmp_path, source)
+    found = findings_of(source, "GF004", mode=FixMode.SAFE)
     assert len(found) == 1 and not found[0].hint
-    assert _error(runs, tmp_path, (_report(source).rewritten or b"").decode()) == ""  # its safe fix, the detach, runs
+    assert run_error(runs, tmp_path, (_report(source).rewritten or b"").decode()) == ""  # its safe fix, the detach, runs

@@ -7,9 +7,7 @@ graph is shared again: that program fails, and GF002 reports it."""
 
 import pytest
 
-from gradfix.codemods.check import check_source
-from gradfix.codemods.registry import all_rules
-from gradfix.codemods.report import FixMode
+from .one_program import findings_of, run_error
 
 PROGRAM = """\
 import torch
@@ -51,22 +49,10 @@ def _program(forward: str = HEADS, given: str = "x", second: str = "pass") -> st
     return PROGRAM.replace("FORWARD", forward).replace("INPUT", given).replace("SECOND", second)
 
 
-def _gf002(source: str) -> list:
-    report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
-    return [f for f in report.findings if f.code == "GF002"]
-
-
-def _error(runs, tmp_path, source: str) -> str:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    result = runs.run(script)
-    return "" if result.status == "ok" else result.error_message or result.status
-
-
 def test_two_heads_of_an_input_without_a_graph_share_nothing(runs, tmp_path):
     source = _program()
-    assert _error(runs, tmp_path, source) == ""
-    assert _gf002(source) == []
+    assert run_error(runs, tmp_path, source) == ""
+    assert findings_of(source, "GF002") == []
 
 
 @pytest.mark.parametrize(
@@ -78,20 +64,20 @@ def test_two_heads_of_an_input_without_a_graph_share_nothing(runs, tmp_path):
 )
 def test_heads_with_a_node_in_common_share_the_graph(forward, given, runs, tmp_path):
     source = _program(forward, given)
-    assert "backward through the graph a second time" in _error(runs, tmp_path, source)
-    found = _gf002(source)
+    assert "backward through the graph a second time" in run_error(runs, tmp_path, source)
+    found = findings_of(source, "GF002")
     assert len(found) == 1 and not found[0].hint
 
 
 def test_only_the_items_that_share_a_node_are_grouped(runs, tmp_path):
     forward = 'b = self.head_b(x)\n        return {"a": self.head_a(x), "b": b, "c": self.head_c(x) * b}'
     source = _program(forward, second='F.mse_loss(out["c"], y).backward()')
-    assert "backward through the graph a second time" in _error(runs, tmp_path, source)
-    (found,) = _gf002(source)
+    assert "backward through the graph a second time" in run_error(runs, tmp_path, source)
+    (found,) = findings_of(source, "GF002")
     assert found.line == 29 and '`F.mse_loss(out["b"], -y)` and `F.mse_loss(out["c"], y)`' in found.message
 
 
 def test_the_whole_dict_holds_every_item_graph(runs, tmp_path):
     source = _program(second="sum(v.sum() for v in out.values()).backward()")
-    assert "backward through the graph a second time" in _error(runs, tmp_path, source)
-    assert any("out.values()" in f.message for f in _gf002(source))
+    assert "backward through the graph a second time" in run_error(runs, tmp_path, source)
+    assert any("out.values()" in f.message for f in findings_of(source, "GF002"))

@@ -7,9 +7,7 @@ nothing leaves it trained, and the target built once keeps its graph: that progr
 
 import pytest
 
-from gradfix.codemods.check import check_source
-from gradfix.codemods.registry import all_rules
-from gradfix.codemods.report import FixMode
+from .one_program import findings_of, run_error
 
 PROGRAM = """\
 import torch
@@ -38,26 +36,14 @@ for it in range(4):
 """
 
 
-def _findings(source: str) -> list:
-    report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
-    return [f for f in report.findings if f.code in ("GF003", "GF006") and not f.hint]
-
-
-def _error(runs, tmp_path, source: str) -> str:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    result = runs.run(script)
-    return "" if result.status == "ok" else result.error_message or result.status
-
-
 def test_a_module_a_helper_freezes_builds_no_graph(runs, tmp_path):
     source = PROGRAM.replace("FLAG", "False")
-    assert _error(runs, tmp_path, source) == ""
-    assert _findings(source) == []
+    assert run_error(runs, tmp_path, source) == ""
+    assert findings_of(source, "GF003", "GF006", hints=False) == []
 
 
 @pytest.mark.parametrize("flag", ["True", "p.dim() > 1"])
 def test_a_module_a_helper_may_leave_trained_keeps_its_graph(flag, runs, tmp_path):
     source = PROGRAM.replace("FLAG", flag)
-    assert "backward through the graph a second time" in _error(runs, tmp_path, source)
-    assert _findings(source) != []
+    assert "backward through the graph a second time" in run_error(runs, tmp_path, source)
+    assert findings_of(source, "GF003", "GF006", hints=False) != []

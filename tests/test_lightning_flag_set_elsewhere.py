@@ -8,9 +8,9 @@ no finding. Set in the class itself (or a Lightning base of the file), it is rea
 
 import pytest
 
-from gradfix.codemods.check import check_source
-from gradfix.codemods.registry import all_rules
 from gradfix.codemods.report import FixMode
+
+from .one_program import findings_of
 
 PROGRAM = """\
 import pytorch_lightning as pl
@@ -55,11 +55,6 @@ def _program(mixin: str = "", bases: str = "pl.LightningModule", own: str = "pas
     return PROGRAM.replace("MIXIN", mixin).replace("BASES", bases).replace("OWN", own).replace("AFTER", after).replace("IMPORTED", imported)
 
 
-def _gf001(source: str) -> list:
-    report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
-    return [f for f in (*report.findings, *report.fixed) if f.code == "GF001"]
-
-
 @pytest.mark.parametrize(
     "source",
     [
@@ -72,17 +67,17 @@ def _gf001(source: str) -> list:
     ids=["mixin-init", "mixin-attribute", "helper", "after-built", "unread-base"],
 )
 def test_a_flag_set_where_gradfix_does_not_follow_proves_nothing(source):
-    assert _gf001(source) == []
+    assert findings_of(source, "GF001", mode=FixMode.SAFE) == []
 
 
 def test_the_flag_in_the_class_itself_is_manual_optimization():
-    assert _gf001(_program(own="self.automatic_optimization = False")) == []
+    assert findings_of(_program(own="self.automatic_optimization = False"), "GF001", mode=FixMode.SAFE) == []
 
 
 def test_a_subclass_that_optimizes_by_hand_runs_its_bases_training_step_by_hand():
     """h86: the flag set in a subclass of the file, the ``training_step`` the base's."""
     subclass = "\n\nclass Manual(LitModel):\n    def __init__(self):\n        super().__init__()\n        self.automatic_optimization = False\n"
-    assert _gf001(_program().replace("\n\nmodel = LitModel()", subclass + "\n\nmodel = Manual()")) == []
+    assert findings_of(_program().replace("\n\nmodel = LitModel()", subclass + "\n\nmodel = Manual()"), "GF001", mode=FixMode.SAFE) == []
 
 
 @pytest.mark.parametrize("mixin", ["", MIXIN_INIT], ids=["no-mixin", "mixin-not-derived"])
@@ -90,5 +85,5 @@ def test_without_the_flag_lightning_backwards_the_returned_loss_again(mixin):
     """The variant with every fact in view: automatic optimization, a loss backwarded by hand and
     returned to Lightning, which backwards it again (a mixin that switches it, which the class does
     not derive, changes nothing: h86's generator)."""
-    (found,) = _gf001(_program(mixin))
+    (found,) = findings_of(_program(mixin), "GF001", mode=FixMode.SAFE)
     assert not found.hint

@@ -6,9 +6,7 @@ which fails, and that is reported."""
 
 import pytest
 
-from gradfix.codemods.check import check_source
-from gradfix.codemods.registry import all_rules
-from gradfix.codemods.report import FixMode
+from .one_program import findings_of, run_error
 
 PROGRAM = """\
 import torch
@@ -37,18 +35,6 @@ for x, y in zip(X.split(4), Y.split(4)):
 SECOND_BACKWARD = "backward through the graph a second time"
 
 
-def _gf010(source: str) -> list:
-    report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
-    return [f for f in report.findings if f.code == "GF010"]
-
-
-def _error(runs, tmp_path, source: str) -> str:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    result = runs.run(script)
-    return "" if result.status == "ok" else result.error_message or result.status
-
-
 @pytest.mark.parametrize(
     "after",
     ["losses.clear()", "del losses[:]", "losses[:] = []", "forget(losses)\n\n\ndef forget(items):\n    items.clear()"],
@@ -56,13 +42,13 @@ def _error(runs, tmp_path, source: str) -> str:
 )
 def test_a_list_a_helper_may_empty_only_may_hold_the_freed_losses(after, runs, tmp_path):
     source = PROGRAM.replace("AFTER", after)
-    assert _error(runs, tmp_path, source) == ""
-    assert all(f.hint for f in _gf010(source))
+    assert run_error(runs, tmp_path, source) == ""
+    assert all(f.hint for f in findings_of(source, "GF010"))
 
 
 @pytest.mark.parametrize("after", ["print(len(losses))", "print(losses[0])", "print([loss.item() for loss in losses])"])
 def test_a_list_a_helper_only_reads_still_holds_them(after, runs, tmp_path):
     source = PROGRAM.replace("AFTER", after)
-    assert SECOND_BACKWARD in _error(runs, tmp_path, source)
-    found = _gf010(source)
+    assert SECOND_BACKWARD in run_error(runs, tmp_path, source)
+    found = findings_of(source, "GF010")
     assert len(found) == 1 and not found[0].hint

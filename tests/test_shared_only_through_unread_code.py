@@ -7,9 +7,7 @@ then the finding is what that fact makes it."""
 
 import pytest
 
-from gradfix.codemods.check import check_source
-from gradfix.codemods.registry import all_rules
-from gradfix.codemods.report import FixMode
+from .one_program import findings_of, run_error
 
 PROGRAM = """\
 import torch
@@ -40,33 +38,21 @@ PASSING_ON = "\n\ndef detached(t):\n    return t * 1\n"
 SECOND_BACKWARD = "backward through the graph a second time"
 
 
-def _findings(source: str) -> list:
-    report = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
-    return [f for f in report.findings if f.code in ("GF002", "GF005")]
-
-
-def _error(runs, tmp_path, source: str) -> str:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    result = runs.run(script)
-    return "" if result.status == "ok" else result.error_message or result.status
-
-
 @pytest.mark.parametrize(("helper", "fails"), [(DETACHING, False), (PASSING_ON, True)])
 def test_the_helper_may_do_either(helper, fails, runs, tmp_path):
     """What the imported helper does decides whether the program runs: either is possible."""
     (tmp_path / "helpers.py").write_text(helper)
-    assert (SECOND_BACKWARD in _error(runs, tmp_path, PROGRAM.replace("HELPER", IMPORTED).replace("EXTRA", ""))) is fails
+    assert (SECOND_BACKWARD in run_error(runs, tmp_path, PROGRAM.replace("HELPER", IMPORTED).replace("EXTRA", ""))) is fails
 
 
 def test_a_graph_shared_only_through_unread_code_is_a_hint():
-    found = _findings(PROGRAM.replace("HELPER", IMPORTED).replace("EXTRA", ""))
+    found = findings_of(PROGRAM.replace("HELPER", IMPORTED).replace("EXTRA", ""), "GF002", "GF005")
     assert found and all(f.hint for f in found)
     assert any("only through code gradfix did not read" in f.message for f in found)
 
 
 def test_a_helper_of_the_file_that_detaches_shares_nothing():
-    assert _findings(PROGRAM.replace("HELPER", DETACHING).replace("EXTRA", "")) == []
+    assert findings_of(PROGRAM.replace("HELPER", DETACHING).replace("EXTRA", ""), "GF002", "GF005") == []
 
 
 @pytest.mark.parametrize(
@@ -79,6 +65,6 @@ def test_a_helper_of_the_file_that_detaches_shares_nothing():
 def test_a_graph_shared_otherwise_is_reported(helper, extra, runs, tmp_path):
     source = PROGRAM.replace("HELPER", helper).replace("EXTRA", extra)
     if helper != IMPORTED:
-        assert SECOND_BACKWARD in _error(runs, tmp_path, source)
-    found = _findings(source)
+        assert SECOND_BACKWARD in run_error(runs, tmp_path, source)
+    found = findings_of(source, "GF002", "GF005")
     assert found and not any(f.hint for f in found)

@@ -6,9 +6,7 @@ that program fails, and is reported."""
 
 import pytest
 
-from gradfix.codemods.check import check_source
-from gradfix.codemods.registry import all_rules
-from gradfix.codemods.report import FixMode
+from .one_program import findings_of, run_error
 
 PROGRAM = """\
 import torch
@@ -34,27 +32,15 @@ for i in range(6):
 """
 
 
-def _gf010(source: str) -> list:
-    report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
-    return [f for f in report.findings if f.code == "GF010"]
-
-
-def _error(runs, tmp_path, source: str) -> str:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    result = runs.run(script)
-    return "" if result.status == "ok" else result.error_message or result.status
-
-
 def test_a_slice_only_may_hold_the_freed_losses(runs, tmp_path):
     source = PROGRAM.replace("PASSED", "history[-2:]")
-    assert _error(runs, tmp_path, source) == ""
-    assert all(f.hint for f in _gf010(source))
+    assert run_error(runs, tmp_path, source) == ""
+    assert all(f.hint for f in findings_of(source, "GF010"))
 
 
 @pytest.mark.parametrize("passed", ["history", "history[:]"])
 def test_the_whole_list_holds_them(passed, runs, tmp_path):
     source = PROGRAM.replace("PASSED", passed)
-    assert "backward through the graph a second time" in _error(runs, tmp_path, source)
-    found = _gf010(source)
+    assert "backward through the graph a second time" in run_error(runs, tmp_path, source)
+    found = findings_of(source, "GF010")
     assert found and not any(f.hint for f in found)

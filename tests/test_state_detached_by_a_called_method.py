@@ -2,11 +2,16 @@
 (``self.h = self.h.detach()`` in a ``before_step`` the step calls first) leaves that value to its
 caller: h86's generator found GF010 reporting the state as carrying the freed graph of the previous
 step, though the program runs. Where the method detaches only on some paths, the previous graph
-may reach the backward, and the program that carries it fails and is reported."""
+may reach the backward, and the program that carries it fails and is reported.
 
-from gradfix.codemods.check import check_source
-from gradfix.codemods.registry import all_rules
-from gradfix.codemods.report import FixMode
+So does a method gradfix did not read that is handed the object (``cb.on_batch_start(self)`` of a
+callback in a list, which detached it): it may set any attribute of it, and what was known of them
+is forgotten there and in the callers of the method that hands it on. A callback handed something
+else leaves the state as it was: that program fails, and is reported."""
+
+import pytest
+
+from .one_program import findings_of, run_error
 
 PROGRAM = """\
 import torch
@@ -44,25 +49,36 @@ RNNTrainer().fit([(torch.randn(8, 6), torch.randn(8, 1)) for _ in range(4)])
 """
 
 
-def _findings(source: str) -> list:
-    report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
-    return [f for f in report.findings if f.code in ("GF004", "GF010") and not f.hint]
-
-
-def _error(runs, tmp_path, source: str) -> str:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    result = runs.run(script)
-    return "" if result.status == "ok" else result.error_message or result.status
-
-
 def test_a_state_a_called_method_detaches_carries_no_graph(runs, tmp_path):
     source = PROGRAM.replace("BEFORE", "self.h = self.h.detach()")
-    assert _error(runs, tmp_path, source) == ""
-    assert _findings(source) == []
+    assert run_error(runs, tmp_path, source) == ""
+    assert findings_of(source, "GF004", "GF010", hints=False) == []
 
 
 def test_a_state_the_method_may_leave_as_it_was_carries_the_graph(runs, tmp_path):
     source = PROGRAM.replace("BEFORE", "if self.steps % 2:\n            self.h = self.h.detach()")
-    assert "backward through the graph a second time" in _error(runs, tmp_path, source)
-    assert _findings(source) != []
+    assert "backward through the graph a second time" in run_error(runs, tmp_path, source)
+    assert findings_of(source, "GF004", "GF010", hints=False) != []
+
+
+CALLBACK = """\
+class DetachCallback:
+    def on_batch_start(self, trainer):
+        DETACH
+
+
+class RNNTrainer:"""
+
+
+@pytest.mark.parametrize(
+    ("handed", "detach", "runs_through"), [("self", "trainer.h = trainer.h.detach()", True), ("self.steps", "print(trainer)", False)]
+)
+def test_a_trainer_handed_to_a_callback_gradfix_did_not_read_may_have_its_state_detached(handed, detach, runs_through, runs, tmp_path):
+    before = f"for cb in self.callbacks:\n            cb.on_batch_start({handed})"
+    source = (
+        PROGRAM.replace("class RNNTrainer:", CALLBACK.replace("DETACH", detach))
+        .replace("self.steps = 0", "self.steps = 0\n        self.callbacks = [DetachCallback()]")
+        .replace("BEFORE", before)
+    )
+    assert (run_error(runs, tmp_path, source) == "") is runs_through
+    assert (findings_of(source, "GF004", "GF010", hints=False) == []) is runs_through
