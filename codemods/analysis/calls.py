@@ -86,7 +86,7 @@ class CallSemantics:
         if self._slots and any(dotted_name(arg.value) in self._slots for arg in node.args) and not self._only_reads_its_arguments(node):
             self._escape_items([arg.value for arg in node.args], env)
         value = self._call_value(node, env)
-        self._lists_may_change(node, env)
+        self._arguments_changed(node, env)
         if self._detaching_call(node.func):
             return CONSTANT
         (self.unread_results.add if value.graph and value.unread else self.unread_results.discard)(node)

@@ -24,7 +24,7 @@ from .backward_calls import BackwardSite
 from .kept_on_self import KeptArgument, KeptOnSelf, kept_on_self
 from .loops import Env
 from .syntax import decorator_callee, dotted_name, is_name, parameter_receiving
-from .unread_parameters import arguments_reaching_nothing, parameter_only_read, unread_parameters
+from .unread_parameters import arguments_reaching_nothing, parameter_detached_in_place, parameter_only_read, unread_parameters
 from .values import LEAF, NOTHING, UNKNOWN, UNREAD_PARAMETERS, ListOf, Origin, Source, Structure, Value, combine
 
 
@@ -245,30 +245,35 @@ class FunctionSummaries:
         else:
             self._items_given_no_graph.add(call)
 
-    def _lists_may_change(self, call: cst.Call, env: Env) -> None:
-        """A list whose graph an earlier backward freed, handed to a call that may change it (a
-        helper that backwards what it holds, then ``losses.clear()``): what it holds after the call
-        only may be what was freed. Not for a call that only reads it (``torch.stack(losses)``, a
-        function of the file whose body only reads that parameter)."""
+    def _arguments_changed(self, call: cst.Call, env: Env) -> None:
+        """What a call may do to the objects it is handed. A list whose graph an earlier backward
+        freed, handed to a call that may change it (a helper that backwards what it holds, then
+        ``losses.clear()``), only may hold what was freed after it; not where the call only reads it
+        (``torch.stack(losses)``, a function of the file whose body only reads that parameter). A
+        tensor handed to a function of the file that detaches that parameter in place on every path
+        (``h.detach_()``) holds no graph after it."""
         for position, arg in enumerate(call.args):
             value = env.get(arg.value.value) if type(arg.value) is cst.Name else None
-            if value is None or not value.freed or value.freed_unsure or not isinstance(value.structure, ListOf):
+            if value is None or not value.graph:
                 continue
-            if self._only_reads_its_arguments(call) or self._callee_only_reads(call, position, arg):
-                continue
-            env[arg.value.value] = value.changed(freed_unsure=True)
+            received = self._parameter_received(call, position, arg)
+            if received is not None and parameter_detached_in_place(*received, self._tree):
+                env[arg.value.value] = value.without_graph()
+            elif value.freed and not value.freed_unsure and isinstance(value.structure, ListOf) and not self._only_reads_its_arguments(call):
+                if received is None or not parameter_only_read(*received, self._tree, self._only_reads_its_arguments):
+                    env[arg.value.value] = value.changed(freed_unsure=True)
 
-    def _callee_only_reads(self, call: cst.Call, position: int, arg: cst.Arg) -> bool:
+    def _parameter_received(self, call: cst.Call, position: int, arg: cst.Arg) -> tuple[cst.FunctionDef, str] | None:
+        """The function of the file ``call`` runs and the parameter ``arg`` arrives as; None where gradfix cannot tell."""
         key = self.callees.get(call)
         function = self.summarized_functions.get(key) if key is not None and not isinstance(key, ExportedSummary) else None
         func = call.func
         through_class = type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in self.names.local_classes
         if function is None or arg.star or through_class:
-            return False  # (``Trainer.flush(self, losses)``: which parameter it arrives as, gradfix does not follow)
+            return None  # (``Trainer.flush(self, losses)``: which parameter it arrives as, gradfix does not follow)
         bound = isinstance(key, tuple) and not any(decorator_callee(d) == "staticmethod" for d in function.decorators)
-        keyword = arg.keyword.value if arg.keyword is not None else None
-        parameter = parameter_receiving(function, position, keyword, bound)
-        return parameter is not None and parameter_only_read(function, parameter, self._tree, self._only_reads_its_arguments)
+        parameter = parameter_receiving(function, position, arg.keyword.value if arg.keyword is not None else None, bound)
+        return None if parameter is None else (function, parameter)
 
     def _returned_structure(self, summary: FunctionSummary, call: cst.Call) -> Structure:
         """The structure a call of ``summary``'s function returns (``_given``)."""

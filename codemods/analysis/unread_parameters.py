@@ -9,8 +9,10 @@ parameter: a read in a nested function, lambda or class (it may run later), ``lo
 introspection, a decorator that may wrap the function, a statement of a kind not modelled here.
 A read that may happen on one path keeps the parameter (``if flag: use(hidden)``).
 
-And the parameters a function only reads (``parameter_only_read``): the object a caller hands it
-is, after the call, what it was (a list of losses is not emptied by ``losses.clear()`` in there).
+And what a function does to the objects it is handed: a parameter it only reads
+(``parameter_only_read``) is, after the call, what the caller handed (a list of losses is not
+emptied by ``losses.clear()`` in there); one it detaches in place on every path
+(``parameter_detached_in_place``) holds no graph after the call.
 """
 
 from __future__ import annotations
@@ -238,6 +240,36 @@ def parameter_only_read(function: cst.FunctionDef, parameter: str, tree: SyntaxT
             continue
         return False
     return True
+
+
+def parameter_detached_in_place(function: cst.FunctionDef, parameter: str, tree: SyntaxTree) -> bool:
+    """Whether ``function`` detaches ``parameter``'s tensor in place on every path: ``parameter.detach_()``
+    a statement of its own body, before any ``return`` or ``raise``, with nothing binding the name
+    anew before it (a decorator may run the function otherwise: none)."""
+    if function.decorators or isinstance(function.body, cst.SimpleStatementSuite):
+        return False
+    for statement in function.body.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            if tree.findall(statement, cst.Return) or tree.findall(statement, cst.Raise) or parameter in _bound_in(statement, tree):
+                return False
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and not small.value.args:
+                func = small.value.func
+                if (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value == "detach_"
+                    and isinstance(func.value, cst.Name)
+                    and func.value.value == parameter
+                ):
+                    return True
+            if isinstance(small, (cst.Return, cst.Raise)) or parameter in _bound_in(small, tree):
+                return False
+    return False
+
+
+def _bound_in(node: cst.CSTNode, tree: SyntaxTree) -> set[str]:
+    return {name.value for target in tree.findall(node, cst.AssignTarget) for name in tree.findall(target, cst.Name)}
 
 
 def _written_through(tree: SyntaxTree, subscript: cst.Subscript) -> bool:
