@@ -35,7 +35,9 @@ class BackwardAfterLoop(Rule):
     ``.grad`` written, an optimizer stepped, or a call gradfix does not read that is handed a
     module, an optimizer, parameters or ``self``), the backward moved into it would have its
     gradient cleared by the next iteration, and the step would still see the last iteration's alone:
-    gradfix only reports. When the whole update follows the loop (a ``zero_grad()`` between the loop
+    gradfix only reports. So it does where the backward (or code moving with it) may also update
+    parameters: a helper that backwards and steps (``backward_step(loss, opt)``), or a call into code
+    gradfix does not read: moved, it would update at every iteration. When the whole update follows the loop (a ``zero_grad()`` between the loop
     and the backward, then the step), gradfix only reports: the clear right before the backward says
     one backward per step, and no rewrite keeps that. Moving the whole update into the loop would
     step once per iteration where the code steps once per loop (a scheduler, a step counter, a log
@@ -165,7 +167,7 @@ optimizer.step()
             return "inside the loop, the moved code would read what the previous iteration left"
         updating = next((s for s in (*moving, site.statement) if self.analysis.may_change_parameters(s) is not False), None)
         if updating is not None:
-            return f"line {self.analysis.line(updating)} may also update parameters, in code gradfix does not see into: moved, it would step at every iteration"
+            return f"line {self.analysis.line(updating)} may also update parameters: moved, it would update them at every iteration"
         return None
 
     def _from_the_iteration_alone(self, loop: Loop, name: str, reading: frozenset[str] = frozenset()) -> bool:
