@@ -250,7 +250,8 @@ def parameter_detached_in_place(function: cst.FunctionDef, parameter: str, tree:
         return False
     for statement in function.body.body:
         if not isinstance(statement, cst.SimpleStatementLine):
-            if tree.findall(statement, cst.Return) or tree.findall(statement, cst.Raise) or parameter in _bound_in(statement, tree):
+            leaves = bool(tree.findall(statement, cst.Return)) or bool(tree.findall(statement, cst.Raise))
+            if leaves or parameter in _bound_in(statement, tree):
                 return False
             continue
         for small in statement.body:
