@@ -5,7 +5,10 @@ of the critic was read as adding no parameters to a graph. Such a module's call 
 (``ModuleInfo.toggled``): a graph only possible, which a backward of the value proves. A module frozen
 and never trained again still adds none."""
 
+import libcst as cst
 import pytest
+
+from gradfix.codemods.analysis import FileAnalysis
 
 from gradfix.codemods.check import check_source
 from gradfix.codemods.registry import all_rules
@@ -105,3 +108,17 @@ def test_a_module_never_frozen_keeps_its_graphs(runs, tmp_path):
     assert _printed(runs, tmp_path, source) == "5"
     (found,) = _gf007(source)
     assert not found.hint
+
+
+@pytest.mark.parametrize(
+    ("freeze", "toggled"),
+    [("if FLAG:\n    features.requires_grad_(False)", True), ('if __name__ == "__main__":\n    features.requires_grad_(False)', False)],
+)
+def test_a_module_frozen_under_a_test_may_be_trained(freeze, toggled):
+    """A freeze under a test gradfix does not evaluate (a command-line flag) may not run: the module
+    may be trained, as one frozen and turned on again (a script's ``__main__`` test runs whenever the
+    script does)."""
+    source = FEATURES.replace("features.requires_grad_(False)", "FLAG = False\n" + freeze).replace("TRAINED_AGAIN", "")
+    analysis = FileAnalysis(cst.parse_module(source), {}, source.encode())
+    features = analysis.names.modules["features"]
+    assert (features.toggled, features.frozen) == (toggled, not toggled)

@@ -180,6 +180,27 @@ def _counter_from_zero(loop: Loop, bound: Container[str]) -> str | None:
     return target.elements[0].value.value
 
 
+def runs_only_under_a_test(tree: SyntaxTree, node: cst.CSTNode) -> bool:
+    """Whether ``node`` runs only where a test lets it, in its function or module: in an arm of an
+    ``if`` or a conditional expression, a ``while``, a ``try``, the right side of an ``and``/``or``.
+    (A script's ``if __name__ == "__main__":`` runs whenever the script does.)"""
+    while (parent := tree.parent(node)) is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+        if isinstance(parent, (cst.If, cst.IfExp)) and node is not parent.test and not _the_scripts_entry(parent.test):
+            return True
+        if isinstance(parent, (cst.While, cst.Try, cst.TryStar)) or isinstance(parent, cst.BooleanOperation) and node is parent.right:
+            return True
+        node = parent
+    return False
+
+
+def _the_scripts_entry(test: cst.BaseExpression) -> bool:
+    """``__name__ == "__main__"``."""
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1 or type(test.comparisons[0].operator) is not cst.Equal:
+        return False
+    right = test.comparisons[0].comparator
+    return is_name(test.left, "__name__") and type(right) is cst.SimpleString and right.evaluated_value == "__main__"
+
+
 def _invariant(tree: SyntaxTree, test: cst.BaseExpression, written: set[str]) -> bool:
     """A test that answers the same in every iteration: it calls nothing (``random.random() < p``
     answers anew) and reads nothing the loop writes."""

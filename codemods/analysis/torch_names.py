@@ -47,6 +47,7 @@ from .call_flow import flow_along_calls
 from .call_targets import METHOD_DECORATORS, decorators_modelled, placeholder, rebound_functions, stored_attribute_names
 from .classes_below import bound_again, classes_read_ahead
 from .detaching import creates_parameter, returns_detached
+from .guards import runs_only_under_a_test
 from .module_info import ModuleInfo
 from .scopes import Scopes, spelling
 from .torch_facts import TorchNames
@@ -348,9 +349,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
         return self.names.module(expression, self._classes[-1] if self._classes else None)
 
     def _built_modules(self, value: cst.BaseExpression) -> ModuleInfo | None:
-        """A plain list or tuple of modules the expression builds (``[nn.Linear(6, 1) for _ in
-        range(3)]``, ``(encoder, decoder)``): named as a container of modules, whose items are
-        modules (``heads[0](x)``), as an ``nn.ModuleList`` is."""
+        """A plain list or tuple of modules the expression builds (``[nn.Linear(6, 1) for _ in range(3)]``, ``(encoder, decoder)``): named as a
+        container of modules, whose items are modules (``heads[0](x)``), as an ``nn.ModuleList`` is."""
         if (type(value) is cst.ListComp or type(value) is cst.GeneratorExp) and value.for_in.inner_for_in is None:
             items = [value.elt]
         elif (type(value) is cst.List or type(value) is cst.Tuple) and value.elements:
@@ -374,9 +374,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
         return None if class_name is None else self.names.built_module(func, class_name)
 
     def _bind_optimizers(self, target: cst.BaseExpression, value: cst.Call, callee: str) -> None:
-        """Optimizers by construction (``torch.optim.X(...)``, a local Optimizer subclass), by a
-        framework handing them back (``accelerator.prepare``, ``fabric.setup``, position for
-        position) and by a LightningModule's ``self.optimizers()``."""
+        """Optimizers by construction (``torch.optim.X(...)``, a local Optimizer subclass), by a framework handing them back (``accelerator.prepare``,
+        ``fabric.setup``, position for position) and by a LightningModule's ``self.optimizers()``."""
         elements = [e.value for e in target.elements] if (type(target) is cst.Tuple or type(target) is cst.List) else [target]
         method = value.func.attr.value if type(value.func) is cst.Attribute else ""
         updated: dict[str | None, set[str]] = {}
@@ -428,7 +427,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             for arg in node.args:
                 self._note_update_by_hand(node, func.value, arg.value)
         if type(func) is cst.Attribute and turns_gradients_off(node):
-            self._switch(func.value)  # vgg.requires_grad_(False)
+            self._switch(func.value, where=node)  # vgg.requires_grad_(False)
         elif type(func) is cst.Attribute and method_called(node) == "requires_grad_":
             self._switch(func.value, on=True)
             if type(func.value) is cst.Name:
@@ -471,9 +470,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self.names.modules.setdefault(name, ModuleInfo(""))
 
     def _note_held_elsewhere(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        """What ``target = value`` lets another name hold: stored on an object or in a container
-        (``self.t = t``, ``teacher[0] = student[0]``: the container holds it too), or a module
-        bound to a second name (``net = teacher``: an optimizer of ``net`` trains ``teacher``)."""
+        """What ``target = value`` lets another name hold: stored on an object or in a container (``self.t = t``, ``teacher[0] = student[0]``: the
+        container holds it too), or a module bound to a second name (``net = teacher``: an optimizer of ``net`` trains ``teacher``)."""
         if type(target) is cst.Attribute or type(target) is cst.Subscript:
             self._note_stored(value)
             # (what holds it, ``proj`` or ``teacher`` of ``teacher[0]``, holds a module or a module's parameter: ``proj.weight = student[0].weight``)
@@ -552,9 +550,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
 
     # frozen modules ----------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
-        """``for p in vgg.parameters(): p.requires_grad = False`` freezes a module; ``for p in
-        model.parameters(): p -= lr * p.grad`` (or ``p.data.add_(...)``) trains it by hand;
-        ``for p in [W, b]: p.requires_grad = True`` makes tensors leaves that require grad."""
+        """``for p in vgg.parameters(): p.requires_grad = False`` freezes a module; ``for p in model.parameters(): p -= lr * p.grad`` (or
+        ``p.data.add_(...)``) trains it by hand; ``for p in [W, b]: p.requires_grad = True`` makes tensors leaves that require grad."""
         self._note_leaves_made(node)
         iterated = self.names.module(node.iter, self._classes[-1] if self._classes else None)
         if iterated is not None and not iterated.unread and isinstance(node.target, cst.Name):
@@ -573,7 +570,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
             assigned = (t.target for a in every if type(a) is cst.Assign and is_name(a.value, "False") for t in a.targets)
             called = (method_receiver(small.value) for small in every if type(small) is cst.Expr and turns_gradients_off(small.value))
             if f"{variable}.requires_grad" in map(dotted_name, assigned) or variable in map(dotted_name, called):
-                self._switch(method_receiver(node.iter))  # p.requires_grad = False, p.requires_grad_(False)
+                self._switch(method_receiver(node.iter), where=node)  # p.requires_grad = False, p.requires_grad_(False)
         calls = [
             c for c in self._tree.findall(node.body, cst.Call) if method_called(c) == "requires_grad_" and dotted_name(method_receiver(c)) == variable
         ]
@@ -617,8 +614,11 @@ class _TorchNamesCollector(cst.CSTVisitor):
         names = tuple(name for e in iterable.elements if (name := dotted_name(e.value)) is not None)
         return () if len(names) < len(iterable.elements) else names
 
-    def _switch(self, owner: cst.BaseExpression, on: bool = False) -> None:
-        """``owner``'s parameters set not to require grad (``on``: to require it, or to what gradfix cannot read)."""
+    def _switch(self, owner: cst.BaseExpression, on: bool = False, where: cst.CSTNode | None = None) -> None:
+        """``owner``'s parameters set not to require grad (``on``: to require it, or to what gradfix cannot read); where
+        that runs only under a test, they may be left as they were too."""
+        if not on and where is not None and runs_only_under_a_test(self._tree, where):
+            self._switch(owner, on=True)
         name = self._key(owner)
         if name == "self" and self._classes:
             (self._switched_on_classes if on else self._frozen_classes).add(self._classes[-1])
