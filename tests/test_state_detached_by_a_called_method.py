@@ -82,3 +82,21 @@ def test_a_trainer_handed_to_a_callback_gradfix_did_not_read_may_have_its_state_
     )
     assert (run_error(runs, tmp_path, source) == "") is runs_through
     assert (findings_of(source, "GF004", "GF010", hints=False) == []) is runs_through
+
+
+MIXIN = """\
+class DetachMixin:
+    def before_step(self):
+        self.h = DETACHED
+
+
+class RNNTrainer(DetachMixin):"""
+
+
+@pytest.mark.parametrize(("detached", "runs_through"), [("self.h.detach()", True), ("self.h * 1", False)])
+def test_a_state_a_base_method_reached_through_super_detaches(detached, runs_through, runs, tmp_path):
+    """h86's generator: the detach is a mixin's ``before_step``, which the trainer's own reaches
+    through ``super()``; what the base's method leaves reaches the step through both."""
+    source = PROGRAM.replace("class RNNTrainer:", MIXIN.replace("DETACHED", detached)).replace("BEFORE", "super().before_step()")
+    assert (run_error(runs, tmp_path, source) == "") is runs_through
+    assert (findings_of(source, "GF004", "GF010", hints=False) == []) is runs_through

@@ -78,11 +78,15 @@ class FunctionSummaries:
 
     def _leave_for_caller(self, node: cst.FunctionDef, class_name: str | None, start: Env, left: Env | None, shared) -> None:
         """Records, in the function's summary, the graphs a call leaves in the ``shared`` names its
-        caller sees: those it writes, built from graphs or proved to hold none on every path out
-        (``self.h = self.h.detach()``), and those its backwards freed."""
+        caller sees: those it writes, or a method of the file it calls leaves (``super().before_step()``),
+        built from graphs or proved to hold none on every path out (``self.h = self.h.detach()``), and
+        those its backwards freed."""
         if left is None:
             return
         written = assigned_names(node.body, tree=self._tree)
+        for call in self._tree.findall(node.body, cst.Call):
+            called = self.summaries.get(self.callees.get(call)) if call in self.callees else None
+            written |= set(called.left_for_caller) if isinstance(called, FunctionSummary) else set()
 
         def leaves(name: str, value: Value) -> bool:
             if name in written and (value.origins or value.graphless and (name in start or not value.unbound)):
