@@ -53,8 +53,9 @@ def _report(source: str):
         ("inp = x[t] if first else mu", False),
         ("inp = x[t]\n        if t > 0 or i > 0:\n            inp = mu", True),  # the test true where the last value is there
         ("inp = x[t]\n        if i > 1:\n            inp = x[t] + mu", True),  # the counter's test, false in the second iteration
+        ("i = t\n        inp = x[t] + mu if i else x[t]", False),  # ``i`` bound again in the body: no counter of the loop
     ],
-    ids=["t-above-0", "else-arm", "first-flag", "true-on-first-pass", "counter-above-1"],
+    ids=["t-above-0", "else-arm", "first-flag", "true-on-first-pass", "counter-above-1", "counter-rebound"],
 )
 def test_a_read_under_a_test_only_may_carry_the_last_iterations_value(read, fails, runs, tmp_path):
     source = PROGRAM.replace("READ", read)

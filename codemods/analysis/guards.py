@@ -107,7 +107,7 @@ def read_carried_only_under_tests(tree: SyntaxTree, reached: Container[cst.CSTNo
     names the file binds, a ``range`` of its own not the builtin)."""
     body = loop.node.body
     early = [read for read in tree.names(body, [name]) if read in reached and not _bound_earlier(tree, read, name, body)]
-    counter = _counter_from_zero(loop, bound)
+    counter = _counter_from_zero(tree, loop, bound)
     return bool(early) and all(_under_a_test(tree, read, loop, name, counter) for read in early)
 
 
@@ -161,9 +161,15 @@ def _truth_where_carried(test: cst.BaseExpression, name: str, counter: str | Non
     return True if number == 1 and operator is cst.GreaterThanEqual else None
 
 
-def _counter_from_zero(loop: Loop, bound: Container[str]) -> str | None:
+def _counter_from_zero(tree: SyntaxTree, loop: Loop, bound: Container[str]) -> str | None:
     """The name a ``for`` loop counts its iterations from 0 in: ``i`` of ``for i in range(n)`` or
-    ``for i, x in enumerate(xs)`` (the builtins: not names the file ``bound``)."""
+    ``for i, x in enumerate(xs)`` (the builtins: not names the file ``bound``), where the body never
+    binds it again."""
+    counter = _named_counter(loop, bound)
+    return None if counter is None or counter in assigned_names(loop.node.body, tree=tree) else counter
+
+
+def _named_counter(loop: Loop, bound: Container[str]) -> str | None:
     node = loop.node
     if not isinstance(node, cst.For) or type(node.iter) is not cst.Call or not is_name(node.iter.func, "range", "enumerate"):
         return None
