@@ -47,3 +47,16 @@ def test_a_module_a_helper_may_leave_trained_keeps_its_graph(flag, runs, tmp_pat
     source = PROGRAM.replace("FLAG", flag)
     assert "backward through the graph a second time" in run_error(runs, tmp_path, source)
     assert findings_of(source, "GF003", "GF006", hints=False) != []
+
+
+def test_a_module_a_helper_freezes_only_under_a_test_may_be_trained(runs, tmp_path):
+    """The helper's call runs only under a test gradfix does not evaluate: the module may be trained,
+    and the run without the flag keeps the target's graph and fails; a hint at most."""
+    source = (
+        PROGRAM.replace("FLAG", "False")
+        .replace("freeze(teacher)", "if FREEZE:\n    freeze(teacher)")
+        .replace("x = torch.randn(8, 6)", "x = torch.randn(8, 6)\nFREEZE = False")
+    )
+    assert "backward through the graph a second time" in run_error(runs, tmp_path, source)
+    assert findings_of(source, "GF003", "GF006", hints=False) == []
+    assert findings_of(source, "GF003", "GF006") != []

@@ -77,6 +77,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         # (name, callee, position, keyword, the function passing it, the name's key): names passed to
         # the file's own functions and classes, stored only if the callee stores (or passes on) the parameter.
         self._handed: list[tuple[str, str, int, str | None, cst.FunctionDef | None, str]] = []
+        self._handed_under_a_test: set[int] = set()  # (of ``_handed``: the calls that run only where a test lets them)
         self._calls: list[cst.Call] = []  # every call, for the facts handed along them (``call_flow``)
         self._methods: dict[tuple[str, str], cst.FunctionDef] = {}  # (class, name) -> method, of top-level classes
         self._plain_classes: set[str] = set()  # classes of the file of no base but ``object`` and the file's plain classes
@@ -417,6 +418,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
                     self._handed.append(
                         (name, callee, position, keyword, self._functions[-1] if self._functions else None, self._key(arg.value) or name)
                     )
+                    if runs_only_under_a_test(self._tree, node):
+                        self._handed_under_a_test.add(len(self._handed) - 1)
                     continue
             self._note_stored(arg.value)
         if method_called(node) == "add_param_group":
@@ -516,9 +519,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self.names.optimized_modules.setdefault(optimizer, set()).update(modules)
 
     def _optimized_modules(self, params: cst.BaseExpression) -> set[str] | None:
-        """The modules whose parameters an optimizer's first argument holds: ``model.parameters()``,
-        ``[*a.parameters(), *b.parameters()]``, ``chain(a.parameters(), b.parameters())``, ``[x]``
-        or ``[self.image]`` (tensors, no module), ``list(a.parameters()) + list(b.parameters())``;
+        """The modules whose parameters an optimizer's first argument holds: ``model.parameters()``, ``[*a.parameters(), *b.parameters()]``,
+        ``chain(a.parameters(), b.parameters())``, ``[x]`` or ``[self.image]`` (tensors, no module), ``list(a.parameters()) + list(b.parameters())``;
         None when it cannot be read (a list built elsewhere)."""
         if method_called(params) in PARAMETER_METHODS:
             name = dotted_name(method_receiver(params))
@@ -628,19 +630,19 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self.names.partly_frozen.update(".".join(parts[:n]) for n in range(1, len(parts)))
 
     def resolve_stored(self) -> None:
-        """Names kept in containers or on objects, and names handed to one of the file's own
-        functions or classes that stores (or hands on) the parameter they arrive as, or to one
-        defined later than gradfix reads it (``_callables`` then has no entry). A module handed to a
-        function that freezes (or turns on) the parameter it arrives as is frozen (turned on) too."""
+        """Names kept in containers or on objects, and names handed to one of the file's own functions or classes that stores (or hands on) the
+        parameter they arrive as, or to one defined later than gradfix reads it (``_callables`` then has no entry). A module handed to a function that
+        freezes (or turns on) the parameter it arrives as is frozen (turned on) too."""
         for stored in self._stored_in.values():
             self.names.stored_values |= stored
-        for name, callee, position, keyword, _, key in self._handed:
+        for index, (name, callee, position, keyword, _, key) in enumerate(self._handed):
             function = self._callables.get(callee) if callee not in self.names.rebound_functions else None
             parameter = None if function is None else parameter_receiving(function, position, keyword, callee in self.names.local_classes)
             inner = self._scopes.key_in(function, parameter) if function is not None and parameter is not None else None
-            for switched in (self._frozen_names, self._switched_on):
-                if inner in switched:
-                    switched.add(key)
+            if inner in self._frozen_names:
+                self._frozen_names.add(key)
+            if inner in self._switched_on or inner in self._frozen_names and index in self._handed_under_a_test:
+                self._switched_on.add(key)  # (turned on again; or frozen by a call only under a test: maybe trained)
             handed_on = any(passed == parameter and scope is function for passed, *_, scope, _ in self._handed)
             if parameter is None or parameter in self._stored_in.get(function, set()) or handed_on:
                 self.names.stored_values.add(name)
@@ -705,11 +707,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
         return parent
 
     def resolve_dispatch(self) -> None:
-        """``TorchNames.dispatched``: each method a class of the file defines again, in each class
-        it derives from (through the file's classes), and each placeholder method;
-        ``TorchNames.hidden_methods``: each method of the name of an attribute the file stores on
-        some object (every one where it stores attributes whose names it does not write out), or
-        with a decorator gradfix does not model; ``TorchNames.rebound_functions``."""
+        """``TorchNames.dispatched``: each method a class of the file defines again, in each class it derives from (through the file's classes), and
+        each placeholder method; ``TorchNames.hidden_methods``: each method of the name of an attribute the file stores on some object (every one
+        where it stores attributes whose names it does not write out), or with a decorator gradfix does not model;
+        ``TorchNames.rebound_functions``."""
         stored = stored_attribute_names(self._tree)
         for (class_name, method), node in self._methods.items():
             if stored is None or method in stored or not decorators_modelled(node, self.names, METHOD_DECORATORS):
@@ -754,10 +755,9 @@ def _names_automatic_optimization(target: cst.BaseExpression) -> bool:
 
 
 def collect_torch_names(tree: SyntaxTree, project: ProjectSummaries | None = None) -> TorchNames:
-    """What the file's names mean to torch; ``project``: the summaries of the project's modules it
-    imports, whose module classes (``ExportedModuleClass``) it learns by the qualified names its
-    imports give them. A class whose name (or its module's) the file binds again, anywhere, is left
-    unread: the file's aliases are read file-wide, and that name may mean another object."""
+    """What the file's names mean to torch; ``project``: the summaries of the project's modules it imports, whose module classes
+    (``ExportedModuleClass``) it learns by the qualified names its imports give them. A class whose name (or its module's) the file binds again,
+    anywhere, is left unread: the file's aliases are read file-wide, and that name may mean another object."""
     classes = {key: summary.module_class for key, summary in (project or {}).items() if summary.module_class is not None}
     names = _collect(tree, classes)
     if classes:

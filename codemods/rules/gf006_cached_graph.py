@@ -18,6 +18,7 @@ from ..analysis import (
     TupleOf,
     Value,
     assigned_names,
+    code_of,
     detached_where_stored,
     dotted_name,
     is_single_assignment,
@@ -55,6 +56,9 @@ class CachedGraph(Rule):
     computed again in every step: where ``__init__`` keeps it as ``self.x = expr`` of attributes no
     other method sets (not of the constructor's arguments), the unsafe fix computes ``expr`` where
     the step function read ``self.x`` (the values change after the first step: the current weights).
+
+    Where the network may not build a graph at all (frozen only under a test gradfix does not
+    evaluate, or frozen in one place and trained in another), the finding is a hint.
 
     When gradfix only reports: When gradfix can neither prove the value a constant of training (an
     optimizer whose parameters it does not know) nor compute it again in every step as above, it
@@ -162,7 +166,7 @@ for step in range(steps):
                 fix,
                 related=(function,),
                 sites=tuple(site for site in self.analysis.backward_sites if site.scope.node is function),
-                guess=self.analysis.closed_world.unread_guess([statement]),
+                guess=self.analysis.closed_world.unread_guess([statement]) or self._only_possible(statement),
             )
 
     def _made_once(self, statement: cst.CSTNode, scope: Scope) -> bool:
@@ -221,6 +225,17 @@ for step in range(steps):
             or (isinstance(call.func, cst.Name) and call.func.value in names.local_classes)
         )
 
+    def _only_possible(self, statement: cst.CSTNode) -> str:
+        """Why what ``statement`` builds may hold no graph at all: each value it assigns holds one only
+        possibly (a module frozen under a test, or in one place and trained in another)."""
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+        if not isinstance(small, cst.Assign):
+            return ""
+        value = self.analysis.value_assigned(small.value)
+        if value is None or not value.graph or not value.possible:
+            return ""
+        return f"`{code_of(small.value)}` may hold no graph: what builds it may not require grad where it runs"
+
     def _detach_fix(self, statement: cst.CSTNode) -> Fix | None:
         """``x = expr`` / ``d[k] = expr`` → ``… = expr.detach()``; ``xs.append(expr)`` →
         ``xs.append(expr.detach())``; never for a list or a tuple, which have no ``.detach()``."""
@@ -257,5 +272,5 @@ for step in range(steps):
                 self._detach_fix(statement),
                 related=(loop.node, site.call),
                 sites=(site,),
-                guess=self.analysis.closed_world.unread_guess([statement]),
+                guess=self.analysis.closed_world.unread_guess([statement]) or self._only_possible(statement),
             )
