@@ -321,3 +321,55 @@ def _unpacked_into(display: cst.CSTNode, tree: SyntaxTree) -> bool:
     return (isinstance(parent, (cst.AssignTarget, cst.For, cst.CompFor)) and parent.target is node) or (
         isinstance(parent, cst.AsName) and parent.name is node
     )
+
+
+# Where a ``Name`` binds its variable: its parent's type, and the field of the parent that holds it
+# (a name in a tuple or list of a target binds as the target does).
+_BINDING_FIELDS = {
+    cst.AssignTarget: "target",
+    cst.AugAssign: "target",
+    cst.AnnAssign: "target",
+    cst.For: "target",
+    cst.CompFor: "target",
+    cst.NamedExpr: "target",
+    cst.AsName: "name",
+    cst.Param: "name",
+    cst.FunctionDef: "name",
+    cst.ClassDef: "name",
+    cst.ImportAlias: "name",
+    cst.NameItem: "name",
+    cst.Del: "target",
+    cst.MatchAs: "name",
+    cst.MatchStar: "name",
+    cst.MatchMapping: "rest",
+}
+
+
+def names_bound_to_one_object(module: cst.Module, tree: SyntaxTree) -> dict[str, frozenset[str]]:
+    """By name, the names it may share its object with because one is only ever bound to the
+    other: a name whose every binding in the file is ``alias = store`` (``store`` a plain name),
+    and each name it is bound to. Where ``alias`` still holds what ``store`` held when it was bound,
+    they are one object: emptying it in place through either empties what both hold. (A name bound
+    any other way anywhere in the file, or an attribute, shares nothing here.)"""
+    bound_to: dict[str, set[str]] = {}
+    other_bindings: set[str] = set()
+    for name in tree.findall(module, cst.Name):
+        node, parent = name, tree.parent(name)
+        while type(parent) in (cst.Tuple, cst.List, cst.Element, cst.StarredElement):
+            node, parent = parent, tree.parent(parent)
+        field_name = _BINDING_FIELDS.get(type(parent))
+        if field_name is None or getattr(parent, field_name) is not node:
+            continue
+        assignment = tree.parent(parent) if node is name and type(parent) is cst.AssignTarget else None
+        if type(assignment) is cst.Assign and len(assignment.targets) == 1 and type(assignment.value) is cst.Name:
+            bound_to.setdefault(name.value, set()).add(assignment.value.value)
+        else:
+            other_bindings.add(name.value)
+    partners: dict[str, set[str]] = {}
+    for alias, stores in bound_to.items():
+        if alias in other_bindings:
+            continue
+        for store in stores - {alias}:
+            partners.setdefault(alias, set()).add(store)
+            partners.setdefault(store, set()).add(alias)
+    return {name: frozenset(others) for name, others in partners.items()}

@@ -206,6 +206,7 @@ class CallSemantics:
             self._forget_slots(target, env, keep_literal=(adding := method in ("append", "extend")), counted_from_end=adding)
         if method == "clear" and not values and target is not None and isinstance(receiver.structure, ListOf):
             env[target] = Value(structure=receiver.structure, graphless=True)  # (emptied in place: no item is left to hold a graph)
+            self._emptied_in_place(target, env)
             return CONSTANT
         if method in APPENDING_METHODS and target is not None:
             item = values[-1] if values else NOTHING

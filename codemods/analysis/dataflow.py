@@ -576,9 +576,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 (loop_frame.breaks if type(small) is cst.Break else loop_frame.continues).append(env)
             raise _Terminated
         elif type(small) is cst.Del:
-            for name in target_names(small.target):
-                env.pop(name, None)
-                self._forget_slots(name, env)
+            self._delete(small.target, env)
         return env
 
     # loops -----------------------------------------------------------------------------------

@@ -7,12 +7,13 @@ and unpacked targets; and what an ``if`` test says of the names it tests.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Iterator, cast
 
 import libcst as cst
 
 from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES
-from .assignments import read_names, target_names
+from .assignments import assigned_names, names_bound_to_one_object, read_names, target_names
 from .loops import Element, Env, join_envs, join_values
 from .syntax import dotted_name, is_name
 from .values import (
@@ -329,6 +330,7 @@ class Expressions:
                     if name in self.shared_objects:
                         self._escape([value])
                     env[name] = value  # (``losses[:] = []``: its items are the new ones, in place)
+                    self._emptied_in_place(name, env)
                 else:  # a dict, a list, a ParameterDict holds the value itself
                     if name in self.shared_objects:
                         self._escape([value])  # (read through another name that holds the container too)
@@ -474,6 +476,60 @@ class Expressions:
         for key in self._attributes_of.get(name, ()):
             env.pop(key, None)
 
+    def _delete(self, target: cst.BaseExpression, env: Env) -> None:
+        """``del x``, ``del x[i]``, ``del x.a``: what ``x`` held is forgotten; ``del x[:]`` empties
+        its object, which each name bound to it holds too (``_emptied_in_place``)."""
+        if type(target) is cst.Tuple or type(target) is cst.List:
+            for element in target.elements:
+                self._delete(element.value, env)
+            return
+        for name in target_names(target):
+            env.pop(name, None)
+            self._forget_slots(name, env)
+            if type(target) is cst.Subscript and _every_item(target):
+                self._emptied_in_place(name, env)
+
+    @cached_property
+    def _names_of_one_object(self) -> dict[str, frozenset[str]]:
+        return names_bound_to_one_object(self._module, self._tree)
+
+    def _emptied_in_place(self, name: str, env: Env) -> None:
+        """``name``'s object was emptied, or its items replaced, in place (``clear()``, ``del x[:]``,
+        ``x[:] = ...``), and ``name`` now holds what it holds: so does each name bound to the same
+        object for certain here (``_one_object_here``); one that may hold another object keeps what
+        it held, and the loops around say it may have been emptied (a must-fact of its graph is
+        not proved)."""
+        for other in self._names_of_one_object.get(name, ()):
+            if self._one_object_here(name, other):
+                self._forget_slots(other, env)
+                if name in env:
+                    env[other] = env[name]
+                else:
+                    env.pop(other, None)
+            else:
+                for loop in self._loops:
+                    loop.maybe_emptied_through.setdefault(other, name)
+
+    def _one_object_here(self, name: str, other: str) -> bool:
+        """Whether ``name`` and ``other`` hold one object at the statement being walked: one is bound
+        to the other (``pending = losses``) by a statement of a block around it, before it, in the
+        same function, and nothing from there to here binds either anew."""
+        tree = self._tree
+        node: cst.CSTNode = self._statement
+        if type(node) is cst.SimpleStatementLine and len(node.body) > 1:
+            return False  # (``losses = []; pending.clear()``)
+        parent = tree.parent(node)
+        while parent is not None and type(parent) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            if type(parent) is cst.IndentedBlock or type(parent) is cst.Module:
+                statements = list(parent.body)
+                between = [] if node is self._statement else [node]
+                for earlier in reversed(statements[: statements.index(node)]):
+                    if _binds_one_to_the_other(earlier, name, other):
+                        return not any(assigned_names(s, rebinding_only=True, tree=tree) & {name, other} for s in between)
+                    between.append(earlier)
+            node, parent = parent, tree.parent(parent)
+        return False
+
     def _forget_slots(self, name: str, env: Env, keep_literal: bool = False, counted_from_end: bool = False) -> None:
         """What was written to ``x[i]`` is what ``x[i]`` reads only until ``x`` or ``i`` changes
         (``keep_literal``: ``x`` changes only at a literal key; ``x["a"]`` is still what was written;
@@ -581,3 +637,13 @@ def constant_key(node: cst.BaseExpression | None) -> str | None:
     if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus and type(node.expression) is cst.Integer:
         return f"-{node.expression.value}" if node.expression.value.isdigit() else None
     return None
+
+
+def _binds_one_to_the_other(statement: cst.CSTNode, name: str, other: str) -> bool:
+    """``a = b`` (one of ``name`` and ``other`` bound to the object the other holds), alone on its line."""
+    if type(statement) is not cst.SimpleStatementLine or len(statement.body) != 1 or type(statement.body[0]) is not cst.Assign:
+        return False
+    assignment = statement.body[0]
+    if len(assignment.targets) != 1 or type(assignment.targets[0].target) is not cst.Name or type(assignment.value) is not cst.Name:
+        return False
+    return {assignment.targets[0].target.value, assignment.value.value} == {name, other}

@@ -49,6 +49,9 @@ class Loop:
     returned: Value = NOTHING  # for methods: what a call returns
     returns: tuple[Value, ...] = ()  # (what each of its ``return`` statements does)
     freed_at_entry: frozenset[str] = frozenset()  # names holding a freed graph when the loop starts
+    # By name: another name the loop empties in place (``pending.clear()``) that may hold the same
+    # list (``pending = losses`` on some path only): the name may hold no graph after it.
+    maybe_emptied_through: dict[str, str] = field(default_factory=dict)
     _written_beside_a_detach: frozenset[str] | None = field(default=None, init=False, repr=False)  # (``detaches``, once)
 
     @property

@@ -66,6 +66,10 @@ class CarriedState(Rule):
     batch) is a hint; a trainer's hook is called by the trainer, which sets nothing. So is state the
     iteration reads before assigning it only under a test (``if t > 0: inp = mu`` in a decoder's time
     loop that assigns ``mu`` after): the test may be false whenever the previous value is there.
+    A list the loop empties in place through another name (``pending = losses`` then
+    ``del pending[:]``) carries nothing where the two names hold one list for certain (one bound to
+    the other earlier in a block around the emptying, neither bound anew since); where the other
+    name may hold another list (bound to it only under a test), the graph it carries is a hint.
 
     When every backward keeps its graph (``retain_graph=True``) and no optimizer steps inside the
     loop, the program backpropagates through all iterations on purpose (full backpropagation
@@ -196,6 +200,9 @@ for inputs, targets in loader:
             guess = f"`{skipping[0]}` reaches the backward from the previous iteration only if an inner loop that assigns it runs no time"
         elif tested := [name for name in names if self.analysis.read_carried_only_under_tests(loop, name)]:
             guess = f"`{tested[0]}` is read before this iteration assigns it only under a test, which may skip that read while the previous iteration's value is there"
+        elif emptied := [name for name in names if name in loop.maybe_emptied_through]:
+            through = loop.maybe_emptied_through[emptied[0]]
+            guess = f"the loop empties `{through}` in place, which may hold the same list as `{emptied[0]}`: then it carries no graph"
         them = "them" if len(names) > 1 else "it"
         where = "ends" if fix is not None and fix.insert_after else "starts"
         if retained:
