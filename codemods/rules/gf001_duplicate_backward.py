@@ -63,7 +63,9 @@ class DuplicateBackward(Rule):
     and the program never meant it. A graph of repeats, flips, casts and sums saves nothing: the
     second call runs and doubles the gradient, which a lesson on accumulation means (``y =
     x.sum()`` of a leaf, backwarded cell after cell), and removing it changes what the program
-    computes: a hint.
+    computes: a hint. So is a graph through a layer with a parameter that may not require grad
+    (``model.weight.requires_grad_(False)``) where nothing else certainly saves a tensor: a linear
+    layer keeps its input only for its weight's gradient, and the second call may run.
     """
 
     SUMMARY = "the same tensor is backwarded twice"
@@ -134,6 +136,11 @@ for batch, target in loader:
             # A lesson on accumulation does that on purpose (``y = x.sum()`` of a leaf, backwarded
             # cell after cell): it raises nothing, and only the program knows what it meant.
             unseen = unseen or "the program may mean the gradient twice"
+        elif first.api.accumulates and self._frozen_layer_may_save_nothing(first):
+            unseen = unseen or (
+                "a layer of its graph has a parameter that may not require grad, and may then save no tensor: "
+                "this call would run and add the gradient again, which the program may mean"
+            )
         between = self._run_between(first, second)
         unseen_between = "gradfix cannot list what runs between the two calls" if between is None else ""
         unread = next(filter(None, (self.analysis.call_that_may_read_gradients(s, changing_only=True) for s in between or ())), None)
@@ -221,6 +228,15 @@ for batch, target in loader:
         """Whether every operation of the graph the first call walked is seen and saved no tensor:
         the second call then raises nothing."""
         return first.retain_graph is False and self.analysis.saved_nothing_for_certain(self.analysis.graph_nodes(first))
+
+    def _frozen_layer_may_save_nothing(self, first: BackwardSite) -> bool:
+        """Whether no operation of the graph the first call walked certainly saved a tensor, and one
+        of them is a call of a layer with a parameter that may not require grad (``partly_frozen``:
+        ``model.weight.requires_grad_(False)``), which then may save none (a linear layer saves its
+        input only for its weight's gradient): the second call may run."""
+        names, nodes = self.analysis.names, self.analysis.graph_nodes(first)
+        frozen = any(type(origin.node) is cst.Call and names.key(origin.node.func) in names.partly_frozen for origin in nodes)
+        return first.retain_graph is False and frozen and not self.analysis.saved_for_certain(nodes)
 
     def _backwarded_for_the_trainer(self) -> Iterator[Violation]:
         """A trainer (Lightning under automatic optimization, Hugging Face's ``Trainer``) backwards
