@@ -15,7 +15,7 @@ import libcst as cst
 from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES
 from .assignments import assigned_names, names_bound_to_one_object, read_names, target_names
 from .loops import Element, Env, join_envs, join_values
-from .syntax import dotted_name, is_name
+from .syntax import constant_key, dotted_name, is_name
 from .values import (
     CONSTANT,
     LEAF,
@@ -623,20 +623,6 @@ def _slot(node: cst.Subscript) -> str | None:
         return f"{container}[{index.value}]"
     key = constant_key(index)
     return None if key is None else f"{container}[{key}]"
-
-
-def constant_key(node: cst.BaseExpression | None) -> str | None:
-    """A key written as a constant, as one spelling (``'loss'`` and ``"loss"`` are one key): a
-    string or an integer literal."""
-    # (not ``evaluated_value``: ``ast.literal_eval`` leaves a cycle of closures for the collector)
-    if type(node) is cst.SimpleString:
-        prefix, text = node.prefix.lower(), node.raw_value
-        return None if "b" in prefix or "\\" in text and "r" not in prefix else repr(text)
-    if type(node) is cst.Integer:
-        return node.value if node.value.isdigit() else None
-    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus and type(node.expression) is cst.Integer:
-        return f"-{node.expression.value}" if node.expression.value.isdigit() else None
-    return None
 
 
 def _binds_one_to_the_other(statement: cst.CSTNode, name: str, other: str) -> bool:

@@ -19,6 +19,7 @@ from .assignments import assigned_names, bound_by_header, read_names, target_nam
 from .optimizers import gradient_effects, steps_for_certain
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
+from .exclusive_branches import ExclusiveBranches
 from .guards import bound_afresh, read_carried_only_under_tests, read_only_where_assigned
 from .contexts import context_bound_from_itself
 from .reach import GradientReach
@@ -27,7 +28,7 @@ from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
 from .kept_graphs import KeptGraphs
 from .kept_on_self import KeptArgument
-from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver, tested_name
+from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver
 from .torch_facts import TorchNames
 from .class_exports import module_class_exports
 from .torch_names import collect_torch_names
@@ -496,69 +497,9 @@ class FileAnalysis:
     def loops(self) -> list[Loop]:
         return list(self._dataflow.loops.values())
 
-    def exclusive(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-        """Whether no run reaches both statements: one sits under ``if flag:`` (or its ``else``) and the other under
-        ``if not flag:`` (or the ``else`` of ``if flag:``), with nothing in their function assigning ``flag``
-        (``if not XLA_2_1: loss.backward()`` … ``if XLA_2_1: loss.backward()``)."""
-        tests = self._branch_tests(second)
-        scope = self._scope_node(first)
-        if scope is None or scope is not self._scope_node(second):
-            return False
-        if self._opposite_branches_of_a_fixed_test(first, second):
-            return True
-        return any(
-            tests.get(name) is (not holds) and self._same_value_at_both(name, scope, first, second)
-            for name, holds in self._branch_tests(first).items()
-        )
-
-    def _same_value_at_both(self, name: str, scope: cst.CSTNode, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-        """Whether ``name`` holds one value wherever ``first`` and ``second`` run: nothing in the scope assigns it, or
-        only plain statements before both, in no loop around either (``per_task = mask is not None`` at the top of the
-        function)."""
-        body = scope.body if isinstance(scope, cst.FunctionDef) else scope
-        if name not in assigned_names(body, tree=self.tree):
-            return True
-        if any(name in target_names(loop.target) for loop in self.tree.findall(body, cst.For)) or any(
-            name in target_names(item.asname.name) for item in self.tree.findall(body, cst.WithItem) if item.asname is not None
-        ):
-            return False
-        writes = [statement for statement in self.tree.findall(body, cst.SimpleStatementLine) if name in assigned_names(statement, tree=self.tree)]
-        around = {id(loop) for node in (first, second) for loop in self.loops_around(node)}
-        start = min(self.order(first), self.order(second))
-        return bool(writes) and all(self.order(write) < start and not {id(loop) for loop in self.loops_around(write)} & around for write in writes)
-
-    def _opposite_branches_of_a_fixed_test(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-        """Whether the two sit in the body and the ``else`` of one ``if`` whose test reads nothing a loop around it (or
-        the ``if`` itself) assigns: every pass takes the same branch (``if args.fp16: optimizer.backward(loss)`` /
-        ``else: loss.backward()``)."""
-        node = self.tree.parent(first)
-        while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
-            if isinstance(node, cst.If) and isinstance(node.orelse, (cst.If, cst.Else)):
-                sides = [self.tree.contains(node.body, n) for n in (first, second)]
-                if sides[0] != sides[1] and all(self.tree.contains(node.body, n) or self.tree.contains(node.orelse, n) for n in (first, second)):
-                    changing = set().union(*(assigned_names(loop.node, tree=self.tree) for loop in self.loops_around(node)))
-                    return not read_names(node.test) & (changing | assigned_names(node, tree=self.tree))
-            node = self.tree.parent(node)
-        return False
-
-    def _branch_tests(self, node: cst.CSTNode) -> dict[str, bool]:
-        """``{flag: True}`` for each ``if flag:`` whose body holds ``node`` (False in its ``else``,
-        or for ``if not flag:``), up to the function that holds it."""
-        tests: dict[str, bool] = {}
-        child, parent = node, self.tree.parent(node)
-        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
-            if isinstance(parent, cst.If):
-                tested = tested_name(parent.test)
-                if tested is not None and child is not parent.test:
-                    name, holds = tested
-                    tests.setdefault(name, holds if child is parent.body else not holds)
-            child, parent = parent, self.tree.parent(parent)
-        return tests
-
-    def _scope_node(self, node: cst.CSTNode | None) -> cst.FunctionDef | cst.Module | None:
-        while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
-            node = self.tree.parent(node)
-        return node
+    def exclusive(self, first: cst.CSTNode, second: cst.CSTNode, proved: bool = True) -> bool:
+        """Whether no run reaches both statements (``exclusive_branches``)."""
+        return ExclusiveBranches(self.tree, self.loops_around).exclusive(first, second, proved)
 
     def backwards_a_parameter(self, site: BackwardSite) -> bool:
         """Whether ``site`` is a function's backward of its own parameter, which each call of the

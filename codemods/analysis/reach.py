@@ -123,7 +123,7 @@ class GradientReach:
         its methods are the container's, which change no gradient. A name the function does not
         bind (a global, a closure's) is not known."""
         analysis = self.analysis
-        scope = analysis._scope_node(name)
+        scope = analysis.tree.scope_of(name)
         if scope is None:
             return False
         rebound = {n for names, _ in self._bindings for n in names} | {f.name.value for f in analysis._functions}

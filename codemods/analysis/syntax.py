@@ -316,11 +316,35 @@ def parameter_receiving(function: cst.FunctionDef, position: int, keyword: str |
     return parameters[position] if position < len(parameters) else None
 
 
-def tested_name(test: cst.BaseExpression) -> tuple[str, bool] | None:
-    """``("flag", True)`` for the test ``flag``, ``("flag", False)`` for ``not flag``."""
+def tested_name(test: cst.BaseExpression) -> tuple[str, str | None, bool] | None:
+    """What a test says of one name where it holds: ``("flag", None, True)`` for ``flag``, ``("flag",
+    None, False)`` for ``not flag``; ``("task", "'depth'", True)`` for ``task == "depth"`` (a literal
+    of ``constant_key``, on either side) and False for ``!=``."""
     negated = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else None
+    if type(test) is cst.Comparison and len(test.comparisons) == 1:
+        operator = type(test.comparisons[0].operator)
+        sides = (test.left, test.comparisons[0].comparator)
+        for named, literal in (sides, sides[::-1]):
+            name, constant = dotted_name(named), constant_key(literal)
+            if name is not None and constant is not None and operator in (cst.Equal, cst.NotEqual):
+                return name, constant, operator is cst.Equal
+        return None
     name = dotted_name(test if negated is None else negated)
-    return None if name is None else (name, negated is None)
+    return None if name is None else (name, None, negated is None)
+
+
+def constant_key(node: cst.BaseExpression | None) -> str | None:
+    """A key written as a constant, as one spelling (``'loss'`` and ``"loss"`` are one key): a
+    string or an integer literal."""
+    # (not ``evaluated_value``: ``ast.literal_eval`` leaves a cycle of closures for the collector)
+    if type(node) is cst.SimpleString:
+        prefix, text = node.prefix.lower(), node.raw_value
+        return None if "b" in prefix or "\\" in text and "r" not in prefix else repr(text)
+    if type(node) is cst.Integer:
+        return node.value if node.value.isdigit() else None
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus and type(node.expression) is cst.Integer:
+        return f"-{node.expression.value}" if node.expression.value.isdigit() else None
+    return None
 
 
 def decorator_callee(decorator: cst.Decorator) -> cst.BaseExpression:

@@ -114,6 +114,12 @@ class SyntaxTree:
             return None
         return self._nodes[self._parents[span[0]]]
 
+    def scope_of(self, node: cst.CSTNode | None) -> cst.FunctionDef | cst.Module | None:
+        """The function (or the module) that holds ``node``, itself if it is one."""
+        while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
+            node = self.parent(node)
+        return node
+
     def child_holding(self, ancestor: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
         """The child of ``ancestor`` that is or holds ``node`` (the statement of a body that holds an
         expression); None when ``node`` is not under ``ancestor``."""

@@ -36,7 +36,9 @@ class NeedlessRetainGraph(Rule):
     nothing.
 
     The fix: gradfix removes the argument when no later backward that may run in the same pass (not one
-    in the other branch of ``if use_amp:``/``else``, a test nothing changes) reaches any part of that
+    in the other branch of ``if use_amp:``/``else``, a test nothing changes, nor one under
+    ``if task == "depth":`` where this one is under ``if task == "semantic":`` and ``task`` is a
+    variable of the function nothing between them assigns) reaches any part of that
     graph, no later iteration of a loop carries it on or walks it again (a graph built before the loop),
     no part of a backward's graph inside a function was built outside it (a global, a variable of the
     scope around it: every call of the function walks it again), no part of it in a method reads an

@@ -32,6 +32,8 @@ class FreedGraph(Rule):
     this when its analysis proves that what a backward walks was built from a value an earlier
     backward freed, on some path through the code, and no other rule explains the same backward with
     its shape and its fix. It names the backward that freed the graph and the line that built it.
+    Two backwards no run reaches both of are no pair: the two arms of an ``if`` whose test nothing
+    changes, ``if flag:`` and ``if not flag:``, ``if task == "semantic":`` and ``if task == "depth":``.
 
     Why it fails: A backward that does not keep its graph (no ``retain_graph=True``) frees the
     tensors each node of that graph saved for it. Any later backward that reaches one of those nodes
@@ -120,12 +122,13 @@ class Classifier(pl.LightningModule):
                 and self.analysis.graph_nodes(other) & nodes
                 and self._may_run_before(other, site, self.analysis.graph_nodes(other) & nodes)
             ]
-            if freeing and all(self.analysis.exclusive(other.statement, site.statement) for other in freeing):
+            if freeing and all(self.analysis.exclusive(other.statement, site.statement, proved=False) for other in freeing):
                 continue  # no run reaches both
             earlier = [
                 other
                 for other in freeing
-                if self.analysis.order(other.call) < self.analysis.order(site.call) and not self.analysis.exclusive(other.statement, site.statement)
+                if self.analysis.order(other.call) < self.analysis.order(site.call)
+                and not self.analysis.exclusive(other.statement, site.statement, proved=False)
             ]
             shared = set().union(*(self.analysis.graph_nodes(other) & nodes for other in freeing)) if freeing else set()
             built = min((origin.statement for origin in shared), key=self.analysis.order, default=None)
