@@ -28,7 +28,7 @@ from .backward_calls import BackwardSite, argument
 from .closed_world import ClosedWorld
 from .kept_graphs import KeptGraphs
 from .kept_on_self import KeptArgument
-from .syntax import as_operand, code_of, dotted_name, is_single_assignment, method_called, method_receiver
+from .syntax import as_operand, code_of, dotted_name, is_grad, is_single_assignment, method_called, method_receiver
 from .torch_facts import TorchNames
 from .class_exports import module_class_exports
 from .torch_names import collect_torch_names
@@ -618,6 +618,10 @@ class FileAnalysis:
     @cached_property
     def _reach(self) -> GradientReach:
         return GradientReach(self)
+
+    def reads_gradients(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` reads a gradient itself (``p.grad``), where it is written."""
+        return bool(self.tree.findall(node, cst.Attribute, is_grad))
 
     def call_that_may_read_gradients(self, node: cst.CSTNode, changing_only: bool = False) -> cst.Call | None:
         """The first call in ``node`` into code that may read or (``changing_only``: may) change gradients where gradfix does

@@ -59,7 +59,8 @@ class SeparateBackwards(Rule):
 
     When gradfix only reports: When an optimizer steps or zeroes gradients between the two
     backwards, the program meant two updates, and when different optimizers take turns (a GAN's
-    discriminator and generator steps, actor-critic) each loss trains its own network: merging would
+    discriminator and generator steps, actor-critic; two objects built by torch's optimizer
+    classes: a learning-rate scheduler's ``step()`` is none) each loss trains its own network: merging would
     remove an update, so gradfix only reports (the fix there is to detach the shared value, or
     recompute it after the step). With one optimizer stepping between (SAM's two steps), the second
     backward can compute the shared forward again, at the stepped weights: an unsafe fix, written
@@ -118,7 +119,8 @@ for x, y_reg, y_cls in loader:
             shared = min(self._shared_origins(group), key=self.analysis.line)
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
             between = self._between(block, group[0], group[-1])
-            optimizers = set().union(*(stepped_optimizers(s) for s in between))
+            # (two optimizers for certain: a ``.step()`` of anything else may be a scheduler's)
+            optimizers = set().union(*(stepped_optimizers(s) for s in between)) & self.analysis.names.optimized_modules.keys()
             effects = reduce(or_, (self.analysis.gradient_effects(s) for s in between), GradientEffect(0))
             if len(optimizers) > 1:
                 message += "optimizers take turns between them, so detach the shared value for the first loss"

@@ -46,7 +46,9 @@ class FreedGraph(Rule):
 
     The fix: it depends on what the program means: backward the losses together once, compute the
     value again after the first backward (inside the loop), or detach what must not train.
-    ``retain_graph=True`` only hides it. gradfix rewrites only a trainer hook's two shapes, as
+    ``retain_graph=True`` only hides it, but where the program reads the gradients between the two
+    backwards (``p.grad`` of the first loss alone), it means the first backward's gradients, which
+    one backward of both would not leave: keeping that graph is the fix. gradfix rewrites only a trainer hook's two shapes, as
     unsafe fixes (the trainer may scale or clip what the hook returns): a gradient penalty's
     ``autograd.grad`` gets ``create_graph=True``, and a loss the hook backwards itself is returned
     with the hook's loss for the trainer's one backward. And where a loop keeps adding to a loss
@@ -150,10 +152,16 @@ class Classifier(pl.LightningModule):
             )
             restart = self._restarted_sum(earlier[-1], site) if earlier else None
             recompute = self._recomputed(earlier[-1], site, built) if earlier and restart is None and built is not None else None
+            reading = self._gradients_read_between(earlier[-1], site) if earlier else None
             if restart is not None and site.tensor is not None:  # (a name, where the sum restarts)
                 message += f"`{code_of(site.tensor)}` keeps adding to the loss that backward took: start the sum afresh after it"
             elif recompute is not None and built is not None:
                 message += f"an optimizer steps between them: compute line {self.analysis.line(built)} again after the step, where it is read"
+            elif reading is not None:
+                message += (
+                    f"line {self.analysis.line(reading)} reads the gradients that backward left, which one backward of both losses "
+                    "would not leave: keep its graph there (retain_graph=True), or compute the value again for this backward"
+                )
             else:
                 message += (
                     "backward the losses together once, compute the value again after that backward, or detach what must "
@@ -246,6 +254,24 @@ class Classifier(pl.LightningModule):
             ):
                 return True
         return False
+
+    def _gradients_read_between(self, first: BackwardSite, second: BackwardSite) -> cst.CSTNode | None:
+        """In the innermost block that holds both backwards, the first statement after the one that
+        holds the first (``if ...: loss.backward()``) and before the one that holds the second
+        (``try: loss.backward()``) that reads a gradient (``p.grad``): the program means the first
+        backward's gradients alone, before the second adds to them."""
+        tree, node = self.analysis.tree, second.statement
+        while (block := self.analysis.block_of(node)) is not None:
+            holding = tree.child_holding(block.owner, first.statement)
+            if holding is not None:
+                between = block.statements[block.index(holding) + 1 : block.index(node)]
+                return next((statement for statement in between if self.analysis.reads_gradients(statement)), None)
+            node = tree.parent(block.owner)
+            while node is not None and self.analysis.block_of(node) is None:
+                node = tree.parent(node)
+            if node is None:
+                return None
+        return None
 
     def _restarted_sum(self, earlier: BackwardSite, site: BackwardSite) -> Fix | None:
         """``loss.backward()``, then a loop that adds more to ``loss`` (``loss += part``) and backwards
