@@ -295,6 +295,9 @@ class CallSemantics:
         values = self._eval_all(arguments, env)
         if method == "parameters" and module.trainable:
             return Value(graph=True, structure=ListOf(TENSOR))  # its parameters: leaves that require grad
+        if method == "named_parameters" and module.trainable:  # (a name and a parameter, kept apart for ``for n, p in ...``)
+            self.together[node] = (CONSTANT, LEAF)
+            return union([CONSTANT, LEAF], ListOf(TupleOf((UNKNOWN, TENSOR))))
         summary = self._summary((module.class_name, method)) if module.is_local else None
         if summary is not None and not summary.has_effect and (items := self._returned_items(summary, node)) is not None:
             self._keep_returned_items(node, items, values)
