@@ -287,7 +287,8 @@ def bound_by_header(statement: cst.CSTNode) -> list[str]:
 
 def shared_containers(module: cst.Module, tree: SyntaxTree, only_reads: Callable[[cst.Call], bool]) -> frozenset[str]:
     """The dotted names that may share their object with another name, anywhere in the file: one
-    bound to another (``alias = store``, ``self.history = history``) and the one it is bound to, one
+    bound to another (``alias = store``, ``self.history = history``, ``kept = KEPT = []``, a
+    parameter's default ``store=kept``) and the one it is bound to, one
     written into a container (``[store]``, ``{"k": store}``), and one handed to a call that may keep
     it (``Plateau(store)``, ``kept.append(store)``: any but those ``only_reads`` proves keep nothing).
     A value stored into such an object (``store.append(loss)``, ``store[k] = loss``) is read through
@@ -299,7 +300,10 @@ def shared_containers(module: cst.Module, tree: SyntaxTree, only_reads: Callable
         value = dotted_name(assignment.value)
         if value is not None:
             shared.add(value)
+        if value is not None or len(assignment.targets) > 1:  # (``kept = KEPT = []``: two names, one list)
             shared.update(name for target in assignment.targets for name in target_names(target.target, rebound_only=True))
+    # A parameter's default is the object the function holds under the parameter's name (``def finish(store=kept)``).
+    shared.update(name for parameter in tree.findall(module, cst.Param) if parameter.default and (name := dotted_name(parameter.default)))
     displays: list[cst.List | cst.Tuple | cst.Set] = [
         *tree.findall(module, cst.List),
         *tree.findall(module, cst.Tuple),

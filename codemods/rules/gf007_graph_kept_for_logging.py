@@ -69,7 +69,8 @@ class GraphKeptForLogging(Rule):
     alone: its graphs are what that backward walks. A store the loop makes anew only under a condition
     (``if (i + 1) % 100 == 0: running_loss = 0``) keeps the graphs of the steps between: a hint, as
     whether the condition ever lets a step by is not known. So is a store whose object another name holds
-    (``history = losses``, ``{"losses": losses}``), unless a backward freed what it keeps: a backward
+    (``history = losses``, ``kept = KEPT = []``, ``def finish(store=kept)``, ``{"losses": losses}``),
+    unless a backward freed what it keeps: a backward
     may read it through that name, and gradfix only hints. A meter's ``update`` is rewritten
     (``losses.update(loss.detach(), n)``) only where a backward that does not keep its graph
     walks the loss in the same iteration, the method hands what it is given nowhere but the

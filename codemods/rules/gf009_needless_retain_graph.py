@@ -10,6 +10,7 @@ from ..analysis import (
     Element,
     Loop,
     NO_GRADIENT_HOOKS,
+    NO_BOOKKEEPING_READS,
     NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     Origin,
@@ -45,8 +46,11 @@ class NeedlessRetainGraph(Rule):
     attribute of its object that code other than ``__init__`` writes (another method or an earlier
     call may have left a graph there),
     the graph is not handed to code it does not follow (stored on an object, returned, passed to a call
-    made for its effect, read by a nested function or a lambda from the scope around it, or the receiver
-    of ``loss.backward`` taken as a value: code that may run later), no part of it may come out of code
+    made for its effect, read by a nested function or a lambda from the scope around it, held by a
+    nested function's default (``def again(t=loss)``), held in or stored into a global some function
+    of the file reads (``KEPT["loss"] = loss``), or the receiver of ``loss.backward`` taken as a
+    value: code that may run later), nothing reads autograd's bookkeeping of it (``loss.grad_fn``,
+    whose nodes can be called), no part of it may come out of code
     gradfix did not read (a method of a module of another file's class, a model the function is handed:
     that code may keep it for another backward), and, inside a function, no caller
     in the file passes it a graph (or the graph does not reach its parameters). The gradients are the
@@ -68,7 +72,7 @@ class NeedlessRetainGraph(Rule):
 
     SUMMARY = "retain_graph=True keeps a graph nothing backwards again"
     FIX = FixKind.SAFE
-    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_CAUGHT_ERRORS)
+    OBLIGATIONS = (READS_MODELLED_CODE, NO_HIDDEN_BACKWARD, NO_GRADIENT_HOOKS, NO_BOOKKEEPING_READS, NO_CAUGHT_ERRORS)
     CLAIMS_THE_OBLIGATIONS = True
     KEEPS_GRADIENTS = True
     SYMPTOM = RunsCorrectly()
