@@ -31,16 +31,8 @@ from ..frameworks import (
 )
 from ..torch_api import MODULE_METHODS, MODULE_RETURNING, PARAMETER_METHODS, is_optimizer_class
 from .lightning_optimizers import LightningOptimizers, is_configure_optimizers
-from .syntax import (
-    changes_in_place,
-    dotted_name,
-    is_name,
-    method_called,
-    method_receiver,
-    parameter_receiving,
-    turns_gradients_off,
-    unpacked,
-)
+from .syntax import changes_in_place, dotted_name, is_name, method_called, method_receiver, parameter_receiving, turns_gradients_off, unpacked
+from .changed_in_place import loaded_in_a_loop, modules_changed_by_a_loop
 from ..summaries import ExportedModuleClass, ProjectSummaries
 from .assignments import assigned_names
 from .call_flow import flow_along_calls
@@ -410,6 +402,8 @@ class _TorchNamesCollector(cst.CSTVisitor):
                 self.names.automatic_optimization_unknown = True
         callee = dotted_name(func)
         self._calls.append(node)
+        if (loaded := loaded_in_a_loop(self._tree, node)) is not None:
+            self.names.manually_trained.add(loaded)  # (a target network synced in the training loop)
         for position, arg in enumerate(node.args):
             name = dotted_name(arg.value)
             if callee in self._callables or callee in self.names.local_classes:
@@ -555,6 +549,7 @@ class _TorchNamesCollector(cst.CSTVisitor):
         """``for p in vgg.parameters(): p.requires_grad = False`` freezes a module; ``for p in model.parameters(): p -= lr * p.grad`` (or
         ``p.data.add_(...)``) trains it by hand; ``for p in [W, b]: p.requires_grad = True`` makes tensors leaves that require grad."""
         self._note_leaves_made(node)
+        self.names.manually_trained |= modules_changed_by_a_loop(self._tree, node)
         iterated = self.names.module(node.iter, self._classes[-1] if self._classes else None)
         if iterated is not None and not iterated.unread and isinstance(node.target, cst.Name):
             self.names.modules.setdefault(self._key(node.target) or "", ModuleInfo(""))  # ``for model in models:`` of modules built here
@@ -564,7 +559,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
         variable = dotted_name(target)  # (``for name, p in model.named_parameters()``)
         if variable is None:
             return
-        owner = dotted_name(method_receiver(node.iter))
         # Frozen where every parameter is: the body turns each off unconditionally (not under an ``if``
         # on its name, nor past a ``continue``), or only some parameters are frozen.
         every = [small for line in node.body.body if type(line) is cst.SimpleStatementLine for small in line.body]
@@ -585,10 +579,6 @@ class _TorchNamesCollector(cst.CSTVisitor):
             self._switch(method_receiver(node.iter), on=True)  # (a GAN's D, frozen for G's step and trained again after)
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.AugAssign)))
         self._by_parameter_loops.update(map(id, self._tree.findall(node.body, cst.Call, changes_in_place)))
-        written = [dotted_name(a.target) for a in self._tree.findall(node.body, cst.AugAssign)]
-        written += [dotted_name(method_receiver(c)) for c in self._tree.findall(node.body, cst.Call) if changes_in_place(c)]
-        if owner is not None and any(w in (variable, f"{variable}.data") for w in written):
-            self.names.manually_trained.add(owner)
 
     def _note_leaves_made(self, node: cst.For) -> None:
         variable = dotted_name(node.target)

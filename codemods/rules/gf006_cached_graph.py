@@ -51,7 +51,9 @@ class CachedGraph(Rule):
     The fix: gradfix detaches the value where it is made (``target = teacher(x).detach()``): it is
     a constant of training, and its value is unchanged. gradfix tells a constant from a value that
     must train by the optimizers: only when every optimizer's parameters are known and none of them
-    belongs to the modules that built the value is it detached. A value built from parameters that
+    belongs to the modules that built the value, and the program moves none of those modules itself
+    (an update by hand, a moving average of another model's parameters, a state loaded in the loop:
+    an EMA teacher is no constant, and GF003 computes its target in the loop), is it detached. A value built from parameters that
     train (an ``exp`` of a parameter, a normalised learned adjacency kept by ``__init__``) must be
     computed again in every step: where ``__init__`` keeps it as ``self.x = expr`` of attributes no
     other method sets (not of the constructor's arguments), the unsafe fix computes ``expr`` where
