@@ -131,7 +131,8 @@ SAVING_FOR_CERTAIN_MODULES = frozenset(
 # these from leaves, and a second backward through it runs. Any other operation may save tensors.
 SAVING_NOTHING_METHODS = frozenset(
     {"sum", "mean", "neg", "view", "view_as", "reshape", "reshape_as", "flatten", "squeeze", "unsqueeze", "expand", "expand_as", "t",
-     "transpose", "permute", "contiguous", "clone", *CASTING_METHODS, "float", "double", "half", "bfloat16", "cpu", "cuda"}
+     "transpose", "permute", "contiguous", "clone", "repeat", "flip", "narrow", "roll", *CASTING_METHODS, "float", "double", "half",
+     "bfloat16", "cpu", "cuda"}
 )  # fmt: skip
 SAVING_NOTHING_FUNCTIONS = frozenset(
     f"torch.{name}"

@@ -40,7 +40,9 @@ class SeparateBackwards(Rule):
     Why it fails: The first call frees the shared part of the graph, so the second raises
     ``RuntimeError: Trying to backward through the graph a second time``. (With
     ``retain_graph=True`` on every call but the last and no optimizer step between them, the
-    program runs and computes the same gradients: that is left alone. A step between changes
+    program runs and computes the same gradients: that is left alone. So is a shared part that
+    certainly saved no tensor (a concatenation, a sum, a slice of parameters): the second backward
+    runs, and adds what one backward of the sum would. A step between changes
     weights in place; where the shared part saved one of them, the second backward raises
     ``one of the variables needed for gradient computation has been modified by an inplace
     operation`` instead: a bug gradfix does not report yet.)
@@ -115,6 +117,9 @@ for x, y_reg, y_cls in loader:
                 continue  # the retained graph is needed later: merging would free it
             if all(site.retain_graph is True for site in group[:-1]):
                 continue  # every graph the later calls walk is kept: the program runs, and means what it says
+            shared_nodes = self._shared_nodes(group)
+            if self.analysis.saved_nothing_for_certain(shared_nodes):
+                continue  # (what they share saved no tensor: each backward runs, and adds what their sum's would)
             names = " and ".join(f"`{code_of(_tensor(site))}`" for site in group)
             shared = min(self._shared_origins(group), key=self.analysis.line)
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
