@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence, Union
 import libcst as cst
 
 from .assignments import assigned_names, read_before_assigned
-from .syntax import is_detach
+from .syntax import dotted_name, is_detach, method_called, method_receiver
 from .values import CONSTANT, NONE, NOTHING, LoopMarker, Source, Value, joined
 
 if TYPE_CHECKING:
@@ -103,7 +103,16 @@ class Loop:
                 for statement in tree.findall(self.node.body, cst.SimpleStatementLine)
                 if any(type(small) is cst.Assign and tree.findall(small.value, cst.Call, is_detach) for small in statement.body)
             )
-            self._written_beside_a_detach = frozenset(name for statement in detaching for name in assigned_names(statement, tree=tree))
+            written = {name for statement in detaching for name in assigned_names(statement, tree=tree)}
+            # (detached in place, ``h.detach_()``, or bound to its data, ``h = h.data``)
+            written |= {dotted_name(method_receiver(call)) for call in tree.findall(self.node.body, cst.Call) if method_called(call) == "detach_"}
+            written |= {
+                dotted_name(target.target)
+                for assign in tree.findall(self.node.body, cst.Assign)
+                if type(assign.value) is cst.Attribute and assign.value.attr.value == "data"
+                for target in assign.targets
+            }
+            self._written_beside_a_detach = frozenset(name for name in written if name is not None)
         return name in self._written_beside_a_detach
 
 

@@ -74,7 +74,9 @@ class CarriedState(Rule):
     When every backward keeps its graph (``retain_graph=True``) and no optimizer steps inside the
     loop, the program backpropagates through all iterations on purpose (full backpropagation
     through time) and nothing is reported. When an optimizer steps between those backwards, each
-    step walks every earlier graph again: that is reported, and the detach is an unsafe fix. So is
+    step walks every earlier graph again: that is reported, and the detach is an unsafe fix (a state
+    the loop cuts itself somewhere, ``h = h.detach()``, ``h.detach_()`` or ``h = h.data`` after
+    every k-th step, is managed by its author, and not reported). So is
     the detach of a state a branch builds: on that branch it may come from what no backward of the
     iteration walks, and the next iteration's backward then trains through it once, and runs.
     """
