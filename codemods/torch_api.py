@@ -134,6 +134,12 @@ SAVING_NOTHING_METHODS = frozenset(
      "transpose", "permute", "contiguous", "clone", "repeat", "flip", "narrow", "roll", *CASTING_METHODS, "float", "double", "half",
      "bfloat16", "cpu", "cuda"}
 )  # fmt: skip
+# Tensor methods whose result is a view of the tensor (its storage, seen through other strides): a
+# view of a parameter sees every update the optimizer makes in place.
+VIEW_METHODS = frozenset(
+    {"t", "view", "view_as", "unsqueeze", "squeeze", "transpose", "permute", "expand", "expand_as", "narrow", "select", "unflatten",
+     "diagonal", "swapaxes", "movedim"}
+)  # fmt: skip
 SAVING_NOTHING_FUNCTIONS = frozenset(
     f"torch.{name}"
     for name in ("sum", "mean", "add", "sub", "neg", "cat", "stack", "flatten", "reshape", "squeeze", "unsqueeze", "transpose", "permute", "clone")

@@ -5,19 +5,24 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from ..analysis import (
+    BackwardSite,
     Loop,
     NO_GRADIENT_HOOKS,
     NO_CAUGHT_ERRORS,
     NO_HIDDEN_BACKWARD,
     READS_MODELLED_CODE,
+    Origin,
     assigned_names,
     code_of,
+    expand,
     is_single_assignment,
+    method_called,
     read_names,
 )
 from ..edits import Fix
 from ..report import FixKind
 from ..rule import Rule, Violation
+from ..torch_api import VIEW_METHODS
 
 
 class ForwardOutsideLoop(Rule):
@@ -59,7 +64,9 @@ class ForwardOutsideLoop(Rule):
     the loop changes the parameters, the finding rests on a guess, and is a hint. So is one whose
     part built before the loop reads no module, no parameter and no graph, only tensors it makes
     itself (a PINN's collocation points made with ``requires_grad=True`` and cast once): recomputed,
-    it may be the same at every iteration.
+    it may be the same at every iteration. A view of a parameter made before the loop (``w_t =
+    lin.weight.t()``, a slice) is not reported: it shares the parameter's storage, sees every update
+    the optimizer makes in place, and saves nothing; a copy (``.t().contiguous()``) is stale, and is.
     """
 
     SUMMARY = "the forward pass is computed before the loop that backwards it"
@@ -98,6 +105,8 @@ for epoch in range(epochs):
                 continue  # (a constant of training, built by modules nothing trains, is GF006's)
             if isinstance(loop.node, cst.For) and read_names(loop.node.iter) & set().union(*map(assigned_names, hoisted)):
                 continue  # the loop walks those values, one each iteration: not one graph every time
+            if self._views_of_what_the_loop_keeps(site, loop, hoisted):
+                continue  # (``w_t = lin.weight.t()``: the view sees each step's update, and saved nothing)
             seen.add(key)
             names = sorted({n for s in hoisted for n in assigned_names(s)})
             shown = ", ".join(f"`{n}`" for n in names) or "a value"
@@ -147,6 +156,14 @@ for epoch in range(epochs):
             call for s in hoisted for call in tree.findall(s, cst.Call) if self.analysis.names.module(call.func, self.analysis.class_name_of(call))
         )
         return next((call for call in modules if code_of(call) in in_the_loop), None)
+
+    def _views_of_what_the_loop_keeps(self, site: BackwardSite, loop: Loop, hoisted: Sequence[cst.BaseStatement]) -> bool:
+        """Whether every operation built before the loop that ``site`` walks is a view (``.t()``,
+        ``.view(...)``, a slice) and the loop binds none of the names those statements read anew: a
+        view of a parameter shares its storage, sees every update made in place, and saves nothing."""
+        built = [o for o in expand(site.value.origins, loop) if isinstance(o, Origin) and o.statement in hoisted]
+        read = set().union(*(read_names(statement) for statement in hoisted))
+        return bool(built) and all(_is_view(o.node) for o in built) and not read & assigned_names(loop.node.body, rebinding_only=True)
 
     def _fix(self, hoisted: Sequence[cst.BaseStatement], loop: Loop, safe: bool) -> Fix | None:
         body = loop.node.body
@@ -232,3 +249,18 @@ for epoch in range(epochs):
                 return True
             parent = self.analysis.tree.parent(parent)
         return False
+
+
+def _is_view(node: cst.CSTNode) -> bool:
+    """``x.t()``, ``x.view(...)`` (``VIEW_METHODS``), ``x[0]``, ``x[:, 1:3]``: a view of ``x``."""
+    if type(node) is cst.Call:
+        return method_called(node) in VIEW_METHODS
+    if type(node) is cst.Subscript:
+        return all(
+            type(element.slice) is cst.Slice
+            and all(part is None or type(part) is cst.Integer for part in (element.slice.lower, element.slice.upper, element.slice.step))
+            or type(element.slice) is cst.Index
+            and type(element.slice.value) is cst.Integer
+            for element in node.slice
+        )
+    return False
