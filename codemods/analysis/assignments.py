@@ -329,7 +329,7 @@ def _unpacked_into(display: cst.CSTNode, tree: SyntaxTree) -> bool:
 
 # Where a ``Name`` binds its variable: its parent's type, and the field of the parent that holds it
 # (a name in a tuple or list of a target binds as the target does).
-_BINDING_FIELDS = {
+_BINDING_FIELDS: dict[type[cst.CSTNode], str] = {
     cst.AssignTarget: "target",
     cst.AugAssign: "target",
     cst.AnnAssign: "target",
@@ -358,10 +358,11 @@ def names_bound_to_one_object(module: cst.Module, tree: SyntaxTree) -> dict[str,
     bound_to: dict[str, set[str]] = {}
     other_bindings: set[str] = set()
     for name in tree.findall(module, cst.Name):
-        node, parent = name, tree.parent(name)
-        while type(parent) in (cst.Tuple, cst.List, cst.Element, cst.StarredElement):
+        node: cst.CSTNode = name
+        parent = tree.parent(name)
+        while parent is not None and type(parent) in (cst.Tuple, cst.List, cst.Element, cst.StarredElement):
             node, parent = parent, tree.parent(parent)
-        field_name = _BINDING_FIELDS.get(type(parent))
+        field_name = _BINDING_FIELDS.get(type(parent)) if parent is not None else None
         if field_name is None or getattr(parent, field_name) is not node:
             continue
         assignment = tree.parent(parent) if node is name and type(parent) is cst.AssignTarget else None

@@ -44,8 +44,8 @@ import libcst as cst
 
 from ..frameworks import CALLED_AS_FORWARD, FRAMEWORK_CONSTRUCTORS, FRAMEWORK_TUPLE_CONSTRUCTORS, MODULE_WRAPPERS, READING_LOGGERS, TRAINER_RUNS
 from ..torch_api import AUTOGRAD_INTERNALS, AUTOGRAD_RECORD
-from .assignments import assigned_names, local_names
 from .module_info import ModuleInfo
+from .read_later import graphs_read_later
 from .symbol_tables import function_scopes
 from .syntax import code_of, dotted_name
 from .values import TENSOR, ListOf, Origin, Structure, TupleOf
@@ -397,52 +397,17 @@ class ClosedWorld:
         scopes = function_scopes(self.analysis.source)
         return None if scopes is None else {(f.get_name(), f.get_lineno()): frozenset(f.get_frees()) for f in scopes if f.get_frees()}
 
-    @cached_property
-    def _globals_of_functions(self) -> frozenset[str]:
-        """The names some function of the file reads or writes as the module's (every name its
-        body holds where Python cannot read the source)."""
-        scopes = function_scopes(self.analysis.source)
-        if scopes is None:
-            tree = self.analysis.tree
-            return frozenset(name.value for f in tree.findall(self.analysis.module, cst.FunctionDef) for name in tree.findall(f.body, cst.Name))
-        return frozenset(name for f in scopes for name in f.get_globals())
-
     def graphs_read_later(self, scope: cst.CSTNode) -> set[Origin]:
         """Graph nodes that code ``scope`` keeps for later may read wherever it runs, which the
-        dataflow does not follow: the values of the names a nested function (its free variables)
-        or a lambda reads from ``scope``, and the receiver of a backward or an update taken as a
-        value (``again = loss.backward``). Asked for each retained backward: kept by scope."""
+        dataflow does not follow (``read_later``). Asked for each retained backward: kept by scope."""
         if scope not in self._read_later:
-            self._read_later[scope] = self._graphs_read_later(scope)
+            taken = [
+                cst.ensure_type(f.node, cst.Attribute).value
+                for f in self._found
+                if f.construct is METHOD_TAKEN and self.analysis.contains(scope, f.node)
+            ]
+            self._read_later[scope] = graphs_read_later(self.analysis, scope, self._free_names, taken)
         return self._read_later[scope]
-
-    def _graphs_read_later(self, scope: cst.CSTNode) -> set[Origin]:
-        analysis, tree = self.analysis, self.analysis.tree
-        free: set[str] = set()
-        for function in tree.findall(scope, cst.FunctionDef):
-            if function is not scope:
-                free |= self._free_names(function)
-        for lam in tree.findall(scope, cst.Lambda):
-            free |= {name.value for name in tree.findall(lam.body, cst.Name)} - _parameter_names(lam.params)
-        # A parameter's default is kept by its function (``def again(t=loss)``), and a global any
-        # function of the file reads is read wherever it is called: what ``scope`` holds in one, or
-        # stores into one (``KEPT["loss"] = loss``).
-        defaults = [p.default for f in [*tree.findall(scope, cst.FunctionDef), *tree.findall(scope, cst.Lambda)] if f is not scope
-                    for p in _all_parameters(f.params) if p.default is not None]  # fmt: skip
-        shared = self._globals_of_functions - (local_names(scope, tree) if isinstance(scope, cst.FunctionDef) else set())
-        free |= shared | {name.value for default in defaults for name in tree.findall(default, cst.Name)}
-        stores = [s for s in tree.findall(scope, cst.SimpleStatementLine) if assigned_names(s, tree=tree) & shared]
-        read: list[cst.BaseExpression] = list(tree.findall(scope, cst.Name, lambda name: name.value in free))
-        read += [name for store in stores for name in tree.findall(store, cst.Name)]
-        read += [
-            cst.ensure_type(f.node, cst.Attribute).value for f in self._found if f.construct is METHOD_TAKEN and analysis.contains(scope, f.node)
-        ]
-        nodes: set[Origin] = set()
-        for expression in read:
-            value = analysis.value_read(expression) if type(expression) is cst.Name or type(expression) is cst.Attribute else None
-            if value is not None and value.graph:
-                nodes |= analysis.value_nodes(value)
-        return nodes
 
     def _code_of_scope(self, scope: cst.CSTNode) -> list[cst.CSTNode]:
         """What runs when ``scope`` runs: a function's body, or the module's statements but its
@@ -762,15 +727,6 @@ class ClosedWorld:
                 return True
             parent = self.analysis.tree.parent(parent)
         return False
-
-
-def _all_parameters(parameters: cst.Parameters) -> list[cst.Param]:
-    stars = [star for star in (parameters.star_arg, parameters.star_kwarg) if isinstance(star, cst.Param)]
-    return [*parameters.posonly_params, *parameters.params, *parameters.kwonly_params, *stars]
-
-
-def _parameter_names(parameters: cst.Parameters) -> set[str]:
-    return {p.name.value for p in _all_parameters(parameters)}
 
 
 def _is_slice(target: cst.Subscript) -> bool:

@@ -103,7 +103,7 @@ class Loop:
                 for statement in tree.findall(self.node.body, cst.SimpleStatementLine)
                 if any(type(small) is cst.Assign and tree.findall(small.value, cst.Call, is_detach) for small in statement.body)
             )
-            written = {name for statement in detaching for name in assigned_names(statement, tree=tree)}
+            written: set[str | None] = {name for statement in detaching for name in assigned_names(statement, tree=tree)}
             # (detached in place, ``h.detach_()``, or bound to its data, ``h = h.data``)
             written |= {dotted_name(method_receiver(call)) for call in tree.findall(self.node.body, cst.Call) if method_called(call) == "detach_"}
             written |= {

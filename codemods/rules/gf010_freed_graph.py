@@ -260,8 +260,9 @@ class Classifier(pl.LightningModule):
         holds the first (``if ...: loss.backward()``) and before the one that holds the second
         (``try: loss.backward()``) that reads a gradient (``p.grad``): the program means the first
         backward's gradients alone, before the second adds to them."""
-        tree, node = self.analysis.tree, second.statement
-        while (block := self.analysis.block_of(node)) is not None:
+        tree = self.analysis.tree
+        node: cst.CSTNode | None = second.statement
+        while node is not None and (block := self.analysis.block_of(node)) is not None:
             holding = tree.child_holding(block.owner, first.statement)
             if holding is not None:
                 between = block.statements[block.index(holding) + 1 : block.index(node)]
@@ -269,8 +270,6 @@ class Classifier(pl.LightningModule):
             node = tree.parent(block.owner)
             while node is not None and self.analysis.block_of(node) is None:
                 node = tree.parent(node)
-            if node is None:
-                return None
         return None
 
     def _restarted_sum(self, earlier: BackwardSite, site: BackwardSite) -> Fix | None:
