@@ -41,25 +41,15 @@ for step in range(3):
     opt.step()
 """
 
-GLOBAL_CONTAINER = """\
-import torch
-import torch.nn as nn
-
-torch.manual_seed(0)
-KEPT = {}
-
-
-def extra_pass():
-    (0.5 * KEPT["loss"]).backward()
-
-
+# A ``main()`` whose loop keeps each step's loss where ``extra_pass`` backwards it again (KEEP).
+MAIN = """\
 def main():
     net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     for step in range(3):
         loss = net(torch.randn(8, 4)).pow(2).mean()
         opt.zero_grad()
-        KEPT["loss"] = loss
+KEEP
         loss.backward(retain_graph=True)
         extra_pass()
         opt.step()
@@ -67,31 +57,11 @@ def main():
 
 main()
 """
-
-DEFAULT_ARGUMENT = """\
-import torch
-import torch.nn as nn
-
-torch.manual_seed(0)
-
-
-def main():
-    net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    for step in range(3):
-        loss = net(torch.randn(8, 4)).pow(2).mean()
-        opt.zero_grad()
-
-        def extra_pass(t=loss):
-            (0.5 * t).backward()
-
-        loss.backward(retain_graph=True)
-        extra_pass()
-        opt.step()
-
-
-main()
-"""
+HEADER = "import torch\nimport torch.nn as nn\n\ntorch.manual_seed(0)\n"
+GLOBAL_CONTAINER = (
+    HEADER + 'KEPT = {}\n\n\ndef extra_pass():\n    (0.5 * KEPT["loss"]).backward()\n\n\n' + MAIN.replace("KEEP", '        KEPT["loss"] = loss')
+)
+DEFAULT_ARGUMENT = HEADER + "\n\n" + MAIN.replace("KEEP", "\n        def extra_pass(t=loss):\n            (0.5 * t).backward()\n")
 
 NODE_CALLED = """\
 import torch

@@ -44,6 +44,16 @@ def test_a_second_backward_is_removed_safely_only_where_the_layer_saved_for_cert
     assert (subprocess.run([sys.executable, "-c", source], capture_output=True, timeout=300).returncode == 0) is runs
     found = [f for f in gradfix.check(source, hints=True).findings if f.code == "GF001"]
     assert ["hint" if f.hint else f.fix and f.fix.value for f in found] == [fix]
+    if fix == "hint":
+        assert "a parameter that may not require grad" in found[0].message
+
+
+def test_a_frozen_layers_graph_through_a_square_saves_and_is_reported():
+    """The variant that hides the fact: the square keeps what it squares, whatever the layer saves."""
+    source = PROGRAM.replace("FROZEN", "model.weight.requires_grad_(False)").replace("(model(x) - y).mean()", "(model(x) - y).pow(2).mean()")
+    assert subprocess.run([sys.executable, "-c", source], capture_output=True, timeout=300).returncode != 0
+    found = [f for f in gradfix.check(source, hints=True).findings if f.code == "GF001"]
+    assert [(f.hint, f.fix and f.fix.value) for f in found] == [(False, "safe")]
 
 
 # The same program with the layer inside a module class of the file.
