@@ -81,3 +81,13 @@ def test_a_list_emptied_through_a_name_that_may_hold_another_is_a_hint(alias, ru
     found = findings_of(source, "GF004", mode=FixMode.SAFE)
     assert len(found) == 1 and found[0].hint
     assert "empties `pending` in place, which may hold the same list as `losses`" in found[0].message
+
+
+def test_a_list_a_function_may_bind_anew_is_not_emptied_through_its_alias(runs, tmp_path):
+    # (``restart`` binds the global ``losses`` to a copy: ``pending`` then holds the old list, and the
+    # emptying leaves the copy's graphs; a call between is no binding the block shows)
+    restart = "def restart():\n    global losses\n    losses = list(losses)\n\n\n"
+    source = restart + _program("pending = losses\n            restart()", "pending.clear()")
+    assert SECOND_BACKWARD in run_error(runs, tmp_path, source)
+    found = findings_of(source, "GF004", mode=FixMode.SAFE)
+    assert len(found) == 1 and "`losses` carries the graph of the previous iteration" in found[0].message

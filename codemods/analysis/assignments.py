@@ -354,7 +354,8 @@ def names_bound_to_one_object(module: cst.Module, tree: SyntaxTree) -> dict[str,
     other: a name whose every binding in the file is ``alias = store`` (``store`` a plain name),
     and each name it is bound to. Where ``alias`` still holds what ``store`` held when it was bound,
     they are one object: emptying it in place through either empties what both hold. (A name bound
-    any other way anywhere in the file, or an attribute, shares nothing here.)"""
+    any other way anywhere in the file, an attribute, or a name a ``global`` or ``nonlocal``
+    statement names, which a call of another function may bind anew, shares nothing here.)"""
     bound_to: dict[str, set[str]] = {}
     other_bindings: set[str] = set()
     for name in tree.findall(module, cst.Name):
@@ -370,11 +371,13 @@ def names_bound_to_one_object(module: cst.Module, tree: SyntaxTree) -> dict[str,
             bound_to.setdefault(name.value, set()).add(assignment.value.value)
         else:
             other_bindings.add(name.value)
+    declared: list[cst.Global | cst.Nonlocal] = [*tree.findall(module, cst.Global), *tree.findall(module, cst.Nonlocal)]
+    rebound_elsewhere = {item.name.value for statement in declared for item in statement.names}
     partners: dict[str, set[str]] = {}
     for alias, stores in bound_to.items():
-        if alias in other_bindings:
+        if alias in other_bindings | rebound_elsewhere:
             continue
-        for store in stores - {alias}:
+        for store in stores - {alias} - rebound_elsewhere:
             partners.setdefault(alias, set()).add(store)
             partners.setdefault(store, set()).add(alias)
     return {name: frozenset(others) for name, others in partners.items()}

@@ -347,7 +347,7 @@ class ClosedWorld:
         """The scopes holding ``about`` (a function, or the module for top-level code) and the
         file's functions they call, transitively."""
         path: list[cst.CSTNode] = []
-        pending = [part for node in about for part in self._code_of_scope(self._scope_of(node))]
+        pending = [part for node in about for part in self._code_of_scope(self.analysis.tree.scope_of(node) or self.analysis.module)]
         while pending:
             scope = pending.pop()
             if any(scope is seen for seen in path):
@@ -415,15 +415,6 @@ class ClosedWorld:
         if isinstance(scope, cst.Module):
             return [s for s in scope.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
         return [scope]
-
-    def _scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
-        scope: cst.CSTNode = node
-        while not isinstance(scope, (cst.FunctionDef, cst.Module)):
-            parent = self.analysis.tree.parent(scope)
-            if parent is None:
-                return self.analysis.module
-            scope = parent
-        return scope
 
     def functions_called(self, scope: cst.CSTNode) -> Iterator[cst.FunctionDef]:
         """The file's functions and methods the calls in ``scope`` run."""

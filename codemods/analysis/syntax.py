@@ -10,6 +10,7 @@ from typing import Sequence, TypeGuard, overload
 import libcst as cst
 
 from ..frameworks import HOOK_RETURNED_LOSS_KEY
+from ..torch_api import VIEW_METHODS
 from .tree import LAYOUT, find_nodes
 from .values import TENSOR, ListOf, RecordOf, Structure, TupleOf
 
@@ -106,6 +107,21 @@ def method_receiver(call: cst.CSTNode) -> cst.BaseExpression:
 def is_detach(call: cst.CSTNode) -> bool:
     """``x.detach()`` or ``x.detach_()``."""
     return method_called(call) in ("detach", "detach_")
+
+
+def is_view(node: cst.CSTNode) -> bool:
+    """``x.t()``, ``x.view(...)`` (``VIEW_METHODS``), ``x[0]``, ``x[:, 1:3]``: a view of ``x``."""
+    if type(node) is cst.Call:
+        return method_called(node) in VIEW_METHODS
+    if type(node) is cst.Subscript:
+        return all(
+            type(element.slice) is cst.Slice
+            and all(part is None or type(part) is cst.Integer for part in (element.slice.lower, element.slice.upper, element.slice.step))
+            or type(element.slice) is cst.Index
+            and type(element.slice.value) is cst.Integer
+            for element in node.slice
+        )
+    return False
 
 
 def turns_gradients_off(call: cst.CSTNode) -> bool:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import libcst as cst
 
@@ -141,7 +141,7 @@ for batch, target in loader:
                 "a layer of its graph has a parameter that may not require grad, and may then save no tensor: "
                 "this call would run and add the gradient again, which the program may mean"
             )
-        between = self._run_between(first, second)
+        between = self.analysis.run_between(first, second)
         unseen_between = "gradfix cannot list what runs between the two calls" if between is None else ""
         unread = next(filter(None, (self.analysis.call_that_may_read_gradients(s, changing_only=True) for s in between or ())), None)
         if unread is not None:
@@ -181,41 +181,6 @@ for batch, target in loader:
         # gradient again: dropping it changes the maths. So may code between them that gradfix
         # does not see (a helper that zeroes the gradients).
         return Fix(safe=self._freed_by_the_first(first, second) and seen_between, remove=(second.statement,))
-
-    def _run_between(self, first: BackwardSite, second: BackwardSite) -> Sequence[cst.CSTNode] | None:
-        """What runs after the first call and before the second, where gradfix can list it: going out from the second
-        call's statement (through the statements around it: a ``try``, an ``if``, a loop, with what runs before it in
-        each block and each one's header) to the block that holds the first call's statement, the statements between
-        the two; or, where the first call is a statement of a function's own body, the rest of that function and
-        what follows the statement that calls it. None where gradfix cannot list it. (A function of another checked
-        file is its call: its summary says only that it backwards what it returns, not what runs after that.)"""
-        function = first.scope.node if first.tensors else None
-        rest = (
-            function.body.body[function.body.body.index(first.statement) + 1 :]
-            if isinstance(function, cst.FunctionDef) and first.statement in function.body.body
-            else None
-        )
-        after: list[cst.CSTNode] = []
-        node: cst.CSTNode = second.statement
-        while (block := self.analysis.block_of(node)) is not None:
-            before = block.statements[: block.index(node)]
-            if first.statement in before:
-                return [*before[before.index(first.statement) + 1 :], *after]
-            calling = [i for i, statement in enumerate(before) if rest is not None and self._calls(statement, function)]
-            if calling:
-                return [*(rest or ()), *before[calling[-1] + 1 :], *after]
-            owner = self.analysis.tree.parent(block.owner)
-            while isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally)):
-                owner = self.analysis.tree.parent(owner)
-            if not isinstance(owner, (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.Match)):
-                return None
-            header = (getattr(owner, "test", None), getattr(owner, "iter", None), getattr(owner, "subject", None))
-            after = [*(n for n in header if n is not None), *(item.item for item in getattr(owner, "items", ())), *before, *after]
-            node = owner
-        return None
-
-    def _calls(self, statement: cst.CSTNode, function: cst.CSTNode | None) -> bool:
-        return any(self.analysis.function_called(call) is function for call in self.analysis.tree.findall(statement, cst.Call))
 
     def _freed_by_the_first(self, first: BackwardSite, second: BackwardSite) -> bool:
         """Whether the second backward certainly walks a tensor the first one freed: it backwards

@@ -16,13 +16,12 @@ from ..analysis import (
     code_of,
     expand,
     is_single_assignment,
-    method_called,
+    is_view,
     read_names,
 )
 from ..edits import Fix
 from ..report import FixKind
 from ..rule import Rule, Violation
-from ..torch_api import VIEW_METHODS
 
 
 class ForwardOutsideLoop(Rule):
@@ -163,7 +162,7 @@ for epoch in range(epochs):
         view of a parameter shares its storage, sees every update made in place, and saves nothing."""
         built = [o for o in expand(site.value.origins, loop) if isinstance(o, Origin) and o.statement in hoisted]
         read = set().union(*(read_names(statement) for statement in hoisted))
-        return bool(built) and all(_is_view(o.node) for o in built) and not read & assigned_names(loop.node.body, rebinding_only=True)
+        return bool(built) and all(is_view(o.node) for o in built) and not read & assigned_names(loop.node.body, rebinding_only=True)
 
     def _fix(self, hoisted: Sequence[cst.BaseStatement], loop: Loop, safe: bool) -> Fix | None:
         body = loop.node.body
@@ -249,18 +248,3 @@ for epoch in range(epochs):
                 return True
             parent = self.analysis.tree.parent(parent)
         return False
-
-
-def _is_view(node: cst.CSTNode) -> bool:
-    """``x.t()``, ``x.view(...)`` (``VIEW_METHODS``), ``x[0]``, ``x[:, 1:3]``: a view of ``x``."""
-    if type(node) is cst.Call:
-        return method_called(node) in VIEW_METHODS
-    if type(node) is cst.Subscript:
-        return all(
-            type(element.slice) is cst.Slice
-            and all(part is None or type(part) is cst.Integer for part in (element.slice.lower, element.slice.upper, element.slice.step))
-            or type(element.slice) is cst.Index
-            and type(element.slice.value) is cst.Integer
-            for element in node.slice
-        )
-    return False

@@ -256,21 +256,10 @@ class Classifier(pl.LightningModule):
         return False
 
     def _gradients_read_between(self, first: BackwardSite, second: BackwardSite) -> cst.CSTNode | None:
-        """In the innermost block that holds both backwards, the first statement after the one that
-        holds the first (``if ...: loss.backward()``) and before the one that holds the second
-        (``try: loss.backward()``) that reads a gradient (``p.grad``): the program means the first
-        backward's gradients alone, before the second adds to them."""
-        tree = self.analysis.tree
-        node: cst.CSTNode | None = second.statement
-        while node is not None and (block := self.analysis.block_of(node)) is not None:
-            holding = tree.child_holding(block.owner, first.statement)
-            if holding is not None:
-                between = block.statements[block.index(holding) + 1 : block.index(node)]
-                return next((statement for statement in between if self.analysis.reads_gradients(statement)), None)
-            node = tree.parent(block.owner)
-            while node is not None and self.analysis.block_of(node) is None:
-                node = tree.parent(node)
-        return None
+        """The first of what runs between the two backwards (``FileAnalysis.run_between``) that reads
+        a gradient (``p.grad``): the program means the first backward's gradients alone, before the
+        second adds to them."""
+        return next((node for node in self.analysis.run_between(first, second) or () if self.analysis.reads_gradients(node)), None)
 
     def _restarted_sum(self, earlier: BackwardSite, site: BackwardSite) -> Fix | None:
         """``loss.backward()``, then a loop that adds more to ``loss`` (``loss += part``) and backwards
