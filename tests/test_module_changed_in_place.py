@@ -79,3 +79,18 @@ def test_a_teacher_nothing_moves_gives_a_constant_target(runs, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(fixed)
     assert runs.run(script).status == "ok"
+
+
+def test_a_teacher_moved_by_code_gradfix_did_not_read_is_not_detached_safely(runs, tmp_path):
+    """The variant that hides the move: the average is taken in a module gradfix does not read, which
+    may change the teacher; no safe fix rests on the teacher being constant."""
+    (tmp_path / "averaging.py").write_text(
+        "import torch\n\n\ndef ema_update(teacher, student):\n    with torch.no_grad():\n"
+        "        for pt, ps in zip(teacher.parameters(), student.parameters()):\n            pt.mul_(0.9).add_(0.1 * ps)\n"
+    )
+    source = "from averaging import ema_update\n" + PROGRAM.replace("with torch.no_grad():\n        MOVE", "ema_update(teacher, student)")
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    assert runs.run(script).status == "error"
+    codes, fixed = _fixed(source)
+    assert codes == [] and fixed == ""
