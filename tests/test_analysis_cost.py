@@ -1,6 +1,7 @@
 """What a cold check computes, and how often: counted, never timed (the figures live in
 benchmarks/check_speed.py). Each test pins one way the analysis used to pay twice for one fact."""
 
+import collections
 import textwrap
 from pathlib import Path
 
@@ -283,6 +284,35 @@ CALLERS_BEFORE_CALLEES = {
             loss.backward()
             optimizer.step()
         """,
+    # (diffusers' DreamBooth datasets: ``__init__`` picks each image's bucket with a method written below it)
+    "a method its constructor calls, written after it": """
+        import torch
+
+
+        class Buckets:
+            def __init__(self, sizes):
+                self.sizes = sizes
+                self.picked = [self._nearest(size) for size in sizes]
+                self.images = [self.transform(torch.rand(3, size, size)) for size in self.picked]
+
+            def __getitem__(self, index):
+                return self.images[index]
+
+            def _nearest(self, size):
+                return min(self.sizes, key=lambda bucket: abs(bucket - size))
+
+            def transform(self, image):
+                return image * 2 - 1
+
+
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for image in Buckets([2, 2]).images:
+            loss = model(image.mean(0)).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """,
 }
 
 
@@ -299,6 +329,56 @@ def test_functions_written_before_what_they_call_are_walked_in_one_round(monkeyp
     monkeypatch.setattr(dataflow.DataflowAnalysis, "_run_module", lambda self, module: rounds.append(module) or run_module(self, module))
     assert [f.code for f in gradfix.check(textwrap.dedent(CALLERS_BEFORE_CALLEES[kind])).findings] == []
     assert len(rounds) == 1
+
+
+@pytest.mark.parametrize(
+    ("scale", "findings", "rounds"),
+    [
+        # what the method returns is a graph of the instance's parameter whatever it holds: one round
+        ("torch.nn.Parameter(torch.ones(1))", [("GF006", 10)], 1),
+        # what it returns depends on what the constructor left (a number: no graph): a second round
+        ("2.0", [], 2),
+    ],
+)
+def test_a_method_summarized_ahead_of_its_constructor_is_read_again_where_the_constructor_changes_its_summary(monkeypatch, scale, findings, rounds):
+    """A method the constructor calls is summarized before the constructor is walked, from an
+    empty instance; where what it returns depends on what the constructor left on the instance
+    (``self.scale``), that summary is not the final one, and the module is walked again."""
+    from gradfix.codemods.analysis import dataflow
+
+    source = textwrap.dedent(
+        f"""
+        import torch
+
+
+        class Scaled(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(4, 1)
+                self.scale = {scale}
+                self.offset = self.shifted()
+
+            def forward(self, x):
+                return self.linear(x) + self.offset
+
+            def shifted(self):
+                return self.scale * 2.0
+
+
+        model = Scaled()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in [torch.randn(2, 4)] * 3:
+            loss = model(x).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """
+    )
+    analyses: list[int] = []
+    run_module = dataflow.DataflowAnalysis._run_module
+    monkeypatch.setattr(dataflow.DataflowAnalysis, "_run_module", lambda self, module: analyses.append(id(self)) or run_module(self, module))
+    assert [(f.code, f.line) for f in gradfix.check(source).findings] == findings
+    assert set(collections.Counter(analyses).values()) == {rounds}
 
 
 def test_a_function_defined_twice_keeps_its_definitions_walked_as_written(monkeypatch):

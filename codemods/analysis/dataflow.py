@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import reduce
 from itertools import compress
 from operator import attrgetter, not_
-from typing import Callable, Sequence, TypeVar, Union, cast
+from typing import Callable, Sequence, Union, cast
 
 import libcst as cst
 
@@ -31,6 +31,7 @@ from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs
 from .syntax import decorator_callee, dotted_name, is_grad, method_called
 from .torch_facts import TorchNames
 from .tree import SyntaxTree, node_types
+from .walk_order import called_on_self, callees_first, in_walk_order
 from .values import (
     LEAF,
     NOTHING,
@@ -51,8 +52,6 @@ from .values import (
 )
 
 _MAX_PASSES = 4
-Definition = Union[cst.FunctionDef, cst.ClassDef]  # (what a definition statement binds its name to)
-D = TypeVar("D", bound=Definition)
 _MAX_SUMMARY_ROUNDS = 5
 
 
@@ -127,7 +126,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                 self._attributes_of.setdefault(".".join(parts[:end]), []).append(attribute)
         self.backward_sites: dict[cst.Call, BackwardSite] = {}
         self.returned_with_arguments: dict[object, Value] = {}
-        self._module_walk_order = self._in_walk_order(module.body)
+        self._module_walk_order = in_walk_order(module.body, tree)
         for _ in range(_MAX_SUMMARY_ROUNDS):
             known = {key for key, summary in self.summaries.items() if summary.has_effect}
             arguments = {callee: graph_facts(env) for callee, env in self.arguments.items()}
@@ -309,48 +308,42 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         constructor = next((f for f in methods if f.name.value == "__init__"), None)
         constructed: Env = {}
         if constructor is not None:
+            self._summarize_ahead(constructor, methods, node.name.value)
             end = self._define_function(constructor, node.name.value) or {}
             constructed = {name: value for name, value in end.items() if name.startswith("self.")}
         self._constructed[node.name.value] = constructed
-        in_callee_order = iter(self._callees_first([f for f in methods if f is not constructor], on_self=True))
+        in_callee_order = iter(callees_first([f for f in methods if f is not constructor], on_self=True, tree=self._tree))
         for statement in node.body.body:
             if isinstance(statement, cst.FunctionDef) and statement is not constructor:
                 self._define_function(next(in_callee_order), node.name.value, constructed)
             elif isinstance(statement, cst.ClassDef):
                 self._define_class(statement)
 
-    def _callees_first(self, functions: list[D], on_self: bool) -> list[D]:
-        """``functions`` in the order their walks read each other's summaries final: a function before those that call it
-        (a method: on ``self``, ``self.reset()``; else by its name), else as written (in a cycle, callees as met).
-        What each walk starts from does not depend on the order (what ``__init__`` leaves, the module's names before
-        the definitions), so the order decides only whether a caller meets its callee's summary in this round or in
-        the next one: a whole round more, for most classes and scripts. A name defined twice (a property's setter, a
-        function redefined) keeps the order as written: the last definition is the one its summary must be of."""
-        by_name = {function.name.value: function for function in functions}
-        if len(by_name) < len(functions):
-            return functions
-        ordered: dict[D, None] = {}
-        for function in functions:
-            _place_after_callees(function, by_name, ordered, on_self, self._tree)
-        return list(ordered)
-
-    def _in_walk_order(self, body: Sequence[cst.CSTNode]) -> list[cst.CSTNode]:
-        """A module's statements, each run of function and class definitions in a row in
-        callee-first order (``_callees_first``; a class calls what its methods call, and is called
-        where it is constructed): the definitions only bind names, whatever their order, and a
-        method runs where it is called, after the module's definitions (a dataset class whose
-        ``__getitem__`` calls a function defined below it takes one round, not two)."""
-        walked: list[cst.CSTNode] = []
-        run: list[Definition] = []
-        for statement in [*body, None]:
-            if type(statement) is cst.FunctionDef or type(statement) is cst.ClassDef:
-                run.append(statement)
-                continue
-            walked.extend(self._callees_first(run, on_self=False))
-            run = []
-            if statement is not None:
-                walked.append(statement)
-        return walked
+    def _summarize_ahead(self, constructor: cst.FunctionDef, methods: list[cst.FunctionDef], class_name: str) -> None:
+        """Summarizes the methods ``constructor`` calls on ``self`` (``self._load()``) before it is
+        walked, where no round has summarized them yet: walked after it, as they must be (they
+        start from what it leaves on the instance), they would have no summary for it to read, and
+        the whole module would be walked again for it. Each is walked from an empty instance, and
+        everything that walk recorded is undone but its summary, which the constructor reads as a
+        summary read before the definition (``_summary``): a round ends final only where it is the
+        summary the method's own walk ends with (``_saw_final_facts``)."""
+        by_name = {method.name.value: method for method in methods if method is not constructor}
+        called = called_on_self(constructor, by_name, self._tree)
+        ahead = [
+            method
+            for method in callees_first(list(by_name.values()), on_self=True, tree=self._tree)
+            if method.name.value in called and (class_name, method.name.value) not in self.summaries
+        ]
+        if not ahead:
+            return
+        before = {name: _copied(value) for name, value in vars(self).items()}
+        for method in ahead:
+            self._define_function(method, class_name, {})
+        summarized: dict[object, cst.FunctionDef] = {(class_name, method.name.value): method for method in ahead}
+        summaries: dict[object, FunctionSummary] = {key: self.summaries[key] for key in summarized}
+        vars(self).update(before)
+        self.summaries.update(summaries)
+        self.summarized_functions.update(summarized)
 
     # blocks and statements -------------------------------------------------------------------
     def _exec_body(self, suite: cst.BaseSuite, env: Env) -> Env | None:
@@ -775,24 +768,11 @@ def _reads_what_the_last_call_kept(method: Loop) -> bool:
     return bool(kept) and not expand(made, method).isdisjoint(kept)
 
 
-def _place_after_callees(function: D, by_name: dict[str, D], ordered: dict[D, None], on_self: bool, tree: SyntaxTree) -> None:
-    """Adds ``function`` to ``ordered`` after the definitions of ``by_name`` it calls (on ``self``,
-    ``on_self``; else by name: a class, what its methods call), and theirs. (A function of the
-    module, not a closure: a closure that calls itself is a cycle, which would keep the tree alive
-    past reference counting.)"""
-    if function in ordered:
-        return
-    ordered[function] = None  # (placed again below, after its callees: a cycle stops here)
-    receiver = function.params.params[0].name.value if on_self and isinstance(function, cst.FunctionDef) and function.params.params else None
-    for call in tree.findall(function.body, cst.Call):
-        func = call.func
-        if on_self and type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == receiver:
-            called = func.attr.value
-        elif not on_self and type(func) is cst.Name:
-            called = func.value
-        else:
-            continue
-        if called in by_name:
-            _place_after_callees(by_name[called], by_name, ordered, on_self, tree)
-    del ordered[function]
-    ordered[function] = None
+def _copied(value: object) -> object:
+    """``value`` with the containers it holds copied two levels deep (a dict of sets, a dict of
+    lists): what a walk records in the analysis's tables, so that it can be undone."""
+    if type(value) is dict:
+        return {key: type(item)(item) if type(item) in (dict, set, list) else item for key, item in value.items()}
+    if type(value) is set or type(value) is list:
+        return type(value)(value)
+    return value
