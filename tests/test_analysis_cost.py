@@ -313,6 +313,38 @@ CALLERS_BEFORE_CALLEES = {
             loss.backward()
             optimizer.step()
         """,
+    # (Lightning's strategies: a property with a setter, and methods calling the ones below them)
+    "a class with a property setter": """
+        import torch
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self._lr = 0.1
+
+            @property
+            def lr(self):
+                return self._lr
+
+            @lr.setter
+            def lr(self, value):
+                self._lr = value
+
+            def fit(self, batches):
+                optimizer = self.optimizer()
+                for x, y in batches:
+                    loss = ((self.model(x) - y) ** 2).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+            def optimizer(self):
+                return torch.optim.SGD(self.model.parameters(), lr=self.lr)
+
+
+        Trainer(torch.nn.Linear(4, 1)).fit([(torch.randn(2, 4), torch.randn(2, 1))] * 3)
+        """,
 }
 
 
@@ -383,7 +415,8 @@ def test_a_method_summarized_ahead_of_its_constructor_is_read_again_where_the_co
 
 def test_a_function_defined_twice_keeps_its_definitions_walked_as_written(monkeypatch):
     """Walking a run of definitions callee-first must not walk an earlier definition of a name
-    last: Python calls the last one, and its summary is the one a caller must read."""
+    last: Python calls the last one, and its summary is the one a caller must read (its earlier
+    definitions are walked first, then the callees first)."""
     from gradfix.codemods.analysis import dataflow
 
     source = textwrap.dedent(
@@ -410,5 +443,5 @@ def test_a_function_defined_twice_keeps_its_definitions_walked_as_written(monkey
     )
     module = parse_decoded(source, "<test>")
     FileAnalysis(module, {}, source)
-    definitions = [statement for statement in module.body if isinstance(statement, cst.FunctionDef)]
-    assert walked[: len(definitions)] == definitions
+    main, make, remade = [statement for statement in module.body if isinstance(statement, cst.FunctionDef)]
+    assert walked[:3] == [make, remade, main]

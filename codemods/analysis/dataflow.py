@@ -308,7 +308,10 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         constructor = next((f for f in methods if f.name.value == "__init__"), None)
         constructed: Env = {}
         if constructor is not None:
-            self._summarize_ahead(constructor, methods, node.name.value)
+            by_name = {method.name.value: method for method in methods if method is not constructor}
+            called = called_on_self(constructor, by_name, self._tree)
+            in_order = callees_first(list(by_name.values()), on_self=True, tree=self._tree)
+            self._summarize_ahead([method for method in in_order if method.name.value in called], node.name.value, {})
             end = self._define_function(constructor, node.name.value) or {}
             constructed = {name: value for name, value in end.items() if name.startswith("self.")}
         self._constructed[node.name.value] = constructed
@@ -319,28 +322,21 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             elif isinstance(statement, cst.ClassDef):
                 self._define_class(statement)
 
-    def _summarize_ahead(self, constructor: cst.FunctionDef, methods: list[cst.FunctionDef], class_name: str) -> None:
-        """Summarizes the methods ``constructor`` calls on ``self`` (``self._load()``) before it is
-        walked, where no round has summarized them yet: walked after it, as they must be (they
-        start from what it leaves on the instance), they would have no summary for it to read, and
-        the whole module would be walked again for it. Each is walked from an empty instance, and
-        everything that walk recorded is undone but its summary, which the constructor reads as a
-        summary read before the definition (``_summary``): a round ends final only where it is the
-        summary the method's own walk ends with (``_saw_final_facts``)."""
-        by_name = {method.name.value: method for method in methods if method is not constructor}
-        called = called_on_self(constructor, by_name, self._tree)
-        ahead = [
-            method
-            for method in callees_first(list(by_name.values()), on_self=True, tree=self._tree)
-            if method.name.value in called and (class_name, method.name.value) not in self.summaries
-        ]
-        if not ahead:
+    def _summarize_ahead(self, functions: list[cst.FunctionDef], class_name: str, env: Env) -> None:
+        """Summarizes the methods ``functions`` a constructor of ``class_name`` calls on ``self``
+        (``self._load()``) where no round has yet, before the constructor is walked: walked after
+        it, as they must be (they start from what it leaves on the instance), they would have no
+        summary for it to read, and the whole module would be walked again for it. Each is walked
+        from ``env``, and everything that walk recorded is undone but its summary, which the
+        constructor reads as a summary read before the definition (``_summary``): a round ends
+        final only where it is the summary the method's own walk ends with (``_saw_final_facts``)."""
+        summarized = {key: function for function in functions if (key := callee_key(function, class_name)) not in self.summaries}
+        if not summarized:
             return
         before = {name: _copied(value) for name, value in vars(self).items()}
-        for method in ahead:
-            self._define_function(method, class_name, {})
-        summarized: dict[object, cst.FunctionDef] = {(class_name, method.name.value): method for method in ahead}
-        summaries: dict[object, FunctionSummary] = {key: self.summaries[key] for key in summarized}
+        for function in summarized.values():
+            self._define_function(function, class_name, env)
+        summaries = {key: self.summaries[key] for key in summarized}
         vars(self).update(before)
         self.summaries.update(summaries)
         self.summarized_functions.update(summarized)

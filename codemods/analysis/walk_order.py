@@ -19,13 +19,12 @@ def callees_first(functions: list[D], on_self: bool, tree: SyntaxTree) -> list[D
     (a method: on ``self``, ``self.reset()``; else by its name), else as written (in a cycle, callees as met).
     What each walk starts from does not depend on the order (what ``__init__`` leaves, the module's names before
     the definitions), so the order decides only whether a caller meets its callee's summary in this round or in
-    the next one: a whole round more, for most classes and scripts. A name defined twice (a property's setter, a
-    function redefined) keeps the order as written: the last definition is the one its summary must be of."""
+    the next one: a whole round more, for most classes and scripts. Of a name defined twice (a property's setter, a
+    function redefined) the earlier definitions come first, as written: the last definition is the one its summary
+    must be of."""
     by_name = {function.name.value: function for function in functions}
-    if len(by_name) < len(functions):
-        return functions
-    ordered: dict[D, None] = {}
-    for function in functions:
+    ordered: dict[D, None] = {function: None for function in functions if by_name[function.name.value] is not function}
+    for function in by_name.values():
         _place_after_callees(function, by_name, ordered, on_self, tree)
     return list(ordered)
 
