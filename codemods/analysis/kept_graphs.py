@@ -3,7 +3,8 @@ anew (or as no graph): a call of a function that hands back what outlives its ca
 fills, ``functools.lru_cache`` and other code gradfix did not read, a generator's frame), a
 parameter's default that is not a literal, an attribute an earlier call or a class body set, a
 name of the module a function writes. Walked again by the next backward, such a graph needs the
-``retain_graph=True`` that kept it: GF009 does not drop it safely there.
+``retain_graph=True`` that kept it: GF009 does not drop it safely there. And the other way: a graph
+built outside a function that each call rebinds is read by its first call alone (GF006).
 
 ``KeptGraphs`` reads the file's ``FileAnalysis``, which builds it: it names it, and does not import it.
 """
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 import weakref
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import libcst as cst
 
 from .assignments import assigned_names, target_names
 from .backward_calls import BackwardSite
+from .function_summaries import callee_key
+from .loops import Scope
 from .syntax import dotted_name
 from .values import FunctionOf, Origin
 
@@ -31,6 +34,41 @@ class KeptGraphs:
         # cycle collector.
         self.analysis = weakref.proxy(analysis)
         self._getters_read: set[str] = set()
+
+    def reaches_the_next_call(self, scope: Scope, statement: cst.CSTNode, names: Iterable[str]) -> bool | None:
+        """Whether the graph ``statement`` built outside the function ``scope``, in ``names`` it
+        reads, is still there when the function is called again, as the function's summary says
+        what a call leaves its caller: False where every path through a call rebinds each of them
+        to a graph of its own, and leaves that graph in no name (SAC's ``self.alpha =
+        self.log_alpha.exp()`` at the end of each update: the graph the constructor built is read
+        by the first call alone); None where the function rebinds one of them on some paths only,
+        or hands its object to a call (``setattr(self, ...)``, ``refresh(self)``, a method gradfix did
+        not read), which may rebind any attribute of it; True where it rebinds none."""
+        function = scope.node
+        if (
+            not isinstance(function, cst.FunctionDef)
+            or (summary := self.analysis._dataflow.summaries.get(callee_key(function, scope.class_name))) is None
+        ):
+            return True
+        left = summary.left_for_caller
+        names = set(names)
+        kept = {name for name, value in left.items() if any(source.statement is statement for source in self.analysis.value_nodes(value))}
+        if not kept and names <= set(left):
+            return False
+        receiver = function.params.params[0].name.value if scope.class_name is not None and function.params.params else None
+        on_the_object = receiver is not None and any(name.startswith(receiver + ".") for name in names)
+        if names & kept & assigned_names(function.body, tree=self.analysis.tree) or on_the_object and self._hands_its_object_away(function, receiver):
+            return None
+        return True
+
+    def _hands_its_object_away(self, method: cst.FunctionDef, receiver: str | None) -> bool:
+        """Whether ``method`` hands the object it runs on (``receiver``) to a call, or to a method
+        gradfix did not read."""
+        return method in self.analysis._dataflow.forgetting_methods or any(
+            type(argument.value) is cst.Name and argument.value.value == receiver
+            for call in self.analysis.tree.findall(method.body, cst.Call)
+            for argument in call.args
+        )
 
     def may_return_what_it_kept(self, call: cst.Call) -> bool:
         """Whether ``call`` may hand back a graph an earlier call built: code gradfix did not read, a generator

@@ -41,7 +41,10 @@ class CachedGraph(Rule):
     step function reads, an attribute ``__init__`` sets that ``forward``, ``training_step`` or a
     trainer's step method reads (the neural style tutorial's ``StyleLoss`` keeps
     ``self.target = gram_matrix(target_feature).detach()`` for this reason), unless a fresh
-    instance is made in every step.
+    instance is made in every step, or the step function rebinds it on every path to a graph of its
+    own (SAC's ``self.alpha = self.log_alpha.exp()`` at the end of each update): the value built once
+    is then read by the first step alone. Rebound on some paths only, or by a call the method hands
+    its object to, it may be: the finding is a hint.
 
     Why it fails: The first step's backward walks into the target's graph and frees it; the second
     raises ``RuntimeError: Trying to backward through the graph a second time``.
@@ -135,6 +138,9 @@ for step in range(steps):
             and not self.analysis.loops_around(statement)
             and self._made_once(statement, scope)
         ]
+        # (what each call rebinds on every path reaches the first call alone)
+        reaching = {id(s): self.analysis.kept_graphs.reaches_the_next_call(scope, s, assigned_names(s) & read) for s in cached}
+        cached = [statement for statement in cached if reaching[id(statement)] is not False]
         constant = self.analysis.untrained_graph(built)
         for statement in cached:
             seen.add(id(statement))
@@ -168,7 +174,9 @@ for step in range(steps):
                 fix,
                 related=(function,),
                 sites=tuple(site for site in self.analysis.backward_sites if site.scope.node is function),
-                guess=self.analysis.closed_world.unread_guess([statement]) or self._only_possible(statement),
+                guess=self.analysis.closed_world.unread_guess([statement])
+                or self._only_possible(statement)
+                or self._rebound_on_some_paths(statement, function, read, reaching[id(statement)]),
             )
 
     def _made_once(self, statement: cst.CSTNode, scope: Scope) -> bool:
@@ -184,6 +192,18 @@ for step in range(steps):
             constructor is not None
             and any(s is statement for s in constructor.body.body)
             and not self.analysis.constructed_every_step(scope.class_name)
+        )
+
+    @staticmethod
+    def _rebound_on_some_paths(statement: cst.CSTNode, function: cst.FunctionDef, read: set[str], reaching: bool | None) -> str:
+        """Why the graph ``statement`` built may be read by the first call of ``function`` alone: it
+        may rebind what the statement assigns (``reaches_the_next_call``)."""
+        if reaching is not None:
+            return ""
+        shown = ", ".join(f"`{n}`" for n in sorted(assigned_names(statement) & read))
+        return (
+            f"`{function.name.value}` may rebind {shown} (on some paths, or in a call it hands its object to), "
+            "and its next call then reads that graph instead"
         )
 
     def _recompute_fix(self, statement: cst.CSTNode, scope: Scope) -> Fix | None:
