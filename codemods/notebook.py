@@ -354,12 +354,15 @@ def _code_lines(text: str) -> list[str]:
 
 
 def _masked(source: str) -> list[str]:
+    """A cell's lines with IPython's syntax masked. A cell magic whose body is not Python masks the
+    whole cell; one whose body is (``%%time``, ``%%capture``) runs that body as a cell of its own,
+    which may start with a cell magic in turn (``%%capture`` then ``%%bash``)."""
     lines = _code_lines(source)
     if lines and lines[0].startswith("%%"):
         magic = (lines[0][2:].split() or [""])[0]
         if magic not in PYTHON_CELL_MAGICS:
             return [_mask(line, "") for line in lines]
-        return [_mask(lines[0], ""), *_masked_magics(lines[1:])]
+        return [_mask(lines[0], ""), *_masked("".join(lines[1:]))]
     return _masked_magics(lines)
 
 

@@ -71,6 +71,16 @@ def test_shell_lines_under_a_python_cell_magic_are_masked():
     compile(source, "nb", "exec")
 
 
+def test_a_python_cell_magic_runs_its_body_as_a_cell_that_may_start_with_a_cell_magic():
+    # deep-rl-class's unit8 notebook (h90): `%%capture` hands its body to IPython as a cell of its
+    # own, whose `%%bash` makes the rest shell lines, never Python.
+    data = notebook_of("%%capture\n%%bash\n\napt-get install build-essential zlib1g-dev \\\nnasm tar\necho done\n", "import torch")
+    source = Notebook(data, "nb.ipynb").source.decode()
+    for line in ("%%capture", "%%bash", "apt-get install build-essential zlib1g-dev \\", "nasm tar", "echo done"):
+        assert f"pass  # gradfix-magic: {line}\n" in source
+    compile(source, "nb", "exec")
+
+
 def test_shell_lines_continued_by_a_backslash_and_magics_that_are_a_whole_block_are_masked():
     # IPython joins a shell line ending with a backslash to the next, and runs `!cmd` or `%time`
     # as the whole body of an `if` or `with`.
