@@ -618,6 +618,8 @@ class ClosedWorld:
         read = self.analysis.value_read(expression) if isinstance(expression, (cst.Name, cst.Attribute)) else None
         if read is not None and read.structure is TENSOR:
             return True  # (``self.data`` the program assigned a tensor)
+        if isinstance(expression, cst.Call) and self.analysis.returns_a_tensor(expression):
+            return True  # (``solution(x).view(-1, 1)`` of the file's function that returns one)
         if isinstance(expression, cst.BinaryOperation):
             return self._names_a_tensor(expression.left) or self._names_a_tensor(expression.right)
         if isinstance(expression, cst.UnaryOperation):

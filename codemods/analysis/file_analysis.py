@@ -34,7 +34,7 @@ from .class_exports import module_class_exports
 from .torch_names import collect_torch_names
 from .tree import SyntaxTree
 from .loops import Carried, Loop, Scope, expand
-from .values import TENSOR, ListOf, Origin, TupleOf, Value
+from .values import NOTHING, TENSOR, ListOf, Origin, TupleOf, Value
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,19 @@ class FileAnalysis:
         """The file's function (or method, or module's ``forward``) whose summary ``call`` was read by, if any."""
         callee = self._dataflow.callees.get(call)
         return self._dataflow.summarized_functions.get(callee) if callee is not None else None
+
+    def returns_a_tensor(self, call: cst.Call) -> bool:
+        """Whether ``call`` runs a plain function of the file (no decorator, not a generator or a
+        coroutine) that ends in a ``return`` and hands back a tensor at every one."""
+        function = self.function_called(call)
+        if function is None or function.decorators or function.asynchronous:
+            return False
+        last = function.body.body[-1]
+        return (
+            type(last.body[-1] if type(last) is cst.SimpleStatementLine else last) is cst.Return
+            and self._dataflow.returned.get(function, NOTHING).structure is TENSOR
+            and all(value.structure is TENSOR for value in self._dataflow.returns.get(function, ()))
+        )
 
     def value_assigned(self, expression: cst.BaseExpression) -> Value | None:
         """What an assignment's value (or a target of ``a, b = ...`` got), ``+=`` adds or ``.append(...)`` stores evaluated to (None: unreached)."""
