@@ -114,6 +114,13 @@ def test_gf007_an_item_of_a_dict_summed_with_augmented_assignment(store, verdict
         (_meter(store="    losses.update(loss, x.size(0))\n    flush(losses.val)", extra="\nfrom logs import flush\n"), "reported"),
         (_meter(store="    losses.update(loss, x.size(0))\n    losses.log()", extra="\n    def log(self):\n        flush(self.sum)\n"), "reported"),
         (_meter(store="    losses.update(loss, x.size(0))\n    print(float(losses.val), losses.count)"), "fixed"),  # read by builtins
+        # its __dict__ only read (the ImageNet example's __str__, h90's moco), or written: then a stored
+        # attribute may hide `update`
+        (_meter(extra='\n    def __str__(self):\n        return "{val} ({avg})".format(**self.__dict__)\n'), "fixed"),
+        (_meter(extra="\n    def show(self):\n        return dict(self.__dict__.items())\n"), "fixed"),
+        (_meter(extra="\n    def load(self, state):\n        self.__dict__.update(state)\n"), "silent"),
+        (_meter(extra="\n    def load(self, state):\n        self.__dict__ = state\n"), "silent"),
+        (_meter(extra="\n    def state(self):\n        return save(self.__dict__)\n"), "silent"),
     ],
 )
 def test_gf007_a_loss_a_method_of_the_file_adds_to_its_object(source, verdict):

@@ -37,9 +37,10 @@ def placeholder(method: cst.FunctionDef, names: TorchNames) -> bool:
 def stored_attribute_names(tree: SyntaxTree) -> set[str] | None:
     """The names of the attributes the file stores on any object (``x.name = ...``, ``x.name += ...``,
     ``setattr(x, "name", ...)``); None where it may store one whose name it does not write out
-    (``setattr(x, key, ...)``, an object's ``__dict__``)."""
+    (``setattr(x, key, ...)``, an object's ``__dict__`` used other than read: a meter's
+    ``fmt.format(**self.__dict__)`` stores nothing)."""
     module = tree.module
-    if tree.names(module, ("__dict__",)):
+    if any(not _only_reads(name, tree) for name in tree.names(module, ("__dict__",))):
         return None
     names: set[str] = set()
     targets: list[cst.BaseExpression] = [t.target for t in tree.findall(module, cst.AssignTarget)]
@@ -60,6 +61,29 @@ def stored_attribute_names(tree: SyntaxTree) -> set[str] | None:
                 return None
             names.add(name.evaluated_value if isinstance(name.evaluated_value, str) else "")
     return names
+
+
+# What reads an object's ``__dict__`` and never writes it: ``x.__dict__.items()``.
+_READING_DICT_METHODS = frozenset({"items", "keys", "values", "get", "copy"})
+
+
+def _only_reads(name: cst.Name, tree: SyntaxTree) -> bool:
+    """Whether ``name``, a ``__dict__``, is an object's dict that is only read: unpacked (``**x.__dict__``
+    into a call or a dict display) or asked one of ``_READING_DICT_METHODS``."""
+    attribute = tree.parent(name)
+    if type(attribute) is not cst.Attribute or attribute.attr is not name:
+        return False
+    used = tree.parent(attribute)
+    if type(used) is cst.Arg:
+        return used.star == "**"
+    if type(used) is cst.StarredDictElement:
+        return True
+    return (
+        type(used) is cst.Attribute
+        and used.attr.value in _READING_DICT_METHODS
+        and type(called := tree.parent(used)) is cst.Call
+        and called.func is used
+    )
 
 
 # Decorators whose function runs its body as written (gradient mode aside, which the dataflow reads):
