@@ -33,8 +33,6 @@ from ..torch_api import (
     SAVING_NOTHING_FUNCTIONS,
     SAVING_NOTHING_METHODS,
     TUPLE_FUNCTIONS,
-    WITH_INDICES,
-    WITH_INDICES_GIVEN_A_DIMENSION,
     is_optimizer_class,
 )
 from . import backward_calls
@@ -429,6 +427,11 @@ class CallSemantics:
         return called if forward is None else self._freed_inside(node, forward, called)
 
     def _torch_call(self, node: cst.Call, qualified: str, values: list[Value]) -> Value:
+        unbound = qualified[len("torch.Tensor.") :] if qualified.startswith("torch.Tensor.") else ""
+        if unbound in _TENSOR_METHODS and values and node.args[0].keyword is None and not node.args[0].star:
+            # ``torch.Tensor.detach(x)`` is ``x.detach()``: the method, called on its first argument
+            if (value := _TENSOR_METHODS[unbound](node, values[0])) is not None:
+                return value
         if qualified.rsplit(".", 1)[-1] in CREATION_FUNCTIONS or qualified.count(".") == 1 and qualified[6:] in NON_DIFFERENTIABLE:
             return Value(structure=TENSOR, graphless=True)
         if qualified.startswith("torch.distributions."):
@@ -443,7 +446,7 @@ class CallSemantics:
         """What each target of ``a, b = f(...)`` holds, for a function of the file whose every return writes out a tuple of
         that length: nothing, where the returns prove an item graphless (``return loss, acc.item()``, ``return penalty,
         mean.detach()``); the graph of the whole call for any other item, guessed where the returns prove it no tensor."""
-        if len(targets) == 2 and self._returns_indices(call):
+        if len(targets) == 2 and self.names.returns_indices(call):
             return [item_of(whole, TENSOR), Value(structure=TENSOR, graphless=True)]
         items = self._call_items.get(call)
         if items is None or len(items) != len(targets):
@@ -461,24 +464,6 @@ class CallSemantics:
                 )
             values.append(Value(structure=item.structure, graphless=True) if item.graphless else value)
         return values
-
-    def _returns_indices(self, call: cst.Call) -> bool:
-        """Whether ``call`` is a torch reduction (function or tensor method) that returns values
-        and their indices."""
-        qualified = self.names.qualify(call.func) or ""
-        positional = [arg.value for arg in call.args if arg.keyword is None]
-        if qualified.startswith("torch.") and qualified.count(".") == 1:
-            name, after = qualified[6:], positional[1:2]  # (the tensor is the first argument)
-        elif isinstance(call.func, cst.Attribute) and not self.names.is_torch(call.func):
-            name, after = call.func.attr.value, positional[:1]
-        else:
-            return False
-        # A dimension is ``dim=`` or a whole number written out: ``torch.max(x, y)`` of two tensors
-        # (or ``x.max(y)``) returns their elementwise maximum, one tensor with the graph of both.
-        dimension = any(arg.keyword is not None and arg.keyword.value == "dim" for arg in call.args) or any(
-            _is_whole_number(value) for value in after
-        )
-        return name in WITH_INDICES or name in WITH_INDICES_GIVEN_A_DIMENSION and dimension
 
     def _escape(self, values: Sequence[Value]) -> None:
         """Graphs handed to code gradfix does not follow, which may backward them later."""
@@ -747,13 +732,6 @@ class CallSemantics:
 # gradient (even a number: ``w * 2`` raises when walked again).
 _SAVING_OPERATORS = (cst.Multiply, cst.Divide, cst.Power, cst.MatrixMultiply)
 _SAVING_ASSIGNMENTS = (cst.MultiplyAssign, cst.DivideAssign, cst.PowerAssign, cst.MatrixMultiplyAssign)
-
-
-def _is_whole_number(node: cst.BaseExpression) -> bool:
-    """``1``, ``-1``: a literal integer."""
-    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus:
-        node = node.expression
-    return type(node) is cst.Integer
 
 
 def _number_library_result(qualified: str, values: Sequence[Value]) -> bool:

@@ -15,7 +15,7 @@ import libcst as cst
 
 from ..frameworks import EXCEPTION_KEEPING_CONTEXTS
 from ..summaries import ExportedModuleClass
-from ..torch_api import FUNCTION_NAMESPACES, MODULE_RETURNING, TORCH_SUBMODULES
+from ..torch_api import FUNCTION_NAMESPACES, MODULE_RETURNING, TORCH_SUBMODULES, WITH_INDICES, WITH_INDICES_GIVEN_A_DIMENSION
 from .module_info import ModuleInfo
 from .scopes import Scopes
 from .syntax import dotted_name
@@ -189,6 +189,24 @@ class TorchNames:
         name = self.qualify(node)
         return name is not None and name.split(".")[0] == "torch"
 
+    def returns_indices(self, call: cst.Call) -> bool:
+        """Whether ``call`` is a torch reduction (function or tensor method) that returns values
+        and their indices."""
+        qualified = self.qualify(call.func) or ""
+        positional = [arg.value for arg in call.args if arg.keyword is None]
+        if qualified.startswith("torch.") and qualified.count(".") == 1:
+            name, after = qualified[6:], positional[1:2]  # (the tensor is the first argument)
+        elif isinstance(call.func, cst.Attribute) and not self.is_torch(call.func):
+            name, after = call.func.attr.value, positional[:1]
+        else:
+            return False
+        # A dimension is ``dim=`` or a whole number written out: ``torch.max(x, y)`` of two tensors
+        # (or ``x.max(y)``) returns their elementwise maximum, one tensor with the graph of both.
+        dimension = any(arg.keyword is not None and arg.keyword.value == "dim" for arg in call.args) or any(
+            _is_whole_number(value) for value in after
+        )
+        return name in WITH_INDICES or name in WITH_INDICES_GIVEN_A_DIMENSION and dimension
+
     def module_class(self, callee: cst.CSTNode) -> str | None:
         """If calling ``callee`` constructs an nn.Module, the class's short name."""
         name = self.qualify(callee)
@@ -232,3 +250,10 @@ class TorchNames:
         if class_name and name.startswith("self."):
             return self.self_modules.get(class_name, {}).get(name[5:])
         return None
+
+
+def _is_whole_number(node: cst.BaseExpression) -> bool:
+    """``1``, ``-1``: a literal integer."""
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus:
+        node = node.expression
+    return type(node) is cst.Integer
