@@ -112,6 +112,7 @@ class FunctionSummaries:
             and site.tensor.value in parameters
             and not site.loops
             and self._unconditional(site.statement, node)
+            and not self._rebound_before(site.tensor.value, site.statement, node)
         )
         name = node.name.value if class_name is None else f"{class_name}.{node.name.value}"
         defaults = {
@@ -163,6 +164,12 @@ class FunctionSummaries:
     @staticmethod
     def _unconditional(statement: cst.CSTNode, function: cst.FunctionDef) -> bool:
         return any(s is statement for s in function.body.body)
+
+    def _rebound_before(self, name: str, statement: cst.CSTNode, function: cst.FunctionDef) -> bool:
+        """Whether a statement of ``function``'s body before ``statement`` may bind ``name`` again:
+        a backward of it there backwards what the body made, not what the caller passed."""
+        earlier = function.body.body[: [id(s) for s in function.body.body].index(id(statement))]
+        return any(name in assigned_names(s, tree=self._tree) for s in earlier)
 
     def _call_summary(self, call: cst.Call, env: Env) -> Value | None:
         """A call of a function or method of the checked code whose summary backwards an argument

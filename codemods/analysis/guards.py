@@ -71,11 +71,13 @@ def read_only_where_assigned(
             assigning.setdefault(expression_key(branch.test), []).append(branch)
         if isinstance(branch.orelse, cst.Else) and _always_assigns(branch.orelse.body, name, runs_to_its_end):
             otherwise.append(branch)
+    # (a ``while`` runs as often in every iteration only where it may be taken to run: ``inner_loops_run``)
+    inner_loops: list[cst.For | cst.While] = [*tree.findall(body, cst.For), *(tree.findall(body, cst.While) if inner_loops_run else ())]
     passes = [
         inner
-        for inner in tree.findall(body, cst.For)
+        for inner in inner_loops
         if _first_pass_assigns(tree, inner.body, name, runs_to_its_end)
-        and (inner_loops_run or _same_trip_count(tree, bound, inner.iter, written, names.qualify))
+        and (inner_loops_run or isinstance(inner, cst.For) and _same_trip_count(tree, bound, inner.iter, written, names.qualify))
     ]
     reads = [n for n in tree.names(body, [name]) if n in reached]
     if not ((assigning or passes or otherwise) and reads):
@@ -86,7 +88,7 @@ def read_only_where_assigned(
     # every read comes after its statement: the arm taken, this iteration assigned it; not taken,
     # no iteration does, and what is read is the value from before the loop, never a previous
     # iteration's.
-    arms: list[tuple[cst.CSTNode, cst.If | cst.For]] = [
+    arms: list[tuple[cst.CSTNode, cst.If | cst.For | cst.While]] = [
         *((branch.body, branch) for group in assigning.values() for branch in group),
         *((inner, inner) for inner in passes),
         *((cst.ensure_type(branch.orelse, cst.Else), branch) for branch in otherwise),
@@ -213,7 +215,7 @@ def _invariant(tree: SyntaxTree, test: cst.BaseExpression, written: set[str]) ->
     return not tree.findall(test, cst.Call) and not read_names(test, tree) & written
 
 
-def _runs_before(tree: SyntaxTree, branch: cst.If | cst.For, read: cst.CSTNode, written: set[str]) -> bool:
+def _runs_before(tree: SyntaxTree, branch: cst.If | cst.For | cst.While, read: cst.CSTNode, written: set[str]) -> bool:
     """Whether ``branch`` comes before ``read`` and its test is reached whenever the read is: from
     the branch up to the first statement that holds the read too, no inner loop (which may run no
     time), no ``try``, and only tests that answer the same every iteration (not ``if step % 2:``)."""
