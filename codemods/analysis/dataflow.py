@@ -307,35 +307,34 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
         constructor = next((f for f in methods if f.name.value == "__init__"), None)
         constructed: Env = {}
+        in_callee_order = callees_first([f for f in methods if f is not constructor], on_self=True, tree=self._tree)
         if constructor is not None:
-            by_name = {method.name.value: method for method in methods if method is not constructor}
-            called = called_on_self(constructor, by_name, self._tree)
-            in_order = callees_first(list(by_name.values()), on_self=True, tree=self._tree)
-            self._summarize_ahead([method for method in in_order if method.name.value in called], node.name.value, {})
+            called = called_on_self(constructor, {method.name.value: method for method in in_callee_order}, self._tree)
+            self._summarize_ahead([method for method in in_callee_order if method.name.value in called], node.name.value)
             end = self._define_function(constructor, node.name.value) or {}
             constructed = {name: value for name, value in end.items() if name.startswith("self.")}
         self._constructed[node.name.value] = constructed
-        in_callee_order = iter(callees_first([f for f in methods if f is not constructor], on_self=True, tree=self._tree))
+        walked = iter(in_callee_order)
         for statement in node.body.body:
             if isinstance(statement, cst.FunctionDef) and statement is not constructor:
-                self._define_function(next(in_callee_order), node.name.value, constructed)
+                self._define_function(next(walked), node.name.value, constructed)
             elif isinstance(statement, cst.ClassDef):
                 self._define_class(statement)
 
-    def _summarize_ahead(self, functions: list[cst.FunctionDef], class_name: str, env: Env) -> None:
+    def _summarize_ahead(self, functions: list[cst.FunctionDef], class_name: str) -> None:
         """Summarizes the methods ``functions`` a constructor of ``class_name`` calls on ``self``
         (``self._load()``) where no round has yet, before the constructor is walked: walked after
         it, as they must be (they start from what it leaves on the instance), they would have no
         summary for it to read, and the whole module would be walked again for it. Each is walked
-        from ``env``, and everything that walk recorded is undone but its summary, which the
-        constructor reads as a summary read before the definition (``_summary``): a round ends
+        from an empty instance, and everything that walk recorded is undone but its summary, which
+        the constructor reads as a summary read before the definition (``_summary``): a round ends
         final only where it is the summary the method's own walk ends with (``_saw_final_facts``)."""
         summarized = {key: function for function in functions if (key := callee_key(function, class_name)) not in self.summaries}
         if not summarized:
             return
         before = {name: _copied(value) for name, value in vars(self).items()}
         for function in summarized.values():
-            self._define_function(function, class_name, env)
+            self._define_function(function, class_name, {})
         summaries = {key: self.summaries[key] for key in summarized}
         vars(self).update(before)
         self.summaries.update(summaries)
