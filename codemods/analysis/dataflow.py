@@ -411,13 +411,13 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             after = self._run_loop(statement, env, iteration)
             return self._exec_else(statement, after)
         if type(statement) is cst.With:
-            no_grad = any(self._is_no_grad(item.item) for item in statement.items)
+            no_grad = any(self._is_no_grad(item.item, env) for item in statement.items)
             for item in statement.items:
                 self._eval(item.item, env)
                 if item.asname is not None:
                     self._assign(item.asname.name, self._context_value(item.item, env), env)
             saved = self._no_grad
-            if any(self._may_enable_grad(item.item) for item in statement.items):
+            if any(self._may_enable_grad(item.item, env) for item in statement.items):
                 self._no_grad = 0  # (``with torch.enable_grad():`` inside ``no_grad``: graphs again)
             self._no_grad += no_grad
             try:
@@ -701,24 +701,29 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             self._globals_declared[scope] = declared
         return declared
 
-    def _is_no_grad(self, node: cst.BaseExpression) -> bool:
+    def _is_no_grad(self, node: cst.BaseExpression, env: Env | None = None) -> bool:
         """A context that turns gradients off for certain: ``torch.no_grad()``, ``torch.inference_mode()`` (not given
-        ``False``), ``torch.set_grad_enabled(False)``."""
+        ``False``), ``torch.set_grad_enabled(False)``, or of a name that holds False on every path to it in ``env``
+        (``training = False``, the ``else`` of ``if training:``)."""
         if not isinstance(node, cst.Call):
             return False
         name = self.names.qualify(node.func)
         first = node.args[0].value if node.args else None
         if name in NO_GRAD_CONTEXTS:
             return first is None or type(first) is cst.Name and first.value == "True"
-        return name == GRAD_MODE_SWITCH and type(first) is cst.Name and first.value == "False"
+        return (
+            name == GRAD_MODE_SWITCH
+            and type(first) is cst.Name
+            and (first.value == "False" or env is not None and env.get(truth_key(first.value)) is TESTED_FALSE)
+        )
 
-    def _may_enable_grad(self, node: cst.BaseExpression) -> bool:
+    def _may_enable_grad(self, node: cst.BaseExpression, env: Env) -> bool:
         """A context that may turn gradients back on: ``torch.enable_grad()``, ``torch.set_grad_enabled(flag)`` with
         a flag not ``False``, ``torch.inference_mode(False)``."""
         if not isinstance(node, cst.Call):
             return False
         name = self.names.qualify(node.func)
-        return name in GRAD_ENABLING_CONTEXTS or (name == GRAD_MODE_SWITCH or name in NO_GRAD_CONTEXTS) and not self._is_no_grad(node)
+        return name in GRAD_ENABLING_CONTEXTS or (name == GRAD_MODE_SWITCH or name in NO_GRAD_CONTEXTS) and not self._is_no_grad(node, env)
 
     # graphs ----------------------------------------------------------------------------------
     def walked_nodes(self, value: Value, stops_at: Value) -> frozenset[Origin]:

@@ -350,6 +350,8 @@ class Expressions:
         self._forget_attributes(name, env)
         self._forget_slots(name, env)
         env.pop(truth_key(name), None)
+        if type(source) is cst.Name and source.value in ("True", "False") and "." not in name and name not in self._parameter_names():
+            env[truth_key(name)] = TESTED_TRUE if source.value == "True" else TESTED_FALSE  # (``training = False``)
         if self._names_an_object(target):
             value = NOTHING  # model = DDP(model), engine, optimizer, … = deepspeed.initialize(…): not tensors
         if "." in name:
@@ -470,6 +472,12 @@ class Expressions:
             self._forget_attributes(name, env)
             if name == "self" and self._scope.class_name is not None:
                 self.forgetting_methods.add(self._scope.node)
+
+    def _parameter_names(self) -> set[str]:
+        """The parameters of the function being walked: what a path's test says of one is said of what
+        the caller passed (``returned_given``), which a literal bound to it later is not."""
+        function = self._scope.node
+        return {p.name.value for p in function.params.params} if type(function) is cst.FunctionDef else set()
 
     def _forget_attributes(self, name: str, env: Env) -> None:
         """What was known of ``name``'s attributes (``model.hidden``), once ``name`` or its object may have changed."""
