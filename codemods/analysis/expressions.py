@@ -142,8 +142,9 @@ class Expressions:
                 # ``history[-2:]``: a list of some of its items, which only may be those a backward freed
                 return base if not base.freed or all(_whole(e.slice) for e in node.slice) else base.changed(freed_unsure=True)
             element = element_of(base)
-            if not isinstance(base.structure, (ListOf, TupleOf)):
-                # (an item of a container not known item by item, a dict that escaped: what it may hold)
+            if not isinstance(base.structure, TupleOf):
+                # (an item of a container not known item by item, a dict that escaped: what it may hold; one
+                # item of a list, which gradfix does not tell from the others a backward may have freed)
                 element = item_replaced(element)
             loop = self._loops[-1] if self._loops else None
             if (
