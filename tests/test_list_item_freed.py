@@ -1,6 +1,7 @@
-"""One item read out of a list by an index (``KEPT[-1]``) is not told apart from the list's other
-items, some of which an earlier backward may have freed: a graph freed through the list is only
-may-freed for the item read. h89's generator found GF010 reporting, as a default finding, the
+"""One item read out of a list the program grows (``KEPT.append(loss)``, then ``KEPT[-1]``) is not told
+apart from the list's other items, some of which an earlier backward may have freed: a graph freed
+through the list is only may-freed for the item read (an item of a list written out once and never
+grown is what the list holds: test_rules_gf010_guessed). h89's generator found GF010 reporting, as a default finding, the
 backward of the list's newest loss, whose graph a ``retain_graph=True`` had kept (the program runs).
 Without the retain the program fails, and GF010 reports it too, as a hint: which item is read is
 what gradfix does not prove either way."""

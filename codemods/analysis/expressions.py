@@ -13,9 +13,10 @@ from typing import Iterator, cast
 import libcst as cst
 
 from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES
-from .assignments import assigned_names, names_bound_to_one_object, read_names, target_names
+from .assignments import APPENDING_METHODS, assigned_names, names_bound_to_one_object, read_names, target_names
 from .loops import Element, Env, join_envs, join_values
 from .syntax import constant_key, dotted_name, is_name
+from .tree import SyntaxTree
 from .values import (
     CONSTANT,
     LEAF,
@@ -142,9 +143,10 @@ class Expressions:
                 # ``history[-2:]``: a list of some of its items, which only may be those a backward freed
                 return base if not base.freed or all(_whole(e.slice) for e in node.slice) else base.changed(freed_unsure=True)
             element = element_of(base)
-            if not isinstance(base.structure, TupleOf):
+            if not isinstance(base.structure, (ListOf, TupleOf)) or self._grown(node.value):
                 # (an item of a container not known item by item, a dict that escaped: what it may hold; one
-                # item of a list, which gradfix does not tell from the others a backward may have freed)
+                # item of a list the program grows, which gradfix does not tell from the others a backward
+                # may have freed)
                 element = item_replaced(element)
             loop = self._loops[-1] if self._loops else None
             if (
@@ -474,6 +476,12 @@ class Expressions:
             if name == "self" and self._scope.class_name is not None:
                 self.forgetting_methods.add(self._scope.node)
 
+    def _grown(self, container: cst.BaseExpression) -> bool:
+        """Whether the program adds items to what ``container`` names (``KEPT.append(loss)``, ``+=``):
+        its items are then of different steps, and one of them is not told from the others."""
+        grown = self._tree.kept(_GROWN_LISTS, self._module, lambda: _grown_names(self._tree, self._module))
+        return dotted_name(container) in grown
+
     def _parameter_names(self) -> set[str]:
         """The parameters of the function being walked: what a path's test says of one is said of what
         the caller passed (``returned_given``), which a literal bound to it later is not."""
@@ -642,3 +650,16 @@ def _binds_one_to_the_other(statement: cst.CSTNode, name: str, other: str) -> bo
     if len(assignment.targets) != 1 or type(assignment.targets[0].target) is not cst.Name or type(assignment.value) is not cst.Name:
         return False
     return {assignment.targets[0].target.value, assignment.value.value} == {name, other}
+
+
+_GROWN_LISTS = "the names of the lists a module grows"  # (the question ``SyntaxTree.kept`` keeps its answer by)
+
+
+def _grown_names(tree: SyntaxTree, module: cst.Module) -> frozenset[str | None]:
+    """The names and attribute chains the module adds items to: receivers of ``append``, ``extend``,
+    ``insert``, and targets of ``+=``."""
+    appended = (
+        call.func.value for call in tree.findall(module, cst.Call) if type(call.func) is cst.Attribute and call.func.attr.value in APPENDING_METHODS
+    )
+    added = (statement.target for statement in tree.findall(module, cst.AugAssign))
+    return frozenset(dotted_name(node) for node in (*appended, *added))
