@@ -320,8 +320,8 @@ def item_of(container: Value, structure: Structure, differentiable: bool = False
 def item_replaced(item: Value) -> Value:
     """``item``, read out of a container whose items gradfix no longer knows one by one (the dict
     handed to another name, to a call, stored at a key it cannot read: UNKNOWNS 23; one item of a
-    list the program grows, which it does not tell from the others): what the container may hold, not what was
-    stored. A graph freed through it is only may-freed."""
+    list the program grows, which it does not tell from the others): what the container may hold,
+    not what was stored. A graph freed through it is only may-freed."""
     return item.changed(freed_unsure=True) if item.freed else item
 
 
