@@ -3,8 +3,8 @@ hands back one and it cannot end without a return: a tensor method called on the
 (``oscillator(d, w0, x).view(-1, 1)``, the harmonic-oscillator PINN notebook, h91) is then modelled,
 not code gradfix did not read, and GF003's fix of the physics residual built once before the loop
 is safe. Written ``y = oscillator(d, w0, x); y = y.view(-1, 1)`` it already was. A function of
-another module, one that may end without a return (``None``), or one under a decorator gradfix does
-not read hides that fact: the fix stays unsafe."""
+another module, one that may end without a return (``None``), one under a decorator gradfix does
+not read, or a lambda hides that fact: the fix stays unsafe."""
 
 import pytest
 
@@ -95,6 +95,8 @@ def test_a_tensor_method_of_a_call_of_a_function_returning_a_tensor_is_read(runs
         SOLUTION.replace("    return torch.exp(", "    if d > 0:\n        return torch.exp("),
         # a decorator gradfix does not read may hand back anything
         "@decorated\n" + SOLUTION,
+        # a lambda: no function of the file gradfix reads returns it
+        "oscillator = lambda d, w0, x: torch.exp(-d * x) * torch.cos(w0 * x)",
     ],
 )
 def test_a_call_whose_tensor_gradfix_cannot_prove_keeps_the_fix_unsafe(solution, runs, tmp_path):

@@ -714,8 +714,20 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         return (
             name == GRAD_MODE_SWITCH
             and type(first) is cst.Name
-            and (first.value == "False" or env is not None and env.get(truth_key(first.value)) is TESTED_FALSE)
+            and (
+                first.value == "False"
+                or env is not None
+                and env.get(truth_key(first.value)) is TESTED_FALSE
+                and not self._bound_elsewhere(first.value)
+            )
         )
+
+    def _bound_elsewhere(self, name: str) -> bool:
+        """Whether code other than the path being walked may bind ``name`` between its test or binding and a read:
+        a function of the module declares it ``global`` or ``nonlocal`` (``def turn_on(): global training``), or the
+        module hands its namespace to code (``globals()``, ``vars()``, ``exec``, ``eval``)."""
+        functions = self._tree.findall(self._module, cst.FunctionDef)
+        return bool(self._tree.names(self._module, ("globals", "vars", "exec", "eval"))) or any(name in self._declared_global(f) for f in functions)
 
     def _may_enable_grad(self, node: cst.BaseExpression, env: Env) -> bool:
         """A context that may turn gradients back on: ``torch.enable_grad()``, ``torch.set_grad_enabled(flag)`` with

@@ -19,7 +19,7 @@ import libcst as cst
 from ..frameworks import BackwardApi
 from ..summaries import ExportedSummary
 from . import backward_calls
-from .assignments import assigned_names
+from .assignments import assigned_names, read_names
 from .backward_calls import BackwardSite
 from .kept_on_self import KeptArgument, KeptOnSelf, kept_on_self
 from .loops import Env
@@ -166,10 +166,12 @@ class FunctionSummaries:
         return any(s is statement for s in function.body.body)
 
     def _rebound_before(self, name: str, statement: cst.CSTNode, function: cst.FunctionDef) -> bool:
-        """Whether a statement of ``function``'s body before ``statement`` may bind ``name`` again:
-        a backward of it there backwards what the body made, not what the caller passed."""
+        """Whether a statement of ``function``'s body before ``statement`` binds ``name`` again to a
+        value it does not read (``loss_d = critic(fake.detach()).mean()``): a backward of it there
+        backwards what the body made, not what the caller passed. One that reads it (``loss = loss *
+        2``, ``loss += reg``) still holds the caller's graph."""
         earlier = function.body.body[: [id(s) for s in function.body.body].index(id(statement))]
-        return any(name in assigned_names(s, tree=self._tree) for s in earlier)
+        return any(name in assigned_names(s, tree=self._tree) and name not in read_names(s, self._tree) for s in earlier)
 
     def _call_summary(self, call: cst.Call, env: Env) -> Value | None:
         """A call of a function or method of the checked code whose summary backwards an argument
