@@ -27,6 +27,7 @@ from .backward_calls import BackwardSite
 from .calls import CallSemantics
 from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, every_item_key, narrowed, truth_key
 from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, graph_facts, result_facts, summary_facts
+from .guards import bound_in_file, in_the_first_iteration
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
 from .syntax import decorator_callee, dotted_name, is_grad, method_called
 from .torch_facts import TorchNames
@@ -485,6 +486,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         while current is not None:
             self._eval(current.test, start)
             then_start, start = narrowed(current.test, start)
+            if self._loops:
+                then_start, start = in_the_first_iteration(self._tree, self._bound_names, self._frames[-1], current.test, then_start, start)
             branch_ends.append(self._exec_body(current.body, then_start))
             bodies.append(current.body)
             orelse = current.orelse
@@ -622,7 +625,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
                         head.pop(slot, None)
             for name in known_items:
                 self._carry_items(loop, name, env, items_left, head)
-            frame = Frame(loop)
+            frame = Frame(loop, head=dict(head), before=env)
             self._frames.append(frame)
             self._loops.append(loop)
             try:
@@ -687,6 +690,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             bound = {p.name.value for p in parameters} | local_names(function, self._tree)
             local = self._locals_of[function] = bound - self._declared_global(function)
         return local
+
+    def _bound_names(self) -> frozenset[str]:
+        return bound_in_file(self._module, self._tree, self.names)
 
     def _declared_global(self, scope: cst.CSTNode) -> frozenset[str]:
         """The names a function declares ``global`` or ``nonlocal``."""

@@ -20,7 +20,7 @@ from .optimizers import gradient_effects, steps_for_certain
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .exclusive_branches import ExclusiveBranches
-from .guards import bound_afresh, read_carried_only_under_tests, read_only_where_assigned
+from .guards import bound_afresh, bound_in_file, in_the_first_iteration_only, read_carried_only_under_tests, read_only_where_assigned
 from .contexts import context_bound_from_itself
 from .reach import GradientReach
 from .dataflow import DataflowAnalysis
@@ -264,11 +264,12 @@ class FileAnalysis:
     def read_carried_only_under_tests(self, loop: Loop, name: str) -> bool:  # (``loop`` only may carry ``name``: ``guards``)
         return read_carried_only_under_tests(self.tree, self._dataflow.read_values, self._bound_names, loop, name)
 
-    @cached_property
+    def runs_in_the_first_iteration_only(self, node: cst.CSTNode, loop: Loop) -> bool:  # (``guards``)
+        return in_the_first_iteration_only(self.tree, lambda: self._bound_names, loop, node)
+
+    @property
     def _bound_names(self) -> frozenset[str]:
-        """Every name the file binds: imports, functions, classes, assignments (which hide a builtin of the same name)."""
-        defined = {node.name.value for node in self.tree.findall(self.module, cst.FunctionDef)}
-        return frozenset(self.names.aliases.keys() | self.names.local_classes | defined | assigned_names(self.module, tree=self.tree))
+        return bound_in_file(self.module, self.tree, self.names)
 
     def runs_in_every_iteration(self, statement: cst.CSTNode, loop: Loop) -> bool:
         """Whether ``statement`` runs, once, in every iteration of ``loop``: nothing between them

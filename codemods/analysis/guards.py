@@ -24,7 +24,7 @@ from .syntax import expression_key, is_name
 from .unread_parameters import none_test
 
 if TYPE_CHECKING:
-    from .loops import Loop
+    from .loops import Env, Frame, Loop
     from .torch_facts import TorchNames
     from .tree import SyntaxTree
 
@@ -50,7 +50,8 @@ def read_only_where_assigned(
     answers the same both times, so what is read is always this iteration's value (or the read
     follows the assignment in the branch that makes it); or every write of ``name`` is in an arm
     that assigns it on every path under such a test (its body, or its ``else``) and each read
-    comes after one (an arm taken in one iteration is taken in all). An inner loop whose first pass assigns
+    comes after one (an arm taken in one iteration is taken in all), or sits in an arm of that
+    inner loop that its first iteration never takes. An inner loop whose first pass assigns
     ``name`` counts as such a test when it runs as often in every iteration (``SAME_TRIP_COUNT``),
     or, with ``inner_loops_run``, whatever it walks. ``reached``: the reads the dataflow got to;
     ``bound``: the names the file binds (a ``range`` of its own is not the builtin);
@@ -94,8 +95,11 @@ def read_only_where_assigned(
         *((cst.ensure_type(branch.orelse, cst.Else), branch) for branch in otherwise),
     ]
     writes = [statement for statement in tree.findall(body, cst.SimpleStatementLine) if _writes(statement, name)]
+    # (a read in an inner loop's arm that its first iteration never takes, ``if i > 0:``, follows that first pass)
     return all(any(tree.contains(arm, write) for arm, _ in arms) for write in writes) and all(
-        _guarded_like(tree, read, assigning, loop.node, written) or any(_runs_before(tree, statement, read, written) for _, statement in arms)
+        _guarded_like(tree, read, assigning, loop.node, written)
+        or any(_runs_before(tree, statement, read, written) for _, statement in arms)
+        or any(_arm_of_the_iteration(tree, lambda: bound, inner, read) is False for inner in passes)
         for read in reads
     )
 
@@ -109,7 +113,7 @@ def read_carried_only_under_tests(tree: SyntaxTree, reached: Container[cst.CSTNo
     names the file binds, a ``range`` of its own not the builtin)."""
     body = loop.node.body
     early = [read for read in tree.names(body, [name]) if read in reached and not _bound_earlier(tree, read, name, body)]
-    counter = _counter_from_zero(tree, loop, bound)
+    counter = _counter_from_zero(tree, loop.node, bound)
     return bool(early) and all(_under_a_test(tree, read, loop, name, counter) for read in early)
 
 
@@ -141,11 +145,80 @@ def _under_a_test(tree: SyntaxTree, read: cst.CSTNode, loop: Loop, name: str, co
 def _truth_where_carried(test: cst.BaseExpression, name: str, counter: str | None) -> bool | None:
     """What ``test`` answers in every iteration that finds a value the previous one left in ``name``:
     that value is a tensor, never None (``name is None`` is false), and it is there from the second
-    iteration on, where the loop's ``counter`` from 0 (``_counter_from_zero``) is at least 1 (``i``,
-    ``i > 0``, ``i != 0`` are true). None where gradfix cannot tell."""
+    iteration on (``_truth_after_the_first``). None where gradfix cannot tell."""
     tested = none_test(test)
     if tested is not None:
         return not tested[1] if tested[0] == name else None
+    return _truth_after_the_first(test, counter)
+
+
+def in_the_first_iteration(
+    tree: SyntaxTree, bound: Callable[[], Container[str]], frame: Frame, test: cst.BaseExpression, then_env: Env, else_env: Env
+) -> tuple[Env, Env]:
+    """The environments that start the two arms of an ``if`` that tests ``test`` in the body of
+    ``frame``'s loop (``then_env``, ``else_env``), where one arm is taken in the loop's first
+    iteration only (``if i == 0:``'s body, what ``if i > 0:`` skips to, in a loop that counts its
+    iterations from 0 in ``i``: ``_truth_after_the_first``): in that arm, each name the iteration has
+    not bound again since its head (it holds the head's value) holds what it held before the loop,
+    not what a previous iteration left, which the head joins in for every iteration
+    (``if it > 0: h = h.detach()`` never skips the detach of a previous iteration's ``h``).
+    ``bound``: the names the file binds (``bound_in_file``), asked for only where the test reads the
+    loop's counter."""
+    loop = frame.loop
+    if loop is None or loop.is_call:
+        return then_env, else_env
+    named = _named_counter(loop.node)
+    truth = _truth_after_the_first(test, named[1] if named else None)
+    if truth is None or _kept_counter(tree, loop.node, bound) is None:
+        return then_env, else_env
+    first = else_env if truth else then_env
+    for name, value in frame.head.items():
+        if first.get(name) is value and (before := frame.before.get(name)) is not None:
+            first[name] = before
+    return then_env, else_env
+
+
+def in_the_first_iteration_only(tree: SyntaxTree, bound: Callable[[], Container[str]], loop: Loop, node: cst.CSTNode) -> bool:
+    """Whether ``node`` of ``loop``'s body runs in the loop's first iteration only: in an arm of an
+    ``if`` or a conditional expression that only the first iteration takes (``in_the_first_iteration``),
+    and not in a function or lambda defined there, which may be called later. ``bound``: as there."""
+    return _arm_of_the_iteration(tree, bound, loop.node, node) is True
+
+
+def _arm_of_the_iteration(tree: SyntaxTree, bound: Callable[[], Container[str]], loop: cst.CSTNode, node: cst.CSTNode) -> bool | None:
+    """True where ``node``, in the body of the loop statement ``loop``, runs in its first iteration
+    only; False where only in later ones (``if i > 0:``'s body); None where gradfix cannot tell
+    (outside the loop, in a function or lambda defined in it, which may be called later)."""
+    named = _named_counter(loop)
+    body = cst.ensure_type(loop, cst.For).body if named is not None else None
+    if body is None or not tree.contains(body, node):
+        return None
+    while node is not body and (parent := tree.parent(node)) is not None:
+        if isinstance(parent, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return None
+        if isinstance(parent, (cst.If, cst.IfExp)) and node is not parent.test:
+            truth = _truth_after_the_first(parent.test, named[1] if named else None)
+            if truth is not None and _kept_counter(tree, loop, bound) is not None:
+                return truth is not (node is parent.body)
+        node = parent
+    return None
+
+
+def bound_in_file(module: cst.Module, tree: SyntaxTree, names: TorchNames) -> frozenset[str]:
+    """Every name the file binds: imports, functions, classes, assignments (which hide a builtin of the same name)."""
+
+    def bound() -> frozenset[str]:
+        defined = {node.name.value for node in tree.findall(module, cst.FunctionDef)}
+        return frozenset(names.aliases.keys() | names.local_classes | defined | assigned_names(module, tree=tree))
+
+    return tree.kept(bound_in_file, module, bound)
+
+
+def _truth_after_the_first(test: cst.BaseExpression, counter: str | None) -> bool | None:
+    """What ``test`` answers in every iteration after the first of a loop that counts its
+    iterations from 0 in ``counter`` (``_counter_from_zero``), where ``counter`` is at least 1:
+    ``i``, ``i > 0``, ``i != 0``, ``i >= 1`` are true, ``not i``, ``i == 0``, ``i < 1`` false (and
+    each answers the other way in the first). None where gradfix cannot tell."""
     if counter is None:
         return None
     if type(test) is cst.Name and test.value == counter:
@@ -163,29 +236,40 @@ def _truth_where_carried(test: cst.BaseExpression, name: str, counter: str | Non
     return True if number == 1 and operator is cst.GreaterThanEqual else None
 
 
-def _counter_from_zero(tree: SyntaxTree, loop: Loop, bound: Container[str]) -> str | None:
-    """The name a ``for`` loop counts its iterations from 0 in: ``i`` of ``for i in range(n)`` or
-    ``for i, x in enumerate(xs)`` (the builtins: not names the file ``bound``), where the body never
-    binds it again."""
-    counter = _named_counter(loop, bound)
-    return None if counter is None or counter in assigned_names(loop.node.body, tree=tree) else counter
+def _counter_from_zero(tree: SyntaxTree, loop: cst.CSTNode, bound: Container[str]) -> str | None:
+    """The name the loop statement ``loop`` counts its iterations from 0 in (``_named_counter``),
+    where it walks the builtin (not a name the file ``bound``) and its body never binds that name
+    again."""
+    named = _named_counter(loop)
+    if named is None or named[0] in bound:
+        return None
+    return None if named[1] in assigned_names(cst.ensure_type(loop, cst.For).body, tree=tree) else named[1]
 
 
-def _named_counter(loop: Loop, bound: Container[str]) -> str | None:
-    node = loop.node
+def _kept_counter(tree: SyntaxTree, loop: cst.CSTNode, bound: Callable[[], Container[str]]) -> str | None:
+    """``_counter_from_zero``, worked out once per loop (``bound`` asked for only then)."""
+    return tree.kept(_counter_from_zero, loop, lambda: _counter_from_zero(tree, loop, bound()))
+
+
+def _named_counter(node: cst.CSTNode) -> tuple[str, str] | None:
+    """The builtin a loop statement walks and the name it counts in: ``i`` of ``for i in range(n)``
+    (``range(0, n)``, ``range(0, n, 2)``) or ``for i, x in enumerate(xs)``."""
     if not isinstance(node, cst.For) or type(node.iter) is not cst.Call or not is_name(node.iter.func, "range", "enumerate"):
         return None
     function, arguments = cst.ensure_type(node.iter.func, cst.Name).value, node.iter.args
-    if function in bound or any(arg.keyword is not None or arg.star for arg in arguments):
+    if any(arg.keyword is not None or arg.star for arg in arguments):
         return None
     if function == "range":
         first = arguments[0].value if arguments else None
-        counts_from_zero = len(arguments) == 1 or len(arguments) in (2, 3) and type(first) is cst.Integer and first.value == "0"
-        return node.target.value if counts_from_zero and type(node.target) is cst.Name else None
+        step = arguments[2].value if len(arguments) == 3 else None
+        # (counting up: ``range(0, n, -1)`` is never past 0, ``range(0, n, k)`` may count down)
+        counts_up = len(arguments) < 3 or type(step) is cst.Integer and step.value.isdigit() and int(step.value) > 0
+        counts_from_zero = len(arguments) == 1 or counts_up and type(first) is cst.Integer and first.value == "0"
+        return (function, node.target.value) if counts_from_zero and type(node.target) is cst.Name else None
     target = node.target
     if len(arguments) != 1 or type(target) is not cst.Tuple or len(target.elements) != 2 or type(target.elements[0].value) is not cst.Name:
         return None
-    return target.elements[0].value.value
+    return function, target.elements[0].value.value
 
 
 def runs_only_under_a_test(tree: SyntaxTree, node: cst.CSTNode) -> bool:

@@ -164,6 +164,10 @@ class Frame:
     the returns and yields handed back."""
 
     loop: Loop | None
+    # Of a loop's pass: the environment at its head (``Carried`` names joined with what the previous
+    # iteration left), and the one before the loop.
+    head: Env = field(default_factory=dict)
+    before: Env = field(default_factory=dict)
     continues: list[Env] = field(default_factory=list)
     breaks: list[Env] = field(default_factory=list)
     returns: list[Env] = field(default_factory=list)

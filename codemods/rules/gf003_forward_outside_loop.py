@@ -55,6 +55,9 @@ class ForwardOutsideLoop(Rule):
     before the loop may then be meant as the outputs before training (learning without forgetting's
     targets, missing their detach), and moved, a distillation term would compare the network with
     itself.
+    A backward that only the loop's first iteration runs (``if step == 0:`` in a loop counting from
+    0 in ``step``, which the body never binds again) walks the graph built before the loop once,
+    while it is fresh: that is correct code, and not reported.
     When the backward keeps the graph (``retain_graph=True``, or a value gradfix cannot read), the
     program runs as it is, and the move, which changes its results, is an unsafe fix; and when
     nothing in the loop changes the parameters (no optimizer steps in it), every iteration's forward
@@ -96,8 +99,8 @@ for epoch in range(epochs):
         seen: set[tuple[int, frozenset[int]]] = set()
         for site in self.analysis.backward_sites:
             loop = next((loop for loop in site.loops if not loop.is_call), None)
-            if loop is None or loop is not site.loops[0]:
-                continue
+            if loop is None or loop is not site.loops[0] or self.analysis.runs_in_the_first_iteration_only(site.call, loop):
+                continue  # (``if step == 0: loss.backward()`` walks the graph before the loop once, fresh)
             hoisted = self.analysis.built_before_loop(site, loop)
             key = (id(loop), frozenset(map(id, hoisted)))
             if not hoisted or key in seen or self.analysis.untrained_graph(hoisted):
