@@ -283,13 +283,14 @@ class FileAnalysis:
 
     def unread_value(self, statements: Sequence[cst.CSTNode]) -> cst.BaseExpression | None:
         """The first value ``statements`` assign whose graph came out of code gradfix did not read
-        (``create_transform(model=encoder)`` may return a transform, not a forward)."""
+        (``create_transform(model=encoder)`` may return a transform, not a forward), also through
+        the statements a compound one holds (``for k, v in feats.items(): grams[k] = gram(v)``)."""
         for statement in statements:
-            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
-                value = self.value_assigned(small.value)
-                if value is not None and value.graph and value.unread:
-                    return small.value
+            assigned: list[cst.BaseExpression | None] = [a.value for a in self.tree.findall(statement, cst.Assign)]
+            for expression in [*assigned, *(a.value for a in self.tree.findall(statement, cst.AnnAssign))]:
+                value = None if expression is None else self.value_assigned(expression)
+                if expression is not None and value is not None and value.graph and value.unread:
+                    return expression
         return None
 
     def built_before_loop(self, site: BackwardSite, loop: Loop) -> list[cst.BaseStatement]:
