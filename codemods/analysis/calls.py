@@ -75,6 +75,7 @@ _NUMBER_LIBRARIES = ("math.", "numpy.", "random.", "statistics.", "time.")
 _NON_GRAPH_BUILTINS = {"float", "int", "bool", "str", "len", "print", "range", "repr", "format", "isinstance", "id", "hash"}
 _CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
 _REDUCING_BUILTINS = {"sum", "max", "min"}
+_ITERATING_BUILTINS = {"enumerate", "reversed", "zip", "iter"}
 
 
 class CallSemantics:
@@ -476,7 +477,15 @@ class CallSemantics:
         func, builtin = call.func, call.func.value if type(call.func) is cst.Name else ""
         if builtin in self._defined_functions or builtin in self.names.aliases:
             builtin = ""  # (the file binds the name to other code: not the builtin)
-        return builtin in _NON_GRAPH_BUILTINS or builtin in _CONTAINER_BUILTINS - {"reversed"} or self.names.is_torch(func) or self._only_reads(func)
+        # (an iterator over it that only a ``for`` reads, which no name holds: ``for i, x in enumerate(xs)``)
+        walked = builtin in _ITERATING_BUILTINS and isinstance(loop := self._tree.parent(call), cst.For) and loop.iter is call
+        return (
+            walked
+            or builtin in _NON_GRAPH_BUILTINS
+            or builtin in _CONTAINER_BUILTINS - {"reversed"}
+            or self.names.is_torch(func)
+            or self._only_reads(func)
+        )
 
     def _may_keep_its_arguments(self, call: cst.Call) -> bool:
         """A call made for its effect (``hook(out)``, ``self.log_graph(loss)``), not a torch

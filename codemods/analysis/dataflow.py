@@ -20,14 +20,14 @@ from typing import Callable, Sequence, Union, cast
 
 import libcst as cst
 
-from ..frameworks import GRAD_ENABLING_CONTEXTS, GRAD_MODE_SWITCH, LIGHTNING_NO_GRAD_HOOKS, NO_GRAD_CONTEXTS, SCALED_LOSS_CONTEXTS
+from ..frameworks import GRAD_ENABLING_CONTEXTS, GRAD_MODE_SWITCH, LIGHTNING_NO_GRAD_HOOKS, NO_GRAD_CONTEXTS
 from ..summaries import ProjectSummaries
 from .assignments import assigned_names, local_names, shared_containers, target_names
 from .backward_calls import BackwardSite
 from .calls import CallSemantics
 from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, every_item_key, narrowed, truth_key
 from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, graph_facts, result_facts, summary_facts
-from .guards import bound_in_file, in_the_first_iteration
+from .guards import bound_in_file, in_the_first_iteration, last_iteration_arm
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
 from .syntax import decorator_callee, dotted_name, is_grad, method_called
 from .torch_facts import TorchNames
@@ -483,6 +483,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
         bodies: list[cst.BaseSuite] = []
         current: cst.If | None = statement
         start = env
+        # (the arm only the last iteration takes ends it, and leaves the loop: its end is no next iteration's head)
+        last = last_iteration_arm(self._tree, self._bound_names, self._frames[-1], statement, self._unchanged) if self._loops else None
         while current is not None:
             self._eval(current.test, start)
             then_start, start = narrowed(current.test, start)
@@ -494,8 +496,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             current = orelse if type(orelse) is cst.If else None
             if type(orelse) is cst.Else:
                 branch_ends.append(self._exec_body(orelse.body, start))
-                return join_envs(branch_ends)
-        joined = join_envs([*branch_ends, start])
+                return join_envs(self._frames[-1].leave_by(branch_ends, last))
+        joined = join_envs(self._frames[-1].leave_by([*branch_ends, start], last))
         if joined is None or len(bodies) < 2:
             return joined
         for name in set.intersection(*(assigned_names(body, rebinding_only=True, tree=self._tree) for body in bodies)):
@@ -504,14 +506,6 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
             if values and type(reduce(join_values, values).structure) is not FunctionOf:
                 joined[name] = reduce(join_values, values)
         return joined
-
-    def _context_value(self, item: cst.BaseExpression, env: Env) -> Value:
-        """What ``with item as name`` binds: apex's ``amp.scale_loss(loss, optimizer)`` yields the
-        scaled loss, whose graph is the loss's."""
-        if isinstance(item, cst.Call) and item.args and (self.names.qualify(item.func) or "") in SCALED_LOSS_CONTEXTS:
-            loss = self._eval(item.args[0].value, env)
-            return loss.changed(backwarded=frozenset())
-        return NOTHING
 
     def _exec_else(self, statement: Union[cst.For, cst.While], env: Env | None) -> Env | None:
         if statement.orelse is None or env is None:
@@ -693,6 +687,9 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
 
     def _bound_names(self) -> frozenset[str]:
         return bound_in_file(self._module, self._tree, self.names)
+
+    def _unchanged(self, name: str) -> bool:  # (no other code binds it, no other name holds its object)
+        return not self._bound_elsewhere(name) and name not in self.shared_objects
 
     def _declared_global(self, scope: cst.CSTNode) -> frozenset[str]:
         """The names a function declares ``global`` or ``nonlocal``."""

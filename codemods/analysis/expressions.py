@@ -12,6 +12,7 @@ from typing import Iterator, cast
 
 import libcst as cst
 
+from ..frameworks import SCALED_LOSS_CONTEXTS
 from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES
 from .assignments import APPENDING_METHODS, assigned_names, names_bound_to_one_object, read_names, target_names
 from .loops import Element, Env, join_envs, join_values
@@ -50,6 +51,14 @@ _CONSTANT_EXPRESSIONS = (cst.SimpleString, cst.ConcatenatedString, cst.Lambda, c
 
 class Expressions:
     """The expression half of ``DataflowAnalysis``."""
+
+    def _context_value(self, item: cst.BaseExpression, env: Env) -> Value:
+        """What ``with item as name`` binds: apex's ``amp.scale_loss(loss, optimizer)`` yields the
+        scaled loss, whose graph is the loss's."""
+        if isinstance(item, cst.Call) and item.args and (self.names.qualify(item.func) or "") in SCALED_LOSS_CONTEXTS:
+            loss = self._eval(item.args[0].value, env)
+            return loss.changed(backwarded=frozenset())
+        return NOTHING
 
     def _origin(self, node: cst.CSTNode) -> Origin | None:
         return None if self._no_grad else Origin(node, self._statement)

@@ -204,6 +204,91 @@ def _arm_of_the_iteration(tree: SyntaxTree, bound: Callable[[], Container[str]],
     return None
 
 
+def last_iteration_arm(
+    tree: SyntaxTree, bound: Callable[[], Container[str]], frame: Frame, statement: cst.If, unchanged: Callable[[str], bool]
+) -> bool | None:
+    """Which arm of ``statement``, an ``if`` (no ``elif``) that ends the body of ``frame``'s loop,
+    only the loop's last iteration takes: True for its body (``if i == n - 1:``, ``if i >= n - 1:``),
+    False for what its test false leads to (``if i < n - 1:``, ``if i != n - 1:``), where the loop
+    counts from 0 (``_counter_from_zero``) to ``n - 1``: ``for i in range(n)`` (``range(0, n)``) or
+    ``for i, x in enumerate(xs)`` with ``n`` written ``len(xs)``, or ``range(3)`` with ``i < 2``. The iteration that takes that arm
+    ends with it and leaves the loop, never reaching the next one: CAGrad's
+    ``if i < n_tasks - 1: losses[i].backward(retain_graph=True)`` / ``else: losses[i].backward()``
+    frees the graph after its last use. ``n`` must be what the test reads in every iteration: a
+    name the body never binds, or ``len`` of one the body only reads items of (``xs[i]``), each
+    ``unchanged`` (no other code binds it, no other name holds its object). None otherwise."""
+    loop = frame.loop
+    test = statement.test
+    if loop is None or isinstance(statement.orelse, cst.If) or not _ends_the_body(tree, statement, loop.node) or type(test) is not cst.Comparison:
+        return None
+    named = _named_counter(loop.node)
+    if named is None or len(test.comparisons) != 1 or not is_name(test.left, named[1]) or _kept_counter(tree, loop.node, bound) is None:
+        return None
+    operator, last = type(test.comparisons[0].operator), test.comparisons[0].comparator
+    arguments = [arg.value for arg in cst.ensure_type(cst.ensure_type(loop.node, cst.For).iter, cst.Call).args]
+    if len(arguments) == 3:  # (``range(0, n, 2)`` ends where its step says)
+        return None
+    count = arguments[-1] if named[0] == "range" else cst.Call(cst.Name("len"), [cst.Arg(arguments[0])])
+    if type(count) is cst.Integer and count.value.isdigit():  # (``range(3)``: ``i < 2``)
+        if type(last) is not cst.Integer or not last.value.isdigit() or int(last.value) != int(count.value) - 1:
+            return None
+    elif (
+        type(last) is not cst.BinaryOperation
+        or type(last.operator) is not cst.Subtract
+        or not (type(last.right) is cst.Integer and last.right.value == "1")
+    ):
+        return None
+    elif expression_key(last.left) != expression_key(count) or not _the_same_in_every_iteration(tree, bound, count, loop.node.body, unchanged):
+        return None
+    return {cst.Equal: True, cst.GreaterThanEqual: True, cst.LessThan: False, cst.NotEqual: False}.get(operator)
+
+
+def _ends_the_body(tree: SyntaxTree, statement: cst.CSTNode, loop: cst.CSTNode) -> bool:
+    """Whether nothing of ``loop``'s body runs after ``statement`` (the last statement of its
+    block, each block around it up to the body the last of an ``if``'s arm or a ``with``)."""
+    node = statement
+    while (block := tree.parent(node)) is not None and isinstance(block, cst.IndentedBlock) and block.body and block.body[-1] is node:
+        around = tree.parent(block)
+        if around is loop:
+            return True
+        if isinstance(around, cst.Else):
+            around = tree.parent(around)
+        while isinstance(around, cst.If) and isinstance(parent := tree.parent(around), cst.If) and parent.orelse is around:
+            around = parent  # (an ``elif``'s arm ends the outer ``if``)
+        if not isinstance(around, (cst.If, cst.With)):
+            return False
+        node = around
+    return False
+
+
+def _the_same_in_every_iteration(
+    tree: SyntaxTree, bound: Callable[[], Container[str]], count: cst.BaseExpression, body: cst.CSTNode, unchanged: Callable[[str], bool]
+) -> bool:
+    """Whether ``count`` (a name, or ``len`` of one) answers the same at every iteration of the loop whose body is ``body``."""
+    if type(count) is cst.Name:
+        return unchanged(count.value) and count.value not in assigned_names(body, tree=tree)
+    if type(count) is not cst.Call or not is_name(count.func, "len") or "len" in bound() or type(count.args[0].value) is not cst.Name:
+        return False
+    name = count.args[0].value.value
+    for read in tree.names(body, [name]):
+        parent = tree.parent(read)
+        read_as_len = isinstance(parent, cst.Arg) and is_name(cst.ensure_type(tree.parent(parent), cst.Call).func, "len")
+        if not (read_as_len or isinstance(parent, cst.Subscript) and parent.value is read and _only_read(tree, parent)):
+            return False
+    return unchanged(name) and name not in assigned_names(body, tree=tree)
+
+
+def _only_read(tree: SyntaxTree, node: cst.CSTNode) -> bool:
+    """Whether ``node`` is read, not bound, deleted or augmented, alone or in a tuple of targets
+    (``xs[i] = v`` adds a key to a dict)."""
+    parent = tree.parent(node)
+    while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+        node, parent = parent, tree.parent(parent)
+    if isinstance(parent, (cst.AssignTarget, cst.Del, cst.AsName)):
+        return False
+    return not (isinstance(parent, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)) and parent.target is node)
+
+
 def bound_in_file(module: cst.Module, tree: SyntaxTree, names: TorchNames) -> frozenset[str]:
     """Every name the file binds: imports, functions, classes, assignments (which hide a builtin of the same name)."""
 

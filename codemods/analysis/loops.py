@@ -182,6 +182,15 @@ class Frame:
     returned_truths: list[dict[str, bool]] = field(default_factory=list)
     yielded: list[Value] = field(default_factory=list)
 
+    def leave_by(self, ends: list[Env | None], last: bool | None) -> list[Env | None]:
+        """``ends``, the ends of an ``if``'s arm taken (``last`` True) and of what its test false
+        leads to, with the one only the loop's last iteration reaches (``guards.last_iteration_arm``)
+        left as the loop's way out, a ``break``."""
+        if last is not None and (left := ends[0 if last else 1]) is not None:
+            self.breaks.append(left)
+            ends = [None, *ends[1:]] if last else [ends[0], None, *ends[2:]]
+        return ends
+
     def returned_given(self) -> dict[tuple[str, bool], Value]:
         """What a call returns when it passes a parameter that one of the returns' paths tested as
         True or as False: the returns that path may take."""
