@@ -117,11 +117,11 @@ for x, y_reg, y_cls in loader:
                 continue  # the retained graph is needed later: merging would free it
             if all(site.retain_graph is True for site in group[:-1]):
                 continue  # every graph the later calls walk is kept: the program runs, and means what it says
-            shared_nodes = self._shared_nodes(group)
+            shared_nodes = self._shared_in(group)
             if self.analysis.saved_nothing_for_certain(shared_nodes):
                 continue  # (what they share saved no tensor: each backward runs, and adds what their sum's would)
             names = " and ".join(f"`{code_of(_tensor(site))}`" for site in group)
-            shared = min(self._shared_origins(group), key=self.analysis.line)
+            shared = min({node.statement for node in shared_nodes}, key=self.analysis.line)
             message = f"{names} share the graph built at line {self.analysis.line(shared)} but are backwarded separately; "
             between = self._between(block, group[0], group[-1])
             # (two optimizers for certain: a ``.step()`` of anything else may be a scheduler's)
@@ -144,9 +144,12 @@ for x, y_reg, y_cls in loader:
             if fix is None and self.analysis.names.gradient_hooks:
                 hook = self.analysis.names.gradient_hooks[0]
                 why_not = f"the hook or autograd Function at line {self.analysis.line(hook)} sees each backward's gradient on its own, and would see their sum"
+            guess = _guess(group, self._shares_only_possible(group), self._shares_only_through_unread_code(group))
+            if guess and self._shares_for_certain(group):
+                # (one pair fails for certain; a rewrite of the whole group would rest on what the guess is about)
+                guess, fix, why_not = "", None, why_not or "gradfix cannot tell all that the other losses hold"
             if why_not:
                 message += f" (not rewritten: {why_not})"
-            guess = _guess(group, self._shares_only_possible(group), self._shares_only_through_unread_code(group))
             yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group, guess=guess)
         yield from self._into_a_branch()
 
@@ -269,16 +272,35 @@ for x, y_reg, y_cls in loader:
             shared |= earlier & graphs[-1]
         return shared
 
+    def _shared_in(self, group: list[BackwardSite], certain: bool = False) -> set[Origin]:
+        """The graph nodes a loss of ``group`` shares with an earlier one (``_shared_nodes``): each
+        pair, not only the last loss's (an ESRGAN step's G loss shares G's output with the first D
+        loss, and the second D loss only D's graph with the first)."""
+        return set().union(*(self._shared_nodes(group[: end + 1], certain) for end in range(1, len(group))))
+
+    def _shares_for_certain(self, group: list[BackwardSite]) -> bool:
+        """Whether a loss of ``group`` shares with an earlier one whose backward frees the graph (no
+        ``retain_graph``) a node both hold other than through code gradfix did not read, and that is
+        a graph for certain (not ``Value.possible``): whatever gradfix cannot tell of the other
+        losses (D's parameters frozen in one place and trained in another), those two fail."""
+        return any(
+            earlier.retain_graph is False
+            and not (earlier.value.unread or later.value.unread)
+            and any(not node.possible for node in self._shared_nodes([earlier, later], certain=True))
+            for end, later in enumerate(group)
+            for earlier in group[:end]
+        )
+
     def _shares_only_possible(self, group: list[BackwardSite]) -> bool:
         """Whether every node the losses share only may exist: built from what code gradfix did not
         read may hand back (``Value.possible``), so they may share no graph at all."""
-        return all(node.possible for node in self._shared_nodes(group))
+        return all(node.possible for node in self._shared_in(group))
 
     def _shares_only_through_unread_code(self, group: list[BackwardSite]) -> bool:
         """Whether the losses share graph nodes only where one of them holds them through code
         gradfix did not read (``d(augment(fake))`` of another package's ``augment``), which may
         hand back a copy without them."""
-        return not self._shared_nodes(group, certain=True)
+        return not self._shared_in(group, certain=True)
 
     def _kept_for_later(self, site: BackwardSite, last: BackwardSite) -> bool:
         """Whether ``retain_graph=True`` at ``site`` keeps graph nodes that ``last`` does not walk

@@ -1,0 +1,67 @@
+"""GF002 reads what each loss of a group shares with an earlier one, not only what the last one
+shares: a relativistic GAN step (ESRGAN's, h93's review: D frozen for G's step, unfrozen for its own,
+and its first loss backwarded through G's un-detached output) groups the G loss and D's two losses;
+the second D loss shares with the first only D's graph, whose parameters the program freezes in one
+place and trains in another (only possibly a graph), while the first shares G's output with the G
+loss for certain. The finding was a hint that blamed code gradfix did not read; it is certain, at
+the line that builds G's output. Where G itself comes out of code gradfix did not read, it is a
+hint again."""
+
+from .one_program import findings_of, run_error
+
+PROGRAM = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+g_model = GENERATOR
+d_model = nn.Sequential(nn.Conv2d(3, 1, 3, padding=1), nn.Flatten(), nn.Linear(64, 1))
+g_optimizer = torch.optim.Adam(g_model.parameters())
+d_optimizer = torch.optim.Adam(d_model.parameters())
+criterion = nn.BCEWithLogitsLoss()
+real_label, fake_label = torch.ones(2, 1), torch.zeros(2, 1)
+for step in range(2):
+    gt, lr = torch.rand(2, 3, 8, 8), torch.rand(2, 3, 8, 8)
+    for p in d_model.parameters():
+        p.requires_grad = False
+    g_model.zero_grad()
+    sr = g_model(lr)
+    gt_output = d_model(gt)
+    sr_output = d_model(sr)
+    g_loss = (sr - gt).abs().mean() + criterion(sr_output - torch.mean(gt_output), real_label)
+    g_loss.backward()
+    g_optimizer.step()
+    for p in d_model.parameters():
+        p.requires_grad = True
+    d_model.zero_grad()
+    gt_output = d_model(gt)
+    sr_output = d_model(sr)
+    d_loss_gt = criterion(gt_output - torch.mean(sr_output), real_label) * 0.5
+    d_loss_gt.backward(retain_graph=True)
+    sr_output = d_model(sr.detach())
+    d_loss_sr = criterion(sr_output - torch.mean(gt_output), fake_label) * 0.5
+    d_loss_sr.backward()
+    d_optimizer.step()
+"""
+
+
+def test_the_pair_that_shares_the_generators_output_makes_the_finding_certain(runs, tmp_path):
+    source = PROGRAM.replace("GENERATOR", "nn.Sequential(nn.Conv2d(3, 3, 3, padding=1))")
+    assert "backward through the graph a second time" in run_error(runs, tmp_path, source)
+    [finding] = findings_of(source, "GF002")
+    assert not finding.hint
+    assert "built at line 16" in finding.message  # (``sr = g_model(lr)``)
+
+
+def test_a_generator_out_of_code_gradfix_did_not_read_keeps_it_a_hint():
+    source = PROGRAM.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom gan_zoo import build_generator\n")
+    [finding] = findings_of(source.replace("GENERATOR", "build_generator()"), "GF002")
+    assert finding.hint
+
+
+def test_a_first_backward_that_may_keep_its_graph_keeps_it_a_hint():
+    source = PROGRAM.replace("GENERATOR", "nn.Sequential(nn.Conv2d(3, 3, 3, padding=1))").replace(
+        "g_loss.backward()", "g_loss.backward(retain_graph=keep)"
+    )
+    [finding] = findings_of(source.replace("torch.manual_seed(0)\n", "torch.manual_seed(0)\nkeep = len(__name__) > 3\n"), "GF002")
+    assert finding.hint
