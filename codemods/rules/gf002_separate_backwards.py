@@ -76,7 +76,10 @@ class SeparateBackwards(Rule):
     criterion's ``(ppo_loss, pretrain_loss)``, the second from a forward of its own), the losses
     may share nothing, and both backwards run: the finding is a hint. So it is where they share a
     graph only through a call of code gradfix did not read (``d(augment(fake))``, another package's
-    ``augment``), which may hand back a copy without it. The outputs of a torch
+    ``augment``), which may hand back a copy without it. Of three or more losses, one pair that
+    shares such a graph for certain, the first of them freeing it, makes the finding certain
+    whatever gradfix cannot tell of the others (a relativistic GAN step's D losses beside G's);
+    it is then not rewritten. The outputs of a torch
     function that each hold its input's graph (``torch.linalg.eigh``'s values and vectors) are
     told apart.
     """
