@@ -181,7 +181,8 @@ print(total_loss / len(loader))
                 yield self.violation(value, message, fix, guess=guess)
 
     def _kept_value(self, loop: Loop, small: cst.BaseSmallStatement) -> _Kept | None:
-        """What ``small`` keeps where: ``store += value``, ``store = store + value``,
+        """What ``small`` keeps where: ``store += value``, ``store = store + value`` (or any sum of
+        products and quotients that reads ``store`` once, ``ema = 0.95 * ema + 0.05 * loss``),
         ``store.append(value)``, ``store[key] = value`` (``value`` a name, or for all but the sum
         of a name written out any expression: ``total += loss / n``), ``store[key] += value`` and
         ``store[key] = store[key] + value`` (they add to the item: no key makes them replace),
@@ -199,6 +200,8 @@ print(total_loss / len(loader))
             if type(value) is cst.BinaryOperation and type(value.operator) is cst.Add:
                 if name and dotted_name(value.left) == name and isinstance(value.right, cst.Name):
                     return _Kept(name, value.right)
+                if name and _arithmetic_leaves(value).count(name) == 1:
+                    return _Kept(name, value)  # (a running mean: ``ema = 0.95 * ema + 0.05 * loss``, detached whole)
                 if (
                     type(target) is cst.Subscript
                     and (container := dotted_name(target.value))
@@ -563,3 +566,13 @@ class _Kept(NamedTuple):
 
 def _detached(value: cst.BaseExpression) -> cst.Call:
     return cst.Call(func=cst.Attribute(value=as_operand(value), attr=cst.Name("detach")))
+
+
+def _arithmetic_leaves(value: cst.BaseExpression) -> list[str | None]:
+    """The dotted names and numbers (None) an expression of ``+``, ``-``, ``*`` and ``/`` is made
+    of; ``["?"]`` for anything else in it (a call, a subscript), which may keep what it is given."""
+    if type(value) is cst.BinaryOperation and type(value.operator) in (cst.Add, cst.Subtract, cst.Multiply, cst.Divide):
+        return [*_arithmetic_leaves(value.left), *_arithmetic_leaves(value.right)]
+    if type(value) is cst.Integer or type(value) is cst.Float:
+        return [None]
+    return [dotted_name(value) or "?"]
