@@ -37,7 +37,8 @@ from ..symptoms import GraphsKeptAlive
 class GraphKeptForLogging(Rule):
     """
     What it finds: A value kept across training steps keeps its whole graph alive, step after step.
-    ``total_loss += loss``, ``losses.append(loss)``, ``history[step] = loss`` or
+    ``total_loss += loss``, a running mean (``loss_ema = 0.95 * loss_ema + 0.05 * loss``),
+    ``losses.append(loss)``, ``history[step] = loss`` or
     ``predictions.append(output)`` inside the training loop store the *tensor*, and with it the
     graph that produced it: every activation the forward pass saved.
 
