@@ -3,9 +3,10 @@ shares: a relativistic GAN step (ESRGAN's, h93's review: D frozen for G's step, 
 and its first loss backwarded through G's un-detached output) groups the G loss and D's two losses;
 the second D loss shares with the first only D's graph, whose parameters the program freezes in one
 place and trains in another (only possibly a graph), while the first shares G's output with the G
-loss for certain. The finding was a hint that blamed code gradfix did not read; it is certain, at
-the line that builds G's output. Where G itself comes out of code gradfix did not read, it is a
-hint again."""
+loss for certain. The finding was a hint that blamed code gradfix did not read (D's parameters,
+frozen in one place and trained in another, made every value built from them a guess, G's output
+beside them too); it is certain, at the line that builds G's output. Where G's output reaches D's
+loss only through code gradfix did not read, it is a hint again."""
 
 from .one_program import findings_of, run_error
 
@@ -53,9 +54,12 @@ def test_the_pair_that_shares_the_generators_output_makes_the_finding_certain(ru
     assert "built at line 16" in finding.message  # (``sr = g_model(lr)``)
 
 
-def test_a_generator_out_of_code_gradfix_did_not_read_keeps_it_a_hint():
-    source = PROGRAM.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom gan_zoo import build_generator\n")
-    [finding] = findings_of(source.replace("GENERATOR", "build_generator()"), "GF002")
+def test_a_generator_output_reaching_d_only_through_code_gradfix_did_not_read_keeps_it_a_hint():
+    source = PROGRAM.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom sr_utils import augment\n")
+    source = source.replace("GENERATOR", "nn.Sequential(nn.Conv2d(3, 3, 3, padding=1))")
+    [finding] = findings_of(
+        source.replace("    sr_output = d_model(sr)\n    d_loss_gt", "    sr_output = d_model(augment(sr))\n    d_loss_gt"), "GF002"
+    )
     assert finding.hint
 
 

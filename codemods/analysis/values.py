@@ -246,8 +246,9 @@ LEAF = Value(graph=True, structure=TENSOR)
 # did not see. Only possible, guessed and out of unread code.
 UNREAD_PARAMETERS = Value(graph=True, structure=TENSOR, guessed=True, unread=True, possible=True)
 # The parameters of a module frozen in one place and trained in another (``ModuleInfo.toggled``):
-# they may require grad where it is called, or not: a graph only possible, and guessed.
-TOGGLED_PARAMETERS = Value(graph=True, structure=TENSOR, guessed=True, possible=True)
+# they may require grad where it is called, or not: a graph only possible. (Not guessed: what else
+# a value built from them holds, a generator's output beside a toggled discriminator's, is known.)
+TOGGLED_PARAMETERS = Value(graph=True, structure=TENSOR, possible=True)
 
 
 def combine(

@@ -76,10 +76,8 @@ class SeparateBackwards(Rule):
     criterion's ``(ppo_loss, pretrain_loss)``, the second from a forward of its own), the losses
     may share nothing, and both backwards run: the finding is a hint. So it is where they share a
     graph only through a call of code gradfix did not read (``d(augment(fake))``, another package's
-    ``augment``), which may hand back a copy without it. Of three or more losses, one pair that
-    shares such a graph for certain, the first of them freeing it, makes the finding certain
-    whatever gradfix cannot tell of the others (a relativistic GAN step's D losses beside G's);
-    it is then not rewritten. The outputs of a torch
+    ``augment``), which may hand back a copy without it. Of three or more losses, what each
+    shares with an earlier one counts (a relativistic GAN step's D losses beside G's). The outputs of a torch
     function that each hold its input's graph (``torch.linalg.eigh``'s values and vectors) are
     told apart.
     """
@@ -147,12 +145,9 @@ for x, y_reg, y_cls in loader:
             if fix is None and self.analysis.names.gradient_hooks:
                 hook = self.analysis.names.gradient_hooks[0]
                 why_not = f"the hook or autograd Function at line {self.analysis.line(hook)} sees each backward's gradient on its own, and would see their sum"
-            guess = _guess(group, self._shares_only_possible(group), self._shares_only_through_unread_code(group))
-            if guess and self._shares_for_certain(group):
-                # (one pair fails for certain; a rewrite of the whole group would rest on what the guess is about)
-                guess, fix, why_not = "", None, why_not or "gradfix cannot tell all that the other losses hold"
             if why_not:
                 message += f" (not rewritten: {why_not})"
+            guess = _guess(group, self._shares_only_possible(group), self._shares_only_through_unread_code(group))
             yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group, guess=guess)
         yield from self._into_a_branch()
 
@@ -281,23 +276,12 @@ for x, y_reg, y_cls in loader:
         loss, and the second D loss only D's graph with the first)."""
         return set().union(*(self._shared_nodes(group[: end + 1], certain) for end in range(1, len(group))))
 
-    def _shares_for_certain(self, group: list[BackwardSite]) -> bool:
-        """Whether a loss of ``group`` shares with an earlier one whose backward frees the graph (no
-        ``retain_graph``) a node both hold other than through code gradfix did not read, and that is
-        a graph for certain (not ``Value.possible``): whatever gradfix cannot tell of the other
-        losses (D's parameters frozen in one place and trained in another), those two fail."""
-        return any(
-            earlier.retain_graph is False
-            and not (earlier.value.unread or later.value.unread)
-            and any(not node.possible for node in self._shared_nodes([earlier, later], certain=True))
-            for end, later in enumerate(group)
-            for earlier in group[:end]
-        )
-
     def _shares_only_possible(self, group: list[BackwardSite]) -> bool:
-        """Whether every node the losses share only may exist: built from what code gradfix did not
-        read may hand back (``Value.possible``), so they may share no graph at all."""
-        return all(node.possible for node in self._shared_in(group))
+        """Whether every node the losses share other than through code gradfix did not read only may
+        exist: built from what such code may hand back, or from parameters frozen in one place and
+        trained in another (``Value.possible``), so they may share no graph at all."""
+        certain = self._shared_in(group, certain=True)
+        return bool(certain) and all(node.possible for node in certain)
 
     def _shares_only_through_unread_code(self, group: list[BackwardSite]) -> bool:
         """Whether the losses share graph nodes only where one of them holds them through code
