@@ -357,11 +357,12 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
 
     def _exec_statement(self, statement: cst.CSTNode, env: Env) -> Env | None:
         statement_type = type(statement)  # (exact types: see ``dotted_name``)
-        if statement_type in _STATEMENTS:
-            self._statement = cast(cst.BaseStatement, statement)
-            self.statement_loops[statement] = tuple(reversed(self._loops))
+        owner = statement if statement_type in _STATEMENTS else self._tree.parent(statement)  # (of a one-line body: its suite)
+        if owner is not None and (owner is statement or type(owner) is cst.SimpleStatementSuite):
+            self._statement = cast(cst.BaseStatement, owner)
+            self.statement_loops[owner] = tuple(reversed(self._loops))
             if self._no_grad:
-                self.no_grad_statements.add(statement)
+                self.no_grad_statements.add(owner)
         if type(statement) is cst.SimpleStatementLine:
             for small in statement.body:
                 self._statement = statement
