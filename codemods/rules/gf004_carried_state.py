@@ -53,7 +53,10 @@ class CarriedState(Rule):
     cache, ``self._cached_adj = adj`` reused as it was stored, or the last call's output kept for
     the next, ``self._prev_y_hat = y_hat``) is no state: detached, the loss that reads it no longer
     trains what built it (a cache: after the first call), so that detach is an unsafe fix
-    (computing a cached value at every call keeps it trained). The values the program computes stay the same; the
+    (computing a cached value at every call keeps it trained). So is the detach of state a loop of
+    the file updates by several calls before the step's one backward (a decoder's time steps):
+    detached at every call, the step's gradient would no longer flow through its earlier calls. The
+    values the program computes stay the same; the
     gradients stop at the iteration boundary instead of reaching into freed graphs. This changes
     the maths on purpose: it is what training a recurrent model step by step means. A state that
     enters the loop with a graph of its own (a learned initial state ``h0``) is detached where the
@@ -63,9 +66,13 @@ class CarriedState(Rule):
     namedtuple, a dataclass, a dict, the result of an unknown function) or when the state has no
     value before the loop. State a module keeps on ``self`` whose calls no backward of the file
     walks (its training loop is in another file, which may set ``model.hidden`` afresh before each
-    batch) is a hint; a trainer's hook is called by the trainer, which sets nothing. So is state the
-    iteration reads before assigning it only under a test (``if t > 0: inp = mu`` in a decoder's time
-    loop that assigns ``mu`` after): the test may be false whenever the previous value is there.
+    batch) is a hint; a trainer's hook is called by the trainer, which sets nothing. State another
+    module sets afresh in its own forward (``self.dec.H = ...`` before the decoder's time steps) is
+    managed by the program, and not reported. State the iteration reads before assigning it only
+    under a test (``if feed_back: inp = mu`` in a decoder's time loop that assigns ``mu`` after) is
+    a hint: the test may be false whenever the previous value is there. Under the time loop's own
+    counter (``if t > 0: inp = mu``) it is never read before its first pass assigned it, and is
+    not reported.
     A list the loop empties in place through another name (``pending = losses`` then
     ``del pending[:]``) carries nothing where the two names hold one list for certain (one bound to
     the other earlier in a block around the emptying, neither bound anew since); where the other
@@ -331,8 +338,15 @@ for inputs, targets in loader:
                 if self._called_only_at_construction(method):
                     continue  # no training step runs between its calls
                 evolves = True in writes.values()  # a state computed from the last, not a cache
-                fix, unfixable = self._store_fix(method, name, stores, stored, safe=evolves)
-                if fix is not None and not evolves:
+                several = self._called_several_times_a_step(method)
+                fix, unfixable = self._store_fix(method, name, stores, stored, safe=evolves and several is None)
+                if fix is not None and several is not None:
+                    unfixable = (
+                        f"the loop at line {self.analysis.line(several.node)} calls it several times between two backwards: detached at "
+                        "every call, a step's gradient no longer flows through its earlier calls; detach it where a step starts, or "
+                        "--unsafe-fixes detaches it at every call"
+                    )
+                elif fix is not None and not evolves:
                     unfixable = (
                         f"`{name}` is not computed from its own last value (a cache, or the last call's output kept for the next): "
                         "detached, the loss that reads it no longer trains what built it; --unsafe-fixes detaches it"
@@ -407,6 +421,17 @@ for inputs, targets in loader:
             )
         )
 
+    def _called_several_times_a_step(self, method: Loop) -> Loop | None:
+        """A loop of the file that calls the module whose method ``method`` is (or one that holds it)
+        and backwards nothing itself: a decoder's time steps, all before the step's one backward."""
+        for loop in self.analysis.loops:
+            if loop.is_call or any(self.analysis.contains(loop.node, site.call) for site in self.analysis.backward_sites):
+                continue
+            calls = self.analysis.tree.findall(loop.node.body, cst.Call)
+            if any(self.analysis.runs_methods_of(call, method.scope.class_name) for call in calls):
+                return loop
+        return None
+
     def _written_elsewhere(self, method: Loop, name: str) -> bool:
         """Whether another method of the same class that the file calls, or code outside it
         (``model.hidden = None``), writes the attribute; ``self.<attribute>`` in another class is
@@ -416,6 +441,8 @@ for inputs, targets in loader:
             call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
             for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
         }
+        # (a module's forward runs where the module is called: ``EncDec.forward`` sets ``self.dec.H`` afresh)
+        called |= {"forward"} if self.analysis.names.module_classes else set()
         for owner, function in self.analysis.attribute_writes(name.split(".", 1)[1]):
             if function is method.node or (function is not None and (function.name.value == "__init__" or function.name.value not in called)):
                 continue  # (a reset method that nothing calls resets nothing)
