@@ -20,6 +20,7 @@ from .file_analysis import Block, FileAnalysis
 from .gan import GanSteps
 from .kept_on_self import KeptArgument, KeptOnSelf, operands
 from .loops import Carried, Element, Loop, Scope, expand
+from .module_info import ModuleInfo
 from .optimizers import stepped_optimizers
 from .syntax import (
     appended,
@@ -67,6 +68,7 @@ __all__ = [
     "KeptOnSelf",
     "ListOf",
     "Loop",
+    "ModuleInfo",
     "Origin",
     "RecordOf",
     "Scope",

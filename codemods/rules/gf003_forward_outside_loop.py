@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from itertools import combinations
 from typing import Iterator, Sequence
 
 import libcst as cst
@@ -15,6 +16,8 @@ from ..analysis import (
     assigned_names,
     code_of,
     expand,
+    ModuleInfo,
+    expression_key,
     is_single_assignment,
     is_view,
     read_names,
@@ -51,10 +54,13 @@ class ForwardOutsideLoop(Rule):
     alone, moved, would apply once more in every iteration), or when it is not a plain assignment,
     or when the loop is a function's and the module's forward it would move is read elsewhere (or
     reads a name the function binds: moved, it would be the function's own), or when the loop computes
-    the very module call the moved statements make (``net(old_x)``, written the same): the value made
-    before the loop may then be meant as the outputs before training (learning without forgetting's
-    targets, missing their detach), and moved, a distillation term would compare the network with
-    itself.
+    the very module call the moved statements make (``net(old_x)``, written the same), or calls that
+    module on other inputs and puts what it computes against the value made before the loop
+    (``exp(logprob - old_logprob)``, two arguments of one loss): the value made before the loop may
+    then be meant as the outputs before training (learning without forgetting's targets, PPO's
+    log-probabilities of the policy that collected the data, missing their detach), and moved, the
+    loss would compare the network with itself. A value the loop only adds as a term of its own (an
+    anchor regularizer) is moved.
     A backward that only the loop's first iteration runs (``if step == 0:`` in a loop counting from
     0 in ``step``, which the body never binds again) walks the graph built before the loop once,
     while it is fresh: that is correct code, and not reported.
@@ -149,15 +155,57 @@ for epoch in range(epochs):
             yield self.violation(hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,), guess="; ".join(filter(None, guesses)))
 
     def _computed_in_the_loop_too(self, hoisted: Sequence[cst.BaseStatement], loop: Loop) -> cst.Call | None:
-        """A call of a module the statements built before the loop make that the loop's body makes too, written the
-        same (``net(old_x)`` before a loop whose loss reads ``net(old_x)`` beside the value made once: learning
-        without forgetting's targets of the network before the new task)."""
+        """A call in the loop's body of a module the statements built before the loop call too, that the
+        loop may mean to compare with what they made: written the same (``net(old_x)``: learning without
+        forgetting's targets of the network before the new task), or on other inputs where the loop puts a
+        value computed from it against one computed from theirs (PPO's ``exp(logprob - old_logprob)``,
+        ``kl_div(new, old)``). The value made once is then a reference, the outputs before training.
+        A module is the same by its name, or by its class where the class is the file's or the project's
+        (another name for it, a copy: which one the call reaches, gradfix does not tell)."""
+        tree, names = self.analysis.tree, self.analysis.names
+
+        def modules(node: cst.CSTNode) -> list[tuple[cst.Call, ModuleInfo]]:
+            calls = ((call, names.module(call.func, self.analysis.class_name_of(call))) for call in tree.findall(node, cst.Call))
+            return [(call, module) for call, module in calls if module is not None]
+
+        before = [(code_of(call), expression_key(call.func), module) for statement in hoisted for call, module in modules(statement)]
+        for call, module in modules(loop.node.body):
+            if any(code_of(call) == text for text, _, _ in before):
+                return call
+            same = any(
+                key == expression_key(call.func) or module.class_name == other.class_name and (module.is_local or module.project is not None)
+                for _, key, other in before
+            )
+            if same and module.trainable and self._compared(hoisted, loop, call):
+                return call
+        return None
+
+    def _compared(self, hoisted: Sequence[cst.BaseStatement], loop: Loop, call: cst.Call) -> bool:
+        """Whether the loop's body puts a value computed from ``call`` against one computed from what
+        ``hoisted`` assign: the two sides of a ``-``, a ``/`` or a comparison, or two arguments of one
+        call. (A sum of terms, ``criterion(model(x), y) + 0.1 * anchor_out.pow(2).mean()``, compares
+        nothing: each term is a loss of its own.)"""
         tree = self.analysis.tree
-        in_the_loop = {code_of(call) for call in tree.findall(loop.node.body, cst.Call)}
-        modules = (
-            call for s in hoisted for call in tree.findall(s, cst.Call) if self.analysis.names.module(call.func, self.analysis.class_name_of(call))
-        )
-        return next((call for call in modules if code_of(call) in in_the_loop), None)
+        new: set[str] = set()
+        old: set[str] = set().union(*(assigned_names(statement) for statement in hoisted))
+        for statement in tree.findall(loop.node.body, cst.SimpleStatementLine):  # (in the order of the source)
+            read = read_names(statement)
+            if tree.contains(statement, call) or read & new:
+                new |= assigned_names(statement)
+            elif read & old:
+                old |= assigned_names(statement)
+
+        def side(node: cst.CSTNode) -> str | None:
+            read = read_names(node)
+            return "new" if tree.contains(node, call) or read & new else "old" if read & old else None
+
+        body = loop.node.body
+        pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = [
+            (op.left, op.right) for op in tree.findall(body, cst.BinaryOperation) if type(op.operator) in (cst.Subtract, cst.Divide)
+        ]
+        pairs += [(test.left, test.comparisons[0].comparator) for test in tree.findall(body, cst.Comparison)]
+        pairs += [(first.value, second.value) for each in tree.findall(body, cst.Call) for first, second in combinations(each.args, 2)]
+        return any({side(first), side(second)} == {"new", "old"} for first, second in pairs)
 
     def _views_of_what_the_loop_keeps(self, site: BackwardSite, loop: Loop, hoisted: Sequence[cst.BaseStatement]) -> bool:
         """Whether every operation built before the loop that ``site`` walks is a view (``.t()``,
