@@ -167,3 +167,35 @@ def _plain(function: cst.FunctionDef) -> bool:
     """A function that receives what its calls pass as written: no decorator (a ``staticmethod``
     would not take the receiver, a ``property`` is no call, a wrapper may pass anything)."""
     return not function.decorators
+
+
+def passed_for(tree: SyntaxTree, module: cst.Module, scope: cst.CSTNode | None, name: str | None) -> list[str | None]:
+    """What the dotted ``name`` (a module a statement of ``scope`` calls) may be in the callers' own
+    names: itself, where its first part is no parameter of ``scope``; else what every call of the
+    file passes that parameter, the rest of ``name`` after it (``model.encoder`` of
+    ``training_loop(model=linear_model)`` is ``linear_model.encoder``): a function of the module
+    called by its name, or a class's ``__init__`` by the class's. None for what gradfix cannot name:
+    an argument that is no dotted name, a callee it cannot find every call of (a method, a function
+    called from no place of the file or handed on)."""
+    if name is None or not isinstance(scope, cst.FunctionDef):
+        return [name]
+    first, _, rest = name.partition(".")
+    owner = tree.parent(tree.parent(scope) or scope)
+    is_method = isinstance(owner, cst.ClassDef)
+    parameters = [p.name.value for p in scope.params.params]
+    if first not in parameters or is_method and parameters[0] == first:
+        return [name]
+    callee = scope.name.value if not isinstance(owner, cst.ClassDef) else owner.name.value if scope.name.value == "__init__" else None
+    named_by = [n for n in tree.names(module, [callee])] if callee is not None else []
+    calls = [call for n in named_by if isinstance(call := tree.parent(n), cst.Call) and call.func is n]
+    if not calls or len(calls) != len(named_by) - 1:  # (its name read other than as a call, but where defined: handed on)
+        return [None]
+    passed: list[str | None] = []
+    for call in calls:
+        found = [
+            dotted_name(arg.value)
+            for position, arg in enumerate(call.args)
+            if not arg.star and parameter_receiving(scope, position, arg.keyword.value if arg.keyword else None, is_method) == first
+        ]
+        passed += [f"{found[0]}.{rest}" if rest and found[0] else found[0]] if len(found) == 1 and not any(a.star for a in call.args) else [None]
+    return passed

@@ -20,6 +20,7 @@ from .optimizers import gradient_effects, steps_for_certain
 from .positions import Positions
 from .gan import GanSteps, find_gan_steps
 from .exclusive_branches import ExclusiveBranches
+from .call_flow import passed_for
 from .guards import bound_afresh, bound_in_file, in_the_first_iteration_only, read_carried_only_under_tests, read_only_where_assigned
 from .contexts import context_bound_from_itself
 from .reach import GradientReach
@@ -326,10 +327,11 @@ class FileAnalysis:
         if trained is None or any(self._reads_a_leaf(statement) for statement in statements):
             return False
         modules = [
-            (dotted_name(call.func), module.class_name)
+            (passed, module.class_name)  # (a module a function is handed is what its callers pass: ``training_loop(model=net)``)
             for statement in statements
             for call in self.tree.findall(statement, cst.Call)
             if (module := self.names.module(call.func, self.class_name_of(statement))) is not None
+            for passed in passed_for(self.tree, self.module, self.tree.scope_of(statement), dotted_name(call.func))
         ]
         held, shared = self.names.stored_values, self.names.sharing_classes
         return bool(modules) and not any(name in held or self.may_train(name, trained) or kind in shared for name, kind in modules)
