@@ -260,6 +260,8 @@ SCALED_LOSS_CONTEXTS = {"apex.amp.scale_loss", "amp.scale_loss"}  # `with amp.sc
 # on every path that goes on past ``with`` one of them, its body ran to its end. Torch's by qualified
 # name, a framework object's by its kind and method; tests/test_contexts.py runs each row.
 EXCEPTION_KEEPING_CONTEXTS = {
+    "contextlib.nullcontext",
+    "torch.cuda.amp.autocast",
     "torch.no_grad",
     "torch.enable_grad",
     "torch.inference_mode",
@@ -269,6 +271,9 @@ EXCEPTION_KEEPING_CONTEXTS = {
     "torch.amp.autocast",
     "torch.cpu.amp.autocast",
 }
+# Contexts whose exit may swallow an exception of the body: past one, the body may not have run to
+# its end. (Where gradfix does not know a context, it may; whether one is, is a guess.)
+EXCEPTION_SWALLOWING_CONTEXTS = {"contextlib.suppress"}
 EXCEPTION_KEEPING_FRAMEWORK_CONTEXTS = {
     ("accelerator", "autocast"),
     ("accelerator", "accumulate"),

@@ -53,13 +53,15 @@ def read_only_where_assigned(
     comes after one (an arm taken in one iteration is taken in all), or sits in an arm of that
     inner loop that its first iteration never takes. An inner loop whose first pass assigns
     ``name`` counts as such a test when it runs as often in every iteration (``SAME_TRIP_COUNT``),
-    or, with ``inner_loops_run``, whatever it walks. ``reached``: the reads the dataflow got to;
+    or, with ``inner_loops_run``, whatever it walks (and then a ``with`` gradfix does not know to
+    swallow exceptions runs its body to the end). ``reached``: the reads the dataflow got to;
     ``bound``: the names the file binds (a ``range`` of its own is not the builtin);
     ``names``: what the file's names mean (a progress bar's; the ``with`` statements an assignment
     in whose body is made on every path past them, ``with accelerator.autocast(): loss = ...``)."""
     if "." in name:
         return False
-    runs_to_its_end = partial(contexts.runs_to_its_end, names, tree)
+    # (taken to run, a ``with`` of a context gradfix does not know runs its body to the end too)
+    runs_to_its_end = partial(contexts.may_run_to_its_end if inner_loops_run else contexts.runs_to_its_end, names, tree)
     body = loop.node.body
     # (what the loop statement itself binds changes every iteration: ``for step in ...``)
     written = assigned_names(body, tree=tree) | (set(target_names(loop.node.target)) if isinstance(loop.node, cst.For) else set())

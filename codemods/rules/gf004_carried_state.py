@@ -20,6 +20,7 @@ from ..analysis import (
     RecordOf,
     Structure,
     Value,
+    assigned_names,
     code_of,
     detached,
     dotted_name,
@@ -206,7 +207,10 @@ for inputs, targets in loader:
         elif unread:
             guess = f"what `{unread[0]}` carries comes out of code gradfix did not read, and may hold no graph"
         elif skipping := [name for name in names if self.analysis.read_only_where_assigned(loop, name, inner_loops_run=True)]:
-            guess = f"`{skipping[0]}` reaches the backward from the previous iteration only if an inner loop that assigns it runs no time"
+            withs = self.analysis.tree.findall(loop.node.body, cst.With)
+            guess = f"`{skipping[0]}` reaches the backward from the previous iteration only if an inner loop that assigns it runs no time" + (
+                ", or a `with` around the assignment swallows an exception" if any(skipping[0] in assigned_names(w.body) for w in withs) else ""
+            )
         elif tested := [name for name in names if self.analysis.read_carried_only_under_tests(loop, name)]:
             guess = f"`{tested[0]}` is read before this iteration assigns it only under a test, which may skip that read while the previous iteration's value is there"
         elif emptied := [name for name in names if name in loop.maybe_emptied_through]:
