@@ -14,7 +14,7 @@ from typing import Sequence
 
 import libcst as cst
 
-from ..frameworks import BACKWARD_METHODS, CALLED_AS_FORWARD, FUNCTION_APIS, READING_LOGGERS, BackwardApi
+from ..frameworks import BACKWARD_METHODS, CALLED_AS_FORWARD, FUNCTION_APIS, HANDING_BACK_METHODS, READING_LOGGERS, BackwardApi
 from ..summaries import ExportedSummary
 from ..torch_api import (
     CASTING_METHODS,
@@ -144,6 +144,8 @@ class CallSemantics:
             return self._module_call(called_module, node, [arg.value for arg in node.args], env)
         if self.names.framework(func) in CALLED_AS_FORWARD:
             return self._engine_call(node, env)
+        if type(func) is cst.Attribute and func.attr.value in HANDING_BACK_METHODS and self.names.framework(func.value) is not None:
+            return self._handed_back(node, env)
         if type(func) is cst.Attribute and not self.names.is_torch(func.value):
             return self._method_call(node, qualified, env)
         return self._function_call(node, qualified, env)
@@ -168,6 +170,15 @@ class CallSemantics:
             return CONSTANT
         # Gradients made with create_graph=True (a gradient penalty) carry a graph through everything the backward walked.
         return combine(values, self._origin(node), UNKNOWN)
+
+    def _handed_back(self, node: cst.Call, env: Env) -> Value:
+        """``accelerator.prepare(model, optimizer, loader)``, ``fabric.setup(...)``: what it is given,
+        position for position, wrapped: a module, an optimizer or a loader holds no graph."""
+        values = [CONSTANT if self._names_an_object(arg.value) else self._eval(arg.value, env) for arg in node.args]
+        if len(values) == 1 and not node.args[0].star:
+            return values[0]
+        self._call_items[node] = tuple(values)
+        return joined(values).changed(structure=TupleOf(tuple(value.structure for value in values)))
 
     def _engine_call(self, node: cst.Call, env: Env) -> Value:
         """A call of an engine that wraps the model (DeepSpeed's): the model's forward."""
