@@ -256,7 +256,8 @@ NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_
 GRAD_ENABLING_CONTEXTS = {"torch.enable_grad", "torch.autograd.enable_grad"}  # gradients on again inside no_grad
 GRAD_MODE_SWITCH = "torch.set_grad_enabled"  # turns gradients off when its argument is False
 SCALED_LOSS_CONTEXTS = {"apex.amp.scale_loss", "amp.scale_loss"}  # `with amp.scale_loss(loss, opt) as scaled:`
-# Contexts whose exit lets every exception of the body through (a ``contextlib.suppress`` would not):
+# Contexts whose exit lets every exception of the body through (a ``contextlib.suppress`` would not),
+# and that clear or write no gradient (a call of one reaches no parameter's gradient):
 # on every path that goes on past ``with`` one of them, its body ran to its end. Torch's by qualified
 # name, a framework object's by its kind and method; tests/test_contexts.py runs each row.
 EXCEPTION_KEEPING_CONTEXTS = {

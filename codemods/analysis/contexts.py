@@ -23,7 +23,7 @@ def runs_to_its_end(names: TorchNames, tree: SyntaxTree, statement: cst.With) ->
     nullcontext() if cpu else torch.autocast("cuda")``: ``made_by``); any other may swallow one
     (``contextlib.suppress``)."""
     return not any(tree.findall(statement.body, leaving) for leaving in _LEAVING) and all(
-        (calls := made_by(tree, item.item)) is not None and all(_keeps_exceptions(names, call) for call in calls) for item in statement.items
+        (calls := made_by(tree, item.item)) is not None and all(is_listed_context(names, call) for call in calls) for item in statement.items
     )
 
 
@@ -36,7 +36,9 @@ def may_run_to_its_end(names: TorchNames, tree: SyntaxTree, statement: cst.With)
     )
 
 
-def _keeps_exceptions(names: TorchNames, call: cst.Call) -> bool:
+def is_listed_context(names: TorchNames, call: cst.Call) -> bool:
+    """Whether ``call`` makes one of the contexts ``frameworks`` lists as letting exceptions through
+    (none of which clears or writes a gradient: ``reach`` reads their calls as touching none)."""
     return names.qualify(call.func) in EXCEPTION_KEEPING_CONTEXTS or (
         type(call.func) is cst.Attribute and (names.framework(call.func.value), call.func.attr.value) in EXCEPTION_KEEPING_FRAMEWORK_CONTEXTS
     )

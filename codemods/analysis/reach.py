@@ -23,6 +23,7 @@ import libcst as cst
 from ..frameworks import GradientEffect
 from ..torch_api import PARAMETER_METHODS
 from .assignments import read_names, target_names
+from .contexts import is_listed_context
 from .syntax import dotted_name, is_grad
 from .tree import SyntaxTree
 
@@ -59,7 +60,7 @@ class GradientReach:
         method of the file's own class does what its body may do; a method of a dict or list the
         function builds itself sees only its arguments (``params.values()``)."""
         analysis = self.analysis
-        if analysis._keeps_parameters(call):
+        if analysis._keeps_parameters(call) or is_listed_context(analysis.names, call):
             return False
         methods = [method for method in analysis._own_methods_called(call) if method not in self._reading]
         if methods:
