@@ -10,6 +10,10 @@ last keeps is kept (GF009 offers no drop)."""
 
 import pytest
 
+from gradfix.codemods.check import check_source
+from gradfix.codemods.registry import all_rules
+from gradfix.codemods.report import FixMode
+
 from .one_program import findings_of, run_error
 
 PROGRAM = """\
@@ -85,3 +89,11 @@ def test_a_free_a_later_iteration_may_meet_stays_reported(runs, tmp_path, varian
 def test_code_after_the_if_runs_in_the_last_iteration_too():
     # (gradfix does not walk it twice, once for the last iteration: the free reaches the head as before)
     assert "GF010" in [f.code for f in findings_of(program(after="print(i)"), "GF010", hints=False)]
+
+
+def test_a_name_read_as_a_class_base_is_no_count_gradfix_reads():
+    # (an argument that is no call's: ``len(names)`` cannot be told unchanged, and nothing breaks)
+    source = program(loop="i in range(len(names))", test="i < len(names) - 1", before="class Kind(names):\n            pass")
+    assert "class Kind(names):" in source
+    report = check_source(source.encode(), all_rules(), FixMode.NONE, "train.py")
+    assert report.internal_errors == [] and "GF010" in [f.code for f in report.findings]

@@ -72,3 +72,11 @@ def test_state_kept_across_steps_called_once_a_step_is_a_safe_fix(runs, tmp_path
     assert SECOND_BACKWARD in run_error(runs, tmp_path, source)
     [finding] = findings_of(source, "GF004", mode=FixMode.SAFE)
     assert not finding.hint and "several times" not in finding.message
+
+
+def test_an_evaluation_loop_with_gradients_off_calls_it_without_keeping_graphs(runs, tmp_path):
+    evaluated = "with torch.no_grad():\n    for x in [torch.randn(2, 3) for t in range(4)]:\n        model(x)\n"
+    source = CELL.replace("RESET", "pass").replace("MODEL", "Cell()").replace("CALLS", ONCE) + evaluated
+    assert "backward through the graph a second time" in run_error(runs, tmp_path, source)
+    [finding] = findings_of(source, "GF004", mode=FixMode.SAFE)
+    assert "several times" not in finding.message

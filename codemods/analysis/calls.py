@@ -175,7 +175,9 @@ class CallSemantics:
         """``accelerator.prepare(model, optimizer, loader)``, ``fabric.setup(...)``: what it is given,
         position for position, wrapped: a module, an optimizer or a loader holds no graph."""
         values = [CONSTANT if self._names_an_object(arg.value) else self._eval(arg.value, env) for arg in node.args]
-        if len(values) == 1 and not node.args[0].star:
+        if any(arg.star or arg.keyword is not None for arg in node.args):
+            return joined(values)  # (what arrives at which position is not known)
+        if len(values) == 1:
             return values[0]
         self._call_items[node] = tuple(values)
         return joined(values).changed(structure=TupleOf(tuple(value.structure for value in values)))

@@ -221,7 +221,7 @@ def last_iteration_arm(
     ``unchanged`` (no other code binds it, no other name holds its object). None otherwise."""
     loop = frame.loop
     test = statement.test
-    if loop is None or isinstance(statement.orelse, cst.If) or not _ends_the_body(tree, statement, loop.node) or type(test) is not cst.Comparison:
+    if loop is None or type(test) is not cst.Comparison or isinstance(statement.orelse, cst.If) or not _ends_the_body(tree, statement, loop.node):
         return None
     named = _named_counter(loop.node)
     if named is None or len(test.comparisons) != 1 or not is_name(test.left, named[1]) or _kept_counter(tree, loop.node, bound) is None:
@@ -274,7 +274,8 @@ def _the_same_in_every_iteration(
     name = count.args[0].value.value
     for read in tree.names(body, [name]):
         parent = tree.parent(read)
-        read_as_len = isinstance(parent, cst.Arg) and is_name(cst.ensure_type(tree.parent(parent), cst.Call).func, "len")
+        call = tree.parent(parent) if isinstance(parent, cst.Arg) else None  # (an ``Arg`` is also a class's base)
+        read_as_len = isinstance(call, cst.Call) and is_name(call.func, "len")
         if not (read_as_len or isinstance(parent, cst.Subscript) and parent.value is read and _only_read(tree, parent)):
             return False
     return unchanged(name) and name not in assigned_names(body, tree=tree)

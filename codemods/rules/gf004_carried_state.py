@@ -427,9 +427,14 @@ for inputs, targets in loader:
 
     def _called_several_times_a_step(self, method: Loop) -> Loop | None:
         """A loop of the file that calls the module whose method ``method`` is (or one that holds it)
-        and backwards nothing itself: a decoder's time steps, all before the step's one backward."""
+        and backwards nothing itself: a decoder's time steps, all before the step's one backward. (Not
+        one with gradients off, an evaluation's, which keeps no graph between the calls.)"""
         for loop in self.analysis.loops:
-            if loop.is_call or any(self.analysis.contains(loop.node, site.call) for site in self.analysis.backward_sites):
+            if (
+                loop.is_call
+                or self.analysis.under_no_grad(loop.node)
+                or any(self.analysis.contains(loop.node, site.call) for site in self.analysis.backward_sites)
+            ):
                 continue
             calls = self.analysis.tree.findall(loop.node.body, cst.Call)
             if any(self.analysis.runs_methods_of(call, method.scope.class_name) for call in calls):
