@@ -190,6 +190,9 @@ MODULE_METHODS = frozenset({"parameters", "named_parameters", "train", "eval", "
 MODULE_RETURNING = frozenset({"to", "cuda", "cpu", "double", "float", "half", "train", "eval", "requires_grad_"})
 # Methods that list a module's parameters.
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+# torch.nn.Module's methods that bind an attribute of the module, named by their first argument, to
+# their second (``self.register_buffer("w_avg", torch.zeros(4))`` binds ``self.w_avg``).
+REGISTERING_METHODS = frozenset({"register_buffer", "register_parameter"})
 # torch.nn.Module's own methods that run no forward: what they return (the module, its parameters,
 # buffers, children, state, a hook's handle, None) is no graph built by the call.
 MODULE_API = frozenset(

@@ -25,6 +25,14 @@ def is_inplace_method(name: str) -> bool:
     return name.endswith("_") and not name.startswith("_")
 
 
+def written_in_place(node: cst.BaseExpression) -> cst.BaseExpression:
+    """What a chain of in-place methods writes to: ``ema`` of ``ema.mul_(decay)``, the receiver of
+    ``ema.mul_(decay).add_(x)``'s ``add_``."""
+    while type(node) is cst.Call and type(node.func) is cst.Attribute and is_inplace_method(node.func.attr.value):
+        node = node.func.value
+    return node
+
+
 def target_names(target: cst.BaseExpression, bindings_only: bool = False, rebound_only: bool = False) -> list[str]:
     """Names bound by an assignment target, with tuple unpacking flattened (``x[i]`` and ``x.a``
     name the ``x`` they write to, unless ``bindings_only``: they read ``x``, and bind nothing).

@@ -21,6 +21,7 @@ from ..torch_api import (
     INTEGER_TYPES,
     BOOKKEEPING_METHODS,
     MODULE_API,
+    REGISTERING_METHODS,
     MODULE_ATTRIBUTES_WITHOUT_PARAMETERS,
     CREATION_FUNCTIONS,
     DETACHING_METHODS,
@@ -36,13 +37,13 @@ from ..torch_api import (
     is_optimizer_class,
 )
 from . import backward_calls
-from .assignments import APPENDING_METHODS, assigned_names, is_inplace_method
+from .assignments import APPENDING_METHODS, assigned_names, is_inplace_method, written_in_place
 from .backward_calls import BackwardSite
 from .function_summaries import summary_key
 from .loops import Env
 from .module_info import ModuleInfo
 from .detaching import creates_parameter
-from .syntax import dotted_name, turns_gradients_off
+from .syntax import constant_key, dotted_name, turns_gradients_off
 from .values import (
     CONSTANT,
     DISTRIBUTION,
@@ -175,10 +176,8 @@ class CallSemantics:
         """``accelerator.prepare(model, optimizer, loader)``, ``fabric.setup(...)``: what it is given,
         position for position, wrapped: a module, an optimizer or a loader holds no graph."""
         values = [CONSTANT if self._names_an_object(arg.value) else self._eval(arg.value, env) for arg in node.args]
-        if any(arg.star or arg.keyword is not None for arg in node.args):
-            return joined(values)  # (what arrives at which position is not known)
-        if len(values) == 1:
-            return values[0]
+        if len(values) == 1 or any(arg.star or arg.keyword is not None for arg in node.args):
+            return joined(values)  # (one, or what arrives at which position is not known)
         self._call_items[node] = tuple(values)
         return joined(values).changed(structure=TupleOf(tuple(value.structure for value in values)))
 
@@ -203,11 +202,14 @@ class CallSemantics:
         arguments = [arg.value for arg in node.args]
         receiver = self._eval(func.value, env)
         values = self._eval_all(arguments, env)
+        if method in REGISTERING_METHODS and len(values) > 1 and (name := constant_key(arguments[0])) and name[0] == "'":
+            env[f"{dotted_name(func.value)}.{name[1:-1]}"] = values[1]  # (``self.register_buffer("w_avg", torch.zeros(4))``)
+            return CONSTANT
         if _number_library_result(qualified, values):
             return CONSTANT
         if method in CASTING_METHODS and self._casts_to_integers(node):
             return Value(structure=TENSOR, graphless=True)
-        target = dotted_name(func.value)
+        target = dotted_name(written_in_place(func.value))
         handler = _TENSOR_METHODS.get(method)
         value = handler(node, receiver) if handler is not None else None
         if value is not None:
@@ -261,11 +263,10 @@ class CallSemantics:
             and not self.names.is_imported_module(func.value)
             and not self._names_an_object(func.value)
         ):
-            # (``commons.clip_grad_value_(...)`` changes no module object, and
-            # ``accelerator.clip_grad_norm_(model.parameters(), 1.0)`` no graph into the accelerator).
-            # A tensor's in-place operation writes the graph into it; on a receiver not known for a
-            # tensor, the method is some object's, and what it keeps is a guess.
-            env[target] = result if tensor_method else result.changed(guessed=True, unread=True)
+            # (not a module's object: ``commons.clip_grad_value_(...)``, ``accelerator.clip_grad_norm_(...)``). A tensor's
+            # in-place operation writes the graph into it (into ``x.data``, none); of anything else, what it keeps is a guess.
+            value = result if tensor_method else result.changed(guessed=True, unread=True)
+            env[target] = value.without_graph() if target.endswith(".data") else value
         if self._imported_code(func):
             self._escape(values)  # trpo.hessian_vector_product(kl, params) may backward what it is given
         return result
