@@ -47,7 +47,8 @@ class DuplicateBackward(Rule):
     lets that check keep the graph (``retain_graph=True``) for the real backward.
 
     When gradfix only reports: When the two calls pass other arguments (a gradient, ``inputs``),
-    which one was meant is not clear; so it is when an optimizer steps or the gradients are zeroed
+    or backward two ways (``accelerator.backward(loss)`` and ``loss.backward()``: scaled and
+    plain), which one was meant is not clear, and the message says so; so it is when an optimizer steps or the gradients are zeroed
     between them (``loss.backward(); optimizer.zero_grad(); loss.backward()``: removing the second
     call would leave the step no gradient). Code between them gradfix does not read (a
     helper that may zero the gradients) makes the removal an unsafe fix. When the first call already passes ``retain_graph=True`` on purpose,
@@ -153,6 +154,8 @@ for batch, target in loader:
             fix = None
         elif fix is not None and fix.remove and not fix.safe and unseen_between:
             detail += f" (unsafe fix: {unseen_between})"
+        elif fix is None and first.api.accumulates and first.retain_graph is not None and first.api != second.api:
+            detail += f" (not rewritten: backwarded two ways, by `{first.api.name}` and by `{second.api.name}`: which one is meant is not clear)"
         return self.violation(
             second.call,
             f"`{name}` is backwarded again (first {where}); {detail}",
