@@ -60,3 +60,14 @@ def test_a_forward_of_the_network_the_loop_adds_as_a_term_of_its_own_is_moved(ru
     fixed = check_source(source.encode(), all_rules(), FixMode.SAFE, "train.py")
     assert [f.code for f in fixed.fixed] == ["GF003"]
     assert run_error(runs, tmp_path, (fixed.rewritten or b"").decode()) == ""
+
+
+def test_values_that_meet_in_a_container_may_be_compared(runs, tmp_path):
+    # (no ``-`` between them is written out: they meet in one stack, which is no sum of separate terms)
+    source = PPO.replace("NEW", "logprob = -(actor(states[batch]) - actions[batch]).pow(2)").replace(
+        "ratio = torch.exp(logprob - old_logprob[batch])",
+        "both = torch.stack([logprob, old_logprob[batch]])\n        ratio = torch.exp(both[0] - both[1])",
+    )
+    assert SECOND_BACKWARD in run_error(runs, tmp_path, source)
+    [finding] = findings_of(source, "GF003", mode=FixMode.SAFE)
+    assert "not rewritten" in finding.message

@@ -69,3 +69,37 @@ def test_a_first_backward_that_may_keep_its_graph_keeps_it_a_hint():
     )
     [finding] = findings_of(source.replace("torch.manual_seed(0)\n", "torch.manual_seed(0)\nkeep = len(__name__) > 3\n"), "GF002")
     assert finding.hint
+
+
+TOGGLED_GENERATOR = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+G = nn.Linear(2, 3)
+D = nn.Linear(3, 1)
+opt_g = torch.optim.SGD(G.parameters(), lr=0.1)
+opt_d = torch.optim.SGD(D.parameters(), lr=0.1)
+for step in range(3):
+    z, real = torch.randn(4, 2), torch.randn(4, 3)
+    for p in G.parameters():
+        p.requires_grad = False
+    fake = G(z)
+    d_loss = D(fake).mean() - D(real).mean()
+    opt_d.zero_grad()
+    d_loss.backward()
+    opt_d.step()
+    for p in G.parameters():
+        p.requires_grad = True
+    g_loss = -D(fake).mean()
+    opt_g.zero_grad()
+    g_loss.backward()
+    opt_g.step()
+"""
+
+
+def test_a_generator_toggled_around_its_output_makes_no_certain_gan_step(runs, tmp_path):
+    # (made while G is frozen, `fake` holds no graph of G: both backwards run; that its graph is only
+    # possible, not a guess, must not make it G's output for GF005)
+    assert run_error(runs, tmp_path, TOGGLED_GENERATOR) == ""
+    assert [(f.code, f.hint) for f in findings_of(TOGGLED_GENERATOR, "GF002", "GF005")] == [("GF002", True)]

@@ -202,14 +202,14 @@ class CallSemantics:
         arguments = [arg.value for arg in node.args]
         receiver = self._eval(func.value, env)
         values = self._eval_all(arguments, env)
-        if method in REGISTERING_METHODS and len(values) > 1 and (name := constant_key(arguments[0])) and name[0] == "'":
-            env[f"{dotted_name(func.value)}.{name[1:-1]}"] = values[1]  # (``self.register_buffer("w_avg", torch.zeros(4))``)
+        target = dotted_name(written_in_place(func.value))
+        if method in REGISTERING_METHODS and len(values) > 1 and (name := constant_key(arguments[0])) and name[0] == "'" and target:
+            env[f"{target}.{name[1:-1]}"] = values[1]  # (``self.register_buffer("w_avg", torch.zeros(4))``)
             return CONSTANT
         if _number_library_result(qualified, values):
             return CONSTANT
         if method in CASTING_METHODS and self._casts_to_integers(node):
             return Value(structure=TENSOR, graphless=True)
-        target = dotted_name(written_in_place(func.value))
         handler = _TENSOR_METHODS.get(method)
         value = handler(node, receiver) if handler is not None else None
         if value is not None:

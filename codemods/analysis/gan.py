@@ -116,8 +116,9 @@ def _generator_outputs(analysis, shared: frozenset[Origin]) -> Iterable[tuple[st
     of the file, a torch.nn module's outputs); the items the call builds from no node in common each
     stand for their own part, written at their target, so whether building one runs what the
     discriminator's optimizer trains is read through the whole call (``built``). A value whose graph is only guessed (an item of a tuple of code
-    gradfix cannot read, or built by such code) is no generator's output: the discriminator may not
-    reach the generator through it."""
+    gradfix cannot read, or built by such code), or only possible (a generator frozen in one place
+    and trained in another: made while frozen, it holds none), is no generator's output: the
+    discriminator may not reach the generator through it."""
     seen: set[cst.BaseStatement] = set()
     for origin in sorted(shared, key=lambda o: analysis.order(o.node)):
         if not is_single_assignment(origin.statement):
@@ -139,7 +140,12 @@ def _generator_outputs(analysis, shared: frozenset[Origin]) -> Iterable[tuple[st
             (target, analysis.value_assigned(assignment.value))
         ]:
             name = dotted_name(item)
-            if name is not None and value is not None and not (value.guessed or value.unread) and (value.graph or call is assignment.value):
+            if (
+                name is not None
+                and value is not None
+                and not (value.guessed or value.unread or value.possible)
+                and (value.graph or call is assignment.value)
+            ):
                 yield name, analysis.value_nodes(value), built
 
 

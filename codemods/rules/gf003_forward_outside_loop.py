@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from itertools import combinations
 from typing import Iterator, Sequence
 
 import libcst as cst
@@ -181,31 +180,29 @@ for epoch in range(epochs):
         return None
 
     def _compared(self, hoisted: Sequence[cst.BaseStatement], loop: Loop, call: cst.Call) -> bool:
-        """Whether the loop's body puts a value computed from ``call`` against one computed from what
-        ``hoisted`` assign: the two sides of a ``-``, a ``/`` or a comparison, or two arguments of one
-        call. (A sum of terms, ``criterion(model(x), y) + 0.1 * anchor_out.pow(2).mean()``, compares
-        nothing: each term is a loss of its own.)"""
+        """Whether the loop's body may put a value computed from ``call`` against one computed from what
+        ``hoisted`` assign: wherever the two meet other than as separate terms of a sum, a ``-``, a call
+        given both (``kl_div(new, old)``), a list of both, a test. Only a sum whose every term reads one
+        of them at most (``criterion(model(x), y) + 0.1 * anchor_out.pow(2).mean()``, ``loss += 0.1 *
+        anchor_term``) is proved to compare nothing: each term is a loss of its own."""
         tree = self.analysis.tree
         new: set[str] = set()
         old: set[str] = set().union(*(assigned_names(statement) for statement in hoisted))
-        for statement in tree.findall(loop.node.body, cst.SimpleStatementLine):  # (in the order of the source)
-            read = read_names(statement)
-            if tree.contains(statement, call) or read & new:
-                new |= assigned_names(statement)
-            elif read & old:
-                old |= assigned_names(statement)
 
-        def side(node: cst.CSTNode) -> str | None:
+        def sides(node: cst.CSTNode) -> set[str]:
             read = read_names(node)
-            return "new" if tree.contains(node, call) or read & new else "old" if read & old else None
+            return {side for side, meets in (("new", tree.contains(node, call) or read & new), ("old", read & old)) if meets}
 
-        body = loop.node.body
-        pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = [
-            (op.left, op.right) for op in tree.findall(body, cst.BinaryOperation) if type(op.operator) in (cst.Subtract, cst.Divide)
-        ]
-        pairs += [(test.left, test.comparisons[0].comparator) for test in tree.findall(body, cst.Comparison)]
-        pairs += [(first.value, second.value) for each in tree.findall(body, cst.Call) for first, second in combinations(each.args, 2)]
-        return any({side(first), side(second)} == {"new", "old"} for first, second in pairs)
+        for test in [*(s.test for s in tree.findall(loop.node.body, cst.If)), *(s.test for s in tree.findall(loop.node.body, cst.While))]:
+            if len(sides(test)) == 2:
+                return True
+        for statement in tree.findall(loop.node.body, cst.SimpleStatementLine):  # (in the order of the source)
+            for small in statement.body:
+                if len(sides(small)) == 2 and any(len(sides(term)) == 2 for term in _terms(small)):
+                    return True
+                met = sides(small)
+                (new if "new" in met else old if met else set()).update(assigned_names(small))
+        return False
 
     def _views_of_what_the_loop_keeps(self, site: BackwardSite, loop: Loop, hoisted: Sequence[cst.BaseStatement]) -> bool:
         """Whether every operation built before the loop that ``site`` walks is a view (``.t()``,
@@ -299,3 +296,20 @@ for epoch in range(epochs):
                 return True
             parent = self.analysis.tree.parent(parent)
         return False
+
+
+def _terms(small: cst.BaseSmallStatement) -> list[cst.CSTNode]:
+    """The terms of the sum a statement computes (``a + b``, ``total += a``, each addend apart), or
+    the statement itself where it computes no sum."""
+    if type(small) is cst.AugAssign:
+        return [small.target, *_addends(small.value)] if type(small.operator) is cst.AddAssign else [small]
+    value = getattr(small, "value", None)
+    if isinstance(value, cst.BaseExpression) and type(small) in (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return):
+        return list[cst.CSTNode](_addends(value))
+    return [small]
+
+
+def _addends(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if type(value) is cst.BinaryOperation and type(value.operator) is cst.Add:
+        return [*_addends(value.left), *_addends(value.right)]
+    return [value]
