@@ -29,6 +29,7 @@ from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, every_item_key,
 from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, graph_facts, result_facts, summary_facts
 from .guards import bound_in_file, in_the_first_iteration, last_iteration_arm
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
+from .saved_tensors import SavedTensors
 from .syntax import decorator_callee, dotted_name, is_grad, method_called
 from .torch_facts import TorchNames
 from .tree import SyntaxTree, node_types
@@ -65,7 +66,7 @@ _STATEMENTS = node_types(cst.SimpleStatementLine, cst.BaseCompoundStatement)
 _SMALL_STATEMENTS = node_types(cst.BaseSmallStatement)
 
 
-class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries):
+class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries, SavedTensors):
     """Runs the interpreter over a whole module and keeps what it found."""
 
     def __init__(self, module: cst.Module, names: TorchNames, imported: ProjectSummaries | None, tree: SyntaxTree) -> None:
