@@ -234,6 +234,7 @@ class CallSemantics:
             env[target] = union([stored, item], ListOf(item_structure.join(item.structure)))
             return CONSTANT
         tensor_method = receiver.structure is TENSOR
+        given_no_graph = all(value.graphless for value in values)  # (what the call is given, not what it may run)
         if not tensor_method and not receiver.graph and not receiver.graphless and self._part_of_a_module(func.value) and method not in MODULE_API:
             values = [*values, UNREAD_PARAMETERS]  # ``model.encoder.encode(x)``: a submodule gradfix cannot name
         elif self._calls_what_the_object_holds(func):
@@ -260,8 +261,15 @@ class CallSemantics:
         ):
             # (not a module's object: ``commons.clip_grad_value_(...)``, ``accelerator.clip_grad_norm_(...)``). A tensor's
             # in-place operation writes the graph into it (into ``x.data``, none); of anything else, what it keeps is a guess.
+            # Given nothing that may hold one, of a receiver that holds none (``eps.normal_()``), it builds no graph: it
+            # hands back the receiver as it was (a graph the receiver holds, it extends: ``h.mul_(0.9)``).
             value = result if tensor_method else result.changed(guessed=True, unread=True)
-            env[target] = value.without_graph() if target.endswith(".data") else value
+            if target.endswith(".data"):
+                env[target] = value.without_graph()
+            elif receiver.graph or not given_no_graph:
+                env[target] = value
+            else:
+                result = receiver
         if self._imported_code(func):
             self._escape(values)  # trpo.hessian_vector_product(kl, params) may backward what it is given
         return result
