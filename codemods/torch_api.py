@@ -24,6 +24,17 @@ CREATION_FUNCTIONS = frozenset(
         *DRAWING_FUNCTIONS,
     }
 )
+# torch.nn.init's functions (by their last name): each fills the tensor it is given in place with
+# gradients off and returns that same tensor, its history as it was (``w = init.xavier_uniform_(w)``
+# stores back the leaf it was given). The names without ``_`` are the deprecated spellings.
+INITIALIZING_FUNCTIONS = frozenset(
+    {
+        *("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "orthogonal_", "sparse_"),
+        *("xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_"),
+        *("uniform", "normal", "constant", "eye", "dirac", "orthogonal", "sparse"),
+        *("xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal"),
+    }
+)
 # Tensor methods that make a new tensor of the receiver's dtype and device, with no history.
 FACTORY_METHODS = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
 # Tensor methods and torch functions whose result has no autograd history: comparisons, indices,

@@ -267,6 +267,33 @@ def test_non_differentiable_results_have_no_graph(row):
     _judge(row, failures, ran, "'no autograd history'")
 
 
+@pytest.mark.parametrize("row", sorted(torch_api.INITIALIZING_FUNCTIONS))
+def test_initializing_functions_return_the_tensor_they_are_given_with_its_history(row):
+    """INITIALIZING_FUNCTIONS: ``torch.nn.init.<row>(t, ...)`` returns ``t`` itself, its history as
+    it was: a parameter stays a leaf, a tensor with a graph keeps it, one without gets none."""
+    ran, failures = 0, []
+    function = getattr(nn.init, row)
+    for shape in ((4, 4), (3, 3, 3)):
+        for kind, build in (
+            ("a parameter", lambda: nn.Parameter(torch.ones(shape))),
+            ("a tensor with a graph", lambda: nn.Parameter(torch.ones(shape)) * 2),
+            ("a plain tensor", lambda: torch.ones(shape)),
+        ):
+            for extra in ((), (0.5,)):
+                given = build()
+                history = given.grad_fn
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # (the deprecated spellings warn)
+                        result = function(given, *extra)
+                except (TypeError, ValueError, RuntimeError):
+                    continue
+                ran += 1
+                if result is not given or result.grad_fn is not history:
+                    failures.append(f"{row} of {kind} {shape}{extra} returns another tensor or history")
+    _judge(row, failures, ran, "'returns the tensor it is given, its history as it was'")
+
+
 # Methods whose result carries no graph, whatever ``x`` is: DETACHING_METHODS (VALUE_METHODS,
 # METADATA_METHODS) carry none of the receiver's; FACTORY_METHODS, without ``requires_grad``, make
 # a new tensor with no history.

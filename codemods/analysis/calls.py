@@ -18,6 +18,7 @@ from ..frameworks import BACKWARD_METHODS, CALLED_AS_FORWARD, FUNCTION_APIS, HAN
 from ..torch_api import (
     CASTING_METHODS,
     INTEGER_TYPES,
+    INITIALIZING_FUNCTIONS,
     BOOKKEEPING_METHODS,
     MODULE_API,
     REGISTERING_METHODS,
@@ -452,6 +453,9 @@ class CallSemantics:
                 return value
         if qualified.rsplit(".", 1)[-1] in CREATION_FUNCTIONS or qualified.count(".") == 1 and qualified[6:] in NON_DIFFERENTIABLE:
             return Value(structure=TENSOR, graphless=True)
+        initialized = node.args[0] if node.args and qualified.startswith("torch.nn.init.") and qualified[14:] in INITIALIZING_FUNCTIONS else None
+        if initialized is not None and initialized.keyword is None and not initialized.star:
+            return values[0]  # (the tensor it was given, filled)
         if qualified.startswith("torch.distributions."):
             return combine(values, self._origin(node), DISTRIBUTION)
         if qualified in TUPLE_FUNCTIONS:
