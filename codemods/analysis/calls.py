@@ -475,9 +475,12 @@ class CallSemantics:
             return None
         groups = sharing_groups(items, given_a_graph=call not in self._items_given_no_graph)
         call_origin = next((o for o in whole.origins if isinstance(o, Origin) and o.node is call), self._origin(call))
+        # (an item the walk with what the callers pass found no graph in holds one only through what it did not know)
+        walked = self._items_with_arguments.get(self.callees.get(call))
         values = []
         for index, item in enumerate(items):
-            value = part(whole, item.structure).changed(guessed=whole.guessed or item.guessed or not (item.graph or item.structure is TENSOR))
+            unproved = not (item.graph or item.structure is TENSOR) or walked is not None and len(walked) == len(items) and not walked[index].graph
+            value = part(whole, item.structure).changed(guessed=whole.guessed or item.guessed or unproved)
             if call_origin in value.origins and groups[index] != groups[0]:
                 # Items the callee builds from no node in common share nothing of the call: each group of them stands
                 # for its own part (``return policy_loss, q1_loss, q2_loss`` of three networks).

@@ -188,6 +188,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries, SavedTenso
         # What a function of the file returns in the walk with what its callers pass it (a call
         # before the function's definition reads the last round's: ``_with_arguments``).
         self.returned_with_arguments = {}
+        self._items_with_arguments: dict[object, tuple[Value, ...] | None] = {}  # (of this round's walks only)
         self._differentiable_outputs: set[cst.CSTNode] = set()  # calls of torch.nn modules returning tuples
         self.escaped: dict[cst.CSTNode, set[Origin]] = {}  # per scope: graphs stored, returned or handed away
         self.read_values: dict[cst.Name | cst.Attribute, Value] = {}  # what each name (attribute) read held (in a loop: its last pass)
@@ -296,6 +297,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries, SavedTenso
             end = self._run_scope(scope, node.body.body, dict(start))
             if any(name in arguments for name in self.summaries[callee].parameters):
                 self.returned_with_arguments[callee] = self.returned.get(node, NOTHING)
+                self._items_with_arguments[callee] = self.returned_items.get(node)
         left = self.loops[node].back_edge if called_repeatedly and node in self.loops else end
         if class_name is not None and not constructor:
             self._leave_for_caller(node, class_name, start, left, lambda name: name.startswith("self."))
