@@ -372,8 +372,9 @@ class CallSemantics:
                 return part(element, structure)
         # An unknown function of graph-carrying values (a loss function, a helper) is differentiable in all code we
         # have seen; passing a module in makes its result depend on parameters (or it is an object built around the
-        # module, an optimizer, a wrapper: nothing is rewritten on what ``x.backward(arg)`` of it backwards).
-        module_arguments = [self.names.module(a, self._scope.class_name) for a in arguments]
+        # module, an optimizer, a wrapper: nothing is rewritten on what ``x.backward(arg)`` of it backwards). Not a
+        # function of the file whose walk, calling what the parameter holds, found no graph in what it returns.
+        module_arguments = [self.names.module(a, self._scope.class_name) for a in arguments] if node not in self._read_callees else []
         if any(m is not None and m.trainable for m in module_arguments) or isinstance(func, cst.Name) and func.value in self._module_items:
             values.append(LEAF)
         callee = self._eval(func, env)
