@@ -140,7 +140,9 @@ def test_an_item_built_by_code_gradfix_did_not_read_is_no_generators_output():
     assert _found(FOUND) == [("GF005", False, True)]
     clamped = _program(imports="from postprocess import clamp", items="clamp(out), out.pow(2).mean()")
     assert _raises_freed(clamped)
-    assert _found(clamped) == [("GF002", False, False)]
+    # (the losses share the generator's graph only through ``clamp``, which may hand back a copy
+    # without it: a hint, as where ``generate`` itself is another package's)
+    assert _found(clamped) == [("GF002", True, False)]
     assert gradfix.fix(clamped).source == clamped
 
 

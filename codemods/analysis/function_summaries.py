@@ -542,7 +542,7 @@ class FunctionSummaries:
                     unread=value.unread,
                     possible=value.possible,
                     freed_unsure=freed and value.freed_unsure,
-                    unread_origins=value.unread_origins,
+                    uncertain_origins=value.uncertain_origins,
                 )
                 known[name] = known[name].join(value) if name in known else value
 

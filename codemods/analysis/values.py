@@ -200,10 +200,12 @@ class Value:
     # written since): a may-fact of ``freed``. A finding that rests on the freed graph is a hint.
     freed_unsure: bool = False
     # Of ``origins``, those it holds only through code gradfix did not read (``augment(fake)`` of
-    # another package may hand back a copy without ``fake``'s graph): a may-fact of ``origins``.
-    # What must share a graph with another value (a finding of the default output) does not read
-    # them; what may (a freed graph walked again, a graph a later backward needs) does.
-    unread_origins: frozenset[Source] = frozenset()
+    # another package may hand back a copy without ``fake``'s graph) or through an operand whose
+    # graph is only guessed (a helper whose walk could not tell its items apart, added to a loss):
+    # a may-fact of ``origins``. What must share a graph with another value (a finding of the
+    # default output) does not read them; what may (a freed graph walked again, a graph a later
+    # backward needs) does.
+    uncertain_origins: frozenset[Source] = frozenset()
 
     def join(self, other: "Value") -> "Value":
         """What a name may hold where two paths meet."""
@@ -224,7 +226,7 @@ class Value:
             guessed=(self.graph and self.guessed) or (other.graph and other.guessed),
             unread=(self.graph and self.unread) or (other.graph and other.unread),
             possible=(self.graph or other.graph) and all(v.possible for v in (self, other) if v.graph),
-            unread_origins=_only_through_unread_code((self, other)) if self.unread_origins or other.unread_origins else frozenset(),
+            uncertain_origins=_held_only_uncertainly((self, other)) if self.uncertain_origins or other.uncertain_origins else frozenset(),
         )
 
     def changed(self, **fields: object) -> "Value":
@@ -287,7 +289,7 @@ def combine(
         possible=possible,
         freed_unsure=bool(freed) and all(freed),
         # (out of unread code, every node it holds is only passed on, or made, by that code)
-        unread_origins=origins if unread else _only_through_unread_code(values),
+        uncertain_origins=origins if unread else _held_only_uncertainly(values),
     )
 
 
@@ -304,7 +306,7 @@ def part(value: Value, structure: Structure) -> Value:
         unread=value.unread,
         possible=value.possible,
         freed_unsure=value.freed_unsure,
-        unread_origins=value.unread_origins,
+        uncertain_origins=value.uncertain_origins,
     )
 
 
@@ -364,23 +366,25 @@ def union(values: Sequence[Value], structure: Structure) -> Value:
         guessed=any(v.guessed for v in values if v.graph),
         unread=any(v.unread for v in values if v.graph),
         possible=any(v.graph for v in values) and all(v.possible for v in values if v.graph),
-        unread_origins=_only_through_unread_code(values),
+        uncertain_origins=_held_only_uncertainly(values),
     )
 
 
-def _only_through_unread_code(values: Iterable[Value]) -> frozenset[Source]:
-    """The origins of ``values`` that each holds only through code gradfix did not read, where
-    none holds them otherwise."""
+def _held_only_uncertainly(values: Iterable[Value]) -> frozenset[Source]:
+    """The origins of ``values`` that each holds only uncertainly (through code gradfix did not
+    read, or as a value whose graph is only guessed: every origin of it), where none holds them
+    otherwise."""
     values = [v for v in values if v.graph]
-    unread = frozenset().union(*(v.unread_origins for v in values))
-    if not unread:
-        return unread
-    return unread - frozenset().union(*(v.origins - v.unread_origins for v in values))
+    if not any(v.guessed or v.uncertain_origins for v in values):
+        return frozenset()
+    uncertain = [(v.origins if v.guessed else v.uncertain_origins, v.origins) for v in values]
+    held = frozenset().union(*(some for some, _ in uncertain))
+    return held - frozenset().union(*(origins - some for some, origins in uncertain))
 
 
 def certain_origins(value: Value) -> frozenset[Source]:
-    """The origins ``value`` holds other than through code gradfix did not read."""
-    return value.origins - value.unread_origins if value.unread_origins else value.origins
+    """The origins ``value`` holds other than through code gradfix did not read or a guess."""
+    return value.origins - value.uncertain_origins if value.uncertain_origins else value.origins
 
 
 def joined(values: Sequence[Value]) -> Value:

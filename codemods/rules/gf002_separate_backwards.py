@@ -147,7 +147,7 @@ for x, y_reg, y_cls in loader:
                 why_not = f"the hook or autograd Function at line {self.analysis.line(hook)} sees each backward's gradient on its own, and would see their sum"
             if why_not:
                 message += f" (not rewritten: {why_not})"
-            guess = _guess(group, self._shares_only_possible(group), self._shares_only_through_unread_code(group))
+            guess = _guess(group, self._shares_only_possible(group), self._shares_only_uncertainly(group))
             yield self.violation(group[0].call, message, fix, related=tuple(s.call for s in group[1:]), sites=group, guess=guess)
         yield from self._into_a_branch()
 
@@ -187,9 +187,7 @@ for x, y_reg, y_cls in loader:
                     self._branch_fix(first, second, branch, between),
                     related=(second.call,),
                     sites=(first, second),
-                    guess=_guess(
-                        (first, second), self._shares_only_possible([first, second]), self._shares_only_through_unread_code([first, second])
-                    ),
+                    guess=_guess((first, second), self._shares_only_possible([first, second]), self._shares_only_uncertainly([first, second])),
                 )
                 break
 
@@ -283,10 +281,10 @@ for x, y_reg, y_cls in loader:
         certain = self._shared_in(group, certain=True)
         return bool(certain) and all(node.possible for node in certain)
 
-    def _shares_only_through_unread_code(self, group: list[BackwardSite]) -> bool:
+    def _shares_only_uncertainly(self, group: list[BackwardSite]) -> bool:
         """Whether the losses share graph nodes only where one of them holds them through code
         gradfix did not read (``d(augment(fake))`` of another package's ``augment``), which may
-        hand back a copy without them."""
+        hand back a copy without them, or through a value whose graph is only guessed."""
         return not self._shared_in(group, certain=True)
 
     def _kept_for_later(self, site: BackwardSite, last: BackwardSite) -> bool:
@@ -395,13 +393,15 @@ def _callee_names(func: cst.BaseExpression) -> list[cst.Name]:
     return [func] if isinstance(func, cst.Name) else []
 
 
-def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False, shares_only_through_unread_code: bool = False) -> str:
+def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False, shares_only_uncertainly: bool = False) -> str:
     """Why the losses may not share a graph after all: one of them came out of code gradfix did not
-    read, or reaches the graph of the other only through such code, or is an item of a tuple whose items gradfix cannot tell apart (a function's
+    read, or is an item of a tuple whose items gradfix cannot tell apart (a function's
     ``(loss, aux_loss)``, the second from a forward of its own), or reaches the graph the first
-    freed only through an item of a container gradfix does not know, or what they share only may be a
-    graph (``shares_only_possible``); or why the first backward may not have freed it: a
-    ``retain_graph`` gradfix cannot evaluate (a flag, a helper's parameter)."""
+    freed only through an item of a container gradfix does not know, or reaches the graph of the
+    other only through code gradfix did not read or a value whose graph it could only guess
+    (``shares_only_uncertainly``), or what they share only may be a graph (``shares_only_possible``);
+    or why the first backward may not have freed it: a ``retain_graph`` gradfix cannot evaluate (a
+    flag, a helper's parameter)."""
     kept = next((site for site in sites[:-1] if site.retain_graph is None), None)
     if kept is not None:
         return f"gradfix cannot tell whether `{code_of(kept.call)}` keeps the graph for the next backward"
@@ -411,11 +411,11 @@ def _guess(sites: Sequence[BackwardSite], shares_only_possible: bool = False, sh
         return f"what `{code_of(unread.tensors[0])}` shares with the other loss comes out of code gradfix did not read, and may hold no graph"
     if unread is not None:
         return f"`{code_of(unread.tensors[0])}` comes out of code gradfix did not read, and may not hold the graph it seems to share"
-    if shares_only_through_unread_code:
-        return "the losses share a graph only through code gradfix did not read, which may hand back a copy without it"
     # (``freed_unsure``: what a later loss shares with the freed graph comes only through an item of a
     # container whose items gradfix does not know, which may hold a loss stored since)
     guessed = next((site for site in sites if site.value.guessed or site.value.freed_unsure), None)
     if guessed is not None:
         return f"gradfix cannot tell which part of the graph `{code_of(guessed.tensors[0])}` holds, and it may share none"
+    if shares_only_uncertainly:
+        return "the losses share a graph only through code gradfix did not read or a value it could only guess, and may share none"
     return ""
