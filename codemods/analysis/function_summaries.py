@@ -241,7 +241,9 @@ class FunctionSummaries:
         result = combine(self._reaching(summary_key(summary), call, values), self._origin(call), returned_structure, known_operation=False)
         if summary.returned.backwarded:
             frees = any(self.backward_sites[inner].retain_graph is False for inner in summary.returned.backwarded if inner in self.backward_sites)
-            result = result.changed(graph=True, freed=frees, backwarded=summary.returned.backwarded, possible=False)
+            # (a graph the call built, whatever it was given: ``return loss`` after ``loss.backward()``)
+            origins = result.origins | {self._origin(call)}
+            result = result.changed(graph=True, origins=origins, freed=frees, backwarded=summary.returned.backwarded, possible=False)
         return self._freed_inside(call, summary, result)
 
     def _keep_returned_items(self, call: cst.Call, items: tuple[Value, ...], passed: Sequence[Value]) -> None:
