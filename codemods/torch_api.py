@@ -78,6 +78,9 @@ AUTOGRAD_INTERNALS = frozenset({"_version", "_base", "output_nr"})
 VALUE_METHODS = frozenset({"item", "tolist", "numpy"})
 # Tensor methods whose result carries none of the receiver's graph.
 DETACHING_METHODS = frozenset({"detach", *VALUE_METHODS, *METADATA_METHODS, "nelement", "data_ptr", "ndimension"})
+# In-place tensor methods that add their first argument into the receiver: it then holds the
+# argument's graph beside its own (``total.add_(loss)`` is ``total += loss``).
+ACCUMULATING_METHODS = frozenset({"add_", "sub_"})
 # In-place tensor methods end in "_"; these two only flip autograd bookkeeping.
 BOOKKEEPING_METHODS = frozenset({"detach_", "requires_grad_"})
 # A torch distribution's samples carry no graph (``rsample`` is the differentiable one).

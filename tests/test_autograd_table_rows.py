@@ -267,6 +267,25 @@ def test_non_differentiable_results_have_no_graph(row):
     _judge(row, failures, ran, "'no autograd history'")
 
 
+@pytest.mark.parametrize("row", sorted(torch_api.ACCUMULATING_METHODS))
+def test_accumulating_methods_keep_their_arguments_graph_in_the_receiver(row):
+    """ACCUMULATING_METHODS: after ``total.<row>(x)``, ``total`` holds ``x``'s graph: a backward of
+    it reaches the leaf ``x`` was computed from, as after ``total += x``."""
+    ran, failures = 0, []
+    for shape in ((), (3,)):
+        for extra in ({}, {"alpha": 0.5}):
+            leaf = torch.ones(shape, requires_grad=True)
+            total = torch.zeros(shape)
+            try:
+                getattr(total, row)(leaf * 2, **extra)
+            except (TypeError, RuntimeError):
+                continue
+            ran += 1
+            if total.grad_fn is None or torch.autograd.grad(total.sum(), leaf, allow_unused=True)[0] is None:
+                failures.append(f"total.{row}(x{', alpha' if extra else ''}) of shape {shape} holds no graph of x")
+    _judge(row, failures, ran, "'the receiver holds the argument's graph'")
+
+
 @pytest.mark.parametrize("row", sorted(torch_api.INITIALIZING_FUNCTIONS))
 def test_initializing_functions_return_the_tensor_they_are_given_with_its_history(row):
     """INITIALIZING_FUNCTIONS: ``torch.nn.init.<row>(t, ...)`` returns ``t`` itself, its history as

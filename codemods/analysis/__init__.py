@@ -12,7 +12,7 @@ package: the framework rows in ``codemods.frameworks``, the cross-file summaries
 """
 
 from ..frameworks import GradientEffect
-from ..torch_api import BUILTINS_WITHOUT_GRADIENTS
+from ..torch_api import ACCUMULATING_METHODS, BUILTINS_WITHOUT_GRADIENTS
 from .assignments import APPENDING_METHODS, assigned_names, read_for_data, read_names, target_names
 from .backward_calls import BackwardSite, argument, with_retained_graph
 from .closed_world import NO_BOOKKEEPING_READS, NO_CAUGHT_ERRORS, NO_GRADIENT_HOOKS, NO_HIDDEN_BACKWARD, READS_MODELLED_CODE
@@ -45,6 +45,7 @@ from .values import NONE, NUMBER, TENSOR, UNKNOWN, FunctionOf, ListOf, Origin, R
 
 __all__ = [
     "APPENDING_METHODS",
+    "ACCUMULATING_METHODS",
     "BUILTINS_WITHOUT_GRADIENTS",
     "NO_BOOKKEEPING_READS",
     "NO_CAUGHT_ERRORS",

@@ -6,6 +6,7 @@ from typing import Iterator, NamedTuple
 import libcst as cst
 
 from ..analysis import (
+    ACCUMULATING_METHODS,
     BUILTINS_WITHOUT_GRADIENTS,
     NO_GRADIENT_HOOKS,
     READS_MODELLED_CODE,
@@ -37,7 +38,7 @@ from ..symptoms import GraphsKeptAlive
 class GraphKeptForLogging(Rule):
     """
     What it finds: A value kept across training steps keeps its whole graph alive, step after step.
-    ``total_loss += loss``, a running mean (``loss_ema = 0.95 * loss_ema + 0.05 * loss``),
+    ``total_loss += loss`` (or ``total_loss.add_(loss)``), a running mean (``loss_ema = 0.95 * loss_ema + 0.05 * loss``),
     ``losses.append(loss)``, ``history[step] = loss`` or
     ``predictions.append(output)`` inside the training loop store the *tensor*, and with it the
     graph that produced it: every activation the forward pass saved.
@@ -188,7 +189,8 @@ print(total_loss / len(loader))
         of a name written out any expression: ``total += loss / n``), ``store[key] += value`` and
         ``store[key] = store[key] + value`` (they add to the item: no key makes them replace),
         ``store[key].append(value)`` (a list in each item, where the loop writes no item of the
-        store: ``history[key] = []`` would empty one), and ``store.method(value)`` where a method of the file's
+        store: ``history[key] = []`` would empty one), ``store.add_(value)`` (a tensor's in-place sum,
+        ``ACCUMULATING_METHODS``) and ``store.method(value)`` where a method of the file's
         class adds or appends that parameter to the object on every call (``meter.update(loss, n)``
         with ``self.sum += val * n``)."""
         if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign:
@@ -228,7 +230,11 @@ print(total_loss / len(loader))
                 return _Kept(container, call.args[0].value, in_an_item=True)  # ``history[key].append(loss)``
             return None
         if type(small) is cst.Expr and type(small.value) is cst.Call:
-            return self._kept_by_method(loop, small.value)
+            call = small.value
+            if type(call.func) is cst.Attribute and call.func.attr.value in ACCUMULATING_METHODS and call.args and not call.args[0].keyword:
+                name = dotted_name(call.func.value)
+                return _Kept(name, call.args[0].value) if name else None  # ``total.add_(loss)``, as ``total += loss``
+            return self._kept_by_method(loop, call)
         return None
 
     def _kept_by_method(self, loop: Loop, call: cst.Call) -> _Kept | None:
