@@ -342,13 +342,41 @@ def _optimizer_gradients(optimizer, rank: int) -> list[tuple[str, list[float]]]:
 
 
 def _final_state(namespace: dict) -> list[tuple[str, list[float]]]:
-    """Values and gradients of the parameters reachable from the script's globals."""
+    """Values and gradients of the parameters reachable from the script's globals, and the buffers
+    of its modules (``module_buffers``)."""
     state = []
     for label, tensor in _named_leaves(namespace):
         state.append((f"{label} value", tensor.detach().flatten().tolist()))
         if tensor.grad is not None:
             state.append((f"{label} grad", tensor.grad.detach().flatten().tolist()))
-    return state
+    return state + module_buffers(namespace)
+
+
+def module_buffers(namespace: dict) -> list[tuple[str, list[float]]]:
+    """The buffers of the modules the script's globals reach (``_named_modules``), labelled: a
+    forward run once more than the original updates a batch norm's running statistics, the same
+    gradients but another model."""
+    return [
+        (f"{label}.{name} buffer", buffer.detach().flatten().tolist())
+        for label, module in _named_modules(namespace)
+        for name, buffer in module.named_buffers()
+    ]
+
+
+def _named_modules(namespace: dict) -> list[tuple[str, Any]]:
+    """The modules the script's globals hold, and those held by an attribute of a global object
+    (``model.netG`` of a training wrapper), each labelled by the name that reaches it, once."""
+    import torch
+
+    found: dict[int, tuple[str, Any]] = {}
+    for name, value in sorted(namespace.items(), key=lambda item: item[0]):
+        if isinstance(value, torch.nn.Module):
+            found.setdefault(id(value), (name, value))
+        elif not isinstance(value, (type, types.ModuleType, types.FunctionType)) and hasattr(value, "__dict__"):
+            for attribute, held in sorted(vars(value).items(), key=lambda item: item[0]):
+                if isinstance(held, torch.nn.Module):
+                    found.setdefault(id(held), (f"{name}.{attribute}", held))
+    return list(found.values())
 
 
 def _record_named_gradients(result: RunResult, first_versions: dict[str, int]) -> None:

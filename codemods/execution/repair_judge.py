@@ -11,8 +11,9 @@ when:
 * it keeps what worked: the gradients of the optimizer steps the original completed before it
   failed are unchanged.
 
-It is *safe* when its gradients equal those of the original run with ``retain_graph=True``: the
-maths is what the author wrote. Any other accepted candidate changes the maths (each says how,
+It is *safe* when its gradients, and its modules' buffers at each step (a forward run once more
+updates a batch norm's running statistics), equal those of the original run with
+``retain_graph=True``: the maths is what the author wrote. Any other accepted candidate changes the maths (each says how,
 e.g. "truncates backpropagation at each iteration") and is written only with ``--unsafe-fixes``.
 When the ``retain_graph=True`` run itself fails, nothing can be safe.
 
@@ -89,8 +90,8 @@ def _judge(attempt: Attempt, original: RunResult, retained: RunResult | None) ->
         difference = compare_gradients(completed, actual) if len(actual) == len(completed) else "fewer steps recorded"
         attempt.changed_completed = difference or ""
     if retained is not None:
-        expected = _compared_gradients(retained, retained)
-        actual = _compared_gradients(run, retained)
+        expected = _compared_gradients(retained, retained, with_buffers=True)
+        actual = _compared_gradients(run, retained, with_buffers=True)
         common = min(len(expected), len(actual))
         attempt.compared = True
         attempt.gradient_difference = compare_gradients(expected[:common], actual[:common]) if common else "no optimizer step recorded"
@@ -110,11 +111,12 @@ def _step_gradients(run: RunResult) -> list[tuple[str, list[float]]]:
     return [(label, values) for label, values in run.gradients if label.startswith("optimizer ")]
 
 
-def _compared_gradients(run: RunResult, reference: RunResult) -> list[tuple[str, list[float]]]:
-    """The gradients of ``run`` compared with ``reference``'s: at each optimizer step; without an
-    optimizer, after each backward, of the tensors the reference run updated (a gradient nothing
-    applies is not one the rewrite must keep)."""
+def _compared_gradients(run: RunResult, reference: RunResult, with_buffers: bool = False) -> list[tuple[str, list[float]]]:
+    """The gradients of ``run`` compared with ``reference``'s: at each optimizer step (``with_buffers``:
+    and the buffers of the script's modules there, which a forward run once more changes: a safe
+    rewrite keeps them too); without an optimizer, after each backward, of the tensors the reference
+    run updated (a gradient nothing applies is not one the rewrite must keep)."""
     if _step_gradients(reference) or reference.optimizer_steps:
-        return _step_gradients(run)
+        return [(label, values) for label, values in run.gradients if label.startswith("optimizer ") or with_buffers and label.endswith(" buffer")]
     updated = reference.updated_leaves
     return [(label, values) for label, values in run.backward_gradients if label.split(": ", 1)[1] in updated]

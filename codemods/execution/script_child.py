@@ -41,6 +41,7 @@ from .recording import (
     _held_graphs,
     _live_graph_nodes,
     _optimizer_gradients,
+    module_buffers,
     _reading_frames,
     _record_named_gradients,
     _traced_forward_frames,
@@ -155,6 +156,8 @@ def _child_main(request: _Request, workdir: str, result_path: str) -> None:
             closure = bool(args) or kwargs.get("closure") is not None
             if closure == after and (options.recorded_steps is None or result.optimizer_steps < options.recorded_steps):
                 result.gradients.extend(_optimizer_gradients(optimizer, walks.rank(optimizer)))
+                main = sys.modules.get("__main__")  # (runpy's module of the running script)
+                result.gradients.extend(module_buffers(vars(main) if main is not None else {}))
 
         register_optimizer_step_pre_hook(record_step)
         register_optimizer_step_post_hook(lambda optimizer, args, kwargs: record_step(optimizer, args, kwargs, after=True))
