@@ -27,7 +27,7 @@ from .backward_calls import BackwardSite
 from .calls import CallSemantics
 from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, every_item_key, narrowed, truth_key
 from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, graph_facts, result_facts, summary_facts
-from .guards import bound_in_file, in_the_first_iteration, last_iteration_arm
+from .guards import bound_in_file, exits, in_the_first_iteration, last_iteration_arm
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
 from .saved_tensors import SavedTensors
 from .syntax import decorator_callee, dotted_name, is_grad, method_called
@@ -539,6 +539,8 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries, SavedTenso
             self._eval(small.value, env)
             if type(small.value) is cst.Call and self._may_keep_its_arguments(small.value):
                 self._escape([self._eval(arg.value, env) for arg in small.value.args])
+            if type(small.value) is cst.Call and exits(small.value.func, self._module, self._tree, self.names):
+                raise _Terminated  # (as a ``raise``)
         elif type(small) is cst.Return:
             frame = next(f for f in reversed(self._frames) if f.loop is None or f.loop.is_call)
             if small.value is not None:

@@ -302,6 +302,17 @@ def bound_in_file(module: cst.Module, tree: SyntaxTree, names: TorchNames) -> fr
     return tree.kept(bound_in_file, module, bound)
 
 
+# Calls that never return: each raises ``SystemExit`` (or ends the process), as a ``raise`` does.
+EXITING_FUNCTIONS = frozenset({"exit", "quit", "sys.exit", "os._exit", "os.abort"})
+
+
+def exits(func: cst.BaseExpression, module: cst.Module, tree: SyntaxTree, names: TorchNames) -> bool:
+    """Whether calling ``func`` never returns: ``sys.exit(...)``, ``exit()`` (``EXITING_FUNCTIONS``;
+    a builtin the file does not bind anew)."""
+    qualified = names.qualify(func)
+    return qualified in EXITING_FUNCTIONS and not (type(func) is cst.Name and func.value in bound_in_file(module, tree, names))
+
+
 def _truth_after_the_first(test: cst.BaseExpression, counter: str | None) -> bool | None:
     """What ``test`` answers in every iteration after the first of a loop that counts its
     iterations from 0 in ``counter`` (``_counter_from_zero``), where ``counter`` is at least 1:
