@@ -97,9 +97,12 @@ def runs_whenever(names: TorchNames, tree: SyntaxTree, body: Sequence[cst.CSTNod
     return True
 
 
-def context_bound_from_itself(statement: cst.CSTNode, name: str) -> bool | None:
-    """Whether ``with item as name`` computes ``name`` from its previous value: the item reads it
-    (what the context hands back is made of the item); None for the other headers' bindings."""
+def header_bound_from_itself(statement: cst.CSTNode, name: str) -> bool | None:
+    """Whether ``with item as name`` or ``for name in iterable`` computes ``name`` from its previous
+    value: the item or the iterable reads it (what the context hands back is made of the item, and
+    each element the loop binds is one of the iterable's); None for an ``except`` clause's binding."""
+    if type(statement) is cst.For:
+        return name in read_names(statement.iter)
     if type(statement) is not cst.With:
         return None
     items = [item for item in statement.items if item.asname is not None and is_name(item.asname.name, name)]

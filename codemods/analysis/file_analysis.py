@@ -22,7 +22,7 @@ from .gan import GanSteps, find_gan_steps
 from .exclusive_branches import ExclusiveBranches
 from .call_flow import passed_for
 from .guards import bound_afresh, bound_in_file, in_the_first_iteration_only, read_carried_only_under_tests, read_only_where_assigned
-from .contexts import context_bound_from_itself
+from .contexts import header_bound_from_itself
 from .reach import GradientReach
 from .dataflow import DataflowAnalysis
 from .backward_calls import BackwardSite, argument
@@ -168,8 +168,8 @@ class FileAnalysis:
         whether it computes the new value from what the previous iteration (or call) left. True or False for a plain assignment that
         binds the whole name (``h = cell(x, h)``, ``cache = f(x)``): told by the dataflow where the name may carry a graph into the
         iteration (so through aliases: ``prev = h; h = f(prev)``), else by whether the value reads the name. None for a write that
-        changes or adds to the old value (an append, ``+=``, ``x[i] = v``, ``x.add_(...)``) and for a binding a compound statement
-        makes (``for name in ...``, ``with ... as name``)."""
+        changes or adds to the old value (an append, ``+=``, ``x[i] = v``, ``x.add_(...)``); a ``for`` or ``with`` header's binding is
+        from the previous value where its iterable or item reads the name, None for an ``except`` clause's."""
         key = (loop.node, name)
         if key not in self._writes:
             self._writes[key] = self._find_writes(loop, name)
@@ -192,7 +192,7 @@ class FileAnalysis:
                 else:
                     writes[statement] = name in read_names(assignment.value)
             elif name in bound_by_header(statement):
-                writes[statement] = context_bound_from_itself(statement, name)
+                writes[statement] = header_bound_from_itself(statement, name)
         return writes
 
     def _binding_statements(self, loop: Loop) -> list[cst.CSTNode]:

@@ -117,10 +117,11 @@ print(total_loss / len(loader))
         for loop in self.analysis.loops:
             if not self.analysis.is_training_loop(loop):
                 continue  # its iterations are not training steps: what it keeps dies with the step
+            # (and those of the loops inside it that are no training steps: ``for k, v in losses.items(): totals[k] += v``)
             statements = [
                 statement
                 for statement in self.analysis.tree.findall(loop.node.body, cst.SimpleStatementLine)
-                if self.analysis.loops_around(statement)[:1] == (loop,)
+                if self._innermost_training_loop(statement) is loop
             ]
             # (each statement of a line: ``loss.backward(); losses.append(loss)``)
             kept_at = [
@@ -128,6 +129,7 @@ print(total_loss / len(loader))
                 for statement in statements
                 for small in statement.body
                 if (kept := self._kept_value(loop, small)) is not None
+                and not (kept.replaces and self.analysis.loops_around(statement)[0] is not loop)  # (an inner loop's keys may repeat)
             ]
             carried_on = self._carried_on(loop, {kept.store for _, _, kept in kept_at})
             for statement, small, kept in kept_at:
@@ -181,6 +183,9 @@ print(total_loss / len(loader))
                 elif held.guessed and not proved:
                     guess = f"`{code_of(value)}` may hold no graph: it is an item of a tuple gradfix cannot tell apart from the others"
                 yield self.violation(value, message, fix, guess=guess)
+
+    def _innermost_training_loop(self, statement: cst.SimpleStatementLine) -> Loop | None:
+        return next((loop for loop in self.analysis.loops_around(statement) if self.analysis.is_training_loop(loop)), None)
 
     def _kept_value(self, loop: Loop, small: cst.BaseSmallStatement) -> _Kept | None:
         """What ``small`` keeps where: ``store += value``, ``store = store + value`` (or any sum of
