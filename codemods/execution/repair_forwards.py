@@ -202,7 +202,7 @@ def _attribute_recomputed(blamed: _Blamed, function, attribute: str, value: cst.
     methods = [s for s in analysis.class_body(class_name) if isinstance(s, cst.FunctionDef)]
     replacements = []
     for method in methods:
-        if not _available_in(analysis, value, method, same_function=method is function):
+        if not _available_in(analysis, value, method, function):
             continue
         for statement in find_nodes(method, cst.SimpleStatementLine):
             rewritten = statement.visit(_ReadReplacer(f"self.{attribute}", as_operand(value)))
@@ -217,18 +217,21 @@ def _attribute_recomputed(blamed: _Blamed, function, attribute: str, value: cst.
         )
 
 
-def _available_in(analysis: FileAnalysis, value: cst.BaseExpression, function: cst.FunctionDef, same_function: bool) -> bool:
-    """Whether every name ``value`` reads means the same inside ``function``: ``self``, a name of
-    the module, a builtin, or (in the function that computed it) one of its parameters."""
+def _available_in(analysis: FileAnalysis, value: cst.BaseExpression, function: cst.FunctionDef, source: cst.FunctionDef | None) -> bool:
+    """Whether every name ``value`` (computed in ``source``) reads means the same inside ``function``:
+    ``self``, a name of the module that ``source`` does not bind too (a parameter of ``forward(self,
+    a)`` is no global ``a`` elsewhere, even where the script has one), a builtin, or (in ``source``
+    itself) one of its parameters."""
     module_names = set().union(*(assigned_names(s) for s in analysis.module.body)) | set(analysis.names.aliases)
     local = assigned_names(function.body)
     parameters = {p.name.value for p in function.params.params}
+    bound_in_source = set() if source is None else assigned_names(source.body) | {p.name.value for p in source.params.params}
     for name in {n.split(".", 1)[0] for n in read_names(value)}:
         if name == "self" and "self" in parameters:
             continue
-        if same_function and name in parameters:
+        if function is source and name in parameters:
             continue
-        if name in local or name in parameters:
+        if name in local or name in parameters or name in bound_in_source:
             return False
         if name not in module_names and not hasattr(builtins, name):
             return False
