@@ -309,7 +309,7 @@ def test_writes_in_a_loop_say_whether_they_build_on_what_the_previous_iteration_
     assert list(analysis.writes_of(loop, "states").values()) == [False, None]
     assert list(analysis.writes_of(loop, "buffer").values()) == [None]  # an item written: the old tensor changed
     assert list(analysis.writes_of(loop, "total").values()) == [True]  # no graph: the value reads the name
-    assert list(analysis.writes_of(loop, "part").values()) == [None]  # bound by a nested loop's header
+    assert list(analysis.writes_of(loop, "part").values()) == [False]  # bound anew by a nested loop's header, from its iterable
     assert not analysis.afresh_each_iteration(loop, "h") and not analysis.made_anew_in(loop, "h")
     assert analysis.made_anew_in(loop, "states") and not analysis.afresh_each_iteration(loop, "states")
     assert analysis.afresh_each_iteration(loop, "prev") and not analysis.made_anew_in(loop, "buffer")

@@ -206,7 +206,7 @@ print(total_loss / len(loader))
             target, value = small.targets[0].target, small.value
             name = dotted_name(target)
             if type(value) is cst.BinaryOperation and type(value.operator) is cst.Add:
-                if name and dotted_name(value.left) == name and isinstance(value.right, cst.Name):
+                if name and dotted_name(value.left) == name and type(value.right) is cst.Name:
                     return _Kept(name, value.right)
                 if name and _arithmetic_leaves(value).count(name) == 1:
                     return _Kept(name, value)  # (a running mean: ``ema = 0.95 * ema + 0.05 * loss``, detached whole)
@@ -221,7 +221,7 @@ print(total_loss / len(loader))
             if type(target) is cst.Subscript and (container := dotted_name(target.value)):
                 return _Kept(container, value, replaces=True)
         call = appended(small)
-        if call is not None and isinstance(call.func, cst.Attribute):
+        if call is not None and type(call.func) is cst.Attribute:
             receiver = call.func.value
             name = dotted_name(receiver)
             if name:
