@@ -34,9 +34,9 @@ for x, y in [(torch.randn(5, 4), torch.randint(0, 3, (5,))) for _ in range(3)]:
 """
 
 
-@pytest.mark.parametrize("call", ["exit()", "sys.exit(1)", "quit()"])
-def test_a_branch_that_exits_reaches_nothing_after_the_try(runs, tmp_path, call):
-    source = RUNNER.replace("SHADOW\n", "").replace("EXIT", call)
+@pytest.mark.parametrize(("imported", "call"), [("", "exit()"), ("", "sys.exit(1)"), ("", "quit()"), ("from sys import exit as leave", "leave(1)")])
+def test_a_branch_that_exits_reaches_nothing_after_the_try(runs, tmp_path, imported, call):
+    source = RUNNER.replace("SHADOW", imported).replace("EXIT", call)
     assert run_error(runs, tmp_path, source) == ""
     assert findings_of(source, "GF004") == []
 

@@ -310,7 +310,8 @@ def exits(func: cst.BaseExpression, module: cst.Module, tree: SyntaxTree, names:
     """Whether calling ``func`` never returns: ``sys.exit(...)``, ``exit()`` (``EXITING_FUNCTIONS``;
     a builtin the file does not bind anew)."""
     qualified = names.qualify(func)
-    return qualified in EXITING_FUNCTIONS and not (type(func) is cst.Name and func.value in bound_in_file(module, tree, names))
+    builtin = qualified is not None and "." not in qualified  # (``exit`` the file may bind anew; ``sys.exit`` however imported)
+    return qualified in EXITING_FUNCTIONS and not (builtin and type(func) is cst.Name and func.value in bound_in_file(module, tree, names))
 
 
 def _truth_after_the_first(test: cst.BaseExpression, counter: str | None) -> bool | None:
