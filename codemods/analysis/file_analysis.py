@@ -71,6 +71,7 @@ class FileAnalysis:
         self._dataflow = DataflowAnalysis(module, self.names, imported, self.tree)
         self._blocks: dict[int, Block] = {}  # by id of the Module or IndentedBlock
         self._writes: dict[tuple[cst.CSTNode, str], dict[cst.CSTNode, bool | None]] = {}  # by loop and name
+        self._training_loops: dict[cst.CSTNode, bool] = {}  # (``is_training_loop``, by loop)
         if source is not None:
             self.source = source
 
@@ -422,7 +423,9 @@ class FileAnalysis:
         step. An epoch loop that calls a ``train()`` function is not."""
         if loop.is_call:
             return any(hook is loop.node for hook, _ in self.trainer_hooks())
-        return (GradientEffect.STEP | GradientEffect.BACKWARD) in self.gradient_effects(loop.node.body)
+        if loop.node not in self._training_loops:  # (asked of each loop around every statement a rule reads)
+            self._training_loops[loop.node] = (GradientEffect.STEP | GradientEffect.BACKWARD) in self.gradient_effects(loop.node.body)
+        return self._training_loops[loop.node]
 
     def constructed_every_step(self, class_name: str) -> bool:
         """Whether some instance of the local class ``class_name`` is made in a training loop:
