@@ -98,7 +98,11 @@ def test_the_buffers_of_modules_a_global_object_holds_are_recorded():
         def __init__(self):
             self.net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
 
-    recorded = module_buffers({"model": Wrapper(), "head": torch.nn.BatchNorm1d(3), "torch": torch})
+    class Refusing:  # (a script's object that refuses every attribute: recorded around, never raised into the run)
+        def __getattribute__(self, name):
+            raise RuntimeError(name)
+
+    recorded = module_buffers({"model": Wrapper(), "head": torch.nn.BatchNorm1d(3), "torch": torch, "proxy": Refusing()})
     assert [label for label, _ in recorded] == [
         "head.running_mean buffer", "head.running_var buffer", "head.num_batches_tracked buffer",
         "model.net.1.running_mean buffer", "model.net.1.running_var buffer", "model.net.1.num_batches_tracked buffer",

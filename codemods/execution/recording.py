@@ -370,12 +370,15 @@ def _named_modules(namespace: dict) -> list[tuple[str, Any]]:
 
     found: dict[int, tuple[str, Any]] = {}
     for name, value in sorted(namespace.items(), key=lambda item: item[0]):
-        if isinstance(value, torch.nn.Module):
-            found.setdefault(id(value), (name, value))
-        elif not isinstance(value, (type, types.ModuleType, types.FunctionType)) and hasattr(value, "__dict__"):
-            for attribute, held in sorted(vars(value).items(), key=lambda item: item[0]):
-                if isinstance(held, torch.nn.Module):
-                    found.setdefault(id(held), (f"{name}.{attribute}", held))
+        try:
+            if isinstance(value, torch.nn.Module):
+                found.setdefault(id(value), (name, value))
+            elif not isinstance(value, (type, types.ModuleType, types.FunctionType)) and hasattr(value, "__dict__"):
+                for attribute, held in sorted(dict(vars(value)).items(), key=lambda item: item[0]):
+                    if isinstance(held, torch.nn.Module):
+                        found.setdefault(id(held), (f"{name}.{attribute}", held))
+        except Exception:  # (an object of the script's whose ``__getattribute__`` refuses: the run is not gradfix's to break)
+            continue
     return list(found.values())
 
 
