@@ -313,6 +313,8 @@ def test_writes_in_a_loop_say_whether_they_build_on_what_the_previous_iteration_
     assert not analysis.afresh_each_iteration(loop, "h") and not analysis.made_anew_in(loop, "h")
     assert analysis.made_anew_in(loop, "states") and not analysis.afresh_each_iteration(loop, "states")
     assert analysis.afresh_each_iteration(loop, "prev") and not analysis.made_anew_in(loop, "buffer")
+    # (a nested loop's target may be bound anew, but not in each iteration: its iterable may be empty)
+    assert analysis.made_anew_in(loop, "part") and not analysis.afresh_each_iteration(loop, "part")
 
 
 def test_attribute_writes_name_the_object_and_the_function_that_writes():

@@ -4,7 +4,8 @@
 h102's review; gradfix saw the graph in ``total`` but GF007 read only ``+=``, appends and
 assignments). The fix, ``total.add_(loss.detach())``, is safe where ``+=``'s is: the same sum, and
 no backward reads ``total``. A total made anew in each step keeps nothing; one a backward reads
-after the loop is a gradient accumulation, left alone."""
+after the loop is a gradient accumulation, left alone; the ``add_`` of an object of code gradfix did
+not read is no tensor's sum."""
 
 import pytest
 
@@ -55,3 +56,9 @@ def test_a_total_a_backward_reads_is_left_alone(runs, tmp_path):
     accumulated = STATS.replace("    FRESH\n", "").replace("    loss.backward()\n", "").replace("READ", "total.backward()")
     assert run_error(runs, tmp_path, accumulated) == ""
     assert safely_fixed(accumulated) == ([], None)
+
+
+def test_an_objects_add_method_of_code_gradfix_did_not_read_is_no_tensors_sum():
+    source = STATS.replace("total = torch.zeros(())", "from meters import Meter\ntotal = Meter()").replace("    FRESH\n", "").replace("READ\n", "")
+    source = source.replace('print("SUM %.6f" % total.item())\n', "")
+    assert findings_of(source, "GF007") == []

@@ -520,8 +520,8 @@ def bound_afresh(loop: Loop, name: str, writes: Mapping[cst.CSTNode, bool | None
     (``with torch.autocast("cuda"):``), or on every path of an ``if`` chain there (``if use_amp:
     ... else: ...``)."""
     first = next(iter(writes), None)
-    if first is None or writes[first] is not False:
-        return False
+    if first is None or writes[first] is not False or type(first) is cst.For:
+        return False  # (a nested ``for`` binds its target only where its iterable is not empty)
     body = loop.node.body.body
     if contexts.runs_whenever(names, tree, body, first):
         return True

@@ -238,7 +238,8 @@ print(total_loss / len(loader))
             call = small.value
             if type(call.func) is cst.Attribute and call.func.attr.value in ACCUMULATING_METHODS and call.args and not call.args[0].keyword:
                 name = dotted_name(call.func.value)
-                return _Kept(name, call.args[0].value) if name else None  # ``total.add_(loss)``, as ``total += loss``
+                entry = loop.entry.get(name) if name else None  # (a tensor's method: not an object's of code gradfix did not read)
+                return _Kept(name, call.args[0].value) if name and entry is not None and entry.structure is TENSOR else None
             return self._kept_by_method(loop, call)
         return None
 
