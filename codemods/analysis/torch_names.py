@@ -674,9 +674,10 @@ class _TorchNamesCollector(cst.CSTVisitor):
         # A module of the module's scope that a class reads (kept on ``self``, built into what it
         # keeps, or called in its forward) is every instance's; one a method builds
         # (``layer = nn.Linear(...)``: a key of the method's scope) is that instance's own.
-        for class_node in self._class_nodes:
-            read = (self._key(name) for name in self._tree.findall(class_node.body, cst.Name))
-            if any(key is not None and key == spelling(key) and key in self.names.modules for key in read):
+        # (a module's own key is its spelling: only names of that spelling are looked up)
+        of_the_module = {key for key in self.names.modules if key == spelling(key)}
+        for class_node in self._class_nodes if of_the_module else ():
+            if any(self._key(name) in of_the_module for name in self._tree.names(class_node.body, of_the_module)):
                 self.names.sharing_classes.add(class_node.name.value)
         for class_name, target, source in self._aliases:
             aliased = self.names.modules.get(source)
