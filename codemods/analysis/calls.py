@@ -59,6 +59,7 @@ from .values import (
     combine,
     element_of,
     item_of,
+    dict_of,
     joined,
     part,
     sharing_groups,
@@ -206,6 +207,10 @@ class CallSemantics:
             return CONSTANT
         if method in CASTING_METHODS and self._casts_to_integers(node):
             return Value(structure=TENSOR, graphless=True)
+        view = None if values else self._dict_view(method, func.value, receiver)
+        if view is not None:
+            return view
+        self._dict_method_may_write(method, target, receiver, env)
         handler = _TENSOR_METHODS.get(method)
         value = handler(node, receiver) if handler is not None else None
         if value is not None:
@@ -363,7 +368,7 @@ class CallSemantics:
                 return joined([yielded(values[0]), *values[1:]])  # one step of the iteration, or the default
             if func.value == "dict" and all(arg.keyword is not None for arg in node.args) and not self._names_a_value(func, env):
                 self._dict_items[node] = {repr(arg.keyword.value): value for arg, value in zip(node.args, values) if arg.keyword is not None}
-                return union(values, UNKNOWN)  # ``dict(loss=loss)``, a dict built with constant keys
+                return union(values, dict_of(values))  # ``dict(loss=loss)``: constant keys
             if (together := self._iterated_together(node, values, env)) is not None:
                 return together
             if func.value in _CONTAINER_BUILTINS:

@@ -48,7 +48,8 @@ from .module_info import ModuleInfo
 from .read_later import graphs_read_later
 from .symbol_tables import function_scopes
 from .syntax import code_of, dotted_name
-from .values import TENSOR, ListOf, Origin, Structure, TupleOf
+from .dicts import DICT_READING_METHODS
+from .values import TENSOR, DictOf, ListOf, Origin, Structure, TupleOf
 
 
 class Answer(str, enum.Enum):
@@ -605,6 +606,8 @@ class ClosedWorld:
                 or self._container_attribute(receiver)
             ):
                 return True
+            if method in DICT_READING_METHODS and self._is_dict(receiver):
+                return True  # (what they hand back holds what the dict holds)
             if method in TENSOR_FACTORY_METHODS:
                 return True  # only a tensor has them, and the dataflow models them as new leaves
         return False
@@ -677,6 +680,11 @@ class ClosedWorld:
 
     def _is_container(self, expression: cst.BaseExpression) -> bool:
         return self.analysis._is_container(expression)
+
+    def _is_dict(self, expression: cst.BaseExpression) -> bool:
+        """A dict the program built with constant keys (``dicts``)."""
+        value = self.analysis.value_read(expression) if isinstance(expression, cst.Name) else None
+        return value is not None and isinstance(value.structure, DictOf)
 
     def _touches_autograd(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` may hand over or give back something of the program's autograd state: a

@@ -25,6 +25,7 @@ from ..summaries import ProjectSummaries
 from .assignments import assigned_names, local_names, shared_containers, target_names
 from .backward_calls import BackwardSite
 from .calls import CallSemantics
+from .dicts import DictsOfKnownKeys
 from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, every_item_key, narrowed, truth_key
 from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, graph_facts, result_facts, summary_facts
 from .guards import bound_in_file, exits, in_the_first_iteration, last_iteration_arm
@@ -66,7 +67,7 @@ _STATEMENTS = node_types(cst.SimpleStatementLine, cst.BaseCompoundStatement)
 _SMALL_STATEMENTS = node_types(cst.BaseSmallStatement)
 
 
-class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries, SavedTensors):
+class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries, SavedTensors, DictsOfKnownKeys):
     """Runs the interpreter over a whole module and keeps what it found."""
 
     def __init__(self, module: cst.Module, names: TorchNames, imported: ProjectSummaries | None, tree: SyntaxTree) -> None:

@@ -14,6 +14,7 @@ import libcst as cst
 
 from ..frameworks import SCALED_LOSS_CONTEXTS
 from ..torch_api import AUTOGRAD_RECORD, GRAPHLESS_ATTRIBUTES, METADATA_ATTRIBUTES
+from .dicts import shape_kept_by, unpacked_items, written_at
 from .assignments import APPENDING_METHODS, assigned_names, names_bound_to_one_object, read_names, target_names
 from .loops import Element, Env, join_envs, join_values
 from .syntax import constant_key, dotted_name, is_name
@@ -34,6 +35,7 @@ from .values import (
     TupleOf,
     Value,
     combine,
+    dict_of,
     element_of,
     item_of,
     item_replaced,
@@ -145,7 +147,7 @@ class Expressions:
                 return combine([base], self._origin(node))
             if written is not None and not written.unbound:
                 return written  # ``losses[i] = loss`` then ``losses[i]``: this very value
-            taken = self._item_taken(node, base) if type(node.value) is cst.Call else None
+            taken = self._item_taken(node, base) if type(node.value) is cst.Call else self._dict_item(node.value, base)
             if taken is not None:
                 return taken
             if isinstance(base.structure, ListOf) and any(type(e.slice) is cst.Slice for e in node.slice):
@@ -196,7 +198,7 @@ class Expressions:
             keys = [constant_key(e.key) if type(e) is cst.DictElement else None for e in node.elements]
             if None not in keys:  # (every key a constant, no ``**``)
                 self._dict_items[node] = dict(zip(cast(list[str], keys), values))
-            return union(values, UNKNOWN)
+            return union(values, dict_of(values) if None not in keys else UNKNOWN)
         if node_type in (cst.StarredElement, cst.Await):
             return self._eval(node.value if isinstance(node, cst.StarredElement) else node.expression, env)
         if node_type is cst.NamedExpr:
@@ -320,8 +322,7 @@ class Expressions:
             elif known is not None:
                 values = known
             else:
-                items = value.structure.items if isinstance(value.structure, TupleOf) else ()
-                values = [item_of(value, items[i] if len(items) == len(elements) else UNKNOWN, differentiable) for i in range(len(elements))]
+                values = unpacked_items(value, len(elements), differentiable)
             for element, element_value, element_source in zip(elements, values, sources):
                 self.assigned_values[element] = element_value  # (what this target was given: ``value_assigned``)
                 self._assign(element, element_value, env, element_source, differentiable)
@@ -348,7 +349,8 @@ class Expressions:
                         self._escape([value])  # (read through another name that holds the container too)
                     others = self._other_items(name, slot, env) if slot is not None and _immutable_graphless(value) else None
                     # (a dict whose every item is known, the one that held its graph overwritten: it holds none)
-                    env[name] = union([value, *others], held.structure) if others is not None else union([held, value], held.structure)
+                    structure = written_at(held.structure, target, value, env)
+                    env[name] = union([value, *others], structure) if others is not None else union([held, value], structure)
                     if slot is not None:
                         self._write_slot(name, slot, value, env, target.slice[0].slice.value)
             return
@@ -370,7 +372,7 @@ class Expressions:
             self._escape([value])  # kept on an object: another call may backward it
             if value.graph:
                 self.keeping_functions.add(self._scope.node)  # (whatever reads the attribute after a call reaches its graph)
-        env[name] = value
+        env[name] = shape_kept_by(name, value, self.shared_objects)
         if source is not None:
             self._escape_items([source], env)
             for key, item in self._dict_items.get(source, {}).items():  # (a dict built with constant keys)

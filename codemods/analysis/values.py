@@ -109,6 +109,7 @@ UNKNOWN = _Named("unknown")
 NONE = _Named("None")
 NUMBER = _Named("number")  # a Python int or float literal: no .detach()
 DISTRIBUTION = _Named("distribution")  # a torch.distributions object
+DICT_KEY = _Named("key")  # a key of a ``DictOf``: no graph
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,23 @@ class ListOf(Structure):
             return self
         if isinstance(other, ListOf):
             return ListOf(self.item.join(other.item))
+        return UNKNOWN
+
+
+@dataclass(frozen=True)
+class DictOf(Structure):
+    """A dict whose keys hold no graph (``dicts``), of values of the structure ``value``;
+    ``graphs``: every value written to it holds a graph for certain (else one read out of it by a
+    key gradfix cannot tell may be one that holds none: ``{"loss": loss, "n": n}``)."""
+
+    value: Structure
+    graphs: bool = False
+
+    def join(self, other: Structure) -> Structure:
+        if other is EMPTY:
+            return self
+        if isinstance(other, DictOf):
+            return DictOf(self.value.join(other.value), self.graphs and other.graphs)
         return UNKNOWN
 
 
@@ -349,6 +367,11 @@ def yielded(items: Value, known: bool = False) -> Value:
     whatever its structure says (a dict's ``items()`` or ``values()``)."""
     known = known or isinstance(items.structure, (ListOf, TupleOf)) or items.structure is TENSOR
     return element_of(items) if known or items.graph and not items.unread else NOTHING
+
+
+def dict_of(values: Sequence[Value]) -> DictOf:
+    """The structure of a dict built with constant keys holding ``values``."""
+    return DictOf(join_structures(v.structure for v in values), all(v.graph and not v.guessed for v in values))
 
 
 def join_structures(structures: Iterable[Structure]) -> Structure:
