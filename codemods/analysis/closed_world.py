@@ -715,11 +715,36 @@ class ClosedWorld:
         return False
 
     def _method_taken(self, attribute: cst.Attribute) -> bool:
-        """``later = loss.backward``: a backward or an update taken as a value, not called."""
-        if attribute.attr.value not in ("backward", "step", "manual_backward"):
+        """``later = loss.backward``: a backward or an update taken as a value, not called. Not an
+        attribute written (``self.step = 0``, ``self.step += 1``: a bound method added to 1 would
+        raise), nor one read on ``self`` in a class of no base that writes it itself (a trainer's
+        counter ``self.step``: the instance's own attribute hides any method of that name)."""
+        name = attribute.attr.value
+        if name not in ("backward", "step", "manual_backward"):
             return False
         parent = self.analysis.tree.parent(attribute)
-        return not (isinstance(parent, cst.Call) and parent.func is attribute)
+        if isinstance(parent, cst.Call) and parent.func is attribute:
+            return False
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is attribute:
+            return False
+        return not self._own_data_attribute(attribute)
+
+    def _own_data_attribute(self, attribute: cst.Attribute) -> bool:
+        """``self.<name>`` in a method of a class of the file with no base, whose methods write
+        ``self.<name>`` and define no method ``<name>``."""
+        tree = self.analysis.tree
+        if not (isinstance(attribute.value, cst.Name) and attribute.value.value == "self"):
+            return False
+        node: cst.CSTNode | None = attribute
+        while node is not None and not isinstance(node, cst.ClassDef):
+            node = tree.parent(node)
+        if node is None or any(not (isinstance(base.value, cst.Name) and base.value.value == "object") for base in node.bases):
+            return False
+        name = attribute.attr.value
+        if any(isinstance(statement, cst.FunctionDef) and statement.name.value == name for statement in node.body.body):
+            return False
+        written = [*tree.findall(node, cst.AssignTarget), *tree.findall(node, cst.AugAssign), *tree.findall(node, cst.AnnAssign)]
+        return any(dotted_name(target.target) == f"self.{name}" for target in written)
 
     def _nested(self, function: cst.FunctionDef) -> bool:
         parent = self.analysis.tree.parent(function)
