@@ -31,11 +31,18 @@ class Fix:
     insert_before: tuple[tuple[cst.BaseStatement, tuple[cst.BaseStatement, ...]], ...] = ()
     insert_after: tuple[tuple[cst.BaseStatement, tuple[cst.BaseStatement, ...]], ...] = ()
     replace: tuple[tuple[cst.BaseStatement, cst.BaseStatement], ...] = ()
+    # Expressions of the replaced statements that their replacements evaluate whole, as before
+    # (``loss`` of ``total += loss`` made ``total += loss.detach()``): what they run stays.
+    kept_whole: tuple[cst.BaseExpression, ...] = ()
 
-    def taken_away(self) -> list[cst.BaseStatement]:
-        """The statements this fix removes, replaces, or moves (unless it reschedules updates)."""
+    def taken_away(self) -> list[cst.CSTNode]:
+        """The statements this fix removes, replaces, or moves (unless it reschedules updates); of a
+        replaced statement that keeps expressions whole (``kept_whole``), the calls outside them."""
         moved = [] if self.reschedules_updates and not self.safe else [*self.move, *self.move_after]
-        return [*self.remove, *(s for s, _ in moved), *(s for s, _ in self.replace)]
+        replaced: list[cst.CSTNode] = [s for s, _ in self.replace]
+        if self.kept_whole:
+            replaced = [call for statement in replaced for call in _calls_outside(statement, self.kept_whole)]
+        return [*self.remove, *(s for s, _ in moved), *replaced]
 
     def statements(self) -> list[cst.BaseStatement]:
         """Every statement this fix removes, moves, replaces or inserts next to."""
@@ -45,6 +52,21 @@ class Fix:
     def touched(self) -> set[int]:
         """Identities of the statements this fix depends on; two fixes that share one conflict."""
         return {id(a) for a in self.statements()}
+
+
+def _calls_outside(node: cst.CSTNode, kept: tuple[cst.BaseExpression, ...]) -> list[cst.Call]:
+    """The calls under ``node`` that are not under any of ``kept``."""
+    found: list[cst.Call] = []
+    kept_ids = {id(expression) for expression in kept}
+    pending: list[cst.CSTNode] = [node]
+    while pending:
+        current = pending.pop()
+        if id(current) in kept_ids:
+            continue
+        if isinstance(current, cst.Call):
+            found.append(current)
+        pending.extend(current.children)
+    return found
 
 
 @dataclass

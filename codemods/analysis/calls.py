@@ -43,6 +43,7 @@ from .syntax import constant_key, dotted_name, turns_gradients_off
 from .values import (
     CONSTANT,
     DISTRIBUTION,
+    EMPTY,
     LEAF,
     FunctionOf,
     NOTHING,
@@ -73,6 +74,7 @@ _NUMBER_LIBRARIES = ("math.", "numpy.", "random.", "statistics.", "time.")
 _NON_GRAPH_BUILTINS = {"float", "int", "bool", "str", "len", "print", "range", "repr", "format", "isinstance", "id", "hash"}
 _CONTAINER_BUILTINS = {"tuple", "list", "sorted", "reversed", "sum", "max", "min"}
 _REDUCING_BUILTINS = {"sum", "max", "min"}
+_LIST_BUILDING_BUILTINS = {"list", "sorted"}
 _ITERATING_BUILTINS = {"enumerate", "reversed", "zip", "iter"}
 
 
@@ -373,6 +375,8 @@ class CallSemantics:
                 return together
             if func.value in _CONTAINER_BUILTINS:
                 element = element_of(values[0]) if values else NOTHING
+                if func.value in _LIST_BUILDING_BUILTINS:  # (a new list of what its argument yields: ``list()`` is ``[]``)
+                    return part(element, ListOf(element.structure)) if values else Value(structure=ListOf(EMPTY), graphless=True)
                 structure = element.structure if func.value in _REDUCING_BUILTINS else UNKNOWN
                 return part(element, structure)
         # An unknown function of graph-carrying values (a loss function, a helper) is differentiable in all code we

@@ -15,6 +15,7 @@ from ..analysis import (
     NO_BOOKKEEPING_READS,
     TENSOR,
     KeptArgument,
+    ListOf,
     Loop,
     Origin,
     Value,
@@ -45,7 +46,10 @@ class GraphKeptForLogging(Rule):
 
     gradfix reports a graph-carrying value stored, in a loop whose iterations are training steps
     (an optimizer steps and a backward runs in it, or a trainer hook), in a store that outlives the
-    iteration (made before the loop and not made anew inside it). An item stored under the same key
+    iteration (made before the loop and not made anew inside it: a total that starts as None and
+    takes the first loss as it is, ``if total is None: total = loss`` / ``else: total = total +
+    loss``, is given its first value once, not made anew). The values of a dict of losses built with
+    constant keys are read one by one (``for name, value in losses.items(): running[name] += value``). An item stored under the same key
     in every iteration (``loss_dict["d"] = d_loss``) replaces the previous step's: it keeps one
     step's graph, not every step's, and is left alone; an item added to (``running["g_loss"] +=
     g_loss``) keeps them all, as does a list in an item (``history["loss"].append(loss)``: its
@@ -68,7 +72,9 @@ class GraphKeptForLogging(Rule):
     could), or, within the file's own code, no backward reads the store and nothing hands it on;
     and no code reads autograd's bookkeeping (``grad_fn``, ``requires_grad``) of what was kept. A
     store a backward reads (a loss computed from what it keeps, or gradient accumulation) is left
-    alone: its graphs are what that backward walks. A store the loop makes anew only under a condition
+    alone: its graphs are what that backward walks. An ``append`` keeps its argument for certain only
+    on a list: on an object gradfix cannot tell is one (of a class of another package, monai's
+    ``CumulativeAverage``, which keeps a detached copy) it is a hint. A store the loop makes anew only under a condition
     (``if (i + 1) % 100 == 0: running_loss = 0``) keeps the graphs of the steps between: a hint, as
     whether the condition ever lets a step by is not known. So is a store whose object another name holds
     (``history = losses``, ``kept = KEPT = []``, ``def finish(store=kept)``, ``{"losses": losses}``),
@@ -170,9 +176,11 @@ print(total_loss / len(loader))
                     message += f" (not rewritten: {unfixable})"
                 else:
                     kept_detached = cst.ensure_type(statement.deep_replace(value, _detached(value)), cst.SimpleStatementLine)
-                    fix = Fix(safe=True, replace=((statement, kept_detached),))
+                    fix = Fix(safe=True, replace=((statement, kept_detached),), kept_whole=(value,))
                 guess = ""
-                if reset is not None:
+                if kept.appended_to is not None and not self._proved_a_list(kept.appended_to):
+                    guess = f"`{store}` may be no list (an object of code gradfix did not read): what its `append` keeps is not known"
+                elif reset is not None:
                     guess = f"`{store}` is made anew under a condition (line {self.analysis.line(reset)}): it keeps the graphs of the steps between"
                 elif self.analysis.shares_its_object(store) and not self._freed(loop, store, held):
                     guess = f"another name holds the object `{store}` holds, and a backward may walk what it keeps through that name"
@@ -225,7 +233,7 @@ print(total_loss / len(loader))
             receiver = call.func.value
             name = dotted_name(receiver)
             if name:
-                return _Kept(name, call.args[0].value)
+                return _Kept(name, call.args[0].value, appended_to=receiver)
             if (
                 type(receiver) is cst.Subscript
                 and (container := dotted_name(receiver.value))
@@ -277,6 +285,13 @@ print(total_loss / len(loader))
                 if other.func.attr.value != method_name and other.func.attr.value in written_by:
                     return None
         return _Kept(receiver, argument.value, by_method=argument, method_name=method_name)
+
+    def _proved_a_list(self, receiver: cst.BaseExpression) -> bool:
+        """Whether ``receiver`` holds a list where it is appended to (``[]``, ``list(...)``, a list
+        the walk saw grow): an object of another class may keep what its ``append`` is given, or not
+        (monai's ``CumulativeAverage`` keeps a detached copy)."""
+        held = self.analysis.value_read(receiver) if isinstance(receiver, (cst.Name, cst.Attribute)) else None
+        return held is not None and isinstance(held.structure, ListOf)
 
     def _bound_before(self, loop: Loop, name: str) -> list[cst.BaseExpression] | None:
         """What the assignments of ``name`` in the loop's function assign, where each of them
@@ -510,7 +525,7 @@ print(total_loss / len(loader))
         """Made before the loop (or kept on the module across calls), and not made anew inside it."""
         if store not in loop.entry and not (loop.is_call and store.startswith("self.")):
             return False
-        return not self.analysis.made_anew_in(loop, store)
+        return not self.analysis.made_anew_in(loop, store) or self._given_its_first_value_only(loop, store)
 
     def _reset_only_sometimes(self, loop: Loop, store: str) -> cst.CSTNode | None:
         """The first statement that makes ``store`` anew, where the loop does so only under a
@@ -519,10 +534,33 @@ print(total_loss / len(loader))
         by (all of them, if it never holds; none, if it always does)."""
         if store not in loop.entry:
             return None
-        resets = [statement for statement, from_before in self.analysis.writes_of(loop, store).items() if from_before is False]
+        writes = self.analysis.writes_of(loop, store)
+        resets = [statement for statement, from_before in writes.items() if from_before is False]
         if not resets or any(self.analysis.runs_in_every_iteration(statement, loop) for statement in resets):
             return None
-        return resets[0]
+        return None if self._given_its_first_value_only(loop, store) else resets[0]
+
+    def _given_its_first_value_only(self, loop: Loop, store: str) -> bool:
+        """Whether the one write of the loop that makes ``store`` anew runs only while ``store`` is
+        None (the arm of ``if store is None:``, or the ``else`` of ``if store is not None:``), and
+        every other write adds to what the store holds (``store = store + loss``, ``store += loss``),
+        which is never None: it gives the store its first value, once (``if total is None: total =
+        loss``), and no later iteration makes it anew."""
+        tree, writes = self.analysis.tree, self.analysis.writes_of(loop, store)
+        resets = [statement for statement, from_before in writes.items() if from_before is False]
+        if len(resets) != 1:
+            return False
+        reset = resets[0]
+        others = [statement for statement in writes if statement is not reset]
+        if not others or any(not _adds_to(statement, writes[statement]) for statement in others):
+            return False
+        node: cst.CSTNode = reset
+        while (parent := tree.parent(node)) is not None and parent is not loop.node:
+            if isinstance(parent, cst.If) and node is not parent.test:
+                tested = _tests_none(parent.test, store)
+                return tested is not None and tested is (node is parent.body)
+            node = parent
+        return False
 
     def _backwarded(self, store: str) -> bool:
         """Whether a backward's graph is built from the store: this iteration's loss computed from
@@ -575,6 +613,7 @@ class _Kept(NamedTuple):
     in_an_item: bool = False  # ``store[key].append(value)``: appended to a list in an item of the store
     by_method: KeptArgument | None = None  # kept by a method of the file's class on the object ``store``
     method_name: str = ""  # (that method)
+    appended_to: cst.BaseExpression | None = None  # ``store.append(value)``: what the call's receiver is
 
 
 def _detached(value: cst.BaseExpression) -> cst.Call:
@@ -589,3 +628,22 @@ def _arithmetic_leaves(value: cst.BaseExpression) -> list[str | None]:
     if type(value) is cst.Integer or type(value) is cst.Float:
         return [None]
     return [dotted_name(value) or "?"]
+
+
+def _tests_none(test: cst.BaseExpression, name: str) -> bool | None:
+    """True for ``name is None``, False for ``name is not None``, None for any other test."""
+    if type(test) is not cst.Comparison or dotted_name(test.left) != name or len(test.comparisons) != 1:
+        return None
+    (comparison,) = test.comparisons
+    if not (type(comparison.comparator) is cst.Name and comparison.comparator.value == "None"):
+        return None
+    return True if type(comparison.operator) is cst.Is else False if type(comparison.operator) is cst.IsNot else None
+
+
+def _adds_to(statement: cst.CSTNode, from_before: bool | None) -> bool:
+    """Whether ``statement`` writes its name by adding to what it held: ``+=`` (or any write that
+    changes the old value in place), or an assignment of a sum that reads it."""
+    if from_before is None:
+        return True
+    small = cst.ensure_type(statement, cst.SimpleStatementLine).body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+    return from_before is True and type(small) is cst.Assign and type(small.value) is cst.BinaryOperation
