@@ -14,6 +14,17 @@ from __future__ import annotations
 
 # torch functions that draw random values: a new tensor, with no history.
 DRAWING_FUNCTIONS = frozenset({"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like"})
+# What draws other values each time it runs: torch's random functions (by their last name), a
+# tensor's (or a distribution's) methods that draw random values, and the random modules of Python
+# and numpy.
+RANDOM_FUNCTIONS = frozenset({*DRAWING_FUNCTIONS, "normal", "bernoulli", "multinomial", "poisson"})
+RANDOM_METHODS = frozenset(
+    {
+        *("uniform_", "normal_", "bernoulli_", "random_", "exponential_", "geometric_", "cauchy_", "log_normal_"),
+        *("bernoulli", "multinomial", "sample", "rsample"),  # (and a torch.distributions object's draws)
+    }
+)
+RANDOM_MODULES = ("random.", "numpy.random.")
 # torch functions (by their last name) that make a new tensor with no history.
 CREATION_FUNCTIONS = frozenset(
     {

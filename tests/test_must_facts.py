@@ -1759,7 +1759,8 @@ def test_no_fix_rests_on_a_backward_in_a_comprehension():
     forward_once = """\
 model = nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-out = model(torch.randn(8, 4))
+x = torch.randn(8, 4)
+out = model(x)
 for step in range(3):
     loss = out.pow(2).mean()
     opt.zero_grad()

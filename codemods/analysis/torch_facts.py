@@ -15,10 +15,20 @@ import libcst as cst
 
 from ..frameworks import EXCEPTION_KEEPING_CONTEXTS
 from ..summaries import ExportedModuleClass
-from ..torch_api import FUNCTION_NAMESPACES, MODULE_RETURNING, TORCH_SUBMODULES, WITH_INDICES, WITH_INDICES_GIVEN_A_DIMENSION
+from ..torch_api import (
+    FUNCTION_NAMESPACES,
+    MODULE_RETURNING,
+    RANDOM_METHODS,
+    RANDOM_FUNCTIONS,
+    RANDOM_MODULES,
+    TORCH_SUBMODULES,
+    WITH_INDICES,
+    WITH_INDICES_GIVEN_A_DIMENSION,
+)
 from .module_info import ModuleInfo
 from .scopes import Scopes
 from .syntax import dotted_name
+from .tree import find_nodes
 
 
 # The tables of ``TorchNames`` that a ``class`` statement of the file fills, by the class's name,
@@ -184,6 +194,18 @@ class TorchNames:
             return None
         namespace, _, function = name.rpartition(".")
         return name if namespace in FUNCTION_NAMESPACES and function[:1].islower() else None
+
+    def draws_other_values(self, node: cst.CSTNode) -> cst.Call | None:
+        """A call under ``node`` that draws other values each time it runs (``RANDOM_FUNCTIONS``
+        of torch, a tensor's ``uniform_()``, a distribution's ``sample()``, Python's or numpy's random numbers, ``next(batches)``)."""
+        for call in find_nodes(node, cst.Call):
+            name = self.qualify(call.func) or ""
+            namespace, _, function = name.rpartition(".")
+            if name == "next" or name.startswith(RANDOM_MODULES) or namespace == "torch" and function in RANDOM_FUNCTIONS:
+                return call
+            if type(call.func) is cst.Attribute and call.func.attr.value in RANDOM_METHODS:
+                return call
+        return None
 
     def is_torch(self, node: cst.CSTNode) -> bool:
         name = self.qualify(node)

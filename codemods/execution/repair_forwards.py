@@ -374,14 +374,7 @@ def _freed_inputs(
 
 def _draws_data(analysis: FileAnalysis, statement: cst.CSTNode) -> bool:
     """Whether running ``statement`` again would draw other data: a random tensor, ``next(...)``."""
-    for call in find_nodes(statement, cst.Call):
-        name = analysis.names.qualify(call.func) or ""
-        if name.rsplit(".", 1)[-1] in _DRAWING_FUNCTIONS or name == "next":
-            return True
-    return False
-
-
-_DRAWING_FUNCTIONS = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "bernoulli", "multinomial", "next"}
+    return analysis.names.draws_other_values(statement) is not None
 
 
 def _detached_where_stored(analysis: FileAnalysis, statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine | None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator, Sequence
 
 import libcst as cst
@@ -74,6 +75,10 @@ class ForwardOutsideLoop(Rule):
     it may be the same at every iteration. A view of a parameter made before the loop (``w_t =
     lin.weight.t()``, a slice) is not reported: it shares the parameter's storage, sees every update
     the optimizer makes in place, and saves nothing; a copy (``.t().contiguous()``) is stale, and is.
+    A moved statement that draws random values itself (``t = 1 + 3 * torch.rand(n, 1, requires_grad=True)``,
+    ``x.uniform_()``, ``np.random.rand(n)``) would draw new ones at every iteration where the program drew
+    them once: that move is an unsafe fix (making the drawn values a leaf keeps them). What a module or a
+    function it calls draws (a forward's dropout or noise) is each step's forward's own, and moves with it.
     """
 
     SUMMARY = "the forward pass is computed before the loop that backwards it"
@@ -151,7 +156,20 @@ for epoch in range(epochs):
                 message += f" (the part built before the loop is not proved to save a tensor the backward frees, so the program may run{changes.format('it')})"
             if changing is None:
                 guesses.append("gradfix cannot tell whether anything in the loop changes the parameters, and if nothing does, one forward is right")
-            yield self.violation(hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,), guess="; ".join(filter(None, guesses)))
+            guess = "; ".join(filter(None, guesses))
+            drawing = self._drawn_again(fix) if fix is not None and fix.safe and not guess else None
+            if fix is not None and drawing is not None:
+                fix = replace(fix, safe=False)
+                message += f" (unsafe fix: moved into the loop, `{code_of(drawing)}` draws other values at every iteration)"
+            yield self.violation(hoisted[0], message, fix, related=(loop.node, site.call), sites=(site,), guess=guess)
+
+    def _drawn_again(self, fix: Fix) -> cst.Call | None:
+        """A call in the statements ``fix`` moves (or copies) into the loop that draws other values
+        each time it runs (``torch.rand(...)``): moved, it draws new ones at every iteration, where
+        the program drew them once (the points a PINN is fitted on). Not one inside a module or
+        function they call (a forward's dropout or noise: what each step's forward draws anew)."""
+        moved = [statement for statement, _ in fix.move] + [copy for _, copies in fix.insert_before for copy in copies]
+        return next((call for statement in moved if (call := self.analysis.names.draws_other_values(statement)) is not None), None)
 
     def _computed_in_the_loop_too(self, hoisted: Sequence[cst.BaseStatement], loop: Loop) -> cst.Call | None:
         """A call in the loop's body of a module the statements built before the loop call too, that the
