@@ -25,6 +25,8 @@ RANDOM_METHODS = frozenset(
     }
 )
 RANDOM_MODULES = ("random.", "numpy.random.")
+# The class of parameters: a new leaf, holding none of the history of the tensor it is given.
+PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 # torch functions (by their last name) that make a new tensor with no history.
 CREATION_FUNCTIONS = frozenset(
     {

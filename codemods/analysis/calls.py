@@ -28,6 +28,7 @@ from ..torch_api import (
     EVERY_OUTPUT_DIFFERENTIABLE,
     FACTORY_METHODS,
     NON_DIFFERENTIABLE,
+    PARAMETER_CLASSES,
     SAMPLING_METHODS,
     TUPLE_FUNCTIONS,
     is_optimizer_class,
@@ -353,6 +354,8 @@ class CallSemantics:
                 return union(values, UNKNOWN) if func.value not in self.names.module_classes else NOTHING
         if creates_parameter(self.names, node):
             return LEAF
+        if qualified in PARAMETER_CLASSES:
+            return Value(structure=TENSOR, graphless=True)  # ``nn.Parameter(w, requires_grad=False)``: a new leaf of no graph
         if self.names.module_class(func) is not None:
             return NOTHING  # a module object
         if is_optimizer_class(qualified) or qualified in self.names.optimizer_classes:
@@ -366,6 +369,13 @@ class CallSemantics:
                 return CONSTANT
             if func.value == "iter" and len(values) == 1:
                 return values[0]  # an iterator over what it is given
+            if (
+                func.value == "getattr"
+                and arguments
+                and not self._names_a_value(func, env)
+                and self.names.module(arguments[0], self._scope.class_name)
+            ):
+                return NOTHING  # an attribute of a module, as ``model.<name>`` reads it: a submodule, a parameter, a buffer
             if func.value == "next" and values:
                 return joined([yielded(values[0]), *values[1:]])  # one step of the iteration, or the default
             if func.value == "dict" and all(arg.keyword is not None for arg in node.args) and not self._names_a_value(func, env):

@@ -25,7 +25,7 @@ def creates_parameter(names: TorchNames, value: cst.BaseExpression) -> bool:
     ``nn.Parameter(x, requires_grad=False)``, a constant of the module's state (a step count)."""
     if type(value) is not cst.Call:
         return False
-    if names.qualify(value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+    if names.qualify(value.func) in torch_api.PARAMETER_CLASSES:
         flags = [a.value for i, a in enumerate(value.args) if (a.keyword.value == "requires_grad" if a.keyword else i == 1)]
         return not (flags and is_name(flags[0], "False"))
     return any(arg.keyword is not None and arg.keyword.value == "requires_grad" and is_name(arg.value, "True") for arg in value.args)
