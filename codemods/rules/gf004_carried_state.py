@@ -69,7 +69,10 @@ class CarriedState(Rule):
     walks (its training loop is in another file, which may set ``model.hidden`` afresh before each
     batch) is a hint; a trainer's hook is called by the trainer, which sets nothing. State another
     module sets afresh in its own forward (``self.dec.H = ...`` before the decoder's time steps) is
-    managed by the program, and not reported. State the iteration reads before assigning it only
+    managed by the program, and not reported; so is state a method writes anew (a ``reset()`` of the
+    class, of a class of the file it derives from, or of one derived from it) that the file calls,
+    or that code gradfix did not read may call, the module being handed to it
+    (``functional.reset_net(net)``). State the iteration reads before assigning it only
     under a test (``if feed_back: inp = mu`` in a decoder's time loop that assigns ``mu`` after) is
     a hint: the test may be false whenever the previous value is there. Under the time loop's own
     counter (``if t > 0: inp = mu``) it is never read before its first pass assigned it, and is
@@ -445,19 +448,42 @@ for inputs, targets in loader:
         """Whether another method of the same class that the file calls, or code outside it
         (``model.hidden = None``), writes the attribute; ``self.<attribute>`` in another class is
         another object's."""
-        own_methods = {s for s in self.analysis.class_body(method.scope.class_name) if isinstance(s, cst.FunctionDef)}
-        called = {
-            call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
-            for call in self.analysis.tree.findall(self.analysis.module, cst.Call)
-        }
+        related = self._related_classes(method.scope.class_name)
+        own_methods = {s for c in related for s in self.analysis.class_body(c) if isinstance(s, cst.FunctionDef)}
+        calls = self.analysis.tree.findall(self.analysis.module, cst.Call)
+        called = {call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None) for call in calls}
         # (a module's forward runs where the module is called: ``EncDec.forward`` sets ``self.dec.H`` afresh)
         called |= {"forward"} if self.analysis.names.module_classes else set()
+        # (a module handed to code gradfix did not read may have any of its methods called: ``functional.reset_net(net)``)
+        any_called = any(self._hands_a_module_to_unread_code(call) for call in calls)
         for owner, function in self.analysis.attribute_writes(name.split(".", 1)[1]):
-            if function is method.node or (function is not None and (function.name.value == "__init__" or function.name.value not in called)):
+            if function is method.node or (
+                function is not None and (function.name.value == "__init__" or function.name.value not in called and not any_called)
+            ):
                 continue  # (a reset method that nothing calls resets nothing)
             if owner != "self" or function in own_methods:
                 return True
         return False
+
+    def _related_classes(self, class_name: str | None) -> set[str]:
+        """``class_name`` and the classes of the file it derives from or that derive from it: their
+        methods run on its objects (``reset()`` a neuron inherits from its base)."""
+        bases = self.analysis.names.local_bases
+        related, pending = set[str](), [class_name] if class_name else []
+        while pending:
+            current = pending.pop()
+            if current not in related:
+                related.add(current)
+                pending += bases.get(current, [])
+                pending += [derived for derived, of in bases.items() if current in of]
+        return related
+
+    def _hands_a_module_to_unread_code(self, call: cst.Call) -> bool:
+        """A call of code gradfix did not read (not torch's, not the file's) given a module object."""
+        names = self.analysis.names
+        if names.is_torch(call.func) or self.analysis.function_called(call) is not None or names.module(call.func, None) is not None:
+            return False
+        return any(names.module(arg.value, self.analysis.class_name_of(arg)) is not None for arg in call.args)
 
     def _store_fix(self, method: Loop, name: str, stores: list[cst.CSTNode], stored: Value, safe: bool) -> tuple[Fix | None, str]:
         """The detaches where ``name`` is stored, or why gradfix cannot write them. Safe for a
