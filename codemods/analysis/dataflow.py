@@ -28,7 +28,7 @@ from .calls import CallSemantics
 from .dicts import DictsOfKnownKeys
 from .expressions import TESTED_FALSE, TESTED_TRUE, Expressions, every_item_key, narrowed, truth_key
 from .function_summaries import FunctionSummaries, FunctionSummary, GraphFacts, callee_key, graph_facts, result_facts, summary_facts
-from .guards import bound_in_file, exits, in_the_first_iteration, last_iteration_arm
+from .guards import bound_in_file, exits, in_the_first_iteration, last_iteration_arm, runs_at_most_once
 from .loops import Carried, Env, Frame, Loop, LoopNode, Scope, expand, join_envs, join_values, same_graphs
 from .saved_tensors import SavedTensors
 from .syntax import decorator_callee, dotted_name, is_grad, method_called
@@ -583,7 +583,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries, SavedTenso
             elif isinstance(node, cst.For):
                 carried |= set(target_names(node.target))
             parent = self._loops[-1] if self._loops else None
-            loop = Loop(node, parent, self._scope, frozenset(carried))
+            loop = Loop(node, parent, self._scope, frozenset(carried), runs_once=runs_at_most_once(node, self._bound_names()))
             self.loops[node] = loop
         entry = {name: env[name] for name in loop.carried_names if name in env}
         loop.freed_at_entry = frozenset(compress(env, map(attrgetter("freed"), env.values())))
@@ -641,7 +641,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries, SavedTenso
             } - freed_in_loop.keys()
             if type(loop.node) is cst.FunctionDef:  # (a method's calls)
                 newly_freed -= self._local_names(loop.node)  # each call binds its own: the next one is not freed
-            converged = same_graphs(new_back_edge, back_edge) and not newly_freed
+            converged = same_graphs(new_back_edge, back_edge) and (not newly_freed or loop.runs_once)
             if known_items:
                 new_items_left = {key: ends[key] for name in known_items for key in self._slots[name] if key in ends}
                 converged = converged and items_left is not None and same_graphs(new_items_left, items_left)

@@ -351,6 +351,18 @@ def _kept_counter(tree: SyntaxTree, loop: cst.CSTNode, bound: Callable[[], Conta
     return tree.kept(_counter_from_zero, loop, lambda: _counter_from_zero(tree, loop, bound()))
 
 
+def runs_at_most_once(node: cst.CSTNode, bound: Container[str]) -> bool:
+    """Whether a loop statement runs its body once at most: ``for i in range(1):`` (``range(0)``,
+    ``range(3, 4)``: whole numbers written out), where the file does not bind ``range``."""
+    if not isinstance(node, cst.For) or type(node.iter) is not cst.Call or not is_name(node.iter.func, "range") or "range" in bound:
+        return False
+    arguments = node.iter.args
+    if not 1 <= len(arguments) <= 2 or any(arg.keyword is not None or arg.star or type(arg.value) is not cst.Integer for arg in arguments):
+        return False
+    numbers = [int(cst.ensure_type(arg.value, cst.Integer).value, 0) for arg in arguments]
+    return numbers[-1] - (numbers[0] if len(numbers) == 2 else 0) <= 1
+
+
 def _named_counter(node: cst.CSTNode) -> tuple[str, str] | None:
     """The builtin a loop statement walks and the name it counts in: ``i`` of ``for i in range(n)``
     (``range(0, n)``, ``range(0, n, 2)``) or ``for i, x in enumerate(xs)``."""

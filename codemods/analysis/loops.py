@@ -52,7 +52,14 @@ class Loop:
     # By name: another name the loop empties in place (``pending.clear()``) that may hold the same
     # list (``pending = losses`` on some path only): the name may hold no graph after it.
     maybe_emptied_through: dict[str, str] = field(default_factory=dict)
+    # A loop that runs once at most (``for i in range(1):``): no iteration follows another, and
+    # nothing is carried from one to the next.
+    runs_once: bool = False
     _written_beside_a_detach: frozenset[str] | None = field(default=None, init=False, repr=False)  # (``detaches``, once)
+
+    def __post_init__(self) -> None:
+        if self.runs_once:
+            self.carried_names = frozenset()
 
     @property
     def is_call(self) -> bool:

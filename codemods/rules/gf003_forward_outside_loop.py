@@ -63,7 +63,8 @@ class ForwardOutsideLoop(Rule):
     anchor regularizer) is moved.
     A backward that only the loop's first iteration runs (``if step == 0:`` in a loop counting from
     0 in ``step``, which the body never binds again) walks the graph built before the loop once,
-    while it is fresh: that is correct code, and not reported.
+    while it is fresh: that is correct code, and not reported; so is a backward in a loop that runs
+    once at most (``for i in range(1):``).
     When the backward keeps the graph (``retain_graph=True``, or a value gradfix cannot read), the
     program runs as it is, and the move, which changes its results, is an unsafe fix; and when
     nothing in the loop changes the parameters (no optimizer steps in it), every iteration's forward
@@ -109,8 +110,8 @@ for epoch in range(epochs):
         seen: set[tuple[int, frozenset[int]]] = set()
         for site in self.analysis.backward_sites:
             loop = next((loop for loop in site.loops if not loop.is_call), None)
-            if loop is None or loop is not site.loops[0] or self.analysis.runs_in_the_first_iteration_only(site.call, loop):
-                continue  # (``if step == 0: loss.backward()`` walks the graph before the loop once, fresh)
+            if loop is None or loop is not site.loops[0] or loop.runs_once or self.analysis.runs_in_the_first_iteration_only(site.call, loop):
+                continue  # (``if step == 0: loss.backward()``, ``for i in range(1):`` walk the graph before the loop once, fresh)
             hoisted = self.analysis.built_before_loop(site, loop)
             key = (id(loop), frozenset(map(id, hoisted)))
             if not hoisted or key in seen or self.analysis.untrained_graph(hoisted):
