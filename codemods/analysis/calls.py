@@ -97,6 +97,14 @@ class CallSemantics:
             self._escape([value])  # the object keeps part of this graph: for its next call, or for whoever reads it
         return value
 
+    def _arguments_of(self, node: cst.Call, arguments: Sequence[cst.BaseExpression], env: Env) -> list[Value]:
+        """The values of ``node``'s ``arguments``: those the reading of its summary evaluated, where
+        it hands the call back to be read as any other (``_call_summary``), else evaluated now. Each
+        is evaluated once: a backward inside one (``normalize(torch.autograd.grad(loss, x)[0])``) is
+        recorded once, not a second time over a graph its first record freed."""
+        read = self._read_arguments.pop(node, None)
+        return read if read is not None and len(read) == len(arguments) else self._eval_all(arguments, env)
+
     def _detaching_call(self, func: cst.BaseExpression) -> bool:
         """A call of a function or method of the file whose every return is detached (``repackage_hidden(h)``, ``self.model.f(h)``)."""
         detaching = self.names.detaching_functions
@@ -187,7 +195,7 @@ class CallSemantics:
         wrapped = self.names.wrapped_modules.get(self.names.key(node.func) or "")
         if wrapped is not None:
             return self._module_call(wrapped, node, arguments, env)
-        return combine([*self._eval_all(arguments, env), LEAF], self._origin(node), UNKNOWN)
+        return combine([*self._arguments_of(node, arguments, env), LEAF], self._origin(node), UNKNOWN)
 
     def _method_call(self, node: cst.Call, qualified: str, env: Env) -> Value:
         """``x.method(...)`` of anything but torch's modules: a backward, a module's method, a tensor method of
@@ -201,7 +209,7 @@ class CallSemantics:
             return self._module_method_call(module, node, env)
         arguments = [arg.value for arg in node.args]
         receiver = self._eval(func.value, env)
-        values = self._eval_all(arguments, env)
+        values = self._arguments_of(node, arguments, env)
         target = dotted_name(written_in_place(func.value))
         if method in REGISTERING_METHODS and len(values) > 1 and (name := constant_key(arguments[0])) and name[0] == "'" and target:
             env[f"{target}.{name[1:-1]}"] = values[1]  # (``self.register_buffer("w_avg", torch.zeros(4))``)
@@ -317,7 +325,7 @@ class CallSemantics:
         arguments = [arg.value for arg in node.args]
         if method == "forward":
             return self._module_call(module, node, arguments, env)
-        values = self._eval_all(arguments, env)
+        values = self._arguments_of(node, arguments, env)
         if method == "parameters" and module.trainable:
             return Value(graph=True, structure=ListOf(TENSOR))  # its parameters: leaves that require grad
         if method == "named_parameters" and module.trainable:  # (a name and a parameter, kept apart for ``for n, p in ...``)
@@ -343,7 +351,7 @@ class CallSemantics:
         number library's, a builtin, or a function gradfix cannot read."""
         func = node.func
         arguments = [arg.value for arg in node.args]
-        values = self._eval_all(arguments, env)
+        values = self._arguments_of(node, arguments, env)
         if type(func) is cst.Name and func.value in self.names.record_classes:
             return union(values, self._record_structure(func.value, node, values))
         if type(func) is cst.Name and func.value in self.names.local_classes:
@@ -426,7 +434,7 @@ class CallSemantics:
             self._record_arguments((class_name, "__init__"), parameters, call, values, freed=False)
 
     def _module_call(self, module: ModuleInfo, node: cst.Call, arguments, env: Env) -> Value:
-        values = self._eval_all(arguments, env)
+        values = self._arguments_of(node, arguments, env)
         forward = self._summary((module.class_name, "forward")) if module.is_local else None
         if forward is not None:
             self._record_arguments((module.class_name, "forward"), forward.parameters, node, values)

@@ -178,7 +178,7 @@ class DataflowAnalysis(Expressions, CallSemantics, FunctionSummaries, SavedTenso
         self.items_given: dict[cst.FunctionDef, dict[tuple[str, bool], tuple[Value, ...] | None]] = {}
         self._tuple_items: dict[cst.Tuple, list[Value]] = {}  # each tuple written out, by its items
         self._dict_items: dict[cst.BaseExpression, dict[str, Value]] = {}  # each dict built with constant keys, by key
-        # A call of the file's function that returns a tuple written out, with that function's summary.
+        self._read_arguments: dict[cst.Call, list[Value]] = {}  # (``CallSemantics._arguments_of``)
         # What each item of a call's tuple result holds, where the callee says it: the returns of
         # a function or forward of the file, or a torch.nn module's outputs.
         self._call_items: dict[cst.Call, tuple[Value, ...]] = {}

@@ -181,6 +181,7 @@ class FunctionSummaries:
             return self._call_imported(call, imported, env)
         summary = self._summary_of(call.func)
         self._returned_dicts.pop(call, None)
+        self._read_arguments.pop(call, None)
         if summary is None:
             return None
         values = self._eval_all([arg.value for arg in call.args], env)
@@ -215,6 +216,7 @@ class FunctionSummaries:
             if not summary.returned.graph:
                 self._returned_shapes[call] = returned_structure  # (the call is read as any other)
                 self._read_callees[call] = summary_key(summary)
+                self._read_arguments[call] = values  # (evaluated once: ``_arguments_of``)
                 return None
             if self._frozen_module(call.func):
                 # a module whose parameters were all set not to require grad: its result holds
