@@ -249,7 +249,7 @@ class FileAnalysis:
         """Whether one of the operations at ``origins`` certainly saved a tensor for its backward
         (``DataflowAnalysis.saves_for_certain``), so that walking them again after a backward freed them raises:
         casts, views, joins, repeats and sums save none."""
-        return any(not origin.possible and self._dataflow.saves_for_certain(origin.node) for origin in origins)
+        return any(not origin.possible and self._dataflow.saves_for_certain(origin.node, self.class_name_of(origin.node)) for origin in origins)
 
     def saved_nothing_for_certain(self, origins: Iterable[Origin]) -> bool:
         """Whether the operations at ``origins`` are all seen and none may have saved a tensor for its backward (sums,
