@@ -466,8 +466,9 @@ for inputs, targets in loader:
         return False
 
     def _related_classes(self, class_name: str | None) -> set[str]:
-        """``class_name`` and the classes of the file it derives from or that derive from it: their
-        methods run on its objects (``reset()`` a neuron inherits from its base)."""
+        """``class_name`` and the classes of the file it derives from or that derive from it (and so,
+        through a shared base, its siblings: a may-answer, wider than Python's): their methods may run
+        on its objects (``reset()`` a neuron inherits from its base)."""
         bases = self.analysis.names.local_bases
         related, pending = set[str](), [class_name] if class_name else []
         while pending:
