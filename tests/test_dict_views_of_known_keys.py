@@ -92,6 +92,7 @@ def test_each_logged_value_of_a_dict_of_losses_keeps_its_graph(build, runs, tmp_
         ("compute_losses(out, y)", "pass", ""),  # built by code gradfix does not read
         (BUILD.replace("}", ', "n": 8}'), "pass", ""),  # a number among the values
         (BUILD, "record(losses)", ""),  # handed to a call that may keep or change it
+        (BUILD, "clear_later = lambda: losses.clear()", ""),  # a lambda that may write to it when called
     ],
 )
 def test_a_dict_whose_writes_gradfix_does_not_all_see_is_not_rewritten(build, extra, helper):

@@ -41,6 +41,7 @@ from .syntax import (
     with_reads_replaced,
 )
 from .tree import LAYOUT, find_nodes
+from .unread_parameters import none_test
 from .values import NONE, NUMBER, TENSOR, UNKNOWN, FunctionOf, ListOf, Origin, RecordOf, Structure, TupleOf, Value, certain_origins
 
 __all__ = [
@@ -95,6 +96,7 @@ __all__ = [
     "is_single_call",
     "loss_handed_to_trainer",
     "method_called",
+    "none_test",
     "operands",
     "read_for_data",
     "read_names",

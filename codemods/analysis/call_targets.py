@@ -12,6 +12,7 @@ import libcst as cst
 
 from ..frameworks import NO_GRAD_CONTEXTS
 from .classes_below import bound_again
+from .dicts import DICT_READING_METHODS
 from .syntax import decorator_callee
 from .torch_facts import TorchNames
 from .tree import SyntaxTree
@@ -63,13 +64,9 @@ def stored_attribute_names(tree: SyntaxTree) -> set[str] | None:
     return names
 
 
-# What reads an object's ``__dict__`` and never writes it: ``x.__dict__.items()``.
-_READING_DICT_METHODS = frozenset({"items", "keys", "values", "get", "copy"})
-
-
 def _only_reads(name: cst.Name, tree: SyntaxTree) -> bool:
     """Whether ``name``, a ``__dict__``, is an object's dict that is only read: unpacked (``**x.__dict__``
-    into a call or a dict display) or asked one of ``_READING_DICT_METHODS``."""
+    into a call or a dict display) or asked one of ``DICT_READING_METHODS``."""
     attribute = tree.parent(name)
     if type(attribute) is not cst.Attribute or attribute.attr is not name:
         return False
@@ -80,7 +77,7 @@ def _only_reads(name: cst.Name, tree: SyntaxTree) -> bool:
         return True
     return (
         type(used) is cst.Attribute
-        and used.attr.value in _READING_DICT_METHODS
+        and used.attr.value in DICT_READING_METHODS
         and type(called := tree.parent(used)) is cst.Call
         and called.func is used
     )

@@ -26,6 +26,7 @@ from ..analysis import (
     dotted_name,
     expand,
     expression_key,
+    none_test,
     operands,
     read_names,
     target_names,
@@ -557,8 +558,8 @@ print(total_loss / len(loader))
         node: cst.CSTNode = reset
         while (parent := tree.parent(node)) is not None and parent is not loop.node:
             if isinstance(parent, cst.If) and node is not parent.test:
-                tested = _tests_none(parent.test, store)
-                return tested is not None and tested is (node is parent.body)
+                tested = none_test(parent.test)  # (the name tested, and the test's truth where it holds None)
+                return tested is not None and tested[0] == store and tested[1] is (node is parent.body)
             node = parent
         return False
 
@@ -628,16 +629,6 @@ def _arithmetic_leaves(value: cst.BaseExpression) -> list[str | None]:
     if type(value) is cst.Integer or type(value) is cst.Float:
         return [None]
     return [dotted_name(value) or "?"]
-
-
-def _tests_none(test: cst.BaseExpression, name: str) -> bool | None:
-    """True for ``name is None``, False for ``name is not None``, None for any other test."""
-    if type(test) is not cst.Comparison or dotted_name(test.left) != name or len(test.comparisons) != 1:
-        return None
-    (comparison,) = test.comparisons
-    if not (type(comparison.comparator) is cst.Name and comparison.comparator.value == "None"):
-        return None
-    return True if type(comparison.operator) is cst.Is else False if type(comparison.operator) is cst.IsNot else None
 
 
 def _adds_to(statement: cst.CSTNode, from_before: bool | None) -> bool:
